@@ -1,0 +1,99 @@
+// Runtime side: deserialize an engine, query its I/O, create execution contexts and run.
+//
+// Thread-safety: an Engine is immutable after deserialization and may be shared by threads;
+// each ExecutionContext must be used by one thread at a time (create one per thread).
+// Memory: tensor addresses given to a context belong to the caller and must be device memory
+// of the engine's device (host memory for CPU engines) and stay valid during execution.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/builder.h"
+#include "kiln/types.h"
+
+namespace kiln {
+
+class Engine;
+class ExecutionContext;
+struct EngineImpl;
+struct ContextImpl;
+
+enum class TensorIOMode : int32_t { kInput, kOutput };
+
+struct TensorInfo {
+  std::string name;
+  TensorIOMode mode = TensorIOMode::kInput;
+  DataType type = DataType::kFloat32;
+  Dims dims;  // kDynamic where the engine accepts several extents
+  TensorFormat format = TensorFormat::kLinear;
+};
+
+class Runtime {
+ public:
+  // Parses and validates engine bytes; throws kiln::EngineFormatError for corrupt, truncated or
+  // foreign data and kiln::Error for engines that cannot run here (missing device, unknown
+  // layer kernels). `source` names the file in messages.
+  std::shared_ptr<Engine> deserialize(const void* data, size_t size, const std::string& source = "<memory>");
+  std::shared_ptr<Engine> deserialize_file(const std::string& path);
+};
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  ~Engine();
+  DeviceType device() const;
+  const std::vector<TensorInfo>& io_tensors() const;
+  // Throws when no I/O tensor has that name.
+  const TensorInfo& io_tensor(const std::string& name) const;
+  int num_profiles() const;
+  const OptimizationProfile& profile(int index) const;
+  // Human-readable dump: layers after fusion, chosen kernels, tensors, formats, memory plan.
+  std::string describe() const;
+  // Activation bytes the memory planner needs at the max shapes of a profile.
+  uint64_t activation_peak_bytes(int profile) const;
+
+  // A new context with its own activation memory. Thread-safe.
+  std::unique_ptr<ExecutionContext> create_execution_context();
+
+  // Internal.
+  explicit Engine(std::unique_ptr<EngineImpl> impl);
+  EngineImpl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<EngineImpl> impl_;
+};
+
+class ExecutionContext {
+ public:
+  ~ExecutionContext();
+  // Selects the optimization profile (default 0); resets input shapes to that profile's opt.
+  void set_optimization_profile(int index);
+  int optimization_profile() const;
+  // Sets the dims of a dynamic input; throws kiln::Error naming the input, the dims and the
+  // profile's [min, max] when out of range or of the wrong rank.
+  void set_input_shape(const std::string& name, const Dims& dims);
+  // Current dims of any I/O tensor (outputs are inferred from the input shapes).
+  Dims tensor_shape(const std::string& name);
+  // Binds caller memory to an I/O tensor.
+  void set_tensor_address(const std::string& name, void* data);
+  // CPU threads for this context's kernels (0: the engine's setting).
+  void set_num_threads(int threads);
+
+  // Runs the inference to completion. Throws kiln::Error naming the failing layer.
+  void execute();
+  // Queues the inference on `stream` (a cudaStream_t for CUDA engines, ignored on the CPU,
+  // where it runs synchronously) and returns.
+  void enqueue(void* stream);
+
+  // Internal.
+  ExecutionContext(std::shared_ptr<Engine> engine, std::unique_ptr<ContextImpl> impl);
+  ContextImpl& impl() { return *impl_; }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  std::unique_ptr<ContextImpl> impl_;
+};
+
+}  // namespace kiln

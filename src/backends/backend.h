@@ -1,0 +1,71 @@
+// The backend interface: device memory, streams and copies for one device type. The CPU
+// backend (src/backends/cpu) uses host memory and runs synchronously; the CUDA backend
+// (src/backends/cuda) wraps cudaMalloc / cudaStream_t. Backends register themselves with
+// KILN_REGISTER_BACKEND; get_backend throws a clear error for a device not built in or absent.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kiln/types.h"
+
+namespace kiln {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceType device() const = 0;
+  // False when the device is compiled in but not usable on this machine (no GPU).
+  virtual bool available(std::string* why = nullptr) const = 0;
+
+  // Device memory, aligned to at least 256 bytes. Throws kiln::Error on failure. Thread-safe.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* ptr) = 0;
+
+  // Copies; `stream` may be null (then synchronous). Thread-safe.
+  virtual void copy_host_to_device(void* dst, const void* src, size_t bytes, void* stream) = 0;
+  virtual void copy_device_to_host(void* dst, const void* src, size_t bytes, void* stream) = 0;
+  virtual void copy_device_to_device(void* dst, const void* src, size_t bytes, void* stream) = 0;
+  virtual void memset_device(void* dst, int value, size_t bytes, void* stream) = 0;
+
+  // Streams: an opaque handle (cudaStream_t on CUDA, null on the CPU).
+  virtual void* create_stream() = 0;
+  virtual void destroy_stream(void* stream) = 0;
+  virtual void synchronize(void* stream) = 0;
+};
+
+// Owning device allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& backend, size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  Backend* backend_ = nullptr;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class BackendRegistry {
+ public:
+  static BackendRegistry& instance();
+  void add(DeviceType device, std::unique_ptr<Backend> backend);
+  // Throws kiln::Error when the backend is not built in or not available on this machine.
+  Backend& get(DeviceType device);
+  bool has(DeviceType device) const;
+
+ private:
+  std::unique_ptr<Backend> backends_[2];
+};
+
+inline Backend& get_backend(DeviceType device) { return BackendRegistry::instance().get(device); }
+
+}  // namespace kiln

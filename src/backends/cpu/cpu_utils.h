@@ -1,0 +1,88 @@
+// Small helpers for CPU kernels: type dispatch, strides, broadcasting index maps and a
+// parallel loop on OpenMP with a caller-given thread count.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kiln/error.h"
+#include "kiln/types.h"
+#include "src/core/half.h"
+
+namespace kiln::cpu {
+
+// Row-major strides (in elements) of dims.
+inline std::vector<int64_t> strides_of(const Dims& dims) {
+  std::vector<int64_t> s(static_cast<size_t>(dims.rank()));
+  int64_t acc = 1;
+  for (int i = dims.rank() - 1; i >= 0; --i) {
+    s[static_cast<size_t>(i)] = acc;
+    acc *= dims[i];
+  }
+  return s;
+}
+
+// Strides of `in` broadcast to `out` (rank(out) >= rank(in), trailing alignment): 0 where the
+// input extent is 1 and the output's is not.
+inline std::vector<int64_t> broadcast_strides(const Dims& in, const Dims& out) {
+  std::vector<int64_t> s(static_cast<size_t>(out.rank()), 0);
+  const auto in_strides = strides_of(in);
+  const int offset = out.rank() - in.rank();
+  for (int i = 0; i < in.rank(); ++i) {
+    s[static_cast<size_t>(i + offset)] = in[i] == 1 ? 0 : in_strides[static_cast<size_t>(i)];
+  }
+  return s;
+}
+
+// Offset into a broadcast input for a flat output index.
+inline int64_t broadcast_offset(int64_t flat, const Dims& out, const std::vector<int64_t>& in_strides) {
+  int64_t off = 0;
+  for (int i = out.rank() - 1; i >= 0; --i) {
+    const int64_t idx = flat % out[i];
+    flat /= out[i];
+    off += idx * in_strides[static_cast<size_t>(i)];
+  }
+  return off;
+}
+
+// Runs fn(begin, end) over [0, n) split into chunks on up to num_threads OpenMP threads.
+template <typename Fn>
+void parallel_for(int64_t n, int num_threads, Fn fn, int64_t min_chunk = 4096) {
+  if (n <= 0) return;
+  int64_t chunks = std::min<int64_t>(num_threads > 0 ? num_threads : 1, (n + min_chunk - 1) / min_chunk);
+  if (chunks <= 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
+    fn(b, e);
+  }
+}
+
+}  // namespace kiln::cpu
+
+// Calls BODY with `using T = <C++ type>` for the data type; throws for types not listed.
+#define KILN_DISPATCH_NUMERIC(dtype, what, ...)                                                   \
+  switch (dtype) {                                                                                \
+    case ::kiln::DataType::kFloat32: { using T = float; __VA_ARGS__; break; }                   \
+    case ::kiln::DataType::kFloat64: { using T = double; __VA_ARGS__; break; }                  \
+    case ::kiln::DataType::kFloat16: { using T = ::kiln::half; __VA_ARGS__; break; }            \
+    case ::kiln::DataType::kInt32: { using T = int32_t; __VA_ARGS__; break; }                   \
+    case ::kiln::DataType::kInt64: { using T = int64_t; __VA_ARGS__; break; }                   \
+    case ::kiln::DataType::kInt8: { using T = int8_t; __VA_ARGS__; break; }                     \
+    case ::kiln::DataType::kUInt8: { using T = uint8_t; __VA_ARGS__; break; }                   \
+    case ::kiln::DataType::kBool: { using T = bool; __VA_ARGS__; break; }                       \
+    default: throw ::kiln::Error(std::string(what) + ": unsupported data type " + ::kiln::to_string(dtype)); \
+  }
+
+// Same, limited to floating-point types.
+#define KILN_DISPATCH_FLOAT(dtype, what, ...)                                                     \
+  switch (dtype) {                                                                                \
+    case ::kiln::DataType::kFloat32: { using T = float; __VA_ARGS__; break; }                   \
+    case ::kiln::DataType::kFloat64: { using T = double; __VA_ARGS__; break; }                  \
+    case ::kiln::DataType::kFloat16: { using T = ::kiln::half; __VA_ARGS__; break; }            \
+    default: throw ::kiln::Error(std::string(what) + ": expects a floating-point tensor, got " + ::kiln::to_string(dtype)); \
+  }

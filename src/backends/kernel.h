@@ -1,0 +1,117 @@
+// Kernels: the per-backend implementations of layer types. Each kernel registers itself next
+// to its definition with KILN_REGISTER_KERNEL under (device, layer type, tactic name). Every
+// CPU layer type has a "reference" tactic: the plain, obviously correct oracle that is never
+// removed. Optimized tactics (e.g. "onednn") are added beside it; the builder chooses among
+// the tactics whose `supports` accepts the layer, by priority on the CPU and by timing on CUDA.
+//
+// A Kernel object belongs to one execution context (one thread at a time); it may cache
+// shape-specific state (e.g. oneDNN primitives) in prepare().
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/network.h"
+#include "kiln/types.h"
+
+namespace kiln {
+
+// A tensor as a kernel sees it: contiguous in `format`, data in the backend's memory.
+struct TensorView {
+  DataType type = DataType::kFloat32;
+  Dims dims;
+  TensorFormat format = TensorFormat::kLinear;
+  void* data = nullptr;
+  int64_t count() const { return dims.volume(); }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+};
+
+// Shapes/types only (no data): what supports()/prepare()/workspace_size() see.
+struct TensorDesc {
+  DataType type = DataType::kFloat32;
+  Dims dims;
+  TensorFormat format = TensorFormat::kLinear;
+  bool present = true;  // false for an omitted optional input
+  const HostTensor* value = nullptr;  // host value when constant / shape-known, else null
+};
+
+struct KernelContext {
+  const Layer* layer = nullptr;
+  std::vector<TensorView> inputs;   // omitted optional inputs have data == nullptr
+  std::vector<TensorView> outputs;
+  void* workspace = nullptr;        // never null when workspace_size() > 0
+  size_t workspace_size = 0;
+  void* stream = nullptr;           // cudaStream_t on CUDA; null on the CPU
+  int num_threads = 1;              // CPU threads this kernel may use
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // Called whenever input shapes change (before execute). May cache primitives.
+  virtual void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs,
+                       const std::vector<TensorDesc>& outputs, int num_threads) {
+    (void)layer; (void)inputs; (void)outputs; (void)num_threads;
+  }
+  // Scratch bytes needed for these shapes (called after prepare).
+  virtual size_t workspace_size() const { return 0; }
+  // Runs the layer. Throws kiln::Error on failure (the runtime adds the layer name).
+  virtual void execute(const KernelContext& ctx) = 0;
+};
+
+using KernelSupportsFn = std::function<bool(const Layer&, const std::vector<TensorDesc>& inputs)>;
+using KernelFactory = std::function<std::unique_ptr<Kernel>(const Layer&)>;
+
+struct KernelEntry {
+  DeviceType device = DeviceType::kCPU;
+  std::string layer_type;
+  std::string tactic;      // "reference", "onednn", "cudnn", ...
+  int priority = 0;        // higher wins on the CPU; reference is 0
+  KernelSupportsFn supports;  // null: supports everything the schema allows
+  KernelFactory create;
+};
+
+class KernelRegistry {
+ public:
+  static KernelRegistry& instance();
+  void add(KernelEntry entry);  // throws on duplicate (device, type, tactic)
+  // All tactics for a device and layer type, highest priority first.
+  std::vector<const KernelEntry*> find(DeviceType device, const std::string& layer_type) const;
+  const KernelEntry* find(DeviceType device, const std::string& layer_type, const std::string& tactic) const;
+
+ private:
+  std::map<std::string, std::vector<KernelEntry>> entries_;  // key: "<device>/<type>"
+};
+
+struct KernelRegistrar {
+  explicit KernelRegistrar(KernelEntry entry) { KernelRegistry::instance().add(std::move(entry)); }
+};
+
+#define KILN_KERNEL_CONCAT_INNER(a, b) a##b
+#define KILN_KERNEL_CONCAT(a, b) KILN_KERNEL_CONCAT_INNER(a, b)
+// Usage: KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerSoftMax, "reference", 0, nullptr,
+//            [](const Layer&) { return std::make_unique<SoftMaxRef>(); }});
+#define KILN_REGISTER_KERNEL(...) \
+  static ::kiln::KernelRegistrar KILN_KERNEL_CONCAT(kiln_kernel_registrar_, __LINE__)(__VA_ARGS__)
+
+// Helper for simple stateless kernels written as a function.
+class FunctionKernel : public Kernel {
+ public:
+  using Fn = std::function<void(const KernelContext&)>;
+  explicit FunctionKernel(Fn fn) : fn_(std::move(fn)) {}
+  void execute(const KernelContext& ctx) override { fn_(ctx); }
+
+ private:
+  Fn fn_;
+};
+
+inline KernelFactory function_kernel(FunctionKernel::Fn fn) {
+  return [fn](const Layer&) { return std::make_unique<FunctionKernel>(fn); };
+}
+
+}  // namespace kiln

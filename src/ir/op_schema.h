@@ -1,0 +1,127 @@
+// Layer-type schemas: for each layer type, its inputs, typed attributes with defaults, which
+// inputs must be known on the host to infer shapes ("shape inputs", e.g. Reshape's shape) and
+// the shape/type inference function. Schemas register themselves next to their definition
+// with KILN_REGISTER_OP (src/ir/ops_*.cpp); nothing keeps a central list.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/error.h"
+#include "kiln/network.h"
+#include "kiln/types.h"
+
+namespace kiln {
+
+struct AttrSpec {
+  std::string name;
+  AttrType type;
+  AttrValue default_value;  // used when absent (ignored when required)
+  bool required = false;
+  std::string doc;
+};
+
+// What the inference function sees: the layer, the dims and types of its inputs (concrete,
+// never kDynamic) and, where known, their values (always known for constant inputs and for
+// the declared shape inputs).
+class ShapeContext {
+ public:
+  struct Input {
+    const Tensor* tensor = nullptr;  // null for an omitted optional input
+    DataType type = DataType::kFloat32;
+    Dims dims;
+    const HostTensor* value = nullptr;  // non-null when the value is known on the host
+  };
+
+  ShapeContext(const Layer& layer, std::vector<Input> inputs);
+
+  const Layer& layer() const { return layer_; }
+  const Attributes& attrs() const { return layer_.attrs(); }
+  int num_inputs() const { return static_cast<int>(inputs_.size()); }
+  bool has_input(int i) const { return i < num_inputs() && inputs_[static_cast<size_t>(i)].tensor; }
+  DataType input_type(int i) const;
+  const Dims& input_dims(int i) const;
+  // Null when the value is unknown.
+  const HostTensor* input_value(int i) const;
+  // The value of a shape input; fails with a clear message when unknown.
+  const HostTensor& required_value(int i) const;
+
+  int num_outputs() const { return layer_.num_outputs(); }
+  void set_output(int i, DataType type, const Dims& dims);
+  DataType output_type(int i) const { return out_types_.at(static_cast<size_t>(i)); }
+  const Dims& output_dims(int i) const { return out_dims_.at(static_cast<size_t>(i)); }
+  bool output_set(int i) const { return out_set_.at(static_cast<size_t>(i)); }
+
+  // Throws kiln::Error "layer '<name>' (<type>): <message>".
+  [[noreturn]] void fail(const std::string& message) const;
+  void check(bool condition, const std::string& message) const {
+    if (!condition) fail(message);
+  }
+
+ private:
+  const Layer& layer_;
+  std::vector<Input> inputs_;
+  std::vector<DataType> out_types_;
+  std::vector<Dims> out_dims_;
+  std::vector<bool> out_set_;
+};
+
+using ShapeInferFn = std::function<void(ShapeContext&)>;
+
+struct OpSchema {
+  std::string type;  // the layer type name (kLayer*)
+  int min_inputs = 1;
+  int max_inputs = 1;      // -1: variadic
+  int num_outputs = 1;     // -1: any number >= 1 (e.g. Split)
+  std::vector<AttrSpec> attrs;
+  std::vector<int> shape_inputs;  // inputs whose values are needed by `infer`
+  ShapeInferFn infer;
+  std::string doc;  // one paragraph for docs/layers.md
+
+  const AttrSpec* find_attr(const std::string& name) const;
+};
+
+class OpSchemaRegistry {
+ public:
+  static OpSchemaRegistry& instance();
+  // Throws on a duplicate type.
+  void add(OpSchema schema);
+  // Null when unknown.
+  const OpSchema* find(const std::string& type) const;
+  std::vector<std::string> types() const;
+
+ private:
+  std::map<std::string, OpSchema> schemas_;
+};
+
+// Fills defaults for absent attributes and checks present ones against the schema.
+// Throws kiln::Error naming the layer and attribute.
+void check_attributes(const OpSchema& schema, const Layer& layer);
+
+// Attribute lookup with the schema default (layer value when present).
+int64_t attr_int(const Layer& layer, const std::string& name);
+double attr_float(const Layer& layer, const std::string& name);
+std::string attr_string(const Layer& layer, const std::string& name);
+std::vector<int64_t> attr_ints(const Layer& layer, const std::string& name);
+std::vector<double> attr_floats(const Layer& layer, const std::string& name);
+
+struct OpSchemaRegistrar {
+  explicit OpSchemaRegistrar(OpSchema schema) { OpSchemaRegistry::instance().add(std::move(schema)); }
+};
+
+#define KILN_OP_CONCAT_INNER(a, b) a##b
+#define KILN_OP_CONCAT(a, b) KILN_OP_CONCAT_INNER(a, b)
+// Usage (at namespace scope in a .cpp of the kiln library):
+//   KILN_REGISTER_OP(OpSchema{...});
+#define KILN_REGISTER_OP(...) \
+  static ::kiln::OpSchemaRegistrar KILN_OP_CONCAT(kiln_op_registrar_, __LINE__)(__VA_ARGS__)
+
+// ---- helpers shared by inference functions (src/ir/shape_utils.cpp) -----------------------
+// numpy-style broadcast of two shapes; throws via ctx on mismatch.
+Dims broadcast_dims(const ShapeContext& ctx, const Dims& a, const Dims& b);
+// Normalizes a possibly negative axis into [0, rank); fails via ctx when out of range.
+int64_t normalize_axis(const ShapeContext& ctx, int64_t axis, int rank);
+
+}  // namespace kiln
