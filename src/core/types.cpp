@@ -1,0 +1,307 @@
+// Implementation of the value types in include/kiln/types.h: names of enums, Dims, HostTensor
+// and typed attribute access.
+#include "kiln/types.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <limits>
+
+#include "kiln/error.h"
+#include "src/core/half.h"
+
+namespace kiln {
+
+namespace {
+
+struct TypeInfo {
+  DataType type;
+  const char* name;
+  size_t size;
+};
+constexpr TypeInfo kTypeInfo[] = {
+    {DataType::kFloat32, "float32", 4}, {DataType::kFloat16, "float16", 2}, {DataType::kInt8, "int8", 1},
+    {DataType::kUInt8, "uint8", 1},     {DataType::kInt32, "int32", 4},     {DataType::kInt64, "int64", 8},
+    {DataType::kBool, "bool", 1},       {DataType::kFloat64, "float64", 8},
+};
+
+const TypeInfo& info(DataType type) {
+  for (const auto& t : kTypeInfo) {
+    if (t.type == type) return t;
+  }
+  throw Error("invalid data type value " + std::to_string(static_cast<int>(type)));
+}
+
+std::string lower(std::string_view s) {
+  std::string r(s);
+  std::transform(r.begin(), r.end(), r.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return r;
+}
+
+}  // namespace
+
+size_t data_type_size(DataType type) { return info(type).size; }
+const char* to_string(DataType type) { return info(type).name; }
+
+DataType parse_data_type(std::string_view name) {
+  const std::string n = lower(name);
+  for (const auto& t : kTypeInfo) {
+    if (n == t.name) return t.type;
+  }
+  if (n == "float" || n == "fp32") return DataType::kFloat32;
+  if (n == "half" || n == "fp16") return DataType::kFloat16;
+  if (n == "double") return DataType::kFloat64;
+  throw Error("unknown data type '" + std::string(name) +
+              "' (expected float32, float16, float64, int8, uint8, int32, int64 or bool)");
+}
+
+bool is_floating_point(DataType type) {
+  return type == DataType::kFloat32 || type == DataType::kFloat16 || type == DataType::kFloat64;
+}
+
+const char* to_string(TensorFormat format) {
+  return format == TensorFormat::kLinear ? "linear" : "channels_last";
+}
+
+TensorFormat parse_tensor_format(std::string_view name) {
+  const std::string n = lower(name);
+  if (n == "linear" || n == "nchw") return TensorFormat::kLinear;
+  if (n == "channels_last" || n == "nhwc") return TensorFormat::kChannelsLast;
+  throw Error("unknown tensor format '" + std::string(name) + "' (expected linear or channels_last)");
+}
+
+const char* to_string(DeviceType device) { return device == DeviceType::kCPU ? "cpu" : "cuda"; }
+
+DeviceType parse_device_type(std::string_view name) {
+  const std::string n = lower(name);
+  if (n == "cpu") return DeviceType::kCPU;
+  if (n == "cuda" || n == "gpu") return DeviceType::kCUDA;
+  throw Error("unknown device '" + std::string(name) + "' (expected cpu or cuda)");
+}
+
+// ---- Dims ---------------------------------------------------------------------------------
+
+Dims::Dims(std::initializer_list<int64_t> values) {
+  for (int64_t v : values) push_back(v);
+}
+
+Dims Dims::from(std::span<const int64_t> values) {
+  Dims d;
+  for (int64_t v : values) d.push_back(v);
+  return d;
+}
+
+void Dims::push_back(int64_t value) {
+  if (rank_ >= kMaxDims) {
+    throw Error("tensor rank exceeds kiln's maximum of " + std::to_string(kMaxDims) + " dimensions");
+  }
+  d_[static_cast<size_t>(rank_++)] = value;
+}
+
+bool Dims::is_dynamic() const {
+  return std::any_of(begin(), end(), [](int64_t v) { return v < 0; });
+}
+
+int64_t Dims::volume() const {
+  int64_t v = 1;
+  for (int64_t e : *this) {
+    if (e < 0) throw Error("volume of dims " + to_string() + " is unknown (dynamic dimension)");
+    if (e != 0 && v > std::numeric_limits<int64_t>::max() / e) {
+      throw Error("volume of dims " + to_string() + " overflows 64 bits");
+    }
+    v *= e;
+  }
+  return v;
+}
+
+std::string Dims::to_string() const {
+  if (rank_ == 0) return "()";
+  std::string s;
+  for (int i = 0; i < rank_; ++i) {
+    if (i) s += 'x';
+    s += d_[static_cast<size_t>(i)] < 0 ? "?" : std::to_string(d_[static_cast<size_t>(i)]);
+  }
+  return s;
+}
+
+bool operator==(const Dims& a, const Dims& b) {
+  return a.rank_ == b.rank_ && std::equal(a.begin(), a.end(), b.begin());
+}
+
+Dims parse_dims(std::string_view text) {
+  Dims d;
+  if (text.empty() || text == "()") return d;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t next = text.find_first_of("x*,", pos);
+    if (next == std::string_view::npos) next = text.size();
+    const std::string_view part = text.substr(pos, next - pos);
+    if (part.empty()) throw Error("bad dims '" + std::string(text) + "': empty extent (expected e.g. 1x3x224x224)");
+    int64_t v = 0;
+    if (part == "?" || part == "-1") {
+      v = kDynamic;
+    } else {
+      for (char c : part) {
+        if (c < '0' || c > '9') {
+          throw Error("bad dims '" + std::string(text) + "': '" + std::string(part) + "' is not a number (expected e.g. 1x3x224x224)");
+        }
+        if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) throw Error("bad dims '" + std::string(text) + "': extent too large");
+        v = v * 10 + (c - '0');
+      }
+    }
+    d.push_back(v);
+    pos = next + 1;
+  }
+  return d;
+}
+
+// ---- HostTensor ---------------------------------------------------------------------------
+
+namespace {
+std::shared_ptr<uint8_t> allocate_aligned(size_t bytes) {
+  const size_t n = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  void* p = ::operator new(n, std::align_val_t(64));
+  std::memset(p, 0, n);
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p),
+                                  [](uint8_t* q) { ::operator delete(q, std::align_val_t(64)); });
+}
+}  // namespace
+
+HostTensor::HostTensor(DataType type, const Dims& dims) : type_(type), dims_(dims) {
+  count_ = dims.volume();
+  storage_ = allocate_aligned(nbytes());
+}
+
+HostTensor HostTensor::from_bytes(DataType type, const Dims& dims, const void* data, size_t nbytes) {
+  HostTensor t(type, dims);
+  if (nbytes != t.nbytes()) {
+    throw Error("tensor data of " + std::to_string(nbytes) + " bytes does not match " + std::string(to_string(type)) +
+                " dims " + dims.to_string() + " (" + std::to_string(t.nbytes()) + " bytes)");
+  }
+  if (nbytes) std::memcpy(t.data(), data, nbytes);
+  return t;
+}
+
+HostTensor HostTensor::clone() const {
+  if (empty()) return {};
+  return from_bytes(type_, dims_, data(), nbytes());
+}
+
+HostTensor HostTensor::reshaped(const Dims& dims) const {
+  if (dims.volume() != count_) {
+    throw Error("cannot reshape tensor of dims " + dims_.to_string() + " to " + dims.to_string());
+  }
+  HostTensor t = *this;
+  t.dims_ = dims;
+  return t;
+}
+
+std::vector<int64_t> HostTensor::to_int64() const {
+  std::vector<int64_t> r(static_cast<size_t>(count_));
+  for (int64_t i = 0; i < count_; ++i) {
+    const auto k = static_cast<size_t>(i);
+    switch (type_) {
+      case DataType::kInt64: r[k] = as<int64_t>()[i]; break;
+      case DataType::kInt32: r[k] = as<int32_t>()[i]; break;
+      case DataType::kInt8: r[k] = as<int8_t>()[i]; break;
+      case DataType::kUInt8: r[k] = as<uint8_t>()[i]; break;
+      case DataType::kBool: r[k] = as<uint8_t>()[i] != 0; break;
+      case DataType::kFloat32: r[k] = static_cast<int64_t>(as<float>()[i]); break;
+      case DataType::kFloat64: r[k] = static_cast<int64_t>(as<double>()[i]); break;
+      case DataType::kFloat16: r[k] = static_cast<int64_t>(static_cast<float>(as<half>()[i])); break;
+    }
+  }
+  return r;
+}
+
+std::vector<double> HostTensor::to_double() const {
+  std::vector<double> r(static_cast<size_t>(count_));
+  for (int64_t i = 0; i < count_; ++i) {
+    const auto k = static_cast<size_t>(i);
+    switch (type_) {
+      case DataType::kInt64: r[k] = static_cast<double>(as<int64_t>()[i]); break;
+      case DataType::kInt32: r[k] = as<int32_t>()[i]; break;
+      case DataType::kInt8: r[k] = as<int8_t>()[i]; break;
+      case DataType::kUInt8: r[k] = as<uint8_t>()[i]; break;
+      case DataType::kBool: r[k] = as<uint8_t>()[i] != 0; break;
+      case DataType::kFloat32: r[k] = as<float>()[i]; break;
+      case DataType::kFloat64: r[k] = as<double>()[i]; break;
+      case DataType::kFloat16: r[k] = static_cast<float>(as<half>()[i]); break;
+    }
+  }
+  return r;
+}
+
+// ---- Attributes ---------------------------------------------------------------------------
+
+const char* to_string(AttrType type) {
+  static const char* const kNames[] = {"int", "float", "string", "ints", "floats", "strings", "tensor"};
+  return kNames[static_cast<int>(type)];
+}
+
+AttrType attr_type_of(const AttrValue& value) { return static_cast<AttrType>(value.index()); }
+
+namespace {
+template <typename T>
+const T* typed(const std::map<std::string, AttrValue>& values, const std::string& name, AttrType expected) {
+  auto it = values.find(name);
+  if (it == values.end()) return nullptr;
+  if (const T* v = std::get_if<T>(&it->second)) return v;
+  throw Error("attribute '" + name + "' has type " + to_string(attr_type_of(it->second)) + ", expected " +
+              to_string(expected));
+}
+}  // namespace
+
+int64_t Attributes::get_int(const std::string& name, int64_t def) const {
+  auto it = values_.find(name);
+  if (it != values_.end() && std::holds_alternative<double>(it->second)) {
+    return static_cast<int64_t>(std::get<double>(it->second));
+  }
+  const auto* v = typed<int64_t>(values_, name, AttrType::kInt);
+  return v ? *v : def;
+}
+
+double Attributes::get_float(const std::string& name, double def) const {
+  auto it = values_.find(name);
+  if (it != values_.end() && std::holds_alternative<int64_t>(it->second)) {
+    return static_cast<double>(std::get<int64_t>(it->second));
+  }
+  const auto* v = typed<double>(values_, name, AttrType::kFloat);
+  return v ? *v : def;
+}
+
+std::string Attributes::get_string(const std::string& name, const std::string& def) const {
+  const auto* v = typed<std::string>(values_, name, AttrType::kString);
+  return v ? *v : def;
+}
+
+std::vector<int64_t> Attributes::get_ints(const std::string& name, const std::vector<int64_t>& def) const {
+  const auto* v = typed<std::vector<int64_t>>(values_, name, AttrType::kInts);
+  return v ? *v : def;
+}
+
+std::vector<double> Attributes::get_floats(const std::string& name, const std::vector<double>& def) const {
+  const auto* v = typed<std::vector<double>>(values_, name, AttrType::kFloats);
+  return v ? *v : def;
+}
+
+std::vector<std::string> Attributes::get_strings(const std::string& name) const {
+  const auto* v = typed<std::vector<std::string>>(values_, name, AttrType::kStrings);
+  return v ? *v : std::vector<std::string>{};
+}
+
+const HostTensor& Attributes::get_tensor(const std::string& name) const {
+  const auto* v = typed<HostTensor>(values_, name, AttrType::kTensor);
+  if (!v) throw Error("attribute '" + name + "' (tensor) is missing");
+  return *v;
+}
+
+const char* version() {
+#ifdef KILN_VERSION_STRING
+  return KILN_VERSION_STRING;
+#else
+  return "0.0.0";
+#endif
+}
+
+}  // namespace kiln

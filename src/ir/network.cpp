@@ -1,0 +1,550 @@
+// The Network graph: ownership of layers and tensors, construction helpers that write the
+// attributes of docs/layers.md, editing primitives used by the builder passes, topological
+// ordering and validation.
+#include "kiln/network.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kiln/error.h"
+#include "src/ir/op_schema.h"
+
+namespace kiln {
+
+std::vector<Layer*> Tensor::consumers() const {
+  std::vector<Layer*> result;
+  if (!network_) return result;
+  for (int i = 0; i < network_->num_layers(); ++i) {
+    Layer* l = network_->layer(i);
+    for (int k = 0; k < l->num_inputs(); ++k) {
+      if (l->input(k) == this) {
+        result.push_back(l);
+        break;
+      }
+    }
+  }
+  return result;
+}
+
+void Layer::set_input(int i, Tensor* tensor) {
+  if (i == num_inputs()) {
+    inputs_.push_back(tensor);
+  } else if (i >= 0 && i < num_inputs()) {
+    inputs_[static_cast<size_t>(i)] = tensor;
+  } else {
+    throw Error("layer '" + name_ + "': input index " + std::to_string(i) + " out of range (has " +
+                std::to_string(num_inputs()) + " inputs)");
+  }
+}
+
+Network::Network() = default;
+Network::~Network() = default;
+
+std::unique_ptr<Network> Network::clone() const {
+  auto copy = std::make_unique<Network>();
+  std::unordered_map<const Tensor*, Tensor*> map;
+  for (const auto& t : tensors_) {
+    Tensor* n = copy->new_tensor(t->name_);
+    n->type_ = t->type_;
+    n->dims_ = t->dims_;
+    n->format_ = t->format_;
+    n->is_input_ = t->is_input_;
+    n->is_output_ = t->is_output_;
+    map[t.get()] = n;
+  }
+  for (const auto& l : layers_) {
+    auto nl = std::make_unique<Layer>(*l);
+    for (auto& in : nl->inputs_) in = in ? map.at(in) : nullptr;
+    for (auto& out : nl->outputs_) {
+      out = map.at(out);
+      out->producer_ = nl.get();
+    }
+    copy->layers_.push_back(std::move(nl));
+  }
+  for (Tensor* t : inputs_) copy->inputs_.push_back(map.at(t));
+  for (Tensor* t : outputs_) copy->outputs_.push_back(map.at(t));
+  copy->name_counter_ = name_counter_;
+  return copy;
+}
+
+Tensor* Network::new_tensor(const std::string& name) {
+  auto t = std::make_unique<Tensor>();
+  t->name_ = name;
+  t->network_ = this;
+  tensors_.push_back(std::move(t));
+  return tensors_.back().get();
+}
+
+std::string Network::unique_name(const std::string& prefix) {
+  for (;;) {
+    std::string name = prefix + "_" + std::to_string(name_counter_++);
+    if (!find_tensor(name) && !find_layer(name)) return name;
+  }
+}
+
+Tensor* Network::add_input(const std::string& name, DataType type, const Dims& dims) {
+  if (name.empty()) throw Error("add_input: an input needs a name");
+  if (find_tensor(name)) throw Error("add_input: a tensor named '" + name + "' already exists");
+  for (int64_t d : dims) {
+    if (d < kDynamic) throw Error("add_input '" + name + "': invalid extent " + std::to_string(d) + " in " + dims.to_string());
+  }
+  Tensor* t = new_tensor(name);
+  t->type_ = type;
+  t->dims_ = dims;
+  t->is_input_ = true;
+  inputs_.push_back(t);
+  return t;
+}
+
+void Network::mark_output(Tensor* tensor) {
+  if (!tensor || tensor->network_ != this) throw Error("mark_output: tensor does not belong to this network");
+  if (tensor->is_output_) return;
+  tensor->is_output_ = true;
+  outputs_.push_back(tensor);
+}
+
+void Network::unmark_output(Tensor* tensor) {
+  tensor->is_output_ = false;
+  outputs_.erase(std::remove(outputs_.begin(), outputs_.end(), tensor), outputs_.end());
+}
+
+Layer* Network::add_layer(const std::string& type, const std::vector<Tensor*>& inputs, int num_outputs,
+                          Attributes attrs, const std::string& name) {
+  if (num_outputs < 0) throw Error("add_layer '" + type + "': negative output count");
+  for (Tensor* t : inputs) {
+    if (t && t->network_ != this) throw Error("add_layer '" + type + "': an input belongs to another network");
+  }
+  auto layer = std::make_unique<Layer>();
+  layer->type_ = type;
+  layer->name_ = name.empty() ? unique_name(type) : name;
+  layer->inputs_ = inputs;
+  layer->attrs_ = std::move(attrs);
+  for (int i = 0; i < num_outputs; ++i) {
+    std::string tname = num_outputs == 1 ? layer->name_ : layer->name_ + "_out" + std::to_string(i);
+    if (find_tensor(tname)) tname = unique_name(tname);
+    Tensor* out = new_tensor(tname);
+    out->producer_ = layer.get();
+    if (!inputs.empty() && inputs[0]) out->type_ = inputs[0]->type_;
+    layer->outputs_.push_back(out);
+  }
+  layers_.push_back(std::move(layer));
+  return layers_.back().get();
+}
+
+namespace {
+std::vector<int64_t> or_default(const std::vector<int64_t>& v, size_t n, int64_t def) {
+  return v.empty() ? std::vector<int64_t>(n, def) : v;
+}
+
+Attributes conv_attrs(const ConvolutionDesc& desc, bool deconv) {
+  const size_t k = desc.kernel.size();
+  Attributes a;
+  a.set("strides", or_default(desc.strides, k, 1));
+  std::vector<int64_t> pads = or_default(desc.pads_begin, k, 0);
+  const auto end = or_default(desc.pads_end, k, 0);
+  pads.insert(pads.end(), end.begin(), end.end());
+  a.set("pads", pads);
+  a.set("dilations", or_default(desc.dilations, k, 1));
+  a.set("group", desc.groups);
+  if (deconv) a.set("output_padding", or_default(desc.output_padding, k, 0));
+  return a;
+}
+}  // namespace
+
+Layer* Network::add_constant(const HostTensor& value, const std::string& name) {
+  if (value.empty()) throw Error("add_constant: empty tensor");
+  Attributes a;
+  a.set("value", value);
+  Layer* l = add_layer(kLayerConstant, {}, 1, std::move(a), name);
+  l->output(0)->type_ = value.type();
+  l->output(0)->dims_ = value.dims();
+  return l;
+}
+
+Layer* Network::add_convolution(Tensor* input, const ConvolutionDesc& desc, const HostTensor& weights,
+                                const HostTensor& bias) {
+  if (!input) throw Error("add_convolution: null input");
+  if (weights.empty()) throw Error("add_convolution: weights are required");
+  if (weights.dims().rank() != static_cast<int>(desc.kernel.size()) + 2 || weights.dims()[0] != desc.num_output_maps) {
+    throw Error("add_convolution: weights dims " + weights.dims().to_string() + " do not match " +
+                std::to_string(desc.num_output_maps) + " output maps and a " + std::to_string(desc.kernel.size()) +
+                "-D kernel (expected [M, C/groups, k...])");
+  }
+  Tensor* w = add_constant(weights)->output(0);
+  Tensor* b = bias.empty() ? nullptr : add_constant(bias)->output(0);
+  std::vector<Tensor*> ins{input, w};
+  if (b) ins.push_back(b);
+  return add_layer(kLayerConvolution, ins, 1, conv_attrs(desc, false));
+}
+
+Layer* Network::add_deconvolution(Tensor* input, const ConvolutionDesc& desc, const HostTensor& weights,
+                                  const HostTensor& bias) {
+  if (!input) throw Error("add_deconvolution: null input");
+  if (weights.empty()) throw Error("add_deconvolution: weights are required");
+  Tensor* w = add_constant(weights)->output(0);
+  Tensor* b = bias.empty() ? nullptr : add_constant(bias)->output(0);
+  std::vector<Tensor*> ins{input, w};
+  if (b) ins.push_back(b);
+  return add_layer(kLayerDeconvolution, ins, 1, conv_attrs(desc, true));
+}
+
+Layer* Network::add_pooling(Tensor* input, const PoolingDesc& desc) {
+  Attributes a;
+  const size_t k = desc.kernel.size();
+  a.set("mode", std::string(desc.type == PoolingType::kMax ? "max" : "average"));
+  a.set("kernel", desc.kernel);
+  a.set("strides", or_default(desc.strides, k, 1));
+  std::vector<int64_t> pads = or_default(desc.pads_begin, k, 0);
+  const auto end = or_default(desc.pads_end, k, 0);
+  pads.insert(pads.end(), end.begin(), end.end());
+  a.set("pads", pads);
+  a.set("dilations", or_default(desc.dilations, k, 1));
+  a.set("ceil_mode", int64_t{desc.ceil_mode});
+  a.set("count_include_pad", int64_t{desc.count_include_pad});
+  a.set("global", int64_t{desc.global});
+  return add_layer(kLayerPooling, {input}, 1, std::move(a));
+}
+
+Layer* Network::add_activation(Tensor* input, ActivationType type, double alpha, double beta) {
+  Attributes a;
+  a.set("kind", std::string(to_string(type)));
+  a.set("alpha", alpha);
+  a.set("beta", beta);
+  return add_layer(kLayerActivation, {input}, 1, std::move(a));
+}
+
+Layer* Network::add_scale(Tensor* input, ScaleMode mode, const HostTensor& shift, const HostTensor& scale,
+                          const HostTensor& power, int64_t channel_axis) {
+  Attributes a;
+  a.set("mode", std::string(mode == ScaleMode::kUniform ? "uniform" : mode == ScaleMode::kChannel ? "channel" : "elementwise"));
+  a.set("channel_axis", channel_axis);
+  auto c = [&](const HostTensor& t) { return t.empty() ? nullptr : add_constant(t)->output(0); };
+  Tensor* sc = c(scale);
+  Tensor* sh = c(shift);
+  Tensor* pw = c(power);
+  return add_layer(kLayerScale, {input, sc, sh, pw}, 1, std::move(a));
+}
+
+Layer* Network::add_elementwise(Tensor* a, Tensor* b, ElementWiseOp op) {
+  Attributes at;
+  at.set("op", std::string(to_string(op)));
+  return add_layer(kLayerElementWise, {a, b}, 1, std::move(at));
+}
+
+Layer* Network::add_unary(Tensor* input, UnaryOp op) {
+  Attributes a;
+  a.set("op", std::string(to_string(op)));
+  return add_layer(kLayerUnary, {input}, 1, std::move(a));
+}
+
+Layer* Network::add_matrix_multiply(Tensor* a, bool transpose_a, Tensor* b, bool transpose_b) {
+  Attributes at;
+  at.set("transpose_a", int64_t{transpose_a});
+  at.set("transpose_b", int64_t{transpose_b});
+  return add_layer(kLayerMatrixMultiply, {a, b}, 1, std::move(at));
+}
+
+Layer* Network::add_fully_connected(Tensor* input, int64_t num_outputs, const HostTensor& weights,
+                                    const HostTensor& bias) {
+  if (weights.dims().rank() != 2 || weights.dims()[0] != num_outputs) {
+    throw Error("add_fully_connected: weights dims " + weights.dims().to_string() + " must be [num_outputs=" +
+                std::to_string(num_outputs) + ", K]");
+  }
+  Attributes fa;
+  fa.set("reshape_mode", std::string("flatten"));
+  fa.set("axis", int64_t{1});
+  Tensor* flat = add_layer(kLayerShuffle, {input}, 1, std::move(fa))->output(0);
+  Tensor* w = add_constant(weights)->output(0);
+  Tensor* b = bias.empty() ? nullptr : add_constant(bias)->output(0);
+  Attributes a;
+  a.set("trans_b", int64_t{1});
+  std::vector<Tensor*> ins{flat, w};
+  if (b) ins.push_back(b);
+  return add_layer(kLayerGemm, ins, 1, std::move(a));
+}
+
+Layer* Network::add_shuffle(Tensor* input, const std::vector<int64_t>& first_transpose,
+                            const std::vector<int64_t>& reshape, const std::vector<int64_t>& second_transpose) {
+  Attributes a;
+  if (!first_transpose.empty()) a.set("first_transpose", first_transpose);
+  if (!reshape.empty()) {
+    a.set("reshape_mode", std::string("dims"));
+    a.set("reshape", reshape);
+  }
+  if (!second_transpose.empty()) a.set("second_transpose", second_transpose);
+  return add_layer(kLayerShuffle, {input}, 1, std::move(a));
+}
+
+Layer* Network::add_shuffle_dynamic(Tensor* input, Tensor* shape) {
+  Attributes a;
+  a.set("reshape_mode", std::string("dims"));
+  return add_layer(kLayerShuffle, {input, shape}, 1, std::move(a));
+}
+
+Layer* Network::add_concatenation(const std::vector<Tensor*>& inputs, int64_t axis) {
+  Attributes a;
+  a.set("axis", axis);
+  return add_layer(kLayerConcatenation, inputs, 1, std::move(a));
+}
+
+Layer* Network::add_slice(Tensor* input, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+                          const std::vector<int64_t>& axes, const std::vector<int64_t>& steps) {
+  auto vec = [&](const std::vector<int64_t>& v) {
+    return add_constant(HostTensor::from_vector(DataType::kInt64, Dims{static_cast<int64_t>(v.size())}, v))->output(0);
+  };
+  std::vector<Tensor*> ins{input, vec(starts), vec(ends)};
+  ins.push_back(axes.empty() ? nullptr : vec(axes));
+  if (!steps.empty()) ins.push_back(vec(steps));
+  return add_layer(kLayerSlice, ins, 1);
+}
+
+Layer* Network::add_gather(Tensor* data, Tensor* indices, int64_t axis) {
+  Attributes a;
+  a.set("axis", axis);
+  return add_layer(kLayerGather, {data, indices}, 1, std::move(a));
+}
+
+Layer* Network::add_softmax(Tensor* input, int64_t axis) {
+  Attributes a;
+  a.set("axis", axis);
+  return add_layer(kLayerSoftMax, {input}, 1, std::move(a));
+}
+
+Layer* Network::add_reduce(Tensor* input, ReduceOp op, const std::vector<int64_t>& axes, bool keep_dims) {
+  Attributes a;
+  a.set("op", std::string(to_string(op)));
+  a.set("axes", axes);
+  a.set("keep_dims", int64_t{keep_dims});
+  return add_layer(kLayerReduce, {input}, 1, std::move(a));
+}
+
+Layer* Network::add_identity(Tensor* input) { return add_layer(kLayerIdentity, {input}, 1); }
+
+Layer* Network::add_cast(Tensor* input, DataType to) {
+  Attributes a;
+  a.set("to", std::string(kiln::to_string(to)));
+  return add_layer(kLayerCast, {input}, 1, std::move(a));
+}
+
+Layer* Network::add_select(Tensor* condition, Tensor* then_value, Tensor* else_value) {
+  return add_layer(kLayerSelect, {condition, then_value, else_value}, 1);
+}
+
+Layer* Network::add_shape(Tensor* input) { return add_layer(kLayerShape, {input}, 1); }
+
+// ---- inspection and editing ---------------------------------------------------------------
+
+Tensor* Network::find_tensor(const std::string& name) const {
+  for (const auto& t : tensors_) {
+    if (t->name_ == name) return t.get();
+  }
+  return nullptr;
+}
+
+Layer* Network::find_layer(const std::string& name) const {
+  for (const auto& l : layers_) {
+    if (l->name_ == name) return l.get();
+  }
+  return nullptr;
+}
+
+std::vector<Tensor*> Network::tensors() const {
+  std::vector<Tensor*> r;
+  for (const auto& t : tensors_) r.push_back(t.get());
+  return r;
+}
+
+void Network::remove_layer(Layer* layer) {
+  auto it = std::find_if(layers_.begin(), layers_.end(), [&](const auto& p) { return p.get() == layer; });
+  if (it == layers_.end()) throw Error("remove_layer: layer does not belong to this network");
+  for (Tensor* out : layer->outputs_) out->producer_ = nullptr;
+  layers_.erase(it);
+  remove_unused_tensors();
+}
+
+void Network::replace_all_uses(Tensor* from, Tensor* to) {
+  for (auto& l : layers_) {
+    for (auto& in : l->inputs_) {
+      if (in == from) in = to;
+    }
+  }
+  if (from->is_output_) {
+    for (auto& o : outputs_) {
+      if (o == from) o = to;
+    }
+    from->is_output_ = false;
+    to->is_output_ = true;
+  }
+}
+
+void Network::remove_unused_tensors() {
+  std::unordered_set<const Tensor*> used;
+  for (const auto& l : layers_) {
+    for (Tensor* t : l->inputs_) used.insert(t);
+    for (Tensor* t : l->outputs_) used.insert(t);
+  }
+  for (Tensor* t : inputs_) used.insert(t);
+  for (Tensor* t : outputs_) used.insert(t);
+  tensors_.erase(std::remove_if(tensors_.begin(), tensors_.end(), [&](const auto& t) { return !used.count(t.get()); }),
+                 tensors_.end());
+}
+
+std::vector<Layer*> Network::topological_order() const {
+  // Kahn's algorithm; among ready layers pick the lowest insertion index (stable).
+  std::unordered_map<const Layer*, size_t> index;
+  for (size_t i = 0; i < layers_.size(); ++i) index[layers_[i].get()] = i;
+  std::vector<int> pending(layers_.size(), 0);
+  std::vector<std::vector<size_t>> users(layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    std::set<size_t> deps;
+    for (Tensor* in : layers_[i]->inputs_) {
+      if (in && in->producer_) {
+        auto it = index.find(in->producer_);
+        if (it != index.end() && it->second != i) deps.insert(it->second);
+        if (it != index.end() && it->second == i) {
+          throw Error("layer '" + layers_[i]->name_ + "' reads its own output '" + in->name_ + "'");
+        }
+      }
+    }
+    pending[i] = static_cast<int>(deps.size());
+    for (size_t d : deps) users[d].push_back(i);
+  }
+  std::set<size_t> ready;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (pending[i] == 0) ready.insert(i);
+  }
+  std::vector<Layer*> order;
+  while (!ready.empty()) {
+    const size_t i = *ready.begin();
+    ready.erase(ready.begin());
+    order.push_back(layers_[i].get());
+    for (size_t u : users[i]) {
+      if (--pending[u] == 0) ready.insert(u);
+    }
+  }
+  if (order.size() != layers_.size()) {
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      if (pending[i] > 0) throw Error("the network has a cycle through layer '" + layers_[i]->name_ + "'");
+    }
+  }
+  return order;
+}
+
+void Network::sort_topologically() {
+  const auto order = topological_order();
+  std::unordered_map<const Layer*, size_t> pos;
+  for (size_t i = 0; i < order.size(); ++i) pos[order[i]] = i;
+  std::sort(layers_.begin(), layers_.end(), [&](const auto& a, const auto& b) { return pos[a.get()] < pos[b.get()]; });
+}
+
+void Network::validate() const {
+  std::vector<std::string> problems;
+  std::set<std::string> names;
+  for (const auto& t : tensors_) {
+    if (t->name_.empty()) problems.push_back("a tensor has no name");
+    if (!names.insert(t->name_).second) problems.push_back("tensor name '" + t->name_ + "' is used twice");
+    if (!t->is_input_ && !t->producer_) {
+      bool used = !t->consumers().empty() || t->is_output_;
+      if (used) problems.push_back("tensor '" + t->name_ + "' is read but nothing produces it");
+    }
+  }
+  std::set<std::string> layer_names;
+  for (const auto& l : layers_) {
+    if (!layer_names.insert(l->name_).second) problems.push_back("layer name '" + l->name_ + "' is used twice");
+    const OpSchema* schema = OpSchemaRegistry::instance().find(l->type_);
+    if (!schema) {
+      problems.push_back("layer '" + l->name_ + "' has unknown type '" + l->type_ + "'");
+      continue;
+    }
+    const int n = l->num_inputs();
+    if (n < schema->min_inputs || (schema->max_inputs >= 0 && n > schema->max_inputs)) {
+      problems.push_back("layer '" + l->name_ + "' (" + l->type_ + ") has " + std::to_string(n) + " inputs, expected " +
+                         std::to_string(schema->min_inputs) +
+                         (schema->max_inputs < 0 ? " or more" : " to " + std::to_string(schema->max_inputs)));
+    }
+    for (int i = 0; i < std::min(n, schema->min_inputs); ++i) {
+      if (!l->input(i)) problems.push_back("layer '" + l->name_ + "' (" + l->type_ + "): required input " + std::to_string(i) + " is missing");
+    }
+    if (schema->num_outputs >= 0 && l->num_outputs() != schema->num_outputs) {
+      problems.push_back("layer '" + l->name_ + "' (" + l->type_ + ") has " + std::to_string(l->num_outputs()) +
+                         " outputs, expected " + std::to_string(schema->num_outputs));
+    }
+    try {
+      check_attributes(*schema, *l);
+    } catch (const Error& e) {
+      problems.push_back(e.what());
+    }
+  }
+  if (outputs_.empty()) problems.push_back("the network has no outputs (call mark_output)");
+  try {
+    (void)topological_order();
+  } catch (const Error& e) {
+    problems.push_back(e.what());
+  }
+  if (!problems.empty()) {
+    std::string msg = "invalid network (" + std::to_string(problems.size()) + " problem" + (problems.size() > 1 ? "s" : "") + "):";
+    for (const auto& p : problems) msg += "\n  - " + p;
+    throw Error(msg);
+  }
+}
+
+namespace {
+std::string attr_text(const AttrValue& v) {
+  std::ostringstream os;
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
+          os << x;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          os << '"' << x << '"';
+        } else if constexpr (std::is_same_v<T, HostTensor>) {
+          os << "tensor<" << to_string(x.type()) << " " << x.dims().to_string() << ">";
+        } else {
+          os << '[';
+          for (size_t i = 0; i < x.size(); ++i) {
+            if (i) os << ',';
+            if (i >= 16) {
+              os << "...(" << x.size() << ")";
+              break;
+            }
+            os << x[i];
+          }
+          os << ']';
+        }
+      },
+      v);
+  return os.str();
+}
+}  // namespace
+
+std::string to_text(const Network& network) {
+  std::ostringstream os;
+  for (int i = 0; i < network.num_inputs(); ++i) {
+    const Tensor* t = network.input(i);
+    os << "input  " << t->name() << ": " << to_string(t->type()) << " " << t->dims().to_string() << "\n";
+  }
+  for (int i = 0; i < network.num_layers(); ++i) {
+    const Layer* l = network.layer(i);
+    os << "layer  " << l->name() << " [" << l->type() << "] (";
+    for (int k = 0; k < l->num_inputs(); ++k) os << (k ? ", " : "") << (l->input(k) ? l->input(k)->name() : "-");
+    os << ") -> (";
+    for (int k = 0; k < l->num_outputs(); ++k) {
+      const Tensor* t = l->output(k);
+      os << (k ? ", " : "") << t->name() << ": " << to_string(t->type()) << " " << t->dims().to_string();
+    }
+    os << ")";
+    for (const auto& [name, value] : l->attrs().all()) os << " " << name << "=" << attr_text(value);
+    os << "\n";
+  }
+  for (int i = 0; i < network.num_outputs(); ++i) {
+    os << "output " << network.output(i)->name() << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace kiln

@@ -1,0 +1,143 @@
+// The layer-schema registry, the ShapeContext given to inference functions and attribute
+// checking against schemas.
+#include "src/ir/op_schema.h"
+
+#include <algorithm>
+
+namespace kiln {
+
+ShapeContext::ShapeContext(const Layer& layer, std::vector<Input> inputs)
+    : layer_(layer),
+      inputs_(std::move(inputs)),
+      out_types_(static_cast<size_t>(layer.num_outputs()), DataType::kFloat32),
+      out_dims_(static_cast<size_t>(layer.num_outputs())),
+      out_set_(static_cast<size_t>(layer.num_outputs()), false) {}
+
+DataType ShapeContext::input_type(int i) const {
+  if (!has_input(i)) fail("input " + std::to_string(i) + " is missing");
+  return inputs_[static_cast<size_t>(i)].type;
+}
+
+const Dims& ShapeContext::input_dims(int i) const {
+  if (!has_input(i)) fail("input " + std::to_string(i) + " is missing");
+  return inputs_[static_cast<size_t>(i)].dims;
+}
+
+const HostTensor* ShapeContext::input_value(int i) const {
+  if (!has_input(i)) return nullptr;
+  return inputs_[static_cast<size_t>(i)].value;
+}
+
+const HostTensor& ShapeContext::required_value(int i) const {
+  const HostTensor* v = input_value(i);
+  if (!v) {
+    const Tensor* t = has_input(i) ? inputs_[static_cast<size_t>(i)].tensor : nullptr;
+    fail("input " + std::to_string(i) + (t ? " ('" + t->name() + "')" : std::string()) +
+         " must be known when shapes are inferred: it has to be computed from constants and input shapes "
+         "(a shape tensor), not from input data");
+  }
+  return *v;
+}
+
+void ShapeContext::set_output(int i, DataType type, const Dims& dims) {
+  if (i < 0 || i >= num_outputs()) fail("inference set output " + std::to_string(i) + " but the layer has " + std::to_string(num_outputs()));
+  for (int64_t d : dims) {
+    if (d < 0) fail("inferred a negative extent for output " + std::to_string(i) + ": " + dims.to_string());
+  }
+  out_types_[static_cast<size_t>(i)] = type;
+  out_dims_[static_cast<size_t>(i)] = dims;
+  out_set_[static_cast<size_t>(i)] = true;
+}
+
+void ShapeContext::fail(const std::string& message) const {
+  throw Error("layer '" + layer_.name() + "' (" + layer_.type() + "): " + message);
+}
+
+const AttrSpec* OpSchema::find_attr(const std::string& name) const {
+  for (const auto& a : attrs) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+OpSchemaRegistry& OpSchemaRegistry::instance() {
+  static OpSchemaRegistry registry;
+  return registry;
+}
+
+void OpSchemaRegistry::add(OpSchema schema) {
+  if (schemas_.count(schema.type)) throw Error("layer type '" + schema.type + "' is registered twice");
+  std::string type = schema.type;
+  schemas_.emplace(std::move(type), std::move(schema));
+}
+
+const OpSchema* OpSchemaRegistry::find(const std::string& type) const {
+  auto it = schemas_.find(type);
+  return it == schemas_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> OpSchemaRegistry::types() const {
+  std::vector<std::string> r;
+  for (const auto& [k, v] : schemas_) r.push_back(k);
+  return r;
+}
+
+void check_attributes(const OpSchema& schema, const Layer& layer) {
+  for (const auto& spec : schema.attrs) {
+    if (spec.required && !layer.attrs().has(spec.name)) {
+      throw Error("layer '" + layer.name() + "' (" + layer.type() + "): required attribute '" + spec.name + "' (" +
+                  to_string(spec.type) + ") is missing");
+    }
+  }
+  for (const auto& [name, value] : layer.attrs().all()) {
+    const AttrSpec* spec = schema.find_attr(name);
+    if (!spec) {
+      if (layer.type() == kLayerPlugin) continue;  // plugin fields are checked by the plugin's creator
+      throw Error("layer '" + layer.name() + "' (" + layer.type() + "): unknown attribute '" + name + "'");
+    }
+    const AttrType t = attr_type_of(value);
+    const bool numeric_ok = (spec->type == AttrType::kFloat && t == AttrType::kInt);
+    if (t != spec->type && !numeric_ok) {
+      throw Error("layer '" + layer.name() + "' (" + layer.type() + "): attribute '" + name + "' has type " + to_string(t) +
+                  ", expected " + to_string(spec->type));
+    }
+  }
+}
+
+namespace {
+const AttrSpec& spec_of(const Layer& layer, const std::string& name) {
+  const OpSchema* schema = OpSchemaRegistry::instance().find(layer.type());
+  if (!schema) throw Error("layer '" + layer.name() + "': unknown layer type '" + layer.type() + "'");
+  const AttrSpec* spec = schema->find_attr(name);
+  if (!spec) throw Error("layer type '" + layer.type() + "' has no attribute '" + name + "'");
+  return *spec;
+}
+
+template <typename T>
+T attr_get(const Layer& layer, const std::string& name) {
+  const AttrSpec& spec = spec_of(layer, name);
+  auto it = layer.attrs().all().find(name);
+  const AttrValue& v = it != layer.attrs().all().end() ? it->second : spec.default_value;
+  if constexpr (std::is_same_v<T, double>) {
+    if (const auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+  }
+  if constexpr (std::is_same_v<T, int64_t>) {
+    if (const auto* d = std::get_if<double>(&v)) return static_cast<int64_t>(*d);
+  }
+  if (const T* x = std::get_if<T>(&v)) return *x;
+  throw Error("layer '" + layer.name() + "' (" + layer.type() + "): attribute '" + name + "' has type " +
+              to_string(attr_type_of(v)) + ", expected " + to_string(spec.type));
+}
+}  // namespace
+
+int64_t attr_int(const Layer& layer, const std::string& name) { return attr_get<int64_t>(layer, name); }
+double attr_float(const Layer& layer, const std::string& name) { return attr_get<double>(layer, name); }
+std::string attr_string(const Layer& layer, const std::string& name) { return attr_get<std::string>(layer, name); }
+std::vector<int64_t> attr_ints(const Layer& layer, const std::string& name) {
+  return attr_get<std::vector<int64_t>>(layer, name);
+}
+std::vector<double> attr_floats(const Layer& layer, const std::string& name) {
+  return attr_get<std::vector<double>>(layer, name);
+}
+
+}  // namespace kiln
