@@ -1,0 +1,481 @@
+// CPU kernels of the element-wise layers: ElementWise, Unary, Select, Cast and Identity.
+// The "reference" tactics are plain per-element loops over every data type (numpy
+// broadcasting through cpu::broadcast_strides); they are the oracle of every other backend.
+// The "vectorized" ElementWise tactic covers the cases that dominate real models (float32,
+// same-shape or scalar operand) with branch-free loops over contiguous data that the compiler
+// vectorizes; it defers to the reference code for anything else.
+//
+// Layout: all tensors are dense row-major (TensorFormat::kLinear); no alignment is assumed.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <type_traits>
+
+#include "kiln/error.h"
+#include "src/backends/cpu/cpu_utils.h"
+#include "src/backends/kernel.h"
+#include "src/ir/op_schema.h"
+
+namespace kiln {
+namespace {
+
+// Type the arithmetic happens in: half computes in float; bool and 8-bit integers are promoted
+// to int32 so that their arithmetic wraps (modulo 2^8) instead of overflowing in odd ways.
+template <typename T>
+using Calc = std::conditional_t<std::is_same_v<T, half>, float,
+                                std::conditional_t<(std::is_integral_v<T> && sizeof(T) == 1), int32_t, T>>;
+
+// ---- integer helpers: defined results where C++ would trap (x/0, INT_MIN/-1) ----------------
+
+template <typename C>
+C wrap_neg(C a) {
+  using U = std::make_unsigned_t<C>;
+  return static_cast<C>(U{0} - static_cast<U>(a));
+}
+
+// Truncates toward zero (C / ONNX Runtime); x/0 is 0 rather than a SIGFPE.
+template <typename C>
+C int_div(C a, C b) {
+  if (b == 0) return 0;
+  if (b == -1) return wrap_neg(a);
+  return static_cast<C>(a / b);
+}
+
+template <typename C>
+C int_mod(C a, C b, bool fmod) {
+  if (b == 0 || b == -1) return 0;
+  C r = static_cast<C>(a % b);
+  if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = static_cast<C>(r + b);  // follow the divisor's sign
+  return r;
+}
+
+template <typename C>
+C int_floor_div(C a, C b) {
+  if (b == 0) return 0;
+  if (b == -1) return wrap_neg(a);
+  C q = static_cast<C>(a / b);
+  if (a % b != 0 && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+// Exact integer power (wrapping on overflow); a negative exponent gives the truncated 1/a^|b|.
+template <typename C>
+C int_pow(C a, C b) {
+  if (b < 0) {
+    if (a == 1) return 1;
+    if (a == -1) return (b % 2 == 0) ? 1 : -1;
+    return 0;
+  }
+  using U = std::make_unsigned_t<C>;
+  U result = 1, base = static_cast<U>(a);
+  for (auto e = static_cast<U>(b); e != 0; e >>= 1) {
+    if (e & 1u) result = static_cast<U>(result * base);
+    base = static_cast<U>(base * base);
+  }
+  return static_cast<C>(result);
+}
+
+// ---- binary ops (docs/layers.md "Element-wise ops") -----------------------------------------
+
+struct OpSum { template <typename C> static C apply(C a, C b, bool) { return static_cast<C>(a + b); } };
+struct OpSub { template <typename C> static C apply(C a, C b, bool) { return static_cast<C>(a - b); } };
+struct OpProd { template <typename C> static C apply(C a, C b, bool) { return static_cast<C>(a * b); } };
+struct OpDiv {
+  template <typename C> static C apply(C a, C b, bool) {
+    if constexpr (std::is_integral_v<C>) return int_div(a, b); else return a / b;
+  }
+};
+struct OpPow {
+  template <typename C> static C apply(C a, C b, bool) {
+    if constexpr (std::is_integral_v<C>) return int_pow(a, b); else return std::pow(a, b);
+  }
+};
+// max/min propagate NaN (numpy, ONNX Runtime).
+struct OpMax {
+  template <typename C> static C apply(C a, C b, bool) { return (a >= b || a != a) ? a : b; }
+};
+struct OpMin {
+  template <typename C> static C apply(C a, C b, bool) { return (a <= b || a != a) ? a : b; }
+};
+struct OpMod {
+  template <typename C> static C apply(C a, C b, bool fmod) {
+    if constexpr (std::is_integral_v<C>) {
+      return int_mod(a, b, fmod);
+    } else {
+      C r = std::fmod(a, b);
+      if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+      return r;
+    }
+  }
+};
+struct OpFloorDiv {
+  template <typename C> static C apply(C a, C b, bool) {
+    if constexpr (std::is_integral_v<C>) return int_floor_div(a, b); else return std::floor(a / b);
+  }
+};
+struct OpEqual { template <typename C> static bool apply(C a, C b, bool) { return a == b; } };
+struct OpLess { template <typename C> static bool apply(C a, C b, bool) { return a < b; } };
+struct OpGreater { template <typename C> static bool apply(C a, C b, bool) { return a > b; } };
+struct OpLessOrEqual { template <typename C> static bool apply(C a, C b, bool) { return a <= b; } };
+struct OpGreaterOrEqual { template <typename C> static bool apply(C a, C b, bool) { return a >= b; } };
+struct OpAnd { template <typename C> static bool apply(C a, C b, bool) { return a != C(0) && b != C(0); } };
+struct OpOr { template <typename C> static bool apply(C a, C b, bool) { return a != C(0) || b != C(0); } };
+struct OpXor { template <typename C> static bool apply(C a, C b, bool) { return (a != C(0)) != (b != C(0)); } };
+
+// Output element type: bool for comparisons and logic, else the input type.
+template <typename T, typename Op>
+using BinaryOut = std::conditional_t<std::is_same_v<decltype(Op::apply(Calc<T>{}, Calc<T>{}, false)), bool>, bool, T>;
+
+template <typename T, typename Op>
+void binary_reference(const KernelContext& ctx, bool fmod) {
+  using C = Calc<T>;
+  using Out = BinaryOut<T, Op>;
+  const TensorView& a = ctx.inputs[0];
+  const TensorView& b = ctx.inputs[1];
+  const TensorView& y = ctx.outputs[0];
+  const T* pa = a.as<const T>();
+  const T* pb = b.as<const T>();
+  Out* py = y.as<Out>();
+  if (a.dims == y.dims && b.dims == y.dims) {
+    cpu::parallel_for(y.count(), ctx.num_threads, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) py[i] = static_cast<Out>(Op::apply(C(pa[i]), C(pb[i]), fmod));
+    });
+    return;
+  }
+  const auto sa = cpu::broadcast_strides(a.dims, y.dims);
+  const auto sb = cpu::broadcast_strides(b.dims, y.dims);
+  cpu::parallel_for(y.count(), ctx.num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T va = pa[cpu::broadcast_offset(i, y.dims, sa)];
+      const T vb = pb[cpu::broadcast_offset(i, y.dims, sb)];
+      py[i] = static_cast<Out>(Op::apply(C(va), C(vb), fmod));
+    }
+  });
+}
+
+using BinaryFn = void (*)(const KernelContext&, bool fmod);
+
+template <typename T>
+BinaryFn binary_reference_fn(ElementWiseOp op) {
+  static const std::map<ElementWiseOp, BinaryFn> kTable = {
+      {ElementWiseOp::kSum, &binary_reference<T, OpSum>},
+      {ElementWiseOp::kSub, &binary_reference<T, OpSub>},
+      {ElementWiseOp::kProd, &binary_reference<T, OpProd>},
+      {ElementWiseOp::kDiv, &binary_reference<T, OpDiv>},
+      {ElementWiseOp::kPow, &binary_reference<T, OpPow>},
+      {ElementWiseOp::kMax, &binary_reference<T, OpMax>},
+      {ElementWiseOp::kMin, &binary_reference<T, OpMin>},
+      {ElementWiseOp::kMod, &binary_reference<T, OpMod>},
+      {ElementWiseOp::kFloorDiv, &binary_reference<T, OpFloorDiv>},
+      {ElementWiseOp::kEqual, &binary_reference<T, OpEqual>},
+      {ElementWiseOp::kLess, &binary_reference<T, OpLess>},
+      {ElementWiseOp::kGreater, &binary_reference<T, OpGreater>},
+      {ElementWiseOp::kLessOrEqual, &binary_reference<T, OpLessOrEqual>},
+      {ElementWiseOp::kGreaterOrEqual, &binary_reference<T, OpGreaterOrEqual>},
+      {ElementWiseOp::kAnd, &binary_reference<T, OpAnd>},
+      {ElementWiseOp::kOr, &binary_reference<T, OpOr>},
+      {ElementWiseOp::kXor, &binary_reference<T, OpXor>},
+  };
+  return kTable.at(op);
+}
+
+class ElementWiseReference : public Kernel {
+ public:
+  explicit ElementWiseReference(const Layer& layer)
+      : op_(parse_elementwise_op(attr_string(layer, "op"))), fmod_(attr_int(layer, "fmod") != 0) {}
+  void execute(const KernelContext& ctx) override {
+    KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "ElementWise", binary_reference_fn<T>(op_)(ctx, fmod_));
+  }
+
+ private:
+  ElementWiseOp op_;
+  bool fmod_;
+};
+
+// ---- vectorized float32 ElementWise ----------------------------------------------------------
+
+enum class Operands { kSameShape, kScalarA, kScalarB };
+
+// The three loops have compile-time strides so that the compiler emits SIMD code.
+template <typename Op, Operands kMode>
+void vectorized_loop(const float* a, const float* b, float* y, int64_t n, int num_threads) {
+  cpu::parallel_for(n, num_threads, [=](int64_t begin, int64_t end) {
+    if constexpr (kMode == Operands::kSameShape) {
+      for (int64_t i = begin; i < end; ++i) y[i] = Op::apply(a[i], b[i], false);
+    } else if constexpr (kMode == Operands::kScalarA) {
+      const float va = a[0];
+      for (int64_t i = begin; i < end; ++i) y[i] = Op::apply(va, b[i], false);
+    } else {
+      const float vb = b[0];
+      for (int64_t i = begin; i < end; ++i) y[i] = Op::apply(a[i], vb, false);
+    }
+  });
+}
+
+using VectorizedFn = void (*)(const float*, const float*, float*, int64_t, int);
+struct VectorizedEntry {
+  VectorizedFn same, scalar_a, scalar_b;
+};
+template <typename Op>
+constexpr VectorizedEntry vectorized_entry() {
+  return {&vectorized_loop<Op, Operands::kSameShape>, &vectorized_loop<Op, Operands::kScalarA>,
+          &vectorized_loop<Op, Operands::kScalarB>};
+}
+
+// Ops worth a fast path; the rest (mod, floor_div, comparisons, logic) stay on the reference.
+const std::map<ElementWiseOp, VectorizedEntry>& vectorized_table() {
+  static const std::map<ElementWiseOp, VectorizedEntry> kTable = {
+      {ElementWiseOp::kSum, vectorized_entry<OpSum>()},   {ElementWiseOp::kSub, vectorized_entry<OpSub>()},
+      {ElementWiseOp::kProd, vectorized_entry<OpProd>()}, {ElementWiseOp::kDiv, vectorized_entry<OpDiv>()},
+      {ElementWiseOp::kPow, vectorized_entry<OpPow>()},   {ElementWiseOp::kMax, vectorized_entry<OpMax>()},
+      {ElementWiseOp::kMin, vectorized_entry<OpMin>()},
+  };
+  return kTable;
+}
+
+// Which contiguous case applies, or false when the shapes need general broadcasting.
+bool classify_operands(const Dims& a, const Dims& b, Operands* mode) {
+  if (a == b) {
+    *mode = Operands::kSameShape;
+  } else if (!a.is_dynamic() && a.volume() == 1) {
+    *mode = Operands::kScalarA;
+  } else if (!b.is_dynamic() && b.volume() == 1) {
+    *mode = Operands::kScalarB;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool elementwise_vectorized_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  if (inputs.size() != 2 || inputs[0].type != DataType::kFloat32 || inputs[1].type != DataType::kFloat32) {
+    return false;
+  }
+  const ElementWiseOp op = parse_elementwise_op(attr_string(layer, "op"));
+  if (!vectorized_table().count(op)) return false;
+  // With dynamic dims the case is only known at run time; execute() falls back if needed.
+  if (inputs[0].dims.is_dynamic() || inputs[1].dims.is_dynamic()) return true;
+  Operands mode;
+  return classify_operands(inputs[0].dims, inputs[1].dims, &mode);
+}
+
+class ElementWiseVectorized : public Kernel {
+ public:
+  explicit ElementWiseVectorized(const Layer& layer)
+      : op_(parse_elementwise_op(attr_string(layer, "op"))), entry_(vectorized_table().at(op_)) {}
+  void execute(const KernelContext& ctx) override {
+    const TensorView& a = ctx.inputs[0];
+    const TensorView& b = ctx.inputs[1];
+    const TensorView& y = ctx.outputs[0];
+    Operands mode;
+    if (!classify_operands(a.dims, b.dims, &mode)) {
+      binary_reference_fn<float>(op_)(ctx, false);
+      return;
+    }
+    const VectorizedFn fn = mode == Operands::kSameShape ? entry_.same
+                            : mode == Operands::kScalarA ? entry_.scalar_a
+                                                         : entry_.scalar_b;
+    fn(a.as<const float>(), b.as<const float>(), y.as<float>(), y.count(), ctx.num_threads);
+  }
+
+ private:
+  ElementWiseOp op_;
+  VectorizedEntry entry_;
+};
+
+// ---- Unary ------------------------------------------------------------------------------------
+
+// Transcendental ops on an integer input (rejected by shape inference) still compute, via double.
+template <typename C, typename F>
+C via_float(C x, F f) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return f(x);
+  } else {
+    return static_cast<C>(f(static_cast<double>(x)));
+  }
+}
+
+#define KILN_UNARY_MATH(Name, expr) \
+  struct Name { template <typename C> static C apply(C x) { return via_float(x, [](auto v) { return expr; }); } }
+KILN_UNARY_MATH(UExp, std::exp(v));
+KILN_UNARY_MATH(ULog, std::log(v));
+KILN_UNARY_MATH(USqrt, std::sqrt(v));
+KILN_UNARY_MATH(URecip, decltype(v)(1) / v);
+KILN_UNARY_MATH(USin, std::sin(v));
+KILN_UNARY_MATH(UCos, std::cos(v));
+KILN_UNARY_MATH(UTan, std::tan(v));
+KILN_UNARY_MATH(UAsin, std::asin(v));
+KILN_UNARY_MATH(UAcos, std::acos(v));
+KILN_UNARY_MATH(UAtan, std::atan(v));
+KILN_UNARY_MATH(USinh, std::sinh(v));
+KILN_UNARY_MATH(UCosh, std::cosh(v));
+KILN_UNARY_MATH(UTanh, std::tanh(v));
+KILN_UNARY_MATH(UAsinh, std::asinh(v));
+KILN_UNARY_MATH(UAcosh, std::acosh(v));
+KILN_UNARY_MATH(UAtanh, std::atanh(v));
+KILN_UNARY_MATH(UErf, std::erf(v));
+#undef KILN_UNARY_MATH
+
+struct UAbs {
+  template <typename C> static C apply(C x) {
+    if constexpr (std::is_integral_v<C>) return x < C(0) ? static_cast<C>(-x) : x; else return std::fabs(x);
+  }
+};
+struct UNeg { template <typename C> static C apply(C x) { return static_cast<C>(-x); } };
+// floor/ceil/round are the identity on integers; round is half-to-even (default FP rounding mode).
+struct UFloor {
+  template <typename C> static C apply(C x) { if constexpr (std::is_integral_v<C>) return x; else return std::floor(x); }
+};
+struct UCeil {
+  template <typename C> static C apply(C x) { if constexpr (std::is_integral_v<C>) return x; else return std::ceil(x); }
+};
+struct URound {
+  template <typename C> static C apply(C x) { if constexpr (std::is_integral_v<C>) return x; else return std::nearbyint(x); }
+};
+struct USign {
+  template <typename C> static C apply(C x) {
+    if (x != x) return x;  // NaN stays NaN (numpy)
+    return static_cast<C>((C(0) < x) - (x < C(0)));
+  }
+};
+struct UNot { template <typename C> static bool apply(C x) { return x == C(0); } };
+struct UIsNaN {
+  template <typename C> static bool apply(C x) { if constexpr (std::is_integral_v<C>) return false; else return std::isnan(x); }
+};
+struct UIsInf {
+  template <typename C> static bool apply(C x) { if constexpr (std::is_integral_v<C>) return false; else return std::isinf(x); }
+};
+
+template <typename T, typename Op>
+void unary_reference(const KernelContext& ctx) {
+  using C = Calc<T>;
+  using Out = std::conditional_t<std::is_same_v<decltype(Op::apply(C{})), bool>, bool, T>;
+  const T* x = ctx.inputs[0].as<const T>();
+  Out* y = ctx.outputs[0].as<Out>();
+  cpu::parallel_for(ctx.outputs[0].count(), ctx.num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = static_cast<Out>(Op::apply(C(x[i])));
+  });
+}
+
+using UnaryFn = void (*)(const KernelContext&);
+
+template <typename T>
+UnaryFn unary_reference_fn(UnaryOp op) {
+  static const std::map<UnaryOp, UnaryFn> kTable = {
+      {UnaryOp::kExp, &unary_reference<T, UExp>},     {UnaryOp::kLog, &unary_reference<T, ULog>},
+      {UnaryOp::kSqrt, &unary_reference<T, USqrt>},   {UnaryOp::kRecip, &unary_reference<T, URecip>},
+      {UnaryOp::kAbs, &unary_reference<T, UAbs>},     {UnaryOp::kNeg, &unary_reference<T, UNeg>},
+      {UnaryOp::kFloor, &unary_reference<T, UFloor>}, {UnaryOp::kCeil, &unary_reference<T, UCeil>},
+      {UnaryOp::kRound, &unary_reference<T, URound>}, {UnaryOp::kSin, &unary_reference<T, USin>},
+      {UnaryOp::kCos, &unary_reference<T, UCos>},     {UnaryOp::kTan, &unary_reference<T, UTan>},
+      {UnaryOp::kAsin, &unary_reference<T, UAsin>},   {UnaryOp::kAcos, &unary_reference<T, UAcos>},
+      {UnaryOp::kAtan, &unary_reference<T, UAtan>},   {UnaryOp::kSinh, &unary_reference<T, USinh>},
+      {UnaryOp::kCosh, &unary_reference<T, UCosh>},   {UnaryOp::kTanh, &unary_reference<T, UTanh>},
+      {UnaryOp::kAsinh, &unary_reference<T, UAsinh>}, {UnaryOp::kAcosh, &unary_reference<T, UAcosh>},
+      {UnaryOp::kAtanh, &unary_reference<T, UAtanh>}, {UnaryOp::kErf, &unary_reference<T, UErf>},
+      {UnaryOp::kNot, &unary_reference<T, UNot>},     {UnaryOp::kSign, &unary_reference<T, USign>},
+      {UnaryOp::kIsNaN, &unary_reference<T, UIsNaN>}, {UnaryOp::kIsInf, &unary_reference<T, UIsInf>},
+  };
+  return kTable.at(op);
+}
+
+// ---- Select, Cast, Identity -------------------------------------------------------------------
+
+// Select only moves elements, so it dispatches on the element size, not the type.
+template <typename Word>
+void select_reference(const KernelContext& ctx) {
+  const TensorView& c = ctx.inputs[0];
+  const TensorView& a = ctx.inputs[1];
+  const TensorView& b = ctx.inputs[2];
+  const TensorView& y = ctx.outputs[0];
+  const auto sc = cpu::broadcast_strides(c.dims, y.dims);
+  const auto sa = cpu::broadcast_strides(a.dims, y.dims);
+  const auto sb = cpu::broadcast_strides(b.dims, y.dims);
+  const uint8_t* pc = c.as<const uint8_t>();
+  const Word* pa = a.as<const Word>();
+  const Word* pb = b.as<const Word>();
+  Word* py = y.as<Word>();
+  cpu::parallel_for(y.count(), ctx.num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      py[i] = pc[cpu::broadcast_offset(i, y.dims, sc)] != 0 ? pa[cpu::broadcast_offset(i, y.dims, sa)]
+                                                             : pb[cpu::broadcast_offset(i, y.dims, sb)];
+    }
+  });
+}
+
+void select_execute(const KernelContext& ctx) {
+  using SelectFn = void (*)(const KernelContext&);
+  static const std::map<size_t, SelectFn> kBySize = {{1, &select_reference<uint8_t>},
+                                                     {2, &select_reference<uint16_t>},
+                                                     {4, &select_reference<uint32_t>},
+                                                     {8, &select_reference<uint64_t>}};
+  kBySize.at(data_type_size(ctx.inputs[1].type))(ctx);
+}
+
+template <typename T>
+constexpr bool kIsFloat = std::is_floating_point_v<T> || std::is_same_v<T, half>;
+
+// One element of Cast: float->int truncates toward zero (NaN and out-of-range values give the
+// type's minimum instead of undefined behaviour), ->bool is != 0 (NaN -> true, as numpy).
+template <typename S, typename D>
+D cast_value(S v) {
+  if constexpr (std::is_same_v<D, bool>) {
+    if constexpr (std::is_same_v<S, half>) return static_cast<float>(v) != 0.0f; else return v != S(0);
+  } else if constexpr (std::is_same_v<D, half>) {
+    return half(static_cast<float>(v));
+  } else if constexpr (std::is_integral_v<D> && kIsFloat<S>) {
+    const double d = static_cast<double>(static_cast<std::conditional_t<std::is_same_v<S, half>, float, S>>(v));
+    if (std::isnan(d) || d < -9.2e18 || d > 9.2e18) return std::numeric_limits<D>::min();
+    return static_cast<D>(static_cast<int64_t>(d));  // truncates toward zero; narrowing wraps as numpy on x86
+  } else if constexpr (std::is_same_v<S, half>) {
+    return static_cast<D>(static_cast<float>(v));
+  } else {
+    return static_cast<D>(v);
+  }
+}
+
+template <typename S, typename D>
+void cast_loop(const KernelContext& ctx) {
+  const S* x = ctx.inputs[0].as<const S>();
+  D* y = ctx.outputs[0].as<D>();
+  cpu::parallel_for(ctx.outputs[0].count(), ctx.num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = cast_value<S, D>(x[i]);
+  });
+}
+
+void cast_execute(const KernelContext& ctx) {
+  const DataType to = ctx.outputs[0].type;
+  KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "Cast", {
+    using S = T;
+    KILN_DISPATCH_NUMERIC(to, "Cast", cast_loop<S, T>(ctx));
+  });
+}
+
+void identity_execute(const KernelContext& ctx) {
+  const TensorView& x = ctx.inputs[0];
+  const TensorView& y = ctx.outputs[0];
+  if (x.data != y.data) std::memcpy(y.data, x.data, static_cast<size_t>(x.count()) * data_type_size(x.type));
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerElementWise, "reference", 0, nullptr,
+                                 [](const Layer& layer) { return std::make_unique<ElementWiseReference>(layer); }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerElementWise, "vectorized", 10,
+                                 elementwise_vectorized_supports,
+                                 [](const Layer& layer) { return std::make_unique<ElementWiseVectorized>(layer); }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerUnary, "reference", 0, nullptr, [](const Layer& layer) {
+                                   const UnaryOp op = parse_unary_op(attr_string(layer, "op"));
+                                   return std::make_unique<FunctionKernel>([op](const KernelContext& ctx) {
+                                     KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "Unary", unary_reference_fn<T>(op)(ctx));
+                                   });
+                                 }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerSelect, "reference", 0, nullptr,
+                                 function_kernel(select_execute)});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerCast, "reference", 0, nullptr, function_kernel(cast_execute)});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerIdentity, "reference", 0, nullptr,
+                                 function_kernel(identity_execute)});
+
+}  // namespace kiln
