@@ -1,0 +1,646 @@
+// CPU reference ("oracle") kernels of the data-movement layers: Constant, Shuffle,
+// Concatenation, Split, Slice, Gather (default / elements / nd), Padding, Shape, Fill, Expand
+// and Tile, with the semantics of docs/layers.md. Movers look only at element widths, so every
+// data type works; Fill "range" computes in float32/float64/int32/int64. Each kernel maps
+// output coordinates to input coordinates as directly as the layer's definition reads; speed
+// comes from the "fast" tactics at the end of this file (Concatenation as row memcpys, Shuffle
+// as at most two blocked transposes, both OpenMP-parallel) and in resize_cpu.cpp. Shape inputs
+// (Slice starts, pads, ...) are read from the input views, which are host memory on the CPU.
+// Layout: kLinear only.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/backends/cpu/cpu_utils.h"
+#include "src/backends/cpu/data_copy.h"
+#include "src/backends/kernel.h"
+#include "src/ir/op_schema.h"
+
+namespace kiln {
+namespace {
+
+using cpu::dispatch_width;
+using cpu::read_ints;
+using Maps = std::vector<std::vector<int64_t>>;
+
+bool all_linear(const Layer&, const std::vector<TensorDesc>& inputs) {
+  for (const auto& d : inputs) {
+    if (d.present && d.format != TensorFormat::kLinear) return false;
+  }
+  return true;
+}
+
+// ---- Constant ----------------------------------------------------------------------------------
+
+void constant_execute(const KernelContext& ctx) {
+  const HostTensor& value = ctx.layer->attrs().get_tensor("value");
+  const TensorView& out = ctx.outputs.at(0);
+  if (value.type() != out.type || value.dims() != out.dims) {
+    throw Error("Constant: output is " + std::string(to_string(out.type)) + " " + out.dims.to_string() +
+                " but the value is " + to_string(value.type()) + " " + value.dims().to_string());
+  }
+  if (value.nbytes()) std::memcpy(out.data, value.data(), value.nbytes());
+}
+
+// ---- Shuffle -----------------------------------------------------------------------------------
+
+using Coords = std::array<int64_t, kMaxDims>;
+
+// Row-major flat index <-> coordinates.
+void unravel(int64_t flat, const Dims& d, Coords& c) {
+  for (int i = d.rank() - 1; i >= 0; --i) {
+    c[static_cast<size_t>(i)] = flat % d[i];
+    flat /= d[i];
+  }
+}
+int64_t ravel(const Coords& c, const Dims& d) {
+  int64_t f = 0;
+  for (int i = 0; i < d.rank(); ++i) f = f * d[i] + c[static_cast<size_t>(i)];
+  return f;
+}
+
+std::vector<int64_t> identity_if_empty(std::vector<int64_t> perm, int rank) {
+  if (perm.empty()) {
+    for (int i = 0; i < rank; ++i) perm.push_back(i);
+  }
+  return perm;
+}
+
+// Follows the definition step by step backwards: output coords -> coords before the second
+// transpose -> flat index of the reshaped (= first-transposed) tensor -> coords after the
+// first transpose -> input coords.
+class ShuffleRef : public Kernel {
+ public:
+  explicit ShuffleRef(const Layer& layer)
+      : first_(attr_ints(layer, "first_transpose")), second_(attr_ints(layer, "second_transpose")) {}
+
+  void execute(const KernelContext& ctx) override {
+    const TensorView& x = ctx.inputs.at(0);
+    const TensorView& y = ctx.outputs.at(0);
+    const auto p1 = identity_if_empty(first_, x.dims.rank());
+    const auto p2 = identity_if_empty(second_, y.dims.rank());
+    if (static_cast<int>(p1.size()) != x.dims.rank() || static_cast<int>(p2.size()) != y.dims.rank()) {
+      throw Error("Shuffle: transposes " + std::to_string(p1.size()) + "/" + std::to_string(p2.size()) +
+                  " do not match ranks of " + x.dims.to_string() + " -> " + y.dims.to_string());
+    }
+    Dims t1, reshaped = y.dims;
+    for (int64_t p : p1) t1.push_back(x.dims[static_cast<int>(p)]);
+    for (int k = 0; k < y.dims.rank(); ++k) reshaped[static_cast<int>(p2[static_cast<size_t>(k)])] = y.dims[k];
+    if (t1.volume() != reshaped.volume()) {
+      throw Error("Shuffle: " + x.dims.to_string() + " cannot become " + y.dims.to_string());
+    }
+    dispatch_width(x.type, "Shuffle", [&](auto tag) {
+      using E = typename decltype(tag)::type;
+      const E* src = x.as<const E>();
+      E* dst = y.as<E>();
+      Coords c{}, r{}, t{}, in{};
+      for (int64_t o = 0; o < y.count(); ++o) {
+        unravel(o, y.dims, c);
+        for (size_t k = 0; k < p2.size(); ++k) r[static_cast<size_t>(p2[k])] = c[k];
+        unravel(ravel(r, reshaped), t1, t);
+        for (size_t k = 0; k < p1.size(); ++k) in[static_cast<size_t>(p1[k])] = t[k];
+        dst[o] = src[ravel(in, x.dims)];
+      }
+    });
+  }
+
+ private:
+  std::vector<int64_t> first_, second_;
+};
+
+// ---- Concatenation / Split ---------------------------------------------------------------------
+
+int64_t norm_axis(int64_t axis, int rank) { return axis < 0 ? axis + rank : axis; }
+
+// [outer, axis extent, inner] view of dims around axis.
+void split_around(const Dims& d, int64_t axis, int64_t& outer, int64_t& inner) {
+  outer = inner = 1;
+  for (int i = 0; i < d.rank(); ++i) {
+    if (i < axis) outer *= d[i];
+    if (i > axis) inner *= d[i];
+  }
+}
+
+// Concatenation (to_parts = false) and Split (true): part k covers [offset_k, offset_k + n_k)
+// of the whole tensor's axis.
+void concat_or_split(const KernelContext& ctx, bool to_parts) {
+  const std::vector<TensorView>& parts = to_parts ? ctx.outputs : ctx.inputs;
+  const TensorView& whole = to_parts ? ctx.inputs.at(0) : ctx.outputs.at(0);
+  const int64_t axis = norm_axis(attr_int(*ctx.layer, "axis"), whole.dims.rank());
+  int64_t outer = 1, inner = 1;
+  split_around(whole.dims, axis, outer, inner);
+  const int64_t whole_axis = whole.dims[static_cast<int>(axis)];
+  dispatch_width(whole.type, to_parts ? "Split" : "Concatenation", [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    int64_t offset = 0;
+    for (const TensorView& part : parts) {
+      const int64_t n = part.dims[static_cast<int>(axis)];
+      for (int64_t o = 0; o < outer; ++o) {
+        for (int64_t a = 0; a < n; ++a) {
+          for (int64_t i = 0; i < inner; ++i) {
+            const int64_t w = (o * whole_axis + offset + a) * inner + i, p = (o * n + a) * inner + i;
+            if (to_parts) {
+              part.as<E>()[p] = whole.as<const E>()[w];
+            } else {
+              whole.as<E>()[w] = part.as<const E>()[p];
+            }
+          }
+        }
+      }
+      offset += n;
+    }
+  });
+}
+
+// ---- Slice / Padding / Tile / Expand: per-axis index tables -------------------------------------
+
+void slice_execute(const KernelContext& ctx) {
+  const TensorView& x = ctx.inputs.at(0);
+  const TensorView& y = ctx.outputs.at(0);
+  const int rank = x.dims.rank();
+  const auto starts = read_ints(ctx.inputs.at(1), "Slice starts");
+  std::vector<int64_t> axes, steps;
+  if (ctx.inputs.size() > 3 && ctx.inputs[3].data) {
+    axes = read_ints(ctx.inputs[3], "Slice axes");
+  } else {
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  }
+  if (ctx.inputs.size() > 4 && ctx.inputs[4].data) {
+    steps = read_ints(ctx.inputs[4], "Slice steps");
+  } else {
+    steps.assign(starts.size(), 1);
+  }
+  std::vector<int64_t> start(static_cast<size_t>(rank), 0), step(static_cast<size_t>(rank), 1);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const auto k = static_cast<size_t>(norm_axis(axes[i], rank));
+    const int64_t d = x.dims[static_cast<int>(k)];
+    if (d == 0) continue;  // nothing to read; the output axis is empty too
+    int64_t s = starts[i];
+    if (s < 0) s += d;
+    // ONNX clamps the start into [0, d] for positive steps and [0, d - 1] for negative ones.
+    s = steps[i] > 0 ? std::clamp<int64_t>(s, 0, d) : std::clamp<int64_t>(s, 0, d - 1);
+    start[k] = s;
+    step[k] = steps[i];
+  }
+  const auto stride = cpu::strides_of(x.dims);
+  Maps maps(static_cast<size_t>(rank));
+  for (int k = 0; k < rank; ++k) {
+    const auto u = static_cast<size_t>(k);
+    for (int64_t j = 0; j < y.dims[k]; ++j) maps[u].push_back((start[u] + j * step[u]) * stride[u]);
+  }
+  cpu::table_copy(x, y, maps, nullptr, ctx.num_threads, "Slice");
+}
+
+int64_t positive_mod(int64_t a, int64_t m) { return ((a % m) + m) % m; }
+
+// Source index along one padded axis of `d` input elements, or -1 for the constant.
+int64_t pad_source(const std::string& mode, int64_t o, int64_t d, int64_t begin, int64_t end) {
+  // Negative pads crop first; the padding then repeats what is left ([crop_b, d - crop_e)).
+  const int64_t crop_b = std::max<int64_t>(-begin, 0), crop_e = std::max<int64_t>(-end, 0);
+  const int64_t kept = d - crop_b - crop_e;
+  const int64_t i = o - std::max<int64_t>(begin, 0);
+  if (i >= 0 && i < kept) return i + crop_b;
+  if (mode == "constant" || kept <= 0) return -1;
+  int64_t s = 0;
+  if (mode == "edge") {
+    s = std::clamp<int64_t>(i, 0, kept - 1);
+  } else if (mode == "wrap") {
+    s = positive_mod(i, kept);
+  } else {  // reflect: mirror without repeating the edge element, bouncing as often as needed
+    const int64_t period = 2 * (kept - 1);
+    s = period == 0 ? 0 : positive_mod(i, period);
+    if (s >= kept) s = period - s;
+  }
+  return s + crop_b;
+}
+
+void padding_execute(const KernelContext& ctx) {
+  const TensorView& x = ctx.inputs.at(0);
+  const TensorView& y = ctx.outputs.at(0);
+  const int rank = x.dims.rank();
+  const auto pads = read_ints(ctx.inputs.at(1), "Padding pads");
+  if (static_cast<int>(pads.size()) != 2 * rank) throw Error("Padding: pads must have 2 * rank values");
+  const std::string mode = attr_string(*ctx.layer, "mode");
+  const void* fill = ctx.inputs.size() > 2 && ctx.inputs[2].data ? ctx.inputs[2].data : nullptr;
+  if (fill && ctx.inputs[2].type != x.type) throw Error("Padding: the value's type differs from the input's");
+  const auto stride = cpu::strides_of(x.dims);
+  Maps maps(static_cast<size_t>(rank));
+  for (int k = 0; k < rank; ++k) {
+    const auto u = static_cast<size_t>(k);
+    for (int64_t o = 0; o < y.dims[k]; ++o) {
+      const int64_t s = pad_source(mode, o, x.dims[k], pads[u], pads[u + static_cast<size_t>(rank)]);
+      maps[u].push_back(s < 0 ? -1 : s * stride[u]);
+    }
+  }
+  cpu::table_copy(x, y, maps, fill, ctx.num_threads, "Padding");
+}
+
+void tile_execute(const KernelContext& ctx) {
+  const TensorView& x = ctx.inputs.at(0);
+  const TensorView& y = ctx.outputs.at(0);
+  const auto stride = cpu::strides_of(x.dims);
+  Maps maps(static_cast<size_t>(x.dims.rank()));
+  for (int k = 0; k < x.dims.rank(); ++k) {
+    for (int64_t o = 0; o < y.dims[k]; ++o) maps[static_cast<size_t>(k)].push_back((o % x.dims[k]) * stride[static_cast<size_t>(k)]);
+  }
+  cpu::table_copy(x, y, maps, nullptr, ctx.num_threads, "Tile");
+}
+
+void expand_execute(const KernelContext& ctx) {
+  const TensorView& x = ctx.inputs.at(0);
+  const TensorView& y = ctx.outputs.at(0);
+  // Trailing alignment; an input extent of 1 repeats, a missing leading axis contributes 0.
+  const auto stride = cpu::broadcast_strides(x.dims, y.dims);
+  Maps maps(static_cast<size_t>(y.dims.rank()));
+  for (int k = 0; k < y.dims.rank(); ++k) {
+    for (int64_t o = 0; o < y.dims[k]; ++o) maps[static_cast<size_t>(k)].push_back(o * stride[static_cast<size_t>(k)]);
+  }
+  cpu::table_copy(x, y, maps, nullptr, ctx.num_threads, "Expand");
+}
+
+// ---- Gather ------------------------------------------------------------------------------------
+
+// Wraps a negative index; throws naming the index and the bound when out of range.
+int64_t checked_index(int64_t idx, int64_t extent, int64_t axis) {
+  if (idx < -extent || idx >= extent) {
+    throw Error("Gather: index " + std::to_string(idx) + " is out of range for axis " + std::to_string(axis) +
+                " of extent " + std::to_string(extent) + " (valid: " + std::to_string(-extent) + " to " +
+                std::to_string(extent - 1) + ")");
+  }
+  return idx < 0 ? idx + extent : idx;
+}
+
+void gather_default(const KernelContext& ctx, const std::vector<int64_t>& idx) {
+  const TensorView& data = ctx.inputs.at(0);
+  const TensorView& y = ctx.outputs.at(0);
+  const int64_t axis = norm_axis(attr_int(*ctx.layer, "axis"), data.dims.rank());
+  int64_t outer = 1, inner = 1;
+  split_around(data.dims, axis, outer, inner);
+  const int64_t extent = data.dims[static_cast<int>(axis)];
+  const size_t n = idx.size();
+  dispatch_width(data.type, "Gather", [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t a = checked_index(idx[i], extent, axis);
+      for (int64_t o = 0; o < outer; ++o) {
+        const E* src = data.as<const E>() + (o * extent + a) * inner;
+        E* dst = y.as<E>() + (o * static_cast<int64_t>(n) + static_cast<int64_t>(i)) * inner;
+        for (int64_t j = 0; j < inner; ++j) dst[j] = src[j];
+      }
+    }
+  });
+}
+
+void gather_elements(const KernelContext& ctx, const std::vector<int64_t>& idx) {
+  const TensorView& data = ctx.inputs.at(0);
+  const TensorView& y = ctx.outputs.at(0);
+  const int64_t axis = norm_axis(attr_int(*ctx.layer, "axis"), data.dims.rank());
+  const int64_t extent = data.dims[static_cast<int>(axis)];
+  const auto stride = cpu::strides_of(data.dims);
+  dispatch_width(data.type, "Gather", [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    Coords c{};
+    for (int64_t o = 0; o < y.count(); ++o) {
+      unravel(o, y.dims, c);
+      c[static_cast<size_t>(axis)] = checked_index(idx[static_cast<size_t>(o)], extent, axis);
+      int64_t off = 0;
+      for (int k = 0; k < data.dims.rank(); ++k) off += c[static_cast<size_t>(k)] * stride[static_cast<size_t>(k)];
+      y.as<E>()[o] = data.as<const E>()[off];
+    }
+  });
+}
+
+void gather_nd(const KernelContext& ctx, const std::vector<int64_t>& idx) {
+  const TensorView& data = ctx.inputs.at(0);
+  const TensorView& indices = ctx.inputs.at(1);
+  const TensorView& y = ctx.outputs.at(0);
+  const int b = static_cast<int>(attr_int(*ctx.layer, "batch_dims"));
+  const int q = indices.dims.rank();
+  const int k = static_cast<int>(indices.dims[q - 1]);
+  int64_t batches = 1, tuples = 1, slice = 1;
+  for (int i = 0; i < b; ++i) batches *= data.dims[i];
+  for (int i = b; i < q - 1; ++i) tuples *= indices.dims[i];
+  for (int i = b + k; i < data.dims.rank(); ++i) slice *= data.dims[i];
+  const auto stride = cpu::strides_of(data.dims);
+  const int64_t batch_stride = b > 0 ? stride[static_cast<size_t>(b - 1)] : data.count();
+  dispatch_width(data.type, "Gather", [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    E* dst = y.as<E>();
+    for (int64_t bi = 0; bi < batches; ++bi) {
+      for (int64_t t = 0; t < tuples; ++t) {
+        const int64_t* tuple = idx.data() + (bi * tuples + t) * k;
+        int64_t off = bi * batch_stride;
+        for (int j = 0; j < k; ++j) {
+          off += checked_index(tuple[j], data.dims[b + j], b + j) * stride[static_cast<size_t>(b + j)];
+        }
+        for (int64_t s = 0; s < slice; ++s) *dst++ = data.as<const E>()[off + s];
+      }
+    }
+  });
+}
+
+void gather_execute(const KernelContext& ctx) {
+  using Fn = void (*)(const KernelContext&, const std::vector<int64_t>&);
+  static const std::vector<std::pair<std::string, Fn>> kModes = {
+      {"default", gather_default}, {"elements", gather_elements}, {"nd", gather_nd}};
+  const std::string mode = attr_string(*ctx.layer, "mode");
+  const auto idx = read_ints(ctx.inputs.at(1), "Gather indices");
+  for (const auto& [name, fn] : kModes) {
+    if (name == mode) return fn(ctx, idx);
+  }
+  throw Error("Gather: unknown mode '" + mode + "'");
+}
+
+// ---- Shape / Fill ------------------------------------------------------------------------------
+
+void shape_execute(const KernelContext& ctx) {
+  const Dims& d = ctx.inputs.at(0).dims;
+  const TensorView& y = ctx.outputs.at(0);
+  const int64_t rank = d.rank();
+  int64_t start = attr_int(*ctx.layer, "start"), end = attr_int(*ctx.layer, "end");
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, 0, rank);
+  if (y.type != DataType::kInt64 || y.count() != std::max<int64_t>(end - start, 0)) {
+    throw Error("Shape: the output must be int64 [" + std::to_string(std::max<int64_t>(end - start, 0)) + "]");
+  }
+  for (int64_t i = start; i < end; ++i) y.as<int64_t>()[i - start] = d[static_cast<int>(i)];
+}
+
+void fill_constant(const KernelContext& ctx) {
+  const TensorView& y = ctx.outputs.at(0);
+  const Layer& layer = *ctx.layer;
+  const HostTensor zero(DataType::kFloat32, Dims{1});
+  const HostTensor& value = layer.attrs().has("value") ? layer.attrs().get_tensor("value") : zero;
+  if (value.type() != y.type || value.count() != 1) throw Error("Fill: 'value' must be one element of the output type");
+  dispatch_width(y.type, "Fill", [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    E v;
+    std::memcpy(&v, value.data(), sizeof(E));
+    std::fill(y.as<E>(), y.as<E>() + y.count(), v);
+  });
+}
+
+template <typename T>
+void fill_range_typed(const KernelContext& ctx) {
+  const T start = *ctx.inputs.at(0).as<const T>(), delta = *ctx.inputs.at(2).as<const T>();
+  const TensorView& y = ctx.outputs.at(0);
+  // start + i * delta rather than a running sum, so that float outputs do not drift.
+  for (int64_t i = 0; i < y.count(); ++i) y.as<T>()[i] = static_cast<T>(start + static_cast<T>(i) * delta);
+}
+
+void fill_range(const KernelContext& ctx) {
+  using Fn = void (*)(const KernelContext&);
+  static const std::vector<std::pair<DataType, Fn>> kTypes = {{DataType::kFloat32, fill_range_typed<float>},
+                                                              {DataType::kFloat64, fill_range_typed<double>},
+                                                              {DataType::kInt32, fill_range_typed<int32_t>},
+                                                              {DataType::kInt64, fill_range_typed<int64_t>}};
+  for (const auto& [type, fn] : kTypes) {
+    if (type == ctx.outputs.at(0).type && ctx.inputs.at(0).type == type && ctx.inputs.at(2).type == type) {
+      return fn(ctx);
+    }
+  }
+  throw Error("Fill range: supports float32, float64, int32 and int64 (start, delta and output of one type), got " +
+              std::string(to_string(ctx.outputs.at(0).type)));
+}
+
+void fill_execute(const KernelContext& ctx) {
+  if (attr_string(*ctx.layer, "mode") == "range") return fill_range(ctx);
+  fill_constant(ctx);
+}
+
+bool supports_fill(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  if (attr_string(layer, "mode") != "range") return true;
+  const DataType t = inputs.empty() ? DataType::kBool : inputs[0].type;
+  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kInt32 || t == DataType::kInt64;
+}
+
+
+// ---- "fast" tactics: Concatenation as row memcpys, Shuffle as at most two blocked transposes ---
+
+// A transpose reduced to its essentials: extent-1 axes dropped and input axes that stay adjacent
+// and in order in the output merged. Rank <= 1 afterwards means the data does not move.
+struct TransposePlan {
+  std::vector<int64_t> dims;  // input extents, input order
+  std::vector<int64_t> perm;  // output axis j reads input axis perm[j]
+};
+
+TransposePlan plan_transpose(const Dims& in, const std::vector<int64_t>& perm) {
+  const int rank = in.rank();
+  std::vector<int64_t> compact(static_cast<size_t>(rank), -1), ext;
+  for (int a = 0; a < rank; ++a) {
+    if (in[a] != 1) {
+      compact[static_cast<size_t>(a)] = static_cast<int64_t>(ext.size());
+      ext.push_back(in[a]);
+    }
+  }
+  std::vector<int64_t> q;  // kept input axes in output order
+  for (int64_t p : perm) {
+    if (in[static_cast<int>(p)] != 1) q.push_back(compact[static_cast<size_t>(p)]);
+  }
+  std::vector<std::pair<int64_t, int64_t>> groups;  // (first input axis, extent) in output order
+  for (size_t j = 0; j < q.size(); ++j) {
+    if (j > 0 && q[j] == q[j - 1] + 1) {
+      groups.back().second *= ext[static_cast<size_t>(q[j])];
+    } else {
+      groups.emplace_back(q[j], ext[static_cast<size_t>(q[j])]);
+    }
+  }
+  std::vector<int64_t> starts;
+  for (const auto& g : groups) starts.push_back(g.first);
+  std::sort(starts.begin(), starts.end());
+  TransposePlan plan;
+  plan.dims.resize(groups.size());
+  for (const auto& g : groups) {
+    const auto pos = std::lower_bound(starts.begin(), starts.end(), g.first) - starts.begin();
+    plan.dims[static_cast<size_t>(pos)] = g.second;
+    plan.perm.push_back(pos);
+  }
+  return plan;
+}
+
+bool moves_data(const TransposePlan& p) { return p.dims.size() > 1; }
+
+template <typename E>
+void transpose_blocked(const TransposePlan& p, const E* src, E* dst, int num_threads) {
+  const int r = static_cast<int>(p.dims.size());
+  std::vector<int64_t> is(static_cast<size_t>(r)), od(static_cast<size_t>(r)), os(static_cast<size_t>(r));
+  int64_t acc = 1, total = 1;
+  for (int a = r - 1; a >= 0; --a) {
+    is[static_cast<size_t>(a)] = acc;
+    acc *= p.dims[static_cast<size_t>(a)];
+  }
+  total = acc;
+  for (int j = 0; j < r; ++j) od[static_cast<size_t>(j)] = p.dims[static_cast<size_t>(p.perm[static_cast<size_t>(j)])];
+  acc = 1;
+  for (int j = r - 1; j >= 0; --j) {
+    os[static_cast<size_t>(j)] = acc;
+    acc *= od[static_cast<size_t>(j)];
+  }
+  // Output axis b reads the input's innermost axis; the output's innermost axis reads input axis a.
+  const int b = static_cast<int>(std::find(p.perm.begin(), p.perm.end(), r - 1) - p.perm.begin());
+  const int64_t a = p.perm[static_cast<size_t>(r - 1)];
+  const int64_t ni = od[static_cast<size_t>(b)], nj = od[static_cast<size_t>(r - 1)];
+  const int64_t isa = is[static_cast<size_t>(a)], osb = os[static_cast<size_t>(b)];
+  constexpr int64_t kTile = 32;
+  const int64_t ti = (ni + kTile - 1) / kTile, tj = (nj + kTile - 1) / kTile;
+  const int64_t outer = total / (ni * nj);
+  cpu::parallel_for(outer * ti * tj, num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t w = begin; w < end; ++w) {
+      int64_t o = w / (ti * tj);
+      const int64_t it = (w / tj) % ti, jt = w % tj;
+      int64_t ib = 0, ob = 0;  // offsets of the outer coordinates (output axes other than b, r-1)
+      for (int j = r - 2; j >= 0; --j) {
+        if (j == b) continue;
+        const int64_t c = o % od[static_cast<size_t>(j)];
+        o /= od[static_cast<size_t>(j)];
+        ob += c * os[static_cast<size_t>(j)];
+        ib += c * is[static_cast<size_t>(p.perm[static_cast<size_t>(j)])];
+      }
+      const int64_t i_end = std::min(ni, (it + 1) * kTile), j_end = std::min(nj, (jt + 1) * kTile);
+      for (int64_t i = it * kTile; i < i_end; ++i) {
+        E* d = dst + ob + i * osb;
+        const E* s = src + ib + i;
+        for (int64_t j = jt * kTile; j < j_end; ++j) d[j] = s[j * isa];
+      }
+    }
+  }, 4);
+}
+
+// Moves whole runs when the innermost axis stays innermost, else tiles.
+void transpose_fast(const TransposePlan& p, DataType type, const void* src, void* dst, int num_threads) {
+  const size_t esz = data_type_size(type);
+  int64_t total = 1;
+  for (int64_t d : p.dims) total *= d;
+  if (total == 0) return;
+  if (!moves_data(p)) {
+    if (src != dst) {
+      cpu::parallel_for(total, num_threads, [&](int64_t b, int64_t e) {
+        std::memcpy(static_cast<char*>(dst) + b * esz, static_cast<const char*>(src) + b * esz, (e - b) * esz);
+      }, 1 << 16);
+    }
+    return;
+  }
+  const int r = static_cast<int>(p.dims.size());
+  if (p.perm.back() == r - 1) {
+    const int64_t run = p.dims.back(), runs = total / run;
+    std::vector<int64_t> is(static_cast<size_t>(r));
+    int64_t acc = 1;
+    for (int a = r - 1; a >= 0; --a) {
+      is[static_cast<size_t>(a)] = acc;
+      acc *= p.dims[static_cast<size_t>(a)];
+    }
+    cpu::parallel_for(runs, num_threads, [&](int64_t begin, int64_t end) {
+      for (int64_t w = begin; w < end; ++w) {
+        int64_t o = w, off = 0;
+        for (int j = r - 2; j >= 0; --j) {
+          const int64_t extent = p.dims[static_cast<size_t>(p.perm[static_cast<size_t>(j)])];
+          off += (o % extent) * is[static_cast<size_t>(p.perm[static_cast<size_t>(j)])];
+          o /= extent;
+        }
+        std::memcpy(static_cast<char*>(dst) + w * run * esz, static_cast<const char*>(src) + off * esz, run * esz);
+      }
+    }, std::max<int64_t>(1, 8192 / run));
+    return;
+  }
+  dispatch_width(type, "Shuffle", [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    transpose_blocked<E>(p, static_cast<const E*>(src), static_cast<E*>(dst), num_threads);
+  });
+}
+
+class ShuffleFast : public Kernel {
+ public:
+  explicit ShuffleFast(const Layer& layer)
+      : first_(attr_ints(layer, "first_transpose")), second_(attr_ints(layer, "second_transpose")) {}
+
+  void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
+               int) override {
+    const auto [p1, p2] = plans(inputs.at(0).dims, outputs.at(0).dims);
+    workspace_ = moves_data(p1) && moves_data(p2)
+                     ? static_cast<size_t>(outputs[0].dims.volume()) * data_type_size(outputs[0].type)
+                     : 0;
+  }
+  size_t workspace_size() const override { return workspace_; }
+
+  void execute(const KernelContext& ctx) override {
+    const TensorView& x = ctx.inputs.at(0);
+    const TensorView& y = ctx.outputs.at(0);
+    if (y.count() == 0) return;
+    const auto [p1, p2] = plans(x.dims, y.dims);
+    if (!moves_data(p2)) return transpose_fast(p1, x.type, x.data, y.data, ctx.num_threads);
+    if (!moves_data(p1)) return transpose_fast(p2, x.type, x.data, y.data, ctx.num_threads);
+    if (ctx.workspace_size < static_cast<size_t>(y.count()) * data_type_size(y.type) || !ctx.workspace) {
+      throw Error("Shuffle fast: needs a workspace of the output's size (prepare() was not called?)");
+    }
+    transpose_fast(p1, x.type, x.data, ctx.workspace, ctx.num_threads);
+    transpose_fast(p2, x.type, ctx.workspace, y.data, ctx.num_threads);
+  }
+
+ private:
+  std::pair<TransposePlan, TransposePlan> plans(const Dims& x, const Dims& y) const {
+    const auto p1 = identity_if_empty(first_, x.rank());
+    const auto p2 = identity_if_empty(second_, y.rank());
+    Dims reshaped = y;
+    for (int k = 0; k < y.rank(); ++k) reshaped[static_cast<int>(p2[static_cast<size_t>(k)])] = y[k];
+    return {plan_transpose(x, p1), plan_transpose(reshaped, p2)};
+  }
+
+  std::vector<int64_t> first_, second_;
+  size_t workspace_ = 0;
+};
+
+void concat_fast(const KernelContext& ctx) {
+  const TensorView& y = ctx.outputs.at(0);
+  const int64_t axis = norm_axis(attr_int(*ctx.layer, "axis"), y.dims.rank());
+  int64_t outer = 1, inner = 1;
+  split_around(y.dims, axis, outer, inner);
+  const size_t esz = data_type_size(y.type);
+  const int64_t k_inputs = static_cast<int64_t>(ctx.inputs.size());
+  std::vector<int64_t> row(ctx.inputs.size()), offset(ctx.inputs.size());
+  int64_t acc = 0;
+  for (size_t k = 0; k < ctx.inputs.size(); ++k) {
+    row[k] = ctx.inputs[k].dims[static_cast<int>(axis)] * inner * static_cast<int64_t>(esz);
+    offset[k] = acc;
+    acc += row[k];
+  }
+  const int64_t out_row = acc;
+  cpu::parallel_for(outer * k_inputs, ctx.num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t o = w / k_inputs;
+      const auto k = static_cast<size_t>(w % k_inputs);
+      std::memcpy(static_cast<char*>(y.data) + o * out_row + offset[k],
+                  static_cast<const char*>(ctx.inputs[k].data) + o * row[k], static_cast<size_t>(row[k]));
+    }
+  }, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(out_row / std::max<int64_t>(k_inputs, 1), 1)));
+}
+
+KernelEntry reference(const char* type, FunctionKernel::Fn fn, KernelSupportsFn supports = all_linear) {
+  return KernelEntry{DeviceType::kCPU, type, "reference", 0, std::move(supports), function_kernel(std::move(fn))};
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(reference(kLayerConstant, constant_execute));
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerShuffle, "reference", 0, all_linear,
+                                 [](const Layer& layer) { return std::make_unique<ShuffleRef>(layer); }});
+KILN_REGISTER_KERNEL(reference(kLayerConcatenation, [](const KernelContext& ctx) { concat_or_split(ctx, false); }));
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerConcatenation, "fast", 10, all_linear,
+                                 function_kernel(concat_fast)});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerShuffle, "fast", 10, all_linear,
+                                 [](const Layer& layer) { return std::make_unique<ShuffleFast>(layer); }});
+KILN_REGISTER_KERNEL(reference(kLayerSplit, [](const KernelContext& ctx) { concat_or_split(ctx, true); }));
+KILN_REGISTER_KERNEL(reference(kLayerSlice, slice_execute));
+KILN_REGISTER_KERNEL(reference(kLayerGather, gather_execute));
+KILN_REGISTER_KERNEL(reference(kLayerPadding, padding_execute));
+KILN_REGISTER_KERNEL(reference(kLayerShape, shape_execute, nullptr));
+KILN_REGISTER_KERNEL(reference(kLayerFill, fill_execute, supports_fill));
+KILN_REGISTER_KERNEL(reference(kLayerExpand, expand_execute));
+KILN_REGISTER_KERNEL(reference(kLayerTile, tile_execute));
+
+}  // namespace kiln
