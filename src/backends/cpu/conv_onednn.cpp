@@ -1,0 +1,389 @@
+// oneDNN tactics ("onednn", priority 100) of Convolution and Deconvolution: 1-D/2-D/3-D,
+// groups (incl. depthwise), dilations, asymmetric pads, output_padding, bias, Convolution's
+// residual input (a `sum` post-op) and the fused activation (eltwise post-ops), float32.
+//
+// Layout: x/y/residual kLinear (NCHW...) or kChannelsLast (NHWC...), contiguous; w and b plain.
+// x, y and the residual may each be in either format. For kLinear tensors oneDNN picks its own
+// (blocked) src/dst formats and the kernel reorders in and out through its workspace: on the AVX2 development machines oneDNN's plain-NCHW path is a
+// generic GEMM convolution that is 1.1-2.2x slower than blocked jit kernels plus the two
+// reorders (ResNet-50 shapes, 1 and 2 threads). Channels-last tensors are used as they are (oneDNN
+// has native NHWC kernels). Weights are reordered once per prepare() shape into the format the
+// primitive chose, from the constant's host value (TensorDesc::value); non-constant weights are
+// reordered into the workspace on every execute.
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/error.h"
+#include "src/backends/cpu/onednn_common.h"
+
+namespace kiln {
+namespace {
+
+using dnnl::memory;
+
+// Attributes of a (de)convolution layer.
+struct ConvAttrs {
+  bool deconv = false;
+  std::vector<int64_t> strides, pads, dilations, output_padding;
+  int64_t group = 1;
+  PostOp post;
+  bool post_known = true;  // false: `activation` names no known kind
+
+  ConvAttrs(const Layer& layer, bool is_deconv)
+      : deconv(is_deconv),
+        strides(layer.attrs().get_ints("strides")),
+        pads(layer.attrs().get_ints("pads")),
+        dilations(layer.attrs().get_ints("dilations")),
+        output_padding(layer.attrs().get_ints("output_padding")),
+        group(layer.attrs().get_int("group", 1)) {
+    post_known = onednn::read_post_op_safe(layer, &post);
+  }
+};
+
+// oneDNN-side geometry of one input shape.
+struct ConvGeometry {
+  memory::dims src, weights, user_weight_strides, bias, dst;
+  memory::dims strides, dilates, pad_l, pad_r;  // dilates are oneDNN's (d - 1)
+};
+
+// Computes the geometry from x and w; returns false with `why` when the shapes or attributes
+// do not fit (then supports() declines and prepare() throws).
+bool make_geometry(const ConvAttrs& a, const Dims& x, const Dims& w, ConvGeometry* g, std::string* why) {
+  const int k = x.rank() - 2;
+  if (k < 1 || k > 3 || w.rank() != x.rank()) {
+    *why = "expects x and w of equal rank 3..5, got x " + x.to_string() + ", w " + w.to_string();
+    return false;
+  }
+  const auto ku = static_cast<size_t>(k);
+  if ((!a.strides.empty() && a.strides.size() != ku) || (!a.dilations.empty() && a.dilations.size() != ku) ||
+      (!a.pads.empty() && a.pads.size() != 2 * ku) ||
+      (!a.output_padding.empty() && a.output_padding.size() != ku)) {
+    *why = "strides/dilations/output_padding need one value and pads two values per spatial dim";
+    return false;
+  }
+  const int64_t groups = a.group, c = x[1];
+  if (groups < 1 || c % groups != 0) {
+    *why = "group " + std::to_string(groups) + " does not divide the " + std::to_string(c) + " input channels";
+    return false;
+  }
+  // kiln's w: conv [M, C/g, k...]; deconv [C, M/g, k...] (ONNX ConvTranspose).
+  const int64_t m = a.deconv ? w[1] * groups : w[0];
+  if (a.deconv ? w[0] != c : (w[1] * groups != c || m % groups != 0)) {
+    *why = "weights " + w.to_string() + " do not match input channels " + std::to_string(c) + " with group " +
+           std::to_string(groups);
+    return false;
+  }
+  memory::dims spatial_k;
+  for (int i = 0; i < k; ++i) spatial_k.push_back(w[i + 2]);
+  const memory::dims ks = onednn::plain_strides(memory::dims(spatial_k.begin(), spatial_k.end()));
+  const int64_t kvol = ks.empty() ? 1 : ks[0] * spatial_k[0];
+
+  // oneDNN weights dims are (g,) o, i, k... ; strides describe kiln's physical layout.
+  const int64_t og = m / groups, ig = c / groups;
+  g->weights.clear();
+  g->user_weight_strides.clear();
+  if (groups > 1) g->weights.push_back(groups);
+  g->weights.push_back(og);
+  g->weights.push_back(ig);
+  if (a.deconv) {  // physical [g, ig, og, k...]
+    if (groups > 1) g->user_weight_strides.push_back(ig * og * kvol);
+    g->user_weight_strides.push_back(kvol);
+    g->user_weight_strides.push_back(og * kvol);
+  } else {  // physical [g, og, ig, k...]
+    if (groups > 1) g->user_weight_strides.push_back(og * ig * kvol);
+    g->user_weight_strides.push_back(ig * kvol);
+    g->user_weight_strides.push_back(kvol);
+  }
+  for (int i = 0; i < k; ++i) {
+    g->weights.push_back(spatial_k[static_cast<size_t>(i)]);
+    g->user_weight_strides.push_back(ks[static_cast<size_t>(i)]);
+  }
+
+  g->src = onednn::to_dnnl(x);
+  g->dst = {x[0], m};
+  g->bias = {m};
+  g->strides.clear();
+  g->dilates.clear();
+  g->pad_l.clear();
+  g->pad_r.clear();
+  for (int i = 0; i < k; ++i) {
+    const auto u = static_cast<size_t>(i);
+    const int64_t s = a.strides.empty() ? 1 : a.strides[u];
+    const int64_t d = a.dilations.empty() ? 1 : a.dilations[u];
+    const int64_t pb = a.pads.empty() ? 0 : a.pads[u];
+    const int64_t pe = a.pads.empty() ? 0 : a.pads[u + ku];
+    const int64_t op = a.output_padding.empty() ? 0 : a.output_padding[u];
+    if (s < 1 || d < 1 || pb < 0 || pe < 0 || op < 0) {
+      *why = "strides and dilations must be >= 1, pads and output_padding >= 0";
+      return false;
+    }
+    const int64_t in = x[i + 2], span = d * (spatial_k[u] - 1) + 1;
+    int64_t out;
+    if (a.deconv) {
+      out = (in - 1) * s - pb - pe + span + op;
+    } else {
+      const int64_t num = in + pb + pe - span;
+      out = num < 0 ? 0 : num / s + 1;
+    }
+    if (out < 1) {
+      *why = "the output would be empty along spatial dim " + std::to_string(i);
+      return false;
+    }
+    g->dst.push_back(out);
+    g->strides.push_back(s);
+    g->dilates.push_back(d - 1);
+    g->pad_l.push_back(pb);
+    // output_padding extends the output's end: oneDNN sees it as less end padding.
+    g->pad_r.push_back(a.deconv ? pe - op : pe);
+  }
+  return true;
+}
+
+// Everything one input shape needs at execute time.
+struct ConvPlan {
+  dnnl::primitive conv;
+  memory::desc user_src, user_dst, user_residual, src, dst, user_weights, weights, bias, scratch;
+  bool copy_residual = false;  // residual in y's layout: seed y with memcpy instead of dst_in
+  bool reorder_src = false, reorder_dst = false;
+  dnnl::reorder src_in, dst_in, dst_out, weights_in;
+  memory cached_weights;  // reordered constant weights; empty when w is not constant
+  bool weights_need_reorder = false;
+  size_t src_off = 0, dst_off = 0, weights_off = 0, scratch_off = 0, scratch_bytes = 0, workspace = 0;
+  int num_threads = 1;
+};
+
+// Layouts of the activation tensors of one (de)convolution.
+struct ConvFormats {
+  TensorFormat x = TensorFormat::kLinear, y = TensorFormat::kLinear, residual = TensorFormat::kLinear;
+};
+
+// Builds the primitive and the reorders for one shape (throws dnnl::error when oneDNN declines).
+// Weights are not touched here.
+ConvPlan build_plan(const ConvAttrs& a, const ConvGeometry& g, const ConvFormats& f, bool has_bias, bool has_residual,
+                    int num_threads) {
+  ConvPlan p;
+  p.num_threads = num_threads;
+  auto& eng = onednn::engine();
+  const auto f32 = memory::data_type::f32;
+  p.user_src = onednn::activation_desc(g.src, f.x);
+  p.user_dst = onednn::activation_desc(g.dst, f.y);
+  p.user_residual = onednn::activation_desc(g.dst, f.residual);
+  p.user_weights = memory::desc(g.weights, f32, g.user_weight_strides);
+  p.bias = has_bias ? onednn::plain_desc(g.bias) : memory::desc();
+  const memory::desc src_req =
+      f.x == TensorFormat::kLinear ? memory::desc(g.src, f32, memory::format_tag::any) : p.user_src;
+  const memory::desc dst_req =
+      f.y == TensorFormat::kLinear ? memory::desc(g.dst, f32, memory::format_tag::any) : p.user_dst;
+  const memory::desc w_req(g.weights, f32, memory::format_tag::any);
+
+  // Order matters: y = act(conv + b + residual), so the sum comes before the activation.
+  dnnl::post_ops ops;
+  if (has_residual) ops.append_sum(1.f);
+  if (!onednn::append_activation(ops, a.post)) {
+    throw dnnl::error(dnnl_unimplemented, "activation not expressible as oneDNN 2.6 post-ops");
+  }
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+
+  if (a.deconv) {
+    dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                                        src_req, w_req, p.bias, dst_req, g.strides, g.dilates, g.pad_l, g.pad_r);
+    dnnl::deconvolution_forward::primitive_desc pd(d, attr, eng);
+    p.src = pd.src_desc();
+    p.dst = pd.dst_desc();
+    p.weights = pd.weights_desc();
+    p.scratch = pd.scratchpad_desc();
+    p.conv = dnnl::deconvolution_forward(pd);
+  } else {
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_req,
+                                      w_req, p.bias, dst_req, g.strides, g.dilates, g.pad_l, g.pad_r);
+    dnnl::convolution_forward::primitive_desc pd(d, attr, eng);
+    p.src = pd.src_desc();
+    p.dst = pd.dst_desc();
+    p.weights = pd.weights_desc();
+    p.scratch = pd.scratchpad_desc();
+    p.conv = dnnl::convolution_forward(pd);
+  }
+  p.reorder_src = p.src != p.user_src;
+  p.reorder_dst = p.dst != p.user_dst;
+  onednn::WorkspaceLayout ws;
+  if (p.reorder_src) {
+    p.src_in = onednn::make_reorder(p.user_src, p.src);
+    p.src_off = ws.add(p.src.get_size());
+  }
+  if (p.reorder_dst) {
+    p.dst_out = onednn::make_reorder(p.dst, p.user_dst);
+    p.dst_off = ws.add(p.dst.get_size());
+  }
+  p.copy_residual = has_residual && p.dst == p.user_residual;
+  if (has_residual && !p.copy_residual) p.dst_in = onednn::make_reorder(p.user_residual, p.dst);
+  p.weights_need_reorder = p.weights != p.user_weights;
+  if (p.weights_need_reorder) {
+    p.weights_in = onednn::make_reorder(p.user_weights, p.weights);
+  }
+  p.scratch_bytes = p.scratch.get_size();
+  p.scratch_off = ws.add(p.scratch_bytes);
+  p.workspace = ws.total();
+  return p;
+}
+
+class ConvOneDnn : public Kernel {
+ public:
+  ConvOneDnn(const Layer& layer, bool deconv) : attrs_(layer, deconv), stream_(onednn::engine()) {}
+
+  void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
+               int num_threads) override {
+    if (inputs.size() < 2 || outputs.empty()) throw Error(onednn::where(layer) + "expects inputs x, w and output y");
+    const std::string key = onednn::shape_key(inputs) + "t" + std::to_string(num_threads);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) {
+      ConvGeometry g;
+      std::string why;
+      if (!make_geometry(attrs_, inputs[0].dims, inputs[1].dims, &g, &why)) throw Error(onednn::where(layer) + why);
+      if (onednn::to_dnnl(outputs[0].dims) != g.dst) {
+        throw Error(onednn::where(layer) + "output dims " + outputs[0].dims.to_string() +
+                    " differ from the convolution's " + Dims::from(g.dst).to_string());
+      }
+      const bool has_bias = inputs.size() > 2 && inputs[2].present;
+      const bool has_residual = !attrs_.deconv && inputs.size() > 3 && inputs[3].present;
+      if (has_residual && inputs[3].dims != outputs[0].dims) {
+        throw Error(onednn::where(layer) + "residual dims " + inputs[3].dims.to_string() + " must equal the output's " +
+                    outputs[0].dims.to_string());
+      }
+      onednn::ScopedOmpThreads threads(num_threads);
+      ConvPlan plan;
+      try {
+        const ConvFormats formats{inputs[0].format, outputs[0].format,
+                                  has_residual ? inputs[3].format : TensorFormat::kLinear};
+        plan = build_plan(attrs_, g, formats, has_bias, has_residual, num_threads);
+      } catch (const dnnl::error& e) {
+        throw Error(onednn::where(layer) + "oneDNN declined the primitive (" + e.what() +
+                    "); the reference tactic handles this layer");
+      }
+      const HostTensor* w = inputs[1].value;
+      if (w && w->type() == DataType::kFloat32 && w->count() * 4 == static_cast<int64_t>(plan.user_weights.get_size())) {
+        auto& eng = onednn::engine();
+        memory user(plan.user_weights, eng, const_cast<void*>(w->data()));
+        plan.cached_weights = memory(plan.weights, eng);
+        dnnl::reorder(user, plan.cached_weights).execute(stream_, user, plan.cached_weights);
+        stream_.wait();
+      } else if (plan.weights_need_reorder) {
+        onednn::WorkspaceLayout ws;
+        ws.add(plan.workspace);
+        plan.weights_off = ws.add(plan.weights.get_size());
+        plan.workspace = ws.total();
+      }
+      it = plans_.emplace(key, std::move(plan)).first;
+    }
+    current_ = &it->second;
+  }
+
+  size_t workspace_size() const override { return current_ ? current_->workspace : 0; }
+
+  void execute(const KernelContext& ctx) override {
+    if (!current_) throw Error("Convolution onednn: execute() before prepare()");
+    const ConvPlan& p = *current_;
+    const char* what = attrs_.deconv ? "Deconvolution onednn" : "Convolution onednn";
+    // The primitive was shaped for prepare()'s thread count (its scratchpad too): run with it.
+    onednn::ScopedOmpThreads threads(p.num_threads);
+    auto& eng = onednn::engine();
+    const TensorView& x = ctx.inputs.at(0);
+    const TensorView& y = ctx.outputs.at(0);
+    const bool has_bias = ctx.inputs.size() > 2 && ctx.inputs[2].data;
+    const bool has_residual = !attrs_.deconv && ctx.inputs.size() > 3 && ctx.inputs[3].data;
+
+    memory user_src(p.user_src, eng, x.data);
+    memory src = user_src;
+    if (p.reorder_src) {
+      src = memory(p.src, eng, onednn::workspace_at(ctx, p.src_off, p.workspace, what));
+      p.src_in.execute(stream_, user_src, src);
+    }
+    memory user_dst(p.user_dst, eng, y.data);
+    memory dst = user_dst;
+    if (p.reorder_dst) dst = memory(p.dst, eng, onednn::workspace_at(ctx, p.dst_off, p.workspace, what));
+    if (has_residual) {
+      // The sum post-op accumulates into dst: seed it with the residual.
+      void* r = ctx.inputs[3].data;
+      if (!p.copy_residual) {
+        memory user_r(p.user_residual, eng, r);
+        p.dst_in.execute(stream_, user_r, dst);
+      } else if (r != dst.get_data_handle()) {
+        std::memcpy(dst.get_data_handle(), r, p.dst.get_size());
+      }
+    }
+    memory weights = p.cached_weights;
+    if (!weights) {
+      memory user_w(p.user_weights, eng, ctx.inputs.at(1).data);
+      weights = user_w;
+      if (p.weights_need_reorder) {
+        weights = memory(p.weights, eng, onednn::workspace_at(ctx, p.weights_off, p.workspace, what));
+        p.weights_in.execute(stream_, user_w, weights);
+      }
+    }
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+    if (has_bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, ctx.inputs[2].data));
+    if (p.scratch_bytes) {
+      args.emplace(DNNL_ARG_SCRATCHPAD,
+                   memory(p.scratch, eng, onednn::workspace_at(ctx, p.scratch_off, p.workspace, what)));
+    }
+    p.conv.execute(stream_, args);
+    if (p.reorder_dst) p.dst_out.execute(stream_, dst, user_dst);
+    stream_.wait();
+  }
+
+ private:
+  ConvAttrs attrs_;
+  dnnl::stream stream_;
+  std::map<std::string, ConvPlan> plans_;
+  const ConvPlan* current_ = nullptr;
+};
+
+// Cheap checks first, then (for static shapes) whether oneDNN builds the primitive at all.
+bool supports_conv(const Layer& layer, const std::vector<TensorDesc>& inputs, bool deconv) {
+  if (inputs.size() < 2 || !inputs[0].present || !inputs[1].present) return false;
+  if (!onednn::all_float32(inputs)) return false;
+  const ConvAttrs attrs(layer, deconv);
+  if (!attrs.post_known || !onednn::activation_supported(attrs.post)) return false;
+  if (!inputs[0].dims.is_dynamic() && inputs[0].dims.volume() == 0) return false;
+  if (inputs[1].format != TensorFormat::kLinear) return false;
+  if (inputs.size() > 2 && inputs[2].present && (inputs[2].dims.rank() != 1 || inputs[2].format != TensorFormat::kLinear)) {
+    return false;
+  }
+  const bool has_residual = inputs.size() > 3 && inputs[3].present;
+  if (has_residual && deconv) return false;
+  if (inputs.size() > (deconv ? 3u : 4u)) return false;
+  if (inputs[0].dims.is_dynamic() || inputs[1].dims.is_dynamic()) return true;  // decided in prepare()
+  ConvGeometry g;
+  std::string why;
+  if (!make_geometry(attrs, inputs[0].dims, inputs[1].dims, &g, &why)) return false;
+  if (has_residual && !inputs[3].dims.is_dynamic() && onednn::to_dnnl(inputs[3].dims) != g.dst) return false;
+  try {
+    const bool has_bias = inputs.size() > 2 && inputs[2].present;
+    // y's format is not known here; the layouts only decide reorders, not whether oneDNN can run.
+    const ConvFormats formats{inputs[0].format, inputs[0].format,
+                              has_residual ? inputs[3].format : TensorFormat::kLinear};
+    build_plan(attrs, g, formats, has_bias, has_residual, 1);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerConvolution, onednn::kTactic, onednn::kPriority,
+    [](const Layer& layer, const std::vector<TensorDesc>& inputs) { return supports_conv(layer, inputs, false); },
+    [](const Layer& layer) { return std::make_unique<ConvOneDnn>(layer, false); }});
+
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerDeconvolution, onednn::kTactic, onednn::kPriority,
+    [](const Layer& layer, const std::vector<TensorDesc>& inputs) { return supports_conv(layer, inputs, true); },
+    [](const Layer& layer) { return std::make_unique<ConvOneDnn>(layer, true); }});
+
+}  // namespace kiln
