@@ -1,0 +1,206 @@
+// CPU reference kernel of FusedElementWise: interprets the layer's register program
+// (src/ir/ops_fused.h) in float32. Rather than walking the program once per element, it runs
+// each instruction over a block of elements at a time (registers are blocks), so the per-op
+// dispatch is paid once per block and every inner loop is a plain, vectorizable loop.
+// Layout: inputs and the output are contiguous float32 in any format (element-wise ops do not
+// care about the layout as long as all full-size tensors share it); single-element inputs are
+// broadcast. Work is split over elements with cpu::parallel_for.
+#include <array>
+#include <cmath>
+#include <utility>
+
+#include "src/backends/cpu/cpu_utils.h"
+#include "src/backends/kernel.h"
+#include "src/core/activation_math.h"
+#include "src/ir/ops_fused.h"
+
+namespace kiln {
+namespace {
+
+constexpr int64_t kBlock = 256;
+
+using ActFn = void (*)(const float* x, float* y, int64_t n, float alpha, float beta);
+using UnaryFn = void (*)(const float* x, float* y, int64_t n);
+using BinaryFn = void (*)(const float* a, const float* b, float* y, int64_t n);
+
+template <int K>
+void act_block(const float* x, float* y, int64_t n, float alpha, float beta) {
+  constexpr ActivationType kind = static_cast<ActivationType>(K);
+  for (int64_t i = 0; i < n; ++i) y[i] = apply_activation(kind, x[i], alpha, beta);
+}
+
+// Float-valued unary ops, as docs/layers.md defines them (round is half to even: nearbyint in the
+// default rounding mode).
+template <UnaryOp Op>
+float unary_value(float x) {
+  switch (Op) {
+    case UnaryOp::kExp: return std::exp(x);
+    case UnaryOp::kLog: return std::log(x);
+    case UnaryOp::kSqrt: return std::sqrt(x);
+    case UnaryOp::kRecip: return 1.0f / x;
+    case UnaryOp::kAbs: return std::fabs(x);
+    case UnaryOp::kNeg: return -x;
+    case UnaryOp::kFloor: return std::floor(x);
+    case UnaryOp::kCeil: return std::ceil(x);
+    case UnaryOp::kRound: return std::nearbyint(x);
+    case UnaryOp::kSin: return std::sin(x);
+    case UnaryOp::kCos: return std::cos(x);
+    case UnaryOp::kTan: return std::tan(x);
+    case UnaryOp::kAsin: return std::asin(x);
+    case UnaryOp::kAcos: return std::acos(x);
+    case UnaryOp::kAtan: return std::atan(x);
+    case UnaryOp::kSinh: return std::sinh(x);
+    case UnaryOp::kCosh: return std::cosh(x);
+    case UnaryOp::kTanh: return std::tanh(x);
+    case UnaryOp::kAsinh: return std::asinh(x);
+    case UnaryOp::kAcosh: return std::acosh(x);
+    case UnaryOp::kAtanh: return std::atanh(x);
+    case UnaryOp::kErf: return std::erf(x);
+    case UnaryOp::kSign: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x != x ? x : 0.0f));  // NaN stays NaN
+    default: return x;  // bool-valued ops never reach here: the parser rejects them
+  }
+}
+
+template <int K>
+void unary_block(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = unary_value<static_cast<UnaryOp>(K)>(x[i]);
+}
+
+template <ElementWiseOp Op>
+float binary_value(float a, float b) {
+  switch (Op) {
+    case ElementWiseOp::kSum: return a + b;
+    case ElementWiseOp::kSub: return a - b;
+    case ElementWiseOp::kProd: return a * b;
+    case ElementWiseOp::kDiv: return a / b;
+    case ElementWiseOp::kPow: return std::pow(a, b);
+    case ElementWiseOp::kMax: return (a >= b || a != a) ? a : b;  // NaN propagates, as in the ElementWise kernel
+    case ElementWiseOp::kMin: return (a <= b || a != a) ? a : b;
+    default: return a;  // the parser admits only the ops above
+  }
+}
+
+template <int K>
+void binary_block(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = binary_value<static_cast<ElementWiseOp>(K)>(a[i], b[i]);
+}
+
+// Dispatch tables indexed by the enum value; built from the enums' ranges so they cannot fall out
+// of order with the enum declarations.
+constexpr int kNumActivations = static_cast<int>(ActivationType::kSwish) + 1;
+constexpr int kNumUnary = static_cast<int>(UnaryOp::kIsInf) + 1;
+constexpr int kNumBinary = static_cast<int>(ElementWiseOp::kXor) + 1;
+
+template <int... K>
+constexpr std::array<ActFn, sizeof...(K)> make_act_table(std::integer_sequence<int, K...>) {
+  return {act_block<K>...};
+}
+template <int... K>
+constexpr std::array<UnaryFn, sizeof...(K)> make_unary_table(std::integer_sequence<int, K...>) {
+  return {unary_block<K>...};
+}
+template <int... K>
+constexpr std::array<BinaryFn, sizeof...(K)> make_binary_table(std::integer_sequence<int, K...>) {
+  return {binary_block<K>...};
+}
+constexpr auto kActFns = make_act_table(std::make_integer_sequence<int, kNumActivations>{});
+constexpr auto kUnaryFns = make_unary_table(std::make_integer_sequence<int, kNumUnary>{});
+constexpr auto kBinaryFns = make_binary_table(std::make_integer_sequence<int, kNumBinary>{});
+
+class FusedElementWiseRef : public Kernel {
+ public:
+  explicit FusedElementWiseRef(const Layer& layer)
+      : program_(parse_fused_program(layer.attrs().get_strings("program"), layer.num_inputs(),
+                                     "layer '" + layer.name() + "' (" + kLayerFusedElementWise + ")")) {
+    for (const FusedInstr& ins : program_.instrs) {
+      const bool bad = (ins.code == FusedOpCode::kActivation && (ins.op < 0 || ins.op >= kNumActivations)) ||
+                       (ins.code == FusedOpCode::kUnary && (ins.op < 0 || ins.op >= kNumUnary)) ||
+                       (ins.code == FusedOpCode::kBinary && (ins.op < 0 || ins.op >= kNumBinary));
+      if (bad) throw Error("layer '" + layer.name() + "' (FusedElementWise): op out of range in program");
+    }
+  }
+
+  void execute(const KernelContext& ctx) override {
+    const TensorView& out = ctx.outputs.at(0);
+    if (out.type != DataType::kFloat32) throw Error("FusedElementWise: the output must be float32");
+    const int64_t n = out.count();
+    const int num_inputs = program_.num_inputs;
+    if (static_cast<int>(ctx.inputs.size()) != num_inputs) throw Error("FusedElementWise: wrong number of inputs");
+    for (const TensorView& in : ctx.inputs) {
+      if (in.type != DataType::kFloat32) throw Error("FusedElementWise: every input must be float32");
+      const int64_t c = in.count();
+      if (c != n && c != 1) {
+        throw Error("FusedElementWise: input dims " + in.dims.to_string() + " match neither the output dims " +
+                    out.dims.to_string() + " nor a single element");
+      }
+    }
+    float* y = out.as<float>();
+    const int num_regs = program_.num_registers();
+    const int last = num_regs - 1;
+
+    cpu::parallel_for(n, ctx.num_threads, [&](int64_t begin, int64_t end) {
+      // Register blocks; broadcast inputs and constants are filled once per chunk.
+      std::vector<float> storage(static_cast<size_t>(num_regs) * kBlock);
+      std::vector<const float*> reg(static_cast<size_t>(num_regs), nullptr);
+      auto block = [&](int r) { return storage.data() + static_cast<int64_t>(r) * kBlock; };
+      for (int i = 0; i < num_inputs; ++i) {
+        if (ctx.inputs[static_cast<size_t>(i)].count() == 1 && n != 1) {
+          std::fill(block(i), block(i) + kBlock, *ctx.inputs[static_cast<size_t>(i)].as<const float>());
+        }
+      }
+      for (size_t k = 0; k < program_.instrs.size(); ++k) {
+        const FusedInstr& ins = program_.instrs[k];
+        const int r = num_inputs + static_cast<int>(k);
+        if (ins.code == FusedOpCode::kConst) std::fill(block(r), block(r) + kBlock, static_cast<float>(ins.p0));
+      }
+      for (int64_t base = begin; base < end; base += kBlock) {
+        const int64_t m = std::min(kBlock, end - base);
+        for (int i = 0; i < num_inputs; ++i) {
+          const TensorView& in = ctx.inputs[static_cast<size_t>(i)];
+          reg[static_cast<size_t>(i)] = in.count() == 1 && n != 1 ? block(i) : in.as<const float>() + base;
+        }
+        for (size_t k = 0; k < program_.instrs.size(); ++k) {
+          const FusedInstr& ins = program_.instrs[k];
+          const int r = num_inputs + static_cast<int>(k);
+          float* dst = r == last ? y + base : block(r);
+          const float* a = ins.a >= 0 ? reg[static_cast<size_t>(ins.a)] : nullptr;
+          switch (ins.code) {
+            case FusedOpCode::kConst:
+              if (r == last) std::fill(dst, dst + m, static_cast<float>(ins.p0));
+              break;
+            case FusedOpCode::kActivation:
+              kActFns[static_cast<size_t>(ins.op)](a, dst, m, static_cast<float>(ins.p0), static_cast<float>(ins.p1));
+              break;
+            case FusedOpCode::kUnary:
+              kUnaryFns[static_cast<size_t>(ins.op)](a, dst, m);
+              break;
+            case FusedOpCode::kBinary:
+              kBinaryFns[static_cast<size_t>(ins.op)](a, reg[static_cast<size_t>(ins.b)], dst, m);
+              break;
+            case FusedOpCode::kScale: {
+              const float s = static_cast<float>(ins.p0), t = static_cast<float>(ins.p1), p = static_cast<float>(ins.p2);
+              if (p == 1.0f) {
+                for (int64_t i = 0; i < m; ++i) dst[i] = a[i] * s + t;
+              } else {
+                for (int64_t i = 0; i < m; ++i) dst[i] = std::pow(a[i] * s + t, p);
+              }
+              break;
+            }
+          }
+          reg[static_cast<size_t>(r)] = dst;
+        }
+      }
+    });
+  }
+
+ private:
+  FusedProgram program_;
+};
+
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerFusedElementWise, "reference", 0, nullptr,
+                                 [](const Layer& layer) -> std::unique_ptr<Kernel> {
+                                   return std::make_unique<FusedElementWiseRef>(layer);
+                                 }});
+
+}  // namespace
+}  // namespace kiln

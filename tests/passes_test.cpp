@@ -1,0 +1,727 @@
+// Tests of the builder's graph passes (src/builder/passes) and of the FusedElementWise layer
+// they create. Each pass test builds a small network with the public Network API, runs the pass
+// on a clone, checks that the structure changed as intended, and then checks that the rewritten
+// network computes the same outputs as the original: both are built WITHOUT the optimizer
+// (BuilderConfig::disable_optimizations) and run on the same random inputs, so the comparison
+// judges the pass alone. The last tests run the whole pipeline through the Builder.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <map>
+
+#include "kiln/builder.h"
+#include "kiln/error.h"
+#include "kiln/network.h"
+#include "kiln/onnx_parser.h"
+#include "kiln/runtime.h"
+#include "op_harness.h"
+#include "src/builder/passes/passes.h"
+#include "src/core/tensor_io.h"
+#include "src/ir/ops_fused.h"
+
+namespace kiln {
+namespace {
+
+using PassFn = int (*)(Network&, PassContext&);
+using Inputs = std::map<std::string, HostTensor>;
+using ShapePoints = std::vector<std::map<std::string, Dims>>;
+
+HostTensor rand_f(const Dims& dims, uint64_t seed, double low = -1.0, double high = 1.0) {
+  return test::random_tensor(DataType::kFloat32, dims, seed, low, high);
+}
+HostTensor floats(const Dims& dims, const std::vector<float>& v) {
+  return HostTensor::from_vector(DataType::kFloat32, dims, v);
+}
+HostTensor ints(const Dims& dims, const std::vector<int64_t>& v) {
+  return HostTensor::from_vector(DataType::kInt64, dims, v);
+}
+Tensor* constant(Network& net, const HostTensor& value) { return net.add_constant(value)->output(0); }
+
+int count_layers(const Network& net, const std::string& type) {
+  int n = 0;
+  for (int i = 0; i < net.num_layers(); ++i) n += net.layer(i)->type() == type ? 1 : 0;
+  return n;
+}
+Layer* only_layer(const Network& net, const std::string& type) {
+  Layer* found = nullptr;
+  for (int i = 0; i < net.num_layers(); ++i) {
+    if (net.layer(i)->type() == type) {
+      EXPECT_EQ(found, nullptr) << "more than one " << type << " layer";
+      found = net.layer(i);
+    }
+  }
+  EXPECT_NE(found, nullptr) << "no " << type << " layer";
+  return found;
+}
+std::string joined(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const auto& l : lines) s += l + "\n";
+  return s;
+}
+
+// Builds and runs a network; returns its outputs in network-output order.
+std::vector<HostTensor> run_network(const Network& net, bool optimize, const Inputs& inputs,
+                                    const std::vector<OptimizationProfile>& profiles = {}, BuildReport* report = nullptr,
+                                    int threads = 1) {
+  BuilderConfig config;
+  config.disable_optimizations = !optimize;
+  config.profiles = profiles;
+  config.num_threads = threads;
+  const std::vector<uint8_t> bytes = Builder().build_serialized(net, config, report);
+  std::shared_ptr<Engine> engine = Runtime().deserialize(bytes.data(), bytes.size());
+  auto ctx = engine->create_execution_context();
+  for (const auto& [name, value] : inputs) {
+    if (engine->io_tensor(name).dims.is_dynamic()) ctx->set_input_shape(name, value.dims());
+    ctx->set_tensor_address(name, const_cast<void*>(value.data()));
+  }
+  std::vector<HostTensor> outputs;
+  for (int i = 0; i < net.num_outputs(); ++i) {
+    const std::string& name = net.output(i)->name();
+    outputs.emplace_back(engine->io_tensor(name).type, ctx->tensor_shape(name));
+    ctx->set_tensor_address(name, outputs.back().data());
+  }
+  ctx->execute();
+  return outputs;
+}
+
+void expect_close(const std::vector<HostTensor>& actual, const std::vector<HostTensor>& expected, double rtol = 1e-4,
+                  double atol = 1e-5) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_EQ(actual[i].dims(), expected[i].dims()) << "output " << i;
+    std::string message;
+    EXPECT_TRUE(test::compare_tensors(actual[i], expected[i], rtol, atol, nullptr, &message)) << "output " << i << ": "
+                                                                                             << message;
+  }
+}
+
+// Checks that `after` (a rewritten clone) computes what `before` computes and keeps the outputs' names.
+void expect_same_function(const Network& before, const Network& after, const Inputs& inputs,
+                          const std::vector<OptimizationProfile>& profiles = {}) {
+  ASSERT_EQ(before.num_outputs(), after.num_outputs());
+  for (int i = 0; i < before.num_outputs(); ++i) EXPECT_EQ(before.output(i)->name(), after.output(i)->name());
+  expect_close(run_network(after, false, inputs, profiles), run_network(before, false, inputs, profiles));
+}
+
+struct PassResult {
+  std::unique_ptr<Network> net;
+  std::vector<std::string> log;
+  int changes = 0;
+};
+
+// Runs passes, in order, on a clone of `net`.
+PassResult run_passes(const Network& net, const std::vector<PassFn>& passes, const ShapePoints& points = {}) {
+  PassResult r;
+  r.net = net.clone();
+  BuilderConfig config;
+  PassContext ctx{config, points, &r.log};
+  for (PassFn pass : passes) r.changes += pass(*r.net, ctx);
+  r.net->validate();
+  return r;
+}
+
+ConvolutionDesc conv_desc(int64_t maps, int64_t k, int64_t pad) {
+  ConvolutionDesc d;
+  d.num_output_maps = maps;
+  d.kernel = {k, k};
+  d.pads_begin = {pad, pad};
+  d.pads_end = {pad, pad};
+  return d;
+}
+
+// ---- constant folding -----------------------------------------------------------------------
+
+TEST(ConstantFolding, FoldsLayersWhoseInputsAreAllConstants) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {3, 2});
+  Tensor* a = constant(net, rand_f({2, 3}, 1));
+  Tensor* at = net.add_shuffle(a, {1, 0}, {}, {})->output(0);
+  Tensor* s = net.add_elementwise(at, constant(net, rand_f({3, 2}, 2)), ElementWiseOp::kSum)->output(0);
+  net.mark_output(net.add_elementwise(x, s, ElementWiseOp::kProd)->output(0));
+
+  PassResult r = run_passes(net, {pass_constant_folding});
+  EXPECT_EQ(r.changes, 2) << joined(r.log);
+  EXPECT_EQ(count_layers(*r.net, kLayerShuffle), 0);
+  EXPECT_EQ(count_layers(*r.net, kLayerElementWise), 1);
+  EXPECT_EQ(count_layers(*r.net, kLayerConstant), 1);  // the inputs of the folded layers are gone
+  ASSERT_EQ(r.log.size(), 2u);
+  EXPECT_NE(r.log[0].find("constant_folding: folded"), std::string::npos) << r.log[0];
+  expect_same_function(net, *r.net, {{"x", rand_f({3, 2}, 3)}});
+}
+
+TEST(ConstantFolding, KeepsTheNameOfAFoldedNetworkOutput) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {4});
+  Tensor* e = net.add_unary(constant(net, rand_f({4}, 4)), UnaryOp::kExp)->output(0);
+  e->set_name("exp_out");
+  net.mark_output(e);
+  net.mark_output(net.add_activation(x, ActivationType::kRelu)->output(0));
+
+  PassResult r = run_passes(net, {pass_constant_folding});
+  EXPECT_EQ(r.changes, 1);
+  Tensor* out = r.net->find_tensor("exp_out");
+  ASSERT_NE(out, nullptr);
+  EXPECT_TRUE(out->is_network_output());
+  ASSERT_NE(out->producer(), nullptr);
+  EXPECT_EQ(out->producer()->type(), kLayerConstant);
+  EXPECT_EQ(count_layers(*r.net, kLayerUnary), 0);
+  expect_same_function(net, *r.net, {{"x", rand_f({4}, 5)}});
+}
+
+// The exporters' flatten: Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])).
+Tensor* exporter_flatten(Network& net, Tensor* x) {
+  Tensor* shape = net.add_shape(x)->output(0);
+  Tensor* n = net.add_gather(shape, constant(net, ints({}, {0})), 0)->output(0);
+  Attributes unsq;
+  unsq.set("reshape_mode", std::string("unsqueeze"));
+  unsq.set("axes", std::vector<int64_t>{0});
+  Tensor* n1 = net.add_layer(kLayerShuffle, {n}, 1, unsq)->output(0);
+  Tensor* dims = net.add_concatenation({n1, constant(net, ints({1}, {-1}))}, 0)->output(0);
+  return net.add_shuffle_dynamic(x, dims)->output(0);
+}
+
+TEST(ConstantFolding, StaticModelsLoseTheirShapeArithmetic) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {2, 3, 4, 5});
+  Tensor* flat = exporter_flatten(net, net.add_activation(x, ActivationType::kRelu)->output(0));
+  net.mark_output(net.add_activation(flat, ActivationType::kTanh)->output(0));
+  const ShapePoints points = {{{"x", Dims{2, 3, 4, 5}}}};
+
+  PassResult r = run_passes(net, {pass_constant_folding, pass_dead_layer_elimination}, points);
+  EXPECT_GT(r.changes, 0);
+  EXPECT_EQ(count_layers(*r.net, kLayerShape), 0) << to_text(*r.net);
+  EXPECT_EQ(count_layers(*r.net, kLayerGather), 0);
+  EXPECT_EQ(count_layers(*r.net, kLayerConcatenation), 0);
+  Layer* reshape = only_layer(*r.net, kLayerShuffle);
+  ASSERT_NE(reshape, nullptr);
+  ASSERT_EQ(reshape->num_inputs(), 2);
+  ASSERT_NE(reshape->input(1)->producer(), nullptr);
+  EXPECT_EQ(reshape->input(1)->producer()->type(), kLayerConstant);
+  expect_same_function(net, *r.net, {{"x", rand_f({2, 3, 4, 5}, 6)}});
+}
+
+TEST(ConstantFolding, DynamicBatchKeepsOnlyTheBatchDependentPart) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {kDynamic, 3, 4, 5});
+  Tensor* shape = net.add_shape(x)->output(0);
+  Tensor* n = net.add_gather(shape, constant(net, ints({1}, {0})), 0)->output(0);           // [N]
+  Tensor* rest = net.add_gather(shape, constant(net, ints({3}, {1, 2, 3})), 0)->output(0);  // [3, 4, 5]
+  Tensor* volume = net.add_reduce(rest, ReduceOp::kProd, {0}, true)->output(0);             // [60]
+  Tensor* dims = net.add_concatenation({n, volume}, 0)->output(0);
+  net.mark_output(net.add_shuffle_dynamic(x, dims)->output(0));
+  OptimizationProfile profile;
+  profile.set_dimensions("x", {1, 3, 4, 5}, {2, 3, 4, 5}, {4, 3, 4, 5});
+  const ShapePoints points = {{{"x", Dims{2, 3, 4, 5}}}, {{"x", Dims{1, 3, 4, 5}}}, {{"x", Dims{4, 3, 4, 5}}}};
+
+  PassResult r = run_passes(net, {pass_constant_folding, pass_dead_layer_elimination}, points);
+  EXPECT_EQ(count_layers(*r.net, kLayerShape), 1) << to_text(*r.net);
+  EXPECT_EQ(count_layers(*r.net, kLayerGather), 1);  // the batch
+  EXPECT_EQ(count_layers(*r.net, kLayerReduce), 0);  // 3*4*5 is the same at every point
+  EXPECT_EQ(count_layers(*r.net, kLayerConcatenation), 1);
+  expect_same_function(net, *r.net, {{"x", rand_f({3, 3, 4, 5}, 7)}}, {profile});
+}
+
+TEST(ConstantFolding, LeavesOutputsOver64MiBAlone) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {1});
+  Tensor* big = net.add_layer(kLayerExpand, {constant(net, floats({1}, {1.0f})), constant(net, ints({2}, {4097, 4096}))},
+                              1)->output(0);
+  Tensor* total = net.add_reduce(big, ReduceOp::kSum, {}, false)->output(0);
+  net.mark_output(net.add_elementwise(x, total, ElementWiseOp::kSum)->output(0));
+
+  PassResult r = run_passes(net, {pass_constant_folding});
+  EXPECT_EQ(count_layers(*r.net, kLayerExpand), 1);
+  EXPECT_EQ(count_layers(*r.net, kLayerReduce), 1);
+  EXPECT_EQ(r.changes, 0) << joined(r.log);
+}
+
+// ---- dead-layer elimination -----------------------------------------------------------------
+
+TEST(DeadLayerElimination, RemovesDeadBranchesAndBypassesIdentities) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {2, 3});
+  Tensor* a = net.add_activation(x, ActivationType::kRelu)->output(0);
+  Tensor* dead = net.add_unary(a, UnaryOp::kExp)->output(0);
+  net.add_unary(dead, UnaryOp::kNeg);
+  Tensor* b = net.add_activation(net.add_identity(a)->output(0), ActivationType::kSigmoid)->output(0);
+  Tensor* out = net.add_identity(b)->output(0);
+  out->set_name("out");
+  net.mark_output(out);
+  Tensor* copy = net.add_identity(x)->output(0);  // a network input copied to an output: kept
+  copy->set_name("x_copy");
+  net.mark_output(copy);
+
+  PassResult r = run_passes(net, {pass_dead_layer_elimination});
+  EXPECT_EQ(r.changes, 4) << joined(r.log);  // two identities bypassed, exp and neg removed
+  EXPECT_EQ(count_layers(*r.net, kLayerUnary), 0);
+  EXPECT_EQ(count_layers(*r.net, kLayerIdentity), 1);
+  EXPECT_EQ(count_layers(*r.net, kLayerActivation), 2);
+  ASSERT_NE(r.net->find_tensor("out"), nullptr);
+  EXPECT_EQ(r.net->find_tensor("out")->producer()->type(), kLayerActivation);
+  EXPECT_EQ(r.net->find_tensor(dead->name()), nullptr);  // unused tensors are gone too
+  ASSERT_NE(r.net->find_tensor(a->name()), nullptr);     // a bypassed identity's input keeps its name
+  EXPECT_EQ(r.net->find_tensor(a->name())->producer()->type(), kLayerActivation);
+  expect_same_function(net, *r.net, {{"x", rand_f({2, 3}, 8)}});
+}
+
+// ---- Conv + BN folding ----------------------------------------------------------------------
+
+TEST(ConvBnFolding, FoldsAChannelScale) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {2, 3, 8, 8});
+  Layer* conv = net.add_convolution(x, conv_desc(4, 3, 1), rand_f({4, 3, 3, 3}, 9), rand_f({4}, 10));
+  Layer* bn = net.add_scale(conv->output(0), ScaleMode::kChannel, rand_f({4}, 11), rand_f({4}, 12, 0.5, 2.0),
+                            floats({4}, {1, 1, 1, 1}));
+  net.mark_output(bn->output(0));
+
+  PassResult r = run_passes(net, {pass_conv_bn_folding});
+  EXPECT_EQ(r.changes, 1);
+  EXPECT_EQ(count_layers(*r.net, kLayerScale), 0);
+  EXPECT_EQ(count_layers(*r.net, kLayerConstant), 2);  // new weights and bias; old ones dropped
+  Layer* folded = only_layer(*r.net, kLayerConvolution);
+  ASSERT_NE(folded, nullptr);
+  EXPECT_EQ(folded->output(0)->name(), bn->output(0)->name());
+  ASSERT_EQ(r.log.size(), 1u);
+  EXPECT_EQ(r.log[0], "conv_bn_folding: folded '" + bn->name() + "' into '" + conv->name() + "'");
+  expect_same_function(net, *r.net, {{"x", rand_f({2, 3, 8, 8}, 13)}});
+}
+
+TEST(ConvBnFolding, FoldsPerChannelConstantArithmetic) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {1, 3, 7, 7});
+  Tensor* c = net.add_convolution(x, conv_desc(4, 3, 0), rand_f({4, 3, 3, 3}, 14))->output(0);  // no bias
+  c = net.add_elementwise(c, constant(net, rand_f({4, 1, 1}, 15)), ElementWiseOp::kProd)->output(0);
+  c = net.add_elementwise(constant(net, rand_f({1, 4, 1, 1}, 16)), c, ElementWiseOp::kSum)->output(0);
+  c = net.add_elementwise(c, constant(net, floats({}, {0.25f})), ElementWiseOp::kSub)->output(0);
+  c = net.add_elementwise(c, constant(net, rand_f({4, 1, 1}, 17, 0.5, 2.0)), ElementWiseOp::kDiv)->output(0);
+  net.mark_output(c);
+
+  PassResult r = run_passes(net, {pass_conv_bn_folding});
+  EXPECT_EQ(r.changes, 4) << joined(r.log);
+  EXPECT_EQ(count_layers(*r.net, kLayerElementWise), 0);
+  EXPECT_EQ(r.net->num_layers(), 3);  // conv, weights, bias
+  expect_same_function(net, *r.net, {{"x", rand_f({1, 3, 7, 7}, 18)}});
+}
+
+TEST(ConvBnFolding, LeavesWhatItCannotFold) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {1, 2, 5, 5});
+  // Power 2 is not affine.
+  Tensor* c1 = net.add_convolution(x, conv_desc(2, 1, 0), rand_f({2, 2, 1, 1}, 19))->output(0);
+  net.mark_output(net.add_scale(c1, ScaleMode::kChannel, {}, rand_f({2}, 20), floats({2}, {2, 2}))->output(0));
+  // The conv output is read twice.
+  Tensor* c2 = net.add_convolution(x, conv_desc(2, 1, 0), rand_f({2, 2, 1, 1}, 21))->output(0);
+  net.mark_output(net.add_scale(c2, ScaleMode::kChannel, rand_f({2}, 22), {}, {})->output(0));
+  net.mark_output(net.add_activation(c2, ActivationType::kRelu)->output(0));
+  // Per-element, not per-channel.
+  Tensor* c3 = net.add_convolution(x, conv_desc(2, 1, 0), rand_f({2, 2, 1, 1}, 23))->output(0);
+  net.mark_output(net.add_elementwise(c3, constant(net, rand_f({2, 5, 5}, 24)), ElementWiseOp::kProd)->output(0));
+  // Not after a convolution's output channel axis (channel_axis 2).
+  Tensor* c4 = net.add_convolution(x, conv_desc(5, 1, 0), rand_f({5, 2, 1, 1}, 25))->output(0);
+  net.mark_output(net.add_scale(c4, ScaleMode::kChannel, rand_f({5}, 26), {}, {}, 2)->output(0));
+
+  PassResult r = run_passes(net, {pass_conv_bn_folding});
+  EXPECT_EQ(r.changes, 0) << joined(r.log);
+  expect_same_function(net, *r.net, {{"x", rand_f({1, 2, 5, 5}, 27)}});
+}
+
+// ---- activation fusion ----------------------------------------------------------------------
+
+TEST(ActivationFusion, PutsActivationsOnConvDeconvAndGemm) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {1, 3, 6, 6});
+  Layer* conv = net.add_convolution(x, conv_desc(4, 3, 1), rand_f({4, 3, 3, 3}, 28), rand_f({4}, 29));
+  net.mark_output(net.add_activation(conv->output(0), ActivationType::kRelu)->output(0));
+  ConvolutionDesc dd = conv_desc(2, 2, 0);
+  dd.strides = {2, 2};
+  Layer* deconv = net.add_deconvolution(x, dd, rand_f({3, 2, 2, 2}, 30));
+  net.mark_output(net.add_activation(deconv->output(0), ActivationType::kSigmoid)->output(0));
+  Tensor* a = net.add_input("a", DataType::kFloat32, {2, 5});
+  Layer* gemm = net.add_layer(kLayerGemm, {a, constant(net, rand_f({5, 3}, 31)), constant(net, rand_f({3}, 32))}, 1);
+  net.mark_output(net.add_activation(gemm->output(0), ActivationType::kLeakyRelu, 0.1)->output(0));
+
+  PassResult r = run_passes(net, {pass_activation_fusion});
+  EXPECT_EQ(r.changes, 3) << joined(r.log);
+  EXPECT_EQ(count_layers(*r.net, kLayerActivation), 0);
+  Layer* c = r.net->find_layer(conv->name());
+  Layer* d = r.net->find_layer(deconv->name());
+  Layer* g = r.net->find_layer(gemm->name());
+  ASSERT_TRUE(c && d && g);
+  EXPECT_EQ(c->attrs().get_string("activation"), "relu");
+  EXPECT_EQ(d->attrs().get_string("activation"), "sigmoid");
+  EXPECT_EQ(g->attrs().get_string("activation"), "leaky_relu");
+  EXPECT_DOUBLE_EQ(g->attrs().get_float("activation_alpha"), 0.1);
+  expect_same_function(net, *r.net, {{"x", rand_f({1, 3, 6, 6}, 33)}, {"a", rand_f({2, 5}, 34)}});
+}
+
+TEST(ActivationFusion, SiluPatternBecomesAConvPostOp) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {1, 3, 6, 6});
+  Tensor* c = net.add_convolution(x, conv_desc(4, 3, 1), rand_f({4, 3, 3, 3}, 35), rand_f({4}, 36))->output(0);
+  Tensor* s = net.add_activation(c, ActivationType::kSigmoid)->output(0);
+  net.mark_output(net.add_elementwise(s, c, ElementWiseOp::kProd)->output(0));  // sigmoid(x) * x order
+  // A SiLU that does not follow a convolution stays an Activation layer.
+  Tensor* y = net.add_input("y", DataType::kFloat32, {5, 7});
+  Tensor* sy = net.add_activation(y, ActivationType::kSigmoid)->output(0);
+  net.mark_output(net.add_elementwise(y, sy, ElementWiseOp::kProd)->output(0));
+
+  PassResult r = run_passes(net, {pass_activation_fusion});
+  EXPECT_EQ(r.changes, 3) << joined(r.log);  // two silu rewrites, one post-op
+  EXPECT_EQ(count_layers(*r.net, kLayerElementWise), 0);
+  Layer* act = only_layer(*r.net, kLayerActivation);
+  ASSERT_NE(act, nullptr);
+  EXPECT_EQ(act->attrs().get_string("kind"), "silu");
+  EXPECT_EQ(act->input(0)->name(), "y");
+  EXPECT_EQ(only_layer(*r.net, kLayerConvolution)->attrs().get_string("activation"), "silu");
+  expect_same_function(net, *r.net, {{"x", rand_f({1, 3, 6, 6}, 37, -4, 4)}, {"y", rand_f({5, 7}, 38, -4, 4)}});
+}
+
+TEST(ActivationFusion, ResidualSumThenReluGoIntoTheConv) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {2, 4, 6, 6});
+  Layer* conv = net.add_convolution(x, conv_desc(4, 3, 1), rand_f({4, 4, 3, 3}, 39), rand_f({4}, 40));
+  Tensor* sum = net.add_elementwise(x, conv->output(0), ElementWiseOp::kSum)->output(0);
+  net.mark_output(net.add_activation(sum, ActivationType::kRelu)->output(0));
+
+  PassResult r = run_passes(net, {pass_activation_fusion});
+  EXPECT_EQ(r.changes, 2) << joined(r.log);
+  EXPECT_EQ(count_layers(*r.net, kLayerElementWise), 0);
+  EXPECT_EQ(count_layers(*r.net, kLayerActivation), 0);
+  Layer* c = r.net->find_layer(conv->name());
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(c->num_inputs(), 4);
+  EXPECT_EQ(c->input(3)->name(), "x");
+  EXPECT_EQ(c->attrs().get_string("activation"), "relu");
+  expect_same_function(net, *r.net, {{"x", rand_f({2, 4, 6, 6}, 41)}});
+}
+
+TEST(ActivationFusion, NoResidualAcrossAnActivationOrABroadcast) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {1, 4, 6, 6});
+  Tensor* b = net.add_input("b", DataType::kFloat32, {1, 4, 1, 1});
+  // relu before the sum: the relu goes onto the conv, the sum stays.
+  Tensor* c1 = net.add_convolution(x, conv_desc(4, 3, 1), rand_f({4, 4, 3, 3}, 42))->output(0);
+  Tensor* r1 = net.add_activation(c1, ActivationType::kRelu)->output(0);
+  net.mark_output(net.add_elementwise(r1, x, ElementWiseOp::kSum)->output(0));
+  // The other operand broadcasts: not a residual.
+  Tensor* c2 = net.add_convolution(x, conv_desc(4, 1, 0), rand_f({4, 4, 1, 1}, 43))->output(0);
+  net.mark_output(net.add_elementwise(c2, b, ElementWiseOp::kSum)->output(0));
+
+  PassResult r = run_passes(net, {pass_activation_fusion});
+  EXPECT_EQ(r.changes, 1) << joined(r.log);
+  EXPECT_EQ(count_layers(*r.net, kLayerElementWise), 2);
+  for (int i = 0; i < r.net->num_layers(); ++i) {
+    const Layer* l = r.net->layer(i);
+    if (l->type() == kLayerConvolution) {
+      EXPECT_TRUE(l->num_inputs() < 4 || !l->input(3)) << l->name();
+    }
+  }
+  expect_same_function(net, *r.net, {{"x", rand_f({1, 4, 6, 6}, 44)}, {"b", rand_f({1, 4, 1, 1}, 45)}});
+}
+
+// ---- element-wise fusion --------------------------------------------------------------------
+
+TEST(ElementWiseFusion, FusesAChainWithScalarConstants) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {2, 3, 5});
+  Tensor* y = net.add_input("y", DataType::kFloat32, {2, 3, 5});
+  Tensor* t = net.add_activation(x, ActivationType::kSigmoid)->output(0);
+  t = net.add_elementwise(t, constant(net, floats({1}, {2.0f})), ElementWiseOp::kProd)->output(0);
+  t = net.add_elementwise(y, t, ElementWiseOp::kSub)->output(0);
+  t = net.add_unary(t, UnaryOp::kTanh)->output(0);
+  t->set_name("out");
+  net.mark_output(t);
+
+  PassResult r = run_passes(net, {pass_elementwise_fusion});
+  EXPECT_EQ(r.changes, 1);
+  ASSERT_EQ(r.net->num_layers(), 1) << to_text(*r.net);
+  Layer* fused = r.net->layer(0);
+  EXPECT_EQ(fused->type(), kLayerFusedElementWise);
+  ASSERT_EQ(fused->num_inputs(), 2);
+  EXPECT_EQ(fused->input(0)->name(), "x");
+  EXPECT_EQ(fused->input(1)->name(), "y");
+  EXPECT_EQ(fused->output(0)->name(), "out");
+  const FusedProgram program = parse_fused_program(fused->attrs().get_strings("program"), 2, "test");
+  ASSERT_EQ(program.instrs.size(), 5u);  // act, const, binary, binary, unary
+  EXPECT_EQ(program.instrs[1].code, FusedOpCode::kConst);
+  EXPECT_EQ(program.instrs[1].p0, 2.0);
+  expect_same_function(net, *r.net, {{"x", rand_f({2, 3, 5}, 46)}, {"y", rand_f({2, 3, 5}, 47)}});
+}
+
+TEST(ElementWiseFusion, FusesTheErfGelu) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {4, 33});
+  Tensor* t = net.add_elementwise(x, constant(net, floats({}, {1.4142135f})), ElementWiseOp::kDiv)->output(0);
+  t = net.add_unary(t, UnaryOp::kErf)->output(0);
+  t = net.add_elementwise(t, constant(net, floats({}, {1.0f})), ElementWiseOp::kSum)->output(0);
+  t = net.add_elementwise(x, t, ElementWiseOp::kProd)->output(0);
+  t = net.add_elementwise(t, constant(net, floats({}, {0.5f})), ElementWiseOp::kProd)->output(0);
+  net.mark_output(t);
+
+  PassResult r = run_passes(net, {pass_elementwise_fusion});
+  EXPECT_EQ(r.changes, 1);
+  ASSERT_EQ(r.net->num_layers(), 1) << to_text(*r.net);
+  EXPECT_EQ(r.net->layer(0)->num_inputs(), 1);
+  ASSERT_EQ(r.log.size(), 1u);
+  EXPECT_NE(r.log[0].find("elementwise_fusion: fused 5 layers"), std::string::npos) << r.log[0];
+  const Inputs inputs = {{"x", rand_f({4, 33}, 48, -3, 3)}};
+  const std::vector<HostTensor> got = run_network(*r.net, false, inputs);
+  HostTensor expected(DataType::kFloat32, {4, 33});
+  const float* xv = inputs.at("x").as<float>();
+  for (int64_t i = 0; i < expected.count(); ++i) {
+    expected.as<float>()[i] = static_cast<float>(0.5 * xv[i] * (1.0 + std::erf(xv[i] / std::sqrt(2.0))));
+  }
+  expect_close(got, {expected});
+  expect_same_function(net, *r.net, inputs);
+}
+
+TEST(ElementWiseFusion, StopsAtSharedTensorsBroadcastsAndNonFloats) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {1, 4, 3, 3});
+  // exp's output has two readers: no chain through it.
+  Tensor* e = net.add_unary(x, UnaryOp::kExp)->output(0);
+  net.mark_output(net.add_unary(e, UnaryOp::kNeg)->output(0));
+  net.mark_output(net.add_unary(e, UnaryOp::kAbs)->output(0));
+  // A per-channel constant broadcasts: not element-wise.
+  Tensor* r = net.add_activation(x, ActivationType::kRelu)->output(0);
+  Tensor* b = net.add_elementwise(r, constant(net, rand_f({4, 1, 1}, 49)), ElementWiseOp::kSum)->output(0);
+  net.mark_output(net.add_activation(b, ActivationType::kSigmoid)->output(0));
+  // A network output in the middle ends the chain.
+  Tensor* t = net.add_activation(x, ActivationType::kTanh)->output(0);
+  net.mark_output(t);
+  net.mark_output(net.add_unary(t, UnaryOp::kSin)->output(0));
+  // Comparisons are not float-valued.
+  Tensor* cmp = net.add_elementwise(x, constant(net, floats({1}, {0.0f})), ElementWiseOp::kGreater)->output(0);
+  net.mark_output(net.add_cast(cmp, DataType::kFloat32)->output(0));
+
+  PassResult res = run_passes(net, {pass_elementwise_fusion});
+  EXPECT_EQ(res.changes, 0) << joined(res.log);
+  EXPECT_EQ(count_layers(*res.net, kLayerFusedElementWise), 0);
+}
+
+TEST(ElementWiseFusion, FusesUniformScaleAndDiamonds) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {3, 50});
+  Tensor* r = net.add_activation(x, ActivationType::kRelu)->output(0);
+  Tensor* s = net.add_scale(r, ScaleMode::kUniform, floats({1}, {1.0f}), floats({1}, {2.0f}), floats({1}, {2.0f}))->output(0);
+  Tensor* n = net.add_unary(s, UnaryOp::kNeg)->output(0);
+  // Two branches from x that meet again: both are single-reader chains into the max.
+  Tensor* a = net.add_activation(x, ActivationType::kElu, 0.7)->output(0);
+  net.mark_output(net.add_elementwise(n, a, ElementWiseOp::kMax)->output(0));
+
+  PassResult res = run_passes(net, {pass_elementwise_fusion});
+  EXPECT_EQ(res.changes, 1) << joined(res.log);
+  ASSERT_EQ(res.net->num_layers(), 1) << to_text(*res.net);
+  EXPECT_EQ(res.net->layer(0)->num_inputs(), 1);  // x, deduplicated
+  expect_same_function(net, *res.net, {{"x", rand_f({3, 50}, 50, -2, 2)}});
+}
+
+// ---- the FusedElementWise layer itself -------------------------------------------------------
+
+TEST(FusedElementWise, KernelMatchesIndependentMath) {
+  for (const Dims& dims : {Dims{3, 7, 11}, Dims{2, 100003}}) {  // the second spans several blocks and threads
+    Network net;
+    Tensor* x = net.add_input("x", DataType::kFloat32, dims);
+    Tensor* y = net.add_input("y", DataType::kFloat32, dims);
+    Tensor* z = net.add_input("z", DataType::kFloat32, {1});
+    Attributes attrs;
+    attrs.set("program", std::vector<std::string>{"act relu r0 0 0", "binary prod r3 r1", "const 3",
+                                                  "binary sum r4 r5", "binary max r6 r2", "scale r7 0.5 -1 1",
+                                                  "unary abs r8", "act leaky_relu r9 0.25 0"});
+    net.mark_output(net.add_layer(kLayerFusedElementWise, {x, y, z}, 1, attrs)->output(0));
+    const Inputs inputs = {{"x", rand_f(dims, 51, -4, 4)}, {"y", rand_f(dims, 52, -4, 4)}, {"z", floats({1}, {2.5f})}};
+    const std::vector<HostTensor> got = run_network(net, false, inputs, {}, nullptr, 2);
+    HostTensor expected(DataType::kFloat32, dims);
+    const float* xv = inputs.at("x").as<float>();
+    const float* yv = inputs.at("y").as<float>();
+    for (int64_t i = 0; i < expected.count(); ++i) {
+      const double relu = std::max(0.0, static_cast<double>(xv[i]));
+      expected.as<float>()[i] = static_cast<float>(std::fabs(0.5 * std::max(relu * yv[i] + 3.0, 2.5) - 1.0));
+    }
+    expect_close(got, {expected}, 1e-5, 1e-6);
+  }
+}
+
+TEST(FusedElementWise, RejectsBadPrograms) {
+  const std::vector<std::vector<std::string>> bad = {
+      {},                           // empty
+      {"binary prod r0 r5"},        // register not yet defined
+      {"unary not r0"},             // bool-valued
+      {"binary equal r0 r0"},       // bool-valued
+      {"frobnicate r0"},            // unknown
+      {"const x"},                  // not a number
+      {"act nosuch r0 0 0"},        // unknown activation
+      {"scale r0 1 2"},             // missing power
+  };
+  for (const auto& program : bad) {
+    EXPECT_THROW(parse_fused_program(program, 1, "test"), Error) << (program.empty() ? "" : program[0]);
+  }
+  // Round trip of the writers.
+  const std::vector<std::string> good = {fused_const(0.1), fused_activation(ActivationType::kSelu, 1, 1.67326, 1.0507),
+                                         fused_binary(ElementWiseOp::kPow, 0, 2), fused_scale(3, -0.5, 1e-7, 2),
+                                         fused_unary(UnaryOp::kRound, 4)};
+  const FusedProgram p = parse_fused_program(good, 1, "test");
+  ASSERT_EQ(p.instrs.size(), 5u);
+  EXPECT_EQ(p.instrs[0].p0, 0.1);
+  EXPECT_EQ(p.instrs[1].p0, 1.67326);
+  EXPECT_EQ(p.instrs[3].p1, 1e-7);
+  EXPECT_EQ(p.instrs[3].a, 3);
+
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {4});
+  Attributes attrs;
+  attrs.set("program", std::vector<std::string>{"binary sum r0 r1"});
+  net.mark_output(net.add_layer(kLayerFusedElementWise, {x}, 1, attrs)->output(0));
+  BuilderConfig config;
+  EXPECT_THROW(Builder().build_serialized(net, config), Error);
+}
+
+// ---- the whole pipeline ---------------------------------------------------------------------
+
+// conv+BN+SiLU, a residual block, an exporter flatten with dynamic batch, a matmul and a GELU.
+std::unique_ptr<Network> make_mixed_network() {
+  auto net = std::make_unique<Network>();
+  Tensor* x = net->add_input("x", DataType::kFloat32, {kDynamic, 3, 8, 8});
+  Tensor* c1 = net->add_convolution(x, conv_desc(8, 3, 1), rand_f({8, 3, 3, 3}, 60), rand_f({8}, 61))->output(0);
+  c1 = net->add_scale(c1, ScaleMode::kChannel, rand_f({8}, 62), rand_f({8}, 63, 0.5, 1.5), {})->output(0);
+  Tensor* s1 = net->add_activation(c1, ActivationType::kSigmoid)->output(0);
+  Tensor* h = net->add_elementwise(c1, s1, ElementWiseOp::kProd)->output(0);
+  Tensor* c2 = net->add_convolution(h, conv_desc(8, 3, 1), rand_f({8, 8, 3, 3}, 64, -0.3, 0.3))->output(0);
+  c2 = net->add_elementwise(c2, constant(*net, rand_f({1, 8, 1, 1}, 65)), ElementWiseOp::kSum)->output(0);
+  Tensor* res = net->add_elementwise(c2, h, ElementWiseOp::kSum)->output(0);
+  Tensor* r = net->add_activation(res, ActivationType::kRelu)->output(0);
+  Tensor* flat = exporter_flatten(*net, r);  // [N, 512]
+  Tensor* w = net->add_shuffle(constant(*net, rand_f({16, 512}, 66, -0.1, 0.1)), {1, 0}, {}, {})->output(0);
+  Tensor* m = net->add_matrix_multiply(flat, false, w, false)->output(0);
+  Tensor* t = net->add_elementwise(m, constant(*net, floats({}, {1.4142135f})), ElementWiseOp::kDiv)->output(0);
+  t = net->add_unary(t, UnaryOp::kErf)->output(0);
+  t = net->add_elementwise(t, constant(*net, floats({}, {1.0f})), ElementWiseOp::kSum)->output(0);
+  t = net->add_elementwise(m, t, ElementWiseOp::kProd)->output(0);
+  t = net->add_elementwise(t, constant(*net, floats({}, {0.5f})), ElementWiseOp::kProd)->output(0);
+  t->set_name("y");
+  net->mark_output(t);
+  return net;
+}
+
+OptimizationProfile mixed_profile() {
+  OptimizationProfile p;
+  p.set_dimensions("x", {1, 3, 8, 8}, {2, 3, 8, 8}, {4, 3, 8, 8});
+  return p;
+}
+
+TEST(PassPipeline, OptimizedEngineMatchesUnoptimized) {
+  const auto net = make_mixed_network();
+  for (int64_t batch : {1, 3, 4}) {
+    const Inputs inputs = {{"x", rand_f({batch, 3, 8, 8}, 67 + static_cast<uint64_t>(batch))}};
+    BuildReport optimized, plain;
+    const auto got = run_network(*net, true, inputs, {mixed_profile()}, &optimized);
+    const auto want = run_network(*net, false, inputs, {mixed_profile()}, &plain);
+    expect_close(got, want);
+    EXPECT_FALSE(optimized.pass_log.empty());
+    EXPECT_TRUE(plain.pass_log.empty());
+    EXPECT_LT(optimized.layers_after, plain.layers_after);
+  }
+}
+
+TEST(PassPipeline, PassesGiveTheExpectedGraphAndAreDeterministic) {
+  const auto net = make_mixed_network();
+  const ShapePoints points = {{{"x", Dims{2, 3, 8, 8}}}, {{"x", Dims{1, 3, 8, 8}}}, {{"x", Dims{4, 3, 8, 8}}}};
+  const std::vector<PassFn> all = {pass_constant_folding, pass_dead_layer_elimination, pass_conv_bn_folding,
+                                   pass_activation_fusion, pass_elementwise_fusion, pass_dead_layer_elimination};
+  PassResult a = run_passes(*net, all, points);
+  PassResult b = run_passes(*net, all, points);
+  EXPECT_EQ(to_text(*a.net), to_text(*b.net));
+  EXPECT_EQ(a.log, b.log);
+  // Two convolutions: the first with BN folded and silu fused, the second with its bias add
+  // folded, the residual and the relu fused.
+  int convs = 0;
+  for (int i = 0; i < a.net->num_layers(); ++i) {
+    const Layer* l = a.net->layer(i);
+    if (l->type() != kLayerConvolution) continue;
+    ++convs;
+    const bool residual = l->num_inputs() > 3 && l->input(3);
+    EXPECT_EQ(l->attrs().get_string("activation"), residual ? "relu" : "silu") << l->name();
+  }
+  EXPECT_EQ(convs, 2);
+  EXPECT_EQ(count_layers(*a.net, kLayerScale), 0);
+  EXPECT_EQ(count_layers(*a.net, kLayerActivation), 0);
+  EXPECT_EQ(count_layers(*a.net, kLayerFusedElementWise), 1);  // the GELU
+  EXPECT_EQ(count_layers(*a.net, kLayerElementWise), 0);
+  EXPECT_EQ(count_layers(*a.net, kLayerShape), 1);  // the batch is dynamic
+  EXPECT_EQ(count_layers(*a.net, kLayerMatrixMultiply), 1);
+  expect_same_function(*net, *a.net, {{"x", rand_f({3, 3, 8, 8}, 70)}}, {mixed_profile()});
+}
+
+// The exporter's SiLU (Sigmoid + Mul after each conv) in a real model becomes a conv post-op.
+TEST(PassPipeline, TinyYoloSiluConvsGetSiluPostOps) {
+  const std::string path = "/work/shared/models/tinyyolo_silu/model.onnx";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is not present";
+  Network net;
+  OnnxParser(net).parse_file(path);
+  int sigmoids_before = 0;
+  for (int i = 0; i < net.num_layers(); ++i) {
+    const Layer* l = net.layer(i);
+    sigmoids_before += l->type() == kLayerActivation && l->attrs().get_string("kind") == "sigmoid";
+  }
+  std::map<std::string, Dims> point;
+  for (int i = 0; i < net.num_inputs(); ++i) {
+    Dims d = net.input(i)->dims();
+    for (int k = 0; k < d.rank(); ++k) d[k] = d[k] == kDynamic ? 1 : d[k];
+    point[net.input(i)->name()] = d;
+  }
+  PassResult r = run_passes(net,
+                            {pass_constant_folding, pass_dead_layer_elimination, pass_conv_bn_folding,
+                             pass_activation_fusion, pass_elementwise_fusion, pass_dead_layer_elimination},
+                            {point});
+  int silu_convs = 0;
+  for (int i = 0; i < r.net->num_layers(); ++i) {
+    const Layer* l = r.net->layer(i);
+    silu_convs += l->type() == kLayerConvolution && l->attrs().get_string("activation", "") == "silu";
+  }
+  EXPECT_EQ(silu_convs, 57) << joined(r.log);
+  EXPECT_LT(r.net->num_layers(), net.num_layers());
+  // The decode head keeps its sigmoid (not followed by a mul of its own input).
+  EXPECT_GT(sigmoids_before, 57);
+}
+
+// Whole models through the optimizer: the optimized engine must match the unoptimized one and the
+// exporter's reference output. The dynamic axes get a profile from 1 to the test input's extent,
+// so that the batch-dependent shape arithmetic has to survive constant folding.
+void check_model(const std::string& model) {
+  const std::string dir = "/work/shared/models/" + model;
+  if (!std::filesystem::exists(dir + "/model.onnx")) GTEST_SKIP() << dir << " is not present";
+  // Import coverage is the importer's tests' business; here only the passes are judged.
+  const auto unsupported = OnnxParser::check_file(dir + "/model.onnx");
+  if (!unsupported.empty()) {
+    GTEST_SKIP() << model << ": the importer cannot import " << unsupported.size() << " node(s), e.g. "
+                 << unsupported[0].op_type;
+  }
+  Network net;
+  OnnxParser(net).parse_file(dir + "/model.onnx");
+  Inputs inputs;
+  OptimizationProfile profile;
+  for (int i = 0; i < net.num_inputs(); ++i) {
+    const Tensor* in = net.input(i);
+    const HostTensor value = load_tensor_pb(dir + "/test_data_set_0/input_" + std::to_string(i) + ".pb");
+    inputs[in->name()] = value;
+    Dims min = value.dims();
+    for (int k = 0; k < min.rank(); ++k) min[k] = in->dims()[k] == kDynamic ? 1 : min[k];
+    profile.set_dimensions(in->name(), min, value.dims(), value.dims());
+  }
+  BuildReport optimized, plain;
+  const auto got = run_network(net, true, inputs, {profile}, &optimized, 2);
+  const auto want = run_network(net, false, inputs, {profile}, &plain, 2);
+  EXPECT_LT(optimized.layers_after, plain.layers_after) << joined(optimized.pass_log);
+  expect_close(got, want, 1e-4, 1e-5);
+  const HostTensor reference = load_tensor_pb(dir + "/test_data_set_0/output_0.pb");
+  expect_close({got[0]}, {reference}, 1e-3, 1e-4);
+}
+
+TEST(PassPipeline, SqueezeNetMatchesUnoptimizedAndReference) { check_model("squeezenet1_1"); }
+TEST(PassPipeline, TinyYoloSiluMatchesUnoptimizedAndReference) { check_model("tinyyolo_silu"); }
+TEST(PassPipeline, BertTinyMatchesUnoptimizedAndReference) { check_model("bert_tiny"); }
+
+}  // namespace
+}  // namespace kiln
