@@ -1,0 +1,200 @@
+// TensorProto -> HostTensor. ONNX stores tensor values in one of three places: raw_data
+// (little-endian bytes), a typed repeated field whose C++ type depends on the element type (e.g.
+// float16 bits and int8 values both live in int32_data), or an external file. Every path checks
+// that the element count matches the dims, so a malformed model fails here with the tensor's
+// name instead of reading out of bounds later.
+#include "src/onnx/onnx_tensor.h"
+
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "raw_data decoding assumes a little-endian host");
+
+struct OnnxTypeInfo {
+  const char* name;
+  std::optional<DataType> kiln_type;
+};
+
+const std::map<int32_t, OnnxTypeInfo>& onnx_types() {
+  static const std::map<int32_t, OnnxTypeInfo> table = {
+      {onnx::TensorProto::FLOAT, {"FLOAT", DataType::kFloat32}},
+      {onnx::TensorProto::UINT8, {"UINT8", DataType::kUInt8}},
+      {onnx::TensorProto::INT8, {"INT8", DataType::kInt8}},
+      {onnx::TensorProto::UINT16, {"UINT16", std::nullopt}},
+      {onnx::TensorProto::INT16, {"INT16", std::nullopt}},
+      {onnx::TensorProto::INT32, {"INT32", DataType::kInt32}},
+      {onnx::TensorProto::INT64, {"INT64", DataType::kInt64}},
+      {onnx::TensorProto::STRING, {"STRING", std::nullopt}},
+      {onnx::TensorProto::BOOL, {"BOOL", DataType::kBool}},
+      {onnx::TensorProto::FLOAT16, {"FLOAT16", DataType::kFloat16}},
+      {onnx::TensorProto::DOUBLE, {"DOUBLE", DataType::kFloat64}},
+      {onnx::TensorProto::UINT32, {"UINT32", std::nullopt}},
+      {onnx::TensorProto::UINT64, {"UINT64", std::nullopt}},
+      {onnx::TensorProto::COMPLEX64, {"COMPLEX64", std::nullopt}},
+      {onnx::TensorProto::COMPLEX128, {"COMPLEX128", std::nullopt}},
+      {onnx::TensorProto::BFLOAT16, {"BFLOAT16", std::nullopt}},
+  };
+  return table;
+}
+
+// Copies a typed repeated field into the tensor, converting each value to the element type.
+template <typename Field>
+void copy_field(const Field& field, HostTensor& out, const std::string& what, const char* field_name) {
+  if (field.size() != out.count()) {
+    throw Error(what + ": " + field_name + " has " + std::to_string(field.size()) + " values but dims " +
+                out.dims().to_string() + " need " + std::to_string(out.count()));
+  }
+  const int64_t n = out.count();
+  switch (out.type()) {
+    case DataType::kFloat32:
+      for (int64_t i = 0; i < n; ++i) out.as<float>()[i] = static_cast<float>(field[static_cast<int>(i)]);
+      break;
+    case DataType::kFloat64:
+      for (int64_t i = 0; i < n; ++i) out.as<double>()[i] = static_cast<double>(field[static_cast<int>(i)]);
+      break;
+    case DataType::kFloat16:  // int32_data holds the IEEE binary16 bits
+      for (int64_t i = 0; i < n; ++i) out.as<uint16_t>()[i] = static_cast<uint16_t>(field[static_cast<int>(i)]);
+      break;
+    case DataType::kInt8:
+      for (int64_t i = 0; i < n; ++i) out.as<int8_t>()[i] = static_cast<int8_t>(field[static_cast<int>(i)]);
+      break;
+    case DataType::kUInt8:
+      for (int64_t i = 0; i < n; ++i) out.as<uint8_t>()[i] = static_cast<uint8_t>(field[static_cast<int>(i)]);
+      break;
+    case DataType::kBool:
+      for (int64_t i = 0; i < n; ++i) out.as<uint8_t>()[i] = field[static_cast<int>(i)] != 0 ? 1 : 0;
+      break;
+    case DataType::kInt32:
+      for (int64_t i = 0; i < n; ++i) out.as<int32_t>()[i] = static_cast<int32_t>(field[static_cast<int>(i)]);
+      break;
+    case DataType::kInt64:
+      for (int64_t i = 0; i < n; ++i) out.as<int64_t>()[i] = static_cast<int64_t>(field[static_cast<int>(i)]);
+      break;
+  }
+}
+
+// Rejects locations that would read outside the model's folder (absolute paths, "..").
+std::filesystem::path external_path(const std::string& location, const std::string& base_dir, const std::string& what) {
+  const std::filesystem::path rel(location);
+  if (location.empty()) throw Error(what + ": external data has no 'location'");
+  if (rel.is_absolute() || rel.has_root_name()) {
+    throw Error(what + ": external data location '" + location +
+                "' is an absolute path; ONNX requires a path relative to the model's folder");
+  }
+  for (const auto& part : rel) {
+    if (part == "..") {
+      throw Error(what + ": external data location '" + location + "' leaves the model's folder ('..')");
+    }
+  }
+  return std::filesystem::path(base_dir.empty() ? "." : base_dir) / rel;
+}
+
+int64_t parse_nonnegative(const std::string& text, const std::string& key, const std::string& what) {
+  size_t used = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || v < 0) throw Error(what + ": external data '" + key + "' is not a non-negative integer: '" + text + "'");
+  return v;
+}
+
+void read_external(const onnx::TensorProto& proto, HostTensor& out, const std::string& base_dir, const std::string& what) {
+  std::string location;
+  int64_t offset = 0;
+  int64_t length = -1;
+  for (const auto& kv : proto.external_data()) {
+    if (kv.key() == "location") location = kv.value();
+    else if (kv.key() == "offset") offset = parse_nonnegative(kv.value(), "offset", what);
+    else if (kv.key() == "length") length = parse_nonnegative(kv.value(), "length", what);
+    // "checksum" and unknown keys are informational.
+  }
+  const std::filesystem::path path = external_path(location, base_dir, what);
+  std::error_code ec;
+  const auto file_size = std::filesystem::file_size(path, ec);
+  if (ec) throw Error(what + ": cannot open external data file '" + path.string() + "': " + ec.message());
+  const auto need = static_cast<int64_t>(out.nbytes());
+  if (length >= 0 && length != need) {
+    throw Error(what + ": external data length " + std::to_string(length) + " does not match " + to_string(out.type()) +
+                " dims " + out.dims().to_string() + " (" + std::to_string(need) + " bytes)");
+  }
+  if (offset > static_cast<int64_t>(file_size) || need > static_cast<int64_t>(file_size) - offset) {
+    throw Error(what + ": external data at offset " + std::to_string(offset) + " with length " + std::to_string(need) +
+                " runs past the end of '" + path.string() + "' (" + std::to_string(file_size) + " bytes)");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(what + ": cannot open external data file '" + path.string() + "'");
+  in.seekg(offset);
+  in.read(static_cast<char*>(out.data()), need);
+  if (!in || in.gcount() != need) throw Error(what + ": reading external data file '" + path.string() + "' failed");
+}
+
+}  // namespace
+
+std::optional<DataType> data_type_from_onnx(int32_t onnx_type) {
+  const auto it = onnx_types().find(onnx_type);
+  return it == onnx_types().end() ? std::nullopt : it->second.kiln_type;
+}
+
+std::string onnx_data_type_name(int32_t onnx_type) {
+  const auto it = onnx_types().find(onnx_type);
+  return it == onnx_types().end() ? "type " + std::to_string(onnx_type) : it->second.name;
+}
+
+HostTensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& base_dir, const std::string& what) {
+  if (proto.has_segment()) throw Error(what + ": segmented tensors are not supported");
+  const auto type = data_type_from_onnx(proto.data_type());
+  if (!type) {
+    throw Error(what + ": element type " + onnx_data_type_name(proto.data_type()) +
+                " is not supported by kiln (float32/16/64, int8/32/64, uint8, bool are)");
+  }
+  if (proto.dims_size() > kMaxDims) {
+    throw Error(what + ": rank " + std::to_string(proto.dims_size()) + " exceeds kiln's maximum of " + std::to_string(kMaxDims));
+  }
+  Dims dims;
+  for (int64_t d : proto.dims()) {
+    if (d < 0) throw Error(what + ": negative extent " + std::to_string(d));
+    dims.push_back(d);
+  }
+  int64_t count = 0;
+  try {
+    count = dims.volume();
+  } catch (const Error&) {
+    throw Error(what + ": dims " + dims.to_string() + " are too large");
+  }
+  if (count > (int64_t{1} << 40)) throw Error(what + ": dims " + dims.to_string() + " are too large");
+  HostTensor out(*type, dims);
+
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+    read_external(proto, out, base_dir, what);
+    return out;
+  }
+  if (proto.has_raw_data()) {
+    const std::string& raw = proto.raw_data();
+    if (raw.size() != out.nbytes()) {
+      throw Error(what + ": raw_data has " + std::to_string(raw.size()) + " bytes but " + to_string(*type) + " dims " +
+                  dims.to_string() + " need " + std::to_string(out.nbytes()));
+    }
+    if (!raw.empty()) std::memcpy(out.data(), raw.data(), raw.size());
+    return out;
+  }
+  switch (proto.data_type()) {
+    case onnx::TensorProto::FLOAT: copy_field(proto.float_data(), out, what, "float_data"); break;
+    case onnx::TensorProto::DOUBLE: copy_field(proto.double_data(), out, what, "double_data"); break;
+    case onnx::TensorProto::INT64: copy_field(proto.int64_data(), out, what, "int64_data"); break;
+    default: copy_field(proto.int32_data(), out, what, "int32_data"); break;  // int8/uint8/int32/bool/float16
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,95 @@
+// ONNX importers of normalizing and reducing ops: Softmax / LogSoftmax (with the coerce-to-2D
+// semantics of opsets before 13) and the Reduce* family (axes as attribute, or as a constant
+// input from opset 13 for ReduceSum and 18 for the others).
+#include "src/onnx/onnx_import_context.h"
+
+namespace kiln {
+namespace {
+
+// Before opset 13, softmax(x, axis) treats x as 2-D [prod(dims[:axis]), prod(dims[axis:])] and
+// normalizes each row: flatten at axis, softmax over the last dim, reshape back to x's shape.
+// When axis is the last dim this is a plain softmax over it.
+void import_softmax(NodeContext& ctx) {
+  Tensor* x = ctx.required_input(0, "input");
+  const int64_t log = ctx.op_type() == "LogSoftmax" ? 1 : 0;
+  int64_t axis = ctx.attr_int("axis", ctx.opset() < 13 ? 1 : -1);
+  auto softmax_attrs = [&](int64_t ax) {
+    Attributes a;
+    a.set("axis", ax);
+    a.set("log", log);
+    return a;
+  };
+  bool last_axis = ctx.opset() >= 13 || axis == -1;
+  if (!last_axis) {
+    if (const auto dims = ctx.input_dims(0)) {
+      const int rank = dims->rank();
+      if (axis < -rank || axis >= std::max(rank, 1)) ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+      last_axis = (axis < 0 ? axis + rank : axis) == rank - 1;
+    }
+  }
+  if (last_axis) {
+    ctx.set_output(0, ctx.add_layer(kLayerSoftMax, {x}, 1, softmax_attrs(ctx.opset() >= 13 ? axis : -1))->output(0));
+    return;
+  }
+  Tensor* shape = ctx.add_layer(kLayerShape, {x}, 1, {}, "shape")->output(0);
+  Attributes flatten;
+  flatten.set("reshape_mode", std::string("flatten"));
+  flatten.set("axis", axis);
+  Tensor* flat = ctx.add_layer(kLayerShuffle, {x}, 1, std::move(flatten), "flatten")->output(0);
+  Tensor* normalized = ctx.add_layer(kLayerSoftMax, {flat}, 1, softmax_attrs(-1), "softmax")->output(0);
+  Attributes back;
+  back.set("reshape_mode", std::string("dims"));
+  ctx.set_output(0, ctx.add_layer(kLayerShuffle, {normalized, shape}, 1, std::move(back))->output(0));
+}
+KILN_REGISTER_ONNX_IMPORTER("Softmax", import_softmax);
+KILN_REGISTER_ONNX_IMPORTER("LogSoftmax", import_softmax);
+
+struct ReduceSpec {
+  const char* op_type;
+  const char* kiln_op;
+  int64_t axes_input_opset;  // from this opset on, axes are input 1
+};
+
+constexpr ReduceSpec kReduceOps[] = {
+    {"ReduceMean", "mean", 18},        {"ReduceSum", "sum", 13},           {"ReduceMax", "max", 18},
+    {"ReduceMin", "min", 18},          {"ReduceProd", "prod", 18},         {"ReduceL1", "l1", 18},
+    {"ReduceL2", "l2", 18},            {"ReduceSumSquare", "sum_square", 18}, {"ReduceLogSum", "log_sum", 18},
+    {"ReduceLogSumExp", "log_sum_exp", 18},
+};
+
+void import_reduce(NodeContext& ctx) {
+  const ReduceSpec* spec = nullptr;
+  for (const auto& s : kReduceOps) {
+    if (ctx.op_type() == s.op_type) spec = &s;
+  }
+  if (!spec) ctx.fail("no reduce table entry (kiln bug)");
+  Tensor* x = ctx.required_input(0, "data");
+  std::vector<int64_t> axes;
+  if (ctx.opset() < spec->axes_input_opset) {
+    axes = ctx.attr_ints("axes");
+  } else if (ctx.has_input(1) && !ctx.is_empty_constant(1)) {
+    axes = ctx.constant_input(1, "axes").to_int64();
+  }
+  if (axes.empty() && ctx.attr_int("noop_with_empty_axes", 0) != 0) {
+    ctx.set_output(0, ctx.add_layer(kLayerIdentity, {x}, 1)->output(0));
+    return;
+  }
+  Attributes a;
+  a.set("op", std::string(spec->kiln_op));
+  a.set("axes", axes);
+  a.set("keep_dims", ctx.attr_int("keepdims", 1));
+  ctx.set_output(0, ctx.add_layer(kLayerReduce, {x}, 1, std::move(a))->output(0));
+}
+KILN_REGISTER_ONNX_IMPORTER("ReduceMean", import_reduce);
+KILN_REGISTER_ONNX_IMPORTER("ReduceSum", import_reduce);
+KILN_REGISTER_ONNX_IMPORTER("ReduceMax", import_reduce);
+KILN_REGISTER_ONNX_IMPORTER("ReduceMin", import_reduce);
+KILN_REGISTER_ONNX_IMPORTER("ReduceProd", import_reduce);
+KILN_REGISTER_ONNX_IMPORTER("ReduceL1", import_reduce);
+KILN_REGISTER_ONNX_IMPORTER("ReduceL2", import_reduce);
+KILN_REGISTER_ONNX_IMPORTER("ReduceSumSquare", import_reduce);
+KILN_REGISTER_ONNX_IMPORTER("ReduceLogSum", import_reduce);
+KILN_REGISTER_ONNX_IMPORTER("ReduceLogSumExp", import_reduce);
+
+}  // namespace
+}  // namespace kiln
