@@ -1,0 +1,225 @@
+// The builder driver: validates the network and profiles, runs the optimization passes,
+// chooses a kernel per layer, plans memory and serializes the engine.
+#include "kiln/builder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "kiln/error.h"
+#include "kiln/logger.h"
+#include "src/backends/backend.h"
+#include "src/backends/kernel.h"
+#include "src/builder/passes/passes.h"
+#include "src/builder/tactic_selection.h"
+#include "src/engine/engine_format.h"
+#include "src/engine/execution_plan.h"
+#include "src/ir/shape_inference.h"
+
+namespace kiln {
+
+// ---- OptimizationProfile ------------------------------------------------------------------
+
+void OptimizationProfile::set_dimensions(const std::string& input, const Dims& min, const Dims& opt, const Dims& max) {
+  if (min.rank() != opt.rank() || opt.rank() != max.rank()) {
+    throw Error("profile for input '" + input + "': min " + min.to_string() + ", opt " + opt.to_string() + " and max " +
+                max.to_string() + " must have the same rank");
+  }
+  for (int i = 0; i < min.rank(); ++i) {
+    if (min[i] < 0 || !(min[i] <= opt[i] && opt[i] <= max[i])) {
+      throw Error("profile for input '" + input + "': need 0 <= min <= opt <= max at every axis, got min " +
+                  min.to_string() + ", opt " + opt.to_string() + ", max " + max.to_string());
+    }
+  }
+  shapes_[input] = Shapes{min, opt, max};
+}
+
+namespace {
+const OptimizationProfile::Shapes& shapes_of(const std::map<std::string, OptimizationProfile::Shapes>& m,
+                                             const std::string& input) {
+  auto it = m.find(input);
+  if (it == m.end()) throw Error("the optimization profile has no dims for input '" + input + "'");
+  return it->second;
+}
+}  // namespace
+
+const Dims& OptimizationProfile::min(const std::string& input) const { return shapes_of(shapes_, input).min; }
+const Dims& OptimizationProfile::opt(const std::string& input) const { return shapes_of(shapes_, input).opt; }
+const Dims& OptimizationProfile::max(const std::string& input) const { return shapes_of(shapes_, input).max; }
+
+// ---- Builder ------------------------------------------------------------------------------
+
+namespace {
+
+// Completes and checks the profiles: every input gets min/opt/max (static inputs their dims).
+std::vector<OptimizationProfile> resolve_profiles(const Network& net, const BuilderConfig& config) {
+  std::vector<OptimizationProfile> profiles = config.profiles;
+  if (profiles.empty()) profiles.emplace_back();
+  for (size_t p = 0; p < profiles.size(); ++p) {
+    auto& prof = profiles[p];
+    for (const auto& [name, s] : prof.all()) {
+      if (!net.find_tensor(name) || !net.find_tensor(name)->is_network_input()) {
+        throw Error("optimization profile " + std::to_string(p) + " names '" + name + "', which is not a network input");
+      }
+    }
+    for (int i = 0; i < net.num_inputs(); ++i) {
+      const Tensor* t = net.input(i);
+      if (!prof.has(t->name())) {
+        if (t->dims().is_dynamic()) {
+          throw Error("input '" + t->name() + "' has dynamic dims " + t->dims().to_string() + " but optimization profile " +
+                      std::to_string(p) + " gives no min/opt/max for it (kiln build: --shapes or --min/--opt/--max-shapes)");
+        }
+        prof.set_dimensions(t->name(), t->dims(), t->dims(), t->dims());
+        continue;
+      }
+      for (const Dims* d : {&prof.min(t->name()), &prof.opt(t->name()), &prof.max(t->name())}) {
+        if (d->rank() != t->dims().rank()) {
+          throw Error("optimization profile " + std::to_string(p) + ": dims " + d->to_string() + " for input '" + t->name() +
+                      "' have rank " + std::to_string(d->rank()) + ", the input has rank " + std::to_string(t->dims().rank()) +
+                      " (" + t->dims().to_string() + ")");
+        }
+        for (int k = 0; k < d->rank(); ++k) {
+          if (t->dims()[k] >= 0 && (*d)[k] != t->dims()[k]) {
+            throw Error("optimization profile " + std::to_string(p) + ": dims " + d->to_string() + " for input '" +
+                        t->name() + "' differ from its fixed dims " + t->dims().to_string() + " at axis " + std::to_string(k));
+          }
+        }
+      }
+    }
+  }
+  return profiles;
+}
+
+std::vector<std::map<std::string, Dims>> shape_points(const std::vector<OptimizationProfile>& profiles) {
+  std::vector<std::map<std::string, Dims>> points;
+  for (const auto& p : profiles) {
+    std::map<std::string, Dims> mn, op, mx;
+    for (const auto& [name, s] : p.all()) {
+      mn[name] = s.min;
+      op[name] = s.opt;
+      mx[name] = s.max;
+    }
+    points.push_back(op);  // opt first: passes that need one point use points[0]
+    points.push_back(mn);
+    points.push_back(mx);
+  }
+  return points;
+}
+
+void run_passes(Network& net, const BuilderConfig& config, const std::vector<std::map<std::string, Dims>>& points,
+                BuildReport& report) {
+  if (config.disable_optimizations) return;
+  PassContext ctx{config, points, &report.pass_log};
+  auto enabled = [&](const std::string& name) {
+    return std::find(config.disabled_passes.begin(), config.disabled_passes.end(), name) == config.disabled_passes.end();
+  };
+  struct PassEntry {
+    const char* name;
+    int (*fn)(Network&, PassContext&);
+  };
+  static const PassEntry kPipeline[] = {
+      {"constant_folding", pass_constant_folding},
+      {"dead_layer_elimination", pass_dead_layer_elimination},
+      {"conv_bn_folding", pass_conv_bn_folding},
+      {"activation_fusion", pass_activation_fusion},
+      {"elementwise_fusion", pass_elementwise_fusion},
+      {"dead_layer_elimination", pass_dead_layer_elimination},
+  };
+  for (const auto& p : kPipeline) {
+    if (!enabled(p.name)) continue;
+    const int changes = p.fn(net, ctx);
+    if (config.verbose) log(Severity::kInfo, std::string("pass ") + p.name + ": " + std::to_string(changes) + " change(s)");
+    net.sort_topologically();
+  }
+}
+
+// Writes the dims/types seen across all shape points onto the tensors (kDynamic where they vary).
+void annotate_tensors(Network& net, const std::vector<TensorStates>& all_states) {
+  for (Tensor* t : net.tensors()) {
+    bool first = true;
+    Dims dims;
+    DataType type = t->type();
+    for (const auto& states : all_states) {
+      auto it = states.find(t);
+      if (it == states.end()) continue;
+      if (first) {
+        dims = it->second.dims;
+        type = it->second.type;
+        first = false;
+      } else if (dims.rank() == it->second.dims.rank()) {
+        for (int k = 0; k < dims.rank(); ++k) {
+          if (dims[k] != it->second.dims[k]) dims[k] = kDynamic;
+        }
+      }
+    }
+    if (!first) {
+      if (!t->is_network_input()) t->set_dims(dims);
+      t->set_type(type);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<uint8_t> Builder::build_serialized(const Network& network, const BuilderConfig& config, BuildReport* report_out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  BuildReport report;
+  auto net = network.clone();
+  net->validate();
+  report.layers_before = net->num_layers();
+  const auto profiles = resolve_profiles(*net, config);
+  const auto points = shape_points(profiles);
+  if (config.device != DeviceType::kCPU) {
+    std::string why;
+    (void)get_backend(config.device);  // throws with the reason when absent
+  }
+  // Validate the network over every profile point before optimizing.
+  for (const auto& pt : points) (void)infer_shapes(*net, pt);
+
+  run_passes(*net, config, points, report);
+  net->remove_unused_tensors();
+  net->sort_topologically();
+  net->validate();
+
+  std::vector<TensorStates> all_states;
+  for (const auto& pt : points) all_states.push_back(infer_shapes(*net, pt));
+  annotate_tensors(*net, all_states);
+
+  EngineData data;
+  data.device = config.device;
+  data.num_threads = config.num_threads;
+  const auto steps = execution_steps(*net);
+  data.tactics = select_tactics(*net, steps, config, all_states);
+  data.plugins = collect_plugin_records(*net);
+
+  for (size_t p = 0; p < profiles.size(); ++p) {
+    // The max point of each profile (points are opt, min, max per profile).
+    const auto plan = plan_activations(*net, steps, all_states[p * 3 + 2]);
+    data.activation_peak_bytes.push_back(plan.peak);
+    if (plan.peak > report.activation_peak_bytes) {
+      report.activation_peak_bytes = plan.peak;
+      report.activation_naive_bytes = plan.naive;
+    }
+  }
+  if (config.memory_limit && report.activation_peak_bytes > config.memory_limit) {
+    throw Error("the engine needs " + std::to_string(report.activation_peak_bytes) +
+                " bytes of activation memory at the profile's max shapes, over the memory limit of " +
+                std::to_string(config.memory_limit) + " bytes (raise the limit or lower the max shapes)");
+  }
+  for (int i = 0; i < net->num_layers(); ++i) {
+    const Layer* l = net->layer(i);
+    if (l->type() == kLayerConstant) report.weights_bytes += l->attrs().get_tensor("value").nbytes();
+  }
+  report.layers_after = static_cast<int>(steps.size());
+  data.profiles = profiles;
+  data.build_info["kiln_version"] = version();
+  data.build_info["layers_before_optimization"] = std::to_string(report.layers_before);
+  data.build_info["optimizations"] = config.disable_optimizations ? "disabled" : "enabled";
+  data.network = std::move(net);
+  auto bytes = engine_serialize(data);
+  report.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (report_out) *report_out = report;
+  return bytes;
+}
+
+}  // namespace kiln

@@ -1,0 +1,397 @@
+// The runtime: engine deserialization, I/O description, execution contexts. A context re-runs
+// shape inference and re-plans its activation arena whenever input shapes change, prepares
+// its kernels for the new shapes, then executes the steps in order.
+#include "kiln/runtime.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <thread>
+
+#include "kiln/error.h"
+#include "src/backends/backend.h"
+#include "src/backends/kernel.h"
+#include "src/builder/tactic_selection.h"
+#include "src/engine/engine_format.h"
+#include "src/engine/execution_plan.h"
+#include "src/ir/shape_inference.h"
+#include "src/plugins/plugin_layer.h"
+
+namespace kiln {
+
+struct EngineImpl {
+  EngineData data;
+  std::string source;
+  Backend* backend = nullptr;
+  std::vector<TensorInfo> io;
+  std::vector<Layer*> steps;
+  std::vector<const KernelEntry*> kernels;  // per step
+  // Constant tensors in device memory (CPU: the host tensors themselves).
+  std::unordered_map<const Tensor*, void*> weights;
+  std::vector<DeviceBuffer> weight_buffers;
+};
+
+struct ContextImpl {
+  EngineImpl* engine = nullptr;
+  int profile = 0;
+  int num_threads = 0;
+  std::map<std::string, Dims> input_dims;
+  std::map<std::string, void*> addresses;
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  bool dirty = true;
+  TensorStates states;
+  std::vector<bool> host_known;  // per step
+  ActivationPlan plan;
+  DeviceBuffer arena;
+  DeviceBuffer workspace;
+  std::vector<DeviceBuffer> host_value_buffers;  // device copies of host-known values (CUDA)
+};
+
+namespace {
+
+int hardware_threads() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n ? static_cast<int>(n) : 1;
+}
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) throw Error("cannot open engine file '" + path + "' (" + std::strerror(errno) + ")");
+  const std::streamoff size = f.tellg();
+  if (size < 0) throw Error("cannot read engine file '" + path + "'");
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  f.seekg(0);
+  if (size > 0 && !f.read(reinterpret_cast<char*>(bytes.data()), size)) {
+    throw Error("cannot read engine file '" + path + "'");
+  }
+  return bytes;
+}
+
+}  // namespace
+
+// ---- Runtime ------------------------------------------------------------------------------
+
+std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, const std::string& source) {
+  auto impl = std::make_unique<EngineImpl>();
+  impl->source = source;
+  impl->data = engine_deserialize(static_cast<const uint8_t*>(data), size, source);
+  EngineData& d = impl->data;
+  impl->backend = &get_backend(d.device);
+  check_engine_plugins(d, source);
+  const Network& net = *d.network;
+  for (int i = 0; i < net.num_inputs(); ++i) {
+    const Tensor* t = net.input(i);
+    impl->io.push_back(TensorInfo{t->name(), TensorIOMode::kInput, t->type(), t->dims(), t->format()});
+  }
+  for (int i = 0; i < net.num_outputs(); ++i) {
+    const Tensor* t = net.output(i);
+    impl->io.push_back(TensorInfo{t->name(), TensorIOMode::kOutput, t->type(), t->dims(), t->format()});
+  }
+  if (d.profiles.empty()) throw EngineFormatError(source + ": the engine has no optimization profile");
+  impl->steps = execution_steps(net);
+  for (const Layer* l : impl->steps) {
+    auto it = d.tactics.find(l->name());
+    if (it == d.tactics.end()) throw EngineFormatError(source + ": no kernel recorded for layer '" + l->name() + "'");
+    const KernelEntry* e = KernelRegistry::instance().find(d.device, l->type(), it->second);
+    if (!e) {
+      throw Error(source + ": layer '" + l->name() + "' (" + l->type() + ") uses kernel '" + it->second + "' on " +
+                  to_string(d.device) + ", which this kiln library does not have (rebuild the engine with this version)");
+    }
+    impl->kernels.push_back(e);
+  }
+  for (int i = 0; i < net.num_layers(); ++i) {
+    const Layer* l = net.layer(i);
+    if (l->type() != kLayerConstant) continue;
+    const HostTensor& v = l->attrs().get_tensor("value");
+    if (d.device == DeviceType::kCPU) {
+      impl->weights[l->output(0)] = const_cast<void*>(v.data());
+    } else {
+      DeviceBuffer buf(*impl->backend, v.nbytes());
+      impl->backend->copy_host_to_device(buf.data(), v.data(), v.nbytes(), nullptr);
+      impl->weights[l->output(0)] = buf.data();
+      impl->weight_buffers.push_back(std::move(buf));
+    }
+  }
+  return std::make_shared<Engine>(std::move(impl));
+}
+
+std::shared_ptr<Engine> Runtime::deserialize_file(const std::string& path) {
+  const auto bytes = read_file(path);
+  return deserialize(bytes.data(), bytes.size(), path);
+}
+
+// ---- Engine -------------------------------------------------------------------------------
+
+Engine::Engine(std::unique_ptr<EngineImpl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+DeviceType Engine::device() const { return impl_->data.device; }
+const std::vector<TensorInfo>& Engine::io_tensors() const { return impl_->io; }
+
+const TensorInfo& Engine::io_tensor(const std::string& name) const {
+  for (const auto& t : impl_->io) {
+    if (t.name == name) return t;
+  }
+  std::string names;
+  for (const auto& t : impl_->io) names += (names.empty() ? "" : ", ") + t.name;
+  throw Error("the engine has no input or output named '" + name + "' (it has: " + names + ")");
+}
+
+int Engine::num_profiles() const { return static_cast<int>(impl_->data.profiles.size()); }
+
+const OptimizationProfile& Engine::profile(int index) const {
+  if (index < 0 || index >= num_profiles()) {
+    throw Error("optimization profile " + std::to_string(index) + " does not exist (the engine has " +
+                std::to_string(num_profiles()) + ")");
+  }
+  return impl_->data.profiles[static_cast<size_t>(index)];
+}
+
+uint64_t Engine::activation_peak_bytes(int profile_index) const {
+  (void)profile(profile_index);
+  const auto& v = impl_->data.activation_peak_bytes;
+  return static_cast<size_t>(profile_index) < v.size() ? v[static_cast<size_t>(profile_index)] : 0;
+}
+
+std::string Engine::describe() const {
+  const EngineData& d = impl_->data;
+  const Network& net = *d.network;
+  std::ostringstream os;
+  os << "engine: " << impl_->source << "\n";
+  os << "device: " << to_string(d.device) << ", threads: " << (d.num_threads ? std::to_string(d.num_threads) : "all")
+     << "\n";
+  for (const auto& [k, v] : d.build_info) os << "build." << k << ": " << v << "\n";
+  os << "inputs/outputs:\n";
+  for (const auto& t : impl_->io) {
+    os << "  " << (t.mode == TensorIOMode::kInput ? "input  " : "output ") << t.name << ": " << to_string(t.type) << " "
+       << t.dims.to_string() << " " << to_string(t.format) << "\n";
+  }
+  for (int p = 0; p < num_profiles(); ++p) {
+    os << "profile " << p << ": activation memory " << activation_peak_bytes(p) << " bytes at max shapes\n";
+    for (const auto& [name, s] : d.profiles[static_cast<size_t>(p)].all()) {
+      os << "  " << name << ": min " << s.min.to_string() << ", opt " << s.opt.to_string() << ", max "
+         << s.max.to_string() << "\n";
+    }
+  }
+  uint64_t weights = 0;
+  int constants = 0;
+  for (int i = 0; i < net.num_layers(); ++i) {
+    if (net.layer(i)->type() == kLayerConstant) {
+      weights += net.layer(i)->attrs().get_tensor("value").nbytes();
+      ++constants;
+    }
+  }
+  os << "weights: " << constants << " constant tensors, " << weights << " bytes\n";
+  os << "layers (" << impl_->steps.size() << ", in execution order):\n";
+  for (size_t s = 0; s < impl_->steps.size(); ++s) {
+    const Layer* l = impl_->steps[s];
+    os << "  [" << s << "] " << l->name() << " : " << l->type();
+    const std::string kind = l->attrs().get_string("kind", l->attrs().get_string("op", l->attrs().get_string("mode", "")));
+    if (!kind.empty() && l->attrs().has("kind")) os << "(" << kind << ")";
+    if (l->attrs().has("activation") && !l->attrs().get_string("activation").empty()) {
+      os << "+" << l->attrs().get_string("activation");
+    }
+    os << " kernel=" << impl_->kernels[s]->tactic << "\n      in: ";
+    for (int i = 0; i < l->num_inputs(); ++i) {
+      const Tensor* t = l->input(i);
+      os << (i ? ", " : "") << (t ? t->name() + " " + t->dims().to_string() : "-");
+    }
+    os << "\n      out: ";
+    for (int i = 0; i < l->num_outputs(); ++i) {
+      const Tensor* t = l->output(i);
+      os << (i ? ", " : "") << t->name() << " " << to_string(t->type()) << " " << t->dims().to_string() << " "
+         << to_string(t->format());
+    }
+    os << "\n";
+  }
+  if (!d.plugins.empty()) {
+    os << "plugins:\n";
+    for (const auto& p : d.plugins) {
+      os << "  " << p.name << " v" << p.version << " ns='" << p.plugin_namespace << "' library="
+         << (p.library.empty() ? "(built in)" : p.library) << "\n";
+    }
+  }
+  return os.str();
+}
+
+std::unique_ptr<ExecutionContext> Engine::create_execution_context() {
+  auto ctx = std::make_unique<ContextImpl>();
+  ctx->engine = impl_.get();
+  for (size_t s = 0; s < impl_->steps.size(); ++s) ctx->kernels.push_back(impl_->kernels[s]->create(*impl_->steps[s]));
+  auto result = std::make_unique<ExecutionContext>(shared_from_this(), std::move(ctx));
+  result->set_optimization_profile(0);
+  return result;
+}
+
+// ---- ExecutionContext ---------------------------------------------------------------------
+
+ExecutionContext::ExecutionContext(std::shared_ptr<Engine> engine, std::unique_ptr<ContextImpl> impl)
+    : engine_(std::move(engine)), impl_(std::move(impl)) {}
+ExecutionContext::~ExecutionContext() = default;
+
+void ExecutionContext::set_optimization_profile(int index) {
+  const OptimizationProfile& p = engine_->profile(index);
+  impl_->profile = index;
+  impl_->input_dims.clear();
+  for (const auto& [name, s] : p.all()) impl_->input_dims[name] = s.opt;
+  impl_->dirty = true;
+}
+
+int ExecutionContext::optimization_profile() const { return impl_->profile; }
+
+void ExecutionContext::set_input_shape(const std::string& name, const Dims& dims) {
+  const TensorInfo& info = engine_->io_tensor(name);
+  if (info.mode != TensorIOMode::kInput) throw Error("'" + name + "' is an output; only input shapes can be set");
+  const OptimizationProfile& p = engine_->profile(impl_->profile);
+  const Dims& mn = p.min(name);
+  const Dims& mx = p.max(name);
+  bool ok = dims.rank() == mn.rank();
+  for (int i = 0; ok && i < dims.rank(); ++i) ok = dims[i] >= mn[i] && dims[i] <= mx[i];
+  if (!ok) {
+    throw Error("input '" + name + "': dims " + dims.to_string() + " are outside optimization profile " +
+                std::to_string(impl_->profile) + " (min " + mn.to_string() + ", max " + mx.to_string() +
+                "); rebuild the engine with a wider profile (kiln build --min-shapes/--max-shapes)");
+  }
+  if (impl_->input_dims[name] != dims) {
+    impl_->input_dims[name] = dims;
+    impl_->dirty = true;
+  }
+}
+
+namespace {
+
+void prepare_context(ContextImpl& c) {
+  EngineImpl& e = *c.engine;
+  const Network& net = *e.data.network;
+  c.states = infer_shapes(net, c.input_dims);
+  c.plan = plan_activations(net, e.steps, c.states);
+  if (c.arena.size() < c.plan.peak) c.arena = DeviceBuffer(*e.backend, c.plan.peak);
+  c.host_known.assign(e.steps.size(), false);
+  const int threads = c.num_threads ? c.num_threads : (e.data.num_threads ? e.data.num_threads : hardware_threads());
+  size_t workspace = 0;
+  for (size_t s = 0; s < e.steps.size(); ++s) {
+    const Layer& l = *e.steps[s];
+    c.host_known[s] = is_host_known(l, c.states);
+    if (c.host_known[s]) continue;
+    std::vector<TensorDesc> outs;
+    for (int i = 0; i < l.num_outputs(); ++i) {
+      const TensorState& st = c.states.at(l.output(i));
+      outs.push_back(TensorDesc{st.type, st.dims, l.output(i)->format(), true, nullptr});
+    }
+    try {
+      c.kernels[s]->prepare(l, input_descs(l, c.states), outs, threads);
+    } catch (const std::exception& ex) {
+      throw Error("layer '" + l.name() + "' (" + l.type() + "): preparing kernel '" + e.kernels[s]->tactic +
+                  "' failed: " + ex.what());
+    }
+    workspace = std::max(workspace, c.kernels[s]->workspace_size());
+  }
+  if (c.workspace.size() < workspace) c.workspace = DeviceBuffer(*e.backend, workspace);
+  c.dirty = false;
+}
+
+void* tensor_address(ContextImpl& c, const Tensor* t) {
+  EngineImpl& e = *c.engine;
+  if (t->is_network_input() || t->is_network_output()) {
+    auto it = c.addresses.find(t->name());
+    if (it == c.addresses.end() || !it->second) {
+      throw Error("no address set for " + std::string(t->is_network_input() ? "input" : "output") + " '" + t->name() +
+                  "' (call set_tensor_address before execute)");
+    }
+    return it->second;
+  }
+  auto w = e.weights.find(t);
+  if (w != e.weights.end()) return w->second;
+  auto o = c.plan.offsets.find(t);
+  if (o == c.plan.offsets.end()) throw Error("internal: tensor '" + t->name() + "' has no memory assigned");
+  return static_cast<uint8_t*>(c.arena.data()) + o->second;
+}
+
+TensorView view_of(ContextImpl& c, const Tensor* t) {
+  const TensorState& st = c.states.at(t);
+  TensorView v;
+  v.type = st.type;
+  v.dims = st.dims;
+  v.format = t->format();
+  v.data = st.dims.volume() ? tensor_address(c, t) : nullptr;
+  return v;
+}
+
+}  // namespace
+
+Dims ExecutionContext::tensor_shape(const std::string& name) {
+  const TensorInfo& info = engine_->io_tensor(name);
+  if (info.mode == TensorIOMode::kInput) return impl_->input_dims.at(name);
+  if (impl_->dirty) prepare_context(*impl_);
+  const Tensor* t = impl_->engine->data.network->find_tensor(name);
+  return impl_->states.at(t).dims;
+}
+
+void ExecutionContext::set_tensor_address(const std::string& name, void* data) {
+  (void)engine_->io_tensor(name);
+  impl_->addresses[name] = data;
+}
+
+void ExecutionContext::set_num_threads(int threads) {
+  if (threads < 0) throw Error("set_num_threads: thread count must be >= 0");
+  impl_->num_threads = threads;
+  impl_->dirty = true;
+}
+
+void ExecutionContext::execute() {
+  ContextImpl& c = *impl_;
+  EngineImpl& e = *c.engine;
+  enqueue(nullptr);
+  e.backend->synchronize(nullptr);
+}
+
+void ExecutionContext::enqueue(void* stream) {
+  ContextImpl& c = *impl_;
+  EngineImpl& e = *c.engine;
+  if (c.dirty) prepare_context(c);
+  const int threads = c.num_threads ? c.num_threads : (e.data.num_threads ? e.data.num_threads : hardware_threads());
+  for (size_t s = 0; s < e.steps.size(); ++s) {
+    const Layer& l = *e.steps[s];
+    try {
+      if (c.host_known[s]) {
+        for (int i = 0; i < l.num_outputs(); ++i) {
+          const Tensor* t = l.output(i);
+          const HostTensor& v = *c.states.at(t).value;
+          if (v.nbytes()) e.backend->copy_host_to_device(tensor_address(c, t), v.data(), v.nbytes(), stream);
+        }
+        continue;
+      }
+      KernelContext kc;
+      kc.layer = &l;
+      for (int i = 0; i < l.num_inputs(); ++i) {
+        kc.inputs.push_back(l.input(i) ? view_of(c, l.input(i)) : TensorView{});
+      }
+      for (int i = 0; i < l.num_outputs(); ++i) kc.outputs.push_back(view_of(c, l.output(i)));
+      kc.workspace = c.workspace.data();
+      kc.workspace_size = c.workspace.size();
+      kc.stream = stream;
+      kc.num_threads = threads;
+      c.kernels[s]->execute(kc);
+    } catch (const std::exception& ex) {
+      const std::string msg = ex.what();
+      if (msg.rfind("layer '", 0) == 0 || msg.rfind("no address set", 0) == 0) throw Error(msg);
+      throw Error("layer '" + l.name() + "' (" + l.type() + ", kernel '" + e.kernels[s]->tactic + "') failed: " + msg);
+    }
+  }
+  // Network outputs that no step writes (constants or inputs passed through) are copied.
+  const Network& net = *e.data.network;
+  for (int i = 0; i < net.num_outputs(); ++i) {
+    const Tensor* t = net.output(i);
+    const Layer* producer = t->producer();
+    void* dst = tensor_address(c, t);
+    const TensorState& st = c.states.at(t);
+    const size_t bytes = static_cast<size_t>(st.dims.volume()) * data_type_size(st.type);
+    if (t->is_network_input()) continue;  // same buffer
+    if (producer && producer->type() == kLayerConstant) {
+      e.backend->copy_device_to_device(dst, e.weights.at(t), bytes, stream);
+    }
+  }
+}
+
+}  // namespace kiln
