@@ -1,12 +1,355 @@
-// Plugin layers in the IR. The plugin system (custom layers) builds on this file; until a
-// plugin registry is present every Plugin layer is reported as unsupported.
+// Plugin layers: storage of plugin identity and fields on layers, re-creation through creators,
+// shape inference by the plugin's symbolic expressions (checked), the Plugin layer schema and
+// the plugin kernel that runs any plugin on the CPU and on CUDA.
+#include "src/plugins/plugin_layer.h"
+
+#include <algorithm>
+#include <cstring>
+
 #include "kiln/error.h"
+#include "kiln/network.h"
+#include "src/backends/kernel.h"
+#include "src/builder/tactic_selection.h"
+#include "src/ir/op_schema.h"
 #include "src/ir/plugin_hooks.h"
 
 namespace kiln {
 
+namespace {
+
+constexpr const char* kFieldPrefix = "field.";
+
+std::string plugin_label(const Layer& layer) {
+  return "plugin layer '" + layer.name() + "' (" + layer.attrs().get_string("plugin_name") + ")";
+}
+
+void store_fields(Attributes& attrs, const PluginFieldCollection& fields) {
+  for (const PluginField& f : fields.all()) {
+    const std::string key = kFieldPrefix + f.name;
+    switch (f.type) {
+      case PluginFieldType::kFloat32: attrs.set(key, std::vector<double>(f.f32.begin(), f.f32.end())); break;
+      case PluginFieldType::kFloat64: attrs.set(key, f.f64); break;
+      case PluginFieldType::kInt32: attrs.set(key, std::vector<int64_t>(f.i32.begin(), f.i32.end())); break;
+      case PluginFieldType::kInt64: attrs.set(key, f.i64); break;
+      case PluginFieldType::kString: attrs.set(key, f.str); break;
+      case PluginFieldType::kTensor: attrs.set(key, f.tensor); break;
+    }
+  }
+}
+
+Layer* add_layer_with(Network& network, const std::vector<Tensor*>& inputs, const std::string& name,
+                      const std::string& version, const std::string& ns, int num_outputs, Attributes attrs,
+                      const std::string& layer_name) {
+  attrs.set("plugin_name", name);
+  attrs.set("plugin_version", version);
+  attrs.set("plugin_namespace", ns);
+  return network.add_layer(kLayerPlugin, inputs, num_outputs, std::move(attrs), layer_name);
+}
+
+}  // namespace
+
+uint64_t plugin_bytes_checksum(const void* data, size_t size) {
+  uint64_t h = 14695981039346656037ull;
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < size; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+Layer* add_plugin(Network& network, const std::vector<Tensor*>& inputs, const Plugin& plugin, const std::string& name) {
+  const int n = plugin.num_outputs();
+  if (n < 1) throw Error("plugin '" + plugin.type() + "' declares " + std::to_string(n) + " outputs; it needs at least one");
+  Attributes attrs;
+  const auto bytes = plugin.serialize();
+  if (!bytes.empty()) {
+    attrs.set("plugin_bytes", HostTensor::from_bytes(DataType::kUInt8, Dims{static_cast<int64_t>(bytes.size())},
+                                                     bytes.data(), bytes.size()));
+    attrs.set("plugin_bytes_size", static_cast<int64_t>(bytes.size()));
+    attrs.set("plugin_bytes_checksum", static_cast<int64_t>(plugin_bytes_checksum(bytes.data(), bytes.size())));
+  } else {
+    store_fields(attrs, plugin.fields());
+  }
+  return add_layer_with(network, inputs, plugin.type(), plugin.version(), plugin.plugin_namespace(), n, std::move(attrs), name);
+}
+
+Layer* add_plugin_layer(Network& network, const std::vector<Tensor*>& inputs, const PluginCreator& creator,
+                        const PluginFieldCollection& fields, const std::string& layer_name, const std::string& where) {
+  const PluginFieldCollection resolved = PluginRegistry::instance().resolve_fields(creator, fields, where);
+  std::unique_ptr<Plugin> plugin;
+  try {
+    plugin = creator.create(layer_name, resolved);
+  } catch (const std::exception& e) {
+    throw Error(where + ": plugin '" + creator.name() + "' rejected its fields: " + e.what());
+  }
+  if (!plugin) throw Error(where + ": plugin creator '" + creator.name() + "' returned no plugin");
+  const int n = plugin->num_outputs();
+  if (n < 1) throw Error(where + ": plugin '" + creator.name() + "' declares " + std::to_string(n) + " outputs");
+  Attributes attrs;
+  store_fields(attrs, resolved);
+  return add_layer_with(network, inputs, creator.name(), creator.version(), creator.plugin_namespace(), n, std::move(attrs),
+                        layer_name);
+}
+
+PluginFieldCollection plugin_fields_of(const Layer& layer, const PluginCreator& creator) {
+  PluginFieldCollection given;
+  for (const auto& spec : creator.field_schema()) {
+    const std::string key = kFieldPrefix + spec.name;
+    if (!layer.attrs().has(key)) continue;
+    const AttrValue& v = layer.attrs().all().at(key);
+    PluginField f;
+    f.name = spec.name;
+    f.type = spec.type;
+    switch (spec.type) {
+      case PluginFieldType::kFloat32: {
+        const auto d = layer.attrs().get_floats(key);
+        f.f32.assign(d.begin(), d.end());
+        break;
+      }
+      case PluginFieldType::kFloat64: f.f64 = layer.attrs().get_floats(key); break;
+      case PluginFieldType::kInt32: {
+        const auto d = layer.attrs().get_ints(key);
+        for (int64_t x : d) {
+          if (x < INT32_MIN || x > INT32_MAX) {
+            throw Error(plugin_label(layer) + ": field '" + spec.name + "' value " + std::to_string(x) + " does not fit int32");
+          }
+          f.i32.push_back(static_cast<int32_t>(x));
+        }
+        break;
+      }
+      case PluginFieldType::kInt64: f.i64 = layer.attrs().get_ints(key); break;
+      case PluginFieldType::kString: f.str = layer.attrs().get_string(key); break;
+      case PluginFieldType::kTensor: f.tensor = layer.attrs().get_tensor(key); break;
+    }
+    (void)v;
+    given.add(std::move(f));
+  }
+  for (const auto& [key, value] : layer.attrs().all()) {
+    if (key.rfind(kFieldPrefix, 0) != 0) continue;
+    const std::string fname = key.substr(std::strlen(kFieldPrefix));
+    if (!given.find(fname)) {
+      PluginField f;
+      f.name = fname;  // unknown to the schema: resolve_fields reports it
+      f.type = PluginFieldType::kString;
+      given.add(f);
+    }
+  }
+  return PluginRegistry::instance().resolve_fields(creator, given, plugin_label(layer));
+}
+
+std::unique_ptr<Plugin> plugin_from_layer(const Layer& layer, DeviceType device) {
+  const std::string name = layer.attrs().get_string("plugin_name");
+  const std::string version = layer.attrs().get_string("plugin_version", "1");
+  const std::string ns = layer.attrs().get_string("plugin_namespace", "");
+  const PluginCreator* creator = PluginRegistry::instance().find(name, version, ns);
+  if (!creator) {
+    const std::string lib = layer.attrs().get_string("plugin_library", "");
+    throw Error(plugin_label(layer) + ": plugin '" + name + "' version '" + version + "' namespace '" + ns +
+                "' is not registered" + (lib.empty() ? std::string() : " (it came from library '" + lib + "')") +
+                "; load its library first (kiln ... --plugins LIB.so, or kiln::load_plugin_library)");
+  }
+  std::unique_ptr<Plugin> plugin;
+  if (layer.attrs().has("plugin_bytes")) {
+    const HostTensor& bytes = layer.attrs().get_tensor("plugin_bytes");
+    const auto size = static_cast<size_t>(layer.attrs().get_int("plugin_bytes_size", -1));
+    const auto sum = static_cast<uint64_t>(layer.attrs().get_int("plugin_bytes_checksum", 0));
+    if (size != bytes.nbytes() || sum != plugin_bytes_checksum(bytes.data(), bytes.nbytes())) {
+      throw Error(plugin_label(layer) + ": the plugin's serialized bytes do not match their recorded size/checksum "
+                  "(recorded " + std::to_string(size) + " bytes, found " + std::to_string(bytes.nbytes()) +
+                  "); the engine is corrupt");
+    }
+    plugin = creator->deserialize(layer.name(), bytes.data(), bytes.nbytes());
+  } else {
+    plugin = creator->create(layer.name(), plugin_fields_of(layer, *creator));
+  }
+  if (!plugin) throw Error(plugin_label(layer) + ": the creator returned no plugin");
+  plugin->set_target_device(device);
+  if (plugin->num_outputs() != layer.num_outputs()) {
+    throw Error(plugin_label(layer) + ": the plugin declares " + std::to_string(plugin->num_outputs()) +
+                " outputs but the layer has " + std::to_string(layer.num_outputs()));
+  }
+  return plugin;
+}
+
+void check_engine_plugins(const EngineData& data, const std::string& source) {
+  std::string missing;
+  for (const auto& p : data.plugins) {
+    if (!PluginRegistry::instance().find(p.name, p.version, p.plugin_namespace)) {
+      missing += "\n  - plugin '" + p.name + "' version '" + p.version + "' namespace '" + p.plugin_namespace + "'" +
+                 (p.library.empty() ? std::string(" (built in when the engine was made)") : " from library '" + p.library + "'");
+    }
+  }
+  if (!missing.empty()) {
+    throw Error(source + ": the engine uses plugins that are not registered in this process:" + missing +
+                "\nload their libraries first: kiln run --plugins LIB.so (C++: kiln::load_plugin_library)");
+  }
+}
+
+// ---- shape inference ----------------------------------------------------------------------
+
 void plugin_infer_shapes(ShapeContext& ctx) {
-  ctx.fail("plugin layers are not supported by this build (no plugin registry)");
+  std::unique_ptr<Plugin> plugin;
+  try {
+    plugin = plugin_from_layer(ctx.layer(), DeviceType::kCPU);
+  } catch (const Error& e) {
+    ctx.fail(e.what());
+  }
+  std::vector<DataType> in_types;
+  std::vector<Dims> in_dims;
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i)) ctx.fail("plugin inputs cannot be omitted (input " + std::to_string(i) + ")");
+    in_types.push_back(ctx.input_type(i));
+    in_dims.push_back(ctx.input_dims(i));
+  }
+  const auto out_types = plugin->output_types(in_types);
+  if (static_cast<int>(out_types.size()) != ctx.num_outputs()) {
+    ctx.fail("output_types() returned " + std::to_string(out_types.size()) + " types for " +
+             std::to_string(ctx.num_outputs()) + " outputs");
+  }
+  ExprBuilder exprs;
+  std::vector<DimsExprs> in_exprs;
+  for (size_t i = 0; i < in_dims.size(); ++i) {
+    DimsExprs e;
+    for (int k = 0; k < in_dims[i].rank(); ++k) e.d.push_back(exprs.input_dim(static_cast<int>(i), k));
+    in_exprs.push_back(e);
+  }
+  for (int o = 0; o < ctx.num_outputs(); ++o) {
+    const DimsExprs out = plugin->output_dims(o, in_exprs, exprs);
+    if (out.rank() > kMaxDims) ctx.fail("output_dims(" + std::to_string(o) + ") has rank " + std::to_string(out.rank()));
+    Dims dims;
+    for (int k = 0; k < out.rank(); ++k) {
+      if (!out.d[static_cast<size_t>(k)]) ctx.fail("output_dims(" + std::to_string(o) + ") has a null expression at axis " + std::to_string(k));
+      const int64_t v = out.d[static_cast<size_t>(k)]->evaluate(in_dims);
+      if (v < 0) {
+        ctx.fail("output_dims(" + std::to_string(o) + ") axis " + std::to_string(k) + " = " +
+                 out.d[static_cast<size_t>(k)]->to_string() + " evaluates to " + std::to_string(v));
+      }
+      dims.push_back(v);
+    }
+    ctx.set_output(o, out_types[static_cast<size_t>(o)], dims);
+  }
+}
+
+namespace {
+
+OpSchema plugin_schema() {
+  OpSchema s;
+  s.type = kLayerPlugin;
+  s.min_inputs = 0;
+  s.max_inputs = -1;
+  s.num_outputs = -1;
+  s.attrs = {
+      {"plugin_name", AttrType::kString, std::string(), true, "creator name"},
+      {"plugin_version", AttrType::kString, std::string("1"), false, "creator version"},
+      {"plugin_namespace", AttrType::kString, std::string(), false, "creator namespace"},
+      {"plugin_library", AttrType::kString, std::string(), false, "library the creator came from"},
+  };
+  s.doc = "A custom layer run by a registered plugin (docs/writing-a-plugin.md).";
+  return s;
+}
+KILN_REGISTER_OP(plugin_schema());
+
+// ---- the kernel that runs plugins -----------------------------------------------------------
+
+std::vector<PluginTensorDesc> plugin_descs(const std::vector<TensorDesc>& descs) {
+  std::vector<PluginTensorDesc> r;
+  for (const auto& d : descs) r.push_back(PluginTensorDesc{d.type, d.format, d.dims});
+  return r;
+}
+
+class PluginKernel : public Kernel {
+ public:
+  PluginKernel(const Layer& layer, DeviceType device) : layer_(layer), device_(device) {
+    plugin_ = plugin_from_layer(layer, device);
+    const int rc = plugin_->initialize();
+    if (rc != 0) throw Error(plugin_label(layer) + ": initialize() returned " + std::to_string(rc));
+    initialized_ = true;
+  }
+  ~PluginKernel() override {
+    if (initialized_) plugin_->terminate();
+  }
+  void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
+               int num_threads) override {
+    in_ = plugin_descs(inputs);
+    out_ = plugin_descs(outputs);
+    std::vector<DynamicPluginTensorDesc> din, dout;
+    for (const auto& d : in_) din.push_back(DynamicPluginTensorDesc{d, d.dims, d.dims, d.dims});
+    for (const auto& d : out_) dout.push_back(DynamicPluginTensorDesc{d, d.dims, d.dims, d.dims});
+    plugin_->configure(din, dout);
+    workspace_ = plugin_->workspace_size(in_, out_);
+    num_threads_ = num_threads;
+  }
+  size_t workspace_size() const override { return workspace_; }
+  void execute(const KernelContext& ctx) override {
+    std::vector<const void*> ins;
+    std::vector<void*> outs;
+    for (const auto& v : ctx.inputs) ins.push_back(v.data);
+    for (const auto& v : ctx.outputs) outs.push_back(v.data);
+    PluginExecContext exec{device_, ctx.stream, ctx.num_threads ? ctx.num_threads : num_threads_};
+    const int rc = plugin_->enqueue(in_, out_, ins.data(), outs.data(), ctx.workspace, exec);
+    if (rc != 0) {
+      throw Error(plugin_label(layer_) + ": enqueue() failed with code " + std::to_string(rc) + " on " +
+                  to_string(device_));
+    }
+  }
+
+ private:
+  const Layer& layer_;
+  DeviceType device_;
+  std::unique_ptr<Plugin> plugin_;
+  bool initialized_ = false;
+  std::vector<PluginTensorDesc> in_, out_;
+  size_t workspace_ = 0;
+  int num_threads_ = 1;
+};
+
+// A plugin is usable on a device when it accepts the layer's current input types in linear
+// format with its declared output types.
+bool plugin_supports(const Layer& layer, const std::vector<TensorDesc>& inputs, DeviceType device) {
+  std::unique_ptr<Plugin> plugin = plugin_from_layer(layer, device);
+  std::vector<PluginTensorDesc> io;
+  std::vector<DataType> types;
+  for (const auto& d : inputs) {
+    io.push_back(PluginTensorDesc{d.type, TensorFormat::kLinear, d.dims});
+    types.push_back(d.type);
+  }
+  for (DataType t : plugin->output_types(types)) io.push_back(PluginTensorDesc{t, TensorFormat::kLinear, Dims{}});
+  for (int pos = 0; pos < static_cast<int>(io.size()); ++pos) {
+    if (!plugin->supports_format_combination(pos, io, static_cast<int>(inputs.size()), plugin->num_outputs())) return false;
+  }
+  return true;
+}
+
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerPlugin, "plugin", 0,
+    [](const Layer& l, const std::vector<TensorDesc>& in) { return plugin_supports(l, in, DeviceType::kCPU); },
+    [](const Layer& l) { return std::make_unique<PluginKernel>(l, DeviceType::kCPU); }});
+#ifdef KILN_HAVE_CUDA
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCUDA, kLayerPlugin, "plugin", 0,
+    [](const Layer& l, const std::vector<TensorDesc>& in) { return plugin_supports(l, in, DeviceType::kCUDA); },
+    [](const Layer& l) { return std::make_unique<PluginKernel>(l, DeviceType::kCUDA); }});
+#endif
+
+}  // namespace
+
+std::vector<EngineData::PluginRecord> collect_plugin_records(const Network& network) {
+  std::vector<EngineData::PluginRecord> records;
+  for (int i = 0; i < network.num_layers(); ++i) {
+    const Layer* l = network.layer(i);
+    if (l->type() != kLayerPlugin) continue;
+    EngineData::PluginRecord r;
+    r.name = l->attrs().get_string("plugin_name");
+    r.version = l->attrs().get_string("plugin_version", "1");
+    r.plugin_namespace = l->attrs().get_string("plugin_namespace", "");
+    r.library = PluginRegistry::instance().library_of(r.name, r.version, r.plugin_namespace);
+    const bool seen = std::any_of(records.begin(), records.end(), [&](const EngineData::PluginRecord& x) {
+      return x.name == r.name && x.version == r.version && x.plugin_namespace == r.plugin_namespace;
+    });
+    if (!seen) records.push_back(r);
+  }
+  return records;
 }
 
 }  // namespace kiln

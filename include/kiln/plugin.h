@@ -1,0 +1,270 @@
+// Custom layers (plugins). A plugin answers the builder's questions (outputs, types, symbolic
+// output dims, supported type/format combinations, workspace) and runs its kernel; kiln checks
+// every answer. A PluginCreator makes plugins from typed fields; the engine stores a plugin's
+// fields (or its own bytes, wrapped with size and checksum) and re-creates it through the
+// creator when the engine is loaded. See docs/writing-a-plugin.md.
+//
+// Thread-safety: a plugin object is used by one thread at a time. kiln clones one per
+// execution context; creators and the registry are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/types.h"
+
+namespace kiln {
+
+// ---- symbolic dimensions ------------------------------------------------------------------
+
+enum class DimOp : int32_t { kSum, kSub, kProd, kFloorDiv, kCeilDiv, kMin, kMax, kEqual, kLess };
+
+// A node of a dimension expression: a constant, an input extent, a data-dependent size or an
+// operation. Owned by the ExprBuilder that made it; valid while the builder lives.
+class DimExpr {
+ public:
+  bool is_constant() const { return kind_ == Kind::kConstant; }
+  int64_t constant_value() const { return value_; }
+  // "N", "(N*4)", "3", "input0[2]" ... for messages and `kiln plugin check`.
+  std::string to_string() const;
+  // Value for concrete input dims (and size-tensor values).
+  int64_t evaluate(const std::vector<Dims>& inputs, const std::vector<int64_t>& sizes = {}) const;
+
+ private:
+  friend class ExprBuilder;
+  enum class Kind { kConstant, kInput, kSize, kOp } kind_ = Kind::kConstant;
+  int64_t value_ = 0;             // constant; or upper bound for kSize
+  int input_ = 0, axis_ = 0;      // kInput; input_ is the size index for kSize
+  DimOp op_ = DimOp::kSum;
+  const DimExpr* a_ = nullptr;
+  const DimExpr* b_ = nullptr;
+};
+
+// The dims of one tensor as expressions.
+struct DimsExprs {
+  std::vector<const DimExpr*> d;
+  int rank() const { return static_cast<int>(d.size()); }
+};
+
+class ExprBuilder {
+ public:
+  ExprBuilder();
+  ~ExprBuilder();
+  ExprBuilder(const ExprBuilder&) = delete;
+  ExprBuilder& operator=(const ExprBuilder&) = delete;
+  const DimExpr* constant(int64_t value);
+  const DimExpr* operation(DimOp op, const DimExpr& a, const DimExpr& b);
+  // A data-dependent size (NonZero-, NMS-like): its value is written by the plugin at run time
+  // into the declared size output; `upper_bound` sizes the memory.
+  const DimExpr* size_tensor(int size_index, int64_t upper_bound);
+  // Used by kiln: extent `axis` of input `input`.
+  const DimExpr* input_dim(int input, int axis);
+
+ private:
+  std::vector<std::unique_ptr<DimExpr>> nodes_;
+};
+
+// ---- tensors as plugins see them ----------------------------------------------------------
+
+struct PluginTensorDesc {
+  DataType type = DataType::kFloat32;
+  TensorFormat format = TensorFormat::kLinear;
+  Dims dims;  // concrete in enqueue/workspace_size; may hold kDynamic in configure
+};
+
+struct DynamicPluginTensorDesc {
+  PluginTensorDesc desc;  // dims with kDynamic where the profile allows a range
+  Dims min, opt, max;
+};
+
+// ---- fields -------------------------------------------------------------------------------
+
+enum class PluginFieldType : int32_t { kFloat32, kFloat64, kInt32, kInt64, kString, kTensor };
+const char* to_string(PluginFieldType type);
+
+// One field value: typed arrays (a scalar is count 1); strings; tensors.
+struct PluginField {
+  std::string name;
+  PluginFieldType type = PluginFieldType::kFloat32;
+  std::vector<float> f32;
+  std::vector<double> f64;
+  std::vector<int32_t> i32;
+  std::vector<int64_t> i64;
+  std::string str;
+  HostTensor tensor;
+  int64_t count() const;
+
+  static PluginField float32(std::string name, std::vector<float> v);
+  static PluginField int64(std::string name, std::vector<int64_t> v);
+  static PluginField int32(std::string name, std::vector<int32_t> v);
+  static PluginField float64(std::string name, std::vector<double> v);
+  static PluginField string(std::string name, std::string v);
+  static PluginField tensor_value(std::string name, HostTensor v);
+};
+
+class PluginFieldCollection {
+ public:
+  void add(PluginField field);
+  const PluginField* find(const std::string& name) const;
+  const std::vector<PluginField>& all() const { return fields_; }
+  // Typed access with a clear error (naming the field) when absent or of another type.
+  float get_float32(const std::string& name) const;
+  int64_t get_int64(const std::string& name) const;
+  std::string get_string(const std::string& name) const;
+
+ private:
+  std::vector<PluginField> fields_;
+};
+
+// One entry of a creator's field schema.
+struct PluginFieldSpec {
+  std::string name;
+  PluginFieldType type = PluginFieldType::kFloat32;
+  int64_t count = 1;        // -1: any count
+  bool required = false;    // when false, `default_value` is used if absent
+  PluginField default_value;
+  std::string description;
+};
+
+// ---- execution ----------------------------------------------------------------------------
+
+// What enqueue gets besides the tensors. On CUDA `stream` is the cudaStream_t to launch on (never
+// the legacy default stream, never synchronize the device); on the CPU it is null and
+// `num_threads` says how many threads the kernel may use.
+struct PluginExecContext {
+  DeviceType device = DeviceType::kCPU;
+  void* stream = nullptr;
+  int num_threads = 1;
+};
+
+class Plugin {
+ public:
+  virtual ~Plugin() = default;
+
+  // Identity.
+  virtual std::string type() const = 0;
+  virtual std::string version() const { return "1"; }
+  virtual std::string plugin_namespace() const { return ""; }
+
+  // Number of outputs, and their data types given the input types.
+  virtual int num_outputs() const = 0;
+  virtual std::vector<DataType> output_types(const std::vector<DataType>& input_types) const = 0;
+  // Dims of output `index` as expressions of the input dims (inputs[i].d[j] are the extents).
+  virtual DimsExprs output_dims(int index, const std::vector<DimsExprs>& inputs, ExprBuilder& exprs) const = 0;
+
+  // Whether tensor `pos` (inputs first, then outputs) may have in_out[pos]'s type and format,
+  // given the choices already made for positions < pos. Asked for the device returned by
+  // target_device().
+  virtual bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& in_out, int num_inputs,
+                                           int num_outputs) const = 0;
+
+  // Once per optimization profile, with the min/opt/max of every tensor, before workspace_size.
+  virtual void configure(const std::vector<DynamicPluginTensorDesc>& inputs,
+                         const std::vector<DynamicPluginTensorDesc>& outputs) {}
+  // Scratch bytes needed for these concrete shapes; kiln provides that much (never null if > 0).
+  virtual size_t workspace_size(const std::vector<PluginTensorDesc>& inputs,
+                                const std::vector<PluginTensorDesc>& outputs) const {
+    return 0;
+  }
+  // Runs the layer. Return 0 on success; any other value fails the inference with the layer's
+  // name and the code.
+  virtual int enqueue(const std::vector<PluginTensorDesc>& input_descs, const std::vector<PluginTensorDesc>& output_descs,
+                      const void* const* inputs, void* const* outputs, void* workspace,
+                      const PluginExecContext& exec) = 0;
+
+  // Lifecycle: clone for each execution context; initialize/terminate around its use there.
+  virtual std::unique_ptr<Plugin> clone() const = 0;
+  virtual int initialize() { return 0; }
+  virtual void terminate() {}
+
+  // Serialization by fields (preferred): the values that re-create this plugin through its
+  // creator's create().
+  virtual PluginFieldCollection fields() const = 0;
+  // Optional own bytes. When non-empty, the engine stores them (with size and checksum) and
+  // re-creates the plugin with the creator's deserialize().
+  virtual std::vector<uint8_t> serialize() const { return {}; }
+
+  // Set by kiln before any builder question.
+  DeviceType target_device() const { return device_; }
+  void set_target_device(DeviceType device) { device_ = device; }
+
+ private:
+  DeviceType device_ = DeviceType::kCPU;
+};
+
+class PluginCreator {
+ public:
+  virtual ~PluginCreator() = default;
+  virtual std::string name() const = 0;
+  virtual std::string version() const { return "1"; }
+  virtual std::string plugin_namespace() const { return ""; }
+  virtual std::vector<PluginFieldSpec> field_schema() const = 0;
+  // Creates a plugin from fields already checked against field_schema() (defaults filled in).
+  virtual std::unique_ptr<Plugin> create(const std::string& layer_name, const PluginFieldCollection& fields) const = 0;
+  // Re-creates a plugin from its own bytes (for plugins whose serialize() is non-empty).
+  virtual std::unique_ptr<Plugin> deserialize(const std::string& layer_name, const void* data, size_t size) const;
+};
+
+std::vector<std::string> load_plugin_library(const std::string& path);
+
+struct PluginInfo {
+  std::string name, version, plugin_namespace, library;  // library: "" for built-in / static
+};
+
+class PluginRegistry {
+ public:
+  static PluginRegistry& instance();
+  // Registers a creator (kiln takes ownership). Throws when the same name + version + namespace
+  // is registered already, unless `replace` (a user plugin overriding a built-in on purpose).
+  void register_creator(std::unique_ptr<PluginCreator> creator, const std::string& library = "", bool replace = false);
+  // Null when not registered.
+  const PluginCreator* find(const std::string& name, const std::string& version = "1",
+                            const std::string& plugin_namespace = "") const;
+  std::vector<PluginInfo> list() const;
+  // The library a creator came from ("" when built in).
+  std::string library_of(const std::string& name, const std::string& version, const std::string& plugin_namespace) const;
+
+  // Checks fields against a creator's schema: fills defaults, rejects missing required fields,
+  // unknown fields and type/count mismatches with a message naming `where` and the field.
+  PluginFieldCollection resolve_fields(const PluginCreator& creator, const PluginFieldCollection& given,
+                                       const std::string& where) const;
+
+ private:
+  friend std::vector<std::string> load_plugin_library(const std::string& path);
+  PluginRegistry() = default;
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+  Impl& impl() const;
+};
+
+// Loads a plugin library (dlopen) and registers the creators its KILN_REGISTER_PLUGIN lines
+// define. Throws kiln::Error: file missing, the loader's message (with the missing symbol), no
+// creators found, duplicate name + version. Returns the names of the creators it added.
+std::vector<std::string> load_plugin_library(const std::string& path);
+
+// Adds a Plugin layer to a network; the plugin's fields (or bytes) are stored on the layer.
+class Network;
+class Layer;
+class Tensor;
+Layer* add_plugin(Network& network, const std::vector<Tensor*>& inputs, const Plugin& plugin,
+                  const std::string& name = "");
+
+namespace detail {
+struct PluginRegistrar {
+  explicit PluginRegistrar(std::unique_ptr<PluginCreator> creator);
+};
+}  // namespace detail
+
+}  // namespace kiln
+
+#define KILN_PLUGIN_CONCAT_INNER(a, b) a##b
+#define KILN_PLUGIN_CONCAT(a, b) KILN_PLUGIN_CONCAT_INNER(a, b)
+// Registers a creator class at load time (static initialization of the library or program that
+// defines it). In a static library, link the object with --whole-archive or reference
+// kiln_plugin_anchor_<Creator>() so the linker keeps it.
+#define KILN_REGISTER_PLUGIN(Creator)                                                                \
+  extern "C" int kiln_plugin_anchor_##Creator() { return 1; }                                        \
+  static ::kiln::detail::PluginRegistrar KILN_PLUGIN_CONCAT(kiln_plugin_registrar_, __LINE__)(       \
+      std::make_unique<Creator>())

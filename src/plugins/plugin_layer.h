@@ -1,0 +1,39 @@
+// Plugin layers in kiln's IR: how a plugin's identity and fields are stored on a Layer (so the
+// engine serializes them like any attribute), how a plugin is re-created from a layer through
+// its creator, and the checks kiln applies to every answer a plugin gives.
+//
+// Attributes of a Plugin layer: plugin_name, plugin_version, plugin_namespace (strings);
+// "field.<name>" per field (float32/float64 -> floats, int32/int64 -> ints, string, tensor);
+// or, for plugins that serialize themselves, plugin_bytes (uint8 tensor), plugin_bytes_size and
+// plugin_bytes_checksum (ints).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/plugin.h"
+#include "src/engine/engine_format.h"
+
+namespace kiln {
+
+// Adds a Plugin layer from a creator's name and fields (checked against its schema; errors name
+// `where`, e.g. the ONNX node).
+Layer* add_plugin_layer(Network& network, const std::vector<Tensor*>& inputs, const PluginCreator& creator,
+                        const PluginFieldCollection& fields, const std::string& layer_name, const std::string& where);
+
+// Re-creates the plugin of a Plugin layer for `device`. Throws a clear error when its creator is
+// not registered (naming the plugin, version, namespace, recorded library and --plugins) or when
+// its stored bytes do not match their recorded size or checksum.
+std::unique_ptr<Plugin> plugin_from_layer(const Layer& layer, DeviceType device);
+
+// The fields stored on a Plugin layer, converted back by the creator's schema.
+PluginFieldCollection plugin_fields_of(const Layer& layer, const PluginCreator& creator);
+
+// Fails with a message naming every plugin of an engine that is not registered in this process.
+void check_engine_plugins(const EngineData& data, const std::string& source);
+
+// 64-bit FNV-1a of plugin bytes.
+uint64_t plugin_bytes_checksum(const void* data, size_t size);
+
+}  // namespace kiln

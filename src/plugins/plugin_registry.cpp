@@ -1,0 +1,408 @@
+// The plugin registry, field collections, symbolic dimension expressions and the plugin
+// library loader.
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "kiln/error.h"
+#include "kiln/logger.h"
+#include "kiln/plugin.h"
+
+namespace kiln {
+
+// ---- DimExpr / ExprBuilder ----------------------------------------------------------------
+
+namespace {
+const char* op_symbol(DimOp op) {
+  static const char* const kSymbols[] = {"+", "-", "*", "/", "/^", " min ", " max ", "==", "<"};
+  return kSymbols[static_cast<int>(op)];
+}
+int64_t floor_div(int64_t a, int64_t b) {
+  if (b == 0) throw Error("plugin dimension expression divides by zero");
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+}  // namespace
+
+std::string DimExpr::to_string() const {
+  switch (kind_) {
+    case Kind::kConstant: return std::to_string(value_);
+    case Kind::kInput: return "in" + std::to_string(input_) + "[" + std::to_string(axis_) + "]";
+    case Kind::kSize: return "size" + std::to_string(input_) + "(<=" + std::to_string(value_) + ")";
+    case Kind::kOp: return "(" + a_->to_string() + op_symbol(op_) + b_->to_string() + ")";
+  }
+  return "?";
+}
+
+int64_t DimExpr::evaluate(const std::vector<Dims>& inputs, const std::vector<int64_t>& sizes) const {
+  switch (kind_) {
+    case Kind::kConstant: return value_;
+    case Kind::kInput:
+      if (input_ < 0 || static_cast<size_t>(input_) >= inputs.size() || axis_ < 0 ||
+          axis_ >= inputs[static_cast<size_t>(input_)].rank()) {
+        throw Error("plugin dimension expression refers to " + to_string() + ", which does not exist");
+      }
+      return inputs[static_cast<size_t>(input_)][axis_];
+    case Kind::kSize:
+      return static_cast<size_t>(input_) < sizes.size() ? sizes[static_cast<size_t>(input_)] : value_;
+    case Kind::kOp: {
+      const int64_t a = a_->evaluate(inputs, sizes), b = b_->evaluate(inputs, sizes);
+      switch (op_) {
+        case DimOp::kSum: return a + b;
+        case DimOp::kSub: return a - b;
+        case DimOp::kProd: return a * b;
+        case DimOp::kFloorDiv: return floor_div(a, b);
+        case DimOp::kCeilDiv: return -floor_div(-a, b);
+        case DimOp::kMin: return std::min(a, b);
+        case DimOp::kMax: return std::max(a, b);
+        case DimOp::kEqual: return a == b;
+        case DimOp::kLess: return a < b;
+      }
+    }
+  }
+  return 0;
+}
+
+ExprBuilder::ExprBuilder() = default;
+ExprBuilder::~ExprBuilder() = default;
+
+const DimExpr* ExprBuilder::constant(int64_t value) {
+  auto e = std::make_unique<DimExpr>();
+  e->kind_ = DimExpr::Kind::kConstant;
+  e->value_ = value;
+  nodes_.push_back(std::move(e));
+  return nodes_.back().get();
+}
+
+const DimExpr* ExprBuilder::operation(DimOp op, const DimExpr& a, const DimExpr& b) {
+  if (a.is_constant() && b.is_constant()) {
+    DimExpr tmp;
+    tmp.kind_ = DimExpr::Kind::kOp;
+    tmp.op_ = op;
+    tmp.a_ = &a;
+    tmp.b_ = &b;
+    return constant(tmp.evaluate({}));
+  }
+  auto e = std::make_unique<DimExpr>();
+  e->kind_ = DimExpr::Kind::kOp;
+  e->op_ = op;
+  e->a_ = &a;
+  e->b_ = &b;
+  nodes_.push_back(std::move(e));
+  return nodes_.back().get();
+}
+
+const DimExpr* ExprBuilder::size_tensor(int size_index, int64_t upper_bound) {
+  auto e = std::make_unique<DimExpr>();
+  e->kind_ = DimExpr::Kind::kSize;
+  e->input_ = size_index;
+  e->value_ = upper_bound;
+  nodes_.push_back(std::move(e));
+  return nodes_.back().get();
+}
+
+const DimExpr* ExprBuilder::input_dim(int input, int axis) {
+  auto e = std::make_unique<DimExpr>();
+  e->kind_ = DimExpr::Kind::kInput;
+  e->input_ = input;
+  e->axis_ = axis;
+  nodes_.push_back(std::move(e));
+  return nodes_.back().get();
+}
+
+// ---- fields -------------------------------------------------------------------------------
+
+const char* to_string(PluginFieldType type) {
+  static const char* const kNames[] = {"float32", "float64", "int32", "int64", "string", "tensor"};
+  return kNames[static_cast<int>(type)];
+}
+
+int64_t PluginField::count() const {
+  switch (type) {
+    case PluginFieldType::kFloat32: return static_cast<int64_t>(f32.size());
+    case PluginFieldType::kFloat64: return static_cast<int64_t>(f64.size());
+    case PluginFieldType::kInt32: return static_cast<int64_t>(i32.size());
+    case PluginFieldType::kInt64: return static_cast<int64_t>(i64.size());
+    case PluginFieldType::kString: return 1;
+    case PluginFieldType::kTensor: return 1;
+  }
+  return 0;
+}
+
+PluginField PluginField::float32(std::string name, std::vector<float> v) {
+  PluginField f;
+  f.name = std::move(name);
+  f.type = PluginFieldType::kFloat32;
+  f.f32 = std::move(v);
+  return f;
+}
+PluginField PluginField::float64(std::string name, std::vector<double> v) {
+  PluginField f;
+  f.name = std::move(name);
+  f.type = PluginFieldType::kFloat64;
+  f.f64 = std::move(v);
+  return f;
+}
+PluginField PluginField::int32(std::string name, std::vector<int32_t> v) {
+  PluginField f;
+  f.name = std::move(name);
+  f.type = PluginFieldType::kInt32;
+  f.i32 = std::move(v);
+  return f;
+}
+PluginField PluginField::int64(std::string name, std::vector<int64_t> v) {
+  PluginField f;
+  f.name = std::move(name);
+  f.type = PluginFieldType::kInt64;
+  f.i64 = std::move(v);
+  return f;
+}
+PluginField PluginField::string(std::string name, std::string v) {
+  PluginField f;
+  f.name = std::move(name);
+  f.type = PluginFieldType::kString;
+  f.str = std::move(v);
+  return f;
+}
+PluginField PluginField::tensor_value(std::string name, HostTensor v) {
+  PluginField f;
+  f.name = std::move(name);
+  f.type = PluginFieldType::kTensor;
+  f.tensor = std::move(v);
+  return f;
+}
+
+void PluginFieldCollection::add(PluginField field) {
+  for (auto& f : fields_) {
+    if (f.name == field.name) {
+      f = std::move(field);
+      return;
+    }
+  }
+  fields_.push_back(std::move(field));
+}
+
+const PluginField* PluginFieldCollection::find(const std::string& name) const {
+  for (const auto& f : fields_) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+namespace {
+const PluginField& typed_field(const PluginFieldCollection& c, const std::string& name, PluginFieldType type) {
+  const PluginField* f = c.find(name);
+  if (!f) throw Error("plugin field '" + name + "' is missing");
+  if (f->type != type) {
+    throw Error("plugin field '" + name + "' has type " + to_string(f->type) + ", expected " + to_string(type));
+  }
+  if (f->count() < 1) throw Error("plugin field '" + name + "' is empty");
+  return *f;
+}
+}  // namespace
+
+float PluginFieldCollection::get_float32(const std::string& name) const {
+  return typed_field(*this, name, PluginFieldType::kFloat32).f32[0];
+}
+int64_t PluginFieldCollection::get_int64(const std::string& name) const {
+  return typed_field(*this, name, PluginFieldType::kInt64).i64[0];
+}
+std::string PluginFieldCollection::get_string(const std::string& name) const {
+  return typed_field(*this, name, PluginFieldType::kString).str;
+}
+
+std::unique_ptr<Plugin> PluginCreator::deserialize(const std::string& layer_name, const void*, size_t) const {
+  throw Error("plugin '" + name() + "' (layer '" + layer_name +
+              "'): the engine holds the plugin's own bytes but its creator does not implement deserialize()");
+}
+
+// ---- registry -----------------------------------------------------------------------------
+
+struct PluginRegistry::Impl {
+  mutable std::mutex mutex;
+  struct Entry {
+    std::unique_ptr<PluginCreator> creator;
+    std::string library;
+  };
+  std::vector<Entry> entries;
+  // While load_plugin_library runs: the library being loaded and what it registered.
+  std::string loading;
+  std::vector<std::string> loaded_names;
+  std::vector<std::string> load_errors;
+};
+
+PluginRegistry::Impl& PluginRegistry::impl() const {
+  return *impl_;
+}
+
+PluginRegistry& PluginRegistry::instance() {
+  static PluginRegistry* registry = [] {
+    auto* r = new PluginRegistry();
+    r->impl_ = std::make_shared<Impl>();
+    return r;
+  }();
+  return *registry;
+}
+
+namespace {
+std::string plugin_id(const std::string& name, const std::string& version, const std::string& ns) {
+  return "'" + name + "' version '" + version + "'" + (ns.empty() ? std::string() : " namespace '" + ns + "'");
+}
+}  // namespace
+
+void PluginRegistry::register_creator(std::unique_ptr<PluginCreator> creator, const std::string& library, bool replace) {
+  if (!creator) throw Error("register_creator: null creator");
+  Impl& m = impl();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  const std::string lib = library.empty() ? m.loading : library;
+  const std::string name = creator->name(), version = creator->version(), ns = creator->plugin_namespace();
+  for (auto& e : m.entries) {
+    if (e.creator->name() == name && e.creator->version() == version && e.creator->plugin_namespace() == ns) {
+      if (replace) {
+        e.creator = std::move(creator);
+        e.library = lib;
+        return;
+      }
+      const std::string msg = "plugin " + plugin_id(name, version, ns) + " is registered twice (first from " +
+                              (e.library.empty() ? std::string("kiln's built-ins") : e.library) + ", again from " +
+                              (lib.empty() ? std::string("the program") : lib) +
+                              "); give one a different version or namespace";
+      if (!m.loading.empty()) {
+        m.load_errors.push_back(msg);
+        return;
+      }
+      throw Error(msg);
+    }
+  }
+  m.entries.push_back(Impl::Entry{std::move(creator), lib});
+  if (!m.loading.empty()) m.loaded_names.push_back(name + " v" + version);
+}
+
+const PluginCreator* PluginRegistry::find(const std::string& name, const std::string& version, const std::string& ns) const {
+  Impl& m = impl();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  for (const auto& e : m.entries) {
+    if (e.creator->name() == name && e.creator->version() == version && e.creator->plugin_namespace() == ns) {
+      return e.creator.get();
+    }
+  }
+  return nullptr;
+}
+
+std::vector<PluginInfo> PluginRegistry::list() const {
+  Impl& m = impl();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  std::vector<PluginInfo> r;
+  for (const auto& e : m.entries) {
+    r.push_back(PluginInfo{e.creator->name(), e.creator->version(), e.creator->plugin_namespace(), e.library});
+  }
+  std::sort(r.begin(), r.end(), [](const PluginInfo& a, const PluginInfo& b) {
+    return std::tie(a.name, a.version, a.plugin_namespace) < std::tie(b.name, b.version, b.plugin_namespace);
+  });
+  return r;
+}
+
+std::string PluginRegistry::library_of(const std::string& name, const std::string& version, const std::string& ns) const {
+  Impl& m = impl();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  for (const auto& e : m.entries) {
+    if (e.creator->name() == name && e.creator->version() == version && e.creator->plugin_namespace() == ns) return e.library;
+  }
+  return "";
+}
+
+PluginFieldCollection PluginRegistry::resolve_fields(const PluginCreator& creator, const PluginFieldCollection& given,
+                                                     const std::string& where) const {
+  const auto schema = creator.field_schema();
+  PluginFieldCollection out;
+  for (const auto& f : given.all()) {
+    const bool known = std::any_of(schema.begin(), schema.end(), [&](const PluginFieldSpec& s) { return s.name == f.name; });
+    if (!known) {
+      std::string names;
+      for (const auto& s : schema) names += (names.empty() ? "" : ", ") + s.name;
+      throw Error(where + ": plugin '" + creator.name() + "' has no field '" + f.name + "' (its fields: " +
+                  (names.empty() ? "none" : names) + ")");
+    }
+  }
+  for (const auto& spec : schema) {
+    const PluginField* f = given.find(spec.name);
+    if (!f) {
+      if (spec.required) {
+        throw Error(where + ": plugin '" + creator.name() + "' needs field '" + spec.name + "' (" + to_string(spec.type) +
+                    (spec.description.empty() ? "" : ": " + spec.description) + ")");
+      }
+      PluginField d = spec.default_value;
+      d.name = spec.name;
+      out.add(d);
+      continue;
+    }
+    if (f->type != spec.type) {
+      throw Error(where + ": plugin '" + creator.name() + "' field '" + spec.name + "' has type " + to_string(f->type) +
+                  ", expected " + to_string(spec.type));
+    }
+    if (spec.count >= 0 && f->count() != spec.count) {
+      throw Error(where + ": plugin '" + creator.name() + "' field '" + spec.name + "' has " + std::to_string(f->count()) +
+                  " value(s), expected " + std::to_string(spec.count));
+    }
+    out.add(*f);
+  }
+  return out;
+}
+
+detail::PluginRegistrar::PluginRegistrar(std::unique_ptr<PluginCreator> creator) {
+  try {
+    PluginRegistry::instance().register_creator(std::move(creator));
+  } catch (const std::exception& e) {
+    // Static initialization must not throw; report and keep the first registration.
+    log(Severity::kError, e.what());
+  }
+}
+
+std::vector<std::string> load_plugin_library(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw Error("plugin library '" + path + "' does not exist (check the --plugins path)");
+  }
+  PluginRegistry::Impl& m = PluginRegistry::instance().impl();
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    if (!m.loading.empty()) throw Error("load_plugin_library: another library is being loaded");
+    for (const auto& e : m.entries) {
+      if (e.library == path) throw Error("plugin library '" + path + "' is already loaded");
+    }
+    m.loading = path;
+    m.loaded_names.clear();
+    m.load_errors.clear();
+  }
+  dlerror();
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  std::vector<std::string> names, errors;
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    names = m.loaded_names;
+    errors = m.load_errors;
+    m.loading.clear();
+  }
+  if (!handle) {
+    const char* why = dlerror();
+    throw Error("cannot load plugin library '" + path + "': " + (why ? why : "unknown loader error") +
+                " (an 'undefined symbol' means the library needs another library loaded first or was built "
+                "against another kiln version)");
+  }
+  if (!errors.empty()) {
+    std::string msg = "plugin library '" + path + "':";
+    for (const auto& e : errors) msg += " " + e + ";";
+    throw Error(msg);
+  }
+  if (names.empty()) {
+    throw Error("plugin library '" + path +
+                "' loaded but registered no plugin creators (does it use KILN_REGISTER_PLUGIN(YourCreator)?)");
+  }
+  return names;
+}
+
+}  // namespace kiln
