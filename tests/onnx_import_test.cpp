@@ -728,14 +728,21 @@ void expect_exactly_unsupported(const std::string& path, const std::set<std::str
   for (const auto& name : want) EXPECT_NE(msg.find("'" + name + "'"), std::string::npos) << name;
 }
 
-TEST(OnnxModels, TinyYoloTemperatureSwishReportsExactlyTheCustomNodes) {
+TEST(OnnxModels, TinyYoloTemperatureSwishImportsThroughThePluginFallback) {
+  // The 57 custom::TemperatureSwish nodes map to the built-in TemperatureSwish plugin.
   const std::string path = shared_model("tinyyolo_tswish");
   SKIP_IF_ABSENT(path);
-  expect_exactly_unsupported(path, {"TemperatureSwish"}, 57);
-  for (const auto& p : OnnxParser::check_file(path)) {
-    EXPECT_EQ(p.domain, "custom");
-    EXPECT_EQ(p.opset, 1);
+  EXPECT_TRUE(OnnxParser::check_file(path).empty());
+  auto net = import_model(path);
+  int plugins = 0;
+  for (int i = 0; i < net->num_layers(); ++i) {
+    const Layer* l = net->layer(i);
+    if (l->type() != kLayerPlugin) continue;
+    ++plugins;
+    EXPECT_EQ(l->attrs().get_string("plugin_name"), "TemperatureSwish");
+    EXPECT_EQ(l->attrs().get_floats("field.temperature"), std::vector<double>{0.5});
   }
+  EXPECT_EQ(plugins, 57);
 }
 
 TEST(OnnxModels, BertTinyReportsExactlyLayerNormalization) {
