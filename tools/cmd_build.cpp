@@ -1,0 +1,152 @@
+// `kiln build`: ONNX model -> engine file. Parses the model, makes one optimization profile from
+// the trtexec-style shape flags, builds with kiln::Builder, prints the BuildReport and writes the
+// engine through a temporary file (a failed build never leaves a partial engine behind).
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "kiln/builder.h"
+#include "kiln/error.h"
+#include "kiln/logger.h"
+#include "kiln/network.h"
+
+namespace kiln::cli {
+namespace {
+
+struct BuildOptions {
+  std::string onnx;
+  std::string engine;
+  std::string device = "cpu";
+  ShapeFlags shapes;
+  int threads = 0;
+  bool fp16 = false;
+  std::string memory_limit;
+  bool verbose = false;
+  bool no_optimizations = false;
+  std::vector<std::string> disabled_passes;
+  std::vector<std::string> plugins;
+};
+
+void print_profile(const OptimizationProfile& profile, std::ostream& out) {
+  if (profile.all().empty()) {
+    out << "profile: every input has a fixed shape\n";
+    return;
+  }
+  out << "profile:\n";
+  for (const auto& [name, s] : profile.all()) {
+    if (s.min == s.max)
+      out << "  " << name << ": " << s.min.to_string() << "\n";
+    else
+      out << "  " << name << ": min " << s.min.to_string() << ", opt " << s.opt.to_string() << ", max "
+          << s.max.to_string() << "\n";
+  }
+}
+
+int run_build(const BuildOptions& o) {
+  std::ostream& out = std::cout;
+  if (o.verbose) default_logger().set_min_severity(Severity::kVerbose);
+
+  BuilderConfig config;
+  config.device = parse_device_type(o.device);
+  config.num_threads = o.threads;
+  config.fp16 = o.fp16;
+  config.verbose = o.verbose;
+  config.disable_optimizations = o.no_optimizations;
+  config.disabled_passes = o.disabled_passes;
+  if (!o.memory_limit.empty()) config.memory_limit = parse_byte_size(o.memory_limit, "--memory-limit");
+
+  // Parse the shape flags before the (slow) model import so that typos fail fast.
+  check_shape_flags(o.shapes);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  load_plugins(o.plugins);
+  std::unique_ptr<Network> network = load_onnx_network(o.onnx);
+  const double parse_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out << std::fixed << std::setprecision(3);
+  out << "parsed '" << o.onnx << "': " << network->num_layers() << " layers in " << parse_s << " s\n";
+  print_network_io(*network, out);
+
+  config.profiles.push_back(make_profile(*network, o.shapes, out));
+  print_profile(config.profiles.back(), out);
+
+  out << "building for " << to_string(config.device) << " (threads: "
+      << (o.threads > 0 ? std::to_string(o.threads) : std::string("all")) << ", fp16: " << (o.fp16 ? "on" : "off")
+      << (o.no_optimizations ? ", optimizations: off" : "") << ")\n"
+      << std::flush;
+  Builder builder;
+  BuildReport report;
+  std::vector<uint8_t> bytes = builder.build_serialized(*network, config, &report);
+
+  out << "build: " << report.layers_before << " layers -> " << report.layers_after << " layers in "
+      << report.build_seconds << " s\n";
+  if (o.verbose) {
+    if (report.pass_log.empty()) out << "  (no pass changed the network)\n";
+    for (const auto& line : report.pass_log) out << "  pass: " << line << "\n";
+  } else if (!report.pass_log.empty()) {
+    out << "  " << report.pass_log.size() << " pass(es) changed the network (--verbose lists them)\n";
+  }
+  out << "memory: activations peak " << format_bytes(report.activation_peak_bytes);
+  if (report.activation_naive_bytes)
+    out << " (" << format_bytes(report.activation_naive_bytes) << " without reuse)";
+  out << ", weights " << format_bytes(report.weights_bytes) << "\n";
+
+  write_file_bytes(o.engine, bytes, "engine file");
+  out << "saved engine '" << o.engine << "' (" << format_bytes(bytes.size()) << ")\n";
+  return kExitOk;
+}
+
+void add_shape_flags(CLI::App& sub, ShapeFlags& flags) {
+  sub.add_option("--shapes", flags.shapes,
+                 "Shapes of dynamic inputs, min = opt = max: NAME:DIMS[,NAME:DIMS...], e.g. images:1x3x320x320")
+      ->type_name("SPEC");
+  sub.add_option("--min-shapes", flags.min_shapes, "Smallest shapes the engine accepts (with --opt/--max-shapes)")
+      ->type_name("SPEC");
+  sub.add_option("--opt-shapes", flags.opt_shapes, "Shapes the engine is tuned for")->type_name("SPEC");
+  sub.add_option("--max-shapes", flags.max_shapes, "Largest shapes the engine accepts")->type_name("SPEC");
+}
+
+}  // namespace
+
+void setup_build_command(CLI::App& parent, std::function<int()>& run) {
+  auto o = std::make_shared<BuildOptions>();
+  CLI::App* sub = parent.add_subcommand(
+      "build",
+      "Build an engine file from an ONNX model. The model is imported, optimized (constant folding, "
+      "Conv+BatchNorm folding, activation and element-wise fusion), a kernel is chosen for every layer, "
+      "activation memory is planned for one optimization profile, and the engine is saved. Dynamic input "
+      "dims take their range from --shapes or --min/--opt/--max-shapes; a dynamic dim nobody sets is 1.");
+  sub->footer(
+      "Examples:\n"
+      "  kiln build --onnx squeezenet.onnx --save-engine squeezenet.kiln --shapes input:1x3x224x224\n"
+      "  kiln build --onnx yolo.onnx --save-engine yolo.kiln --min-shapes images:1x3x320x320 \\\n"
+      "      --opt-shapes images:4x3x320x320 --max-shapes images:8x3x320x320 --threads 4 --verbose");
+  sub->add_option("--onnx", o->onnx, "ONNX model to build")->required()->type_name("FILE");
+  sub->add_option("--save-engine", o->engine, "Engine file to write")->required()->type_name("FILE");
+  sub->add_option("--device", o->device, "Device the engine runs on: cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case))
+      ->capture_default_str();
+  add_shape_flags(*sub, o->shapes);
+  sub->add_option("--threads", o->threads, "CPU threads of the engine's kernels (0: all hardware threads)")
+      ->check(CLI::Range(0, 1000000000))
+      ->capture_default_str();
+  sub->add_flag("--fp16", o->fp16, "Allow fp16 kernels where they exist (CUDA)");
+  sub->add_option("--memory-limit", o->memory_limit,
+                  "Fail when activation memory would exceed this many bytes (suffixes K, M, G)")
+      ->type_name("BYTES");
+  sub->add_flag("--no-optimizations", o->no_optimizations, "Skip every optimization pass (for debugging)");
+  sub->add_option("--disable-pass", o->disabled_passes,
+                  "Turn off one pass by name (repeatable): constant_folding, dead_layer_elimination, "
+                  "conv_bn_folding, activation_fusion, elementwise_fusion")
+      ->type_name("NAME");
+  sub->add_option("--plugins", o->plugins, "Plugin library to load before importing (repeatable)")->type_name("LIB.so");
+  sub->add_flag("-v,--verbose", o->verbose, "List what every pass did and print the builder's progress");
+  sub->callback([&run, o] { run = [o] { return run_build(*o); }; });
+}
+
+}  // namespace kiln::cli

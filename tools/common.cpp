@@ -1,0 +1,460 @@
+// Shared helpers of the `kiln` subcommands (see common.h): shape-flag parsing and the profile
+// built from it, input loading, output comparison and latency statistics. Messages name the
+// flag, input or file at fault because they are what the user sees on the command line.
+#include "common.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <ostream>
+#include <set>
+#include <sstream>
+
+#include "core/tensor_io.h"
+#include "kiln/error.h"
+#include "kiln/onnx_parser.h"
+#include "kiln/plugin.h"
+
+namespace kiln::cli {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    parts.push_back(s.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
+    if (pos == std::string_view::npos) break;
+    start = pos + 1;
+  }
+  return parts;
+}
+
+std::string input_list(const Network& network) {
+  std::string out;
+  for (int i = 0; i < network.num_inputs(); ++i) {
+    const Tensor* t = network.input(i);
+    if (!out.empty()) out += ", ";
+    out += "'" + t->name() + "' (" + t->dims().to_string() + ")";
+  }
+  return out.empty() ? "(none)" : out;
+}
+
+const Tensor* find_input(const Network& network, const std::string& name) {
+  for (int i = 0; i < network.num_inputs(); ++i)
+    if (network.input(i)->name() == name) return network.input(i);
+  return nullptr;
+}
+
+// The input must exist and `dims` must have its rank and agree with its static extents.
+void check_against_input(const Network& network, const std::string& name, const Dims& dims,
+                         const std::string& source) {
+  const Tensor* input = find_input(network, name);
+  if (!input)
+    throw Error(source + " names '" + name + "', which is not an input of the network; its inputs are " +
+                input_list(network));
+  const Dims& declared = input->dims();
+  if (declared.rank() != dims.rank())
+    throw Error(source + " gives input '" + name + "' the shape " + dims.to_string() + " of rank " +
+                std::to_string(dims.rank()) + ", but the input has rank " + std::to_string(declared.rank()) +
+                " (" + declared.to_string() + ")");
+  for (int i = 0; i < dims.rank(); ++i) {
+    if (declared[i] != kDynamic && declared[i] != dims[i])
+      throw Error(source + " gives input '" + name + "' the shape " + dims.to_string() + ", but its dim " +
+                  std::to_string(i) + " is fixed to " + std::to_string(declared[i]) + " (" + declared.to_string() +
+                  ")");
+  }
+}
+
+// "Nx3x320x320" for ?x3x320x320: a placeholder per dynamic dim, for the notice's hint.
+std::string placeholder_dims(const Dims& dims) {
+  std::string out;
+  for (int i = 0; i < dims.rank(); ++i) {
+    if (i) out += "x";
+    if (dims[i] != kDynamic)
+      out += std::to_string(dims[i]);
+    else
+      out += (i == 0) ? std::string("N") : "D" + std::to_string(i);
+  }
+  return out;
+}
+
+std::string quoted_join(const std::set<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Network> load_onnx_network(const std::string& path) {
+  require_readable_file(path, "ONNX model");
+  auto network = std::make_unique<Network>();
+  OnnxParser parser(*network);
+  parser.parse_file(path);
+  return network;
+}
+
+void print_network_io(const Network& network, std::ostream& out) {
+  for (int i = 0; i < network.num_inputs(); ++i)
+    out << "  in   " << describe_tensor(network.input(i)->name(), network.input(i)->type(), network.input(i)->dims())
+        << "\n";
+  for (int i = 0; i < network.num_outputs(); ++i)
+    out << "  out  " << network.output(i)->name() << ": " << to_string(network.output(i)->type()) << "\n";
+}
+
+Dims parse_shape_dims(std::string_view text, const std::string& context) {
+  text = trim(text);
+  if (text.empty()) throw UsageError(context + ": the dims are empty; write them like 1x3x224x224");
+  auto parts = split(text, 'x');
+  if (parts.size() > static_cast<size_t>(kMaxDims))
+    throw UsageError(context + ": " + std::to_string(parts.size()) + " dims, more than kiln's limit of " +
+                std::to_string(kMaxDims));
+  Dims dims;
+  for (auto part : parts) {
+    part = trim(part);
+    int64_t value = 0;
+    auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (part.empty() || ec != std::errc() || ptr != part.data() + part.size())
+      throw UsageError(context + ": '" + std::string(part) + "' is not a whole number; write dims like 1x3x224x224");
+    if (value < 1)
+      throw UsageError(context + ": every extent must be at least 1, got " + std::to_string(value));
+    dims.push_back(value);
+  }
+  return dims;
+}
+
+std::map<std::string, Dims> parse_shape_list(const std::vector<std::string>& values, const std::string& flag) {
+  std::map<std::string, Dims> result;
+  for (const auto& value : values) {
+    for (auto entry : split(value, ',')) {
+      entry = trim(entry);
+      const std::string context = flag + " entry '" + std::string(entry) + "'";
+      if (entry.empty()) throw UsageError(flag + ": empty entry in '" + value + "'; write NAME:DIMS[,NAME:DIMS...]");
+      size_t colon = entry.rfind(':');
+      if (colon == std::string_view::npos)
+        throw UsageError(context + ": missing ':' between the input name and the dims; write e.g. images:1x3x224x224");
+      std::string name(trim(entry.substr(0, colon)));
+      if (name.empty()) throw UsageError(context + ": the input name before ':' is empty");
+      Dims dims = parse_shape_dims(entry.substr(colon + 1), context);
+      if (!result.emplace(name, dims).second) throw UsageError(flag + " gives input '" + name + "' more than once");
+    }
+  }
+  return result;
+}
+
+namespace {
+
+struct ParsedShapeFlags {
+  std::map<std::string, Dims> shapes, mins, opts, maxs;
+  std::set<std::string> ranged;  // inputs given by --min/--opt/--max-shapes
+};
+
+// Syntax and consistency of the flags alone (no network needed): UsageError on problems.
+ParsedShapeFlags parse_shape_flags(const ShapeFlags& flags) {
+  ParsedShapeFlags p;
+  p.shapes = parse_shape_list(flags.shapes, "--shapes");
+  p.mins = parse_shape_list(flags.min_shapes, "--min-shapes");
+  p.opts = parse_shape_list(flags.opt_shapes, "--opt-shapes");
+  p.maxs = parse_shape_list(flags.max_shapes, "--max-shapes");
+  for (const auto* m : {&p.mins, &p.opts, &p.maxs})
+    for (const auto& entry : *m) p.ranged.insert(entry.first);
+  for (const auto& name : p.ranged) {
+    std::string missing;
+    if (!p.mins.count(name)) missing += " --min-shapes";
+    if (!p.opts.count(name)) missing += " --opt-shapes";
+    if (!p.maxs.count(name)) missing += " --max-shapes";
+    if (!missing.empty())
+      throw UsageError("input '" + name +
+                       "': --min-shapes, --opt-shapes and --max-shapes must all be given for it; missing:" + missing);
+    if (p.shapes.count(name))
+      throw UsageError("input '" + name + "' is given both --shapes and --min/--opt/--max-shapes; use one or the other");
+    const Dims &lo = p.mins.at(name), &mid = p.opts.at(name), &hi = p.maxs.at(name);
+    if (lo.rank() != mid.rank() || mid.rank() != hi.rank())
+      throw UsageError("input '" + name + "': --min-shapes " + lo.to_string() + ", --opt-shapes " + mid.to_string() +
+                       " and --max-shapes " + hi.to_string() + " differ in rank");
+    for (int i = 0; i < lo.rank(); ++i) {
+      if (!(lo[i] <= mid[i] && mid[i] <= hi[i]))
+        throw UsageError("input '" + name + "': need min <= opt <= max in every dim, but dim " + std::to_string(i) +
+                         " has min " + std::to_string(lo[i]) + ", opt " + std::to_string(mid[i]) + ", max " +
+                         std::to_string(hi[i]));
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+void check_shape_flags(const ShapeFlags& flags) { parse_shape_flags(flags); }
+
+OptimizationProfile make_profile(const Network& network, const ShapeFlags& flags, std::ostream& notices) {
+  const ParsedShapeFlags parsed = parse_shape_flags(flags);
+  const auto& shapes = parsed.shapes;
+  const auto& mins = parsed.mins;
+  const auto& opts = parsed.opts;
+  const auto& maxs = parsed.maxs;
+  const auto& ranged = parsed.ranged;
+  for (const auto& [name, dims] : shapes) check_against_input(network, name, dims, "--shapes");
+  for (const auto& name : ranged) {
+    check_against_input(network, name, mins.at(name), "--min-shapes");
+    check_against_input(network, name, opts.at(name), "--opt-shapes");
+    check_against_input(network, name, maxs.at(name), "--max-shapes");
+  }
+
+  OptimizationProfile profile;
+  for (int i = 0; i < network.num_inputs(); ++i) {
+    const Tensor* input = network.input(i);
+    const std::string& name = input->name();
+    if (!input->dims().is_dynamic()) continue;  // fixed shape: nothing to choose
+    if (auto it = shapes.find(name); it != shapes.end()) {
+      profile.set_dimensions(name, it->second, it->second, it->second);
+    } else if (ranged.count(name)) {
+      profile.set_dimensions(name, mins.at(name), opts.at(name), maxs.at(name));
+    } else {
+      Dims chosen = input->dims();
+      for (int d = 0; d < chosen.rank(); ++d)
+        if (chosen[d] == kDynamic) chosen[d] = 1;
+      notices << "notice: input '" << name << "' has dynamic dims " << input->dims().to_string() << "; using "
+              << chosen.to_string() << " — pass --shapes " << name << ":" << placeholder_dims(input->dims())
+              << " to choose\n";
+      profile.set_dimensions(name, chosen, chosen, chosen);
+    }
+  }
+  return profile;
+}
+
+OptimizationProfile profile_from_input_dims(const Network& network, const std::map<std::string, Dims>& dims,
+                                            const std::string& source) {
+  OptimizationProfile profile;
+  for (const auto& [name, d] : dims) check_against_input(network, name, d, source);
+  for (int i = 0; i < network.num_inputs(); ++i) {
+    const Tensor* input = network.input(i);
+    auto it = dims.find(input->name());
+    if (it == dims.end()) throw Error(source + " gives no tensor for network input '" + input->name() + "'");
+    if (input->dims().is_dynamic()) profile.set_dimensions(input->name(), it->second, it->second, it->second);
+  }
+  return profile;
+}
+
+uint64_t parse_byte_size(std::string_view text, const std::string& flag) {
+  std::string_view s = trim(text);
+  uint64_t value = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (s.empty() || ec != std::errc() || ptr == s.data())
+    throw UsageError(flag + ": '" + std::string(text) + "' is not a size; write bytes like 1073741824, 512M or 2G");
+  std::string unit(ptr, s.data() + s.size());
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::map<std::string, int> kShift = {
+      {"", 0},   {"b", 0},    {"k", 10},  {"kb", 10}, {"kib", 10}, {"m", 20},
+      {"mb", 20}, {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30}, {"t", 40}, {"tb", 40}, {"tib", 40}};
+  auto it = kShift.find(unit);
+  if (it == kShift.end())
+    throw UsageError(flag + ": unknown unit '" + unit + "' in '" + std::string(text) + "'; use K, M, G or T (powers of 1024)");
+  if (it->second && value > (UINT64_MAX >> it->second)) throw UsageError(flag + ": '" + std::string(text) + "' is too large");
+  return value << it->second;
+}
+
+std::string format_bytes(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(u == 0 ? 0 : 1);
+  out << v << " " << kUnits[u];
+  return out.str();
+}
+
+void require_readable_file(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status))
+    throw Error("cannot open " + what + " '" + path + "': no such file");
+  if (std::filesystem::is_directory(status)) throw Error("cannot open " + what + " '" + path + "': it is a directory");
+  std::ifstream probe(path, std::ios::binary);
+  if (!probe) throw Error("cannot open " + what + " '" + path + "': " + std::strerror(errno));
+}
+
+void require_directory(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec))
+    throw Error(what + " '" + path + "' " + (std::filesystem::exists(path, ec) ? "is not a directory" : "does not exist"));
+}
+
+std::vector<uint8_t> read_file_bytes(const std::string& path, const std::string& what) {
+  require_readable_file(path, what);
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw Error("cannot read " + what + " '" + path + "': " + std::strerror(errno));
+  return bytes;
+}
+
+void write_file_bytes(const std::string& path, const std::vector<uint8_t>& bytes, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec))
+    throw Error("cannot write " + what + " '" + path + "': folder '" + parent.string() + "' does not exist");
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error("cannot write " + what + " '" + path + "': " + std::strerror(errno));
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    if (!out) {
+      fs::remove(tmp, ec);
+      throw Error("cannot write " + what + " '" + path + "': write failed (disk full?)");
+    }
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw Error("cannot write " + what + " '" + path + "': " + ec.message());
+  }
+}
+
+std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names, const std::string& inputs_dir,
+                                     const std::vector<std::string>& assignments) {
+  namespace fs = std::filesystem;
+  if (inputs_dir.empty() == assignments.empty())
+    throw UsageError("give the inputs either with --inputs-dir DIR or with --input NAME=FILE (one per input), not both or neither");
+  auto load = [](const std::string& name, const std::string& file) {
+    std::string ext = fs::path(file).extension().string();
+    if (ext != ".npy" && ext != ".pb")
+      throw Error("input '" + name + "': file '" + file + "' is neither .npy nor .pb (ONNX TensorProto)");
+    require_readable_file(file, "input file");
+    return InputTensor{name, file, load_tensor_file(file)};
+  };
+  std::vector<InputTensor> result;
+  if (!inputs_dir.empty()) {
+    require_directory(inputs_dir, "inputs folder");
+    for (size_t i = 0; i < input_names.size(); ++i) {
+      const std::string& name = input_names[i];
+      const std::vector<std::string> candidates = {
+          (fs::path(inputs_dir) / ("input_" + std::to_string(i) + ".pb")).string(),
+          (fs::path(inputs_dir) / ("input_" + std::to_string(i) + ".npy")).string(),
+          (fs::path(inputs_dir) / (sanitize_file_name(name) + ".npy")).string()};
+      auto found = std::find_if(candidates.begin(), candidates.end(), [](const std::string& c) {
+        std::error_code ec;
+        return fs::is_regular_file(c, ec);
+      });
+      if (found == candidates.end())
+        throw Error("no file for input '" + name + "' (input #" + std::to_string(i) + ") in '" + inputs_dir +
+                    "': expected input_" + std::to_string(i) + ".pb, input_" + std::to_string(i) + ".npy or " +
+                    sanitize_file_name(name) + ".npy");
+      result.push_back(load(name, *found));
+    }
+    return result;
+  }
+  std::map<std::string, std::string> files;
+  for (const auto& a : assignments) {
+    size_t eq = a.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == a.size())
+      throw UsageError("--input '" + a + "': write NAME=FILE, e.g. --input images=images.npy");
+    std::string name = a.substr(0, eq);
+    if (std::find(input_names.begin(), input_names.end(), name) == input_names.end()) {
+      std::string known;
+      for (const auto& n : input_names) known += (known.empty() ? "'" : ", '") + n + "'";
+      throw Error("--input names '" + name + "', which is not an input; the inputs are " + known);
+    }
+    if (!files.emplace(name, a.substr(eq + 1)).second) throw UsageError("--input gives '" + name + "' more than once");
+  }
+  std::set<std::string> missing;
+  for (const auto& n : input_names)
+    if (!files.count(n)) missing.insert(n);
+  if (!missing.empty()) throw UsageError("no --input given for " + quoted_join(missing) + "; every input needs a file");
+  for (const auto& n : input_names) result.push_back(load(n, files.at(n)));
+  return result;
+}
+
+CompareResult compare_tensors(const std::string& name, const HostTensor& actual, const HostTensor& reference) {
+  CompareResult r;
+  r.name = name;
+  r.count = reference.count();
+  if (actual.dims() != reference.dims()) {
+    r.shape_mismatch = true;
+    r.note = "shape " + actual.dims().to_string() + " differs from the reference's " + reference.dims().to_string();
+    return r;
+  }
+  const std::vector<double> a = actual.to_double();
+  const std::vector<double> b = reference.to_double();
+  double scale = 1.0;
+  for (double v : b)
+    if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
+  double rel_sum = 0.0;
+  int64_t above = 0, nonfinite_mismatch = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    const double x = a[i], y = b[i];
+    if (!std::isfinite(x) || !std::isfinite(y)) {
+      const bool same = (std::isnan(x) && std::isnan(y)) || x == y;
+      if (!same) {
+        ++nonfinite_mismatch;
+        ++r.violations;
+        r.max_abs_err = std::numeric_limits<double>::infinity();
+        r.max_rel_err = std::numeric_limits<double>::infinity();
+      }
+      continue;
+    }
+    const double abs_err = std::fabs(x - y);
+    const double rel_err = abs_err / std::max(std::fabs(y), 1e-3);
+    r.max_abs_err = std::max(r.max_abs_err, abs_err);
+    r.max_rel_err = std::max(r.max_rel_err, rel_err);
+    rel_sum += rel_err;
+    if (rel_err > 1e-5) ++above;
+    if (abs_err > 1e-3 * std::fabs(y) + 1e-5 * scale) ++r.violations;
+  }
+  if (!b.empty()) {
+    r.mean_rel_err = rel_sum / static_cast<double>(b.size());
+    r.share_rel_above_1e5 = static_cast<double>(above) / static_cast<double>(b.size());
+  }
+  if (nonfinite_mismatch)
+    r.note = std::to_string(nonfinite_mismatch) + " NaN/Inf element(s) differ from the reference";
+  r.pass = r.violations == 0;
+  return r;
+}
+
+LatencyStats compute_latency_stats(std::vector<double> samples_ms) {
+  LatencyStats s;
+  s.iterations = static_cast<int>(samples_ms.size());
+  if (samples_ms.empty()) return s;
+  std::sort(samples_ms.begin(), samples_ms.end());
+  const size_t n = samples_ms.size();
+  s.min_ms = samples_ms.front();
+  s.max_ms = samples_ms.back();
+  s.median_ms = (n % 2) ? samples_ms[n / 2] : 0.5 * (samples_ms[n / 2 - 1] + samples_ms[n / 2]);
+  s.mean_ms = std::accumulate(samples_ms.begin(), samples_ms.end(), 0.0) / static_cast<double>(n);
+  const size_t rank = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(n)));
+  s.p99_ms = samples_ms[std::max<size_t>(rank, 1) - 1];
+  return s;
+}
+
+std::string describe_tensor(const std::string& name, DataType type, const Dims& dims) {
+  return name + ": " + to_string(type) + " " + dims.to_string();
+}
+
+std::vector<std::string> load_plugins(const std::vector<std::string>& libraries) {
+  std::vector<std::string> names;
+  for (const std::string& library : libraries) {
+    for (std::string& name : load_plugin_library(library)) names.push_back(std::move(name));
+  }
+  return names;
+}
+
+}  // namespace kiln::cli
