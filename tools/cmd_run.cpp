@@ -41,6 +41,7 @@ struct RunOptions {
   int threads = 0;
   bool json = false;
   bool verbose = false;
+  bool dump_profile = false;
   std::vector<std::string> plugins;
 };
 
@@ -175,6 +176,7 @@ int run_run(const RunOptions& o) {
   }
 
   for (int i = 0; i < o.warmup; ++i) context->execute();
+  if (o.dump_profile) context->set_profiling(true);
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(o.iterations));
   for (int i = 0; i < o.iterations; ++i) {
@@ -183,6 +185,7 @@ int run_run(const RunOptions& o) {
     samples.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   const LatencyStats stats = compute_latency_stats(samples);
+  if (o.dump_profile) std::cerr << context->profile_report();
   const Dims first = loaded.inputs.empty() ? Dims{} : loaded.inputs.front().value.dims();
   const int64_t batch = first.rank() > 0 ? first[0] : 1;
   const double per_s = stats.mean_ms > 0 ? 1000.0 / stats.mean_ms : 0.0;
@@ -294,6 +297,8 @@ void setup_run_command(CLI::App& parent, std::function<int()>& run) {
                   "Compare each output with DIR/output_<i>.pb (or output_<i>.npy, <name>.npy)")
       ->type_name("DIR");
   sub->add_option("--iterations", o->iterations, "Timed iterations")->check(CLI::Range(1, 1000000000))->capture_default_str();
+  sub->add_flag("--dump-profile", o->dump_profile,
+                "Print per-layer time over the timed iterations, slowest first (the layer timing disturbs the totals)");
   sub->add_option("--warmup", o->warmup, "Untimed iterations run first")->check(CLI::Range(0, 1000000000))->capture_default_str();
   sub->add_option("--threads", o->threads, "CPU threads (0: the engine's setting)")
       ->check(CLI::Range(0, 1000000000))

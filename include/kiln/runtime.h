@@ -81,6 +81,13 @@ class ExecutionContext {
   // CPU threads for this context's kernels (0: the engine's setting).
   void set_num_threads(int threads);
 
+  // Per-layer timing (like trtexec --dumpProfile). When enabled, execute() adds each layer's
+  // wall-clock time (measured after the layer finished; on CUDA the stream is synchronized per
+  // layer, so only use it to find slow layers).
+  void set_profiling(bool enabled);
+  // One line per layer, slowest first: name, type, kernel, runs, total and mean milliseconds, share.
+  std::string profile_report() const;
+
   // Runs the inference to completion. Throws kiln::Error naming the failing layer.
   void execute();
   // Queues the inference on `stream` (a cudaStream_t for CUDA engines, ignored on the CPU,

@@ -4,7 +4,9 @@
 #include "kiln/runtime.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <iomanip>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -47,6 +49,9 @@ struct ContextImpl {
   DeviceBuffer arena;
   DeviceBuffer workspace;
   std::vector<DeviceBuffer> host_value_buffers;  // device copies of host-known values (CUDA)
+  bool profiling = false;
+  std::vector<double> profile_ms;  // per step
+  std::vector<int64_t> profile_runs;
 };
 
 namespace {
@@ -339,6 +344,33 @@ void ExecutionContext::set_num_threads(int threads) {
   impl_->dirty = true;
 }
 
+void ExecutionContext::set_profiling(bool enabled) {
+  impl_->profiling = enabled;
+  impl_->profile_ms.assign(impl_->engine->steps.size(), 0.0);
+  impl_->profile_runs.assign(impl_->engine->steps.size(), 0);
+}
+
+std::string ExecutionContext::profile_report() const {
+  const ContextImpl& c = *impl_;
+  std::vector<size_t> order(c.profile_ms.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return c.profile_ms[a] > c.profile_ms[b]; });
+  double total = 0;
+  for (double v : c.profile_ms) total += v;
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(3);
+  os << "layer profile (total " << total << " ms over all runs):\n";
+  for (size_t i : order) {
+    if (c.profile_runs[i] == 0) continue;
+    const Layer& l = *c.engine->steps[i];
+    os << "  " << std::setw(9) << c.profile_ms[i] << " ms  " << std::setw(5) << std::setprecision(1)
+       << (total > 0 ? 100.0 * c.profile_ms[i] / total : 0.0) << "%  " << std::setprecision(3) << l.name() << " ["
+       << l.type() << ", " << c.engine->kernels[i]->tactic << "] mean " << c.profile_ms[i] / static_cast<double>(c.profile_runs[i])
+       << " ms\n";
+  }
+  return os.str();
+}
+
 void ExecutionContext::execute() {
   ContextImpl& c = *impl_;
   EngineImpl& e = *c.engine;
@@ -372,7 +404,15 @@ void ExecutionContext::enqueue(void* stream) {
       kc.workspace_size = c.workspace.size();
       kc.stream = stream;
       kc.num_threads = threads;
-      c.kernels[s]->execute(kc);
+      if (c.profiling) {
+        const auto t0 = std::chrono::steady_clock::now();
+        c.kernels[s]->execute(kc);
+        e.backend->synchronize(stream);
+        c.profile_ms[s] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        ++c.profile_runs[s];
+      } else {
+        c.kernels[s]->execute(kc);
+      }
     } catch (const std::exception& ex) {
       const std::string msg = ex.what();
       if (msg.rfind("layer '", 0) == 0 || msg.rfind("no address set", 0) == 0) throw Error(msg);

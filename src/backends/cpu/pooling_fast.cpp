@@ -1,0 +1,78 @@
+// "fast" CPU tactic for 2-D max pooling on linear (NCHW) float32 tensors, the pooling of most
+// CNN classifiers and detectors (SqueezeNet's ceil-mode 3x3/2, YOLO's SPPF 5x5/1). oneDNN 2.6
+// pools plain NCHW tensors with a slow generic implementation, so this direct kernel wins by
+// an order of magnitude there. Each (n, c) plane is independent; windows are clipped to the
+// input (padding never wins a max), which also covers ceil_mode's partial last window.
+#include <algorithm>
+#include <limits>
+
+#include "src/backends/cpu/cpu_utils.h"
+#include "src/backends/kernel.h"
+
+namespace kiln {
+namespace {
+
+struct Pool2d {
+  int64_t kh, kw, sh, sw, ph, pw;
+};
+
+Pool2d params(const Layer& l) {
+  const auto k = l.attrs().get_ints("kernel");
+  const auto s = l.attrs().get_ints("strides", {1, 1});
+  const auto p = l.attrs().get_ints("pads", {0, 0, 0, 0});
+  return Pool2d{k.at(0), k.at(1), s.empty() ? 1 : s.at(0), s.empty() ? 1 : s.at(1), p.empty() ? 0 : p.at(0),
+                p.empty() ? 0 : p.at(1)};
+}
+
+bool supports(const Layer& l, const std::vector<TensorDesc>& in) {
+  if (in.empty() || in[0].type != DataType::kFloat32 || in[0].format != TensorFormat::kLinear) return false;
+  if (in[0].dims.rank() != 4 || l.attrs().get_string("mode", "") != "max" || l.attrs().get_int("global", 0)) return false;
+  if (l.attrs().get_ints("kernel").size() != 2) return false;
+  for (int64_t d : l.attrs().get_ints("dilations", {1, 1})) {
+    if (d != 1) return false;
+  }
+  return true;
+}
+
+void execute(const KernelContext& ctx) {
+  const Pool2d p = params(*ctx.layer);
+  const Dims& x = ctx.inputs[0].dims;
+  const Dims& y = ctx.outputs[0].dims;
+  const int64_t H = x[2], W = x[3], OH = y[2], OW = y[3];
+  const float* src = ctx.inputs[0].as<float>();
+  float* dst = ctx.outputs[0].as<float>();
+  const int64_t planes = x[0] * x[1];
+  cpu::parallel_for(
+      planes, ctx.num_threads,
+      [&](int64_t b, int64_t e) {
+        for (int64_t plane = b; plane < e; ++plane) {
+          const float* in = src + plane * H * W;
+          float* out = dst + plane * OH * OW;
+          for (int64_t oh = 0; oh < OH; ++oh) {
+            const int64_t h0 = std::max<int64_t>(oh * p.sh - p.ph, 0);
+            const int64_t h1 = std::min<int64_t>(oh * p.sh - p.ph + p.kh, H);
+            for (int64_t ow = 0; ow < OW; ++ow) {
+              const int64_t w0 = std::max<int64_t>(ow * p.sw - p.pw, 0);
+              const int64_t w1 = std::min<int64_t>(ow * p.sw - p.pw + p.kw, W);
+              float m = std::numeric_limits<float>::lowest();
+              bool nan = false;
+              for (int64_t h = h0; h < h1; ++h) {
+                const float* row = in + h * W;
+                for (int64_t w = w0; w < w1; ++w) {
+                  const float v = row[w];
+                  nan |= v != v;
+                  m = v > m ? v : m;
+                }
+              }
+              out[oh * OW + ow] = nan ? std::numeric_limits<float>::quiet_NaN() : m;
+            }
+          }
+        }
+      },
+      1);
+}
+
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerPooling, "fast", 150, supports, function_kernel(execute)});
+
+}  // namespace
+}  // namespace kiln
