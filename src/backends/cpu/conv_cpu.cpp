@@ -13,14 +13,16 @@
 #include <vector>
 
 #include "src/backends/cpu/cpu_utils.h"
+#include "src/backends/cpu/spatial_layout.h"
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
 
 namespace kiln {
 namespace {
 
-constexpr int kMaxSpatial = 3;
-using Spatial = std::array<int64_t, kMaxSpatial>;
+using cpu::kMaxSpatial;
+using cpu::Layout;
+using cpu::Spatial;
 
 // Attributes of a (de)convolution layer; spatial lists are padded to 3 dims (stride 1, pad 0,
 // dilation 1) so that one loop nest serves 1-D, 2-D and 3-D.
@@ -46,26 +48,6 @@ struct ConvGeometry {
   int64_t kernel_volume() const { return kernel[0] * kernel[1] * kernel[2]; }
 };
 
-// Element strides of a [N, C, S0, S1, S2] activation tensor in its format.
-struct Layout {
-  int64_t n = 0, c = 0;
-  Spatial s{};
-
-  Layout(TensorFormat format, int64_t channels, const Spatial& e) {
-    const int64_t volume = e[0] * e[1] * e[2];
-    n = channels * volume;
-    if (format == TensorFormat::kChannelsLast) {
-      c = 1;
-      s = {e[1] * e[2] * channels, e[2] * channels, channels};
-    } else {
-      c = volume;
-      s = {e[1] * e[2], e[2], 1};
-    }
-  }
-  int64_t at(int64_t in, int64_t ic, int64_t i0, int64_t i1, int64_t i2) const {
-    return in * n + ic * c + i0 * s[0] + i1 * s[1] + i2 * s[2];
-  }
-};
 
 ConvGeometry make_geometry(const char* what, const ConvAttrs& attrs, const KernelContext& ctx) {
   const Dims& x = ctx.inputs.at(0).dims;

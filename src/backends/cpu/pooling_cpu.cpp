@@ -16,13 +16,15 @@
 #include <vector>
 
 #include "src/backends/cpu/cpu_utils.h"
+#include "src/backends/cpu/spatial_layout.h"
 #include "src/backends/kernel.h"
 
 namespace kiln {
 namespace {
 
-constexpr int kMaxSpatial = 3;
-using Spatial = std::array<int64_t, kMaxSpatial>;
+using cpu::kMaxSpatial;
+using cpu::Layout;
+using cpu::Spatial;
 
 struct PoolAttrs {
   bool is_max = true, global = false, count_include_pad = false;
@@ -77,26 +79,6 @@ PoolGeometry make_geometry(const PoolAttrs& a, const KernelContext& ctx) {
   return g;
 }
 
-// Element strides of a [N, C, S0, S1, S2] tensor in its format.
-struct Layout {
-  int64_t n = 0, c = 0;
-  Spatial s{};
-
-  Layout(TensorFormat format, int64_t channels, const Spatial& e) {
-    const int64_t volume = e[0] * e[1] * e[2];
-    n = channels * volume;
-    if (format == TensorFormat::kChannelsLast) {
-      c = 1;
-      s = {e[1] * e[2] * channels, e[2] * channels, channels};
-    } else {
-      c = volume;
-      s = {e[1] * e[2], e[2], 1};
-    }
-  }
-  int64_t at(int64_t in, int64_t ic, int64_t i0, int64_t i1, int64_t i2) const {
-    return in * n + ic * c + i0 * s[0] + i1 * s[1] + i2 * s[2];
-  }
-};
 
 // The value a max over no element yields (ONNX Runtime's: the lowest finite value).
 template <typename T>
