@@ -169,10 +169,7 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   report.layers_before = net->num_layers();
   const auto profiles = resolve_profiles(*net, config);
   const auto points = shape_points(profiles);
-  if (config.device != DeviceType::kCPU) {
-    std::string why;
-    (void)get_backend(config.device);  // throws with the reason when absent
-  }
+  (void)get_backend(config.device);  // throws with the reason when the device is absent
   // Validate the network over every profile point before optimizing.
   for (const auto& pt : points) (void)infer_shapes(*net, pt);
 

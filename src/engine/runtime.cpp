@@ -266,6 +266,12 @@ void ExecutionContext::set_input_shape(const std::string& name, const Dims& dims
 
 namespace {
 
+// Threads for this context's kernels: its own setting, else the engine's, else all hardware threads.
+int context_threads(const ContextImpl& c) {
+  if (c.num_threads) return c.num_threads;
+  return c.engine->data.num_threads ? c.engine->data.num_threads : hardware_threads();
+}
+
 void prepare_context(ContextImpl& c) {
   EngineImpl& e = *c.engine;
   const Network& net = *e.data.network;
@@ -273,7 +279,7 @@ void prepare_context(ContextImpl& c) {
   c.plan = plan_activations(net, e.steps, c.states);
   if (c.arena.size() < c.plan.peak) c.arena = DeviceBuffer(*e.backend, c.plan.peak);
   c.host_known.assign(e.steps.size(), false);
-  const int threads = c.num_threads ? c.num_threads : (e.data.num_threads ? e.data.num_threads : hardware_threads());
+  const int threads = context_threads(c);
   size_t workspace = 0;
   for (size_t s = 0; s < e.steps.size(); ++s) {
     const Layer& l = *e.steps[s];
@@ -382,7 +388,7 @@ void ExecutionContext::enqueue(void* stream) {
   ContextImpl& c = *impl_;
   EngineImpl& e = *c.engine;
   if (c.dirty) prepare_context(c);
-  const int threads = c.num_threads ? c.num_threads : (e.data.num_threads ? e.data.num_threads : hardware_threads());
+  const int threads = context_threads(c);
   for (size_t s = 0; s < e.steps.size(); ++s) {
     const Layer& l = *e.steps[s];
     try {

@@ -97,7 +97,6 @@ PluginFieldCollection plugin_fields_of(const Layer& layer, const PluginCreator& 
   for (const auto& spec : creator.field_schema()) {
     const std::string key = kFieldPrefix + spec.name;
     if (!layer.attrs().has(key)) continue;
-    const AttrValue& v = layer.attrs().all().at(key);
     PluginField f;
     f.name = spec.name;
     f.type = spec.type;
@@ -122,7 +121,6 @@ PluginFieldCollection plugin_fields_of(const Layer& layer, const PluginCreator& 
       case PluginFieldType::kString: f.str = layer.attrs().get_string(key); break;
       case PluginFieldType::kTensor: f.tensor = layer.attrs().get_tensor(key); break;
     }
-    (void)v;
     given.add(std::move(f));
   }
   for (const auto& [key, value] : layer.attrs().all()) {
