@@ -88,10 +88,17 @@ class ExecutionContext {
   // One line per layer, slowest first: name, type, kernel, runs, total and mean milliseconds, share.
   std::string profile_report() const;
 
+  // CUDA: capture the whole inference as one CUDA graph on the first enqueue and replay it on
+  // later ones (like trtexec --useCudaGraph). The graph is re-captured automatically when input
+  // shapes or tensor addresses change. Throws on engines whose device has no graphs.
+  void set_graph_capture(bool enabled);
+  bool graph_capture() const;
+
   // Runs the inference to completion. Throws kiln::Error naming the failing layer.
   void execute();
-  // Queues the inference on `stream` (a cudaStream_t for CUDA engines, ignored on the CPU,
-  // where it runs synchronously) and returns.
+  // Queues the inference on `stream` (a cudaStream_t for CUDA engines; null means the context's
+  // own stream, never the legacy default stream; ignored on the CPU, where it runs
+  // synchronously) and returns. No host synchronization happens inside.
   void enqueue(void* stream);
 
   // Internal.

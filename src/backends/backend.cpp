@@ -1,6 +1,8 @@
 // The backend registry and DeviceBuffer.
 #include "src/backends/backend.h"
 
+#include <cstdlib>
+
 #include "kiln/error.h"
 
 namespace kiln {
@@ -29,6 +31,23 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   }
   return *this;
 }
+
+void* Backend::allocate_host(size_t bytes) {
+  void* p = std::aligned_alloc(256, bytes ? (bytes + 255) / 256 * 256 : 256);
+  if (!p) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+  return p;
+}
+void Backend::release_host(void* ptr) { std::free(ptr); }
+
+void Backend::begin_capture(void*) {
+  throw Error(std::string("the ") + to_string(device()) + " backend has no graph capture (CUDA graphs need --device cuda)");
+}
+void* Backend::end_capture(void* stream) {
+  begin_capture(stream);
+  return nullptr;
+}
+void Backend::launch_graph(void*, void* stream) { begin_capture(stream); }
+void Backend::destroy_graph(void*) {}
 
 BackendRegistry& BackendRegistry::instance() {
   static BackendRegistry registry;

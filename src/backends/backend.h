@@ -22,6 +22,13 @@ class Backend {
   // Device memory, aligned to at least 256 bytes. Throws kiln::Error on failure. Thread-safe.
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* ptr) = 0;
+  // Bytes of device memory this backend has handed out and not released, and the most at
+  // once since the process started (0 when the backend does not count).
+  virtual uint64_t bytes_in_use() const { return 0; }
+  virtual uint64_t peak_bytes_in_use() const { return 0; }
+  // Host memory the device copies from/to fastest (pinned on CUDA). Thread-safe.
+  virtual void* allocate_host(size_t bytes);
+  virtual void release_host(void* ptr);
 
   // Copies; `stream` may be null (then synchronous). Thread-safe.
   virtual void copy_host_to_device(void* dst, const void* src, size_t bytes, void* stream) = 0;
@@ -33,6 +40,20 @@ class Backend {
   virtual void* create_stream() = 0;
   virtual void destroy_stream(void* stream) = 0;
   virtual void synchronize(void* stream) = 0;
+
+  // A one-line description of the device (name, compute capability) for timing-cache keys and
+  // `kiln inspect`.
+  virtual std::string describe() const { return to_string(device()); }
+
+  // Whole-inference graphs (CUDA graphs): capture the work enqueued on `stream` between
+  // begin_capture and end_capture into an executable graph, replay it with launch_graph.
+  // Backends without graphs return false from supports_graphs and throw from the others.
+  virtual bool supports_graphs() const { return false; }
+  virtual void begin_capture(void* stream);
+  // Returns an opaque executable graph; destroy it with destroy_graph.
+  virtual void* end_capture(void* stream);
+  virtual void launch_graph(void* graph, void* stream);
+  virtual void destroy_graph(void* graph);
 };
 
 // Owning device allocation.

@@ -52,6 +52,27 @@ struct ContextImpl {
   bool profiling = false;
   std::vector<double> profile_ms;  // per step
   std::vector<int64_t> profile_runs;
+  // Device engines: host-known tensors live in device buffers uploaded once per shape change.
+  std::unordered_map<const Tensor*, void*> host_known_addresses;
+  void* own_stream = nullptr;  // the context's stream (device engines), for null-stream calls
+  // CUDA graph replay.
+  bool use_graph = false;
+  void* graph = nullptr;
+  void* graph_stream = nullptr;
+  std::map<std::string, void*> graph_addresses;  // the addresses the graph was captured with
+
+  ~ContextImpl() {
+    if (engine && engine->backend) {
+      if (graph) engine->backend->destroy_graph(graph);
+      if (own_stream) {
+        try {
+          engine->backend->synchronize(own_stream);
+        } catch (const std::exception&) {
+        }
+        engine->backend->destroy_stream(own_stream);
+      }
+    }
+  }
 };
 
 namespace {
@@ -223,6 +244,7 @@ std::string Engine::describe() const {
 std::unique_ptr<ExecutionContext> Engine::create_execution_context() {
   auto ctx = std::make_unique<ContextImpl>();
   ctx->engine = impl_.get();
+  if (impl_->data.device != DeviceType::kCPU) ctx->own_stream = impl_->backend->create_stream();
   for (size_t s = 0; s < impl_->steps.size(); ++s) ctx->kernels.push_back(impl_->kernels[s]->create(*impl_->steps[s]));
   auto result = std::make_unique<ExecutionContext>(shared_from_this(), std::move(ctx));
   result->set_optimization_profile(0);
@@ -281,9 +303,26 @@ void prepare_context(ContextImpl& c) {
   c.host_known.assign(e.steps.size(), false);
   const int threads = context_threads(c);
   size_t workspace = 0;
+  const bool device = e.data.device != DeviceType::kCPU;
+  if (device) {
+    c.host_value_buffers.clear();
+    c.host_known_addresses.clear();
+  }
   for (size_t s = 0; s < e.steps.size(); ++s) {
     const Layer& l = *e.steps[s];
     c.host_known[s] = is_host_known(l, c.states);
+    if (c.host_known[s] && device) {
+      // Uploaded once here, so that an inference (and a captured graph) never copies from
+      // pageable host memory.
+      for (int i = 0; i < l.num_outputs(); ++i) {
+        const HostTensor& v = *c.states.at(l.output(i)).value;
+        if (!v.nbytes()) continue;
+        DeviceBuffer buf(*e.backend, v.nbytes());
+        e.backend->copy_host_to_device(buf.data(), v.data(), v.nbytes(), nullptr);
+        c.host_known_addresses[l.output(i)] = buf.data();
+        c.host_value_buffers.push_back(std::move(buf));
+      }
+    }
     if (c.host_known[s]) continue;
     std::vector<TensorDesc> outs;
     for (int i = 0; i < l.num_outputs(); ++i) {
@@ -314,6 +353,8 @@ void* tensor_address(ContextImpl& c, const Tensor* t) {
   }
   auto w = e.weights.find(t);
   if (w != e.weights.end()) return w->second;
+  auto h = c.host_known_addresses.find(t);
+  if (h != c.host_known_addresses.end()) return h->second;
   auto o = c.plan.offsets.find(t);
   if (o == c.plan.offsets.end()) throw Error("internal: tensor '" + t->name() + "' has no memory assigned");
   return static_cast<uint8_t*>(c.arena.data()) + o->second;
@@ -377,17 +418,74 @@ std::string ExecutionContext::profile_report() const {
   return os.str();
 }
 
+void ExecutionContext::set_graph_capture(bool enabled) {
+  ContextImpl& c = *impl_;
+  if (enabled && !c.engine->backend->supports_graphs()) {
+    throw Error(std::string("graph capture needs a CUDA engine; this engine runs on ") + to_string(c.engine->data.device));
+  }
+  c.use_graph = enabled;
+  if (!enabled && c.graph) {
+    c.engine->backend->destroy_graph(c.graph);
+    c.graph = nullptr;
+  }
+}
+
+bool ExecutionContext::graph_capture() const { return impl_->use_graph; }
+
 void ExecutionContext::execute() {
   ContextImpl& c = *impl_;
   EngineImpl& e = *c.engine;
-  enqueue(nullptr);
-  e.backend->synchronize(nullptr);
+  enqueue(c.own_stream);
+  e.backend->synchronize(c.own_stream);
 }
+
+namespace {
+
+void enqueue_steps(ExecutionContext& self, ContextImpl& c, void* stream);
+
+}  // namespace
 
 void ExecutionContext::enqueue(void* stream) {
   ContextImpl& c = *impl_;
   EngineImpl& e = *c.engine;
+  if (!stream) stream = c.own_stream;
+  const bool was_dirty = c.dirty;
   if (c.dirty) prepare_context(c);
+  if (!c.use_graph || c.profiling) {
+    enqueue_steps(*this, c, stream);
+    return;
+  }
+  if (c.graph && (was_dirty || c.graph_addresses != c.addresses || c.graph_stream != stream)) {
+    e.backend->destroy_graph(c.graph);
+    c.graph = nullptr;
+  }
+  if (!c.graph) {
+    // Kernels run lazy one-time work (library handles, cuDNN plans) on their first execution;
+    // run once outside the capture so none of it lands in the graph.
+    enqueue_steps(*this, c, stream);
+    e.backend->synchronize(stream);
+    e.backend->begin_capture(stream);
+    try {
+      enqueue_steps(*this, c, stream);
+    } catch (...) {
+      try {
+        e.backend->destroy_graph(e.backend->end_capture(stream));
+      } catch (const std::exception&) {
+      }
+      throw;
+    }
+    c.graph = e.backend->end_capture(stream);
+    c.graph_addresses = c.addresses;
+    c.graph_stream = stream;
+  }
+  e.backend->launch_graph(c.graph, stream);
+}
+
+namespace {
+
+void enqueue_steps(ExecutionContext& self, ContextImpl& c, void* stream) {
+  (void)self;
+  EngineImpl& e = *c.engine;
   const int threads = context_threads(c);
   for (size_t s = 0; s < e.steps.size(); ++s) {
     const Layer& l = *e.steps[s];
@@ -396,7 +494,13 @@ void ExecutionContext::enqueue(void* stream) {
         for (int i = 0; i < l.num_outputs(); ++i) {
           const Tensor* t = l.output(i);
           const HostTensor& v = *c.states.at(t).value;
-          if (v.nbytes()) e.backend->copy_host_to_device(tensor_address(c, t), v.data(), v.nbytes(), stream);
+          if (!v.nbytes()) continue;
+          auto h = c.host_known_addresses.find(t);
+          if (h == c.host_known_addresses.end()) {
+            e.backend->copy_host_to_device(tensor_address(c, t), v.data(), v.nbytes(), stream);
+          } else if (t->is_network_output()) {
+            e.backend->copy_device_to_device(tensor_address(c, t), h->second, v.nbytes(), stream);
+          }
         }
         continue;
       }
@@ -439,5 +543,7 @@ void ExecutionContext::enqueue(void* stream) {
     }
   }
 }
+
+}  // namespace
 
 }  // namespace kiln

@@ -1,0 +1,173 @@
+// The CUDA backend: device memory through cudaMalloc (256-byte granules), asynchronous copies
+// on the caller's stream, and non-blocking streams. A null stream means "synchronous": the copy is
+// done on a private stream and waited for, so kiln never touches the legacy default stream.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+
+#include "kiln/error.h"
+#include "src/backends/backend.h"
+#include "src/backends/cuda/cuda_common.h"
+
+namespace kiln {
+namespace {
+
+class CudaBackend : public Backend {
+ public:
+  DeviceType device() const override { return DeviceType::kCUDA; }
+
+  bool available(std::string* why) const override {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+      cudaGetLastError();
+      if (why) {
+        *why = e != cudaSuccess ? std::string("no usable CUDA device (") + cudaGetErrorName(e) + ": " +
+                                      cudaGetErrorString(e) + ")"
+                                : std::string("no CUDA device found");
+      }
+      return false;
+    }
+    return true;
+  }
+
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes ? (bytes + 255) / 256 * 256 : 256);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_bytes = 0, total = 0;
+      cudaMemGetInfo(&free_bytes, &total);
+      throw Error("out of CUDA device memory allocating " + std::to_string(bytes) + " bytes (" +
+                  std::to_string(free_bytes >> 20) + " MiB free of " + std::to_string(total >> 20) +
+                  " MiB); lower the profile's max shapes or the batch");
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    sizes_[p] = bytes;
+    in_use_ += bytes;
+    peak_ = std::max(peak_, in_use_);
+    return p;
+  }
+  void release(void* ptr) override {
+    if (!ptr) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = sizes_.find(ptr);
+      if (it != sizes_.end()) {
+        in_use_ -= it->second;
+        sizes_.erase(it);
+      }
+    }
+    cudaFree(ptr);
+  }
+  uint64_t bytes_in_use() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return in_use_;
+  }
+  uint64_t peak_bytes_in_use() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_;
+  }
+  void* allocate_host(size_t bytes) override {
+    void* p = nullptr;
+    KILN_CUDA_CHECK(cudaMallocHost(&p, bytes ? bytes : 1));
+    return p;
+  }
+  void release_host(void* ptr) override {
+    if (ptr) cudaFreeHost(ptr);
+  }
+
+  void copy_host_to_device(void* dst, const void* src, size_t bytes, void* stream) override {
+    copy(dst, src, bytes, cudaMemcpyHostToDevice, stream);
+  }
+  void copy_device_to_host(void* dst, const void* src, size_t bytes, void* stream) override {
+    copy(dst, src, bytes, cudaMemcpyDeviceToHost, stream);
+  }
+  void copy_device_to_device(void* dst, const void* src, size_t bytes, void* stream) override {
+    if (dst == src) return;
+    copy(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+  }
+  void memset_device(void* dst, int value, size_t bytes, void* stream) override {
+    if (!bytes) return;
+    cudaStream_t s = stream ? static_cast<cudaStream_t>(stream) : private_stream();
+    KILN_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, s));
+    if (!stream) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+
+  void* create_stream() override {
+    cudaStream_t s = nullptr;
+    KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }
+  void destroy_stream(void* stream) override {
+    if (stream) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+  }
+  void synchronize(void* stream) override {
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream ? static_cast<cudaStream_t>(stream) : private_stream()));
+  }
+
+  std::string describe() const override {
+    int device = 0;
+    cudaDeviceProp prop{};
+    if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+      cudaGetLastError();
+      return "cuda";
+    }
+    return std::string(prop.name) + " sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
+  }
+
+  bool supports_graphs() const override { return true; }
+  void begin_capture(void* stream) override {
+    if (!stream) throw Error("CUDA graph capture needs a stream (got the null stream)");
+    // Thread-local mode: work other threads enqueue meanwhile is not swept into this graph.
+    KILN_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeThreadLocal));
+  }
+  void* end_capture(void* stream) override {
+    cudaGraph_t graph = nullptr;
+    KILN_CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) KILN_CUDA_CHECK(e);
+    return exec;
+  }
+  void launch_graph(void* graph, void* stream) override {
+    KILN_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)));
+  }
+  void destroy_graph(void* graph) override {
+    if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+  }
+
+ private:
+  void copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, void* stream) {
+    if (!bytes) return;
+    cudaStream_t s = stream ? static_cast<cudaStream_t>(stream) : private_stream();
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+    if (!stream) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  mutable std::mutex mutex_;
+  std::unordered_map<void*, uint64_t> sizes_;
+  uint64_t in_use_ = 0;
+  uint64_t peak_ = 0;
+
+  // One non-blocking stream per host thread for "synchronous" (null-stream) operations.
+  static cudaStream_t private_stream() {
+    thread_local struct Owned {
+      cudaStream_t s = nullptr;
+      ~Owned() {
+        if (s) cudaStreamDestroy(s);
+      }
+    } owned;
+    if (!owned.s) KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&owned.s, cudaStreamNonBlocking));
+    return owned.s;
+  }
+};
+
+struct Registrar {
+  Registrar() { BackendRegistry::instance().add(DeviceType::kCUDA, std::make_unique<CudaBackend>()); }
+} registrar;
+
+}  // namespace
+}  // namespace kiln
