@@ -1,0 +1,385 @@
+// kiln's own CUDA kernels for Convolution and Deconvolution (tactic "cuda") and the host helpers
+// shared with the cuDNN tactics in conv_cudnn.cpp (declared in conv_cuda.h).
+//
+// The "cuda" tactic is a direct gather: one thread per output element, taps outer and the
+// group's input channels inner (contiguous in channels-last memory), float accumulation. It
+// handles every geometry the layers allow (1-D/2-D/3-D, groups, dilations, asymmetric pads,
+// output_padding, bias, residual, any activation) in both formats, so it is the tactic that is
+// always there when cuDNN declines a case; for depthwise layers in channels-last format it is
+// also a competitive one (neighbouring threads read neighbouring channels).
+// Layout: x, y and the residual contiguous in the shape's format; w [M, C/g, k..] (Convolution)
+// or [C, M/g, k..] (Deconvolution) and b [M] contiguous. No alignment assumptions.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/backends/cuda/conv_cuda.h"
+#include "src/backends/cuda/cuda_common.h"
+#include "src/backends/cuda/device_math.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+// Geometry of the direct kernel, passed by value.
+struct DirectGeometry {
+  int64_t count, channels_in, channels_out, cg, mg, in_volume, kernel_volume;
+  int64_t in[3], out[3], kernel[3], stride[3], pad[3], dilation[3];
+  bool channels_last;
+};
+
+// Splits output index i into (n, m, o0, o1, o2) in the tensor's format.
+__device__ __forceinline__ void split_output(const DirectGeometry& g, int64_t i, int64_t& n, int64_t& m,
+                                             int64_t& o0, int64_t& o1, int64_t& o2) {
+  if (g.channels_last) {
+    m = i % g.channels_out;
+    i /= g.channels_out;
+  }
+  o2 = i % g.out[2];
+  i /= g.out[2];
+  o1 = i % g.out[1];
+  i /= g.out[1];
+  o0 = i % g.out[0];
+  i /= g.out[0];
+  if (!g.channels_last) {
+    m = i % g.channels_out;
+    i /= g.channels_out;
+  }
+  n = i;
+}
+
+// Input index feeding output o through tap k along one dim, or -1 when padding / no tap.
+template <bool kDeconv>
+__device__ __forceinline__ int64_t source_index(int64_t o, int64_t k, int64_t stride, int64_t pad, int64_t dilation,
+                                                int64_t extent) {
+  if (kDeconv) {
+    const int64_t t = o + pad - k * dilation;
+    if (t < 0 || t % stride != 0) return -1;
+    const int64_t i = t / stride;
+    return i < extent ? i : -1;
+  }
+  const int64_t i = o * stride - pad + k * dilation;
+  return i >= 0 && i < extent ? i : -1;
+}
+
+// Convolution: y[n,m,o] = post(b[m] + sum_{c in group(m), k} x[n,c,o*s-p+k*d] * w[m, c-c0, k] + r[n,m,o]).
+// Deconvolution: y[n,m,o] = post(b[m] + sum_{c in group(m), k: o+p-k*d = i*s} x[n,c,i] * w[c, m%Mg, k]).
+template <typename T, bool kDeconv>
+__global__ void conv_direct_kernel(DirectGeometry g, const T* __restrict__ x, const T* __restrict__ w,
+                                   const T* __restrict__ bias, const T* __restrict__ residual, T* __restrict__ y,
+                                   DevicePostOp post) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < g.count; i += step) {
+    int64_t n = 0, m = 0, o0 = 0, o1 = 0, o2 = 0;
+    split_output(g, i, n, m, o0, o1, o2);
+    const int64_t c0 = (m / g.mg) * g.cg;  // first input channel of m's group
+    // x offset of (n, c0) and the step between channels.
+    const int64_t x_base = g.channels_last ? n * g.in_volume * g.channels_in + c0 : (n * g.channels_in + c0) * g.in_volume;
+    const int64_t x_cstep = g.channels_last ? 1 : g.in_volume;
+    const int64_t x_sstep = g.channels_last ? g.channels_in : 1;  // per spatial position
+    // w offset of (channel 0 of the group, tap 0) and the step between channels.
+    const int64_t w_base = kDeconv ? (c0 * g.mg + m % g.mg) * g.kernel_volume : m * g.cg * g.kernel_volume;
+    const int64_t w_cstep = kDeconv ? g.mg * g.kernel_volume : g.kernel_volume;
+    float acc = bias ? to_float(bias[m]) : 0.0f;
+    for (int64_t k0 = 0; k0 < g.kernel[0]; ++k0) {
+      const int64_t i0 = source_index<kDeconv>(o0, k0, g.stride[0], g.pad[0], g.dilation[0], g.in[0]);
+      if (i0 < 0) continue;
+      for (int64_t k1 = 0; k1 < g.kernel[1]; ++k1) {
+        const int64_t i1 = source_index<kDeconv>(o1, k1, g.stride[1], g.pad[1], g.dilation[1], g.in[1]);
+        if (i1 < 0) continue;
+        for (int64_t k2 = 0; k2 < g.kernel[2]; ++k2) {
+          const int64_t i2 = source_index<kDeconv>(o2, k2, g.stride[2], g.pad[2], g.dilation[2], g.in[2]);
+          if (i2 < 0) continue;
+          const T* xp = x + x_base + ((i0 * g.in[1] + i1) * g.in[2] + i2) * x_sstep;
+          const T* wp = w + w_base + (k0 * g.kernel[1] + k1) * g.kernel[2] + k2;
+          for (int64_t c = 0; c < g.cg; ++c) acc += to_float(xp[c * x_cstep]) * to_float(wp[c * w_cstep]);
+        }
+      }
+    }
+    if (residual) acc += to_float(residual[i]);
+    y[i] = from_float<T>(post.apply(acc));
+  }
+}
+
+// dst[a, s, b] = src[a, b, s] for [K0, K1, S] -> [K0, S, K1]; E is an integer type of the element size.
+template <typename E>
+__global__ void weights_to_channels_last_kernel(int64_t k0, int64_t k1, int64_t spatial, const E* __restrict__ src,
+                                                E* __restrict__ dst) {
+  const int64_t count = k0 * k1 * spatial;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += step) {
+    const int64_t b = i % k1, s = (i / k1) % spatial, a = i / (k1 * spatial);
+    dst[i] = src[(a * k1 + b) * spatial + s];
+  }
+}
+
+template <typename T>
+void launch_direct_typed(const ConvShape& s, const DirectGeometry& g, const void* x, const void* w, const void* bias,
+                         const void* residual, void* y, const DevicePostOp& post, cudaStream_t stream) {
+  const auto* xt = static_cast<const T*>(x);
+  const auto* wt = static_cast<const T*>(w);
+  const auto* bt = static_cast<const T*>(bias);
+  const auto* rt = static_cast<const T*>(residual);
+  auto* yt = static_cast<T*>(y);
+  if (s.deconv) {
+    conv_direct_kernel<T, true><<<grid_for(g.count), kBlock, 0, stream>>>(g, xt, wt, bt, nullptr, yt, post);
+  } else {
+    conv_direct_kernel<T, false><<<grid_for(g.count), kBlock, 0, stream>>>(g, xt, wt, bt, rt, yt, post);
+  }
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+const char* layer_kind(bool deconv) { return deconv ? "Deconvolution" : "Convolution"; }
+
+}  // namespace
+
+ConvShape make_conv_shape(const Layer& layer, const std::vector<TensorDesc>& inputs,
+                          const std::vector<TensorDesc>& outputs, bool deconv) {
+  const auto fail = [&](const std::string& why) -> void {
+    throw Error(std::string(layer_kind(deconv)) + " layer '" + layer.name() + "' (CUDA): " + why);
+  };
+  if (inputs.size() < 2 || outputs.empty()) fail("expects inputs x and w and one output");
+  const Dims& x = inputs[0].dims;
+  const Dims& w = inputs[1].dims;
+  const Dims& y = outputs[0].dims;
+  const int k = x.rank() - 2;
+  if (k < 1 || k > 3 || w.rank() != x.rank() || y.rank() != x.rank()) {
+    fail("expects x, w and y of equal rank 3..5, got x " + x.to_string() + ", w " + w.to_string() + ", y " +
+         y.to_string());
+  }
+  ConvShape s;
+  s.deconv = deconv;
+  s.spatial_rank = k;
+  s.type = inputs[0].type;
+  s.format = inputs[0].format;
+  s.batch = x[0];
+  s.in_channels = x[1];
+  s.out_channels = y[1];
+  s.group = layer.attrs().get_int("group", 1);
+  if (s.group < 1 || s.in_channels % s.group != 0 || s.out_channels % s.group != 0) {
+    fail("group " + std::to_string(s.group) + " must divide the input channels " + std::to_string(s.in_channels) +
+         " and output channels " + std::to_string(s.out_channels));
+  }
+  const bool weights_match = deconv ? (w[0] == s.in_channels && w[1] * s.group == s.out_channels)
+                                    : (w[0] == s.out_channels && w[1] * s.group == s.in_channels);
+  if (!weights_match || y[0] != x[0]) {
+    fail("weights " + w.to_string() + " do not match x " + x.to_string() + ", y " + y.to_string() + " with group " +
+         std::to_string(s.group));
+  }
+  const auto strides = layer.attrs().get_ints("strides");
+  const auto dilations = layer.attrs().get_ints("dilations");
+  const auto pads = layer.attrs().get_ints("pads");
+  const auto output_padding = deconv ? layer.attrs().get_ints("output_padding") : std::vector<int64_t>{};
+  const auto ku = static_cast<size_t>(k);
+  if ((!strides.empty() && strides.size() != ku) || (!dilations.empty() && dilations.size() != ku) ||
+      (!pads.empty() && pads.size() != 2 * ku) || (!output_padding.empty() && output_padding.size() != ku)) {
+    fail("strides/dilations/output_padding need one value and pads two values per spatial dim");
+  }
+  for (int i = 0; i < k; ++i) {
+    const auto u = static_cast<size_t>(i);
+    const auto slot = static_cast<size_t>(3 - k + i);
+    s.in[slot] = x[i + 2];
+    s.out[slot] = y[i + 2];
+    s.kernel[slot] = w[i + 2];
+    if (!strides.empty()) s.stride[slot] = strides[u];
+    if (!dilations.empty()) s.dilation[slot] = dilations[u];
+    if (!pads.empty()) {
+      s.pad_begin[slot] = pads[u];
+      s.pad_end[slot] = pads[u + ku];
+    }
+    if (!output_padding.empty()) s.output_padding[slot] = output_padding[u];
+    if (s.stride[slot] < 1 || s.dilation[slot] < 1 || s.pad_begin[slot] < 0 || s.pad_end[slot] < 0 ||
+        s.output_padding[slot] < 0) {
+      fail("strides and dilations must be >= 1, pads and output_padding >= 0");
+    }
+    const int64_t span = s.dilation[slot] * (s.kernel[slot] - 1) + 1;
+    const int64_t expect =
+        deconv ? (s.in[slot] - 1) * s.stride[slot] - s.pad_begin[slot] - s.pad_end[slot] + span + s.output_padding[slot]
+               : (s.in[slot] + s.pad_begin[slot] + s.pad_end[slot] - span) / s.stride[slot] + 1;
+    if (expect != s.out[slot] || s.out[slot] < 1) {
+      fail("output spatial dim " + std::to_string(i) + " is " + std::to_string(s.out[slot]) + " but the attributes give " +
+           std::to_string(expect) + " (x " + x.to_string() + ", w " + w.to_string() + ")");
+    }
+  }
+  return s;
+}
+
+bool conv_operands_supported(const Layer& layer, const std::vector<TensorDesc>& inputs, bool allow_channels_last) {
+  if (inputs.size() < 2 || inputs.size() > 4) return false;
+  const TensorDesc& x = inputs[0];
+  if (!is_cuda_float(x.type) || x.dims.rank() < 3 || x.dims.rank() > 5) return false;
+  if (x.format != TensorFormat::kLinear && !(allow_channels_last && x.format == TensorFormat::kChannelsLast)) {
+    return false;
+  }
+  if (!inputs[1].present || inputs[1].dims.rank() != x.dims.rank()) return false;
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    const TensorDesc& d = inputs[i];
+    if (!d.present) continue;
+    if (d.type != x.type) return false;
+    if (i <= 2 && d.format != TensorFormat::kLinear) return false;
+    if (i == 3 && d.format != x.format) return false;
+  }
+  if (layer.attrs().get_int("group", 1) < 1) return false;
+  const std::string kind = layer.attrs().get_string("activation", "");
+  if (!kind.empty()) {
+    try {
+      (void)parse_activation_type(kind);
+    } catch (const Error&) {
+      return false;
+    }
+  }
+  return true;
+}
+
+PostOp conv_post_op(const Layer& layer) {
+  try {
+    return read_post_op(layer);
+  } catch (const Error&) {
+    return PostOp{};
+  }
+}
+
+void launch_conv_direct(const ConvShape& s, const void* x, const void* w, const void* bias, const void* residual,
+                        void* y, const PostOp& post, cudaStream_t stream) {
+  DirectGeometry g{};
+  g.count = s.batch * s.out_channels * s.out_volume();
+  if (g.count == 0) return;
+  g.channels_in = s.in_channels;
+  g.channels_out = s.out_channels;
+  g.cg = s.in_channels / s.group;
+  g.mg = s.out_channels / s.group;
+  g.in_volume = s.in_volume();
+  g.kernel_volume = s.kernel_volume();
+  g.channels_last = s.format == TensorFormat::kChannelsLast;
+  for (size_t i = 0; i < 3; ++i) {
+    g.in[i] = s.in[i];
+    g.out[i] = s.out[i];
+    g.kernel[i] = s.kernel[i];
+    g.stride[i] = s.stride[i];
+    g.pad[i] = s.pad_begin[i];
+    g.dilation[i] = s.dilation[i];
+  }
+  const DevicePostOp p = device_post_op(post);
+  switch (s.type) {
+    case DataType::kFloat32: launch_direct_typed<float>(s, g, x, w, bias, residual, y, p, stream); return;
+    case DataType::kFloat16: launch_direct_typed<__half>(s, g, x, w, bias, residual, y, p, stream); return;
+    default: break;
+  }
+  throw Error(std::string(layer_kind(s.deconv)) + " (CUDA direct kernel): unsupported data type " + to_string(s.type));
+}
+
+void launch_weights_to_channels_last(size_t element_size, int64_t k0, int64_t k1, int64_t spatial, const void* src,
+                                     void* dst, cudaStream_t stream) {
+  const int64_t count = k0 * k1 * spatial;
+  if (count == 0) return;
+  switch (element_size) {
+    case 2:
+      weights_to_channels_last_kernel<uint16_t><<<grid_for(count), kBlock, 0, stream>>>(
+          k0, k1, spatial, static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst));
+      break;
+    case 4:
+      weights_to_channels_last_kernel<uint32_t><<<grid_for(count), kBlock, 0, stream>>>(
+          k0, k1, spatial, static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst));
+      break;
+    default: throw Error("weights_to_channels_last: element size " + std::to_string(element_size) + " not supported");
+  }
+  KILN_CUDA_CHECK_LAUNCH();
+}
+
+void weights_to_channels_last_host(size_t element_size, int64_t k0, int64_t k1, int64_t spatial, const void* src,
+                                   void* dst) {
+  const auto* s = static_cast<const unsigned char*>(src);
+  auto* d = static_cast<unsigned char*>(dst);
+  for (int64_t a = 0; a < k0; ++a) {
+    for (int64_t b = 0; b < k1; ++b) {
+      for (int64_t p = 0; p < spatial; ++p) {
+        std::memcpy(d + static_cast<size_t>((a * spatial + p) * k1 + b) * element_size,
+                    s + static_cast<size_t>((a * k1 + b) * spatial + p) * element_size, element_size);
+      }
+    }
+  }
+}
+
+namespace {
+
+cudaStream_t prepare_stream() {
+  thread_local struct Owned {
+    cudaStream_t s = nullptr;
+    ~Owned() {
+      if (s) cudaStreamDestroy(s);
+    }
+  } owned;
+  if (!owned.s) KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&owned.s, cudaStreamNonBlocking));
+  return owned.s;
+}
+
+}  // namespace
+
+void upload_now(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  const cudaStream_t s = prepare_stream();
+  KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void zero_now(void* dst, size_t bytes) {
+  if (!bytes) return;
+  const cudaStream_t s = prepare_stream();
+  KILN_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void DeviceBuffer::reserve(size_t bytes) {
+  if (bytes <= bytes_ && data_) return;
+  reset();
+  KILN_CUDA_CHECK(cudaMalloc(&data_, bytes ? bytes : 1));
+  bytes_ = bytes;
+}
+
+void DeviceBuffer::reset() {
+  if (data_) cudaFree(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+namespace {
+
+// Tactic "cuda": the direct kernel for every case the layers allow.
+class ConvDirect : public Kernel {
+ public:
+  ConvDirect(const Layer& layer, bool deconv) : deconv_(deconv), post_(conv_post_op(layer)) {}
+
+  void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
+               int) override {
+    shape_ = make_conv_shape(layer, inputs, outputs, deconv_);
+  }
+
+  void execute(const KernelContext& ctx) override {
+    const void* bias = ctx.inputs.size() > 2 ? ctx.inputs[2].data : nullptr;
+    const void* residual = !deconv_ && ctx.inputs.size() > 3 ? ctx.inputs[3].data : nullptr;
+    launch_conv_direct(shape_, ctx.inputs[0].data, ctx.inputs[1].data, bias, residual, ctx.outputs[0].data, post_,
+                       stream_of(ctx));
+  }
+
+ private:
+  bool deconv_;
+  PostOp post_;
+  ConvShape shape_;
+};
+
+bool supports_conv_direct(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  return conv_operands_supported(layer, inputs, true);
+}
+
+bool supports_deconv_direct(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  return inputs.size() <= 3 && conv_operands_supported(layer, inputs, true);
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerConvolution, "cuda", 10, supports_conv_direct,
+                                 [](const Layer& layer) { return std::make_unique<ConvDirect>(layer, false); }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerDeconvolution, "cuda", 10, supports_deconv_direct,
+                                 [](const Layer& layer) { return std::make_unique<ConvDirect>(layer, true); }});
+
+}  // namespace kiln::cuda
