@@ -54,6 +54,11 @@ class BuilderConfig {
   std::vector<OptimizationProfile> profiles;
   // Print progress and per-pass details through the logger at kInfo/kVerbose.
   bool verbose = false;
+  // CUDA: a file of measured kernel timings (created when absent, updated after the build).
+  // Layers already timed on this GPU with the same shapes and attributes are not timed again.
+  std::string timing_cache_path;
+  // CUDA: time every kernel that supports a layer and keep the fastest (false: highest priority).
+  bool time_tactics = true;
 };
 
 // What the build did, for `kiln build` and `kiln inspect`.
@@ -65,6 +70,9 @@ struct BuildReport {
   uint64_t activation_naive_bytes = 0;    // sum of all activation sizes without reuse
   uint64_t weights_bytes = 0;
   double build_seconds = 0.0;
+  int layers_timed = 0;          // CUDA: layers whose kernels were timed on the device
+  int timing_cache_hits = 0;     // CUDA: layers whose choice came from the timing cache
+  double timing_seconds = 0.0;   // time spent timing kernels
 };
 
 class Builder {

@@ -108,7 +108,6 @@ std::vector<std::map<std::string, Dims>> shape_points(const std::vector<Optimiza
 
 void run_passes(Network& net, const BuilderConfig& config, const std::vector<std::map<std::string, Dims>>& points,
                 BuildReport& report) {
-  if (config.disable_optimizations) return;
   PassContext ctx{config, points, &report.pass_log};
   auto enabled = [&](const std::string& name) {
     return std::find(config.disabled_passes.begin(), config.disabled_passes.end(), name) == config.disabled_passes.end();
@@ -116,17 +115,20 @@ void run_passes(Network& net, const BuilderConfig& config, const std::vector<std
   struct PassEntry {
     const char* name;
     int (*fn)(Network&, PassContext&);
+    bool optimization;  // skipped by disable_optimizations (fp16 and layout are requests, not optimizations)
   };
   static const PassEntry kPipeline[] = {
-      {"constant_folding", pass_constant_folding},
-      {"dead_layer_elimination", pass_dead_layer_elimination},
-      {"conv_bn_folding", pass_conv_bn_folding},
-      {"activation_fusion", pass_activation_fusion},
-      {"elementwise_fusion", pass_elementwise_fusion},
-      {"dead_layer_elimination", pass_dead_layer_elimination},
+      {"constant_folding", pass_constant_folding, true},
+      {"dead_layer_elimination", pass_dead_layer_elimination, true},
+      {"conv_bn_folding", pass_conv_bn_folding, true},
+      {"activation_fusion", pass_activation_fusion, true},
+      {"elementwise_fusion", pass_elementwise_fusion, true},
+      {"dead_layer_elimination", pass_dead_layer_elimination, true},
+      {"fp16_precision", pass_fp16_precision, false},
+      {"layout", pass_layout, false},
   };
   for (const auto& p : kPipeline) {
-    if (!enabled(p.name)) continue;
+    if (!enabled(p.name) || (p.optimization && config.disable_optimizations)) continue;
     const int changes = p.fn(net, ctx);
     if (config.verbose) log(Severity::kInfo, std::string("pass ") + p.name + ": " + std::to_string(changes) + " change(s)");
     net.sort_topologically();
@@ -186,7 +188,7 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   data.device = config.device;
   data.num_threads = config.num_threads;
   const auto steps = execution_steps(*net);
-  data.tactics = select_tactics(*net, steps, config, all_states);
+  data.tactics = select_tactics(*net, steps, config, all_states, &report);
   data.plugins = collect_plugin_records(*net);
 
   for (size_t p = 0; p < profiles.size(); ++p) {

@@ -13,9 +13,13 @@
 
 namespace kiln {
 
-// Returns layer name -> tactic. Throws naming the layer when no kernel supports it.
+// Returns layer name -> tactic. Throws naming the layer when no kernel supports it. On CUDA
+// (config.time_tactics) every supporting kernel is timed at the first state (the opt point of
+// the first profile) and the fastest is kept; timings are read from and added to
+// config.timing_cache_path. `report` (may be null) receives the timing counts.
 std::map<std::string, std::string> select_tactics(const Network& network, const std::vector<Layer*>& steps,
-                                                  const BuilderConfig& config, const std::vector<TensorStates>& states);
+                                                  const BuilderConfig& config, const std::vector<TensorStates>& states,
+                                                  BuildReport* report = nullptr);
 
 // Input descriptions of a layer under one set of tensor states (values of host-known tensors).
 std::vector<TensorDesc> input_descs(const Layer& layer, const TensorStates& states);

@@ -73,8 +73,11 @@ void infer_fused(ShapeContext& ctx) {
   Dims out;
   for (int i = 0; i < n; ++i) {
     ctx.check(ctx.has_input(i), "input " + std::to_string(i) + " is missing");
-    ctx.check(ctx.input_type(i) == DataType::kFloat32,
-              "input " + std::to_string(i) + " is " + to_string(ctx.input_type(i)) + "; only float32 is supported");
+    ctx.check(ctx.input_type(i) == DataType::kFloat32 || ctx.input_type(i) == DataType::kFloat16,
+              "input " + std::to_string(i) + " is " + to_string(ctx.input_type(i)) + "; only float32 and float16 are supported");
+    ctx.check(ctx.input_type(i) == ctx.input_type(0), "input " + std::to_string(i) + " is " +
+                                                          to_string(ctx.input_type(i)) + ", input 0 is " +
+                                                          to_string(ctx.input_type(0)) + "; all inputs need one type");
     out = i == 0 ? ctx.input_dims(0) : broadcast_dims(ctx, out, ctx.input_dims(i));
   }
   for (int i = 0; i < n; ++i) {
@@ -85,7 +88,7 @@ void infer_fused(ShapeContext& ctx) {
   }
   parse_fused_program(ctx.attrs().get_strings("program"), n,
                       "layer '" + ctx.layer().name() + "' (" + kLayerFusedElementWise + ")");
-  ctx.set_output(0, DataType::kFloat32, out);
+  ctx.set_output(0, ctx.input_type(0), out);  // computed in float32 registers, stored in the input type
 }
 
 KILN_REGISTER_OP(OpSchema{

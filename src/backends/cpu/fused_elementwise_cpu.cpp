@@ -197,7 +197,15 @@ class FusedElementWiseRef : public Kernel {
   FusedProgram program_;
 };
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerFusedElementWise, "reference", 0, nullptr,
+// float32 only on the CPU (the CUDA kernel also takes float16).
+static bool fused_reference_supports(const Layer&, const std::vector<TensorDesc>& in) {
+  for (const auto& d : in) {
+    if (d.present && d.type != DataType::kFloat32) return false;
+  }
+  return true;
+}
+
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerFusedElementWise, "reference", 0, fused_reference_supports,
                                  [](const Layer& layer) -> std::unique_ptr<Kernel> {
                                    return std::make_unique<FusedElementWiseRef>(layer);
                                  }});

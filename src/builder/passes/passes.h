@@ -44,5 +44,11 @@ int pass_conv_bn_folding(Network& network, PassContext& ctx);
 int pass_activation_fusion(Network& network, PassContext& ctx);
 // Chains of element-wise layers -> one FusedElementWise layer (program format: src/ir/ops_fused.h).
 int pass_elementwise_fusion(Network& network, PassContext& ctx);
+// BuilderConfig::fp16: runs each layer in float16 where the device has a kernel for it, with
+// casts only where a tensor's type changes; network inputs/outputs keep their declared types.
+int pass_fp16_precision(Network& network, PassContext& ctx);
+// Chooses channels-last (NHWC) memory for chains of layers whose kernels prefer it (CUDA fp16
+// convolutions) and inserts Reformat layers where the format changes.
+int pass_layout(Network& network, PassContext& ctx);
 
 }  // namespace kiln

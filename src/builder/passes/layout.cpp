@@ -1,0 +1,257 @@
+// Memory-format (layout) assignment. Tensor cores run float16 convolutions natively in
+// channels-last (NHWC) memory; in NCHW cuDNN transposes around every convolution. This pass
+// finds the connected regions of layers that can all run in channels-last (some kernel of the
+// device accepts them with their activation inputs in that format) and that contain float16
+// convolutions, makes every activation inside such a region channels-last, and inserts Reformat
+// layers only at the region's edges: where a linear tensor enters (a network input, a reshape's
+// output, ...) and where a channels-last tensor leaves to a layer that needs linear memory or to
+// a network output (outputs keep the linear format users expect). A region whose convolutions
+// are fewer than the reformats it needs is left linear: there the transposes would not pay.
+//
+// Runs for CUDA engines only; CPU engines keep every tensor linear.
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kiln/error.h"
+#include "src/backends/kernel.h"
+#include "src/builder/passes/pass_utils.h"
+#include "src/ir/op_schema.h"
+#include "src/ir/shape_inference.h"
+
+namespace kiln {
+namespace {
+
+// Layer types whose kernels may run in channels-last (each still has to be accepted by a
+// kernel's supports() with channels-last inputs).
+const std::set<std::string>& format_capable_types() {
+  static const std::set<std::string> kTypes = {
+      kLayerConvolution, kLayerDeconvolution, kLayerPooling, kLayerActivation, kLayerParametricReLU,
+      kLayerScale,       kLayerElementWise,   kLayerFusedElementWise, kLayerConcatenation, kLayerResize,
+      kLayerPlugin,      kLayerIdentity,      kLayerCast};
+  return kTypes;
+}
+
+class LayoutAssigner {
+ public:
+  LayoutAssigner(Network& net, PassContext& ctx, const TensorStates& states)
+      : net_(net), ctx_(ctx), editor_(net), states_(states) {}
+
+  int run() {
+    order_ = net_.topological_order();
+    for (size_t i = 0; i < order_.size(); ++i) index_[order_[i]] = static_cast<int>(i);
+    parent_.resize(order_.size());
+    std::iota(parent_.begin(), parent_.end(), 0);
+    std::vector<bool> capable(order_.size(), false);
+    for (size_t i = 0; i < order_.size(); ++i) capable[i] = can_run_channels_last(*order_[i]);
+    // Regions: capable layers joined through the activations they pass to each other.
+    for (size_t i = 0; i < order_.size(); ++i) {
+      if (!capable[i]) continue;
+      for (int k : activation_inputs(*order_[i])) {
+        const Layer* p = order_[i]->input(k)->producer();
+        if (p && index_.count(p) && capable[static_cast<size_t>(index_.at(p))]) unite(static_cast<int>(i), index_.at(p));
+      }
+    }
+    std::map<int, std::vector<Layer*>> regions;
+    for (size_t i = 0; i < order_.size(); ++i) {
+      if (capable[i]) regions[find(static_cast<int>(i))].push_back(order_[i]);
+    }
+    int changes = 0;
+    for (auto& [root, layers] : regions) {
+      const int convs = static_cast<int>(std::count_if(layers.begin(), layers.end(), [&](const Layer* l) { return is_seed(*l); }));
+      if (convs == 0) continue;
+      const int edges = count_edges(layers);
+      if (convs < edges) {
+        passes::log_change(ctx_, "layout: region of " + std::to_string(layers.size()) + " layers around '" +
+                                     layers.front()->name() + "' stays linear (" + std::to_string(convs) +
+                                     " convolutions, " + std::to_string(edges) + " reformats needed)");
+        continue;
+      }
+      for (Layer* l : layers) {
+        in_region_.insert(l);
+        for (int i = 0; i < l->num_outputs(); ++i) {
+          if (rank_of(l->output(i)) >= 3) l->output(i)->set_format(TensorFormat::kChannelsLast);
+        }
+      }
+      passes::log_change(ctx_, "layout: " + std::to_string(layers.size()) + " layers around '" + layers.front()->name() +
+                                   "' run channels-last (" + std::to_string(convs) + " convolutions)");
+      ++changes;
+    }
+    if (!changes) return 0;
+    return changes + insert_reformats();
+  }
+
+ private:
+  int rank_of(const Tensor* t) const {
+    auto it = states_.find(t);
+    return it != states_.end() ? it->second.dims.rank() : t->dims().rank();
+  }
+  bool host_known(const Tensor* t) const {
+    auto it = states_.find(t);
+    return it != states_.end() && it->second.value;
+  }
+
+  // Inputs carrying activations: not constants, not shape inputs, rank >= 3.
+  std::vector<int> activation_inputs(const Layer& l) const {
+    const OpSchema* schema = OpSchemaRegistry::instance().find(l.type());
+    std::set<int> shape_inputs;
+    if (schema) shape_inputs.insert(schema->shape_inputs.begin(), schema->shape_inputs.end());
+    std::vector<int> r;
+    for (int i = 0; i < l.num_inputs(); ++i) {
+      const Tensor* t = l.input(i);
+      if (t && !shape_inputs.count(i) && !passes::is_constant(t) && !host_known(t) && rank_of(t) >= 3) r.push_back(i);
+    }
+    return r;
+  }
+
+  bool is_seed(const Layer& l) const {
+    if (l.type() != kLayerConvolution && l.type() != kLayerDeconvolution) return false;
+    auto it = states_.find(l.input(0));
+    return it != states_.end() && it->second.type == DataType::kFloat16 && (rank_of(l.input(0)) == 4 || rank_of(l.input(0)) == 5);
+  }
+
+  bool can_run_channels_last(const Layer& l) const {
+    if (!format_capable_types().count(l.type())) return false;
+    const auto acts = activation_inputs(l);
+    if (acts.empty()) return false;
+    for (int i = 0; i < l.num_outputs(); ++i) {
+      const int r = rank_of(l.output(i));
+      if (r != 4 && r != 5) return false;
+    }
+    for (int i : acts) {
+      const int r = rank_of(l.input(i));
+      if (r != rank_of(l.output(0))) return false;
+    }
+    std::vector<TensorDesc> descs;
+    for (int i = 0; i < l.num_inputs(); ++i) {
+      TensorDesc d;
+      const Tensor* t = l.input(i);
+      if (!t) {
+        d.present = false;
+      } else {
+        auto it = states_.find(t);
+        d.type = it != states_.end() ? it->second.type : t->type();
+        d.dims = it != states_.end() ? it->second.dims : t->dims();
+        d.value = it != states_.end() ? it->second.value.get() : nullptr;
+        d.format = std::find(acts.begin(), acts.end(), i) != acts.end() ? TensorFormat::kChannelsLast : t->format();
+      }
+      descs.push_back(d);
+    }
+    for (const KernelEntry* e : KernelRegistry::instance().find(ctx_.config.device, l.type())) {
+      if (e->supports && e->supports(l, descs)) return true;
+    }
+    return false;  // a kernel without supports() makes no claim about formats
+  }
+
+  // Reformats a region would need: activations entering from outside and leaving to outside.
+  int count_edges(const std::vector<Layer*>& layers) const {
+    std::set<const Layer*> members(layers.begin(), layers.end());
+    std::set<std::string> entering, leaving;
+    for (const Layer* l : layers) {
+      for (int i : activation_inputs(*l)) {
+        if (!members.count(l->input(i)->producer())) entering.insert(l->input(i)->name());
+      }
+      for (int o = 0; o < l->num_outputs(); ++o) {
+        const Tensor* t = l->output(o);
+        bool out = t->is_network_output();
+        for (const Layer* c : passes::distinct_consumers(t)) {
+          if (!members.count(c) && c->type() != kLayerShape) out = true;
+        }
+        if (out) leaving.insert(t->name());
+      }
+    }
+    return static_cast<int>(entering.size() + leaving.size());
+  }
+
+  Tensor* reformatted(Tensor* t, TensorFormat to) {
+    const auto key = std::make_pair(t->name(), static_cast<int>(to));
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    Layer* r = net_.add_layer(kLayerReformat, {t}, 1, {},
+                              net_.unique_name(t->name() + (to == TensorFormat::kChannelsLast ? ".nhwc" : ".nchw")));
+    r->output(0)->set_format(to);
+    cache_[key] = r->output(0);
+    return r->output(0);
+  }
+
+  int insert_reformats() {
+    int changes = 0;
+    std::vector<Tensor*> outputs_to_fix;
+    for (Layer* l : order_) {
+      if (l->type() == kLayerConstant || l->type() == kLayerShape) continue;
+      const bool inside = in_region_.count(l) != 0;
+      for (int i : activation_inputs(*l)) {
+        Tensor* t = l->input(i);
+        const TensorFormat want = inside ? TensorFormat::kChannelsLast : TensorFormat::kLinear;
+        if (t->format() != want) {
+          l->set_input(i, reformatted(t, want));
+          ++changes;
+        }
+      }
+      if (!inside) {
+        // Inputs of rank < 3 or host-known ones are never channels-last; nothing to do.
+        continue;
+      }
+      for (int o = 0; o < l->num_outputs(); ++o) {
+        if (l->output(o)->is_network_output() && l->output(o)->format() == TensorFormat::kChannelsLast) {
+          outputs_to_fix.push_back(l->output(o));
+        }
+      }
+    }
+    for (Tensor* out : outputs_to_fix) {
+      const std::string name = out->name();
+      const std::vector<Layer*> readers = passes::distinct_consumers(out);
+      Layer* r = net_.add_layer(kLayerReformat, {out}, 1, {}, net_.unique_name(name + ".nchw"));
+      Tensor* linear = r->output(0);
+      net_.replace_all_uses(out, linear);  // moves the output mark; readers are put back below
+      r->set_input(0, out);
+      for (Layer* reader : readers) {
+        for (int i = 0; i < reader->num_inputs(); ++i) {
+          if (reader->input(i) == linear) reader->set_input(i, out);
+        }
+      }
+      out->set_name(net_.unique_name(name + ".nhwc"));
+      linear->set_name(name);
+      linear->set_format(TensorFormat::kLinear);
+      passes::log_change(ctx_, "layout: output '" + name + "' reformatted back to linear");
+      ++changes;
+    }
+    return changes;
+  }
+
+  int find(int x) {
+    while (parent_[static_cast<size_t>(x)] != x) x = parent_[static_cast<size_t>(x)] = parent_[static_cast<size_t>(parent_[static_cast<size_t>(x)])];
+    return x;
+  }
+  void unite(int a, int b) {
+    a = find(a);
+    b = find(b);
+    if (a != b) parent_[static_cast<size_t>(std::max(a, b))] = std::min(a, b);
+  }
+
+  Network& net_;
+  PassContext& ctx_;
+  passes::GraphEditor editor_;
+  const TensorStates& states_;
+  std::vector<Layer*> order_;
+  std::map<const Layer*, int> index_;
+  std::vector<int> parent_;
+  std::set<const Layer*> in_region_;
+  std::map<std::pair<std::string, int>, Tensor*> cache_;
+};
+
+}  // namespace
+
+int pass_layout(Network& network, PassContext& ctx) {
+  if (ctx.config.device != DeviceType::kCUDA) return 0;
+  const auto points = passes::shape_points_of(network, ctx);
+  if (points.empty()) return 0;
+  const TensorStates states = infer_shapes(network, points.front());
+  LayoutAssigner assigner(network, ctx, states);
+  return assigner.run();
+}
+
+}  // namespace kiln

@@ -1,0 +1,253 @@
+// fp16 precision assignment (BuilderConfig::fp16): every layer that has a kernel taking its
+// float data inputs in float16 runs in float16; the others stay in float32. Casts are inserted
+// only where a float tensor's type differs from what its reader runs in, float32 constants read
+// by float16 layers are converted once at build time, Cast layers that produce float32 inside
+// the network produce float16 instead, and network inputs and outputs keep their declared types
+// (a Cast at the edge, shown by `kiln inspect`). A layer whose precision was set explicitly
+// (Layer::set_precision(kFloat32)) stays in float32. Shape inputs (Reshape's shape, Resize's
+// scales, ...) are never converted: they are read on the host.
+//
+// The decision per layer asks the device's kernel registry whether some kernel's supports()
+// accepts the layer with float16 inputs, at the first shape point (every kernel must accept the
+// layer at every point later in tactic selection, which re-checks). Plugins take part through
+// their own supports(): that is their format/type negotiation.
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/error.h"
+#include "src/backends/kernel.h"
+#include "src/builder/passes/pass_utils.h"
+#include "src/core/half.h"
+#include "src/ir/op_schema.h"
+#include "src/ir/shape_inference.h"
+
+namespace kiln {
+namespace {
+
+bool is_float(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat16; }
+
+HostTensor convert_float(const HostTensor& v, DataType to) {
+  HostTensor out(to, v.dims());
+  if (to == DataType::kFloat16) {
+    const float* src = v.as<float>();
+    half* dst = out.as<half>();
+    for (int64_t i = 0; i < v.count(); ++i) dst[i] = half(src[i]);
+  } else {
+    const half* src = v.as<half>();
+    float* dst = out.as<float>();
+    for (int64_t i = 0; i < v.count(); ++i) dst[i] = static_cast<float>(src[i]);
+  }
+  return out;
+}
+
+class PrecisionAssigner {
+ public:
+  PrecisionAssigner(Network& net, PassContext& ctx, const TensorStates& states)
+      : net_(net), ctx_(ctx), editor_(net), states_(states) {}
+
+  int run() {
+    std::map<std::string, DataType> declared_outputs;
+    for (int i = 0; i < net_.num_outputs(); ++i) declared_outputs[net_.output(i)->name()] = type_of(net_.output(i));
+    for (Layer* layer : editor_.snapshot()) {
+      if (layer->type() == kLayerConstant) continue;
+      visit(layer);
+    }
+    // Network outputs keep their declared type.
+    for (const auto& [name, type] : declared_outputs) {
+      Tensor* out = net_.find_tensor(name);
+      if (out && is_float(type) && is_float(type_of(out)) && type_of(out) != type) restore_output(out, type);
+    }
+    std::vector<Tensor*> old_constants;
+    for (const auto& [t, conv] : converted_constants_) old_constants.push_back(const_cast<Tensor*>(t));
+    editor_.drop_unused_constants(old_constants);
+    return changes_;
+  }
+
+ private:
+  DataType type_of(const Tensor* t) const {
+    auto it = types_.find(t);
+    if (it != types_.end()) return it->second;
+    auto s = states_.find(t);
+    return s != states_.end() ? s->second.type : t->type();
+  }
+  const TensorState* state_of(const Tensor* t) const {
+    auto it = states_.find(t);
+    if (it != states_.end()) return &it->second;
+    auto e = extra_states_.find(t);
+    return e != extra_states_.end() ? &e->second : nullptr;
+  }
+
+  // The input descriptions of `layer` with the float data inputs given as `as`.
+  std::vector<TensorDesc> descs_as(const Layer& layer, const std::set<int>& data_inputs, DataType as) {
+    std::vector<TensorDesc> d;
+    for (int i = 0; i < layer.num_inputs(); ++i) {
+      TensorDesc desc;
+      const Tensor* t = layer.input(i);
+      if (!t) {
+        desc.present = false;
+      } else {
+        const TensorState* s = state_of(t);
+        desc.type = data_inputs.count(i) ? as : type_of(t);
+        desc.dims = s ? s->dims : t->dims();
+        desc.format = t->format();
+        desc.value = s && s->value && s->value->type() == desc.type ? s->value.get() : nullptr;
+        const HostTensor* constant = passes::constant_value(t);
+        if (!desc.value && constant && data_inputs.count(i)) {
+          // Kernels may look at weights in supports(): show them converted.
+          preview_.push_back(std::make_unique<HostTensor>(convert_float(*constant, as)));
+          desc.value = preview_.back().get();
+        }
+      }
+      d.push_back(desc);
+    }
+    return d;
+  }
+
+  bool some_kernel_supports(const Layer& layer, const std::vector<TensorDesc>& descs) const {
+    for (const KernelEntry* e : KernelRegistry::instance().find(ctx_.config.device, layer.type())) {
+      if (!e->supports || e->supports(layer, descs)) return true;
+    }
+    return false;
+  }
+
+  bool host_known(const Layer& layer) const {
+    if (layer.type() == kLayerPlugin) return false;
+    for (int i = 0; i < layer.num_outputs(); ++i) {
+      const TensorState* s = state_of(layer.output(i));
+      if (!s || !s->value) return false;
+    }
+    return true;
+  }
+
+  void visit(Layer* layer) {
+    const OpSchema* schema = OpSchemaRegistry::instance().find(layer->type());
+    std::set<int> shape_inputs;
+    if (schema) shape_inputs.insert(schema->shape_inputs.begin(), schema->shape_inputs.end());
+    std::set<int> data_inputs;
+    for (int i = 0; i < layer->num_inputs(); ++i) {
+      const Tensor* t = layer->input(i);
+      if (t && !shape_inputs.count(i) && is_float(type_of(t))) data_inputs.insert(i);
+    }
+    if (layer->type() == kLayerCast && !host_known(*layer)) {
+      // A float32 Cast inside the network produces float16 instead (its readers run in fp16
+      // where they can; an edge output gets its declared type back at the end).
+      if (layer->attrs().get_string("to") == "float32" && !pinned_fp32(*layer)) {
+        layer->attrs().set("to", std::string("float16"));
+        ++changes_;
+      }
+    }
+    if (!data_inputs.empty() && !host_known(*layer)) {
+      DataType want = DataType::kFloat16;
+      if (pinned_fp32(*layer) || !some_kernel_supports(*layer, descs_as(*layer, data_inputs, DataType::kFloat16))) {
+        want = DataType::kFloat32;
+      }
+      if (want == DataType::kFloat16) ++fp16_layers_;
+      for (int i : data_inputs) {
+        if (type_of(layer->input(i)) != want) layer->set_input(i, converted(layer->input(i), want));
+      }
+    }
+    // Output types follow from the (possibly new) input types.
+    std::vector<TensorState> in_states(static_cast<size_t>(layer->num_inputs()));
+    std::vector<const TensorState*> ptrs;
+    for (int i = 0; i < layer->num_inputs(); ++i) {
+      const Tensor* t = layer->input(i);
+      if (!t) {
+        ptrs.push_back(nullptr);
+        continue;
+      }
+      const TensorState* s = state_of(t);
+      TensorState& st = in_states[static_cast<size_t>(i)];
+      st.type = type_of(t);
+      st.dims = s ? s->dims : t->dims();
+      if (s && s->value && s->value->type() == st.type) st.value = s->value;
+      ptrs.push_back(&st);
+    }
+    const auto outs = infer_layer(*layer, ptrs);
+    for (int i = 0; i < layer->num_outputs() && i < static_cast<int>(outs.size()); ++i) {
+      types_[layer->output(i)] = outs[static_cast<size_t>(i)].first;
+    }
+  }
+
+  static bool pinned_fp32(const Layer& layer) {
+    return layer.has_precision() && layer.precision() == DataType::kFloat32;
+  }
+
+  // `t` in type `to`: a converted constant, or the output of a (shared) Cast layer.
+  Tensor* converted(Tensor* t, DataType to) {
+    const auto key = std::make_pair(static_cast<const Tensor*>(t), to);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    Tensor* result = nullptr;
+    const HostTensor* value = passes::constant_value(t);
+    if (value && value->type() != to) {
+      result = editor_.add_constant(convert_float(*value, to), t->name() + (to == DataType::kFloat16 ? ".fp16" : ".fp32"));
+      converted_constants_[t] = result;
+      passes::log_change(ctx_, "precision: constant '" + t->name() + "' stored as " + to_string(to));
+    } else {
+      Attributes a;
+      a.set("to", std::string(to_string(to)));
+      Layer* cast = net_.add_layer(kLayerCast, {t}, 1, a, net_.unique_name(t->name() + ".to_" + to_string(to)));
+      result = cast->output(0);
+      passes::log_change(ctx_, "precision: cast '" + t->name() + "' to " + to_string(to) + " for its " +
+                                   to_string(to) + " readers");
+    }
+    types_[result] = to;
+    if (const TensorState* s = state_of(t)) extra_states_[result] = TensorState{to, s->dims, nullptr};
+    ++changes_;
+    cache_[key] = result;
+    return result;
+  }
+
+  // Gives network output `out` its declared type back: its producer now writes a renamed
+  // internal tensor and a Cast writes the output under the original name.
+  void restore_output(Tensor* out, DataType declared) {
+    const std::string name = out->name();
+    Attributes a;
+    a.set("to", std::string(to_string(declared)));
+    const std::vector<Layer*> readers = passes::distinct_consumers(out);
+    Layer* cast = net_.add_layer(kLayerCast, {out}, 1, a, net_.unique_name(name + ".to_" + to_string(declared)));
+    Tensor* cast_out = cast->output(0);
+    net_.replace_all_uses(out, cast_out);  // moves the output mark (and, undone below, the readers)
+    cast->set_input(0, out);
+    for (Layer* r : readers) {
+      for (int i = 0; i < r->num_inputs(); ++i) {
+        if (r->input(i) == cast_out) r->set_input(i, out);
+      }
+    }
+    out->set_name(net_.unique_name(name + "." + to_string(type_of(out))));
+    cast_out->set_name(name);
+    types_[cast_out] = declared;
+    passes::log_change(ctx_, "precision: output '" + name + "' computed in " + to_string(type_of(out)) +
+                                 ", cast back to its declared " + to_string(declared));
+    ++changes_;
+  }
+
+  Network& net_;
+  PassContext& ctx_;
+  passes::GraphEditor editor_;
+  const TensorStates& states_;
+  std::unordered_map<const Tensor*, DataType> types_;
+  std::unordered_map<const Tensor*, TensorState> extra_states_;
+  std::map<std::pair<const Tensor*, DataType>, Tensor*> cache_;
+  std::map<const Tensor*, Tensor*> converted_constants_;
+  std::vector<std::unique_ptr<HostTensor>> preview_;
+  int changes_ = 0;
+  int fp16_layers_ = 0;
+};
+
+}  // namespace
+
+int pass_fp16_precision(Network& network, PassContext& ctx) {
+  if (!ctx.config.fp16) return 0;
+  const auto points = passes::shape_points_of(network, ctx);
+  if (points.empty()) return 0;
+  const TensorStates states = infer_shapes(network, points.front());
+  PrecisionAssigner assigner(network, ctx, states);
+  return assigner.run();
+}
+
+}  // namespace kiln
