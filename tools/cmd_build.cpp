@@ -31,6 +31,8 @@ struct BuildOptions {
   bool no_optimizations = false;
   std::vector<std::string> disabled_passes;
   std::vector<std::string> plugins;
+  std::string timing_cache;
+  bool no_timing = false;
 };
 
 void print_profile(const OptimizationProfile& profile, std::ostream& out) {
@@ -59,6 +61,8 @@ int run_build(const BuildOptions& o) {
   config.verbose = o.verbose;
   config.disable_optimizations = o.no_optimizations;
   config.disabled_passes = o.disabled_passes;
+  config.timing_cache_path = o.timing_cache;
+  config.time_tactics = !o.no_timing;
   if (!o.memory_limit.empty()) config.memory_limit = parse_byte_size(o.memory_limit, "--memory-limit");
 
   // Parse the shape flags before the (slow) model import so that typos fail fast.
@@ -90,6 +94,11 @@ int run_build(const BuildOptions& o) {
     for (const auto& line : report.pass_log) out << "  pass: " << line << "\n";
   } else if (!report.pass_log.empty()) {
     out << "  " << report.pass_log.size() << " pass(es) changed the network (--verbose lists them)\n";
+  }
+  if (config.device != DeviceType::kCPU && config.time_tactics) {
+    out << "kernel timing: " << report.layers_timed << " layer(s) timed in " << report.timing_seconds << " s, "
+        << report.timing_cache_hits << " from the timing cache"
+        << (o.timing_cache.empty() ? std::string() : " '" + o.timing_cache + "'") << "\n";
   }
   out << "memory: activations peak " << format_bytes(report.activation_peak_bytes);
   if (report.activation_naive_bytes)
@@ -135,7 +144,11 @@ void setup_build_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_option("--threads", o->threads, "CPU threads of the engine's kernels (0: all hardware threads)")
       ->check(CLI::Range(0, 1000000000))
       ->capture_default_str();
-  sub->add_flag("--fp16", o->fp16, "Allow fp16 kernels where they exist (CUDA)");
+  sub->add_flag("--fp16", o->fp16, "Allow fp16 kernels where they exist (CUDA); inputs/outputs keep their types");
+  sub->add_option("--timing-cache", o->timing_cache,
+                  "CUDA: kernel timing cache file, read and updated (rebuilds skip timing layers seen before)")
+      ->type_name("FILE");
+  sub->add_flag("--no-timing", o->no_timing, "CUDA: take each layer's highest-priority kernel instead of timing them");
   sub->add_option("--memory-limit", o->memory_limit,
                   "Fail when activation memory would exceed this many bytes (suffixes K, M, G)")
       ->type_name("BYTES");

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <iomanip>
@@ -22,6 +23,7 @@
 #include "kiln/error.h"
 #include "kiln/logger.h"
 #include "kiln/runtime.h"
+#include "backends/backend.h"
 
 namespace kiln::cli {
 namespace {
@@ -42,7 +44,29 @@ struct RunOptions {
   bool json = false;
   bool verbose = false;
   bool dump_profile = false;
+  bool cuda_graph = false;
+  bool fp16 = false;
+  double rtol = 1e-3;
+  double atol = 1e-5;
   std::vector<std::string> plugins;
+};
+
+// Device memory for one I/O tensor of a device engine, with a pinned host staging buffer.
+struct DeviceIo {
+  Backend* backend = nullptr;
+  void* device = nullptr;
+  void* pinned = nullptr;
+  size_t bytes = 0;
+  DeviceIo(Backend& b, size_t n) : backend(&b), bytes(n) {
+    device = b.allocate(n);
+    pinned = b.allocate_host(n);
+  }
+  ~DeviceIo() {
+    backend->release(device);
+    backend->release_host(pinned);
+  }
+  DeviceIo(const DeviceIo&) = delete;
+  DeviceIo& operator=(const DeviceIo&) = delete;
 };
 
 std::string fmt(double v, int precision = 3) {
@@ -78,17 +102,12 @@ LoadedEngine load_engine_file(const RunOptions& o) {
   LoadedEngine loaded;
   loaded.source = "engine '" + o.engine + "'";
   loaded.engine = Runtime().deserialize_file(o.engine);
-  if (loaded.engine->device() != DeviceType::kCPU)
-    throw Error("engine '" + o.engine + "' was built for " + to_string(loaded.engine->device()) +
-                "; `kiln run` supports CPU engines only so far (build with --device cpu)");
   loaded.inputs = load_inputs(engine_input_names(*loaded.engine), o.inputs_dir, o.inputs);
   return loaded;
 }
 
 // --onnx: the engine is built in memory with min = opt = max = the shapes of the given inputs.
 LoadedEngine build_from_onnx(const RunOptions& o, std::ostream& out) {
-  if (parse_device_type(o.device) != DeviceType::kCPU)
-    throw Error("`kiln run` supports the cpu device only so far (got --device " + o.device + ")");
   std::unique_ptr<Network> network = load_onnx_network(o.onnx);
   std::vector<std::string> names;
   for (int i = 0; i < network->num_inputs(); ++i) names.push_back(network->input(i)->name());
@@ -98,7 +117,8 @@ LoadedEngine build_from_onnx(const RunOptions& o, std::ostream& out) {
   std::map<std::string, Dims> dims;
   for (const auto& in : loaded.inputs) dims[in.name] = in.value.dims();
   BuilderConfig config;
-  config.device = DeviceType::kCPU;
+  config.device = parse_device_type(o.device);
+  config.fp16 = o.fp16;
   config.num_threads = o.threads;
   config.verbose = o.verbose;
   config.profiles.push_back(profile_from_input_dims(*network, dims, "the input files"));
@@ -137,6 +157,22 @@ int run_run(const RunOptions& o) {
 
   std::unique_ptr<ExecutionContext> context = engine.create_execution_context();
   if (o.threads > 0) context->set_num_threads(o.threads);
+  const bool on_device = engine.device() != DeviceType::kCPU;
+  Backend* backend = on_device ? &get_backend(engine.device()) : nullptr;
+  if (o.cuda_graph) {
+    if (!on_device) throw UsageError("--cuda-graph needs a CUDA engine (this one runs on the CPU)");
+    context->set_graph_capture(true);
+  }
+  std::vector<std::unique_ptr<DeviceIo>> device_io;  // inputs and outputs in device memory
+  // Device engines: copy the host tensor into pinned then device memory; returns the device address.
+  auto to_device = [&](const void* data, size_t bytes) {
+    device_io.push_back(std::make_unique<DeviceIo>(*backend, bytes));
+    if (data && bytes) {
+      std::memcpy(device_io.back()->pinned, data, bytes);
+      backend->copy_host_to_device(device_io.back()->device, device_io.back()->pinned, bytes, nullptr);
+    }
+    return device_io.back()->device;
+  };
 
   // Inputs: check type and shape against the engine, then bind.
   for (auto& in : loaded.inputs) {
@@ -153,7 +189,7 @@ int run_run(const RunOptions& o) {
       throw Error("input '" + in.name + "' of " + loaded.source + " has the fixed shape " + info.dims.to_string() +
                   ", but '" + in.file + "' holds " + in.value.dims().to_string());
     }
-    context->set_tensor_address(in.name, in.value.data());
+    context->set_tensor_address(in.name, on_device ? to_device(in.value.data(), in.value.nbytes()) : in.value.data());
   }
   out << "inputs:\n";
   for (const auto& in : loaded.inputs)
@@ -163,6 +199,7 @@ int run_run(const RunOptions& o) {
   struct Output {
     std::string name;
     HostTensor value;
+    DeviceIo* device = nullptr;  // device engines
   };
   std::vector<Output> outputs;
   for (const auto& info : engine.io_tensors()) {
@@ -172,7 +209,13 @@ int run_run(const RunOptions& o) {
       throw Error("output '" + info.name + "' has the unresolved shape " + dims.to_string() +
                   " after setting every input shape");
     outputs.push_back({info.name, HostTensor(info.type, dims)});
-    context->set_tensor_address(info.name, outputs.back().value.data());
+    if (on_device) {
+      to_device(nullptr, outputs.back().value.nbytes());
+      outputs.back().device = device_io.back().get();
+      context->set_tensor_address(info.name, outputs.back().device->device);
+    } else {
+      context->set_tensor_address(info.name, outputs.back().value.data());
+    }
   }
 
   for (int i = 0; i < o.warmup; ++i) context->execute();
@@ -186,6 +229,11 @@ int run_run(const RunOptions& o) {
   }
   const LatencyStats stats = compute_latency_stats(samples);
   if (o.dump_profile) std::cerr << context->profile_report();
+  for (auto& output : outputs) {
+    if (!output.device || !output.value.nbytes()) continue;
+    backend->copy_device_to_host(output.device->pinned, output.device->device, output.value.nbytes(), nullptr);
+    std::memcpy(output.value.data(), output.device->pinned, output.value.nbytes());
+  }
   const Dims first = loaded.inputs.empty() ? Dims{} : loaded.inputs.front().value.dims();
   const int64_t batch = first.rank() > 0 ? first[0] : 1;
   const double per_s = stats.mean_ms > 0 ? 1000.0 / stats.mean_ms : 0.0;
@@ -194,6 +242,13 @@ int run_run(const RunOptions& o) {
   result["source"] = o.engine.empty() ? o.onnx : o.engine;
   result["device"] = to_string(engine.device());
   result["threads"] = o.threads;
+  result["cuda_graph"] = o.cuda_graph;
+  if (backend) {
+    // kiln's own device allocations (weights, activations, workspace, I/O), not the CUDA context.
+    result["device_memory_mb"] = static_cast<double>(backend->peak_bytes_in_use()) / (1 << 20);
+    out << "device memory: peak " << fmt(static_cast<double>(backend->peak_bytes_in_use()) / (1 << 20), 1)
+        << " MiB allocated by kiln (weights, activations, workspace, inputs/outputs)\n";
+  }
   result["warmup"] = o.warmup;
   result["batch"] = batch;
   result["latency_ms"] = {{"iterations", stats.iterations}, {"min", stats.min_ms},   {"median", stats.median_ms},
@@ -228,7 +283,8 @@ int run_run(const RunOptions& o) {
 
   int exit_code = kExitOk;
   if (!o.compare_dir.empty()) {
-    out << "compare with '" << o.compare_dir << "' (pass: |a-b| <= 1e-3*|b| + 1e-5*max(1, max|b|)):\n";
+    out << "compare with '" << o.compare_dir << "' (pass: |a-b| <= " << o.rtol << "*|b| + " << o.atol
+        << "*max(1, max|b|)):\n";
     bool all_pass = true;
     for (size_t i = 0; i < outputs.size(); ++i) {
       const std::string ref_file = find_reference(o.compare_dir, i, outputs[i].name);
@@ -238,7 +294,7 @@ int run_run(const RunOptions& o) {
         r.note = "no reference: expected output_" + std::to_string(i) + ".pb, output_" + std::to_string(i) +
                  ".npy or " + sanitize_file_name(outputs[i].name) + ".npy";
       } else {
-        r = compare_tensors(outputs[i].name, outputs[i].value, load_tensor_file(ref_file));
+        r = compare_tensors(outputs[i].name, outputs[i].value, load_tensor_file(ref_file), o.rtol, o.atol);
         r.reference_file = ref_file;
       }
       all_pass = all_pass && r.pass;
@@ -284,7 +340,12 @@ void setup_run_command(CLI::App& parent, std::function<int()>& run) {
   auto* engine = sub->add_option("--engine", o->engine, "Engine file to run")->type_name("FILE");
   auto* onnx = sub->add_option("--onnx", o->onnx, "ONNX model to build in memory and run")->type_name("FILE");
   engine->excludes(onnx);
-  sub->add_option("--device", o->device, "Device for --onnx (cpu only so far)")
+  sub->add_flag("--cuda-graph", o->cuda_graph,
+                "CUDA engines: capture the inference once as a CUDA graph and replay it (trtexec --useCudaGraph)");
+  sub->add_flag("--fp16", o->fp16, "With --onnx: allow fp16 kernels (CUDA)");
+  sub->add_option("--rtol", o->rtol, "--compare-dir: relative tolerance (fp16 engines: try 2e-2)")->capture_default_str();
+  sub->add_option("--atol", o->atol, "--compare-dir: absolute tolerance, times max(1, max|reference|)")->capture_default_str();
+  sub->add_option("--device", o->device, "Device for --onnx: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case))
       ->capture_default_str();
   auto* dir = sub->add_option("--inputs-dir", o->inputs_dir, "Folder with input_<i>.pb (or input_<i>.npy) files")

@@ -384,7 +384,8 @@ std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names
   return result;
 }
 
-CompareResult compare_tensors(const std::string& name, const HostTensor& actual, const HostTensor& reference) {
+CompareResult compare_tensors(const std::string& name, const HostTensor& actual, const HostTensor& reference, double rtol,
+                              double atol) {
   CompareResult r;
   r.name = name;
   r.count = reference.count();
@@ -418,7 +419,7 @@ CompareResult compare_tensors(const std::string& name, const HostTensor& actual,
     r.max_rel_err = std::max(r.max_rel_err, rel_err);
     rel_sum += rel_err;
     if (rel_err > 1e-5) ++above;
-    if (abs_err > 1e-3 * std::fabs(y) + 1e-5 * scale) ++r.violations;
+    if (abs_err > rtol * std::fabs(y) + atol * scale) ++r.violations;
   }
   if (!b.empty()) {
     r.mean_rel_err = rel_sum / static_cast<double>(b.size());

@@ -143,7 +143,9 @@ struct CompareResult {
 };
 // Element-wise comparison of `actual` with `reference`; an element passes when
 // |a-b| <= 1e-3*|b| + 1e-5*max(1, max|b|) (NaN only matches NaN, infinities must be equal).
-CompareResult compare_tensors(const std::string& name, const HostTensor& actual, const HostTensor& reference);
+// Pass per element: |a-b| <= rtol*|b| + atol*max(1, max|ref|).
+CompareResult compare_tensors(const std::string& name, const HostTensor& actual, const HostTensor& reference,
+                              double rtol = 1e-3, double atol = 1e-5);
 
 // ---- timing -----------------------------------------------------------------------------------
 struct LatencyStats {
