@@ -59,6 +59,11 @@ bool compare_tensors(const HostTensor& actual, const HostTensor& expected, doubl
 // included: it is checked for guard bytes, NaN/Inf and run-to-run determinism).
 std::vector<KernelResult> run_op_case(const OpCase& c, DeviceType device = DeviceType::kCPU);
 
+// The case in fp16 on `device`: float32 data inputs (not shape inputs) are rounded to fp16 and
+// given as fp16; the CPU reference runs in fp32 on the same rounded values. Outputs compare
+// with |a-b| <= atol*max(1, max|ref|) + rtol*|ref|. Empty when the case has no float data.
+std::vector<KernelResult> run_op_case_fp16(const OpCase& c, DeviceType device, double rtol = 1e-2, double atol = 1e-2);
+
 // Reference outputs of a case (for tests that check the oracle against independent math).
 std::vector<HostTensor> reference_outputs(const OpCase& c);
 

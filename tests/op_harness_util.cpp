@@ -1,6 +1,7 @@
 // Implementation of the shared op harness (see op_harness.h).
 #include "op_harness.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -10,6 +11,7 @@
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
 #include "src/core/half.h"
+#include "src/ir/op_schema.h"
 #include "src/ir/shape_inference.h"
 
 namespace kiln::test {
@@ -88,6 +90,15 @@ std::vector<HostTensor> run_kernel(const Built& b, const KernelEntry& entry, con
   KernelContext kc;
   kc.layer = &layer;
   kc.num_threads = 2;
+  // Device kernels get a stream of their own (never the legacy default stream).
+  struct Stream {
+    Backend& b;
+    void* s;
+    ~Stream() {
+      if (s) b.destroy_stream(s);
+    }
+  } stream{backend, device == DeviceType::kCPU ? nullptr : backend.create_stream()};
+  kc.stream = stream.s;
   for (size_t i = 0; i < b.input_values.size(); ++i) {
     TensorDesc d;
     TensorView v;
@@ -130,7 +141,7 @@ std::vector<HostTensor> run_kernel(const Built& b, const KernelEntry& entry, con
   kc.workspace = ws ? static_cast<uint8_t*>(ws_buf.data()) + kGuard : nullptr;
   kc.workspace_size = ws;
   kernel->execute(kc);
-  backend.synchronize(nullptr);
+  backend.synchronize(stream.s);
 
   std::vector<HostTensor> outs;
   for (size_t k = 0; k < out_bufs.size(); ++k) {
@@ -292,6 +303,108 @@ std::vector<KernelResult> run_op_case(const OpCase& c, DeviceType device) {
       for (size_t k = 0; k < got.size() && ok; ++k) {
         std::string msg;
         if (!compare_tensors(got[k], expected[k], c.rtol, c.atol, &r.stats, &msg)) {
+          ok = false;
+          problem += "output " + std::to_string(k) + ": " + msg;
+        }
+      }
+      r.outcome = ok ? Outcome::kPassed : Outcome::kFailed;
+      r.message = problem;
+    } catch (const std::exception& e) {
+      r.outcome = Outcome::kFailed;
+      r.message = std::string("threw: ") + e.what();
+    }
+    results.push_back(r);
+  }
+  return results;
+}
+
+}  // namespace kiln::test
+
+namespace kiln::test {
+
+namespace {
+
+HostTensor to_float32(const HostTensor& t) {
+  if (t.type() != DataType::kFloat16) return t;
+  HostTensor out(DataType::kFloat32, t.dims());
+  for (int64_t i = 0; i < t.count(); ++i) out.as<float>()[i] = static_cast<float>(t.as<half>()[i]);
+  return out;
+}
+
+HostTensor to_float16(const HostTensor& t) {
+  HostTensor out(DataType::kFloat16, t.dims());
+  for (int64_t i = 0; i < t.count(); ++i) out.as<half>()[i] = half(t.as<float>()[i]);
+  return out;
+}
+
+}  // namespace
+
+std::vector<KernelResult> run_op_case_fp16(const OpCase& c, DeviceType device, double rtol, double atol) {
+  std::vector<KernelResult> results;
+  const OpSchema* schema = OpSchemaRegistry::instance().find(c.layer_type);
+  std::vector<int> shape_inputs = schema ? schema->shape_inputs : std::vector<int>{};
+  // Fix every input's value, round the float data inputs through fp16: the fp16 case gets them
+  // as fp16, the reference as the same values in fp32.
+  Built b = build_case(c);
+  OpCase c16 = c, cref = c;
+  bool any = false;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    if (c.inputs[i].omitted) continue;
+    const HostTensor& v = b.input_values[i];
+    const bool shape = std::find(shape_inputs.begin(), shape_inputs.end(), static_cast<int>(i)) != shape_inputs.end();
+    if (v.type() == DataType::kFloat32 && !shape) {
+      c16.inputs[i].value = to_float16(v);
+      cref.inputs[i].value = to_float32(c16.inputs[i].value);
+      any = true;
+    } else {
+      c16.inputs[i].value = v;
+      cref.inputs[i].value = v;
+    }
+  }
+  if (!any) return results;  // no float data: nothing to run in fp16
+  std::vector<HostTensor> expected;
+  try {
+    expected = reference_outputs(cref);
+  } catch (const std::exception& e) {
+    results.push_back(KernelResult{"reference", Outcome::kFailed, std::string("threw: ") + e.what(), {}});
+    return results;
+  }
+  Built b16 = build_case(c16);
+  for (const KernelEntry* entry : KernelRegistry::instance().find(device, c.layer_type)) {
+    KernelResult r;
+    r.tactic = entry->tactic;
+    std::vector<TensorDesc> descs;
+    for (size_t i = 0; i < b16.input_values.size(); ++i) {
+      TensorDesc d;
+      if (b16.input_values[i].empty()) {
+        d.present = false;
+      } else {
+        d.type = b16.input_values[i].type();
+        d.dims = b16.input_values[i].dims();
+        if (c16.inputs[i].constant) d.value = &b16.input_values[i];
+      }
+      descs.push_back(d);
+    }
+    if (entry->supports && !entry->supports(*b16.layer, descs)) {
+      r.outcome = Outcome::kUnsupported;
+      r.message = "supports() rejects this case in fp16";
+      results.push_back(r);
+      continue;
+    }
+    try {
+      std::string problem;
+      auto got = run_kernel(b16, *entry, c16, device, &problem);
+      bool ok = problem.empty();
+      for (size_t k = 0; k < got.size() && ok; ++k) {
+        double scale = 1.0;
+        const HostTensor ref = expected[k];
+        for (int64_t i = 0; i < ref.count(); ++i) {
+          if (ref.type() == DataType::kFloat32 && std::isfinite(ref.as<float>()[i])) {
+            scale = std::max(scale, static_cast<double>(std::fabs(ref.as<float>()[i])));
+          }
+        }
+        std::string msg;
+        if (!compare_tensors(to_float32(got[k]), to_float32(ref), rtol, atol * scale, &r.stats, &msg)) {
           ok = false;
           problem += "output " + std::to_string(k) + ": " + msg;
         }

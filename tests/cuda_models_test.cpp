@@ -1,0 +1,225 @@
+// The GPU suite's model tests (CI compiles them; they skip without a CUDA device or without the
+// shared models): every model of ../shared/models (or $KILN_TEST_MODELS_DIR) is built for CUDA
+// in fp32 and fp16 with a dynamic-batch profile 1/4/8, run at batch 4 (the reference input
+// repeated) and compared with the PyTorch reference: fp32 within 1e-3 and fp16 within 2e-2
+// relative error per element (|a-b| / max(|ref|, 1e-3)). The engine is also run through a CUDA
+// graph, which must give the same bytes as the plain run. KILN_TEST_NO_TIMING=1 skips kernel
+// timing (for compute-sanitizer runs, where timing would take long).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "kiln/kiln.h"
+#include "src/backends/backend.h"
+#include "src/core/half.h"
+#include "src/core/tensor_io.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln {
+namespace {
+
+std::string models_dir() {
+  if (const char* d = std::getenv("KILN_TEST_MODELS_DIR")) return d;
+  return std::string(KILN_SOURCE_DIR) + "/../shared/models";
+}
+
+bool cuda_usable(std::string* why) {
+  if (!BackendRegistry::instance().has(DeviceType::kCUDA)) {
+    *why = "kiln was built without CUDA";
+    return false;
+  }
+  try {
+    (void)get_backend(DeviceType::kCUDA);
+  } catch (const std::exception& e) {
+    *why = e.what();
+    return false;
+  }
+  return true;
+}
+
+struct Stats {
+  double max_rel = 0, mean_rel = 0, share_above_1e5 = 0, max_abs = 0;
+  int64_t bad = 0;
+};
+
+// Per-element relative error |a-b| / max(|b|, 1e-3); `bad` counts elements above tol.
+Stats compare(const HostTensor& got, const HostTensor& ref, double tol) {
+  Stats s;
+  const auto a = got.to_double();
+  const auto b = ref.to_double();
+  double sum = 0;
+  int64_t above = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    const double d = std::fabs(a[i] - b[i]);
+    const double rel = std::isfinite(d) ? d / std::max(std::fabs(b[i]), 1e-3) : INFINITY;
+    s.max_abs = std::max(s.max_abs, d);
+    s.max_rel = std::max(s.max_rel, rel);
+    sum += rel;
+    if (rel > 1e-5) ++above;
+    if (!(rel <= tol)) ++s.bad;
+  }
+  if (!b.empty()) {
+    s.mean_rel = sum / static_cast<double>(b.size());
+    s.share_above_1e5 = static_cast<double>(above) / static_cast<double>(b.size());
+  }
+  return s;
+}
+
+// Device copies of host tensors, freed at the end.
+struct DeviceTensors {
+  Backend& backend;
+  std::vector<void*> ptrs;
+  explicit DeviceTensors(Backend& b) : backend(b) {}
+  ~DeviceTensors() {
+    for (void* p : ptrs) backend.release(p);
+  }
+  void* upload(const HostTensor& t) {
+    ptrs.push_back(backend.allocate(t.nbytes()));
+    backend.copy_host_to_device(ptrs.back(), t.data(), t.nbytes(), nullptr);
+    return ptrs.back();
+  }
+  void* alloc(size_t bytes) {
+    ptrs.push_back(backend.allocate(bytes));
+    return ptrs.back();
+  }
+};
+
+HostTensor repeat_batch(const HostTensor& t, int64_t n) {
+  Dims d = t.dims();
+  d[0] = t.dims()[0] * n;
+  HostTensor r(t.type(), d);
+  for (int64_t b = 0; b < n; ++b) std::memcpy(r.as<uint8_t>() + b * t.nbytes(), t.data(), t.nbytes());
+  return r;
+}
+
+void run_model(const std::string& name, bool fp16) {
+  std::string why;
+  if (!cuda_usable(&why)) GTEST_SKIP() << why;
+  const std::string dir = models_dir() + "/" + name;
+  if (!fs::exists(dir + "/model.onnx")) GTEST_SKIP() << dir << " is not present";
+  auto net = std::make_unique<Network>();
+  OnnxParser(*net).parse_file(dir + "/model.onnx");
+  std::vector<HostTensor> inputs, refs;
+  for (int i = 0; i < net->num_inputs(); ++i) {
+    inputs.push_back(load_tensor_pb(dir + "/test_data_set_0/input_" + std::to_string(i) + ".pb"));
+  }
+  for (int i = 0; i < net->num_outputs(); ++i) {
+    refs.push_back(load_tensor_pb(dir + "/test_data_set_0/output_" + std::to_string(i) + ".pb"));
+  }
+  BuilderConfig config;
+  config.device = DeviceType::kCUDA;
+  config.fp16 = fp16;
+  config.time_tactics = std::getenv("KILN_TEST_NO_TIMING") == nullptr;
+  OptimizationProfile p;
+  for (int i = 0; i < net->num_inputs(); ++i) {
+    Dims d1 = inputs[static_cast<size_t>(i)].dims(), d4 = d1, d8 = d1;
+    d4[0] = 4 * d1[0];
+    d8[0] = 8 * d1[0];
+    p.set_dimensions(net->input(i)->name(), d1, d4, d8);
+  }
+  config.profiles.push_back(p);
+  BuildReport report;
+  const auto bytes = Builder().build_serialized(*net, config, &report);
+  auto engine = Runtime().deserialize(bytes.data(), bytes.size(), name);
+  Backend& backend = get_backend(DeviceType::kCUDA);
+  DeviceTensors mem(backend);
+  auto ctx = engine->create_execution_context();
+  for (int i = 0; i < net->num_inputs(); ++i) {
+    const HostTensor in4 = repeat_batch(inputs[static_cast<size_t>(i)], 4);
+    ctx->set_input_shape(net->input(i)->name(), in4.dims());
+    ctx->set_tensor_address(net->input(i)->name(), mem.upload(in4));
+  }
+  std::vector<HostTensor> outs;
+  std::vector<void*> out_ptrs;
+  for (int i = 0; i < net->num_outputs(); ++i) {
+    const std::string out = net->output(i)->name();
+    const Dims dims = ctx->tensor_shape(out);
+    outs.emplace_back(engine->io_tensor(out).type, dims);
+    out_ptrs.push_back(mem.alloc(outs.back().nbytes()));
+    ctx->set_tensor_address(out, out_ptrs.back());
+  }
+  ctx->execute();
+  const double tol = fp16 ? 2e-2 : 1e-3;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    backend.copy_device_to_host(outs[i].data(), out_ptrs[i], outs[i].nbytes(), nullptr);
+    ASSERT_EQ(outs[i].dims()[0], 4 * refs[i].dims()[0]);
+    for (int64_t b = 0; b < 4; ++b) {
+      const HostTensor item = HostTensor::from_bytes(refs[i].type(), refs[i].dims(),
+                                                     outs[i].as<uint8_t>() + b * refs[i].nbytes(), refs[i].nbytes());
+      const Stats s = compare(item, refs[i], tol);
+      std::cout << name << (fp16 ? " fp16" : " fp32") << " output " << i << " item " << b << ": max rel err "
+                << s.max_rel << ", mean rel err " << s.mean_rel << ", rel err > 1e-5: " << 100 * s.share_above_1e5
+                << "%, max abs err " << s.max_abs << "\n";
+      EXPECT_EQ(s.bad, 0) << name << (fp16 ? " fp16" : " fp32") << " output " << i << " batch item " << b << ": "
+                          << s.bad << " elements above relative error " << tol << " (max " << s.max_rel << ")";
+    }
+  }
+  // CUDA graph: captured with input A (the batch-4 input), replayed with input A and then with
+  // input B written into the same buffers (float inputs halved): each replay must give the
+  // bytes of a plain run on that input, so the graph holds the whole inference.
+  std::vector<HostTensor> inputs_b;
+  std::vector<void*> in_ptrs;
+  for (int i = 0; i < net->num_inputs(); ++i) {
+    HostTensor b = repeat_batch(inputs[static_cast<size_t>(i)], 4);
+    if (b.type() == DataType::kFloat32) {
+      for (int64_t k = 0; k < b.count(); ++k) b.as<float>()[k] *= 0.5f;
+    }
+    inputs_b.push_back(b);
+  }
+  auto download = [&](std::vector<HostTensor>& into) {
+    into.clear();
+    for (size_t i = 0; i < outs.size(); ++i) {
+      into.emplace_back(outs[i].type(), outs[i].dims());
+      backend.copy_device_to_host(into.back().data(), out_ptrs[i], into.back().nbytes(), nullptr);
+    }
+  };
+  auto upload = [&](const std::vector<HostTensor>& values) {
+    for (int i = 0; i < net->num_inputs(); ++i) {
+      // The context's input addresses are the DeviceTensors uploaded above, in input order.
+      backend.copy_host_to_device(mem.ptrs[static_cast<size_t>(i)], values[static_cast<size_t>(i)].data(),
+                                  values[static_cast<size_t>(i)].nbytes(), nullptr);
+    }
+  };
+  std::vector<HostTensor> plain_b, graph_a, graph_b;
+  upload(inputs_b);
+  ctx->execute();
+  download(plain_b);
+  std::vector<HostTensor> inputs_a;
+  for (int i = 0; i < net->num_inputs(); ++i) inputs_a.push_back(repeat_batch(inputs[static_cast<size_t>(i)], 4));
+  upload(inputs_a);
+  ctx->set_graph_capture(true);
+  ctx->execute();  // captures and replays
+  download(graph_a);
+  upload(inputs_b);
+  ctx->execute();  // replays only
+  download(graph_b);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    EXPECT_EQ(std::memcmp(graph_a[i].data(), outs[i].data(), outs[i].nbytes()), 0) << name << ": graph run on input A differs";
+    EXPECT_EQ(std::memcmp(graph_b[i].data(), plain_b[i].data(), outs[i].nbytes()), 0)
+        << name << ": graph replay on input B differs from the plain run on B";
+    if (net->input(0)->type() == DataType::kFloat32) {
+      EXPECT_NE(std::memcmp(plain_b[i].data(), outs[i].data(), outs[i].nbytes()), 0)
+          << name << ": inputs A and B gave the same output; the graph check proves nothing";
+    }
+  }
+  std::cout << name << (fp16 ? " fp16" : " fp32") << ": built in " << report.build_seconds << " s ("
+            << report.layers_timed << " layers timed), " << report.layers_after << " layers\n";
+}
+
+TEST(CudaModels, Squeezenet11Fp32) { run_model("squeezenet1_1", false); }
+TEST(CudaModels, Squeezenet11Fp16) { run_model("squeezenet1_1", true); }
+TEST(CudaModels, TinyYoloSiluFp32) { run_model("tinyyolo_silu", false); }
+TEST(CudaModels, TinyYoloSiluFp16) { run_model("tinyyolo_silu", true); }
+TEST(CudaModels, TinyYoloTemperatureSwishFp32) { run_model("tinyyolo_tswish", false); }
+TEST(CudaModels, TinyYoloTemperatureSwishFp16) { run_model("tinyyolo_tswish", true); }
+TEST(CudaModels, BertTinyFp32) { run_model("bert_tiny", false); }
+TEST(CudaModels, BertTinyFp16) { run_model("bert_tiny", true); }
+
+}  // namespace
+}  // namespace kiln
