@@ -3,8 +3,8 @@
 # model (a CNN whose activations are custom ops: TemperatureSwish, ThresholdReLU, Mish), build an
 # engine from it through the ONNX plugin fallback, run it and compare with the reference that
 # ONNX Runtime computes on the same network written in standard ops. Runs on the CPU unless
-# KILN_DEVICE=cuda (which needs the CUDA backend for standard layers, not written yet: the build then
-# stops with a message saying so). Usage: scripts/demo.sh [BUILD_DIR]
+# KILN_DEVICE=cuda (a machine with an NVIDIA GPU; the engine is then built and run on the GPU).
+# Usage: scripts/demo.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}

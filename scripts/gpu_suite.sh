@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# The GPU suite (never run by CI, which has no GPU): builds kiln with CUDA for the local GPU,
-# runs the CUDA tests (built-in plugins' CUDA kernels vs their CPU references in fp32 and fp16,
-# the plugin conformance suite on CUDA including the stream-capture checks, the deliberately
-# broken CUDA plugins), `kiln plugin check --device cuda` on every built-in, and the plugin
-# bandwidth benchmark against a device-to-device copy. Logs go to $OUT (default ./gpu-results).
-# Usage: scripts/gpu_suite.sh [BUILD_DIR]
+# The GPU suite (never run by CI, which has no GPU): builds kiln with CUDA for the local GPU and
+# runs, by step:
+#   tests      the CUDA tests of kiln_tests: every op-harness case on every CUDA kernel in fp32
+#              and fp16 against the CPU reference (CudaOps.*), the shared models on CUDA in fp32
+#              and fp16 with a CUDA-graph replay (CudaModels.*; models from $KILN_TEST_MODELS_DIR),
+#              the built-in plugins' CUDA kernels and the plugin conformance checks
+#   plugins    `kiln plugin check --device cuda` on every built-in plugin
+#   sanitizer  compute-sanitizer --tool memcheck over the model tests (kernel timing off)
+#   bench      bench/plugin_bandwidth (plugins vs a device copy) and bench/gpu_vs_pytorch.py
+#              (needs --torch-models: $KILN_TORCH_MODELS, a folder with torch_models.py)
+# Logs go to $OUT (default ./gpu-results).
+# Usage: [KILN_GPU_STEPS="tests plugins sanitizer bench"] scripts/gpu_suite.sh [BUILD_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build-gpu}
 OUT=${OUT:-gpu-results}
+STEPS=${KILN_GPU_STEPS:-tests plugins sanitizer bench}
+MODELS=${KILN_TEST_MODELS_DIR:-../shared/models}
+export KILN_TEST_MODELS_DIR="$MODELS"
 mkdir -p "$OUT"
 JOBS=$(nproc)
 {
@@ -17,19 +26,38 @@ JOBS=$(nproc)
   nvcc --version | tail -1
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
+t0=$(date +%s)
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_CUDA=ON -DKILN_WERROR=OFF \
   -DCMAKE_CUDA_ARCHITECTURES="${KILN_CUDA_ARCHS:-90}" -DPython3_EXECUTABLE="$(command -v python3)" > "$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
 grep "kiln:" "$OUT/configure.log"
-cmake --build "$B" -j"$JOBS" > "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -40; exit 1; }
-echo "build: ok"
+cmake --build "$B" -j"$JOBS" > "$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -80; exit 1; }
+echo "build: ok in $(( $(date +%s) - t0 )) s"
 rc=0
-(cd "$B" && ./tests/kiln_tests --gtest_filter='*Cuda*:*CUDA*:*Gpu*:*GPU*') > "$OUT/gpu_tests.log" 2>&1 || rc=1
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$OUT/gpu_tests.log"
-for p in TemperatureSwish ThresholdReLU GELU Mish; do
-  "$B/kiln" plugin check --name "$p" --device cuda || rc=1
-done > "$OUT/plugin_check_cuda.log" 2>&1
-tail -60 "$OUT/plugin_check_cuda.log"
-"$B/bench/kiln_plugin_bandwidth" > "$OUT/plugin_bandwidth.log" 2>&1 || rc=1
-cat "$OUT/plugin_bandwidth.log"
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+if has tests; then
+  (cd "$B" && ./tests/kiln_tests --gtest_filter='*Cuda*:*CUDA*:*Gpu*:*GPU*') > "$OUT/gpu_tests.log" 2>&1 || rc=1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|^fp(16|32):|failures in|max rel err|built in|^\[       OK|^\[  FAILED" "$OUT/gpu_tests.log" | head -150
+fi
+if has plugins; then
+  for p in TemperatureSwish ThresholdReLU GELU Mish; do
+    "$B/kiln" plugin check --name "$p" --device cuda || rc=1
+  done > "$OUT/plugin_check_cuda.log" 2>&1
+  grep -E "PASS|FAIL|plugin" "$OUT/plugin_check_cuda.log" | tail -20
+fi
+if has sanitizer; then
+  KILN_TEST_NO_TIMING=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$B/tests/kiln_tests" --gtest_filter='CudaModels.Squeezenet*:CudaModels.TinyYoloTemperatureSwishFp16' \
+    > "$OUT/sanitizer.log" 2>&1 || rc=1
+  grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$OUT/sanitizer.log"
+fi
+if has bench; then
+  "$B/bench/kiln_plugin_bandwidth" > "$OUT/plugin_bandwidth.log" 2>&1 || rc=1
+  cat "$OUT/plugin_bandwidth.log"
+  if [[ -n "${KILN_TORCH_MODELS:-}" ]]; then
+    PYTHONUNBUFFERED=1 python3 bench/gpu_vs_pytorch.py --kiln "$B/kiln" --models-dir "$MODELS" \
+      --torch-models "$KILN_TORCH_MODELS" ${KILN_BENCH_ARGS:-} --out "$OUT/gpu_vs_pytorch.md" > "$OUT/gpu_vs_pytorch.log" 2>&1 || rc=1
+    tail -20 "$OUT/gpu_vs_pytorch.log"
+  fi
+fi
 exit $rc
