@@ -745,13 +745,6 @@ TEST(OnnxModels, TinyYoloTemperatureSwishImportsThroughThePluginFallback) {
   EXPECT_EQ(plugins, 57);
 }
 
-TEST(OnnxModels, BertTinyReportsExactlyLayerNormalization) {
-  // GatherElements is imported (Gather mode "elements"); LayerNormalization has no kiln layer yet.
-  const std::string path = shared_model("bert_tiny");
-  SKIP_IF_ABSENT(path);
-  expect_exactly_unsupported(path, {"LayerNormalization"}, 5);
-}
-
 // The shared models end to end against their PyTorch references (test_data_set_0), fp32 on the
 // CPU: max relative error (to max(|ref|, 1e-3)) about 1e-4 per models/README.md.
 void run_shared_model_end_to_end(const std::string& name) {
@@ -794,6 +787,7 @@ void run_shared_model_end_to_end(const std::string& name) {
 
 TEST(OnnxModels, SqueezeNetEndToEnd) { run_shared_model_end_to_end("squeezenet1_1"); }
 TEST(OnnxModels, TinyYoloSiluEndToEnd) { run_shared_model_end_to_end("tinyyolo_silu"); }
+TEST(OnnxModels, BertTinyEndToEnd) { run_shared_model_end_to_end("bert_tiny"); }
 
 // ---- end to end against ONNX Runtime -------------------------------------------------------------
 

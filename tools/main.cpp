@@ -15,6 +15,9 @@
 #include "kiln/types.h"
 
 namespace kiln::cli {
+
+void setup_conformance_command(CLI::App& parent, std::function<int()>& run);  // cmd_conformance.cpp
+
 namespace {
 
 void setup_version_command(CLI::App& parent, std::function<int()>& run);
@@ -25,6 +28,7 @@ const Command kCommands[] = {
     {"run", setup_run_command},
     {"inspect", setup_inspect_command},
     {"plugin", setup_plugin_command},
+    {"conformance", setup_conformance_command},
     {"version", setup_version_command},
 };
 

@@ -112,7 +112,13 @@ bool elementwise_outputs_bool(ElementWiseOp op) {
 
 void infer_elementwise(ShapeContext& ctx) {
   const ElementWiseOp op = parse_attr(ctx, "op", parse_elementwise_op);
-  require_same_type(ctx, 0, 1);
+  // pow's exponent may have another numeric type (ONNX Pow-12+); the output has the base's type.
+  if (op == ElementWiseOp::kPow && ctx.input_type(0) != ctx.input_type(1)) {
+    ctx.check(ctx.input_type(0) != DataType::kBool && ctx.input_type(1) != DataType::kBool,
+              "pow of " + describe(ctx, 0) + " and " + describe(ctx, 1) + ": bool operands need a Cast first");
+  } else {
+    require_same_type(ctx, 0, 1);
+  }
   const Dims out = broadcast_dims(ctx, ctx.input_dims(0), ctx.input_dims(1));
   ctx.set_output(0, elementwise_outputs_bool(op) ? DataType::kBool : ctx.input_type(0), out);
 }

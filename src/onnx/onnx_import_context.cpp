@@ -236,12 +236,26 @@ OnnxImporterRegistry& OnnxImporterRegistry::instance() {
   return registry;
 }
 
-void OnnxImporterRegistry::add(const std::string& domain, const std::string& op_type, OnnxImporterFn fn) {
+void OnnxImporterRegistry::add(const std::string& domain, const std::string& op_type, OnnxImporterFn fn,
+                               const OnnxImporterInfo& info) {
   auto key = std::make_pair(normalize_domain(domain), op_type);
   if (importers_.count(key)) {
     throw Error("ONNX importer for '" + op_type + "' (domain '" + domain + "') is registered twice");
   }
   importers_[key] = fn;
+  infos_[key] = info;
+}
+
+std::vector<OnnxImporterListing> OnnxImporterRegistry::list() const {
+  std::vector<OnnxImporterListing> out;
+  for (const auto& [key, info] : infos_) out.push_back({key.first, key.second, info});
+  return out;
+}
+
+std::vector<OnnxImporterListing> list_onnx_importers() { return OnnxImporterRegistry::instance().list(); }
+
+bool has_onnx_importer(const std::string& domain, const std::string& op_type) {
+  return OnnxImporterRegistry::instance().find(domain, op_type) != nullptr;
 }
 
 OnnxImporterFn OnnxImporterRegistry::find(const std::string& domain, const std::string& op_type) const {

@@ -28,6 +28,7 @@
 #include "kiln/network.h"
 #include "kiln/onnx_parser.h"
 #include "kiln/types.h"
+#include "src/onnx/onnx_importer_info.h"
 #include "src/onnx/onnx_proto.h"
 
 namespace kiln {
@@ -156,27 +157,33 @@ class OnnxImporterRegistry {
  public:
   static OnnxImporterRegistry& instance();
   // Domains "" and "ai.onnx" are the same. Throws on a duplicate.
-  void add(const std::string& domain, const std::string& op_type, OnnxImporterFn fn);
+  void add(const std::string& domain, const std::string& op_type, OnnxImporterFn fn, const OnnxImporterInfo& info = {});
   // Null when no importer handles (domain, op_type).
   OnnxImporterFn find(const std::string& domain, const std::string& op_type) const;
   bool has_domain(const std::string& domain) const;
+  // Every registered importer with its info, sorted by domain then op type (list_onnx_importers).
+  std::vector<OnnxImporterListing> list() const;
 
  private:
   std::map<std::pair<std::string, std::string>, OnnxImporterFn> importers_;
+  std::map<std::pair<std::string, std::string>, OnnxImporterInfo> infos_;
 };
 
 struct OnnxImporterRegistrar {
-  OnnxImporterRegistrar(const char* domain, const char* op_type, OnnxImporterFn fn) {
-    OnnxImporterRegistry::instance().add(domain, op_type, fn);
+  OnnxImporterRegistrar(const char* domain, const char* op_type, OnnxImporterFn fn, const OnnxImporterInfo& info = {}) {
+    OnnxImporterRegistry::instance().add(domain, op_type, fn, info);
   }
 };
 
 #define KILN_ONNX_CONCAT_INNER(a, b) a##b
 #define KILN_ONNX_CONCAT(a, b) KILN_ONNX_CONCAT_INNER(a, b)
-// Registers fn as the importer of op_type in the default ONNX domain.
-#define KILN_REGISTER_ONNX_IMPORTER(op_type, fn) KILN_REGISTER_ONNX_IMPORTER_DOMAIN("", op_type, fn)
-#define KILN_REGISTER_ONNX_IMPORTER_DOMAIN(domain, op_type, fn) \
-  static ::kiln::OnnxImporterRegistrar KILN_ONNX_CONCAT(kiln_onnx_importer_, __LINE__)(domain, op_type, fn)
+// Registers fn as the importer of op_type in the default ONNX domain, optionally with an
+// OnnxImporterInfo:
+//   KILN_REGISTER_ONNX_IMPORTER("Relu", import_relu);
+//   KILN_REGISTER_ONNX_IMPORTER("Clip", import_clip, {.min_opset = 6, .types = "float32", .notes = "..."});
+#define KILN_REGISTER_ONNX_IMPORTER(op_type, ...) KILN_REGISTER_ONNX_IMPORTER_DOMAIN("", op_type, __VA_ARGS__)
+#define KILN_REGISTER_ONNX_IMPORTER_DOMAIN(domain, op_type, ...) \
+  static ::kiln::OnnxImporterRegistrar KILN_ONNX_CONCAT(kiln_onnx_importer_, __LINE__)(domain, op_type, __VA_ARGS__)
 
 // ---- the plugin fallback (extension point) -----------------------------------------------
 // Called for a node no registered importer handles (unknown op or non-default domain). Returns

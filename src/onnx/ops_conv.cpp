@@ -9,6 +9,9 @@
 namespace kiln {
 namespace {
 
+// Element types for the OnnxImporterInfo of the registrations below (docs/onnx-support.md).
+constexpr const char* kFloatTypes = "float32, float16, float64";
+
 // ONNX gives some per-spatial-dim lists only optionally; fill defaults and check lengths.
 std::vector<int64_t> spatial_attr(NodeContext& ctx, const std::string& name, size_t k, int64_t def) {
   std::vector<int64_t> v = ctx.attr_ints(name);
@@ -70,7 +73,10 @@ void import_conv(NodeContext& ctx) {
   if (b) inputs.push_back(b);
   ctx.set_output(0, ctx.add_layer(kLayerConvolution, inputs, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Conv", import_conv);
+KILN_REGISTER_ONNX_IMPORTER("Conv", import_conv,
+                            {.min_opset = 1,
+                             .types = kFloatTypes,
+                             .notes = "1-D to 3-D; auto_pad SAME with strides > 1 needs static spatial dims"});
 
 void import_conv_transpose(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "X");
@@ -129,7 +135,10 @@ void import_conv_transpose(NodeContext& ctx) {
   if (b) inputs.push_back(b);
   ctx.set_output(0, ctx.add_layer(kLayerDeconvolution, inputs, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("ConvTranspose", import_conv_transpose);
+KILN_REGISTER_ONNX_IMPORTER("ConvTranspose", import_conv_transpose,
+                            {.min_opset = 1,
+                             .types = kFloatTypes,
+                             .notes = "1-D to 3-D; output_shape needs static spatial dims"});
 
 void import_pool(NodeContext& ctx, const char* mode) {
   Tensor* x = ctx.required_input(0, "X");
@@ -154,8 +163,12 @@ void import_pool(NodeContext& ctx, const char* mode) {
 
 void import_max_pool(NodeContext& ctx) { import_pool(ctx, "max"); }
 void import_average_pool(NodeContext& ctx) { import_pool(ctx, "average"); }
-KILN_REGISTER_ONNX_IMPORTER("MaxPool", import_max_pool);
-KILN_REGISTER_ONNX_IMPORTER("AveragePool", import_average_pool);
+KILN_REGISTER_ONNX_IMPORTER("MaxPool", import_max_pool,
+                            {.min_opset = 1,
+                             .types = "float32, float16, float64, int8, uint8",
+                             .notes = "1-D to 3-D; the Indices output and storage_order=1 are not supported"});
+KILN_REGISTER_ONNX_IMPORTER("AveragePool", import_average_pool,
+                            {.min_opset = 1, .types = kFloatTypes, .notes = "1-D to 3-D"});
 
 void import_global_pool(NodeContext& ctx, const char* mode) {
   Attributes a;
@@ -167,8 +180,9 @@ void import_global_pool(NodeContext& ctx, const char* mode) {
 
 void import_global_average_pool(NodeContext& ctx) { import_global_pool(ctx, "average"); }
 void import_global_max_pool(NodeContext& ctx) { import_global_pool(ctx, "max"); }
-KILN_REGISTER_ONNX_IMPORTER("GlobalAveragePool", import_global_average_pool);
-KILN_REGISTER_ONNX_IMPORTER("GlobalMaxPool", import_global_max_pool);
+KILN_REGISTER_ONNX_IMPORTER("GlobalAveragePool", import_global_average_pool, {.min_opset = 1, .types = kFloatTypes});
+KILN_REGISTER_ONNX_IMPORTER("GlobalMaxPool", import_global_max_pool,
+                            {.min_opset = 1, .types = "float32, float16, float64, int8, uint8"});
 
 // Values of a float parameter tensor as double, with its element count checked.
 std::vector<double> channel_values(NodeContext& ctx, int input, const char* what, int64_t channels) {
@@ -221,7 +235,10 @@ void import_batch_normalization(NodeContext& ctx) {
   a.set("channel_axis", int64_t{1});
   ctx.set_output(0, ctx.add_layer(kLayerScale, {x, s, b}, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("BatchNormalization", import_batch_normalization);
+KILN_REGISTER_ONNX_IMPORTER("BatchNormalization", import_batch_normalization,
+                            {.min_opset = 1,
+                             .types = kFloatTypes,
+                             .notes = "inference only: scale, B, mean and var must be constants; training_mode=1 and spatial=0 are not supported"});
 
 }  // namespace
 }  // namespace kiln

@@ -6,6 +6,10 @@
 namespace kiln {
 namespace {
 
+// Element types for the OnnxImporterInfo of the registrations below (docs/onnx-support.md).
+constexpr const char* kFloatTypes = "float32, float16, float64";
+constexpr const char* kNumericTypes = "float32, float16, float64, int8, uint8, int32, int64";
+
 // Before opset 13, softmax(x, axis) treats x as 2-D [prod(dims[:axis]), prod(dims[axis:])] and
 // normalizes each row: flatten at axis, softmax over the last dim, reshape back to x's shape.
 // When axis is the last dim this is a plain softmax over it.
@@ -41,8 +45,8 @@ void import_softmax(NodeContext& ctx) {
   back.set("reshape_mode", std::string("dims"));
   ctx.set_output(0, ctx.add_layer(kLayerShuffle, {normalized, shape}, 1, std::move(back))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Softmax", import_softmax);
-KILN_REGISTER_ONNX_IMPORTER("LogSoftmax", import_softmax);
+KILN_REGISTER_ONNX_IMPORTER("Softmax", import_softmax, {.min_opset = 1, .types = kFloatTypes});
+KILN_REGISTER_ONNX_IMPORTER("LogSoftmax", import_softmax, {.min_opset = 1, .types = kFloatTypes});
 
 struct ReduceSpec {
   const char* op_type;
@@ -80,16 +84,21 @@ void import_reduce(NodeContext& ctx) {
   a.set("keep_dims", ctx.attr_int("keepdims", 1));
   ctx.set_output(0, ctx.add_layer(kLayerReduce, {x}, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("ReduceMean", import_reduce);
-KILN_REGISTER_ONNX_IMPORTER("ReduceSum", import_reduce);
-KILN_REGISTER_ONNX_IMPORTER("ReduceMax", import_reduce);
-KILN_REGISTER_ONNX_IMPORTER("ReduceMin", import_reduce);
-KILN_REGISTER_ONNX_IMPORTER("ReduceProd", import_reduce);
-KILN_REGISTER_ONNX_IMPORTER("ReduceL1", import_reduce);
-KILN_REGISTER_ONNX_IMPORTER("ReduceL2", import_reduce);
-KILN_REGISTER_ONNX_IMPORTER("ReduceSumSquare", import_reduce);
-KILN_REGISTER_ONNX_IMPORTER("ReduceLogSum", import_reduce);
-KILN_REGISTER_ONNX_IMPORTER("ReduceLogSumExp", import_reduce);
+// ReduceSum takes its axes as an input from opset 13, the others from opset 18.
+constexpr OnnxImporterInfo kReduceInfo{
+    .min_opset = 1, .types = kNumericTypes, .notes = "the axes input (opset 18+) must be a constant"};
+constexpr OnnxImporterInfo kReduceSumInfo{
+    .min_opset = 1, .types = kNumericTypes, .notes = "the axes input (opset 13+) must be a constant"};
+KILN_REGISTER_ONNX_IMPORTER("ReduceMean", import_reduce, kReduceInfo);
+KILN_REGISTER_ONNX_IMPORTER("ReduceSum", import_reduce, kReduceSumInfo);
+KILN_REGISTER_ONNX_IMPORTER("ReduceMax", import_reduce, kReduceInfo);
+KILN_REGISTER_ONNX_IMPORTER("ReduceMin", import_reduce, kReduceInfo);
+KILN_REGISTER_ONNX_IMPORTER("ReduceProd", import_reduce, kReduceInfo);
+KILN_REGISTER_ONNX_IMPORTER("ReduceL1", import_reduce, kReduceInfo);
+KILN_REGISTER_ONNX_IMPORTER("ReduceL2", import_reduce, kReduceInfo);
+KILN_REGISTER_ONNX_IMPORTER("ReduceSumSquare", import_reduce, kReduceInfo);
+KILN_REGISTER_ONNX_IMPORTER("ReduceLogSum", import_reduce, kReduceInfo);
+KILN_REGISTER_ONNX_IMPORTER("ReduceLogSumExp", import_reduce, kReduceInfo);
 
 }  // namespace
 }  // namespace kiln

@@ -67,7 +67,10 @@ void import_resize(NodeContext& ctx) {
   a.set("extrapolation_value", ctx.attr_float("extrapolation_value", 0.0));
   add_resize(ctx, x, present(ctx, 2), present(ctx, 3), std::move(a));
 }
-KILN_REGISTER_ONNX_IMPORTER("Resize", import_resize);
+KILN_REGISTER_ONNX_IMPORTER("Resize", import_resize,
+                            {.min_opset = 10,
+                             .types = "nearest: every kiln type (float32/16/64, int8, uint8, int32, int64, bool); linear, cubic: float32, float16, float64",
+                             .notes = "tf_crop_and_resize (roi), antialias, axes and keep_aspect_ratio_policy are not supported"});
 
 void import_upsample(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "X");
@@ -82,7 +85,9 @@ void import_upsample(NodeContext& ctx) {
   }
   add_resize(ctx, x, scales, nullptr, legacy_resize_attrs(ctx));
 }
-KILN_REGISTER_ONNX_IMPORTER("Upsample", import_upsample);
+KILN_REGISTER_ONNX_IMPORTER("Upsample", import_upsample,
+                            {.min_opset = 7,
+                             .types = "nearest: every kiln type (float32/16/64, int8, uint8, int32, int64, bool); linear: float32, float16, float64"});
 
 }  // namespace
 }  // namespace kiln

@@ -9,6 +9,9 @@
 namespace kiln {
 namespace {
 
+// Element types for the OnnxImporterInfo of the registrations below (docs/onnx-support.md).
+constexpr const char* kAllTypes = "every kiln type (float32/16/64, int8, uint8, int32, int64, bool)";
+
 Attributes shuffle_attrs(const std::string& reshape_mode) {
   Attributes a;
   a.set("reshape_mode", reshape_mode);
@@ -22,14 +25,14 @@ void import_reshape(NodeContext& ctx) {
   a.set("zero_is_placeholder", int64_t{ctx.attr_int("allowzero", 0) == 0 ? 1 : 0});
   ctx.set_output(0, ctx.add_layer(kLayerShuffle, {x, shape}, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Reshape", import_reshape);
+KILN_REGISTER_ONNX_IMPORTER("Reshape", import_reshape, {.min_opset = 1, .types = kAllTypes});
 
 void import_flatten(NodeContext& ctx) {
   Attributes a = shuffle_attrs("flatten");
   a.set("axis", ctx.attr_int("axis", 1));
   ctx.set_output(0, ctx.add_layer(kLayerShuffle, {ctx.required_input(0, "input")}, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Flatten", import_flatten);
+KILN_REGISTER_ONNX_IMPORTER("Flatten", import_flatten, {.min_opset = 1, .types = kAllTypes});
 
 void import_transpose(NodeContext& ctx) {
   std::vector<int64_t> perm = ctx.attr_ints("perm");
@@ -45,7 +48,10 @@ void import_transpose(NodeContext& ctx) {
   a.set("first_transpose", perm);
   ctx.set_output(0, ctx.add_layer(kLayerShuffle, {ctx.required_input(0, "data")}, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Transpose", import_transpose);
+KILN_REGISTER_ONNX_IMPORTER("Transpose", import_transpose,
+                            {.min_opset = 1,
+                             .types = kAllTypes,
+                             .notes = "without 'perm' the input's rank must be recorded"});
 
 // Squeeze/Unsqueeze axes: an attribute before opset 13, a constant input from 13 on (kiln's
 // Shuffle needs them when the network is built).
@@ -60,7 +66,10 @@ void import_squeeze(NodeContext& ctx) {
   a.set("axes", squeeze_axes(ctx));
   ctx.set_output(0, ctx.add_layer(kLayerShuffle, {ctx.required_input(0, "data")}, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Squeeze", import_squeeze);
+KILN_REGISTER_ONNX_IMPORTER("Squeeze", import_squeeze,
+                            {.min_opset = 1,
+                             .types = kAllTypes,
+                             .notes = "the axes input (opset 13+) must be a constant"});
 
 void import_unsqueeze(NodeContext& ctx) {
   const auto axes = squeeze_axes(ctx);
@@ -69,7 +78,10 @@ void import_unsqueeze(NodeContext& ctx) {
   a.set("axes", axes);
   ctx.set_output(0, ctx.add_layer(kLayerShuffle, {ctx.required_input(0, "data")}, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Unsqueeze", import_unsqueeze);
+KILN_REGISTER_ONNX_IMPORTER("Unsqueeze", import_unsqueeze,
+                            {.min_opset = 1,
+                             .types = kAllTypes,
+                             .notes = "the axes input (opset 13+) must be a constant"});
 
 void import_concat(NodeContext& ctx) {
   if (!ctx.has_attr("axis") && ctx.opset() >= 4) ctx.fail("attribute 'axis' is required");
@@ -80,7 +92,7 @@ void import_concat(NodeContext& ctx) {
   a.set("axis", ctx.attr_int("axis", 1));
   ctx.set_output(0, ctx.add_layer(kLayerConcatenation, inputs, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Concat", import_concat);
+KILN_REGISTER_ONNX_IMPORTER("Concat", import_concat, {.min_opset = 1, .types = kAllTypes});
 
 // Split sizes: attribute `split` before opset 13, optional input from 13 on (kept as an input
 // when it is not constant), else equal parts over the outputs.
@@ -106,7 +118,7 @@ void import_split(NodeContext& ctx) {
   Layer* layer = ctx.add_layer(kLayerSplit, inputs, ctx.num_outputs(), std::move(a));
   for (int i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, layer->output(i));
 }
-KILN_REGISTER_ONNX_IMPORTER("Split", import_split);
+KILN_REGISTER_ONNX_IMPORTER("Split", import_split, {.min_opset = 1, .types = kAllTypes});
 
 void import_slice(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "data");
@@ -126,14 +138,14 @@ void import_slice(NodeContext& ctx) {
   }
   ctx.set_output(0, ctx.add_layer(kLayerSlice, inputs, 1)->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Slice", import_slice);
+KILN_REGISTER_ONNX_IMPORTER("Slice", import_slice, {.min_opset = 1, .types = kAllTypes});
 
 void import_expand(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "input");
   Tensor* shape = ctx.required_input(1, "shape");
   ctx.set_output(0, ctx.add_layer(kLayerExpand, {x, shape}, 1)->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Expand", import_expand);
+KILN_REGISTER_ONNX_IMPORTER("Expand", import_expand, {.min_opset = 8, .types = kAllTypes});
 
 void import_tile(NodeContext& ctx) {
   if (ctx.opset() < 6) ctx.unsupported("Tile before opset 6 (tiles/axis inputs)");
@@ -141,7 +153,7 @@ void import_tile(NodeContext& ctx) {
   Tensor* repeats = ctx.required_input(1, "repeats");
   ctx.set_output(0, ctx.add_layer(kLayerTile, {x, repeats}, 1)->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Tile", import_tile);
+KILN_REGISTER_ONNX_IMPORTER("Tile", import_tile, {.min_opset = 6, .types = kAllTypes});
 
 // Pad: attributes pads/value before opset 11, inputs pads/constant_value from 11 on, and an
 // optional `axes` input from 18 on, which is expanded here to pads over every dim.
@@ -182,7 +194,10 @@ void import_pad(NodeContext& ctx) {
   if (value) inputs.push_back(value);
   ctx.set_output(0, ctx.add_layer(kLayerPadding, inputs, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Pad", import_pad);
+KILN_REGISTER_ONNX_IMPORTER("Pad", import_pad,
+                            {.min_opset = 1,
+                             .types = kAllTypes,
+                             .notes = "modes constant, reflect, edge, wrap; the axes input (opset 18) must be a constant"});
 
 void import_shape(NodeContext& ctx) {
   Attributes a;
@@ -190,7 +205,7 @@ void import_shape(NodeContext& ctx) {
   if (ctx.has_attr("end")) a.set("end", ctx.attr_int("end", std::numeric_limits<int64_t>::max()));
   ctx.set_output(0, ctx.add_layer(kLayerShape, {ctx.required_input(0, "data")}, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Shape", import_shape);
+KILN_REGISTER_ONNX_IMPORTER("Shape", import_shape, {.min_opset = 1, .types = kAllTypes});
 
 }  // namespace
 }  // namespace kiln

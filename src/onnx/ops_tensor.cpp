@@ -7,6 +7,9 @@
 namespace kiln {
 namespace {
 
+// Element types for the OnnxImporterInfo of the registrations below (docs/onnx-support.md).
+constexpr const char* kAllTypes = "every kiln type (float32/16/64, int8, uint8, int32, int64, bool)";
+
 void import_constant(NodeContext& ctx) {
   HostTensor value;
   if (ctx.has_attr("value")) {
@@ -31,7 +34,10 @@ void import_constant(NodeContext& ctx) {
   }
   ctx.set_output_constant(0, value);
 }
-KILN_REGISTER_ONNX_IMPORTER("Constant", import_constant);
+KILN_REGISTER_ONNX_IMPORTER("Constant", import_constant,
+                            {.min_opset = 1,
+                             .types = kAllTypes,
+                             .notes = "string and sparse values are not supported"});
 
 void import_constant_of_shape(NodeContext& ctx) {
   Attributes a;
@@ -45,7 +51,7 @@ void import_constant_of_shape(NodeContext& ctx) {
   }
   ctx.set_output(0, ctx.add_layer(kLayerFill, {ctx.required_input(0, "input")}, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("ConstantOfShape", import_constant_of_shape);
+KILN_REGISTER_ONNX_IMPORTER("ConstantOfShape", import_constant_of_shape, {.min_opset = 9, .types = kAllTypes});
 
 void import_range(NodeContext& ctx) {
   Attributes a;
@@ -55,7 +61,7 @@ void import_range(NodeContext& ctx) {
   Tensor* delta = ctx.required_input(2, "delta");
   ctx.set_output(0, ctx.add_layer(kLayerFill, {start, limit, delta}, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Range", import_range);
+KILN_REGISTER_ONNX_IMPORTER("Range", import_range, {.min_opset = 11, .types = "float32, float64, int32, int64"});
 
 void import_cast(NodeContext& ctx) {
   if (!ctx.has_attr("to")) ctx.fail("attribute 'to' is required");
@@ -66,7 +72,10 @@ void import_cast(NodeContext& ctx) {
   a.set("to", std::string(to_string(*type)));
   ctx.set_output(0, ctx.add_layer(kLayerCast, {ctx.required_input(0, "input")}, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Cast", import_cast);
+KILN_REGISTER_ONNX_IMPORTER("Cast", import_cast,
+                            {.min_opset = 1,
+                             .types = kAllTypes,
+                             .notes = "string, bfloat16, int16 and uint16/32/64 are not supported"});
 
 // A copy; of a constant it is the same constant (exporters route shared weights through
 // Identity nodes, and weights must stay recognizable as constants).
@@ -79,18 +88,43 @@ void pass_through(NodeContext& ctx) {
 }
 
 void import_identity(NodeContext& ctx) { pass_through(ctx); }
-KILN_REGISTER_ONNX_IMPORTER("Identity", import_identity);
+KILN_REGISTER_ONNX_IMPORTER("Identity", import_identity,
+                            {.min_opset = 1,
+                             .types = kAllTypes,
+                             .notes = "sequences and optionals are not supported"});
 
+// Inference: y = x and the mask is all true. In training mode Dropout is random unless its ratio
+// is 0, which the backend tests use; other training-mode ratios are rejected.
 void import_dropout(NodeContext& ctx) {
-  if (ctx.output_used(1)) ctx.unsupported("the mask output of Dropout (kiln imports inference graphs only)");
-  if (ctx.has_input(2)) {
-    const HostTensor* training = ctx.constant(2);
-    if (!training) ctx.unsupported("a training_mode input that is not constant");
-    if (training->count() != 1 || training->to_int64()[0] != 0) ctx.unsupported("training_mode=true");
+  bool training = false;  // is_test of opsets < 7 is ignored, as ONNX Runtime does
+  if (ctx.opset() >= 12 && ctx.has_input(2)) {
+    const HostTensor& t = ctx.constant_input(2, "training_mode");
+    if (t.count() != 1) ctx.fail("training_mode must be a scalar");
+    training = t.to_int64()[0] != 0;
+  }
+  if (training) {
+    double ratio = 0.5;
+    if (ctx.has_input(1)) {
+      const HostTensor& r = ctx.constant_input(1, "ratio");
+      if (r.count() != 1) ctx.fail("ratio must be a scalar");
+      ratio = r.to_double()[0];
+    }
+    if (ratio != 0.0) ctx.unsupported("training_mode=true with ratio " + std::to_string(ratio) + " (random masks)");
+  }
+  if (ctx.output_used(1)) {
+    if (ctx.opset() < 10) ctx.unsupported("the mask output of Dropout before opset 10 (mask of the input's type)");
+    Tensor* shape = ctx.add_layer(kLayerShape, {ctx.required_input(0, "data")}, 1, {}, "shape")->output(0);
+    Attributes a;
+    a.set("mode", std::string("constant"));
+    a.set("value", HostTensor::from_vector(DataType::kBool, Dims{1}, std::vector<uint8_t>{1}));
+    ctx.set_output(1, ctx.add_layer(kLayerFill, {shape}, 1, std::move(a), "mask")->output(0));
   }
   pass_through(ctx);
 }
-KILN_REGISTER_ONNX_IMPORTER("Dropout", import_dropout);
+KILN_REGISTER_ONNX_IMPORTER("Dropout", import_dropout,
+                            {.min_opset = 1,
+                             .types = kAllTypes,
+                             .notes = "inference: y = x, mask all true (opset 10+); training_mode=true only with ratio 0"});
 
 void import_gather_mode(NodeContext& ctx, const char* mode) {
   Tensor* data = ctx.required_input(0, "data");
@@ -108,9 +142,9 @@ void import_gather_mode(NodeContext& ctx, const char* mode) {
 void import_gather(NodeContext& ctx) { import_gather_mode(ctx, "default"); }
 void import_gather_elements(NodeContext& ctx) { import_gather_mode(ctx, "elements"); }
 void import_gather_nd(NodeContext& ctx) { import_gather_mode(ctx, "nd"); }
-KILN_REGISTER_ONNX_IMPORTER("Gather", import_gather);
-KILN_REGISTER_ONNX_IMPORTER("GatherElements", import_gather_elements);
-KILN_REGISTER_ONNX_IMPORTER("GatherND", import_gather_nd);
+KILN_REGISTER_ONNX_IMPORTER("Gather", import_gather, {.min_opset = 1, .types = kAllTypes});
+KILN_REGISTER_ONNX_IMPORTER("GatherElements", import_gather_elements, {.min_opset = 11, .types = kAllTypes});
+KILN_REGISTER_ONNX_IMPORTER("GatherND", import_gather_nd, {.min_opset = 11, .types = kAllTypes});
 
 }  // namespace
 }  // namespace kiln

@@ -181,11 +181,53 @@ BinaryFn binary_reference_fn(ElementWiseOp op) {
   return kTable.at(op);
 }
 
+// pow with an exponent of another type (ONNX Pow-12+; numpy's power(a, b).astype(a.dtype)):
+// integer ** integer is exact in int64, anything else computes in double and converts to the
+// base type (toward zero for integers; NaN and out-of-range give the type's minimum, as Cast).
+template <typename T>
+double as_double(T v) {
+  if constexpr (std::is_same_v<T, half>) return static_cast<float>(v); else return static_cast<double>(v);
+}
+
+template <typename B, typename E>
+void pow_mixed_reference(const KernelContext& ctx) {
+  const TensorView& a = ctx.inputs[0];
+  const TensorView& b = ctx.inputs[1];
+  const TensorView& y = ctx.outputs[0];
+  const auto sa = cpu::broadcast_strides(a.dims, y.dims);
+  const auto sb = cpu::broadcast_strides(b.dims, y.dims);
+  const B* pa = a.as<const B>();
+  const E* pb = b.as<const E>();
+  B* py = y.as<B>();
+  cpu::parallel_for(y.count(), ctx.num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const B va = pa[cpu::broadcast_offset(i, y.dims, sa)];
+      const E vb = pb[cpu::broadcast_offset(i, y.dims, sb)];
+      if constexpr (std::is_integral_v<B> && std::is_integral_v<E>) {
+        py[i] = static_cast<B>(int_pow<int64_t>(static_cast<int64_t>(va), static_cast<int64_t>(vb)));
+      } else if constexpr (std::is_integral_v<B>) {
+        const double r = std::pow(as_double(va), as_double(vb));
+        py[i] = (std::isnan(r) || r < -9.2e18 || r > 9.2e18) ? std::numeric_limits<B>::min()
+                                                              : static_cast<B>(static_cast<int64_t>(r));
+      } else {
+        py[i] = static_cast<B>(static_cast<Calc<B>>(std::pow(as_double(va), as_double(vb))));
+      }
+    }
+  });
+}
+
 class ElementWiseReference : public Kernel {
  public:
   explicit ElementWiseReference(const Layer& layer)
       : op_(parse_elementwise_op(attr_string(layer, "op"))), fmod_(attr_int(layer, "fmod") != 0) {}
   void execute(const KernelContext& ctx) override {
+    if (op_ == ElementWiseOp::kPow && ctx.inputs[0].type != ctx.inputs[1].type) {
+      KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "ElementWise pow base", {
+        using B = T;
+        KILN_DISPATCH_NUMERIC(ctx.inputs[1].type, "ElementWise pow exponent", pow_mixed_reference<B, T>(ctx));
+      });
+      return;
+    }
     KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "ElementWise", binary_reference_fn<T>(op_)(ctx, fmod_));
   }
 

@@ -2,7 +2,9 @@
 // Runtime does it so that nearest-neighbour choices agree bit for bit:
 //   - the per-axis scale is the `scales` value when given, else float(out) / float(in);
 //   - output coordinate x maps to an input coordinate by coordinate_transformation_mode, in float
-//     (an axis of scale 1 maps x to x whatever the mode);
+//     (an axis of scale 1 maps x to x whatever the mode). align_corners and pytorch_half_pixel
+//     use the resized length in * scale, which with `scales` may be fractional (ONNX's reference
+//     and backend tests; ONNX Runtime uses the floored output extent there instead);
 //   - nearest rounds by nearest_mode and clamps into the input;
 //   - linear clamps the coordinate into [0, in - 1] and blends the two neighbours;
 //   - cubic blends four neighbours floor(x) - 1 .. floor(x) + 2 with Keys' kernel (cubic_coeff_a),
@@ -31,24 +33,28 @@
 namespace kiln {
 namespace {
 
-// x_original = f(x_resized, scale, length_resized, length_original), float math as ONNX Runtime.
-using CoordFn = float (*)(float x, float scale, float out_len, float in_len);
+// x_original = f(x_resized, scale, output extent, length_resized = in * scale, length_original),
+// float math as ONNX Runtime.
+using CoordFn = float (*)(float x, float scale, float out_len, double resized_len, float in_len);
 
 const std::vector<std::pair<std::string, CoordFn>>& coord_modes() {
   static const std::vector<std::pair<std::string, CoordFn>> kModes = {
-      {"half_pixel", [](float x, float s, float, float) { return (x + 0.5f) / s - 0.5f; }},
+      {"half_pixel", [](float x, float s, float, double, float) { return (x + 0.5f) / s - 0.5f; }},
       {"half_pixel_symmetric",
-       [](float x, float s, float out_len, float in_len) {
+       [](float x, float s, float out_len, double, float in_len) {
          const float adjustment = out_len / (s * in_len);
          const float center = in_len / 2;
          const float offset = center * (1 - adjustment);
          return static_cast<float>(offset + (x + 0.5) / s - 0.5);  // in double, as ONNX Runtime
        }},
-      {"pytorch_half_pixel", [](float x, float s, float out_len, float) { return out_len > 1 ? (x + 0.5f) / s - 0.5f : 0.0f; }},
+      {"pytorch_half_pixel",
+       [](float x, float s, float, double resized_len, float) { return resized_len > 1 ? (x + 0.5f) / s - 0.5f : 0.0f; }},
       {"align_corners",
-       [](float x, float, float out_len, float in_len) { return out_len == 1 ? 0.0f : x * (in_len - 1) / (out_len - 1); }},
-      {"asymmetric", [](float x, float s, float, float) { return x / s; }},
-      {"tf_half_pixel_for_nn", [](float x, float s, float, float) { return (x + 0.5f) / s; }},
+       [](float x, float, float, double resized_len, float in_len) {
+         return resized_len == 1 ? 0.0f : static_cast<float>(x * (in_len - 1.0) / (resized_len - 1.0));
+       }},
+      {"asymmetric", [](float x, float s, float, double, float) { return x / s; }},
+      {"tf_half_pixel_for_nn", [](float x, float s, float, double, float) { return (x + 0.5f) / s; }},
   };
   return kModes;
 }
@@ -95,9 +101,17 @@ struct ResizeAttrs {
 
 // ONNX Runtime leaves an axis of scale 1 untouched whatever the mode (it matters for
 // tf_half_pixel_for_nn, which would otherwise shift by half a pixel).
-float source_coord(const ResizeAttrs& a, int64_t j, float scale, int64_t out_len, int64_t in_len) {
+// `scales_given`: the resized length is in * scale (fractional when the output was floored),
+// else exactly the output extent.
+float source_coord(const ResizeAttrs& a, int64_t j, float scale, int64_t out_len, int64_t in_len, bool scales_given) {
   if (scale == 1.0f) return static_cast<float>(j);
-  return a.coord(static_cast<float>(j), scale, static_cast<float>(out_len), static_cast<float>(in_len));
+  const double resized_len = scales_given ? static_cast<double>(scale) * static_cast<double>(in_len)
+                                          : static_cast<double>(out_len);
+  return a.coord(static_cast<float>(j), scale, static_cast<float>(out_len), resized_len, static_cast<float>(in_len));
+}
+
+bool scales_given(const KernelContext& ctx) {
+  return ctx.inputs.size() > 1 && ctx.inputs[1].data && ctx.inputs[1].count() > 0;
 }
 
 // Per-axis scales: the given `scales`, else out / in (float, as ONNX Runtime).
@@ -105,7 +119,7 @@ std::vector<float> axis_scales(const KernelContext& ctx) {
   const Dims& x = ctx.inputs.at(0).dims;
   const Dims& y = ctx.outputs.at(0).dims;
   std::vector<float> s(static_cast<size_t>(x.rank()));
-  const bool given = ctx.inputs.size() > 1 && ctx.inputs[1].data && ctx.inputs[1].count() > 0;
+  const bool given = scales_given(ctx);
   for (int i = 0; i < x.rank(); ++i) {
     if (given) {
       const TensorView& v = ctx.inputs[1];
@@ -122,12 +136,13 @@ std::vector<std::vector<int64_t>> nearest_maps(const ResizeAttrs& a, const Kerne
   const Dims& x = ctx.inputs.at(0).dims;
   const Dims& y = ctx.outputs.at(0).dims;
   const auto scales = axis_scales(ctx);
+  const bool given = scales_given(ctx);
   const auto stride = cpu::strides_of(x);
   std::vector<std::vector<int64_t>> maps(static_cast<size_t>(x.rank()));
   for (int k = 0; k < x.rank(); ++k) {
     const auto u = static_cast<size_t>(k);
     for (int64_t j = 0; j < y[k]; ++j) {
-      const float c = source_coord(a, j, scales[u], y[k], x[k]);
+      const float c = source_coord(a, j, scales[u], y[k], x[k], given);
       const int64_t i = std::clamp<int64_t>(a.nearest(c), 0, x[k] - 1);
       maps[u].push_back(i * stride[u]);
     }
@@ -152,6 +167,7 @@ std::vector<AxisTaps> interpolation_taps(const ResizeAttrs& a, const KernelConte
   const Dims& x = ctx.inputs.at(0).dims;
   const Dims& y = ctx.outputs.at(0).dims;
   const auto scales = axis_scales(ctx);
+  const bool given = scales_given(ctx);
   const auto stride = cpu::strides_of(x);
   const bool cubic = a.mode == "cubic";
   std::vector<AxisTaps> taps(static_cast<size_t>(x.rank()));
@@ -159,7 +175,7 @@ std::vector<AxisTaps> interpolation_taps(const ResizeAttrs& a, const KernelConte
     const auto u = static_cast<size_t>(k);
     const int64_t n = x[k];
     for (int64_t j = 0; j < y[k]; ++j) {
-      float c = source_coord(a, j, scales[u], y[k], n);
+      float c = source_coord(a, j, scales[u], y[k], n, given);
       std::vector<Tap> t;
       if (!cubic) {
         c = std::clamp(c, 0.0f, static_cast<float>(n - 1));

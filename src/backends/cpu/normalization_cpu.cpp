@@ -1,0 +1,222 @@
+// CPU reference kernels of the normalization layers: Normalization (modes layer, instance,
+// group, mvn, lp) and LRN. Every mode of Normalization is "statistics over a set of axes of a
+// view of x": the mode only picks the view and the axes (group mode views [N, C, ...] as
+// [N, G, C/G * spatial]). Statistics are computed in double with two passes (mean, then the
+// mean squared deviation), so the reference does not lose precision on large means.
+//
+// Layout: dense row-major (TensorFormat::kLinear); no alignment is assumed.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/error.h"
+#include "src/backends/cpu/cpu_utils.h"
+#include "src/backends/kernel.h"
+#include "src/ir/op_schema.h"
+
+namespace kiln {
+namespace {
+
+int64_t product(const Dims& dims, int begin, int end) {
+  int64_t p = 1;
+  for (int i = begin; i < end; ++i) p *= dims[i];
+  return p;
+}
+
+// The view of x whose `reduced` axes one statistics group spans.
+struct StatsView {
+  Dims dims;
+  std::vector<bool> reduced;
+};
+
+StatsView stats_view(const Layer& layer, const std::string& mode, const Dims& x) {
+  StatsView v;
+  const int rank = x.rank();
+  if (mode == "group") {
+    const int64_t groups = attr_int(layer, "num_groups");
+    v.dims = Dims{x[0], groups, x[1] / groups * product(x, 2, rank)};
+    v.reduced = {false, false, true};
+    return v;
+  }
+  v.dims = x;
+  v.reduced.assign(static_cast<size_t>(rank), false);
+  if (mode == "layer") {
+    const int64_t axis = attr_int(layer, "axis");
+    for (int i = static_cast<int>(axis < 0 ? axis + rank : axis); i < rank; ++i) v.reduced[static_cast<size_t>(i)] = true;
+  } else if (mode == "instance") {
+    for (int i = 2; i < rank; ++i) v.reduced[static_cast<size_t>(i)] = true;
+  } else {  // mvn
+    for (int64_t a : attr_ints(layer, "axes")) v.reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
+  }
+  return v;
+}
+
+// Where scale/bias values of an element come from: per channel (axis 1) or broadcast to x.
+struct Affine {
+  const TensorView* scale = nullptr;
+  const TensorView* bias = nullptr;
+  bool per_channel = false;
+  int64_t channels = 1, inner = 1;  // per channel: c = (flat / inner) % channels
+  std::vector<int64_t> scale_strides, bias_strides;
+
+  template <typename T>
+  double apply(double v, int64_t flat, const Dims& x) const {
+    if (scale) v *= static_cast<double>(scale->as<const T>()[index(flat, x, scale_strides)]);
+    if (bias) v += static_cast<double>(bias->as<const T>()[index(flat, x, bias_strides)]);
+    return v;
+  }
+  int64_t index(int64_t flat, const Dims& x, const std::vector<int64_t>& strides) const {
+    return per_channel ? (flat / inner) % channels : cpu::broadcast_offset(flat, x, strides);
+  }
+};
+
+const TensorView* optional_input(const KernelContext& ctx, size_t i) {
+  return i < ctx.inputs.size() && ctx.inputs[i].data != nullptr ? &ctx.inputs[i] : nullptr;
+}
+
+template <typename T>
+void moments_normalize(const KernelContext& ctx, const std::string& mode) {
+  const Layer& layer = *ctx.layer;
+  const Dims& x_dims = ctx.inputs[0].dims;
+  const StatsView view = stats_view(layer, mode, x_dims);
+  const double epsilon = attr_float(layer, "epsilon");
+  const bool mvn = mode == "mvn";
+  const bool normalize_variance = !mvn || attr_int(layer, "normalize_variance") != 0;
+
+  Affine affine;
+  affine.scale = optional_input(ctx, 1);
+  affine.bias = optional_input(ctx, 2);
+  affine.per_channel = mode == "instance" || mode == "group";
+  if (affine.per_channel) {
+    affine.channels = x_dims[1];
+    affine.inner = product(x_dims, 2, x_dims.rank());
+  } else {
+    if (affine.scale) affine.scale_strides = cpu::broadcast_strides(affine.scale->dims, x_dims);
+    if (affine.bias) affine.bias_strides = cpu::broadcast_strides(affine.bias->dims, x_dims);
+  }
+
+  const auto strides = cpu::strides_of(view.dims);
+  Dims keep, red_dims;
+  std::vector<int64_t> red_strides;
+  for (int i = 0; i < view.dims.rank(); ++i) {
+    const bool r = view.reduced[static_cast<size_t>(i)];
+    keep.push_back(r ? 1 : view.dims[i]);
+    if (r) {
+      red_dims.push_back(view.dims[i]);
+      red_strides.push_back(strides[static_cast<size_t>(i)]);
+    }
+  }
+  std::vector<int64_t> offsets(static_cast<size_t>(red_dims.volume()));
+  for (size_t j = 0; j < offsets.size(); ++j) offsets[j] = cpu::broadcast_offset(static_cast<int64_t>(j), red_dims, red_strides);
+  const auto count = static_cast<int64_t>(offsets.size());
+
+  const T* x = ctx.inputs[0].as<const T>();
+  T* y = ctx.outputs[0].as<T>();
+  float* mean_out = ctx.outputs.size() > 1 ? ctx.outputs[1].as<float>() : nullptr;
+  float* inv_std_out = ctx.outputs.size() > 2 ? ctx.outputs[2].as<float>() : nullptr;
+  cpu::parallel_for(keep.volume(), ctx.num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t base = cpu::broadcast_offset(g, keep, strides);
+      double sum = 0.0;
+      for (int64_t j = 0; j < count; ++j) sum += static_cast<double>(x[base + offsets[static_cast<size_t>(j)]]);
+      const double mean = count > 0 ? sum / static_cast<double>(count) : 0.0;
+      double sq = 0.0;
+      for (int64_t j = 0; j < count; ++j) {
+        const double d = static_cast<double>(x[base + offsets[static_cast<size_t>(j)]]) - mean;
+        sq += d * d;
+      }
+      const double var = count > 0 ? sq / static_cast<double>(count) : 0.0;
+      const double inv = !normalize_variance ? 1.0 : mvn ? 1.0 / (std::sqrt(var) + epsilon) : 1.0 / std::sqrt(var + epsilon);
+      for (int64_t j = 0; j < count; ++j) {
+        const int64_t flat = base + offsets[static_cast<size_t>(j)];
+        const double v = (static_cast<double>(x[flat]) - mean) * inv;
+        y[flat] = static_cast<T>(affine.apply<T>(v, flat, x_dims));
+      }
+      if (mean_out) mean_out[g] = static_cast<float>(mean);
+      if (inv_std_out) inv_std_out[g] = static_cast<float>(inv);
+    }
+  }, 1);
+}
+
+// Lp normalization along one axis: y = x / ||x||_p; a zero norm gives zeros (as ONNX Runtime).
+template <typename T>
+void lp_normalize(const KernelContext& ctx) {
+  const Dims& d = ctx.inputs[0].dims;
+  const int64_t a = attr_int(*ctx.layer, "axis");
+  const int axis = static_cast<int>(a < 0 ? a + d.rank() : a);
+  const int64_t p = attr_int(*ctx.layer, "p");
+  const int64_t outer = product(d, 0, axis), n = d[axis], inner = product(d, axis + 1, d.rank());
+  const T* x = ctx.inputs[0].as<const T>();
+  T* y = ctx.outputs[0].as<T>();
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      const int64_t base = o * n * inner + i;
+      double norm = 0.0;
+      for (int64_t j = 0; j < n; ++j) {
+        const double v = static_cast<double>(x[base + j * inner]);
+        norm += p == 1 ? std::fabs(v) : v * v;
+      }
+      if (p == 2) norm = std::sqrt(norm);
+      for (int64_t j = 0; j < n; ++j) {
+        y[base + j * inner] = static_cast<T>(norm == 0.0 ? 0.0 : static_cast<double>(x[base + j * inner]) / norm);
+      }
+    }
+  }
+}
+
+class NormalizationReference : public Kernel {
+ public:
+  explicit NormalizationReference(const Layer& layer) : mode_(attr_string(layer, "mode")) {}
+  void execute(const KernelContext& ctx) override {
+    KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "Normalization", {
+      if (mode_ == "lp") lp_normalize<T>(ctx);
+      else moments_normalize<T>(ctx, mode_);
+    });
+  }
+
+ private:
+  std::string mode_;
+};
+
+// ---- LRN ------------------------------------------------------------------------------------
+
+// y = x / (bias + alpha / size * sum of x^2 over the channels [c - floor((size-1)/2),
+// c + ceil((size-1)/2)] clipped to [0, C)) ^ beta.
+template <typename T>
+void lrn(const KernelContext& ctx) {
+  const Layer& layer = *ctx.layer;
+  const int64_t size = attr_int(layer, "size");
+  const double alpha = attr_float(layer, "alpha"), beta = attr_float(layer, "beta"), bias = attr_float(layer, "bias");
+  const Dims& d = ctx.inputs[0].dims;
+  const int64_t n_batch = d[0], channels = d[1], inner = product(d, 2, d.rank());
+  const int64_t before = (size - 1) / 2, after = size - 1 - before;
+  const T* x = ctx.inputs[0].as<const T>();
+  T* y = ctx.outputs[0].as<T>();
+  cpu::parallel_for(n_batch * channels, ctx.num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t nc = begin; nc < end; ++nc) {
+      const int64_t n = nc / channels, c = nc % channels;
+      const int64_t lo = std::max<int64_t>(0, c - before), hi = std::min<int64_t>(channels - 1, c + after);
+      for (int64_t i = 0; i < inner; ++i) {
+        double sum = 0.0;
+        for (int64_t k = lo; k <= hi; ++k) {
+          const double v = static_cast<double>(x[(n * channels + k) * inner + i]);
+          sum += v * v;
+        }
+        const int64_t at = nc * inner + i;
+        y[at] = static_cast<T>(static_cast<double>(x[at]) / std::pow(bias + alpha / static_cast<double>(size) * sum, beta));
+      }
+    }
+  }, 1);
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerNormalization, "reference", 0, nullptr,
+                                 [](const Layer& layer) { return std::make_unique<NormalizationReference>(layer); }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerLRN, "reference", 0, nullptr, function_kernel([](const KernelContext& ctx) {
+                                   KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "LRN", lrn<T>(ctx));
+                                 })});
+
+}  // namespace kiln

@@ -1,0 +1,143 @@
+// Parsing of einsum equations into an EinsumPlan (see einsum_equation.h for the rules).
+#include "src/ir/einsum_equation.h"
+
+#include <algorithm>
+#include <map>
+
+#include "kiln/error.h"
+
+namespace kiln {
+namespace {
+
+// One side of an equation term: its letters and where "..." stood (-1: absent).
+struct Term {
+  std::string letters;
+  int ellipsis_at = -1;  // number of letters before the "..."
+};
+
+Term parse_term(const std::string& text, const std::string& equation) {
+  Term t;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+      t.letters.push_back(c);
+    } else if (c == '.' && text.compare(i, 3, "...") == 0) {
+      if (t.ellipsis_at >= 0) throw Error("einsum equation '" + equation + "': term '" + text + "' has two '...'");
+      t.ellipsis_at = static_cast<int>(t.letters.size());
+      i += 2;
+    } else {
+      throw Error("einsum equation '" + equation + "': unexpected character '" + std::string(1, c) + "' in term '" +
+                  text + "' (use letters, '...', ',' and '->')");
+    }
+  }
+  return t;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts(1);
+  for (char c : s) {
+    if (c == sep) parts.emplace_back();
+    else parts.back().push_back(c);
+  }
+  return parts;
+}
+
+}  // namespace
+
+EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& operand_dims) {
+  std::string eq;
+  for (char c : equation) {
+    if (c != ' ') eq.push_back(c);
+  }
+  const size_t arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  const std::vector<std::string> texts = split(lhs, ',');
+  if (texts.size() != operand_dims.size()) {
+    throw Error("einsum equation '" + equation + "' has " + std::to_string(texts.size()) + " operand terms but the layer has " +
+                std::to_string(operand_dims.size()) + " inputs");
+  }
+  std::vector<Term> terms;
+  int ellipsis_rank = 0;
+  std::vector<int> operand_ellipsis(texts.size(), 0);
+  for (size_t k = 0; k < texts.size(); ++k) {
+    terms.push_back(parse_term(texts[k], equation));
+    const int rank = operand_dims[k].rank();
+    const int letters = static_cast<int>(terms[k].letters.size());
+    const int extra = rank - letters;
+    if (extra < 0 || (extra > 0 && terms[k].ellipsis_at < 0)) {
+      throw Error("einsum equation '" + equation + "': term '" + texts[k] + "' labels " + std::to_string(letters) +
+                  " axes but operand " + std::to_string(k) + " has dims " + operand_dims[k].to_string());
+    }
+    operand_ellipsis[k] = terms[k].ellipsis_at >= 0 ? extra : 0;
+    ellipsis_rank = std::max(ellipsis_rank, operand_ellipsis[k]);
+  }
+
+  EinsumPlan plan;
+  std::map<char, int> letter_label;
+  std::map<char, int> letter_count;
+  for (const Term& t : terms) {
+    for (char c : t.letters) {
+      if (!letter_label.count(c)) {
+        letter_label[c] = static_cast<int>(plan.label_sizes.size());
+        plan.label_sizes.push_back(1);
+      }
+      ++letter_count[c];
+    }
+  }
+  const int first_ellipsis_label = static_cast<int>(plan.label_sizes.size());
+  plan.label_sizes.resize(plan.label_sizes.size() + static_cast<size_t>(ellipsis_rank), 1);
+
+  // Label of each operand axis, and the extent of each label (1 broadcasts).
+  for (size_t k = 0; k < terms.size(); ++k) {
+    std::vector<int> labels;
+    const Term& t = terms[k];
+    for (int i = 0; i <= static_cast<int>(t.letters.size()); ++i) {
+      if (i == t.ellipsis_at) {
+        for (int e = 0; e < operand_ellipsis[k]; ++e) labels.push_back(first_ellipsis_label + ellipsis_rank - operand_ellipsis[k] + e);
+      }
+      if (i < static_cast<int>(t.letters.size())) labels.push_back(letter_label[t.letters[static_cast<size_t>(i)]]);
+    }
+    for (int axis = 0; axis < operand_dims[k].rank(); ++axis) {
+      const int64_t extent = operand_dims[k][axis];
+      int64_t& size = plan.label_sizes[static_cast<size_t>(labels[static_cast<size_t>(axis)])];
+      if (extent != size && extent != 1 && size != 1) {
+        throw Error("einsum equation '" + equation + "': axis " + std::to_string(axis) + " of operand " + std::to_string(k) +
+                    " (dims " + operand_dims[k].to_string() + ") has extent " + std::to_string(extent) +
+                    " but its label has extent " + std::to_string(size) + " elsewhere");
+      }
+      if (extent != 1) size = extent;
+    }
+    plan.operand_labels.push_back(std::move(labels));
+  }
+
+  auto push_ellipsis = [&] {
+    for (int e = 0; e < ellipsis_rank; ++e) plan.output_labels.push_back(first_ellipsis_label + e);
+  };
+  if (arrow == std::string::npos) {
+    push_ellipsis();
+    for (const auto& [c, n] : letter_count) {  // std::map: ASCII order
+      if (n == 1) plan.output_labels.push_back(letter_label[c]);
+    }
+  } else {
+    const Term out = parse_term(eq.substr(arrow + 2), equation);
+    for (int i = 0; i <= static_cast<int>(out.letters.size()); ++i) {
+      if (i == out.ellipsis_at) push_ellipsis();
+      if (i == static_cast<int>(out.letters.size())) break;
+      const char c = out.letters[static_cast<size_t>(i)];
+      if (!letter_label.count(c)) {
+        throw Error("einsum equation '" + equation + "': output label '" + std::string(1, c) + "' appears in no operand");
+      }
+      if (std::count(out.letters.begin(), out.letters.end(), c) > 1) {
+        throw Error("einsum equation '" + equation + "': output label '" + std::string(1, c) + "' appears twice");
+      }
+      plan.output_labels.push_back(letter_label[c]);
+    }
+  }
+  if (plan.output_labels.size() > static_cast<size_t>(kMaxDims)) {
+    throw Error("einsum equation '" + equation + "': the output would have more than " + std::to_string(kMaxDims) + " dims");
+  }
+  for (int label : plan.output_labels) plan.output_dims.push_back(plan.label_sizes[static_cast<size_t>(label)]);
+  return plan;
+}
+
+}  // namespace kiln

@@ -1,0 +1,32 @@
+// Schema and shape/type inference of the bitwise layers: BitShift (ONNX BitShift), element-wise
+// with numpy broadcasting on integer tensors. Semantics: docs/layers.md.
+#include <string>
+
+#include "kiln/error.h"
+#include "src/ir/op_schema.h"
+
+namespace kiln {
+namespace {
+
+void infer_bit_shift(ShapeContext& ctx) {
+  const std::string direction = attr_string(ctx.layer(), "direction");
+  ctx.check(direction == "left" || direction == "right",
+            "attribute 'direction' is '" + direction + "'; valid values: left, right");
+  const DataType t = ctx.input_type(0);
+  ctx.check(t == DataType::kUInt8 || t == DataType::kInt8 || t == DataType::kInt32 || t == DataType::kInt64,
+            std::string("x must be an integer tensor (uint8, int8, int32, int64), got ") + to_string(t));
+  ctx.check(ctx.input_type(1) == t, std::string("the shift amounts (") + to_string(ctx.input_type(1)) +
+                                        ") must have the type of x (" + to_string(t) + ")");
+  ctx.set_output(0, t, broadcast_dims(ctx, ctx.input_dims(0), ctx.input_dims(1)));
+}
+
+}  // namespace
+
+KILN_REGISTER_OP(OpSchema{kLayerBitShift, 2, 2, 1,
+                          {AttrSpec{"direction", AttrType::kString, std::string(), true, "left or right"}},
+                          {},
+                          infer_bit_shift,
+                          "x shifted by y bits (logical shift on the unsigned bit pattern; shifts of the type's "
+                          "width or more give 0), with numpy broadcasting."});
+
+}  // namespace kiln
