@@ -140,10 +140,22 @@ class LayoutAssigner {
       }
       descs.push_back(d);
     }
-    for (const KernelEntry* e : KernelRegistry::instance().find(ctx_.config.device, l.type())) {
-      if (e->supports && e->supports(l, descs)) return true;
+    // Kernels read the output format from the layer's output tensors: ask with them channels-last.
+    Layer& layer = const_cast<Layer&>(l);
+    std::vector<TensorFormat> saved;
+    for (int i = 0; i < layer.num_outputs(); ++i) {
+      saved.push_back(layer.output(i)->format());
+      layer.output(i)->set_format(TensorFormat::kChannelsLast);
     }
-    return false;  // a kernel without supports() makes no claim about formats
+    bool ok = false;
+    for (const KernelEntry* e : KernelRegistry::instance().find(ctx_.config.device, l.type())) {
+      if (e->supports && e->supports(l, descs)) {
+        ok = true;  // a kernel without supports() makes no claim about formats
+        break;
+      }
+    }
+    for (int i = 0; i < layer.num_outputs(); ++i) layer.output(i)->set_format(saved[static_cast<size_t>(i)]);
+    return ok;
   }
 
   // Reformats a region would need: activations entering from outside and leaving to outside.
