@@ -80,6 +80,23 @@ Built build_case(const OpCase& c) {
   return b;
 }
 
+// What supports() sees for a built case: types and dims, values of the constant inputs.
+std::vector<TensorDesc> input_descs_of(const Built& b, const OpCase& c) {
+  std::vector<TensorDesc> descs;
+  for (size_t i = 0; i < b.input_values.size(); ++i) {
+    TensorDesc d;
+    if (b.input_values[i].empty()) {
+      d.present = false;
+    } else {
+      d.type = b.input_values[i].type();
+      d.dims = b.input_values[i].dims();
+      if (c.inputs[i].constant) d.value = &b.input_values[i];
+    }
+    descs.push_back(d);
+  }
+  return descs;
+}
+
 // Runs one kernel with guard bytes; returns outputs or throws with a message.
 std::vector<HostTensor> run_kernel(const Built& b, const KernelEntry& entry, const OpCase& c, DeviceType device,
                                    std::string* guard_problem) {
@@ -273,18 +290,7 @@ std::vector<KernelResult> run_op_case(const OpCase& c, DeviceType device) {
   for (const KernelEntry* entry : KernelRegistry::instance().find(device, c.layer_type)) {
     KernelResult r;
     r.tactic = entry->tactic;
-    std::vector<TensorDesc> descs;
-    for (size_t i = 0; i < b.input_values.size(); ++i) {
-      TensorDesc d;
-      if (b.input_values[i].empty()) {
-        d.present = false;
-      } else {
-        d.type = b.input_values[i].type();
-        d.dims = b.input_values[i].dims();
-        if (c.inputs[i].constant) d.value = &b.input_values[i];
-      }
-      descs.push_back(d);
-    }
+    const std::vector<TensorDesc> descs = input_descs_of(b, c);
     if (entry->supports && !entry->supports(*b.layer, descs)) {
       r.outcome = Outcome::kUnsupported;
       r.message = "supports() rejects this case";
@@ -373,18 +379,7 @@ std::vector<KernelResult> run_op_case_fp16(const OpCase& c, DeviceType device, d
   for (const KernelEntry* entry : KernelRegistry::instance().find(device, c.layer_type)) {
     KernelResult r;
     r.tactic = entry->tactic;
-    std::vector<TensorDesc> descs;
-    for (size_t i = 0; i < b16.input_values.size(); ++i) {
-      TensorDesc d;
-      if (b16.input_values[i].empty()) {
-        d.present = false;
-      } else {
-        d.type = b16.input_values[i].type();
-        d.dims = b16.input_values[i].dims();
-        if (c16.inputs[i].constant) d.value = &b16.input_values[i];
-      }
-      descs.push_back(d);
-    }
+    const std::vector<TensorDesc> descs = input_descs_of(b16, c16);
     if (entry->supports && !entry->supports(*b16.layer, descs)) {
       r.outcome = Outcome::kUnsupported;
       r.message = "supports() rejects this case in fp16";

@@ -214,21 +214,9 @@ class LayoutAssigner {
       }
     }
     for (Tensor* out : outputs_to_fix) {
-      const std::string name = out->name();
-      const std::vector<Layer*> readers = passes::distinct_consumers(out);
-      Layer* r = net_.add_layer(kLayerReformat, {out}, 1, {}, net_.unique_name(name + ".nchw"));
-      Tensor* linear = r->output(0);
-      net_.replace_all_uses(out, linear);  // moves the output mark; readers are put back below
-      r->set_input(0, out);
-      for (Layer* reader : readers) {
-        for (int i = 0; i < reader->num_inputs(); ++i) {
-          if (reader->input(i) == linear) reader->set_input(i, out);
-        }
-      }
-      out->set_name(net_.unique_name(name + ".nhwc"));
-      linear->set_name(name);
-      linear->set_format(TensorFormat::kLinear);
-      passes::log_change(ctx_, "layout: output '" + name + "' reformatted back to linear");
+      Layer* r = editor_.append_to_output(out, kLayerReformat, {}, ".nchw", ".nhwc");
+      r->output(0)->set_format(TensorFormat::kLinear);
+      passes::log_change(ctx_, "layout: output '" + r->output(0)->name() + "' reformatted back to linear");
       ++changes;
     }
     return changes;

@@ -76,6 +76,24 @@ void GraphEditor::take_over(Tensor* old_out, Tensor* replacement) {
   if (rename) replacement->set_name(name);
 }
 
+Layer* GraphEditor::append_to_output(Tensor* out, const std::string& type, Attributes attrs,
+                                     const std::string& layer_suffix, const std::string& internal_suffix) {
+  const std::string name = out->name();
+  const std::vector<Layer*> readers = distinct_consumers(out);
+  Layer* layer = network_.add_layer(type, {out}, 1, std::move(attrs), network_.unique_name(name + layer_suffix));
+  Tensor* result = layer->output(0);
+  network_.replace_all_uses(out, result);  // moves the output mark (and the readers, put back below)
+  layer->set_input(0, out);
+  for (Layer* r : readers) {
+    for (int i = 0; i < r->num_inputs(); ++i) {
+      if (r->input(i) == result) r->set_input(i, out);
+    }
+  }
+  out->set_name(network_.unique_name(name + internal_suffix));
+  result->set_name(name);
+  return layer;
+}
+
 Tensor* GraphEditor::add_constant(const HostTensor& value, const std::string& hint) {
   Layer* layer = network_.add_constant(value, network_.unique_name(hint));
   return layer->output(0);

@@ -49,6 +49,12 @@ class GraphEditor {
   // whose names must not change). The caller then removes old_out's producer.
   void take_over(Tensor* old_out, Tensor* replacement);
 
+  // Appends a one-input layer of `type` after network output `out` and makes its output the
+  // network output under out's name (same place in the output list); `out` is renamed
+  // `<name><internal_suffix>` and keeps its other readers. Returns the new layer.
+  Layer* append_to_output(Tensor* out, const std::string& type, Attributes attrs, const std::string& layer_suffix,
+                          const std::string& internal_suffix);
+
   // A new Constant layer named after `hint` (made unique); returns its output.
   Tensor* add_constant(const HostTensor& value, const std::string& hint);
   // Removes the Constant layer producing each tensor of `tensors` that nothing reads any more.

@@ -145,7 +145,6 @@ class PrecisionAssigner {
       if (pinned_fp32(*layer) || !some_kernel_supports(*layer, descs_as(*layer, data_inputs, DataType::kFloat16))) {
         want = DataType::kFloat32;
       }
-      if (want == DataType::kFloat16) ++fp16_layers_;
       for (int i : data_inputs) {
         if (type_of(layer->input(i)) != want) layer->set_input(i, converted(layer->input(i), want));
       }
@@ -206,22 +205,13 @@ class PrecisionAssigner {
   // internal tensor and a Cast writes the output under the original name.
   void restore_output(Tensor* out, DataType declared) {
     const std::string name = out->name();
+    const DataType computed = type_of(out);
     Attributes a;
     a.set("to", std::string(to_string(declared)));
-    const std::vector<Layer*> readers = passes::distinct_consumers(out);
-    Layer* cast = net_.add_layer(kLayerCast, {out}, 1, a, net_.unique_name(name + ".to_" + to_string(declared)));
-    Tensor* cast_out = cast->output(0);
-    net_.replace_all_uses(out, cast_out);  // moves the output mark (and, undone below, the readers)
-    cast->set_input(0, out);
-    for (Layer* r : readers) {
-      for (int i = 0; i < r->num_inputs(); ++i) {
-        if (r->input(i) == cast_out) r->set_input(i, out);
-      }
-    }
-    out->set_name(net_.unique_name(name + "." + to_string(type_of(out))));
-    cast_out->set_name(name);
-    types_[cast_out] = declared;
-    passes::log_change(ctx_, "precision: output '" + name + "' computed in " + to_string(type_of(out)) +
+    Layer* cast = editor_.append_to_output(out, kLayerCast, a, ".to_" + std::string(to_string(declared)),
+                                           "." + std::string(to_string(computed)));
+    types_[cast->output(0)] = declared;
+    passes::log_change(ctx_, "precision: output '" + name + "' computed in " + to_string(computed) +
                                  ", cast back to its declared " + to_string(declared));
     ++changes_;
   }
@@ -236,7 +226,6 @@ class PrecisionAssigner {
   std::map<const Tensor*, Tensor*> converted_constants_;
   std::vector<std::unique_ptr<HostTensor>> preview_;
   int changes_ = 0;
-  int fp16_layers_ = 0;
 };
 
 }  // namespace
