@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what kiln needs on Debian 12 (as root, or with sudo): the compiler toolchain,
 # protobuf and the ONNX library, oneDNN, the header libraries, GoogleTest, and the Python
-# packages the tests and benchmarks use (onnx to make test models, onnxruntime as the peer).
+# packages the tests and benchmarks use (onnx to make test models, onnxruntime as the peer, pytest
+# for the suites in tests/python).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
@@ -14,7 +15,15 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
-if ! python3 -c "import onnx, onnxruntime, numpy" >/dev/null 2>&1; then
-  echo "kiln: installing Python packages onnx, onnxruntime, numpy"
-  python3 -m pip install -q onnx onnxruntime numpy 2>/dev/null || python3 -m pip install -q --break-system-packages onnx onnxruntime numpy
+if ! python3 -c "import onnx, onnxruntime, numpy, pytest" >/dev/null 2>&1; then
+  echo "kiln: installing Python packages onnx, onnxruntime, numpy, pytest"
+  python3 -m pip install -q onnx onnxruntime numpy pytest 2>/dev/null || python3 -m pip install -q --break-system-packages onnx onnxruntime numpy pytest
+fi
+# cudnn-frontend's C++ headers (header-only) for the CUDA backend's cuDNN graph-API convolution
+# tactics; CMake finds them beside the pip package. --no-deps: only the headers are needed, not the
+# package's Python dependencies (CUTLASS DSL etc.).
+if ! python3 -c "import importlib.util as u, os, sys; s = u.find_spec('cudnn'); sys.exit(0 if s and s.origin and os.path.isfile(os.path.join(os.path.dirname(os.path.dirname(s.origin)), 'include', 'cudnn_frontend.h')) else 1)" >/dev/null 2>&1; then
+  echo "kiln: installing Python package nvidia-cudnn-frontend (headers only)"
+  python3 -m pip install -q --no-deps nvidia-cudnn-frontend==1.32.0 2>/dev/null ||
+    python3 -m pip install -q --no-deps --break-system-packages nvidia-cudnn-frontend==1.32.0
 fi

@@ -1,6 +1,7 @@
 // `kiln build`: ONNX model -> engine file. Parses the model, makes one optimization profile from
-// the trtexec-style shape flags, builds with kiln::Builder, prints the BuildReport and writes the
-// engine through a temporary file (a failed build never leaves a partial engine behind).
+// the trtexec-style shape flags, builds with kiln::Builder, prints the BuildReport (and the plugin
+// libraries --embed-plugins stored) and writes the engine through a temporary file (a failed
+// build never leaves a partial engine behind).
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "common.h"
+#include "engine/engine_format.h"
 #include "kiln/builder.h"
 #include "kiln/error.h"
 #include "kiln/logger.h"
@@ -33,6 +35,7 @@ struct BuildOptions {
   std::vector<std::string> plugins;
   std::string timing_cache;
   bool no_timing = false;
+  bool embed_plugins = false;
 };
 
 void print_profile(const OptimizationProfile& profile, std::ostream& out) {
@@ -63,6 +66,7 @@ int run_build(const BuildOptions& o) {
   config.disabled_passes = o.disabled_passes;
   config.timing_cache_path = o.timing_cache;
   config.time_tactics = !o.no_timing;
+  config.embed_plugin_libraries = o.embed_plugins;
   if (!o.memory_limit.empty()) config.memory_limit = parse_byte_size(o.memory_limit, "--memory-limit");
 
   // Parse the shape flags before the (slow) model import so that typos fail fast.
@@ -105,6 +109,14 @@ int run_build(const BuildOptions& o) {
     out << " (" << format_bytes(report.activation_naive_bytes) << " without reuse)";
   out << ", weights " << format_bytes(report.weights_bytes) << "\n";
 
+  if (o.embed_plugins) {
+    const EngineData data = engine_deserialize(bytes.data(), bytes.size(), o.engine);
+    if (data.plugin_libraries.empty()) out << "plugin libraries: none to embed (the engine uses no plugin library)\n";
+    for (const auto& lib : data.plugin_libraries) {
+      out << "embedded plugin library '" << lib.path << "' (" << format_bytes(lib.bytes.size())
+          << "; kiln run needs --allow-embedded-plugins to load it)\n";
+    }
+  }
   write_file_bytes(o.engine, bytes, "engine file");
   out << "saved engine '" << o.engine << "' (" << format_bytes(bytes.size()) << ")\n";
   return kExitOk;
@@ -158,6 +170,9 @@ void setup_build_command(CLI::App& parent, std::function<int()>& run) {
                   "conv_bn_folding, activation_fusion, elementwise_fusion")
       ->type_name("NAME");
   sub->add_option("--plugins", o->plugins, "Plugin library to load before importing (repeatable)")->type_name("LIB.so");
+  sub->add_flag("--embed-plugins", o->embed_plugins,
+                "Store the plugin libraries the engine uses in the engine file (kiln run then needs "
+                "--allow-embedded-plugins instead of --plugins)");
   sub->add_flag("-v,--verbose", o->verbose, "List what every pass did and print the builder's progress");
   sub->callback([&run, o] { run = [o] { return run_build(*o); }; });
 }

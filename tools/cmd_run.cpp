@@ -49,6 +49,7 @@ struct RunOptions {
   double rtol = 1e-3;
   double atol = 1e-5;
   std::vector<std::string> plugins;
+  bool allow_embedded_plugins = false;
 };
 
 // Device memory for one I/O tensor of a device engine, with a pinned host staging buffer.
@@ -101,7 +102,9 @@ LoadedEngine load_engine_file(const RunOptions& o) {
   require_readable_file(o.engine, "engine file");
   LoadedEngine loaded;
   loaded.source = "engine '" + o.engine + "'";
-  loaded.engine = Runtime().deserialize_file(o.engine);
+  Runtime runtime;
+  runtime.set_allow_embedded_plugins(o.allow_embedded_plugins);
+  loaded.engine = runtime.deserialize_file(o.engine);
   loaded.inputs = load_inputs(engine_input_names(*loaded.engine), o.inputs_dir, o.inputs);
   return loaded;
 }
@@ -204,7 +207,8 @@ int run_run(const RunOptions& o) {
   std::vector<Output> outputs;
   for (const auto& info : engine.io_tensors()) {
     if (info.mode != TensorIOMode::kOutput) continue;
-    Dims dims = context->tensor_shape(info.name);
+    // Data-dependent outputs (NonZero, NMS, ...) get their upper bound; trimmed after the run.
+    Dims dims = context->max_tensor_shape(info.name);
     if (dims.is_dynamic())
       throw Error("output '" + info.name + "' has the unresolved shape " + dims.to_string() +
                   " after setting every input shape");
@@ -230,9 +234,16 @@ int run_run(const RunOptions& o) {
   const LatencyStats stats = compute_latency_stats(samples);
   if (o.dump_profile) std::cerr << context->profile_report();
   for (auto& output : outputs) {
-    if (!output.device || !output.value.nbytes()) continue;
-    backend->copy_device_to_host(output.device->pinned, output.device->device, output.value.nbytes(), nullptr);
-    std::memcpy(output.value.data(), output.device->pinned, output.value.nbytes());
+    if (output.device && output.value.nbytes()) {
+      backend->copy_device_to_host(output.device->pinned, output.device->device, output.value.nbytes(), nullptr);
+      std::memcpy(output.value.data(), output.device->pinned, output.value.nbytes());
+    }
+    const Dims actual = context->tensor_shape(output.name);
+    if (actual != output.value.dims()) {  // a data-dependent output: its leading bytes hold the result
+      HostTensor trimmed(output.value.type(), actual);
+      if (trimmed.nbytes()) std::memcpy(trimmed.data(), output.value.data(), trimmed.nbytes());
+      output.value = std::move(trimmed);
+    }
   }
   const Dims first = loaded.inputs.empty() ? Dims{} : loaded.inputs.front().value.dims();
   const int64_t batch = first.rank() > 0 ? first[0] : 1;
@@ -366,6 +377,9 @@ void setup_run_command(CLI::App& parent, std::function<int()>& run) {
       ->capture_default_str();
   sub->add_flag("--json", o->json, "Print the results as one JSON object on stdout (the report goes to stderr)");
   sub->add_option("--plugins", o->plugins, "Plugin library the engine needs, loaded first (repeatable)")->type_name("LIB.so");
+  sub->add_flag("--allow-embedded-plugins", o->allow_embedded_plugins,
+                "Load the plugin libraries embedded in the engine (kiln build --embed-plugins) for plugins that are "
+                "not registered: runs code from the engine file");
   sub->add_flag("-v,--verbose", o->verbose, "Print the library's progress messages");
   sub->callback([&run, o] { run = [o] { return run_run(*o); }; });
 }

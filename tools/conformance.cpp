@@ -561,7 +561,7 @@ class Pipeline {
     std::vector<std::pair<std::string, BoundTensor>> outputs;
     for (int i = 0; i < network_->num_outputs(); ++i) {
       const std::string& name = network_->output(i)->name();
-      const Dims out_dims = context->tensor_shape(name);
+      const Dims out_dims = context->max_tensor_shape(name);  // the upper bound of data-dependent outputs
       BoundTensor b;
       b.host = HostTensor(engine->io_tensor(name).type, out_dims);
       b.buffer = std::make_unique<DeviceBuffer>(backend, std::max<size_t>(b.host.nbytes(), 1));
@@ -570,6 +570,7 @@ class Pipeline {
     }
     context->execute();
     for (auto& [name, b] : outputs) {
+      b.host = HostTensor(b.host.type(), context->tensor_shape(name));  // the dims this inference gave
       if (b.host.nbytes()) backend.copy_device_to_host(b.host.data(), b.buffer->data(), b.host.nbytes(), nullptr);
     }
 

@@ -59,6 +59,11 @@ class BuilderConfig {
   std::string timing_cache_path;
   // CUDA: time every kernel that supports a layer and keep the fastest (false: highest priority).
   bool time_tactics = true;
+  // Store the file of every plugin library the engine's plugins came from in the engine (LIBS
+  // section, docs/engine-format.md), for deployment without the library: a runtime loads the
+  // embedded copy of a plugin that is not registered only after Runtime::
+  // set_allow_embedded_plugins(true). Plugins built into kiln have no library to embed.
+  bool embed_plugin_libraries = false;
 };
 
 // What the build did, for `kiln build` and `kiln inspect`.

@@ -43,6 +43,8 @@ inline constexpr const char* kLayerLRN = "LRN";
 inline constexpr const char* kLayerMatrixMultiply = "MatrixMultiply";
 inline constexpr const char* kLayerMaxRoiPool = "MaxRoiPool";
 inline constexpr const char* kLayerMaxUnpool = "MaxUnpool";
+inline constexpr const char* kLayerNonMaxSuppression = "NonMaxSuppression";
+inline constexpr const char* kLayerNonZero = "NonZero";
 inline constexpr const char* kLayerNormalization = "Normalization";
 inline constexpr const char* kLayerOneHot = "OneHot";
 inline constexpr const char* kLayerPadding = "Padding";
@@ -68,6 +70,7 @@ inline constexpr const char* kLayerTile = "Tile";
 inline constexpr const char* kLayerTopK = "TopK";
 inline constexpr const char* kLayerTrilu = "Trilu";
 inline constexpr const char* kLayerUnary = "Unary";
+inline constexpr const char* kLayerUnique = "Unique";
 
 class Layer;
 class Network;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/types.h"
@@ -56,9 +57,14 @@ class ExprBuilder {
   ExprBuilder& operator=(const ExprBuilder&) = delete;
   const DimExpr* constant(int64_t value);
   const DimExpr* operation(DimOp op, const DimExpr& a, const DimExpr& b);
-  // A data-dependent size (NonZero-, NMS-like): its value is written by the plugin at run time
-  // into the declared size output; `upper_bound` sizes the memory.
+  // A data-dependent size (NonZero-, NMS-like). `size_index` is the index of one of the
+  // plugin's own outputs, an int64 scalar (dims {}) into which enqueue writes the actual
+  // extent; `upper_bound` sizes the memory. enqueue gets the output with the upper bound and
+  // writes it compactly with the actual extent; the runtime reads the size after enqueue and
+  // gives later layers the actual dims. See docs/writing-a-plugin.md.
   const DimExpr* size_tensor(int size_index, int64_t upper_bound);
+  // The size tensors declared so far: (size_index, upper_bound) pairs. Used by kiln.
+  std::vector<std::pair<int, int64_t>> size_tensors() const;
   // Used by kiln: extent `axis` of input `input`.
   const DimExpr* input_dim(int input, int axis);
 
@@ -160,7 +166,11 @@ class Plugin {
   virtual bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& in_out, int num_inputs,
                                            int num_outputs) const = 0;
 
-  // Once per optimization profile, with the min/opt/max of every tensor, before workspace_size.
+  // Once per optimization profile, with the min/opt/max of every tensor (desc.dims: the opt dims
+  // with kDynamic where min != max), before workspace_size: at build time for every profile, and
+  // on each plugin object when its execution context selects a profile. Throwing fails the build
+  // or the profile selection with the layer's name. (Run outside any profile, e.g. evaluated on
+  // the host during shape inference, a plugin is configured for its concrete dims, min = max.)
   virtual void configure(const std::vector<DynamicPluginTensorDesc>& inputs,
                          const std::vector<DynamicPluginTensorDesc>& outputs) {}
   // Scratch bytes needed for these concrete shapes; kiln provides that much (never null if > 0).

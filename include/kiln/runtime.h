@@ -38,6 +38,16 @@ class Runtime {
   // layer kernels). `source` names the file in messages.
   std::shared_ptr<Engine> deserialize(const void* data, size_t size, const std::string& source = "<memory>");
   std::shared_ptr<Engine> deserialize_file(const std::string& path);
+
+  // Engines that embed their plugin libraries (BuilderConfig::embed_plugin_libraries): when a
+  // plugin the engine needs is not registered, deserialize loads the embedded copy of its
+  // library only when this is set, because that runs code from the engine file; otherwise it
+  // throws, saying the library is embedded and how to opt in. Default: false.
+  void set_allow_embedded_plugins(bool allow) { allow_embedded_plugins_ = allow; }
+  bool allow_embedded_plugins() const { return allow_embedded_plugins_; }
+
+ private:
+  bool allow_embedded_plugins_ = false;
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {
@@ -74,8 +84,15 @@ class ExecutionContext {
   // Sets the dims of a dynamic input; throws kiln::Error naming the input, the dims and the
   // profile's [min, max] when out of range or of the wrong rank.
   void set_input_shape(const std::string& name, const Dims& dims);
-  // Current dims of any I/O tensor (outputs are inferred from the input shapes).
+  // Current dims of any I/O tensor (outputs are inferred from the input shapes). An output
+  // with a data-dependent extent (NonZero, NonMaxSuppression, a plugin's size tensor; shown as
+  // -1 in Engine::io_tensors) has the dims of the last inference, or its upper bound before
+  // the first one: allocate such outputs with max_tensor_shape().
   Dims tensor_shape(const std::string& name);
+  // The dims to allocate for an I/O tensor: tensor_shape() for ordinary tensors, the upper
+  // bound for data-dependent outputs (the kernel writes the actual, smaller tensor compactly
+  // at the start of the buffer; read its dims with tensor_shape() after the inference).
+  Dims max_tensor_shape(const std::string& name);
   // Binds caller memory to an I/O tensor.
   void set_tensor_address(const std::string& name, void* data);
   // CPU threads for this context's kernels (0: the engine's setting).
@@ -90,7 +107,8 @@ class ExecutionContext {
 
   // CUDA: capture the whole inference as one CUDA graph on the first enqueue and replay it on
   // later ones (like trtexec --useCudaGraph). The graph is re-captured automatically when input
-  // shapes or tensor addresses change. Throws on engines whose device has no graphs.
+  // shapes or tensor addresses change. Throws on engines whose device has no graphs; enqueue
+  // throws on engines with data-dependent sizes (the host reads each size mid-inference).
   void set_graph_capture(bool enabled);
   bool graph_capture() const;
 
@@ -98,7 +116,8 @@ class ExecutionContext {
   void execute();
   // Queues the inference on `stream` (a cudaStream_t for CUDA engines; null means the context's
   // own stream, never the legacy default stream; ignored on the CPU, where it runs
-  // synchronously) and returns. No host synchronization happens inside.
+  // synchronously) and returns. No host synchronization happens inside, except after a layer
+  // with a data-dependent output size, whose size is read back before the next layers run.
   void enqueue(void* stream);
 
   // Internal.

@@ -50,9 +50,26 @@ struct KernelContext {
   int num_threads = 1;              // CPU threads this kernel may use
 };
 
+// The extents one input or output of a layer takes over an optimization profile (the shapes at
+// the profile's min, opt and max input dims; min/max element-wise over the three), with its
+// type and format.
+struct TensorRange {
+  DataType type = DataType::kFloat32;
+  TensorFormat format = TensorFormat::kLinear;
+  Dims min, opt, max;
+};
+
 class Kernel {
  public:
   virtual ~Kernel() = default;
+  // Called once per optimization profile before the prepare() calls of that profile: by the
+  // builder for every profile, and when an execution context selects a profile
+  // (configure_kernels_for_profile, src/builder/tactic_selection.h). Most kernels ignore it;
+  // the plugin kernel hands it to Plugin::configure.
+  virtual void configure_profile(const Layer& layer, const std::vector<TensorRange>& inputs,
+                                 const std::vector<TensorRange>& outputs) {
+    (void)layer; (void)inputs; (void)outputs;
+  }
   // Called whenever input shapes change (before execute). May cache primitives.
   virtual void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs,
                        const std::vector<TensorDesc>& outputs, int num_threads) {

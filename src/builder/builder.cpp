@@ -153,6 +153,9 @@ void annotate_tensors(Network& net, const std::vector<TensorStates>& all_states)
           if (dims[k] != it->second.dims[k]) dims[k] = kDynamic;
         }
       }
+      for (int k = 0; k < dims.rank(); ++k) {
+        if (it->second.dd_axes & (1u << k)) dims[k] = kDynamic;  // known only at run time
+      }
     }
     if (!first) {
       if (!t->is_network_input()) t->set_dims(dims);
@@ -190,6 +193,7 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   const auto steps = execution_steps(*net);
   data.tactics = select_tactics(*net, steps, config, all_states, &report);
   data.plugins = collect_plugin_records(*net);
+  if (config.embed_plugin_libraries) data.plugin_libraries = read_plugin_libraries(data.plugins);
 
   for (size_t p = 0; p < profiles.size(); ++p) {
     // The max point of each profile (points are opt, min, max per profile).

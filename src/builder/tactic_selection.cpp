@@ -4,11 +4,16 @@
 // inputs stay in range) and the fastest is kept; a kernel that throws while preparing or running
 // is skipped with its reason logged. Timings are keyed by the device, layer type, attributes
 // and input/output types, dims and formats, and kept in the timing cache file between builds.
+// Also: the per-profile ranges kernels are configured with (Kernel::configure_profile, at build
+// time for plugin layers and by the runtime when a context selects a profile), and the timing
+// of alternative ways to run a layer for the passes (choose_fastest_variant).
 #include "src/builder/tactic_selection.h"
 
-#include <chrono>
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iomanip>
@@ -40,6 +45,91 @@ std::vector<TensorDesc> input_descs(const Layer& layer, const TensorStates& stat
     descs.push_back(d);
   }
   return descs;
+}
+
+namespace {
+
+// KILN_DISABLE_TACTICS=prefix[,prefix...]: leave out kernels whose tactic name starts with one of
+// the prefixes (e.g. "cudnn_graph" to compare against the legacy cuDNN tactics when hunting an
+// accuracy problem; like trtexec --tacticSources). A reference/only tactic is never left out.
+bool tactic_disabled(const std::string& tactic) {
+  static const std::vector<std::string> prefixes = [] {
+    std::vector<std::string> r;
+    if (const char* v = std::getenv("KILN_DISABLE_TACTICS")) {
+      std::stringstream ss(v);
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        if (!item.empty()) r.push_back(item);
+      }
+    }
+    return r;
+  }();
+  if (tactic == "reference") return false;
+  for (const auto& p : prefixes) {
+    if (tactic.rfind(p, 0) == 0) return true;
+  }
+  return false;
+}
+
+
+Dims elementwise(const Dims& a, const Dims& b, bool take_min) {
+  Dims r = a;
+  for (int k = 0; k < r.rank(); ++k) r[k] = take_min ? std::min(a[k], b[k]) : std::max(a[k], b[k]);
+  return r;
+}
+
+TensorRange range_of(const Tensor* t, const TensorStates& opt, const TensorStates& min, const TensorStates& max) {
+  TensorRange r;
+  r.format = t->format();
+  const TensorState& o = opt.at(t);
+  r.type = o.type;
+  r.min = r.opt = r.max = o.dims;
+  for (const TensorStates* other : {&min, &max}) {
+    auto it = other->find(t);
+    if (it == other->end() || it->second.dims.rank() != o.dims.rank()) continue;
+    r.min = elementwise(r.min, it->second.dims, true);
+    r.max = elementwise(r.max, it->second.dims, false);
+  }
+  for (int k = 0; k < o.dims.rank(); ++k) {
+    if (o.dd_axes & (1u << k)) r.min[k] = 0;  // data-dependent: anything up to the bound
+  }
+  return r;
+}
+
+}  // namespace
+
+void layer_ranges(const Layer& layer, const TensorStates& opt, const TensorStates& min, const TensorStates& max,
+                  std::vector<TensorRange>& inputs, std::vector<TensorRange>& outputs) {
+  inputs.clear();
+  outputs.clear();
+  for (int i = 0; i < layer.num_inputs(); ++i) {
+    inputs.push_back(layer.input(i) ? range_of(layer.input(i), opt, min, max) : TensorRange{});
+  }
+  for (int i = 0; i < layer.num_outputs(); ++i) outputs.push_back(range_of(layer.output(i), opt, min, max));
+}
+
+void configure_kernels_for_profile(const Network& network, const std::vector<Layer*>& steps,
+                                   const std::vector<std::unique_ptr<Kernel>>& kernels,
+                                   const OptimizationProfile& profile) {
+  std::map<std::string, Dims> mn, op, mx;
+  for (const auto& [name, s] : profile.all()) {
+    mn[name] = s.min;
+    op[name] = s.opt;
+    mx[name] = s.max;
+  }
+  const TensorStates opt = infer_shapes(network, op), min = infer_shapes(network, mn), max = infer_shapes(network, mx);
+  std::vector<TensorRange> in, out;
+  for (size_t s = 0; s < steps.size() && s < kernels.size(); ++s) {
+    const Layer& l = *steps[s];
+    if (is_host_known(l, opt)) continue;
+    layer_ranges(l, opt, min, max, in, out);
+    try {
+      kernels[s]->configure_profile(l, in, out);
+    } catch (const std::exception& e) {
+      throw Error("layer '" + l.name() + "' (" + l.type() + "): configuring its kernel for the optimization profile "
+                  "failed: " + e.what());
+    }
+  }
 }
 
 namespace {
@@ -157,7 +247,7 @@ class TimingCache {
 
 // Runs `entry` for `layer` at `states` on the device; returns milliseconds per run, or throws.
 double time_kernel(const KernelEntry& entry, const Layer& layer, const TensorStates& states, Backend& backend,
-                   void* stream) {
+                   void* stream, const std::vector<TensorRange>& in_ranges, const std::vector<TensorRange>& out_ranges) {
   std::vector<DeviceBuffer> buffers;
   KernelContext kc;
   kc.layer = &layer;
@@ -190,6 +280,7 @@ double time_kernel(const KernelEntry& entry, const Layer& layer, const TensorSta
     kc.outputs.push_back(TensorView{s.type, s.dims, layer.output(i)->format(), bytes ? buffers.back().data() : nullptr});
   }
   auto kernel = entry.create(layer);
+  if (!in_ranges.empty() || !out_ranges.empty()) kernel->configure_profile(layer, in_ranges, out_ranges);
   kernel->prepare(layer, in, out, 1);
   const size_t ws = kernel->workspace_size();
   DeviceBuffer workspace(backend, ws);
@@ -220,7 +311,89 @@ std::string describe_types(const Layer& layer, const TensorStates& states) {
   return types;
 }
 
+// Plugin::configure at build time, once per profile with its ranges (the chosen kernel of every
+// Plugin layer; other kernels have nothing to learn from a profile at build time).
+void configure_plugins_per_profile(const std::vector<Layer*>& steps, const BuilderConfig& config,
+                                   const std::vector<TensorStates>& states, const std::map<std::string, std::string>& tactics) {
+  for (const Layer* layer : steps) {
+    if (layer->type() != kLayerPlugin || is_host_known(*layer, states.front())) continue;
+    const KernelEntry* entry = KernelRegistry::instance().find(config.device, layer->type(), tactics.at(layer->name()));
+    if (!entry) continue;
+    const auto kernel = entry->create(*layer);
+    std::vector<TensorRange> in, out;
+    for (size_t p = 0; p + 2 < states.size(); p += 3) {
+      layer_ranges(*layer, states[p], states[p + 1], states[p + 2], in, out);
+      try {
+        kernel->configure_profile(*layer, in, out);
+      } catch (const std::exception& e) {
+        throw Error("layer '" + layer->name() + "' (" + layer->type() + "): configure() for optimization profile " +
+                    std::to_string(p / 3) + " failed: " + e.what());
+      }
+    }
+  }
+}
+
 }  // namespace
+
+size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const BuilderConfig& config,
+                              const std::string& purpose) {
+  if (variants.empty()) throw Error("internal: choose_fastest_variant without variants");
+  Backend& backend = get_backend(config.device);
+  TimingCache cache(config.timing_cache_path);
+  const TimedVariant& first = variants.front();
+  const std::string key = "variant:" + purpose + "|" +
+                          timing_key(backend.describe(), *first.layer, input_descs(*first.layer, first.states), first.states);
+  if (const std::string* hit = cache.find(key)) {
+    for (size_t v = 0; v < variants.size(); ++v) {
+      if (variants[v].name == *hit) return v;
+    }
+  }
+  void* stream = backend.create_stream();
+  struct StreamGuard {
+    Backend& b;
+    void* s;
+    ~StreamGuard() { b.destroy_stream(s); }
+  } guard{backend, stream};
+  // The fastest kernel of one layer, or infinity when none runs.
+  auto best_time = [&](const Layer& layer, const TensorStates& states, std::string& failures) {
+    double best = std::numeric_limits<double>::infinity();
+    const auto in = input_descs(layer, states);
+    for (const KernelEntry* e : KernelRegistry::instance().find(config.device, layer.type())) {
+      if (e->supports && !e->supports(layer, in)) continue;
+      try {
+        best = std::min(best, time_kernel(*e, layer, states, backend, stream, {}, {}));
+      } catch (const std::exception& ex) {
+        failures += "\n  " + layer.name() + " (" + e->tactic + "): " + ex.what();
+        try {
+          backend.synchronize(stream);
+        } catch (const std::exception&) {
+        }
+      }
+    }
+    return best;
+  };
+  size_t chosen = variants.size();
+  double best = std::numeric_limits<double>::infinity();
+  std::string failures;
+  for (size_t v = 0; v < variants.size(); ++v) {
+    double total = best_time(*variants[v].layer, variants[v].states, failures);
+    for (const auto& [layer, states] : variants[v].extra) total += best_time(*layer, states, failures);
+    if (config.verbose) {
+      log(Severity::kVerbose, "  " + first.layer->name() + " as " + variants[v].name + ": " + std::to_string(total) + " ms");
+    }
+    if (total < best) {
+      best = total;
+      chosen = v;
+    }
+  }
+  if (chosen == variants.size()) {
+    throw Error("layer '" + first.layer->name() + "' (" + first.layer->type() + "): no way to run it worked on the " +
+                to_string(config.device) + " device:" + failures);
+  }
+  cache.put(key, variants[chosen].name);
+  cache.save();
+  return chosen;
+}
 
 std::map<std::string, std::string> select_tactics(const Network& network, const std::vector<Layer*>& steps,
                                                   const BuilderConfig& config, const std::vector<TensorStates>& states,
@@ -254,6 +427,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     }
     std::vector<const KernelEntry*> ok;
     for (const KernelEntry* e : candidates) {
+      if (tactic_disabled(e->tactic)) continue;
       bool all = true;
       for (const auto& st : states) {
         if (e->supports && !e->supports(*layer, input_descs(*layer, st))) {
@@ -282,12 +456,16 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
         continue;
       }
     }
+    // The first profile's ranges, for kernels that configure themselves by profile (plugins).
+    std::vector<TensorRange> in_ranges, out_ranges;
+    layer_ranges(*layer, states[0], states.size() > 1 ? states[1] : states[0], states.size() > 2 ? states[2] : states[0],
+                 in_ranges, out_ranges);
     double best = std::numeric_limits<double>::infinity();
     const KernelEntry* chosen = nullptr;
     std::string failures;
     for (const KernelEntry* e : ok) {
       try {
-        const double ms = time_kernel(*e, *layer, states.front(), *backend, stream);
+        const double ms = time_kernel(*e, *layer, states.front(), *backend, stream, in_ranges, out_ranges);
         if (config.verbose) {
           log(Severity::kVerbose, "  " + layer->name() + ": " + e->tactic + " " + std::to_string(ms) + " ms");
         }
@@ -321,6 +499,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
   }
   if (report) report->timing_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   cache.save();
+  configure_plugins_per_profile(steps, config, states, tactics);
   (void)network;
   return tactics;
 }

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/builder.h"
@@ -16,15 +18,57 @@ namespace kiln {
 // Returns layer name -> tactic. Throws naming the layer when no kernel supports it. On CUDA
 // (config.time_tactics) every supporting kernel is timed at the first state (the opt point of
 // the first profile) and the fastest is kept; timings are read from and added to
-// config.timing_cache_path. `report` (may be null) receives the timing counts.
+// config.timing_cache_path. `report` (may be null) receives the timing counts. `states` holds
+// three points per profile, opt, min and max, in profile order (the builder's shape_points).
+// The chosen kernel of every Plugin layer is then configured once per profile
+// (Kernel::configure_profile -> Plugin::configure), so a plugin that rejects a profile's ranges
+// fails the build, naming the layer and the profile.
 std::map<std::string, std::string> select_tactics(const Network& network, const std::vector<Layer*>& steps,
                                                   const BuilderConfig& config, const std::vector<TensorStates>& states,
                                                   BuildReport* report = nullptr);
 
+// One way to run a layer that a pass chooses by timing (the fp16 pass: a plugin's type
+// combination): the layer with the tensor states it would have (every input and output), plus
+// the layers this way needs besides (the casts in front of it) with their states.
+struct TimedVariant {
+  std::string name;  // stable: stored in the timing cache ("float16", "float32")
+  const Layer* layer = nullptr;
+  TensorStates states;
+  std::vector<std::pair<const Layer*, TensorStates>> extra;
+};
+
+// The index of the fastest variant on config.device: each costs the sum of the fastest
+// supporting kernel of each of its layers, timed like select_tactics times kernels. The choice
+// is read from and added to config.timing_cache_path (keyed by `purpose`, the device and the
+// first variant's layer and states), so rebuilds choose the same. Ties and variants whose
+// kernels all fail lose to the earlier variant; throws when every variant fails. Needs a device
+// with timing (CUDA); the caller decides on the CPU.
+size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const BuilderConfig& config,
+                              const std::string& purpose);
+
 // Input descriptions of a layer under one set of tensor states (values of host-known tensors).
 std::vector<TensorDesc> input_descs(const Layer& layer, const TensorStates& states);
 
+// The ranges of a layer's inputs and outputs over one optimization profile, from the tensor
+// states at its opt, min and max points: min/max element-wise over the three, kDynamic-free;
+// a data-dependent extent ranges from 0 to its upper bound.
+void layer_ranges(const Layer& layer, const TensorStates& opt, const TensorStates& min, const TensorStates& max,
+                  std::vector<TensorRange>& inputs, std::vector<TensorRange>& outputs);
+
+// Calls Kernel::configure_profile on every kernel of an execution context (kernels[s] runs
+// steps[s]) with its layer's ranges under `profile` (shape inference at the profile's min, opt
+// and max). Host-evaluated layers are skipped: their kernels never run. The runtime calls this
+// whenever a context selects a profile; throws kiln::Error naming the layer a kernel rejected.
+void configure_kernels_for_profile(const Network& network, const std::vector<Layer*>& steps,
+                                   const std::vector<std::unique_ptr<Kernel>>& kernels,
+                                   const OptimizationProfile& profile);
+
 // The plugin records of an engine (name, version, namespace, library) for the Plugin layers.
 std::vector<EngineData::PluginRecord> collect_plugin_records(const Network& network);
+
+// The files of the libraries the records name (BuilderConfig::embed_plugin_libraries), one per
+// library; plugins built into kiln (library "") have none. Throws naming a library that cannot
+// be read.
+std::vector<EngineData::PluginLibrary> read_plugin_libraries(const std::vector<EngineData::PluginRecord>& plugins);
 
 }  // namespace kiln

@@ -1,9 +1,10 @@
 // The engine file container (docs/engine-format.md): a 64-byte header (magic, format version,
 // header size, kiln version, payload size and FNV-1a checksum, section count), then the payload:
-// a section table followed by the META, GRAPH, PROFILES, PLUGINS and WEIGHTS sections, each at
-// a 64-byte boundary. The reader checks the header, the checksum and the table (bounds,
-// overlaps, the one canonical layout) before any section is decoded; the sections themselves
-// are decoded by network_codec.cpp.
+// a section table followed by the META, GRAPH, PROFILES, PLUGINS and WEIGHTS sections and the
+// optional LIBS section (embedded plugin libraries), each at a 64-byte boundary. The reader
+// checks the header, the checksum and the table (bounds, overlaps, the one canonical layout)
+// before any section is decoded; the sections themselves are decoded by network_codec.cpp,
+// LIBS here.
 #include "engine/engine_format.h"
 
 #include <algorithm>
@@ -32,9 +33,49 @@ constexpr size_t kSectionIdBytes = 8;
 constexpr size_t kSectionEntryBytes = kSectionIdBytes + 8 + 8;
 constexpr size_t kSectionAlignment = 64;
 
-// Every section a version-1 engine has, in the order the writer lays them out.
-enum SectionIndex { kMeta, kGraph, kProfiles, kPlugins, kWeights, kNumSections };
-constexpr const char* kSectionIds[kNumSections] = {"META", "GRAPH", "PROFILES", "PLUGINS", "WEIGHTS"};
+// Every section a version-1 engine may have, in the order the writer lays them out. All but
+// LIBS are required; LIBS is written only when plugin libraries are embedded.
+enum SectionIndex { kMeta, kGraph, kProfiles, kPlugins, kWeights, kLibs, kNumSections };
+constexpr const char* kSectionIds[kNumSections] = {"META", "GRAPH", "PROFILES", "PLUGINS", "WEIGHTS", "LIBS"};
+bool optional_section(int index) { return index == kLibs; }
+
+// LIBS: count, then per library in strictly increasing path order: str path, u64 FNV-1a 64
+// checksum of the bytes, str bytes (u32 length, then the library file).
+void encode_libraries(const std::vector<EngineData::PluginLibrary>& libraries, ByteWriter& w) {
+  w.count(libraries.size(), "plugin libraries");
+  for (const auto& lib : libraries) {
+    w.str(lib.path);
+    w.u64(engine_checksum(lib.bytes.data(), lib.bytes.size()));
+    w.str(std::string(lib.bytes.begin(), lib.bytes.end()));
+  }
+}
+
+std::vector<EngineData::PluginLibrary> decode_libraries(ByteReader& r, const std::vector<EngineData::PluginRecord>& plugins) {
+  const uint32_t n = r.count(4 + 8 + 4, "plugin library count");
+  if (n == 0) r.fail("has no library (an engine without embedded libraries has no LIBS section)");
+  std::vector<EngineData::PluginLibrary> libraries;
+  for (uint32_t i = 0; i < n; ++i) {
+    EngineData::PluginLibrary lib;
+    lib.path = r.str("plugin library path");
+    const std::string where = "embedded plugin library '" + printable(lib.path) + "'";
+    if (lib.path.empty()) r.fail("embedded plugin library " + std::to_string(i) + " has an empty path");
+    if (!libraries.empty() && !(libraries.back().path < lib.path)) {
+      r.fail(where + " is out of order or repeated (paths must be strictly increasing)");
+    }
+    const bool used = std::any_of(plugins.begin(), plugins.end(),
+                                  [&](const EngineData::PluginRecord& p) { return p.library == lib.path; });
+    if (!used) r.fail(where + " is not the library of any plugin in the PLUGINS section");
+    const uint64_t checksum = r.u64(where + " checksum");
+    const std::string bytes = r.str(where + " bytes");
+    lib.bytes.assign(bytes.begin(), bytes.end());
+    if (engine_checksum(lib.bytes.data(), lib.bytes.size()) != checksum) {
+      r.fail(where + ": checksum mismatch (" + std::to_string(lib.bytes.size()) + " bytes); the library is corrupt");
+    }
+    libraries.push_back(std::move(lib));
+  }
+  r.expect_end();
+  return libraries;
+}
 
 uint64_t align_up(uint64_t v) { return (v + kSectionAlignment - 1) / kSectionAlignment * kSectionAlignment; }
 
@@ -94,6 +135,7 @@ class FormatChecker {
 struct SectionEntry {
   int index;  // into kSectionIds
   uint64_t offset, size;
+  bool present = true;
 };
 
 }  // namespace
@@ -132,19 +174,29 @@ std::vector<uint8_t> engine_serialize(const EngineData& data) {
     engine_codec::encode_plugins(data.plugins, w);
     sections[kPlugins] = std::move(w.bytes());
   }
+  // Without embedded libraries the file has no LIBS section (and is what kiln wrote before it).
+  const int num_sections = data.plugin_libraries.empty() ? kLibs : kNumSections;
+  if (!data.plugin_libraries.empty()) {
+    std::vector<EngineData::PluginLibrary> sorted = data.plugin_libraries;
+    std::sort(sorted.begin(), sorted.end(),
+              [](const EngineData::PluginLibrary& a, const EngineData::PluginLibrary& b) { return a.path < b.path; });
+    ByteWriter w;
+    encode_libraries(sorted, w);
+    sections[kLibs] = std::move(w.bytes());
+  }
 
   // Payload: section table, then each section at the next 64-byte boundary; no trailing pad.
-  const uint64_t table_bytes = kNumSections * kSectionEntryBytes;
+  const uint64_t table_bytes = static_cast<uint64_t>(num_sections) * kSectionEntryBytes;
   uint64_t offsets[kNumSections];
   uint64_t cursor = table_bytes;
-  for (int i = 0; i < kNumSections; ++i) {
+  for (int i = 0; i < num_sections; ++i) {
     offsets[i] = align_up(cursor);
     cursor = offsets[i] + sections[i].size();
   }
   const uint64_t payload_size = cursor;
   std::vector<uint8_t> out(kHeaderSize + payload_size, 0);
   uint8_t* payload = out.data() + kHeaderSize;
-  for (int i = 0; i < kNumSections; ++i) {
+  for (int i = 0; i < num_sections; ++i) {
     uint8_t* entry = payload + static_cast<size_t>(i) * kSectionEntryBytes;
     std::memcpy(entry, kSectionIds[i], std::strlen(kSectionIds[i]));
     store_u64(entry + kSectionIdBytes, offsets[i]);
@@ -160,13 +212,14 @@ std::vector<uint8_t> engine_serialize(const EngineData& data) {
   std::memcpy(header + kOffKilnVersion, kiln_version, std::min(std::strlen(kiln_version), kKilnVersionBytes));
   store_u64(header + kOffPayloadSize, payload_size);
   store_u64(header + kOffChecksum, engine_checksum(payload, payload_size));
-  store_u32(header + kOffSectionCount, kNumSections);
+  store_u32(header + kOffSectionCount, static_cast<uint32_t>(num_sections));
   return out;
 }
 
 namespace {
 
-// Checks the header and the section table; returns the sections in kSectionIds order.
+// Checks the header and the section table; returns the sections in kSectionIds order (an absent
+// optional section has offset and size 0 and present = false).
 std::vector<SectionEntry> check_container(const uint8_t* bytes, size_t size, const FormatChecker& c) {
   if (size < sizeof kMagic) {
     c.fail("the file is " + std::to_string(size) + " bytes, too small to be a kiln engine (the header alone is " +
@@ -237,7 +290,10 @@ std::vector<SectionEntry> check_container(const uint8_t* bytes, size_t size, con
     for (int s = 0; s < kNumSections; ++s) {
       if (id == kSectionIds[s]) index = s;
     }
-    if (index < 0) c.fail("unknown section '" + printable(id) + "' (format version 1 has META, GRAPH, PROFILES, PLUGINS, WEIGHTS)");
+    if (index < 0) {
+      c.fail("unknown section '" + printable(id) + "' (format version 1 has META, GRAPH, PROFILES, PLUGINS, WEIGHTS and "
+             "the optional LIBS)");
+    }
     if (seen[index]) c.fail("section " + id + " appears twice in the section table");
     seen[index] = true;
     const uint64_t offset = load_u64(e + kSectionIdBytes), sz = load_u64(e + kSectionIdBytes + 8);
@@ -249,10 +305,10 @@ std::vector<SectionEntry> check_container(const uint8_t* bytes, size_t size, con
       c.fail("section " + id + " at offset " + std::to_string(offset) + " overlaps the section table (" +
              std::to_string(table_end) + " bytes)");
     }
-    entries.push_back({index, offset, sz});
+    entries.push_back({index, offset, sz, true});
   }
   for (int s = 0; s < kNumSections; ++s) {
-    if (!seen[s]) c.fail("required section " + std::string(kSectionIds[s]) + " is missing");
+    if (!seen[s] && !optional_section(s)) c.fail("required section " + std::string(kSectionIds[s]) + " is missing");
   }
 
   // One canonical layout: sections in offset order, each at the first 64-byte boundary after
@@ -275,6 +331,9 @@ std::vector<SectionEntry> check_container(const uint8_t* bytes, size_t size, con
   }
   if (cursor != payload_size) {
     c.fail(std::to_string(payload_size - cursor) + " bytes after the last section are not part of any section");
+  }
+  for (int s = 0; s < kNumSections; ++s) {
+    if (!seen[s]) entries.push_back({s, 0, 0, false});
   }
   std::sort(entries.begin(), entries.end(), [](const SectionEntry& a, const SectionEntry& b) { return a.index < b.index; });
   return entries;
@@ -303,6 +362,10 @@ EngineData engine_deserialize(const uint8_t* bytes, size_t size, const std::stri
     data.profiles = engine_codec::decode_profiles(profiles, *data.network);
     ByteReader plugins = reader(kPlugins);
     data.plugins = engine_codec::decode_plugins(plugins);
+    if (entries[kLibs].present) {
+      ByteReader libs = reader(kLibs);
+      data.plugin_libraries = decode_libraries(libs, data.plugins);
+    }
   } catch (const EngineFormatError&) {
     throw;
   } catch (const Error& e) {

@@ -30,6 +30,14 @@ struct EngineData {
     std::string name, version, plugin_namespace, library;
   };
   std::vector<PluginRecord> plugins;
+  // Plugin libraries embedded for self-contained deployment (BuilderConfig::
+  // embed_plugin_libraries): the path a PluginRecord names and the library file's bytes. Stored
+  // in the optional LIBS section, in strictly increasing path order.
+  struct PluginLibrary {
+    std::string path;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<PluginLibrary> plugin_libraries;
   // Free-form build information shown by `kiln inspect` (sorted keys).
   std::map<std::string, std::string> build_info;
 };

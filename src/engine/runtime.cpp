@@ -48,7 +48,7 @@ struct ContextImpl {
   ActivationPlan plan;
   DeviceBuffer arena;
   DeviceBuffer workspace;
-  std::vector<DeviceBuffer> host_value_buffers;  // device copies of host-known values (CUDA)
+  std::unordered_map<const Tensor*, DeviceBuffer> host_value_buffers;  // device copies of host-known values (CUDA)
   bool profiling = false;
   std::vector<double> profile_ms;  // per step
   std::vector<int64_t> profile_runs;
@@ -60,6 +60,15 @@ struct ContextImpl {
   void* graph = nullptr;
   void* graph_stream = nullptr;
   std::map<std::string, void*> graph_addresses;  // the addresses the graph was captured with
+  // Data-dependent sizes (NonZero, NonMaxSuppression, plugins' size tensors): after a step that
+  // writes one, the runtime reads it, re-infers the shapes and re-prepares the later steps.
+  std::vector<bool> dd_step;  // per step: writes a size the runtime must read
+  bool has_dd = false;
+  TensorStates base_states;   // with upper bounds, for the current input shapes
+  std::unordered_map<const Tensor*, int64_t> sizes;  // read during the current inference
+  std::unordered_map<const Tensor*, uint64_t> planned_bytes;
+  std::unordered_map<const Tensor*, DeviceBuffer> overflow_buffers;  // grown past their planned bytes
+  std::unordered_map<const Tensor*, void*> overflow;                 // in use by this inference
 
   ~ContextImpl() {
     if (engine && engine->backend) {
@@ -105,6 +114,7 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
   impl->data = engine_deserialize(static_cast<const uint8_t*>(data), size, source);
   EngineData& d = impl->data;
   impl->backend = &get_backend(d.device);
+  load_embedded_plugins(d, source, allow_embedded_plugins_);  // only with the opt-in
   check_engine_plugins(d, source);
   const Network& net = *d.network;
   for (int i = 0; i < net.num_inputs(); ++i) {
@@ -259,6 +269,7 @@ ExecutionContext::~ExecutionContext() = default;
 
 void ExecutionContext::set_optimization_profile(int index) {
   const OptimizationProfile& p = engine_->profile(index);
+  configure_kernels_for_profile(*impl_->engine->data.network, impl_->engine->steps, impl_->kernels, p);
   impl_->profile = index;
   impl_->input_dims.clear();
   for (const auto& [name, s] : p.all()) impl_->input_dims[name] = s.opt;
@@ -294,23 +305,26 @@ int context_threads(const ContextImpl& c) {
   return c.engine->data.num_threads ? c.engine->data.num_threads : hardware_threads();
 }
 
-void prepare_context(ContextImpl& c) {
+void* tensor_address(ContextImpl& c, const Tensor* t);
+
+uint64_t tensor_bytes(const TensorState& st) { return static_cast<uint64_t>(st.dims.volume()) * data_type_size(st.type); }
+
+// Prepares steps [first, end) for c.states: host-known values (uploaded on devices), kernels,
+// and the workspace they need.
+void prepare_steps(ContextImpl& c, size_t first) {
   EngineImpl& e = *c.engine;
-  const Network& net = *e.data.network;
-  c.states = infer_shapes(net, c.input_dims);
-  c.plan = plan_activations(net, e.steps, c.states);
-  if (c.arena.size() < c.plan.peak) c.arena = DeviceBuffer(*e.backend, c.plan.peak);
-  c.host_known.assign(e.steps.size(), false);
   const int threads = context_threads(c);
   size_t workspace = 0;
   const bool device = e.data.device != DeviceType::kCPU;
-  if (device) {
-    c.host_value_buffers.clear();
-    c.host_known_addresses.clear();
-  }
-  for (size_t s = 0; s < e.steps.size(); ++s) {
+  for (size_t s = first; s < e.steps.size(); ++s) {
     const Layer& l = *e.steps[s];
     c.host_known[s] = is_host_known(l, c.states);
+    if (device) {
+      for (int i = 0; i < l.num_outputs(); ++i) {
+        c.host_known_addresses.erase(l.output(i));
+        c.host_value_buffers.erase(l.output(i));
+      }
+    }
     if (c.host_known[s] && device) {
       // Uploaded once here, so that an inference (and a captured graph) never copies from
       // pageable host memory.
@@ -320,7 +334,7 @@ void prepare_context(ContextImpl& c) {
         DeviceBuffer buf(*e.backend, v.nbytes());
         e.backend->copy_host_to_device(buf.data(), v.data(), v.nbytes(), nullptr);
         c.host_known_addresses[l.output(i)] = buf.data();
-        c.host_value_buffers.push_back(std::move(buf));
+        c.host_value_buffers[l.output(i)] = std::move(buf);
       }
     }
     if (c.host_known[s]) continue;
@@ -338,7 +352,85 @@ void prepare_context(ContextImpl& c) {
     workspace = std::max(workspace, c.kernels[s]->workspace_size());
   }
   if (c.workspace.size() < workspace) c.workspace = DeviceBuffer(*e.backend, workspace);
+}
+
+void prepare_context(ContextImpl& c) {
+  EngineImpl& e = *c.engine;
+  const Network& net = *e.data.network;
+  c.states = infer_shapes(net, c.input_dims);
+  c.plan = plan_activations(net, e.steps, c.states);
+  if (c.arena.size() < c.plan.peak) c.arena = DeviceBuffer(*e.backend, c.plan.peak);
+  c.host_known.assign(e.steps.size(), false);
+  c.host_value_buffers.clear();
+  c.host_known_addresses.clear();
+  c.dd_step.assign(e.steps.size(), false);
+  c.has_dd = false;
+  c.sizes.clear();
+  c.overflow.clear();
+  c.planned_bytes.clear();
+  for (size_t s = 0; s < e.steps.size(); ++s) {
+    const Layer& l = *e.steps[s];
+    for (int i = 0; i < l.num_outputs(); ++i) {
+      const TensorState& st = c.states.at(l.output(i));
+      if (st.dd_size && !st.value) c.dd_step[s] = c.has_dd = true;
+    }
+  }
+  if (c.has_dd) {
+    c.base_states = c.states;
+    for (const auto& [t, st] : c.states) c.planned_bytes[t] = tensor_bytes(st);
+  }
+  prepare_steps(c, 0);
   c.dirty = false;
+}
+
+// After step `s` wrote its data-dependent sizes: reads them (synchronizing the stream on a
+// device), re-infers every shape with them and re-prepares the steps after `s`. A tensor
+// that now needs more bytes than the upper-bound plan gave it gets its own buffer.
+void resolve_data_dependent_sizes(ContextImpl& c, size_t s, void* stream) {
+  EngineImpl& e = *c.engine;
+  const Layer& l = *e.steps[s];
+  const bool device = e.data.device != DeviceType::kCPU;
+  if (device) e.backend->synchronize(stream);
+  for (int i = 0; i < l.num_outputs(); ++i) {
+    const Tensor* t = l.output(i);
+    const TensorState& st = c.states.at(t);
+    if (!st.dd_size || st.value) continue;
+    int64_t v = 0;
+    const void* src = tensor_address(c, t);
+    if (device) {
+      e.backend->copy_device_to_host(&v, src, sizeof v, stream);
+      e.backend->synchronize(stream);
+    } else {
+      std::memcpy(&v, src, sizeof v);
+    }
+    c.sizes[t] = v;
+  }
+  ShapeInferenceOptions options;
+  options.known_sizes = &c.sizes;
+  c.states = infer_shapes(*e.data.network, c.input_dims, options);
+  for (size_t k = s + 1; k < e.steps.size(); ++k) {
+    const Layer& later = *e.steps[k];
+    for (int i = 0; i < later.num_outputs(); ++i) {
+      const Tensor* t = later.output(i);
+      const uint64_t need = tensor_bytes(c.states.at(t));
+      const uint64_t planned = c.planned_bytes.at(t);
+      if (need <= planned) {
+        c.overflow.erase(t);
+        continue;
+      }
+      if (t->is_network_output()) {
+        throw Error("output '" + t->name() + "' needs " + std::to_string(need) + " bytes for dims " +
+                    c.states.at(t).dims.to_string() + " after layer '" + l.name() + "' wrote its data-dependent size, "
+                    "more than the " + std::to_string(planned) + " bytes of its upper bound " +
+                    c.base_states.at(t).dims.to_string() + " (the model's shape arithmetic grows as that size shrinks; "
+                    "the output buffer cannot be sized in advance)");
+      }
+      DeviceBuffer& buf = c.overflow_buffers[t];
+      if (buf.size() < need) buf = DeviceBuffer(*e.backend, need);
+      c.overflow[t] = buf.data();
+    }
+  }
+  prepare_steps(c, s + 1);
 }
 
 void* tensor_address(ContextImpl& c, const Tensor* t) {
@@ -355,6 +447,10 @@ void* tensor_address(ContextImpl& c, const Tensor* t) {
   if (w != e.weights.end()) return w->second;
   auto h = c.host_known_addresses.find(t);
   if (h != c.host_known_addresses.end()) return h->second;
+  if (!c.overflow.empty()) {
+    auto big = c.overflow.find(t);
+    if (big != c.overflow.end()) return big->second;
+  }
   auto o = c.plan.offsets.find(t);
   if (o == c.plan.offsets.end()) throw Error("internal: tensor '" + t->name() + "' has no memory assigned");
   return static_cast<uint8_t*>(c.arena.data()) + o->second;
@@ -378,6 +474,14 @@ Dims ExecutionContext::tensor_shape(const std::string& name) {
   if (impl_->dirty) prepare_context(*impl_);
   const Tensor* t = impl_->engine->data.network->find_tensor(name);
   return impl_->states.at(t).dims;
+}
+
+Dims ExecutionContext::max_tensor_shape(const std::string& name) {
+  const TensorInfo& info = engine_->io_tensor(name);
+  if (info.mode == TensorIOMode::kInput) return impl_->input_dims.at(name);
+  if (impl_->dirty) prepare_context(*impl_);
+  const Tensor* t = impl_->engine->data.network->find_tensor(name);
+  return (impl_->has_dd ? impl_->base_states : impl_->states).at(t).dims;
 }
 
 void ExecutionContext::set_tensor_address(const std::string& name, void* data) {
@@ -451,6 +555,22 @@ void ExecutionContext::enqueue(void* stream) {
   if (!stream) stream = c.own_stream;
   const bool was_dirty = c.dirty;
   if (c.dirty) prepare_context(c);
+  if (c.has_dd) {
+    if (c.use_graph) {
+      std::string layer;
+      for (size_t s = 0; s < e.steps.size() && layer.empty(); ++s) {
+        if (c.dd_step[s]) layer = "'" + e.steps[s]->name() + "' (" + e.steps[s]->type() + ")";
+      }
+      throw Error("CUDA graph capture is not possible for this engine: layer " + layer +
+                  " has a data-dependent output size, which the host reads in the middle of the inference; "
+                  "run it without graph capture (no --cuda-graph)");
+    }
+    if (!c.sizes.empty()) {  // the previous inference resolved sizes: start from the upper bounds
+      c.sizes.clear();
+      c.overflow.clear();
+      c.states = c.base_states;
+    }
+  }
   if (!c.use_graph || c.profiling) {
     enqueue_steps(*this, c, stream);
     return;
@@ -523,6 +643,7 @@ void enqueue_steps(ExecutionContext& self, ContextImpl& c, void* stream) {
       } else {
         c.kernels[s]->execute(kc);
       }
+      if (c.dd_step[s]) resolve_data_dependent_sizes(c, s, stream);
     } catch (const std::exception& ex) {
       const std::string msg = ex.what();
       if (msg.rfind("layer '", 0) == 0 || msg.rfind("no address set", 0) == 0) throw Error(msg);

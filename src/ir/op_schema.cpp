@@ -6,12 +6,34 @@
 
 namespace kiln {
 
-ShapeContext::ShapeContext(const Layer& layer, std::vector<Input> inputs)
+ShapeContext::ShapeContext(const Layer& layer, std::vector<Input> inputs,
+                           const std::unordered_map<const Tensor*, int64_t>* known_sizes)
     : layer_(layer),
       inputs_(std::move(inputs)),
       out_types_(static_cast<size_t>(layer.num_outputs()), DataType::kFloat32),
       out_dims_(static_cast<size_t>(layer.num_outputs())),
-      out_set_(static_cast<size_t>(layer.num_outputs()), false) {}
+      out_set_(static_cast<size_t>(layer.num_outputs()), false),
+      known_sizes_(known_sizes) {}
+
+int64_t ShapeContext::data_dependent_extent(int size_output, int64_t upper_bound) {
+  check(size_output >= 0 && size_output < num_outputs(),
+        "data-dependent size output " + std::to_string(size_output) + " does not exist");
+  check(upper_bound >= 0, "data-dependent extent has a negative upper bound " + std::to_string(upper_bound));
+  if (std::find(size_outputs_.begin(), size_outputs_.end(), size_output) == size_outputs_.end()) {
+    size_outputs_.push_back(size_output);
+  }
+  if (known_sizes_) {
+    auto it = known_sizes_->find(layer_.output(size_output));
+    if (it != known_sizes_->end()) {
+      check(it->second >= 0 && it->second <= upper_bound,
+            "the kernel wrote data-dependent size " + std::to_string(it->second) + " into output " +
+                std::to_string(size_output) + ", outside [0, " + std::to_string(upper_bound) + "]");
+      return it->second;
+    }
+  }
+  unknown_extent_ = true;
+  return upper_bound;
+}
 
 DataType ShapeContext::input_type(int i) const {
   if (!has_input(i)) fail("input " + std::to_string(i) + " is missing");

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/error.h"
@@ -35,7 +36,10 @@ class ShapeContext {
     const HostTensor* value = nullptr;  // non-null when the value is known on the host
   };
 
-  ShapeContext(const Layer& layer, std::vector<Input> inputs);
+  // `known_sizes`: values of data-dependent size outputs already computed at run time (see
+  // data_dependent_extent); null or missing entries mean "not known yet".
+  ShapeContext(const Layer& layer, std::vector<Input> inputs,
+               const std::unordered_map<const Tensor*, int64_t>* known_sizes = nullptr);
 
   const Layer& layer() const { return layer_; }
   const Attributes& attrs() const { return layer_.attrs(); }
@@ -54,6 +58,17 @@ class ShapeContext {
   const Dims& output_dims(int i) const { return out_dims_.at(static_cast<size_t>(i)); }
   bool output_set(int i) const { return out_set_.at(static_cast<size_t>(i)); }
 
+  // Data-dependent output sizes (NonZero, NonMaxSuppression, Unique, plugins' size tensors).
+  // An extent that only the kernel knows is written by the kernel into output `size_output`
+  // (an int64 scalar) at run time. Returns that value when the runtime has already read it,
+  // else `upper_bound` (which sizes the memory) and records that the layer's outputs hold
+  // upper bounds. Kernels write such outputs compactly with the actual extents.
+  int64_t data_dependent_extent(int size_output, int64_t upper_bound);
+  // Size outputs named by data_dependent_extent calls (empty for ordinary layers).
+  const std::vector<int>& size_outputs() const { return size_outputs_; }
+  // True when some data-dependent extent is still unknown (outputs hold upper bounds).
+  bool has_unknown_extent() const { return unknown_extent_; }
+
   // Throws kiln::Error "layer '<name>' (<type>): <message>".
   [[noreturn]] void fail(const std::string& message) const;
   void check(bool condition, const std::string& message) const {
@@ -66,6 +81,9 @@ class ShapeContext {
   std::vector<DataType> out_types_;
   std::vector<Dims> out_dims_;
   std::vector<bool> out_set_;
+  const std::unordered_map<const Tensor*, int64_t>* known_sizes_ = nullptr;
+  std::vector<int> size_outputs_;
+  bool unknown_extent_ = false;
 };
 
 using ShapeInferFn = std::function<void(ShapeContext&)>;

@@ -1,7 +1,8 @@
 // Schemas and shape/type inference of the layers whose results depend on element positions
 // along an axis: ArgReduce (ArgMax/ArgMin), TopK, CumSum, Trilu, OneHot, ReverseSequence and
-// MaxUnpool. Values that decide an output shape (TopK's k, OneHot's depth, MaxUnpool's
-// output_shape) are shape inputs; values that do not (CumSum's axis, Trilu's k, sequence
+// MaxUnpool. Values that decide an output shape (OneHot's depth, MaxUnpool's output_shape) are
+// shape inputs; TopK's k is used when known and otherwise read by the kernel (a data-dependent
+// extent, src/ir/ops_data_dependent.cpp); values that do not (CumSum's axis, Trilu's k, sequence
 // lengths) are ordinary inputs the kernels read when they run. Semantics: docs/layers.md.
 #include <string>
 #include <vector>
@@ -49,22 +50,36 @@ void infer_arg_reduce(ShapeContext& ctx) {
   ctx.set_output(0, DataType::kInt64, out);
 }
 
+// k known on the host (a constant or shape arithmetic) gives the extent directly. Otherwise the
+// kernel reads k when it runs and writes it into output 2 (an int64 scalar, which kiln's ONNX
+// importer always adds): a data-dependent extent bounded by the axis' extent. Layers with 2
+// outputs (older networks and engines) need k known.
 void infer_top_k(ShapeContext& ctx) {
-  ctx.check(ctx.num_outputs() <= 2, "has " + std::to_string(ctx.num_outputs()) + " outputs; TopK has values and indices");
+  ctx.check(ctx.num_outputs() <= 3, "has " + std::to_string(ctx.num_outputs()) +
+                                        " outputs; TopK has values, indices and (optional) k as an int64 scalar");
   ctx.check(ctx.input_type(0) != DataType::kBool, "cannot sort a bool tensor; Cast it first");
   const Dims& x = ctx.input_dims(0);
   ctx.check(x.rank() >= 1, "x must have rank >= 1");
   const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), x.rank());
   require_index(ctx, 1, "k");
   require_single(ctx, 1, "k");
-  const int64_t k = ctx.required_value(1).to_int64().at(0);
   const int64_t n = x[static_cast<int>(axis)];
-  ctx.check(k >= 0 && k <= n, "k = " + std::to_string(k) + " must lie in [0, " + std::to_string(n) +
-                                  "] (the extent of axis " + std::to_string(axis) + " of x " + x.to_string() + ")");
+  int64_t k = 0;
+  if (const HostTensor* value = ctx.input_value(1)) {
+    k = value->to_int64().at(0);
+    ctx.check(k >= 0 && k <= n, "k = " + std::to_string(k) + " must lie in [0, " + std::to_string(n) +
+                                    "] (the extent of axis " + std::to_string(axis) + " of x " + x.to_string() + ")");
+  } else {
+    ctx.check(ctx.num_outputs() == 3, "k (input 1) must be known when shapes are inferred for a TopK layer with " +
+                                          std::to_string(ctx.num_outputs()) + " outputs; a run-time k needs output 2 "
+                                          "(an int64 scalar the kernel writes k into), or make k a constant");
+    k = ctx.data_dependent_extent(2, n);
+  }
   Dims out = x;
   out[static_cast<int>(axis)] = k;
   ctx.set_output(0, ctx.input_type(0), out);
   if (ctx.num_outputs() > 1) ctx.set_output(1, DataType::kInt64, out);
+  if (ctx.num_outputs() > 2) ctx.set_output(2, DataType::kInt64, Dims{});
 }
 
 void infer_cum_sum(ShapeContext& ctx) {
@@ -171,10 +186,11 @@ KILN_REGISTER_OP(OpSchema{kLayerTopK, 2, 2, -1,
                            attr("largest", AttrType::kInt, int64_t{1}, "1: the k largest, 0: the k smallest"),
                            attr("sorted", AttrType::kInt, int64_t{1},
                                 "accepted for ONNX; the output is always sorted (largest first, or smallest)")},
-                          {1},
+                          {},
                           infer_top_k,
                           "The k largest (smallest) values along an axis and their int64 indices; ties keep the "
-                          "lower index first."});
+                          "lower index first. Optional output 2: k as an int64 scalar (a data-dependent size when "
+                          "k is only known at run time)."});
 
 KILN_REGISTER_OP(OpSchema{kLayerCumSum, 2, 2, 1,
                           {attr("exclusive", AttrType::kInt, int64_t{0}, "1: each sum leaves its own element out"),

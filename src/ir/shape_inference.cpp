@@ -3,6 +3,7 @@
 #include "src/ir/shape_inference.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "kiln/error.h"
@@ -37,7 +38,9 @@ HostTensor shape_value(const Layer& layer, const Dims& dims) {
 
 }  // namespace
 
-std::vector<std::pair<DataType, Dims>> infer_layer(const Layer& layer, const std::vector<const TensorState*>& inputs) {
+std::vector<std::pair<DataType, Dims>> infer_layer(const Layer& layer, const std::vector<const TensorState*>& inputs,
+                                                   const std::unordered_map<const Tensor*, int64_t>* known_sizes,
+                                                   DataDependence* dependence) {
   std::vector<ShapeContext::Input> ins;
   ins.reserve(inputs.size());
   for (int i = 0; i < layer.num_inputs(); ++i) {
@@ -51,7 +54,7 @@ std::vector<std::pair<DataType, Dims>> infer_layer(const Layer& layer, const std
     }
     ins.push_back(in);
   }
-  ShapeContext ctx(layer, std::move(ins));
+  ShapeContext ctx(layer, std::move(ins), known_sizes);
   if (layer.type() == kLayerPlugin) {
     plugin_infer_shapes(ctx);
   } else {
@@ -72,6 +75,16 @@ std::vector<std::pair<DataType, Dims>> infer_layer(const Layer& layer, const std
   for (int i = 0; i < layer.num_outputs(); ++i) {
     if (!ctx.output_set(i)) ctx.fail("shape inference did not set output " + std::to_string(i));
     out.emplace_back(ctx.output_type(i), ctx.output_dims(i));
+  }
+  for (int k : ctx.size_outputs()) {
+    if (ctx.output_type(k) != DataType::kInt64 || ctx.output_dims(k).volume() != 1) {
+      ctx.fail("data-dependent size output " + std::to_string(k) + " must be an int64 scalar, it is " +
+               to_string(ctx.output_type(k)) + " " + ctx.output_dims(k).to_string());
+    }
+  }
+  if (dependence) {
+    dependence->size_outputs = ctx.size_outputs();
+    dependence->unknown = ctx.has_unknown_extent();
   }
   return out;
 }
@@ -130,6 +143,21 @@ std::vector<HostTensor> evaluate_on_host(const Layer& layer, const std::vector<c
     kc.workspace = workspace.empty() ? nullptr : workspace.data();
     kc.workspace_size = workspace.size();
     kernel->execute(kc);
+    // Data-dependent outputs were written compactly with the extents the kernel put in its
+    // size outputs: keep that prefix.
+    DataDependence dd;
+    (void)infer_layer(layer, state_ptrs, nullptr, &dd);
+    if (!dd.size_outputs.empty()) {
+      std::unordered_map<const Tensor*, int64_t> sizes;
+      for (int k : dd.size_outputs) sizes[layer.output(k)] = outputs[static_cast<size_t>(k)].as<int64_t>()[0];
+      const auto actual = infer_layer(layer, state_ptrs, &sizes);
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        if (actual[k].second == outputs[k].dims()) continue;
+        HostTensor trimmed(actual[k].first, actual[k].second);
+        if (trimmed.nbytes()) std::memcpy(trimmed.data(), outputs[k].data(), trimmed.nbytes());
+        outputs[k] = std::move(trimmed);
+      }
+    }
   } catch (const std::exception& e) {
     rethrow_for_layer(layer, e);
   }
@@ -183,6 +211,7 @@ TensorStates infer_shapes(const Network& network, const std::map<std::string, Di
       }
       std::vector<const TensorState*> ins;
       bool all_known = true;
+      bool derived = false;  // reads a tensor whose dims/value are upper bounds
       for (int i = 0; i < layer->num_inputs(); ++i) {
         const Tensor* t = layer->input(i);
         if (!t) {
@@ -195,12 +224,41 @@ TensorStates infer_shapes(const Network& network, const std::map<std::string, Di
         }
         ins.push_back(&it->second);
         if (!it->second.value) all_known = false;
+        if (it->second.data_dependent) derived = true;
       }
-      const auto shapes = infer_layer(*layer, ins);
+      DataDependence dd;
+      const auto shapes = infer_layer(*layer, ins, options.known_sizes, &dd);
       std::vector<TensorState> outs(shapes.size());
       for (size_t k = 0; k < shapes.size(); ++k) {
         outs[k].type = shapes[k].first;
         outs[k].dims = shapes[k].second;
+        outs[k].data_dependent = derived || dd.unknown;
+      }
+      if (dd.unknown || derived) {
+        // Which axes move with the sizes: infer again as if every unknown size were 0.
+        std::vector<std::pair<DataType, Dims>> at_zero;
+        if (dd.unknown) {
+          std::unordered_map<const Tensor*, int64_t> zeros;
+          if (options.known_sizes) zeros = *options.known_sizes;
+          for (int k : dd.size_outputs) zeros.emplace(layer->output(k), 0);
+          at_zero = infer_layer(*layer, ins, &zeros);
+        }
+        for (size_t k = 0; k < outs.size(); ++k) {
+          for (int a = 0; a < outs[k].dims.rank(); ++a) {
+            if (derived || outs[k].dims[a] != at_zero[k].second[a]) outs[k].dd_axes |= 1u << a;
+          }
+        }
+      }
+      for (int k : dd.size_outputs) {
+        TensorState& st = outs[static_cast<size_t>(k)];
+        st.dd_axes = 0;
+        st.dd_size = true;
+        st.data_dependent = derived;
+        if (!options.known_sizes) continue;
+        auto known = options.known_sizes->find(layer->output(k));
+        if (known == options.known_sizes->end()) continue;
+        st.value = std::make_shared<HostTensor>(DataType::kInt64, st.dims);
+        st.value->as<int64_t>()[0] = known->second;
       }
       if (layer->type() == kLayerShape) {
         outs[0].value = std::make_shared<HostTensor>(shape_value(*layer, ins[0]->dims));
@@ -211,7 +269,12 @@ TensorStates infer_shapes(const Network& network, const std::map<std::string, Di
           std::vector<const HostTensor*> values;
           for (const TensorState* s : ins) values.push_back(s ? s->value.get() : nullptr);
           auto results = evaluate_on_host(*layer, values);
-          for (size_t k = 0; k < results.size(); ++k) outs[k].value = std::make_shared<HostTensor>(std::move(results[k]));
+          for (size_t k = 0; k < results.size(); ++k) {
+            outs[k].dims = results[k].dims();  // data-dependent extents are exact now
+            outs[k].data_dependent = derived;
+            if (!derived) outs[k].dd_axes = 0;
+            outs[k].value = std::make_shared<HostTensor>(std::move(results[k]));
+          }
         }
       }
       for (size_t k = 0; k < outs.size(); ++k) states[layer->output(static_cast<int>(k))] = std::move(outs[k]);

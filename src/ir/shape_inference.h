@@ -21,6 +21,20 @@ struct TensorState {
   Dims dims;
   // Host value when known: constants (always) and host-evaluable tensors.
   std::shared_ptr<HostTensor> value;
+  // Data-dependent sizes (ShapeContext::data_dependent_extent). `dd_size`: an int64 scalar a
+  // kernel writes at run time to give another output's extent; the runtime reads it after the
+  // layer ran. `data_dependent`: dims (and value, for shape arithmetic) hold upper bounds
+  // until those sizes are read, directly or through the layers that consume such tensors.
+  bool dd_size = false;
+  bool data_dependent = false;
+  // Axes (bit k = axis k) whose extent is data-dependent; all axes of derived tensors.
+  uint32_t dd_axes = 0;
+};
+
+// Which outputs of a layer are data-dependent size outputs (filled by infer_layer).
+struct DataDependence {
+  std::vector<int> size_outputs;
+  bool unknown = false;  // some extent is an upper bound
 };
 
 struct ShapeInferenceOptions {
@@ -29,6 +43,8 @@ struct ShapeInferenceOptions {
   int64_t max_host_eval_elements = 4096;
   // Also evaluate layers whose inputs are all constants regardless of size (constant folding).
   bool fold_all_constants = false;
+  // Values of data-dependent size outputs read at run time (keyed by the size tensor).
+  const std::unordered_map<const Tensor*, int64_t>* known_sizes = nullptr;
 };
 
 using TensorStates = std::unordered_map<const Tensor*, TensorState>;
@@ -47,6 +63,8 @@ std::vector<HostTensor> evaluate_on_host(const Layer& layer, const std::vector<c
 // Shape inference of a single layer for given input states (used by the above and by tests).
 // Returns (type, dims) per output.
 std::vector<std::pair<DataType, Dims>> infer_layer(const Layer& layer,
-                                                   const std::vector<const TensorState*>& inputs);
+                                                   const std::vector<const TensorState*>& inputs,
+                                                   const std::unordered_map<const Tensor*, int64_t>* known_sizes = nullptr,
+                                                   DataDependence* dependence = nullptr);
 
 }  // namespace kiln

@@ -51,6 +51,10 @@ Tensor* NodeContext::input(int i) {
   if (!has_input(i)) return nullptr;
   Tensor* t = state_.tensor(node_.input(i));
   if (!t) {
+    if (state_.sequences.count(node_.input(i))) {
+      unsupported("input '" + node_.input(i) + "' is a sequence; kiln resolves ONNX sequences while importing and only "
+                  "SequenceAt, SequenceInsert, SequenceErase, SequenceLength and ConcatFromSequence can read one");
+    }
     fail("input '" + node_.input(i) +
          "' is not produced by any earlier node, initializer or graph input (is the graph topologically sorted?)");
   }

@@ -53,6 +53,20 @@ struct OnnxImportState {
     std::string layer_name;
   };
   std::unordered_map<std::string, ConstantEntry> constants;
+  // ONNX sequence values by name. kiln has no sequence type: the sequence importers
+  // (ops_sequence.cpp) resolve every sequence while importing into an ordered list of elements.
+  // An element is a kiln tensor, or the ONNX name of a known constant (an entry of `constants`,
+  // so that SequenceAt gives back a constant). `node`/`op_type` made the value (for messages).
+  struct SequenceElement {
+    Tensor* tensor = nullptr;
+    std::string constant;
+  };
+  struct SequenceEntry {
+    std::vector<SequenceElement> elements;
+    std::string node;
+    std::string op_type;
+  };
+  std::unordered_map<std::string, SequenceEntry> sequences;
   // Dims recorded in the model (graph inputs/outputs, value_info); kDynamic for unknown extents.
   std::unordered_map<std::string, Dims> known_dims;
   // Names read by some node or listed as graph outputs (to tell whether an output is used).

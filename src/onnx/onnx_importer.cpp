@@ -226,7 +226,8 @@ class ModelImporter {
       }
       for (int i = 0; i < node.output_size(); ++i) {
         const std::string& out = node.output(i);
-        if (!out.empty() && state_.consumed.count(out) && !state_.tensors.count(out) && !state_.constants.count(out)) {
+        if (!out.empty() && state_.consumed.count(out) && !state_.tensors.count(out) && !state_.constants.count(out) &&
+            !state_.sequences.count(out)) {
           throw Error("node '" + layer_name + "' (" + node.op_type() + "): the importer did not produce output '" + out +
                       "' (kiln bug)");
         }
@@ -276,6 +277,14 @@ class ModelImporter {
     for (const auto& output : graph_.output()) {
       const std::string& name = output.name();
       if (state_.poisoned.count(name)) continue;
+      if (auto seq = state_.sequences.find(name); seq != state_.sequences.end()) {
+        // A node-level problem (listed with the others), charged to the node that made the value.
+        problems_.push_back({seq->second.op_type, "", seq->second.node, state_.opset_of(""),
+                             "its output '" + name + "' is a graph output, but it is a sequence: kiln resolves ONNX "
+                             "sequences while importing and its networks output tensors only; output the tensors "
+                             "(SequenceAt) or one tensor (ConcatFromSequence) instead"});
+        continue;
+      }
       const bool is_constant = state_.constants.count(name) > 0;
       Tensor* t = state_.tensor(name);
       if (!t) {

@@ -4,7 +4,8 @@
 //                               computed from Shape(x) (so dynamic dims work)
 //   Size                        Reduce prod of Shape(x)
 //   EyeLike                     ones (Fill) masked by two Trilu layers: j - i == k
-//   Compress                    Gather of the positions where the constant condition is true
+//   Compress                    Gather of the positions where the condition is true (NonZero
+//                               when the condition is not a constant)
 //   Shrink                      FusedElementWise program (float32)
 //   LpPool                      |x|^p summed by a depthwise all-ones Convolution, then ^(1/p) (float32)
 #include <algorithm>
@@ -156,10 +157,18 @@ KILN_REGISTER_ONNX_IMPORTER("EyeLike", import_eye_like, {.min_opset = 9, .types 
 // or over the flattened input when there is no axis).
 void import_compress(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "input");
-  const std::vector<int64_t> condition = ctx.constant_input(1, "condition").to_int64();
-  std::vector<int64_t> positions;
-  for (size_t i = 0; i < condition.size(); ++i) {
-    if (condition[i] != 0) positions.push_back(static_cast<int64_t>(i));
+  Tensor* positions = nullptr;
+  if (ctx.constant(1)) {
+    const std::vector<int64_t> condition = ctx.constant_input(1, "condition").to_int64();
+    std::vector<int64_t> kept;
+    for (size_t i = 0; i < condition.size(); ++i) {
+      if (condition[i] != 0) kept.push_back(static_cast<int64_t>(i));
+    }
+    positions = ctx.add_int64_constant(kept, "positions");
+  } else {
+    // A run-time condition: NonZero gives [1, count] positions (a data-dependent size).
+    Tensor* nz = ctx.add_layer(kLayerNonZero, {ctx.required_input(1, "condition")}, 2, {}, "positions")->output(0);
+    positions = ctx.add_layer(kLayerShuffle, {nz}, 1, shuffle_attrs({}, {-1}, {}), "positions_1d")->output(0);
   }
   int64_t axis = 0;
   if (ctx.has_attr("axis")) {
@@ -169,10 +178,11 @@ void import_compress(NodeContext& ctx) {
   }
   Attributes a;
   a.set("axis", axis);
-  ctx.set_output(0, ctx.add_layer(kLayerGather, {x, ctx.add_int64_constant(positions, "positions")}, 1, std::move(a))->output(0));
+  ctx.set_output(0, ctx.add_layer(kLayerGather, {x, positions}, 1, std::move(a))->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("Compress", import_compress,
-                            {.min_opset = 9, .types = "all kiln types", .notes = "the condition must be a constant"});
+                            {.min_opset = 9, .types = "all kiln types",
+                             .notes = "a run-time condition gives a data-dependent output size (NonZero)"});
 
 // Shrink: y = x < -lambd ? x + bias : x > lambd ? x - bias : 0, written as
 // sign(x - clip(x, -lambd, lambd)) * (|x| - bias): the sign is exactly -1, 0 or 1, and

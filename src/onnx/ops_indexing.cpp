@@ -1,7 +1,8 @@
 // ONNX importers of the position-driven ops: ArgMax, ArgMin and Hardmax (ArgReduce), TopK,
 // CumSum, Trilu, OneHot, ReverseSequence and MaxUnpool. Tensor-valued parameters stay layer
-// inputs: those that decide a shape (TopK's k, OneHot's depth, MaxUnpool's output_shape) must be
-// computable when shapes are inferred, the others (CumSum's axis, Trilu's k) are read at run time.
+// inputs: those that decide a shape (OneHot's depth, MaxUnpool's output_shape) must be computable
+// when shapes are inferred, the others (CumSum's axis, Trilu's k, TopK's k when not known then)
+// are read at run time.
 #include <string>
 #include <vector>
 
@@ -57,7 +58,9 @@ KILN_REGISTER_ONNX_IMPORTER("Hardmax", import_hardmax,
                             {.min_opset = 1, .types = "float32, float16, float64"});
 
 // TopK: k is an attribute in opset 1 and an input from 10 on; largest/sorted from 11 on. kiln
-// always returns sorted results, which sorted=0 (order unspecified) allows.
+// always returns sorted results, which sorted=0 (order unspecified) allows. The layer's output 2
+// (k as an int64 scalar, not an ONNX output) lets k be a run-time value: the kernel writes it
+// there and the runtime sizes the later tensors from it (a data-dependent extent).
 void import_top_k(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "X");
   Tensor* k = ctx.opset() < 10 ? ctx.add_int64_constant({ctx.attr_int("k", 0)}, "k") : ctx.required_input(1, "K");
@@ -66,13 +69,14 @@ void import_top_k(NodeContext& ctx) {
   a.set("axis", ctx.attr_int("axis", -1));
   a.set("largest", ctx.attr_int("largest", 1));
   a.set("sorted", ctx.attr_int("sorted", 1));
-  Layer* layer = ctx.add_layer(kLayerTopK, {x, k}, 2, std::move(a));
+  Layer* layer = ctx.add_layer(kLayerTopK, {x, k}, 3, std::move(a));
   ctx.set_output(0, layer->output(0));
   ctx.set_output(1, layer->output(1));
 }
 KILN_REGISTER_ONNX_IMPORTER("TopK", import_top_k,
                             {.min_opset = 1, .types = "float32, float16, float64, int32, int64, int8, uint8",
-                             .notes = "k must be computable when shapes are inferred (a constant or shape arithmetic)"});
+                             .notes = "a k not known when shapes are inferred is read at run time (a data-dependent "
+                                      "output size: no CUDA graph capture for such engines)"});
 
 void import_cum_sum(NodeContext& ctx) {
   Attributes a;

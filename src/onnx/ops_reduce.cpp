@@ -61,6 +61,21 @@ constexpr ReduceSpec kReduceOps[] = {
     {"ReduceLogSumExp", "log_sum_exp", 18},
 };
 
+// noop_with_empty_axes=1 with no axes reduces nothing, but the op's element-wise part still
+// applies (as in ONNX's reference implementation and ONNX Runtime): ReduceSumSquare gives x*x,
+// ReduceL1 and ReduceL2 |x|, ReduceLogSum log(x); the others (LogSumExp included) give x.
+Tensor* reduce_nothing(NodeContext& ctx, Tensor* x, const std::string& kiln_op) {
+  auto with_op = [](const char* op) {
+    Attributes a;
+    a.set("op", std::string(op));
+    return a;
+  };
+  if (kiln_op == "sum_square") return ctx.add_layer(kLayerElementWise, {x, x}, 1, with_op("prod"))->output(0);
+  if (kiln_op == "l1" || kiln_op == "l2") return ctx.add_layer(kLayerUnary, {x}, 1, with_op("abs"))->output(0);
+  if (kiln_op == "log_sum") return ctx.add_layer(kLayerUnary, {x}, 1, with_op("log"))->output(0);
+  return ctx.add_layer(kLayerIdentity, {x}, 1)->output(0);
+}
+
 void import_reduce(NodeContext& ctx) {
   const ReduceSpec* spec = nullptr;
   for (const auto& s : kReduceOps) {
@@ -75,7 +90,7 @@ void import_reduce(NodeContext& ctx) {
     axes = ctx.constant_input(1, "axes").to_int64();
   }
   if (axes.empty() && ctx.attr_int("noop_with_empty_axes", 0) != 0) {
-    ctx.set_output(0, ctx.add_layer(kLayerIdentity, {x}, 1)->output(0));
+    ctx.set_output(0, reduce_nothing(ctx, x, spec->kiln_op));
     return;
   }
   Attributes a;

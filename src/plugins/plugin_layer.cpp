@@ -1,12 +1,21 @@
 // Plugin layers: storage of plugin identity and fields on layers, re-creation through creators,
-// shape inference by the plugin's symbolic expressions (checked), the Plugin layer schema and
-// the plugin kernel that runs any plugin on the CPU and on CUDA.
+// shape inference by the plugin's symbolic expressions (checked), the Plugin layer schema, the
+// plugin kernel that runs any plugin on the CPU and on CUDA (configured once per optimization
+// profile), and the plugin libraries an engine embeds (read at build time, loaded on opt-in).
 #include "src/plugins/plugin_layer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "kiln/error.h"
+#include "kiln/logger.h"
 #include "kiln/network.h"
 #include "src/backends/kernel.h"
 #include "src/builder/tactic_selection.h"
@@ -184,6 +193,114 @@ void check_engine_plugins(const EngineData& data, const std::string& source) {
   }
 }
 
+// ---- embedded plugin libraries -------------------------------------------------------------
+
+namespace {
+
+std::string read_whole_file(const std::string& path, std::vector<uint8_t>& bytes) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::strerror(errno);
+  bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  return f.bad() ? "read error" : "";
+}
+
+// A private directory with one file, removed with everything in it when the guard goes.
+struct TempLibrary {
+  std::string dir, file;
+  ~TempLibrary() {
+    if (!file.empty()) ::unlink(file.c_str());
+    if (!dir.empty()) ::rmdir(dir.c_str());
+  }
+};
+
+void load_embedded_library(const EngineData::PluginLibrary& lib, const std::string& source) {
+  const std::string where = source + ": embedded plugin library '" + lib.path + "'";
+  const char* env = std::getenv("TMPDIR");
+  TempLibrary tmp;
+  std::string dir = std::string(env && *env ? env : "/tmp") + "/kiln-plugins-XXXXXX";
+  if (!::mkdtemp(dir.data())) {  // mode 0700
+    throw Error(where + ": cannot create a private temporary directory in '" + dir.substr(0, dir.rfind('/')) +
+                "' (" + std::strerror(errno) + "); set TMPDIR to a writable directory");
+  }
+  tmp.dir = dir;
+  std::string file = dir + "/libXXXXXX";
+  const int fd = ::mkstemp(file.data());  // mode 0600
+  if (fd < 0) throw Error(where + ": cannot create a temporary file in '" + dir + "' (" + std::strerror(errno) + ")");
+  tmp.file = file;
+  size_t done = 0;
+  while (done < lib.bytes.size()) {
+    const ssize_t n = ::write(fd, lib.bytes.data() + done, lib.bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      throw Error(where + ": cannot write '" + file + "' (" + why + ")");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) throw Error(where + ": cannot write '" + file + "' (" + std::strerror(errno) + ")");
+  // What the loader will map is what the engine holds.
+  std::vector<uint8_t> written;
+  const std::string err = read_whole_file(file, written);
+  const uint64_t want = engine_checksum(lib.bytes.data(), lib.bytes.size());
+  if (!err.empty() || written.size() != lib.bytes.size() || engine_checksum(written.data(), written.size()) != want) {
+    throw Error(where + ": the copy written to '" + file + "' does not match the engine's checksum" +
+                (err.empty() ? std::string() : " (" + err + ")"));
+  }
+  try {
+    const auto names = load_plugin_library(file);
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    log(Severity::kInfo, where + " loaded (" + std::to_string(lib.bytes.size()) + " bytes): " + list);
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+void load_embedded_plugins(const EngineData& data, const std::string& source, bool allow) {
+  std::vector<const EngineData::PluginLibrary*> needed;
+  std::string missing;
+  for (const auto& p : data.plugins) {
+    if (PluginRegistry::instance().find(p.name, p.version, p.plugin_namespace)) continue;
+    auto lib = std::find_if(data.plugin_libraries.begin(), data.plugin_libraries.end(),
+                            [&](const EngineData::PluginLibrary& l) { return !p.library.empty() && l.path == p.library; });
+    if (lib == data.plugin_libraries.end()) continue;  // check_engine_plugins names it
+    missing += "\n  - plugin '" + p.name + "' version '" + p.version + "' namespace '" + p.plugin_namespace +
+               "' from library '" + p.library + "' (embedded in the engine, " + std::to_string(lib->bytes.size()) +
+               " bytes)";
+    if (std::find(needed.begin(), needed.end(), &*lib) == needed.end()) needed.push_back(&*lib);
+  }
+  if (needed.empty()) return;
+  if (!allow) {
+    throw Error(source + ": the engine uses plugins that are not registered in this process:" + missing +
+                "\nthe engine embeds their library; loading it runs code from the engine file, so it needs an explicit "
+                "opt-in: kiln run --allow-embedded-plugins (C++: kiln::Runtime::set_allow_embedded_plugins(true)); "
+                "or load the library yourself: kiln run --plugins LIB.so (C++: kiln::load_plugin_library)");
+  }
+  for (const EngineData::PluginLibrary* lib : needed) load_embedded_library(*lib, source);
+}
+
+std::vector<EngineData::PluginLibrary> read_plugin_libraries(const std::vector<EngineData::PluginRecord>& plugins) {
+  std::vector<EngineData::PluginLibrary> libraries;
+  for (const auto& p : plugins) {
+    if (p.library.empty()) continue;
+    const bool seen = std::any_of(libraries.begin(), libraries.end(),
+                                  [&](const EngineData::PluginLibrary& l) { return l.path == p.library; });
+    if (seen) continue;
+    EngineData::PluginLibrary lib;
+    lib.path = p.library;
+    const std::string err = read_whole_file(p.library, lib.bytes);
+    if (!err.empty() || lib.bytes.empty()) {
+      throw Error("cannot embed plugin library '" + p.library + "' (of plugin '" + p.name + "'): " +
+                  (err.empty() ? std::string("the file is empty") : err));
+    }
+    libraries.push_back(std::move(lib));
+  }
+  return libraries;
+}
+
 // ---- shape inference ----------------------------------------------------------------------
 
 void plugin_infer_shapes(ShapeContext& ctx) {
@@ -212,13 +329,25 @@ void plugin_infer_shapes(ShapeContext& ctx) {
     for (int k = 0; k < in_dims[i].rank(); ++k) e.d.push_back(exprs.input_dim(static_cast<int>(i), k));
     in_exprs.push_back(e);
   }
+  std::vector<DimsExprs> out_exprs;
+  for (int o = 0; o < ctx.num_outputs(); ++o) out_exprs.push_back(plugin->output_dims(o, in_exprs, exprs));
+  // Data-dependent extents: the declared size outputs' values once the runtime read them, else
+  // their upper bounds.
+  std::vector<int64_t> sizes(static_cast<size_t>(ctx.num_outputs()), 0);
+  for (const auto& [index, bound] : exprs.size_tensors()) {
+    if (index < 0 || index >= ctx.num_outputs()) {
+      ctx.fail("size_tensor(" + std::to_string(index) + ", ...) names no output of the plugin (it has " +
+               std::to_string(ctx.num_outputs()) + "); the index is that of the plugin's own int64 scalar size output");
+    }
+    sizes[static_cast<size_t>(index)] = ctx.data_dependent_extent(index, bound);
+  }
   for (int o = 0; o < ctx.num_outputs(); ++o) {
-    const DimsExprs out = plugin->output_dims(o, in_exprs, exprs);
+    const DimsExprs& out = out_exprs[static_cast<size_t>(o)];
     if (out.rank() > kMaxDims) ctx.fail("output_dims(" + std::to_string(o) + ") has rank " + std::to_string(out.rank()));
     Dims dims;
     for (int k = 0; k < out.rank(); ++k) {
       if (!out.d[static_cast<size_t>(k)]) ctx.fail("output_dims(" + std::to_string(o) + ") has a null expression at axis " + std::to_string(k));
-      const int64_t v = out.d[static_cast<size_t>(k)]->evaluate(in_dims);
+      const int64_t v = out.d[static_cast<size_t>(k)]->evaluate(in_dims, sizes);
       if (v < 0) {
         ctx.fail("output_dims(" + std::to_string(o) + ") axis " + std::to_string(k) + " = " +
                  out.d[static_cast<size_t>(k)]->to_string() + " evaluates to " + std::to_string(v));
@@ -256,6 +385,18 @@ std::vector<PluginTensorDesc> plugin_descs(const std::vector<TensorDesc>& descs)
   return r;
 }
 
+std::vector<DynamicPluginTensorDesc> dynamic_descs(const std::vector<TensorRange>& ranges) {
+  std::vector<DynamicPluginTensorDesc> r;
+  for (const auto& t : ranges) {
+    DynamicPluginTensorDesc d{PluginTensorDesc{t.type, t.format, t.opt}, t.min, t.opt, t.max};
+    for (int k = 0; k < d.desc.dims.rank(); ++k) {
+      if (t.min[k] != t.max[k]) d.desc.dims[k] = kDynamic;
+    }
+    r.push_back(std::move(d));
+  }
+  return r;
+}
+
 class PluginKernel : public Kernel {
  public:
   PluginKernel(const Layer& layer, DeviceType device) : layer_(layer), device_(device) {
@@ -267,14 +408,24 @@ class PluginKernel : public Kernel {
   ~PluginKernel() override {
     if (initialized_) plugin_->terminate();
   }
+  // Plugin::configure once per profile, with kDynamic where the profile lets an extent vary.
+  void configure_profile(const Layer&, const std::vector<TensorRange>& inputs,
+                         const std::vector<TensorRange>& outputs) override {
+    plugin_->configure(dynamic_descs(inputs), dynamic_descs(outputs));
+    configured_ = true;
+  }
   void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int num_threads) override {
     in_ = plugin_descs(inputs);
     out_ = plugin_descs(outputs);
-    std::vector<DynamicPluginTensorDesc> din, dout;
-    for (const auto& d : in_) din.push_back(DynamicPluginTensorDesc{d, d.dims, d.dims, d.dims});
-    for (const auto& d : out_) dout.push_back(DynamicPluginTensorDesc{d, d.dims, d.dims, d.dims});
-    plugin_->configure(din, dout);
+    if (!configured_) {
+      // Run without a profile (host evaluation during shape inference, tools driving a kernel
+      // directly): configure for exactly these shapes, min = opt = max.
+      std::vector<DynamicPluginTensorDesc> din, dout;
+      for (const auto& d : in_) din.push_back(DynamicPluginTensorDesc{d, d.dims, d.dims, d.dims});
+      for (const auto& d : out_) dout.push_back(DynamicPluginTensorDesc{d, d.dims, d.dims, d.dims});
+      plugin_->configure(din, dout);
+    }
     workspace_ = plugin_->workspace_size(in_, out_);
     num_threads_ = num_threads;
   }
@@ -297,22 +448,27 @@ class PluginKernel : public Kernel {
   DeviceType device_;
   std::unique_ptr<Plugin> plugin_;
   bool initialized_ = false;
+  bool configured_ = false;  // configure_profile ran: prepare() leaves configure alone
   std::vector<PluginTensorDesc> in_, out_;
   size_t workspace_ = 0;
   int num_threads_ = 1;
 };
 
-// A plugin is usable on a device when it accepts the layer's current input types in linear
-// format with its declared output types.
+// A plugin is usable on a device when it accepts the layer's input types and formats with its
+// declared output types in the formats of the layer's outputs (as the layout pass asks).
 bool plugin_supports(const Layer& layer, const std::vector<TensorDesc>& inputs, DeviceType device) {
   std::unique_ptr<Plugin> plugin = plugin_from_layer(layer, device);
   std::vector<PluginTensorDesc> io;
   std::vector<DataType> types;
   for (const auto& d : inputs) {
-    io.push_back(PluginTensorDesc{d.type, TensorFormat::kLinear, d.dims});
+    io.push_back(PluginTensorDesc{d.type, d.format, d.dims});
     types.push_back(d.type);
   }
-  for (DataType t : plugin->output_types(types)) io.push_back(PluginTensorDesc{t, TensorFormat::kLinear, Dims{}});
+  const auto out_types = plugin->output_types(types);
+  for (size_t i = 0; i < out_types.size(); ++i) {
+    const int o = static_cast<int>(i);
+    io.push_back(PluginTensorDesc{out_types[i], o < layer.num_outputs() ? layer.output(o)->format() : TensorFormat::kLinear, Dims{}});
+  }
   for (int pos = 0; pos < static_cast<int>(io.size()); ++pos) {
     if (!plugin->supports_format_combination(pos, io, static_cast<int>(inputs.size()), plugin->num_outputs())) return false;
   }

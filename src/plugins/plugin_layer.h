@@ -33,6 +33,16 @@ PluginFieldCollection plugin_fields_of(const Layer& layer, const PluginCreator& 
 // Fails with a message naming every plugin of an engine that is not registered in this process.
 void check_engine_plugins(const EngineData& data, const std::string& source);
 
+// Loads the embedded copy (EngineData::plugin_libraries) of every library holding a plugin of
+// the engine that is not registered in this process. Loading runs code from the engine file, so
+// without `allow` (Runtime::set_allow_embedded_plugins) it throws instead, naming the plugins,
+// the embedded libraries and both ways out (--allow-embedded-plugins, --plugins). With it, each
+// library is written to a private temporary file (a new 0700 directory under $TMPDIR or /tmp),
+// checked against the engine's checksum after writing, loaded with load_plugin_library and
+// removed (the loaded code stays mapped). Plugins whose library is not embedded are left to
+// check_engine_plugins.
+void load_embedded_plugins(const EngineData& data, const std::string& source, bool allow);
+
 // 64-bit FNV-1a of plugin bytes.
 uint64_t plugin_bytes_checksum(const void* data, size_t size);
 

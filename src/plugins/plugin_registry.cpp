@@ -105,6 +105,14 @@ const DimExpr* ExprBuilder::size_tensor(int size_index, int64_t upper_bound) {
   return nodes_.back().get();
 }
 
+std::vector<std::pair<int, int64_t>> ExprBuilder::size_tensors() const {
+  std::vector<std::pair<int, int64_t>> r;
+  for (const auto& n : nodes_) {
+    if (n->kind_ == DimExpr::Kind::kSize) r.emplace_back(n->input_, n->value_);
+  }
+  return r;
+}
+
 const DimExpr* ExprBuilder::input_dim(int input, int axis) {
   auto e = std::make_unique<DimExpr>();
   e->kind_ = DimExpr::Kind::kInput;

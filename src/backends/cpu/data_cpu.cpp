@@ -6,7 +6,8 @@
 // comes from the "fast" tactics at the end of this file (Concatenation as row memcpys, Shuffle
 // as at most two blocked transposes, both OpenMP-parallel) and in resize_cpu.cpp. Shape inputs
 // (Slice starts, pads, ...) are read from the input views, which are host memory on the CPU.
-// Layout: kLinear only.
+// Layout: kLinear only, except the "fast" Concatenation, which also concatenates channels-last
+// tensors (all inputs and the output in one format) by the same row copies in memory order.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -595,17 +596,43 @@ class ShuffleFast : public Kernel {
   size_t workspace_ = 0;
 };
 
+// Dims in memory order: channels-last moves axis 1 last (N, spatial..., C); `axis` follows.
+Dims memory_order(const Dims& d, TensorFormat format, int64_t* axis) {
+  if (format != TensorFormat::kChannelsLast || d.rank() < 3) return d;
+  Dims m;
+  m.push_back(d[0]);
+  for (int i = 2; i < d.rank(); ++i) m.push_back(d[i]);
+  m.push_back(d[1]);
+  if (axis) *axis = *axis == 1 ? d.rank() - 1 : (*axis >= 2 ? *axis - 1 : *axis);
+  return m;
+}
+
+// Every input and the output in one format (channels-last needs rank >= 3).
+bool concat_fast_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  const TensorFormat f = layer.num_outputs() > 0 && layer.output(0) ? layer.output(0)->format() : TensorFormat::kLinear;
+  for (const auto& d : inputs) {
+    if (!d.present || d.format != f) return false;
+    if (f == TensorFormat::kChannelsLast && d.dims.rank() < 3) return false;
+  }
+  return true;
+}
+
 void concat_fast(const KernelContext& ctx) {
   const TensorView& y = ctx.outputs.at(0);
-  const int64_t axis = norm_axis(attr_int(*ctx.layer, "axis"), y.dims.rank());
+  for (const TensorView& x : ctx.inputs) {
+    if (x.format != y.format) throw Error("Concatenation fast: inputs and output must share one format");
+  }
+  int64_t axis = norm_axis(attr_int(*ctx.layer, "axis"), y.dims.rank());
+  const Dims y_mem = memory_order(y.dims, y.format, &axis);
   int64_t outer = 1, inner = 1;
-  split_around(y.dims, axis, outer, inner);
+  split_around(y_mem, axis, outer, inner);
   const size_t esz = data_type_size(y.type);
   const int64_t k_inputs = static_cast<int64_t>(ctx.inputs.size());
   std::vector<int64_t> row(ctx.inputs.size()), offset(ctx.inputs.size());
   int64_t acc = 0;
   for (size_t k = 0; k < ctx.inputs.size(); ++k) {
-    row[k] = ctx.inputs[k].dims[static_cast<int>(axis)] * inner * static_cast<int64_t>(esz);
+    row[k] = memory_order(ctx.inputs[k].dims, y.format, nullptr)[static_cast<int>(axis)] * inner *
+             static_cast<int64_t>(esz);
     offset[k] = acc;
     acc += row[k];
   }
@@ -630,7 +657,7 @@ KILN_REGISTER_KERNEL(reference(kLayerConstant, constant_execute));
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerShuffle, "reference", 0, all_linear,
                                  [](const Layer& layer) { return std::make_unique<ShuffleRef>(layer); }});
 KILN_REGISTER_KERNEL(reference(kLayerConcatenation, [](const KernelContext& ctx) { concat_or_split(ctx, false); }));
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerConcatenation, "fast", 10, all_linear,
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerConcatenation, "fast", 10, concat_fast_supports,
                                  function_kernel(concat_fast)});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerShuffle, "fast", 10, all_linear,
                                  [](const Layer& layer) { return std::make_unique<ShuffleFast>(layer); }});

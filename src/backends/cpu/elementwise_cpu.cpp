@@ -5,7 +5,10 @@
 // same-shape or scalar operand) with branch-free loops over contiguous data that the compiler
 // vectorizes; it defers to the reference code for anything else.
 //
-// Layout: all tensors are dense row-major (TensorFormat::kLinear); no alignment is assumed.
+// Layout: all tensors are dense row-major (TensorFormat::kLinear); no alignment is assumed. The
+// "vectorized" ElementWise also runs channels-last tensors: its cases (same shape, or one
+// single-element operand) are the same in any memory order, so it only asks that the full-size
+// operands share the output's format.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -297,6 +300,12 @@ bool elementwise_vectorized_supports(const Layer& layer, const std::vector<Tenso
   }
   const ElementWiseOp op = parse_elementwise_op(attr_string(layer, "op"));
   if (!vectorized_table().count(op)) return false;
+  // Operands that are not single elements are read in memory order: they must be in y's format.
+  const TensorFormat y_format = layer.num_outputs() > 0 ? layer.output(0)->format() : TensorFormat::kLinear;
+  for (const TensorDesc& d : inputs) {
+    const bool single = !d.dims.is_dynamic() && d.dims.volume() == 1;
+    if (!single && d.format != y_format) return false;
+  }
   // With dynamic dims the case is only known at run time; execute() falls back if needed.
   if (inputs[0].dims.is_dynamic() || inputs[1].dims.is_dynamic()) return true;
   Operands mode;
@@ -313,6 +322,10 @@ class ElementWiseVectorized : public Kernel {
     const TensorView& y = ctx.outputs[0];
     Operands mode;
     if (!classify_operands(a.dims, b.dims, &mode)) {
+      if (a.format != TensorFormat::kLinear || b.format != TensorFormat::kLinear || y.format != TensorFormat::kLinear) {
+        throw Error("ElementWise vectorized: broadcasting " + a.dims.to_string() + " with " + b.dims.to_string() +
+                    " needs linear tensors; rebuild the engine with these shapes in its profile");
+      }
       binary_reference_fn<float>(op_)(ctx, false);
       return;
     }

@@ -197,10 +197,14 @@ class FusedElementWiseRef : public Kernel {
   FusedProgram program_;
 };
 
-// float32 only on the CPU (the CUDA kernel also takes float16).
-static bool fused_reference_supports(const Layer&, const std::vector<TensorDesc>& in) {
+// float32 only on the CPU (the CUDA kernel also takes float16). Full-size inputs are read in
+// memory order, so they must be in the output's format (single elements may be in any).
+static bool fused_reference_supports(const Layer& layer, const std::vector<TensorDesc>& in) {
+  const TensorFormat y_format = layer.num_outputs() > 0 ? layer.output(0)->format() : TensorFormat::kLinear;
   for (const auto& d : in) {
     if (d.present && d.type != DataType::kFloat32) return false;
+    const bool single = !d.dims.is_dynamic() && d.dims.volume() == 1;
+    if (d.present && !single && d.format != y_format) return false;
   }
   return true;
 }

@@ -85,6 +85,9 @@ void arg_reduce(const KernelContext& ctx) {
 
 // ---- TopK ----------------------------------------------------------------------------------------
 
+// k comes from input 1 when the kernel runs: when it was unknown at shape inference the outputs
+// are sized for k = n and are written compactly for the actual k, which also goes to output 2
+// (the data-dependent size) when the layer has it.
 template <typename T>
 void top_k(const KernelContext& ctx) {
   const Layer& layer = *ctx.layer;
@@ -92,7 +95,12 @@ void top_k(const KernelContext& ctx) {
   const int axis = normalized(attr_int(layer, "axis"), d.rank());
   const bool largest = attr_int(layer, "largest") != 0;
   const AxisView v(d, axis);
-  const int64_t k = ctx.outputs[0].dims[axis];
+  const int64_t k = read_int(ctx.inputs[1], "k");
+  if (k < 0 || k > ctx.outputs[0].dims[axis]) {
+    throw Error("k = " + std::to_string(k) + " must lie in [0, " + std::to_string(v.n) + "] (the extent of axis " +
+                std::to_string(axis) + " of x " + d.to_string() + ")");
+  }
+  if (ctx.outputs.size() > 2) ctx.outputs[2].as<int64_t>()[0] = k;
   const T* x = ctx.inputs[0].as<const T>();
   T* values = ctx.outputs[0].as<T>();
   int64_t* indices = ctx.outputs.size() > 1 ? ctx.outputs[1].as<int64_t>() : nullptr;

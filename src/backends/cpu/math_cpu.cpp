@@ -5,7 +5,9 @@
 // contiguous data, specialized per activation kind / scale mode so that the compiler emits SIMD
 // code, parallelized with cpu::parallel_for.
 //
-// Layout: all tensors are dense row-major (TensorFormat::kLinear); no alignment is assumed.
+// Layout: all tensors are dense row-major (TensorFormat::kLinear); no alignment is assumed. The
+// "vectorized" Activation, and Scale in uniform mode, work element by element, so they also run
+// channels-last tensors (x and y in one format).
 #include <cmath>
 #include <limits>
 #include <map>
@@ -115,6 +117,15 @@ class ActivationVectorized : public Kernel {
 
 bool float32_input(const Layer&, const std::vector<TensorDesc>& inputs) {
   return !inputs.empty() && inputs[0].type == DataType::kFloat32;
+}
+
+TensorFormat output_format(const Layer& layer) {
+  return layer.num_outputs() > 0 ? layer.output(0)->format() : TensorFormat::kLinear;
+}
+
+// Element by element over memory: x and y in one format.
+bool activation_vectorized_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  return float32_input(layer, inputs) && inputs[0].format == output_format(layer);
 }
 
 // ---- ParametricReLU ---------------------------------------------------------------------------
@@ -303,6 +314,13 @@ class ScaleVectorized : public Kernel {
  private:
   ScaleParams p_;
 };
+
+// Channel and element-wise terms index x in linear order: channels-last only in uniform mode.
+bool scale_vectorized_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  if (!float32_input(layer, inputs)) return false;
+  if (inputs[0].format == TensorFormat::kLinear && output_format(layer) == TensorFormat::kLinear) return true;
+  return inputs[0].format == output_format(layer) && attr_string(layer, "mode") == "uniform";
+}
 
 // ---- SoftMax ----------------------------------------------------------------------------------
 
@@ -566,7 +584,7 @@ KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerActivation, "reference"
                                    return std::make_unique<FunctionKernel>(
                                        [p](const KernelContext& ctx) { activation_reference(ctx, p); });
                                  }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerActivation, "vectorized", 10, float32_input,
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerActivation, "vectorized", 10, activation_vectorized_supports,
                                  [](const Layer& layer) { return std::make_unique<ActivationVectorized>(layer); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerParametricReLU, "reference", 0, nullptr,
                                  function_kernel(parametric_relu_reference)});
@@ -575,7 +593,7 @@ KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerScale, "reference", 0, 
                                    return std::make_unique<FunctionKernel>(
                                        [p](const KernelContext& ctx) { scale_reference(ctx, p); });
                                  }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerScale, "vectorized", 10, float32_input,
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerScale, "vectorized", 10, scale_vectorized_supports,
                                  [](const Layer& layer) { return std::make_unique<ScaleVectorized>(layer); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerSoftMax, "reference", 0, nullptr, [](const Layer& layer) {
                                    const int64_t axis = attr_int(layer, "axis");

@@ -64,12 +64,6 @@ bool all_float32(const std::vector<TensorDesc>& tensors) {
 
 namespace {
 
-struct EltwiseStep {
-  dnnl::algorithm alg;
-  float alpha;
-  float beta;
-  float scale = 1.f;  // oneDNN's post-op scale: y = scale * eltwise(x)
-};
 using Steps = std::vector<EltwiseStep>;
 using StepsFn = std::optional<Steps> (*)(float alpha, float beta);
 
@@ -120,24 +114,24 @@ const std::map<ActivationType, StepsFn>& activation_table() {
   return table;
 }
 
-std::optional<Steps> steps_for(const PostOp& post) {
+}  // namespace
+
+std::optional<std::vector<EltwiseStep>> eltwise_steps(const PostOp& post) {
   const auto& table = activation_table();
   const auto it = table.find(post.kind);
   if (it == table.end()) return std::nullopt;
   return it->second(post.alpha, post.beta);
 }
 
-}  // namespace
-
 bool append_activation(dnnl::post_ops& ops, const PostOp& post) {
   if (!post.enabled) return true;
-  const auto steps = steps_for(post);
+  const auto steps = eltwise_steps(post);
   if (!steps) return false;
   for (const EltwiseStep& s : *steps) ops.append_eltwise(s.scale, s.alg, s.alpha, s.beta);
   return true;
 }
 
-bool activation_supported(const PostOp& post) { return !post.enabled || steps_for(post).has_value(); }
+bool activation_supported(const PostOp& post) { return !post.enabled || eltwise_steps(post).has_value(); }
 
 bool read_post_op_safe(const Layer& layer, PostOp* post) {
   try {

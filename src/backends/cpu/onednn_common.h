@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,17 @@ dnnl::reorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::d
 
 // True when every tensor is float32 (absent optional inputs are skipped).
 bool all_float32(const std::vector<TensorDesc>& tensors);
+
+// One oneDNN eltwise operation: y = scale * alg(x; alpha, beta).
+struct EltwiseStep {
+  dnnl::algorithm alg;
+  float alpha;
+  float beta;
+  float scale = 1.f;  // oneDNN's post-op scale
+};
+// The eltwise chain computing the activation `post.kind` with post.alpha/beta (whether or not
+// post.enabled); nullopt when oneDNN 2.6 cannot express it. Used by the Activation tactic.
+std::optional<std::vector<EltwiseStep>> eltwise_steps(const PostOp& post);
 
 // Appends the eltwise post-ops computing `post` (nothing when disabled). Returns false, leaving
 // `ops` unchanged, when oneDNN 2.6 cannot express the activation kind with these parameters.

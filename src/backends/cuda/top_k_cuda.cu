@@ -12,6 +12,11 @@
 //   gathered.
 // NaN order is unspecified (as std::partial_sort's with NaN): NaNs are never selected while
 // other values remain.
+// k not known when shapes are inferred (no host value for input 1): the outputs are sized for
+// k = n; the sort path runs and the kernels read k from the device (clamped to [0, n]) and write
+// the outputs compactly for it; a one-thread kernel writes k into output 2 (the data-dependent
+// size the runtime reads, which also rejects a k outside [0, n]). With 3 outputs and a known k,
+// output 2 gets k the same way.
 //
 // Layout: kLinear only (dense row-major); n < 2^31.
 #include <cuda_fp16.h>
@@ -41,10 +46,28 @@ constexpr int kSortTile = 2048;  // elements a shared-memory bitonic pass sorts
 // ---- selection ----------------------------------------------------------------------------------
 
 struct TopArgs {
-  int64_t outer = 1, n = 1, inner = 1, k = 0;
+  int64_t outer = 1, n = 1, inner = 1, k = 0;  // k: the upper bound n when read on the device
   bool largest = true;
   ColumnIndex col;
+  const void* k_dev = nullptr;  // input 1 when k is only known at run time
+  bool k64 = true;              // its type: int64 (else int32)
 };
+
+// The k the outputs are laid out for: a.k, or the run-time value clamped to [0, a.k].
+__device__ __forceinline__ int64_t top_k_of(const TopArgs& a) {
+  if (!a.k_dev) return a.k;
+  const int64_t k = a.k64 ? *static_cast<const int64_t*>(a.k_dev) : *static_cast<const int32_t*>(a.k_dev);
+  return k < 0 ? 0 : (k > a.k ? a.k : k);
+}
+
+// Output 2 of the layer: k as given (the runtime checks it against [0, n]).
+__global__ void top_write_k_kernel(TopArgs a, int64_t* __restrict__ size) {
+  if (!a.k_dev) {
+    *size = a.k;
+  } else {
+    *size = a.k64 ? *static_cast<const int64_t*>(a.k_dev) : *static_cast<const int32_t*>(a.k_dev);
+  }
+}
 
 // a before b in TopK's output order (strict; NaN is before nothing and nothing is before NaN).
 template <typename C>
@@ -74,12 +97,12 @@ __device__ __forceinline__ Cand<CmpT<T>> top_scan(const T* row, int64_t n, int64
   return c;
 }
 
-// Row r of the view: its first element and its first output element.
-__device__ __forceinline__ void top_row(const TopArgs& a, int64_t r, int64_t& in_base, int64_t& out_base) {
+// Row r of the view: its first element and its first output element (outputs laid out for k).
+__device__ __forceinline__ void top_row(const TopArgs& a, int64_t r, int64_t k, int64_t& in_base, int64_t& out_base) {
   int64_t o, i;
   a.col.split(r, o, i);
   in_base = o * a.n * a.inner + i;
-  out_base = o * a.k * a.inner + i;
+  out_base = o * k * a.inner + i;
 }
 
 // One selection round's output (a round that finds nothing, only NaNs left, emits element 0).
@@ -99,7 +122,7 @@ __global__ void __launch_bounds__(kRowThreads) top_select_warp_kernel(const T* _
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
   for (int64_t r = warp; r < a.outer * a.inner; r += warps) {
     int64_t in_base, out_base;
-    top_row(a, r, in_base, out_base);
+    top_row(a, r, a.k, in_base, out_base);
     const T* row = x + in_base;
     Cand<CmpT<T>> prev{CmpT<T>{}, -1};
     for (int64_t t = 0; t < a.k; ++t) {
@@ -122,7 +145,7 @@ __global__ void __launch_bounds__(kBlockThreads) top_select_block_kernel(const T
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   for (int64_t r = blockIdx.x; r < a.outer * a.inner; r += gridDim.x) {
     int64_t in_base, out_base;
-    top_row(a, r, in_base, out_base);
+    top_row(a, r, a.k, in_base, out_base);
     const T* row = x + in_base;
     Cand<C> prev{C{}, -1};
     for (int64_t t = 0; t < a.k; ++t) {
@@ -199,11 +222,12 @@ __global__ void __launch_bounds__(kSortTile / 2) top_sort_tile_kernel(const T* _
   __shared__ P tile[kSortTile];
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t tiles_per_row = s.padded / s.tile;
+  const int64_t k = top_k_of(s.top);
   for (int64_t t = blockIdx.x; t < s.rows * tiles_per_row; t += gridDim.x) {
     const int64_t r = t / tiles_per_row;
     const int64_t first = (t - r * tiles_per_row) * s.tile;  // index of the tile's first element in its row
     int64_t in_base, out_base;
-    top_row(s.top, r, in_base, out_base);
+    top_row(s.top, r, k, in_base, out_base);
     for (int64_t e = tid; e < s.tile; e += blockDim.x) tile[e] = load_pair(x, s.top, in_base, first + e);
     __syncthreads();
     for (int64_t block = 2; block <= s.tile; block *= 2) {
@@ -224,7 +248,7 @@ __global__ void __launch_bounds__(kSortTile / 2) top_sort_tile_kernel(const T* _
       }
     }
     if (direct) {
-      for (int64_t e = tid; e < s.top.k; e += blockDim.x) {
+      for (int64_t e = tid; e < k; e += blockDim.x) {
         const int64_t j = tile[e].j < 0 ? 0 : tile[e].j;
         values[out_base + e * s.top.inner] = x[in_base + j * s.top.inner];
         if (indices) indices[out_base + e * s.top.inner] = j;
@@ -280,16 +304,18 @@ __global__ void __launch_bounds__(kSortTile / 2) top_sort_tail_kernel(SortPair<C
   }
 }
 
-// The first k pairs of each sorted row to the outputs.
+// The first k pairs of each sorted row to the outputs (the grid covers the bound s.top.k).
 template <typename T>
 __global__ void top_gather_kernel(const T* __restrict__ x, const SortPair<CmpT<T>>* __restrict__ work,
                                   T* __restrict__ values, int64_t* __restrict__ indices, SortArgs s) {
   const int64_t total = s.rows * s.top.k;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t k = top_k_of(s.top);
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < total; g += step) {
     const int64_t r = g / s.top.k, e = g - r * s.top.k;
+    if (e >= k) continue;
     int64_t in_base, out_base;
-    top_row(s.top, r, in_base, out_base);
+    top_row(s.top, r, k, in_base, out_base);
     const int32_t jj = work[r * s.padded + e].j;
     const int64_t j = jj < 0 ? 0 : jj;
     values[out_base + e * s.top.inner] = x[in_base + j * s.top.inner];
@@ -309,6 +335,8 @@ class TopKCuda : public Kernel {
     a_.n = v.n;
     a_.inner = v.inner;
     a_.k = outputs[0].dims[axis];
+    runtime_k_ = inputs[1].value == nullptr;  // then a_.k is the bound n and k is read on the device
+    a_.k64 = inputs[1].type == DataType::kInt64;
     a_.largest = attr_int(layer, "largest") != 0;
     a_.col = column_index(v, d.volume());
     if (a_.n >= INT32_MAX) {
@@ -333,8 +361,15 @@ class TopKCuda : public Kernel {
   }
 
   void execute(const KernelContext& ctx) override {
-    if (s_.rows == 0 || a_.k == 0) return;
     const cudaStream_t stream = stream_of(ctx);
+    TopArgs a = a_;
+    SortArgs s = s_;
+    if (runtime_k_) a.k_dev = s.top.k_dev = ctx.inputs[1].data;
+    if (ctx.outputs.size() > 2) {
+      top_write_k_kernel<<<1, 1, 0, stream>>>(a, ctx.outputs[2].as<int64_t>());
+      KILN_CUDA_CHECK_LAUNCH();
+    }
+    if (s_.rows == 0 || a_.k == 0) return;
     int64_t* indices = ctx.outputs.size() > 1 ? ctx.outputs[1].as<int64_t>() : nullptr;
     dispatch_numeric(ctx.inputs[0].type, "TopK", [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -344,42 +379,44 @@ class TopKCuda : public Kernel {
       if (!sorts()) {
         if (a_.n <= kWarpRowMax) {
           top_select_warp_kernel<T><<<grid_for(s_.rows, kRowThreads / 32), kRowThreads, 0, stream>>>(x, values,
-                                                                                                      indices, a_);
+                                                                                                      indices, a);
         } else {
-          top_select_block_kernel<T><<<grid_for(s_.rows, 1), kBlockThreads, 0, stream>>>(x, values, indices, a_);
+          top_select_block_kernel<T><<<grid_for(s_.rows, 1), kBlockThreads, 0, stream>>>(x, values, indices, a);
         }
         KILN_CUDA_CHECK_LAUNCH();
         return;
       }
       const int threads = static_cast<int>(std::min<int64_t>(s_.tile / 2 < 32 ? 32 : s_.tile / 2, kSortTile / 2));
       if (s_.padded == s_.tile) {
-        top_sort_tile_kernel<T><<<grid_for(s_.rows, 1), threads, 0, stream>>>(x, values, indices, nullptr, s_, true);
+        top_sort_tile_kernel<T><<<grid_for(s_.rows, 1), threads, 0, stream>>>(x, values, indices, nullptr, s, true);
         KILN_CUDA_CHECK_LAUNCH();
         return;
       }
       auto* work = static_cast<SortPair<C>*>(ctx.workspace);
       const int64_t tiles = s_.rows * (s_.padded / s_.tile);
-      top_sort_tile_kernel<T><<<grid_for(tiles, 1), threads, 0, stream>>>(x, values, indices, work, s_, false);
+      top_sort_tile_kernel<T><<<grid_for(tiles, 1), threads, 0, stream>>>(x, values, indices, work, s, false);
       KILN_CUDA_CHECK_LAUNCH();
       for (int64_t block = 2 * s_.tile; block <= s_.padded; block *= 2) {
         for (int64_t stride = block / 2; stride >= s_.tile; stride /= 2) {
-          top_sort_global_kernel<C><<<grid_for(s_.rows * s_.padded), kBlock, 0, stream>>>(work, s_, block, stride);
+          top_sort_global_kernel<C><<<grid_for(s_.rows * s_.padded), kBlock, 0, stream>>>(work, s, block, stride);
           KILN_CUDA_CHECK_LAUNCH();
         }
-        top_sort_tail_kernel<C><<<grid_for(tiles, 1), threads, 0, stream>>>(work, s_, block);
+        top_sort_tail_kernel<C><<<grid_for(tiles, 1), threads, 0, stream>>>(work, s, block);
         KILN_CUDA_CHECK_LAUNCH();
       }
-      top_gather_kernel<T><<<grid_for(s_.rows * a_.k), kBlock, 0, stream>>>(x, work, values, indices, s_);
+      top_gather_kernel<T><<<grid_for(s_.rows * a_.k), kBlock, 0, stream>>>(x, work, values, indices, s);
       KILN_CUDA_CHECK_LAUNCH();
     });
   }
 
  private:
-  bool sorts() const { return a_.k > kSelectMaxK; }
+  // A run-time k takes the sort path, whose kernels read k on the device.
+  bool sorts() const { return runtime_k_ || a_.k > kSelectMaxK; }
 
   TopArgs a_;
   SortArgs s_;
   size_t pair_bytes_ = 8;
+  bool runtime_k_ = false;
 };
 
 bool top_k_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {

@@ -141,7 +141,7 @@ int fold_known_values(Network& network, PassContext& ctx) {
       is_live = true;
       if (!foldable_type(layer)) continue;
       const TensorState* first = table.state(0, out);
-      if (!first || !first->value) continue;
+      if (!first || !first->value || first->data_dependent) continue;  // upper bounds are no values
       if (first->value->nbytes() > kMaxFoldBytes || first->value->count() == 0) continue;
       bool identical = true;
       for (int p = 1; p < table.num_points() && identical; ++p) {

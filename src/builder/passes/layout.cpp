@@ -1,14 +1,18 @@
 // Memory-format (layout) assignment. Tensor cores run float16 convolutions natively in
-// channels-last (NHWC) memory; in NCHW cuDNN transposes around every convolution. This pass
-// finds the connected regions of layers that can all run in channels-last (some kernel of the
-// device accepts them with their activation inputs in that format) and that contain float16
-// convolutions, makes every activation inside such a region channels-last, and inserts Reformat
-// layers only at the region's edges: where a linear tensor enters (a network input, a reshape's
+// channels-last (NHWC) memory; in NCHW cuDNN transposes around every convolution. On the CPU,
+// oneDNN's fast float32 convolutions want blocked or NHWC memory: given NCHW, the oneDNN kernel
+// reorders its input and output around every convolution (on small convolutions the two reorders
+// cost as much as the convolution), while its NHWC kernels run about as fast as the blocked ones
+// with no reorder at all. This pass finds the connected regions of layers that can all run in
+// channels-last (some kernel of the device accepts them with their activation inputs in that
+// format) and that contain convolutions worth it (float16 ones on CUDA, float32 ones on the
+// CPU), makes every activation inside such a region channels-last, and inserts Reformat layers
+// only at the region's edges: where a linear tensor enters (a network input, a reshape's
 // output, ...) and where a channels-last tensor leaves to a layer that needs linear memory or to
 // a network output (outputs keep the linear format users expect). A region whose convolutions
-// are fewer than the reformats it needs is left linear: there the transposes would not pay.
-//
-// Runs for CUDA engines only; CPU engines keep every tensor linear.
+// cannot pay for the reformats it needs is left linear: on CUDA when it has fewer convolutions
+// than reformats; on the CPU, where every linear convolution already pays two reorders, when it
+// has fewer than half as many.
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -64,7 +68,7 @@ class LayoutAssigner {
       const int convs = static_cast<int>(std::count_if(layers.begin(), layers.end(), [&](const Layer* l) { return is_seed(*l); }));
       if (convs == 0) continue;
       const int edges = count_edges(layers);
-      if (convs < edges) {
+      if (!pays_off(convs, edges)) {
         passes::log_change(ctx_, "layout: region of " + std::to_string(layers.size()) + " layers around '" +
                                      layers.front()->name() + "' stays linear (" + std::to_string(convs) +
                                      " convolutions, " + std::to_string(edges) + " reformats needed)");
@@ -107,10 +111,19 @@ class LayoutAssigner {
     return r;
   }
 
+  // Convolutions that gain from channels-last: float16 ones on CUDA (tensor cores), float32 ones
+  // on the CPU (oneDNN's NHWC kernels; the CPU has no fast float16 convolution).
   bool is_seed(const Layer& l) const {
     if (l.type() != kLayerConvolution && l.type() != kLayerDeconvolution) return false;
+    const DataType seed_type = ctx_.config.device == DeviceType::kCUDA ? DataType::kFloat16 : DataType::kFloat32;
     auto it = states_.find(l.input(0));
-    return it != states_.end() && it->second.type == DataType::kFloat16 && (rank_of(l.input(0)) == 4 || rank_of(l.input(0)) == 5);
+    return it != states_.end() && it->second.type == seed_type && (rank_of(l.input(0)) == 4 || rank_of(l.input(0)) == 5);
+  }
+
+  // Whether a region with `convs` seed convolutions is worth `edges` reformats.
+  bool pays_off(int convs, int edges) const {
+    if (ctx_.config.device == DeviceType::kCUDA) return convs >= edges;
+    return 2 * convs >= edges;
   }
 
   bool can_run_channels_last(const Layer& l) const {
@@ -246,7 +259,9 @@ class LayoutAssigner {
 }  // namespace
 
 int pass_layout(Network& network, PassContext& ctx) {
-  if (ctx.config.device != DeviceType::kCUDA) return 0;
+  // On the CPU channels-last only saves time: an unoptimized build keeps every tensor linear
+  // (on CUDA the pass runs regardless, as part of the fp16 request).
+  if (ctx.config.device == DeviceType::kCPU && ctx.config.disable_optimizations) return 0;
   const auto points = passes::shape_points_of(network, ctx);
   if (points.empty()) return 0;
   const TensorStates states = infer_shapes(network, points.front());

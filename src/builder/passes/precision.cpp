@@ -10,7 +10,9 @@
 // The decision per layer asks the device's kernel registry whether some kernel's supports()
 // accepts the layer with float16 inputs, at the first shape point (every kernel must accept the
 // layer at every point later in tactic selection, which re-checks). Plugins take part through
-// their own supports(): that is their format/type negotiation.
+// their supports_format_combination: a plugin that accepts both float16 and float32 gets the
+// faster on CUDA (timed, casts in front included) and float16, first in the preference order,
+// elsewhere (plugin_type below). Formats are the layout pass's: plugins are not timed per format.
 #include <map>
 #include <memory>
 #include <set>
@@ -21,6 +23,7 @@
 #include "kiln/error.h"
 #include "src/backends/kernel.h"
 #include "src/builder/passes/pass_utils.h"
+#include "src/builder/tactic_selection.h"
 #include "src/core/half.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/shape_inference.h"
@@ -142,7 +145,11 @@ class PrecisionAssigner {
     }
     if (!data_inputs.empty() && !host_known(*layer)) {
       DataType want = DataType::kFloat16;
-      if (pinned_fp32(*layer) || !some_kernel_supports(*layer, descs_as(*layer, data_inputs, DataType::kFloat16))) {
+      if (pinned_fp32(*layer)) {
+        want = DataType::kFloat32;
+      } else if (layer->type() == kLayerPlugin) {
+        want = plugin_type(*layer, data_inputs);
+      } else if (!some_kernel_supports(*layer, descs_as(*layer, data_inputs, DataType::kFloat16))) {
         want = DataType::kFloat32;
       }
       for (int i : data_inputs) {
@@ -169,6 +176,81 @@ class PrecisionAssigner {
     for (int i = 0; i < layer->num_outputs() && i < static_cast<int>(outs.size()); ++i) {
       types_[layer->output(i)] = outs[static_cast<size_t>(i)].first;
     }
+  }
+
+  // A plugin may accept several type combinations (supports_format_combination). Its float data
+  // inputs are tried as float16, then float32 (the preference order: what --fp16 asks for
+  // first). With one accepted, that one; with several, on a device that times kernels (CUDA,
+  // config.time_tactics) the fastest, each timed as the plugin's kernel plus the casts that
+  // combination needs in front of it (casts after it are decided later, by its readers, and not
+  // counted), else the first accepted. None accepted: float32, and tactic selection reports
+  // that no kernel takes the layer.
+  DataType plugin_type(const Layer& layer, const std::set<int>& data_inputs) {
+    std::vector<DataType> accepted;
+    for (DataType t : {DataType::kFloat16, DataType::kFloat32}) {
+      if (some_kernel_supports(layer, descs_as(layer, data_inputs, t))) accepted.push_back(t);
+    }
+    if (accepted.empty()) return DataType::kFloat32;
+    if (accepted.size() == 1) return accepted.front();
+    if (ctx_.config.device != DeviceType::kCUDA || !ctx_.config.time_tactics) {
+      passes::log_change(ctx_, "precision: plugin layer '" + layer.name() + "' accepts float16 and float32; float16 " +
+                                   "(first in the preference order; not timed on " + to_string(ctx_.config.device) + ")");
+      return accepted.front();
+    }
+    std::vector<std::unique_ptr<Network>> scratch;  // the casts' own networks, alive while timing
+    std::vector<TimedVariant> variants;
+    for (DataType t : accepted) variants.push_back(variant_as(layer, data_inputs, t, scratch));
+    const DataType chosen = accepted[choose_fastest_variant(variants, ctx_.config, "plugin_precision")];
+    passes::log_change(ctx_, "precision: plugin layer '" + layer.name() + "' runs in " + to_string(chosen) +
+                                 " (timed against " + to_string(chosen == accepted[0] ? accepted[1] : accepted[0]) +
+                                 ", casts in front included)");
+    return chosen;
+  }
+
+  // The plugin layer with its float data inputs in `as`, and the casts that needs in front of it
+  // (constants cost nothing: they are converted at build time), for timing.
+  TimedVariant variant_as(const Layer& layer, const std::set<int>& data_inputs, DataType as,
+                          std::vector<std::unique_ptr<Network>>& scratch) {
+    TimedVariant v;
+    v.name = to_string(as);
+    v.layer = &layer;
+    std::vector<TensorState> in_states(static_cast<size_t>(layer.num_inputs()));
+    std::vector<const TensorState*> ptrs;
+    for (int i = 0; i < layer.num_inputs(); ++i) {
+      const Tensor* t = layer.input(i);
+      if (!t) {
+        ptrs.push_back(nullptr);
+        continue;
+      }
+      const TensorState* s = state_of(t);
+      TensorState& st = in_states[static_cast<size_t>(i)];
+      const bool data = data_inputs.count(i) != 0;
+      st.type = data ? as : type_of(t);
+      st.dims = s ? s->dims : t->dims();
+      const HostTensor* constant = passes::constant_value(t);
+      if (s && s->value && s->value->type() == st.type) {
+        st.value = s->value;
+      } else if (constant && data) {
+        st.value = std::make_shared<HostTensor>(convert_float(*constant, as));
+      }
+      v.states[t] = st;
+      ptrs.push_back(&st);
+      if (data && !constant && type_of(t) != as) {
+        auto net = std::make_unique<Network>();
+        Tensor* x = net->add_input("x", type_of(t), st.dims);
+        Layer* cast = net->add_cast(x, as);
+        TensorStates cast_states;
+        cast_states[x] = TensorState{type_of(t), st.dims, nullptr};
+        cast_states[cast->output(0)] = TensorState{as, st.dims, nullptr};
+        v.extra.emplace_back(cast, std::move(cast_states));
+        scratch.push_back(std::move(net));
+      }
+    }
+    const auto outs = infer_layer(layer, ptrs);
+    for (int o = 0; o < layer.num_outputs() && o < static_cast<int>(outs.size()); ++o) {
+      v.states[layer.output(o)] = TensorState{outs[static_cast<size_t>(o)].first, outs[static_cast<size_t>(o)].second, nullptr};
+    }
+    return v;
   }
 
   static bool pinned_fp32(const Layer& layer) {

@@ -1,0 +1,345 @@
+// Tests of channels-last (NHWC) execution on the CPU. The layout pass makes float32
+// convolution regions channels-last on the CPU too (oneDNN's NHWC convolutions need no reorders
+// around them), so the CPU kernels that join such regions run channels-last tensors:
+//   * Reformat "fast" (tiled transpose) and "onednn" (float32) against index math written out
+//     here, every element width, ranks 3-5, odd sizes, 1 and 2 threads;
+//   * Concatenation "fast" on channels-last inputs against the linear concatenation;
+//   * the supports() of the element-wise kernels decline operands whose format differs from the
+//     output's, and the Scale/Concatenation kernels decline what they cannot index;
+//   * the pass on small CPU networks (conv/relu/pool/concat/add): channels-last inside, Reformat
+//     layers only at the edges, outputs linear, and the engine's outputs equal those of the same
+//     network built with the layout pass disabled; a network without float32 convolutions stays
+//     linear.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "kiln/kiln.h"
+#include "src/backends/kernel.h"
+#include "src/builder/passes/passes.h"
+#include "tests/op_harness.h"
+
+namespace kiln {
+namespace {
+
+// Element index of logical (b, c, s) in each format, s = flattened spatial position.
+int64_t linear_index(int64_t b, int64_t c, int64_t s, int64_t channels, int64_t spatial) {
+  return (b * channels + c) * spatial + s;
+}
+int64_t last_index(int64_t b, int64_t c, int64_t s, int64_t channels, int64_t spatial) {
+  return (b * spatial + s) * channels + c;
+}
+
+// Converts t (any element width) between formats with the index math above.
+HostTensor convert(const HostTensor& t, bool to_last) {
+  const Dims& d = t.dims();
+  const int64_t n = d[0], c = d[1], s = d.volume() / (n * c);
+  const size_t e = data_type_size(t.type());
+  HostTensor r(t.type(), d);
+  const auto* src = static_cast<const uint8_t*>(t.data());
+  auto* dst = static_cast<uint8_t*>(r.data());
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int64_t k = 0; k < s; ++k) {
+        const int64_t li = linear_index(b, ch, k, c, s), ci = last_index(b, ch, k, c, s);
+        std::memcpy(dst + (to_last ? ci : li) * e, src + (to_last ? li : ci) * e, e);
+      }
+    }
+  }
+  return r;
+}
+
+HostTensor random_bytes(DataType type, const Dims& dims, uint32_t seed) {
+  HostTensor t(type, dims);
+  std::mt19937 rng(seed);
+  auto* p = static_cast<uint8_t*>(t.data());
+  for (size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<uint8_t>(rng());
+  return t;
+}
+
+bool same_bytes(const HostTensor& a, const HostTensor& b) {
+  return a.dims() == b.dims() && a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+// Runs a function-style CPU kernel (no prepare state, no workspace) on host tensors.
+void run_kernel(const std::string& type, const std::string& tactic, const Layer& layer,
+                const std::vector<std::pair<const HostTensor*, TensorFormat>>& ins, HostTensor* out, TensorFormat out_format,
+                int threads) {
+  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, type, tactic);
+  ASSERT_NE(e, nullptr) << type << " " << tactic;
+  auto kernel = e->create(layer);
+  KernelContext ctx;
+  ctx.layer = &layer;
+  ctx.num_threads = threads;
+  std::vector<TensorDesc> descs;
+  for (const auto& [t, f] : ins) {
+    ctx.inputs.push_back(TensorView{t->type(), t->dims(), f, const_cast<void*>(t->data())});
+    descs.push_back(TensorDesc{t->type(), t->dims(), f, true, nullptr});
+  }
+  ctx.outputs.push_back(TensorView{out->type(), out->dims(), out_format, out->data()});
+  kernel->prepare(layer, descs, {TensorDesc{out->type(), out->dims(), out_format, true, nullptr}}, threads);
+  ASSERT_EQ(kernel->workspace_size(), 0u);
+  kernel->execute(ctx);
+}
+
+TEST(CpuChannelsLast, ReformatFastMatchesIndexMath) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 1, 1});
+  const Layer* layer = net.add_layer(kLayerReformat, {x}, 1, {}, "r");
+  const std::vector<Dims> shapes = {{1, 3, 224, 224}, {2, 13, 17, 19}, {1, 64, 7, 7}, {3, 5, 11}, {1, 17, 3, 5, 7},
+                                    {2, 1, 4, 4},     {2, 8, 1, 1},     {1, 33, 1, 1, 1}};
+  uint32_t seed = 1;
+  for (DataType type : {DataType::kFloat32, DataType::kFloat16, DataType::kInt8, DataType::kInt64}) {
+    for (const Dims& dims : shapes) {
+      for (int threads : {1, 2}) {
+        const HostTensor lin = random_bytes(type, dims, seed++);
+        const HostTensor last = convert(lin, true);
+        // "onednn" (float32 only) exists where kiln was built with oneDNN.
+        std::vector<std::string> tactics = {"fast"};
+        if (type == DataType::kFloat32 && KernelRegistry::instance().find(DeviceType::kCPU, kLayerReformat, "onednn")) {
+          tactics.push_back("onednn");
+        }
+        for (const std::string& tactic : tactics) {
+          HostTensor got(type, dims);
+          run_kernel(kLayerReformat, tactic, *layer, {{&lin, TensorFormat::kLinear}}, &got,
+                     TensorFormat::kChannelsLast, threads);
+          EXPECT_TRUE(same_bytes(got, last)) << tactic << " to channels-last " << dims.to_string() << " "
+                                             << to_string(type);
+          HostTensor back(type, dims);
+          run_kernel(kLayerReformat, tactic, *layer, {{&last, TensorFormat::kChannelsLast}}, &back,
+                     TensorFormat::kLinear, threads);
+          EXPECT_TRUE(same_bytes(back, lin)) << tactic << " to linear " << dims.to_string() << " " << to_string(type);
+        }
+        // The reference agrees too (it is the oracle of the CUDA reformat as well).
+        HostTensor ref(type, dims);
+        run_kernel(kLayerReformat, "reference", *layer, {{&lin, TensorFormat::kLinear}}, &ref,
+                   TensorFormat::kChannelsLast, threads);
+        EXPECT_TRUE(same_bytes(ref, last)) << "reference " << dims.to_string();
+      }
+    }
+  }
+}
+
+TEST(CpuChannelsLast, ConcatFastChannelsLastMatchesLinear) {
+  // Concatenate along every axis of a 4-D and a 5-D tensor; channels-last inputs and output.
+  struct Case {
+    std::vector<Dims> parts;
+    int64_t axis;
+  };
+  const std::vector<Case> cases = {
+      {{{2, 3, 5, 7}, {2, 4, 5, 7}, {2, 1, 5, 7}}, 1},
+      {{{2, 3, 5, 7}, {2, 3, 5, 7}}, -3},
+      {{{2, 3, 5, 7}, {2, 3, 2, 7}}, 2},
+      {{{2, 3, 5, 7}, {2, 3, 5, 1}}, 3},
+      {{{1, 3, 5, 7}, {2, 3, 5, 7}}, 0},
+      {{{1, 16, 55, 55}, {1, 48, 55, 55}}, 1},
+      {{{1, 2, 3, 4, 5}, {1, 3, 3, 4, 5}}, 1},
+      {{{1, 2, 3, 4, 5}, {1, 2, 3, 6, 5}}, 3},
+  };
+  uint32_t seed = 100;
+  for (const Case& c : cases) {
+    Network net;
+    std::vector<Tensor*> ins;
+    std::vector<HostTensor> lin, last;
+    for (size_t i = 0; i < c.parts.size(); ++i) {
+      ins.push_back(net.add_input("x" + std::to_string(i), DataType::kFloat32, c.parts[i]));
+      lin.push_back(test::random_tensor(DataType::kFloat32, c.parts[i], seed++));
+      last.push_back(convert(lin.back(), true));
+    }
+    Layer* layer = net.add_concatenation(ins, c.axis);
+    Dims out_dims = c.parts[0];
+    const int axis = static_cast<int>(c.axis < 0 ? c.axis + out_dims.rank() : c.axis);
+    out_dims[axis] = 0;
+    for (const Dims& d : c.parts) out_dims[axis] += d[axis];
+
+    std::vector<std::pair<const HostTensor*, TensorFormat>> lin_in, last_in;
+    for (size_t i = 0; i < lin.size(); ++i) {
+      lin_in.push_back({&lin[i], TensorFormat::kLinear});
+      last_in.push_back({&last[i], TensorFormat::kChannelsLast});
+    }
+    HostTensor want(DataType::kFloat32, out_dims), got(DataType::kFloat32, out_dims);
+    run_kernel(kLayerConcatenation, "reference", *layer, lin_in, &want, TensorFormat::kLinear, 2);
+    layer->output(0)->set_format(TensorFormat::kChannelsLast);
+    run_kernel(kLayerConcatenation, "fast", *layer, last_in, &got, TensorFormat::kChannelsLast, 2);
+    EXPECT_TRUE(same_bytes(convert(got, false), want)) << "axis " << c.axis << " " << out_dims.to_string();
+  }
+}
+
+// supports() of `tactic` for `layer` with input formats `fmts` and the layer's output in `out`.
+bool supports_with(const std::string& tactic, Layer& layer, const std::vector<TensorFormat>& fmts, TensorFormat out) {
+  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, layer.type(), tactic);
+  EXPECT_NE(e, nullptr) << layer.type() << " " << tactic;
+  if (!e || !e->supports) return false;
+  std::vector<TensorDesc> descs;
+  for (int i = 0; i < layer.num_inputs(); ++i) {
+    descs.push_back(TensorDesc{layer.input(i)->type(), layer.input(i)->dims(), fmts[static_cast<size_t>(i)], true, nullptr});
+  }
+  layer.output(0)->set_format(out);
+  const bool ok = e->supports(layer, descs);
+  layer.output(0)->set_format(TensorFormat::kLinear);
+  return ok;
+}
+
+TEST(CpuChannelsLast, KernelsDeclineFormatsTheyCannotIndex) {
+  const auto lin = TensorFormat::kLinear, cl = TensorFormat::kChannelsLast;
+  Network net;
+  Tensor* a = net.add_input("a", DataType::kFloat32, Dims{1, 4, 5, 5});
+  Tensor* b = net.add_input("b", DataType::kFloat32, Dims{1, 4, 5, 5});
+  Tensor* s = net.add_input("s", DataType::kFloat32, Dims{1, 1, 1, 1});
+  Tensor* bias = net.add_input("bias", DataType::kFloat32, Dims{1, 4, 1, 1});
+  Layer* add = net.add_elementwise(a, b, ElementWiseOp::kSum);
+  EXPECT_TRUE(supports_with("vectorized", *add, {cl, cl}, cl));
+  EXPECT_TRUE(supports_with("vectorized", *add, {lin, lin}, lin));
+  EXPECT_FALSE(supports_with("vectorized", *add, {cl, lin}, cl));
+  EXPECT_FALSE(supports_with("vectorized", *add, {cl, cl}, lin));
+  Layer* add_scalar = net.add_elementwise(a, s, ElementWiseOp::kProd);
+  EXPECT_TRUE(supports_with("vectorized", *add_scalar, {cl, lin}, cl)) << "a single element has no layout";
+  Layer* add_bias = net.add_elementwise(a, bias, ElementWiseOp::kSum);
+  EXPECT_FALSE(supports_with("vectorized", *add_bias, {cl, lin}, cl)) << "per-channel broadcast";
+
+  Layer* relu = net.add_activation(a, ActivationType::kRelu);
+  EXPECT_TRUE(supports_with("vectorized", *relu, {cl}, cl));
+  EXPECT_FALSE(supports_with("vectorized", *relu, {cl}, lin));
+
+  Layer* cat = net.add_concatenation({a, b}, 1);
+  EXPECT_TRUE(supports_with("fast", *cat, {cl, cl}, cl));
+  EXPECT_FALSE(supports_with("fast", *cat, {cl, lin}, cl));
+  EXPECT_FALSE(supports_with("fast", *cat, {cl, cl}, lin));
+  EXPECT_FALSE(supports_with("reference", *cat, {cl, cl}, cl));
+
+  Layer* scale = net.add_layer(kLayerScale, {a, bias}, 1, Attributes{}, "scale");
+  scale->attrs().set("mode", std::string("channel"));
+  EXPECT_TRUE(supports_with("vectorized", *scale, {lin, lin}, lin));
+  EXPECT_FALSE(supports_with("vectorized", *scale, {cl, lin}, cl)) << "channel terms index linear memory";
+}
+
+HostTensor random_f32(const Dims& dims, uint32_t seed, float scale = 0.5f) {
+  HostTensor t(DataType::kFloat32, dims);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  for (int64_t i = 0; i < t.count(); ++i) t.as<float>()[i] = u(rng);
+  return t;
+}
+
+Tensor* conv(Network& net, Tensor* x, int64_t in, int64_t out, int64_t k, uint32_t seed) {
+  ConvolutionDesc d;
+  d.num_output_maps = out;
+  d.kernel = {k, k};
+  d.pads_begin = {k / 2, k / 2};
+  d.pads_end = {k / 2, k / 2};
+  Layer* l = net.add_convolution(x, d, random_f32(Dims{out, in, k, k}, seed), random_f32(Dims{out}, seed + 1));
+  return net.add_activation(l->output(0), ActivationType::kRelu)->output(0);
+}
+
+// A SqueezeNet fire module and a residual add on [1, 8, 13, 13]:
+// conv3x3(8->8) -> maxpool 3x3/2 -> squeeze 1x1 (8->4) -> {expand 1x1 (4->8), expand 3x3 (4->8)}
+// -> concat (16) -> conv1x1 (16->16) + concat -> global average pool -> flatten -> y [1, 16].
+std::unique_ptr<Network> fire_net() {
+  auto net = std::make_unique<Network>();
+  Tensor* x = net->add_input("x", DataType::kFloat32, Dims{1, 8, 13, 13});
+  Tensor* t = conv(*net, x, 8, 8, 3, 1);
+  PoolingDesc p;
+  p.kernel = {3, 3};
+  p.strides = {2, 2};
+  t = net->add_pooling(t, p)->output(0);
+  Tensor* sq = conv(*net, t, 8, 4, 1, 3);
+  Tensor* cat = net->add_concatenation({conv(*net, sq, 4, 8, 1, 5), conv(*net, sq, 4, 8, 3, 7)}, 1)->output(0);
+  Tensor* sum = net->add_elementwise(conv(*net, cat, 16, 16, 1, 9), cat, ElementWiseOp::kSum)->output(0);
+  PoolingDesc g;
+  g.type = PoolingType::kAverage;
+  g.kernel = {6, 6};
+  Tensor* pooled = net->add_pooling(sum, g)->output(0);
+  Layer* flat = net->add_layer(kLayerShuffle, {pooled}, 1, Attributes{}, "flatten");
+  flat->attrs().set("reshape_mode", std::string("dims"));
+  flat->attrs().set("reshape", std::vector<int64_t>{1, 16});
+  flat->output(0)->set_name("y");
+  net->mark_output(flat->output(0));
+  // A second output straight from the channels-last region.
+  sum->set_name("features");
+  net->mark_output(sum);
+  return net;
+}
+
+int count_type(const Network& net, const std::string& type) {
+  int n = 0;
+  for (int i = 0; i < net.num_layers(); ++i) n += net.layer(i)->type() == type;
+  return n;
+}
+
+std::vector<HostTensor> run_engine(const Network& net, const BuilderConfig& config, const HostTensor& x) {
+  const auto bytes = Builder().build_serialized(net, config);
+  auto engine = Runtime().deserialize(bytes.data(), bytes.size());
+  auto ctx = engine->create_execution_context();
+  std::vector<HostTensor> outs;
+  for (const char* name : {"y", "features"}) outs.emplace_back(engine->io_tensor(name).type, ctx->tensor_shape(name));
+  ctx->set_tensor_address("x", const_cast<void*>(x.data()));
+  ctx->set_tensor_address("y", outs[0].data());
+  ctx->set_tensor_address("features", outs[1].data());
+  ctx->execute();
+  return outs;
+}
+
+TEST(CpuChannelsLast, LayoutPassMakesCpuConvRegionsChannelsLast) {
+  auto net = fire_net();
+  BuilderConfig config;
+  config.device = DeviceType::kCPU;
+  std::vector<std::string> log;
+  PassContext ctx{config, {{{"x", Dims{1, 8, 13, 13}}}}, &log};
+  EXPECT_GT(pass_layout(*net, ctx), 0);
+  net->validate();
+  // In: x. Out: the pooled tensor to the flatten, and the "features" output.
+  EXPECT_EQ(count_type(*net, kLayerReformat), 3);
+  for (int i = 0; i < net->num_layers(); ++i) {
+    const Layer* l = net->layer(i);
+    const std::string& type = l->type();
+    if (type == kLayerConvolution || type == kLayerActivation || type == kLayerPooling ||
+        type == kLayerConcatenation || type == kLayerElementWise) {
+      EXPECT_EQ(l->input(0)->format(), TensorFormat::kChannelsLast) << l->name();
+      EXPECT_EQ(l->output(0)->format(), TensorFormat::kChannelsLast) << l->name();
+    }
+  }
+  for (const char* name : {"y", "features"}) {
+    ASSERT_NE(net->find_tensor(name), nullptr) << name;
+    EXPECT_TRUE(net->find_tensor(name)->is_network_output());
+    EXPECT_EQ(net->find_tensor(name)->format(), TensorFormat::kLinear) << name;
+  }
+}
+
+TEST(CpuChannelsLast, ChannelsLastEngineMatchesLinearEngine) {
+  auto net = fire_net();
+  const HostTensor x = random_f32(Dims{1, 8, 13, 13}, 42, 2.0f);
+  for (int threads : {1, 2}) {
+    BuilderConfig config;
+    config.device = DeviceType::kCPU;
+    config.num_threads = threads;
+    const auto got = run_engine(*net, config, x);
+    config.disabled_passes = {"layout"};
+    const auto want = run_engine(*net, config, x);
+    for (size_t i = 0; i < got.size(); ++i) {
+      std::string msg;
+      test::ErrorStats stats;
+      EXPECT_TRUE(test::compare_tensors(got[i], want[i], 1e-4, 1e-5, &stats, &msg)) << "output " << i << ": " << msg;
+    }
+  }
+}
+
+TEST(CpuChannelsLast, NetworksWithoutFloat32ConvolutionsStayLinear) {
+  // Pooling and activations alone gain nothing from channels-last.
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 8, 12, 12});
+  PoolingDesc p;
+  p.kernel = {2, 2};
+  p.strides = {2, 2};
+  Tensor* y = net.add_activation(net.add_pooling(x, p)->output(0), ActivationType::kRelu)->output(0);
+  y->set_name("y");
+  net.mark_output(y);
+  BuilderConfig config;
+  config.device = DeviceType::kCPU;
+  PassContext ctx{config, {{{"x", Dims{1, 8, 12, 12}}}}, nullptr};
+  EXPECT_EQ(pass_layout(net, ctx), 0);
+  EXPECT_EQ(count_type(net, kLayerReformat), 0);
+}
+
+}  // namespace
+}  // namespace kiln
