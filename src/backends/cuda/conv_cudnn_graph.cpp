@@ -19,9 +19,10 @@
 // layers, the three tactics and all threads (an entry's mutex serializes building and the host side
 // of execution), and never freed (plans own runtime-compiled kernels that must not be unloaded after
 // the CUDA runtime's teardown at exit). They are built with one long-lived cuDNN handle per device
-// and run with the calling thread's cudnn_handle() on the kernel's stream: a plan does not depend on
-// the handle it was built with (the frontend can build plans without one), while a thread's handle
-// dies with its thread. Formats: kLinear, and kChannelsLast with w converted once to the KRSC layout
+// and run with that same handle, its stream set to the kernel's stream under a lock: a plan's
+// kernels go to the stream of the handle it was built with (running it with another handle left
+// them on the build handle's legacy default stream, racing kiln's non-blocking streams, and
+// outside CUDA-graph captures). Formats: kLinear, and kChannelsLast with w converted once to the KRSC layout
 // (as in conv_cudnn.cpp). 1-D runs as 2-D with H = 1, 3-D with 5-D tensors; groups are w's channel
 // extent C/group; asymmetric pads are pre/post paddings. cuDNN assumes 16-byte aligned tensors:
 // execute() runs kiln's direct kernel instead when a pointer is not (user-bound buffers, rarely).
@@ -391,6 +392,11 @@ class KrscFilter {
   size_t es_ = 0;
 };
 
+std::mutex& build_handle_stream_mutex() {
+  static std::mutex m;
+  return m;
+}
+
 bool aligned(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % kAlignment == 0; }
 
 class CudnnGraphConvolution : public Kernel {
@@ -469,10 +475,14 @@ class CudnnGraphConvolution : public Kernel {
       return;
     }
     const void* w = s_.format == TensorFormat::kChannelsLast ? filter_.get(weights, stream) : weights;
-    const cudnnHandle_t handle = cudnn_handle();
-    KILN_CUDNN_CHECK(cudnnSetStream(handle, stream));
     {
+      // A plan launches on the stream of the handle it was built with (the device's build handle),
+      // whatever handle execute gets: that handle's stream is set to ours, under one lock for all
+      // graph executions (the handle is shared by every entry of the device).
+      std::lock_guard<std::mutex> handle_lock(build_handle_stream_mutex());
       std::lock_guard<std::mutex> lock(entry_->mutex);
+      const cudnnHandle_t handle = entry_->handle;
+      KILN_CUDNN_CHECK(cudnnSetStream(handle, stream));
       pack_[entry_->x->get_uid()] = const_cast<void*>(x);
       pack_[entry_->w->get_uid()] = const_cast<void*>(w);
       pack_[entry_->y->get_uid()] = y;
