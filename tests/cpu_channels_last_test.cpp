@@ -3,16 +3,19 @@
 // around them), so the CPU kernels that join such regions run channels-last tensors:
 //   * Reformat "fast" (tiled transpose) and "onednn" (float32) against index math written out
 //     here, every element width, ranks 3-5, odd sizes, 1 and 2 threads;
-//   * Concatenation "fast" on channels-last inputs against the linear concatenation;
+//   * Concatenation "fast" on channels-last inputs against the linear concatenation, and
+//     Pooling "fast" (2-D max) on channels-last tensors against the reference;
 //   * the supports() of the element-wise kernels decline operands whose format differs from the
 //     output's, and the Scale/Concatenation kernels decline what they cannot index;
 //   * the pass on small CPU networks (conv/relu/pool/concat/add): channels-last inside, Reformat
 //     layers only at the edges, outputs linear, and the engine's outputs equal those of the same
-//     network built with the layout pass disabled; a network without float32 convolutions stays
-//     linear.
+//     network built with the layout pass disabled, also where a layer broadcasts at another
+//     point of a dynamic profile; a network without float32 convolutions stays linear.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "kiln/kiln.h"
@@ -64,8 +67,8 @@ bool same_bytes(const HostTensor& a, const HostTensor& b) {
 
 // Runs a function-style CPU kernel (no prepare state, no workspace) on host tensors.
 void run_kernel(const std::string& type, const std::string& tactic, const Layer& layer,
-                const std::vector<std::pair<const HostTensor*, TensorFormat>>& ins, HostTensor* out, TensorFormat out_format,
-                int threads) {
+                const std::vector<std::pair<const HostTensor*, TensorFormat>>& ins, HostTensor* out,
+                TensorFormat out_format, int threads) {
   const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, type, tactic);
   ASSERT_NE(e, nullptr) << type << " " << tactic;
   auto kernel = e->create(layer);
@@ -166,6 +169,47 @@ TEST(CpuChannelsLast, ConcatFastChannelsLastMatchesLinear) {
   }
 }
 
+TEST(CpuChannelsLast, MaxPoolFastChannelsLastMatchesReference) {
+  // 3x3/2 ceil mode (SqueezeNet), 5x5/1 pad 2 (YOLO's SPPF), 2x2/2 with a begin pad; a NaN.
+  struct Case {
+    Dims x;
+    int64_t k, s, pad;
+    bool ceil;
+  };
+  const std::vector<Case> cases = {{{1, 64, 111, 111}, 3, 2, 0, true}, {{2, 13, 11, 9}, 5, 1, 2, false},
+                                   {{1, 17, 7, 8}, 2, 2, 1, false},     {{1, 3, 12, 12}, 3, 2, 0, true}};
+  uint32_t seed = 300;
+  for (const Case& c : cases) {
+    Network net;
+    Tensor* x = net.add_input("x", DataType::kFloat32, c.x);
+    PoolingDesc d;
+    d.kernel = {c.k, c.k};
+    d.strides = {c.s, c.s};
+    d.pads_begin = {c.pad, c.pad};
+    d.pads_end = {c.pad, c.pad};
+    d.ceil_mode = c.ceil;
+    Layer* pool = net.add_pooling(x, d);
+    Dims y_dims = c.x;
+    for (int i = 2; i < 4; ++i) {
+      const int64_t span = c.x[i] + 2 * c.pad - c.k;
+      y_dims[i] = (c.ceil ? (span + c.s - 1) / c.s : span / c.s) + 1;
+    }
+    HostTensor lin = test::random_tensor(DataType::kFloat32, c.x, seed++);
+    lin.as<float>()[lin.count() / 3] = std::numeric_limits<float>::quiet_NaN();
+    const HostTensor last = convert(lin, true);
+    HostTensor want(DataType::kFloat32, y_dims), got(DataType::kFloat32, y_dims);
+    pool->output(0)->set_format(TensorFormat::kChannelsLast);
+    run_kernel(kLayerPooling, "reference", *pool, {{&last, TensorFormat::kChannelsLast}}, &want,
+               TensorFormat::kChannelsLast, 2);
+    run_kernel(kLayerPooling, "fast", *pool, {{&last, TensorFormat::kChannelsLast}}, &got, TensorFormat::kChannelsLast,
+               2);
+    int nans = 0;
+    for (int64_t i = 0; i < want.count(); ++i) nans += std::isnan(want.as<float>()[i]);
+    EXPECT_GT(nans, 0) << "the NaN reaches some window";
+    EXPECT_TRUE(same_bytes(got, want)) << c.x.to_string() << " k" << c.k << " s" << c.s;
+  }
+}
+
 // supports() of `tactic` for `layer` with input formats `fmts` and the layer's output in `out`.
 bool supports_with(const std::string& tactic, Layer& layer, const std::vector<TensorFormat>& fmts, TensorFormat out) {
   const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, layer.type(), tactic);
@@ -173,7 +217,8 @@ bool supports_with(const std::string& tactic, Layer& layer, const std::vector<Te
   if (!e || !e->supports) return false;
   std::vector<TensorDesc> descs;
   for (int i = 0; i < layer.num_inputs(); ++i) {
-    descs.push_back(TensorDesc{layer.input(i)->type(), layer.input(i)->dims(), fmts[static_cast<size_t>(i)], true, nullptr});
+    const Tensor* t = layer.input(i);
+    descs.push_back(TensorDesc{t->type(), t->dims(), fmts[static_cast<size_t>(i)], true, nullptr});
   }
   layer.output(0)->set_format(out);
   const bool ok = e->supports(layer, descs);
@@ -322,6 +367,44 @@ TEST(CpuChannelsLast, ChannelsLastEngineMatchesLinearEngine) {
       EXPECT_TRUE(test::compare_tensors(got[i], want[i], 1e-4, 1e-5, &stats, &msg)) << "output " << i << ": " << msg;
     }
   }
+}
+
+TEST(CpuChannelsLast, LayerThatBroadcastsAtAnotherProfilePointStaysLinear) {
+  // a [N, 8, 6, 6] + b [1, 8, 6, 6]: the same shape at the opt point N = 1, a broadcast at N = 3,
+  // which the channels-last element-wise kernel cannot do; the sum must stay linear.
+  auto net = std::make_unique<Network>();
+  Tensor* x = net->add_input("x", DataType::kFloat32, Dims{kDynamic, 8, 6, 6});
+  Tensor* z = net->add_input("z", DataType::kFloat32, Dims{1, 8, 6, 6});
+  Tensor* a = conv(*net, x, 8, 8, 3, 11);
+  Tensor* b = conv(*net, z, 8, 8, 1, 13);
+  Tensor* sum = net->add_elementwise(a, b, ElementWiseOp::kSum)->output(0);
+  Tensor* y = conv(*net, sum, 8, 4, 3, 15);
+  y->set_name("y");
+  net->mark_output(y);
+  OptimizationProfile profile;
+  profile.set_dimensions("x", Dims{1, 8, 6, 6}, Dims{1, 8, 6, 6}, Dims{3, 8, 6, 6});
+  const HostTensor xv = random_f32(Dims{3, 8, 6, 6}, 21, 2.0f), zv = random_f32(Dims{1, 8, 6, 6}, 22, 2.0f);
+  std::vector<HostTensor> outs;
+  for (bool layout : {true, false}) {
+    BuilderConfig config;
+    config.device = DeviceType::kCPU;
+    config.profiles = {profile};
+    if (!layout) config.disabled_passes = {"layout"};
+    const auto bytes = Builder().build_serialized(*net, config);
+    auto engine = Runtime().deserialize(bytes.data(), bytes.size());
+    auto ctx = engine->create_execution_context();
+    ctx->set_input_shape("x", xv.dims());
+    HostTensor out(DataType::kFloat32, ctx->tensor_shape("y"));
+    ctx->set_tensor_address("x", const_cast<void*>(xv.data()));
+    ctx->set_tensor_address("z", const_cast<void*>(zv.data()));
+    ctx->set_tensor_address("y", out.data());
+    ctx->execute();
+    outs.push_back(out);
+  }
+  ASSERT_EQ(outs[0].dims(), (Dims{3, 4, 6, 6}));
+  std::string msg;
+  test::ErrorStats stats;
+  EXPECT_TRUE(test::compare_tensors(outs[0], outs[1], 1e-4, 1e-5, &stats, &msg)) << msg;
 }
 
 TEST(CpuChannelsLast, NetworksWithoutFloat32ConvolutionsStayLinear) {

@@ -514,9 +514,20 @@ void identity_execute(const KernelContext& ctx) {
   if (x.data != y.data) std::memcpy(y.data, x.data, static_cast<size_t>(x.count()) * data_type_size(x.type));
 }
 
+// The reference broadcasts by linear (row-major) indices: every operand that is not a single
+// element, and y, in the linear format.
+bool elementwise_reference_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  if (layer.num_outputs() > 0 && layer.output(0)->format() != TensorFormat::kLinear) return false;
+  for (const TensorDesc& d : inputs) {
+    const bool single = !d.dims.is_dynamic() && d.dims.volume() == 1;
+    if (!single && d.format != TensorFormat::kLinear) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerElementWise, "reference", 0, nullptr,
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerElementWise, "reference", 0, elementwise_reference_supports,
                                  [](const Layer& layer) { return std::make_unique<ElementWiseReference>(layer); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerElementWise, "vectorized", 10,
                                  elementwise_vectorized_supports,

@@ -79,7 +79,9 @@ void reformat_fast(const KernelContext& ctx) {
   const TensorView& x = ctx.inputs[0];
   const TensorView& y = ctx.outputs[0];
   const size_t elem = data_type_size(x.type);
-  if (x.format == y.format || x.dims.rank() < 3 || x.count() == 0 || x.dims[1] == 1 || x.count() == x.dims[0] * x.dims[1]) {
+  const bool same_order = x.format == y.format || x.dims.rank() < 3 || x.count() == 0 || x.dims[1] == 1 ||
+                          x.count() == x.dims[0] * x.dims[1];
+  if (same_order) {
     // Same order in memory (one channel, or no spatial extent): a copy.
     if (x.count()) std::memcpy(y.data, x.data, static_cast<size_t>(x.count()) * elem);
     return;
@@ -97,6 +99,7 @@ void reformat_fast(const KernelContext& ctx) {
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerReformat, "reference", 0, nullptr,
                                  function_kernel(reformat_reference)});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerReformat, "fast", 10, nullptr, function_kernel(reformat_fast)});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerReformat, "fast", 10, nullptr,
+                                 function_kernel(reformat_fast)});
 
 }  // namespace kiln

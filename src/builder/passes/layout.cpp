@@ -1,18 +1,21 @@
 // Memory-format (layout) assignment. Tensor cores run float16 convolutions natively in
 // channels-last (NHWC) memory; in NCHW cuDNN transposes around every convolution. On the CPU,
 // oneDNN's fast float32 convolutions want blocked or NHWC memory: given NCHW, the oneDNN kernel
-// reorders its input and output around every convolution (on small convolutions the two reorders
-// cost as much as the convolution), while its NHWC kernels run about as fast as the blocked ones
-// with no reorder at all. This pass finds the connected regions of layers that can all run in
-// channels-last (some kernel of the device accepts them with their activation inputs in that
-// format) and that contain convolutions worth it (float16 ones on CUDA, float32 ones on the
-// CPU), makes every activation inside such a region channels-last, and inserts Reformat layers
-// only at the region's edges: where a linear tensor enters (a network input, a reshape's
-// output, ...) and where a channels-last tensor leaves to a layer that needs linear memory or to
-// a network output (outputs keep the linear format users expect). A region whose convolutions
-// cannot pay for the reformats it needs is left linear: on CUDA when it has fewer convolutions
-// than reformats; on the CPU, where every linear convolution already pays two reorders, when it
-// has fewer than half as many.
+// reorders its input and output around every convolution (on small convolutions the two
+// reorders cost as much as the convolution), while its NHWC kernels need no reorder at all (on
+// AVX2 some 3x3 ones run up to 20% slower than the blocked ones; whole networks still gain,
+// SqueezeNet the most: its fire modules are small convolutions and concatenations).
+//
+// This pass finds the connected regions of layers that can all run in channels-last (some
+// kernel of the device accepts them with their activation inputs in that format) and that
+// contain convolutions worth it (float16 ones on CUDA, float32 ones on the CPU), makes every
+// activation inside such a region channels-last, and inserts Reformat layers only at the
+// region's edges: where a linear tensor enters (a network input, a reshape's output, ...) and
+// where a channels-last tensor leaves to a layer that needs linear memory or to a network output
+// (outputs keep the linear format users expect). A region whose convolutions cannot pay for the
+// reformats it needs is left linear: on CUDA when it has fewer convolutions than reformats; on
+// the CPU, where every linear convolution already pays two reorders, when it has fewer than half
+// as many.
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -41,8 +44,9 @@ const std::set<std::string>& format_capable_types() {
 
 class LayoutAssigner {
  public:
-  LayoutAssigner(Network& net, PassContext& ctx, const TensorStates& states)
-      : net_(net), ctx_(ctx), editor_(net), states_(states) {}
+  // `states` per shape point, the first one deciding ranks and types.
+  LayoutAssigner(Network& net, PassContext& ctx, const std::vector<TensorStates>& states)
+      : net_(net), ctx_(ctx), editor_(net), all_states_(states), states_(states.front()) {}
 
   int run() {
     order_ = net_.topological_order();
@@ -138,20 +142,27 @@ class LayoutAssigner {
       const int r = rank_of(l.input(i));
       if (r != rank_of(l.output(0))) return false;
     }
-    std::vector<TensorDesc> descs;
-    for (int i = 0; i < l.num_inputs(); ++i) {
-      TensorDesc d;
-      const Tensor* t = l.input(i);
-      if (!t) {
-        d.present = false;
-      } else {
-        auto it = states_.find(t);
-        d.type = it != states_.end() ? it->second.type : t->type();
-        d.dims = it != states_.end() ? it->second.dims : t->dims();
-        d.value = it != states_.end() ? it->second.value.get() : nullptr;
-        d.format = std::find(acts.begin(), acts.end(), i) != acts.end() ? TensorFormat::kChannelsLast : t->format();
+    // The kernel has to take the layer at every shape point the tactic selection will ask about:
+    // on the CPU one that declines some point would leave the layer to a reference kernel that
+    // reads linear memory. CUDA asks at the first point only (its tactics are timed there).
+    const size_t points = ctx_.config.device == DeviceType::kCPU ? all_states_.size() : 1;
+    std::vector<std::vector<TensorDesc>> descs(points);
+    for (size_t p = 0; p < points; ++p) {
+      const TensorStates& states = all_states_[p];
+      for (int i = 0; i < l.num_inputs(); ++i) {
+        TensorDesc d;
+        const Tensor* t = l.input(i);
+        if (!t) {
+          d.present = false;
+        } else {
+          auto it = states.find(t);
+          d.type = it != states.end() ? it->second.type : t->type();
+          d.dims = it != states.end() ? it->second.dims : t->dims();
+          d.value = it != states.end() ? it->second.value.get() : nullptr;
+          d.format = std::find(acts.begin(), acts.end(), i) != acts.end() ? TensorFormat::kChannelsLast : t->format();
+        }
+        descs[p].push_back(d);
       }
-      descs.push_back(d);
     }
     // Kernels read the output format from the layer's output tensors: ask with them channels-last.
     Layer& layer = const_cast<Layer&>(l);
@@ -162,10 +173,9 @@ class LayoutAssigner {
     }
     bool ok = false;
     for (const KernelEntry* e : KernelRegistry::instance().find(ctx_.config.device, l.type())) {
-      if (e->supports && e->supports(l, descs)) {
-        ok = true;  // a kernel without supports() makes no claim about formats
-        break;
-      }
+      if (!e->supports) continue;  // a kernel without supports() makes no claim about formats
+      ok = std::all_of(descs.begin(), descs.end(), [&](const std::vector<TensorDesc>& d) { return e->supports(l, d); });
+      if (ok) break;
     }
     for (int i = 0; i < layer.num_outputs(); ++i) layer.output(i)->set_format(saved[static_cast<size_t>(i)]);
     return ok;
@@ -248,6 +258,7 @@ class LayoutAssigner {
   Network& net_;
   PassContext& ctx_;
   passes::GraphEditor editor_;
+  const std::vector<TensorStates>& all_states_;
   const TensorStates& states_;
   std::vector<Layer*> order_;
   std::map<const Layer*, int> index_;
@@ -264,7 +275,11 @@ int pass_layout(Network& network, PassContext& ctx) {
   if (ctx.config.device == DeviceType::kCPU && ctx.config.disable_optimizations) return 0;
   const auto points = passes::shape_points_of(network, ctx);
   if (points.empty()) return 0;
-  const TensorStates states = infer_shapes(network, points.front());
+  std::vector<TensorStates> states;
+  for (const auto& point : points) {
+    states.push_back(infer_shapes(network, point));
+    if (ctx.config.device != DeviceType::kCPU) break;  // CUDA decides at the first point
+  }
   LayoutAssigner assigner(network, ctx, states);
   return assigner.run();
 }
