@@ -20,6 +20,7 @@
 
 #include "kiln/error.h"
 #include "src/backends/cuda/cuda_common.h"
+#include "src/backends/cuda/scan_cuda.cuh"
 #include "src/ir/op_schema.h"
 
 namespace kiln::cuda {
@@ -88,30 +89,6 @@ __global__ void non_zero_count_kernel(const T* __restrict__ x, int64_t n, int64_
   if (threadIdx.x == 0) tile_counts[blockIdx.x] = total;
 }
 
-// One block: tile_counts -> exclusive offsets in place; the sum into *size.
-__global__ void non_zero_scan_kernel(int64_t* __restrict__ tile_counts, int64_t tiles, int64_t* __restrict__ size) {
-  __shared__ int64_t carry;
-  __shared__ int64_t sums[kThreads];
-  if (threadIdx.x == 0) carry = 0;
-  __syncthreads();
-  for (int64_t base = 0; base < tiles; base += kThreads) {
-    const int64_t i = base + threadIdx.x;
-    const int64_t v = i < tiles ? tile_counts[i] : 0;
-    sums[threadIdx.x] = v;
-    __syncthreads();
-    for (int d = 1; d < kThreads; d *= 2) {  // Hillis-Steele inclusive scan
-      const int64_t other = threadIdx.x >= d ? sums[threadIdx.x - d] : 0;
-      __syncthreads();
-      sums[threadIdx.x] += other;
-      __syncthreads();
-    }
-    if (i < tiles) tile_counts[i] = carry + sums[threadIdx.x] - v;
-    __syncthreads();
-    if (threadIdx.x == 0) carry += sums[kThreads - 1];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) *size = carry;
-}
 
 template <typename T>
 __global__ void non_zero_write_kernel(const T* __restrict__ x, NonZeroShape s, const int64_t* __restrict__ tile_offsets,
@@ -156,7 +133,7 @@ class NonZeroCuda : public Kernel {
       const auto grid = static_cast<unsigned>(tiles_);
       non_zero_count_kernel<T><<<grid, kThreads, 0, stream>>>(x, shape_.n, tile_counts);
       KILN_CUDA_CHECK_LAUNCH();
-      non_zero_scan_kernel<<<1, kThreads, 0, stream>>>(tile_counts, tiles_, size);
+      exclusive_scan_one_block_kernel<<<1, kScanBlock, 0, stream>>>(tile_counts, tiles_, size);
       KILN_CUDA_CHECK_LAUNCH();
       non_zero_write_kernel<T><<<grid, kThreads, 0, stream>>>(x, shape_, tile_counts, size, ctx.outputs[0].as<int64_t>());
       KILN_CUDA_CHECK_LAUNCH();
@@ -362,7 +339,7 @@ class NonMaxSuppressionCuda : public Kernel {
         ctx.inputs[0].as<const float>(), ctx.inputs[1].as<const float>(), input(2),
         static_cast<const float*>(input(3)), static_cast<const float*>(input(4)), a_, work, selected, counts);
     KILN_CUDA_CHECK_LAUNCH();
-    non_zero_scan_kernel<<<1, kThreads, 0, stream>>>(counts, segments_, size);
+    exclusive_scan_one_block_kernel<<<1, kScanBlock, 0, stream>>>(counts, segments_, size);
     KILN_CUDA_CHECK_LAUNCH();
     nms_write_kernel<<<grid, kNmsThreads, 0, stream>>>(selected, counts, size, a_, segments_,
                                                         ctx.outputs[0].as<int64_t>());

@@ -23,13 +23,13 @@
 
 #include "kiln/error.h"
 #include "src/backends/cuda/cuda_common.h"
+#include "src/backends/cuda/scan_cuda.cuh"
 #include "src/ir/op_schema.h"
 
 namespace kiln::cuda {
 namespace {
 
 constexpr int kTile = 2048;        // slice numbers one shared-memory sort pass holds
-constexpr int kScanThreads = 256;  // the one-block scan
 
 struct UniqueShape {
   int64_t outer = 1, n = 0, inner = 1;
@@ -161,31 +161,6 @@ __global__ void unique_flag_kernel(const T* __restrict__ x, UniqueShape s, const
   }
 }
 
-// One block: v[0..count) -> exclusive prefix sums in place; the sum into *total.
-__global__ void __launch_bounds__(kScanThreads) unique_scan_kernel(int64_t* __restrict__ v, int64_t count,
-                                                                   int64_t* __restrict__ total) {
-  __shared__ int64_t carry;
-  __shared__ int64_t sums[kScanThreads];
-  if (threadIdx.x == 0) carry = 0;
-  __syncthreads();
-  for (int64_t base = 0; base < count; base += kScanThreads) {
-    const int64_t i = base + threadIdx.x;
-    const int64_t own = i < count ? v[i] : 0;
-    sums[threadIdx.x] = own;
-    __syncthreads();
-    for (int d = 1; d < kScanThreads; d *= 2) {  // Hillis-Steele inclusive scan
-      const int64_t other = threadIdx.x >= d ? sums[threadIdx.x - d] : 0;
-      __syncthreads();
-      sums[threadIdx.x] += other;
-      __syncthreads();
-    }
-    if (i < count) v[i] = carry + sums[threadIdx.x] - own;
-    __syncthreads();
-    if (threadIdx.x == 0) carry += sums[kScanThreads - 1];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) *total = carry;
-}
 
 struct UniqueWork {
   const int32_t* order;
@@ -307,12 +282,12 @@ class UniqueCuda : public Kernel {
       }
       unique_flag_kernel<T><<<grid_for(s_.n), kBlock, 0, stream>>>(x, s_, order, before);
       KILN_CUDA_CHECK_LAUNCH();
-      unique_scan_kernel<<<1, kScanThreads, 0, stream>>>(before, s_.n, size);
+      exclusive_scan_one_block_kernel<<<1, kScanBlock, 0, stream>>>(before, s_.n, size);
       KILN_CUDA_CHECK_LAUNCH();
       unique_group_kernel<T><<<grid_for(s_.n), kBlock, 0, stream>>>(x, s_, w);
       KILN_CUDA_CHECK_LAUNCH();
       if (!s_.sorted) {
-        unique_scan_kernel<<<1, kScanThreads, 0, stream>>>(w.is_first, s_.n, scratch);
+        exclusive_scan_one_block_kernel<<<1, kScanBlock, 0, stream>>>(w.is_first, s_.n, scratch);
         KILN_CUDA_CHECK_LAUNCH();
       }
       unique_write_kernel<T><<<grid_for(s_.n), kBlock, 0, stream>>>(
