@@ -107,13 +107,28 @@ struct VecTraits<__half> {
   }
 };
 
+// Resident blocks per SM for Op on T: kBlocksPerSm (2048 threads, so at most 32 registers per
+// thread), unless the op declares `template <typename T> static constexpr int kBlocksPerSmFor`
+// because its vector path needs more registers than that. A kernel held to 32 registers that needs
+// more spills to local memory inside the loop (GELU-erf on float16 did: 8 bytes per thread, 0.881
+// of the copy's bandwidth); 6 blocks (1536 threads, 40 registers) still keep 48 KiB per SM in
+// flight, more than the memory system's bandwidth-latency product needs.
+template <typename Op, typename T>
+constexpr int blocks_per_sm() {
+  if constexpr (requires { Op::template kBlocksPerSmFor<T>; }) {
+    return Op::template kBlocksPerSmFor<T>;
+  } else {
+    return kBlocksPerSm;
+  }
+}
+
 // Elements [0, head) and [head + nvec * kWidth, n) are scalar; the nvec vectors between start
 // 16-byte aligned in both x and y.
-// __launch_bounds__ asks for kBlocksPerSm resident blocks (<= 32 registers): the grid is sized
-// for exactly that many, and a block that has to wait for a second wave would run the tail of
-// the tensor at a fraction of the bandwidth.
+// __launch_bounds__ asks for blocks_per_sm() resident blocks: the grid is sized for exactly that
+// many, and a block that has to wait for a second wave would run the tail of the tensor at a
+// fraction of the bandwidth.
 template <typename T, typename Op>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, (blocks_per_sm<Op, T>()))
     unary_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, int64_t head, int64_t nvec, Op op) {
   using Traits = VecTraits<T>;
   using Vec = typename Traits::Vec;
@@ -157,7 +172,7 @@ int launch_unary_typed(const void* x_ptr, void* y_ptr, int64_t n, cudaStream_t s
   if (err != cudaSuccess) return static_cast<int>(err);
   const int64_t per_block = kThreads * (nvec > 0 ? kWidth : 1);
   const int64_t blocks = std::max<int64_t>(
-      1, std::min<int64_t>((n + per_block - 1) / per_block, static_cast<int64_t>(sms) * kBlocksPerSm));
+      1, std::min<int64_t>((n + per_block - 1) / per_block, static_cast<int64_t>(sms) * blocks_per_sm<Op, T>()));
 
   unary_kernel<T, Op><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, y, n, head, nvec, op);
   return static_cast<int>(cudaGetLastError());

@@ -20,6 +20,10 @@ constexpr float kSqrt2OverPi = 0.7978846f;
 constexpr float kCubic = 0.044715f;
 
 struct GeluErfOp {
+  // The float16 vector path (8 elements of 13 instructions, interleaved) needs 33+ registers:
+  // at 32 it spilled. 6 blocks of 256 threads leave it 40.
+  template <typename T>
+  static constexpr int kBlocksPerSmFor = std::is_same_v<T, __half> ? 6 : cuda::kBlocksPerSm;
   template <typename T>
   __device__ __forceinline__ float apply(float x) const {
     if constexpr (std::is_same_v<T, float>) {
