@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "op_harness.h"
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
@@ -60,16 +61,7 @@ std::vector<ConvCase> cases() {
 // clang-format on
 
 bool cuda_usable(std::string* why) {
-  if (!BackendRegistry::instance().has(DeviceType::kCUDA)) {
-    *why = "kiln was built without CUDA";
-    return false;
-  }
-  try {
-    (void)get_backend(DeviceType::kCUDA);
-  } catch (const std::exception& e) {
-    *why = e.what();
-    return false;
-  }
+  if (!test::cuda_usable(why)) return false;
   if (!KernelRegistry::instance().find(DeviceType::kCUDA, kLayerConvolution, "cudnn_graph")) {
     *why = "kiln was built without cudnn-frontend (no cudnn_graph tactics)";
     return false;

@@ -14,6 +14,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "cuda_test_util.h"
 #include "kiln/kiln.h"
 #include "src/backends/backend.h"
 #include "src/core/half.h"
@@ -29,19 +30,7 @@ std::string models_dir() {
   return std::string(KILN_SOURCE_DIR) + "/../shared/models";
 }
 
-bool cuda_usable(std::string* why) {
-  if (!BackendRegistry::instance().has(DeviceType::kCUDA)) {
-    *why = "kiln was built without CUDA";
-    return false;
-  }
-  try {
-    (void)get_backend(DeviceType::kCUDA);
-  } catch (const std::exception& e) {
-    *why = e.what();
-    return false;
-  }
-  return true;
-}
+using test::cuda_usable;
 
 struct Stats {
   double max_rel = 0, mean_rel = 0, share_above_1e5 = 0, max_abs = 0;
@@ -71,24 +60,7 @@ Stats compare(const HostTensor& got, const HostTensor& ref, double tol) {
   return s;
 }
 
-// Device copies of host tensors, freed at the end.
-struct DeviceTensors {
-  Backend& backend;
-  std::vector<void*> ptrs;
-  explicit DeviceTensors(Backend& b) : backend(b) {}
-  ~DeviceTensors() {
-    for (void* p : ptrs) backend.release(p);
-  }
-  void* upload(const HostTensor& t) {
-    ptrs.push_back(backend.allocate(t.nbytes()));
-    backend.copy_host_to_device(ptrs.back(), t.data(), t.nbytes(), nullptr);
-    return ptrs.back();
-  }
-  void* alloc(size_t bytes) {
-    ptrs.push_back(backend.allocate(bytes));
-    return ptrs.back();
-  }
-};
+using test::DeviceTensors;
 
 HostTensor repeat_batch(const HostTensor& t, int64_t n) {
   Dims d = t.dims();

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "op_harness.h"
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
@@ -23,19 +24,7 @@
 namespace kiln {
 namespace {
 
-bool cuda_usable(std::string* why) {
-  if (!BackendRegistry::instance().has(DeviceType::kCUDA)) {
-    *why = "kiln was built without CUDA";
-    return false;
-  }
-  try {
-    (void)get_backend(DeviceType::kCUDA);
-  } catch (const std::exception& e) {
-    *why = e.what();
-    return false;
-  }
-  return true;
-}
+using test::cuda_usable;
 
 Attributes to_attributes(const nlohmann::json& j) {
   Attributes a;

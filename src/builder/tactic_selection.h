@@ -42,9 +42,10 @@ struct TimedVariant {
 // is read from and added to config.timing_cache_path (keyed by `purpose`, the device and the
 // first variant's layer and states), so rebuilds choose the same. Ties and variants whose
 // kernels all fail lose to the earlier variant; throws when every variant fails. Needs a device
-// with timing (CUDA); the caller decides on the CPU.
+// with timing (CUDA); the caller decides on the CPU. `from_cache` (optional) tells whether the
+// choice came from the timing cache (nothing was timed).
 size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const BuilderConfig& config,
-                              const std::string& purpose);
+                              const std::string& purpose, bool* from_cache = nullptr);
 
 // Input descriptions of a layer under one set of tensor states (values of host-known tensors).
 std::vector<TensorDesc> input_descs(const Layer& layer, const TensorStates& states);

@@ -4,7 +4,8 @@
 // by float16 layers are converted once at build time, Cast layers that produce float32 inside
 // the network produce float16 instead, and network inputs and outputs keep their declared types
 // (a Cast at the edge, shown by `kiln inspect`). A layer whose precision was set explicitly
-// (Layer::set_precision(kFloat32)) stays in float32. Shape inputs (Reshape's shape, Resize's
+// (Layer::set_precision(kFloat32)) stays in float32, and so do layer normalizations and the
+// residual additions feeding them, for accuracy (find_accuracy_sensitive). Shape inputs (Reshape's shape, Resize's
 // scales, ...) are never converted: they are read on the host.
 //
 // The decision per layer asks the device's kernel registry whether some kernel's supports()
@@ -53,6 +54,7 @@ class PrecisionAssigner {
       : net_(net), ctx_(ctx), editor_(net), states_(states) {}
 
   int run() {
+    find_accuracy_sensitive();
     std::map<std::string, DataType> declared_outputs;
     for (int i = 0; i < net_.num_outputs(); ++i) declared_outputs[net_.output(i)->name()] = type_of(net_.output(i));
     for (Layer* layer : editor_.snapshot()) {
@@ -145,7 +147,7 @@ class PrecisionAssigner {
     }
     if (!data_inputs.empty() && !host_known(*layer)) {
       DataType want = DataType::kFloat16;
-      if (pinned_fp32(*layer)) {
+      if (pinned_fp32(*layer) || keep_fp32_.count(layer)) {
         want = DataType::kFloat32;
       } else if (layer->type() == kLayerPlugin) {
         want = plugin_type(*layer, data_inputs);
@@ -200,10 +202,11 @@ class PrecisionAssigner {
     std::vector<std::unique_ptr<Network>> scratch;  // the casts' own networks, alive while timing
     std::vector<TimedVariant> variants;
     for (DataType t : accepted) variants.push_back(variant_as(layer, data_inputs, t, scratch));
-    const DataType chosen = accepted[choose_fastest_variant(variants, ctx_.config, "plugin_precision")];
+    bool cached = false;
+    const DataType chosen = accepted[choose_fastest_variant(variants, ctx_.config, "plugin_precision", &cached)];
     passes::log_change(ctx_, "precision: plugin layer '" + layer.name() + "' runs in " + to_string(chosen) +
                                  " (timed against " + to_string(chosen == accepted[0] ? accepted[1] : accepted[0]) +
-                                 ", casts in front included)");
+                                 ", casts in front included" + (cached ? "; from the timing cache)" : ")"));
     return chosen;
   }
 
@@ -253,9 +256,40 @@ class PrecisionAssigner {
     return v;
   }
 
+  // Layer normalization and the residual additions that feed it stay in float32, as PyTorch's
+  // autocast keeps layer_norm in float32: a transformer's residual stream grows to magnitudes
+  // where float16's rounding (2^-11 relative) leaves errors of ~1e-2 on the small outputs of the
+  // next normalization (bert_tiny: 33 of 2,048 outputs off by more than 2e-2 relative with
+  // everything in float16). The cost is a cast at each branch into and out of the stream; CNNs
+  // (batch normalization folded into convolutions) have no such layers.
+  void find_accuracy_sensitive() {
+    for (Layer* layer : editor_.snapshot()) {
+      if (layer->type() != kLayerNormalization || layer->attrs().get_string("mode") != "layer") continue;
+      if (pinned_fp16(*layer)) continue;
+      keep_fp32_.insert(layer);
+      const Tensor* x = layer->input(0);
+      Layer* producer = x ? x->producer() : nullptr;
+      if (producer && producer->type() == kLayerElementWise && producer->attrs().get_string("op") == "sum" &&
+          !pinned_fp16(*producer)) {
+        keep_fp32_.insert(producer);
+      }
+    }
+    if (!keep_fp32_.empty()) {
+      passes::log_change(ctx_, "precision: " + std::to_string(keep_fp32_.size()) +
+                                   " layer normalization(s) and the residual additions feeding them kept in float32 "
+                                   "for accuracy (Layer::set_precision(kFloat16) overrides)");
+    }
+  }
+
+  static bool pinned_fp16(const Layer& layer) {
+    return layer.has_precision() && layer.precision() == DataType::kFloat16;
+  }
+
   static bool pinned_fp32(const Layer& layer) {
     return layer.has_precision() && layer.precision() == DataType::kFloat32;
   }
+
+  std::set<const Layer*> keep_fp32_;
 
   // `t` in type `to`: a converted constant, or the output of a (shared) Cast layer.
   Tensor* converted(Tensor* t, DataType to) {
