@@ -1,6 +1,9 @@
 // The backend registry and DeviceBuffer.
 #include "src/backends/backend.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include <cstdlib>
 
 #include "kiln/error.h"
@@ -38,6 +41,14 @@ void* Backend::allocate_host(size_t bytes) {
   return p;
 }
 void Backend::release_host(void* ptr) { std::free(ptr); }
+
+double Backend::time_runs(void* stream, int runs, const std::function<void()>& enqueue) {
+  synchronize(stream);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < runs; ++r) enqueue();
+  synchronize(stream);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / std::max(runs, 1);
+}
 
 void Backend::begin_capture(void*) {
   throw Error(std::string("the ") + to_string(device()) + " backend has no graph capture (CUDA graphs need --device cuda)");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,14 @@ class Backend {
   virtual void* create_stream() = 0;
   virtual void destroy_stream(void* stream) = 0;
   virtual void synchronize(void* stream) = 0;
+
+  // Milliseconds per run of `runs` back-to-back calls of `enqueue` (which enqueues work on
+  // `stream`), for the builder's kernel timing. The default times the host clock around the runs
+  // and a synchronize. CUDA measures the device's time with events and holds the stream behind a
+  // spin kernel while the host enqueues, so the host's launch cost does not count: what a kernel
+  // costs inside a CUDA graph, and the only thing that tells small kernels apart (at batch 1 a
+  // convolution takes ~10 us on the device and about as long to launch).
+  virtual double time_runs(void* stream, int runs, const std::function<void()>& enqueue);
 
   // A one-line description of the device (name, compute capability) for timing-cache keys and
   // `kiln inspect`.

@@ -288,16 +288,16 @@ double time_kernel(const KernelEntry& entry, const Layer& layer, const TensorSta
   kc.workspace_size = ws;
   kernel->execute(kc);  // warm-up (lazy library initialization, caches)
   backend.synchronize(stream);
-  // Enough runs for about 5 ms of work, at least 3 and at most 50.
-  auto t0 = std::chrono::steady_clock::now();
-  kernel->execute(kc);
-  backend.synchronize(stream);
-  const double once = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  const int runs = std::max(3, std::min(50, static_cast<int>(5.0 / std::max(once, 1e-3))));
-  t0 = std::chrono::steady_clock::now();
-  for (int r = 0; r < runs; ++r) kernel->execute(kc);
-  backend.synchronize(stream);
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / runs;
+  // Runs enough for about 1 ms of device work (at least 3, at most 50) per measurement, and the
+  // median of 3 measurements: one preempted or throttled measurement must not decide the choice
+  // (single measurements made choices differ by 2x between builds of the same network).
+  const auto enqueue = [&] { kernel->execute(kc); };
+  const double once = backend.time_runs(stream, 1, enqueue);
+  const int runs = std::max(3, std::min(50, static_cast<int>(1.0 / std::max(once, 1e-3))));
+  double t[3];
+  for (double& v : t) v = backend.time_runs(stream, runs, enqueue);
+  std::sort(t, t + 3);
+  return t[1];
 }
 
 std::string describe_types(const Layer& layer, const TensorStates& states) {
@@ -336,8 +336,9 @@ void configure_plugins_per_profile(const std::vector<Layer*>& steps, const Build
 }  // namespace
 
 size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const BuilderConfig& config,
-                              const std::string& purpose) {
+                              const std::string& purpose, bool* from_cache) {
   if (variants.empty()) throw Error("internal: choose_fastest_variant without variants");
+  if (from_cache) *from_cache = false;
   Backend& backend = get_backend(config.device);
   TimingCache cache(config.timing_cache_path);
   const TimedVariant& first = variants.front();
@@ -345,7 +346,9 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
                           timing_key(backend.describe(), *first.layer, input_descs(*first.layer, first.states), first.states);
   if (const std::string* hit = cache.find(key)) {
     for (size_t v = 0; v < variants.size(); ++v) {
-      if (variants[v].name == *hit) return v;
+      if (variants[v].name != *hit) continue;
+      if (from_cache) *from_cache = true;
+      return v;
     }
   }
   void* stream = backend.create_stream();

@@ -68,6 +68,9 @@ cudnnDataType_t cudnn_type(DataType t);
 // Compute capability major*10+minor of the current device (cached).
 int compute_capability();
 
+// Keeps `stream` busy for about `ms` milliseconds (timing_cuda.cu; for CudaBackend::time_runs).
+void launch_spin(cudaStream_t stream, double ms);
+
 // Element conversions usable in templated device code: load as float, store from float.
 __host__ __device__ inline float to_float(float v) { return v; }
 __host__ __device__ inline float to_float(__half v) { return __half2float(v); }
