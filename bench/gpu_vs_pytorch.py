@@ -108,7 +108,7 @@ def kiln_bench(kiln, onnx_path, input_name, x, iterations, warmup, work, cache, 
     for graph in (False, True):
         cmd = [kiln, "run", "--engine", engine, "--input", f"{input_name}={npy}", "--iterations", str(iterations),
                "--warmup", str(warmup), "--json", "--output-dir", outdir + ("_graph" if graph else "")]
-        cmd += ["--cuda-graph"] if graph else []
+        cmd += ["--cuda-graph"] if graph else ["--no-cuda-graph"]
         for p in plugins:
             cmd += ["--plugins", p]
         r = subprocess.run(cmd, capture_output=True, text=True)

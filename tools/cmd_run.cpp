@@ -45,6 +45,7 @@ struct RunOptions {
   bool verbose = false;
   bool dump_profile = false;
   bool cuda_graph = false;
+  bool no_cuda_graph = false;
   bool fp16 = false;
   double rtol = 1e-3;
   double atol = 1e-5;
@@ -165,6 +166,8 @@ int run_run(const RunOptions& o) {
   if (o.cuda_graph) {
     if (!on_device) throw UsageError("--cuda-graph needs a CUDA engine (this one runs on the CPU)");
     context->set_graph_capture(true);
+  } else if (o.no_cuda_graph) {
+    context->set_graph_capture(false);
   }
   std::vector<std::unique_ptr<DeviceIo>> device_io;  // inputs and outputs in device memory
   // Device engines: copy the host tensor into pinned then device memory; returns the device address.
@@ -253,7 +256,7 @@ int run_run(const RunOptions& o) {
   result["source"] = o.engine.empty() ? o.onnx : o.engine;
   result["device"] = to_string(engine.device());
   result["threads"] = o.threads;
-  result["cuda_graph"] = o.cuda_graph;
+  result["cuda_graph"] = context->graph_capture();
   if (backend) {
     // kiln's own device allocations (weights, activations, workspace, I/O), not the CUDA context.
     result["device_memory_mb"] = static_cast<double>(backend->peak_bytes_in_use()) / (1 << 20);
@@ -351,8 +354,13 @@ void setup_run_command(CLI::App& parent, std::function<int()>& run) {
   auto* engine = sub->add_option("--engine", o->engine, "Engine file to run")->type_name("FILE");
   auto* onnx = sub->add_option("--onnx", o->onnx, "ONNX model to build in memory and run")->type_name("FILE");
   engine->excludes(onnx);
-  sub->add_flag("--cuda-graph", o->cuda_graph,
-                "CUDA engines: capture the inference once as a CUDA graph and replay it (trtexec --useCudaGraph)");
+  auto* graph_on = sub->add_flag("--cuda-graph", o->cuda_graph,
+                                 "CUDA engines: capture the inference once as a CUDA graph and replay it (trtexec "
+                                 "--useCudaGraph); an error where that is impossible. Without either flag, CUDA "
+                                 "engines use graphs where they can");
+  auto* graph_off = sub->add_flag("--no-cuda-graph", o->no_cuda_graph,
+                                  "CUDA engines: launch every layer's kernels on each run, no graph replay");
+  graph_on->excludes(graph_off);
   sub->add_flag("--fp16", o->fp16, "With --onnx: allow fp16 kernels (CUDA)");
   sub->add_option("--rtol", o->rtol, "--compare-dir: relative tolerance (fp16 engines: try 2e-2)")->capture_default_str();
   sub->add_option("--atol", o->atol, "--compare-dir: absolute tolerance, times max(1, max|reference|)")->capture_default_str();

@@ -106,10 +106,17 @@ class ExecutionContext {
   std::string profile_report() const;
 
   // CUDA: capture the whole inference as one CUDA graph on the first enqueue and replay it on
-  // later ones (like trtexec --useCudaGraph). The graph is re-captured automatically when input
-  // shapes or tensor addresses change. Throws on engines whose device has no graphs; enqueue
-  // throws on engines with data-dependent sizes (the host reads each size mid-inference).
+  // later ones (like trtexec --useCudaGraph). The graph is re-captured when input shapes or
+  // tensor addresses change. By default (automatic) a CUDA context does this whenever it can:
+  // not for engines with data-dependent sizes (the host reads each size mid-inference), not
+  // while the caller's stream is itself being captured (kiln's work then joins the caller's
+  // graph), not while profiling; if a capture fails (a plugin that synchronizes, say), the
+  // context warns once and runs without graphs from then on. The first enqueue runs the
+  // inference once, synchronizes and then captures, so lazy one-time work stays out of the graph.
+  // set_graph_capture(true) asks for graphs explicitly: enqueue then throws where it cannot
+  // capture; false turns them off (every enqueue launches each layer's kernels).
   void set_graph_capture(bool enabled);
+  // Whether enqueue replays a graph when it can (explicitly or automatically).
   bool graph_capture() const;
 
   // Runs the inference to completion. Throws kiln::Error naming the failing layer.

@@ -58,6 +58,11 @@ class Backend {
   // begin_capture and end_capture into an executable graph, replay it with launch_graph.
   // Backends without graphs return false from supports_graphs and throw from the others.
   virtual bool supports_graphs() const { return false; }
+  // Whether `stream` is being captured into a graph right now (by kiln's caller, say).
+  virtual bool is_capturing(void* stream) const {
+    (void)stream;
+    return false;
+  }
   virtual void begin_capture(void* stream);
   // Returns an opaque executable graph; destroy it with destroy_graph.
   virtual void* end_capture(void* stream);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "kiln/error.h"
+#include "kiln/logger.h"
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
 #include "src/builder/tactic_selection.h"
@@ -56,7 +57,9 @@ struct ContextImpl {
   std::unordered_map<const Tensor*, void*> host_known_addresses;
   void* own_stream = nullptr;  // the context's stream (device engines), for null-stream calls
   // CUDA graph replay.
-  bool use_graph = false;
+  bool use_graph = false;      // set_graph_capture(true)
+  bool graph_auto = true;      // no set_graph_capture call yet: graphs where they work
+  bool graph_auto_failed = false;  // an automatic capture failed: no more attempts
   void* graph = nullptr;
   void* graph_stream = nullptr;
   std::map<std::string, void*> graph_addresses;  // the addresses the graph was captured with
@@ -528,13 +531,17 @@ void ExecutionContext::set_graph_capture(bool enabled) {
     throw Error(std::string("graph capture needs a CUDA engine; this engine runs on ") + to_string(c.engine->data.device));
   }
   c.use_graph = enabled;
+  c.graph_auto = false;
   if (!enabled && c.graph) {
     c.engine->backend->destroy_graph(c.graph);
     c.graph = nullptr;
   }
 }
 
-bool ExecutionContext::graph_capture() const { return impl_->use_graph; }
+bool ExecutionContext::graph_capture() const {
+  const ContextImpl& c = *impl_;
+  return c.use_graph || (c.graph_auto && c.engine->backend->supports_graphs() && !c.has_dd && !c.graph_auto_failed);
+}
 
 void ExecutionContext::execute() {
   ContextImpl& c = *impl_;
@@ -571,7 +578,9 @@ void ExecutionContext::enqueue(void* stream) {
       c.states = c.base_states;
     }
   }
-  if (!c.use_graph || c.profiling) {
+  const bool auto_graph = !c.use_graph && c.graph_auto && e.backend->supports_graphs() && !c.has_dd &&
+                          !c.graph_auto_failed && !e.backend->is_capturing(stream);
+  if ((!c.use_graph && !auto_graph) || c.profiling) {
     enqueue_steps(*this, c, stream);
     return;
   }
@@ -584,17 +593,26 @@ void ExecutionContext::enqueue(void* stream) {
     // run once outside the capture so none of it lands in the graph.
     enqueue_steps(*this, c, stream);
     e.backend->synchronize(stream);
-    e.backend->begin_capture(stream);
     try {
-      enqueue_steps(*this, c, stream);
-    } catch (...) {
+      e.backend->begin_capture(stream);
       try {
-        e.backend->destroy_graph(e.backend->end_capture(stream));
-      } catch (const std::exception&) {
+        enqueue_steps(*this, c, stream);
+      } catch (...) {
+        try {
+          e.backend->destroy_graph(e.backend->end_capture(stream));
+        } catch (const std::exception&) {
+        }
+        throw;
       }
-      throw;
+      c.graph = e.backend->end_capture(stream);
+    } catch (const std::exception& ex) {
+      if (!auto_graph) throw;
+      // Automatic graphs are an optimization: the inference above already ran correctly.
+      c.graph_auto_failed = true;
+      log(Severity::kWarning, std::string("CUDA graph capture failed, running without graphs from now on (") +
+                                  ex.what() + ")");
+      return;
     }
-    c.graph = e.backend->end_capture(stream);
     c.graph_addresses = c.addresses;
     c.graph_stream = stream;
   }

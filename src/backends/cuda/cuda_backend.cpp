@@ -153,6 +153,12 @@ class CudaBackend : public Backend {
   }
 
   bool supports_graphs() const override { return true; }
+  bool is_capturing(void* stream) const override {
+    if (!stream) return false;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    KILN_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
   void begin_capture(void* stream) override {
     if (!stream) throw Error("CUDA graph capture needs a stream (got the null stream)");
     // Thread-local mode: work other threads enqueue meanwhile is not swept into this graph.
@@ -160,7 +166,12 @@ class CudaBackend : public Backend {
   }
   void* end_capture(void* stream) override {
     cudaGraph_t graph = nullptr;
-    KILN_CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph));
+    const cudaError_t ended = cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph);
+    if (ended != cudaSuccess) {
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();  // a failed capture is not sticky: leave no error behind for later checks
+      KILN_CUDA_CHECK(ended);
+    }
     cudaGraphExec_t exec = nullptr;
     const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
