@@ -43,6 +43,11 @@ int32_t onnx_type(DataType t) {
     case DataType::kInt8: return onnx::TensorProto::INT8;
     case DataType::kUInt8: return onnx::TensorProto::UINT8;
     case DataType::kBool: return onnx::TensorProto::BOOL;
+    case DataType::kString: return onnx::TensorProto::STRING;
+    case DataType::kInt16: return onnx::TensorProto::INT16;
+    case DataType::kUInt16: return onnx::TensorProto::UINT16;
+    case DataType::kUInt32: return onnx::TensorProto::UINT32;
+    case DataType::kUInt64: return onnx::TensorProto::UINT64;
   }
   return onnx::TensorProto::UNDEFINED;
 }

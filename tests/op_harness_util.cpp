@@ -31,6 +31,11 @@ double element(const HostTensor& t, int64_t i) {
     case DataType::kInt8: return t.as<int8_t>()[i];
     case DataType::kUInt8: return t.as<uint8_t>()[i];
     case DataType::kBool: return t.as<uint8_t>()[i] != 0;
+    case DataType::kInt16: return t.as<int16_t>()[i];
+    case DataType::kUInt16: return t.as<uint16_t>()[i];
+    case DataType::kUInt32: return t.as<uint32_t>()[i];
+    case DataType::kUInt64: return static_cast<double>(t.as<uint64_t>()[i]);
+    case DataType::kString: break;  // not numeric
   }
   return 0;
 }
@@ -196,6 +201,11 @@ HostTensor random_tensor(DataType type, const Dims& dims, uint64_t seed, double 
       case DataType::kInt8: t.as<int8_t>()[i] = static_cast<int8_t>(std::floor(v)); break;
       case DataType::kUInt8: t.as<uint8_t>()[i] = static_cast<uint8_t>(std::max(0.0, std::floor(v))); break;
       case DataType::kBool: t.as<uint8_t>()[i] = v > (low + high) / 2; break;
+      case DataType::kInt16: t.as<int16_t>()[i] = static_cast<int16_t>(std::floor(v)); break;
+      case DataType::kUInt16: t.as<uint16_t>()[i] = static_cast<uint16_t>(std::max(0.0, std::floor(v))); break;
+      case DataType::kUInt32: t.as<uint32_t>()[i] = static_cast<uint32_t>(std::max(0.0, std::floor(v))); break;
+      case DataType::kUInt64: t.as<uint64_t>()[i] = static_cast<uint64_t>(std::max(0.0, std::floor(v))); break;
+      case DataType::kString: throw Error("random_tensor: no random string tensors");
     }
   }
   return t;

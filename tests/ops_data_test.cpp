@@ -620,6 +620,11 @@ HostTensor convert(const HostTensor& src, DataType to) {
       case DataType::kInt32: out.as<int32_t>()[i] = static_cast<int32_t>(x); break;
       case DataType::kInt64: out.as<int64_t>()[i] = static_cast<int64_t>(x); break;
       case DataType::kBool: out.as<bool>()[i] = x != 0; break;
+      case DataType::kInt16: out.as<int16_t>()[i] = static_cast<int16_t>(x); break;
+      case DataType::kUInt16: out.as<uint16_t>()[i] = static_cast<uint16_t>(x); break;
+      case DataType::kUInt32: out.as<uint32_t>()[i] = static_cast<uint32_t>(x); break;
+      case DataType::kUInt64: out.as<uint64_t>()[i] = static_cast<uint64_t>(x); break;
+      case DataType::kString: break;  // not a numeric reference
     }
   }
   return out;

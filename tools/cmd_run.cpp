@@ -247,6 +247,11 @@ int run_run(const RunOptions& o) {
       if (trimmed.nbytes()) std::memcpy(trimmed.data(), output.value.data(), trimmed.nbytes());
       output.value = std::move(trimmed);
     }
+    // String elements point into the context's storage: keep copies of the characters.
+    if (output.value.type() == DataType::kString) {
+      output.value = HostTensor::from_bytes(DataType::kString, output.value.dims(), output.value.data(),
+                                            output.value.nbytes());
+    }
   }
   const Dims first = loaded.inputs.empty() ? Dims{} : loaded.inputs.front().value.dims();
   const int64_t batch = first.rank() > 0 ? first[0] : 1;

@@ -394,6 +394,23 @@ CompareResult compare_tensors(const std::string& name, const HostTensor& actual,
     r.note = "shape " + actual.dims().to_string() + " differs from the reference's " + reference.dims().to_string();
     return r;
   }
+  if (actual.type() == DataType::kString || reference.type() == DataType::kString) {
+    // Strings match exactly; the note shows the first difference.
+    if (actual.type() != reference.type()) {
+      r.note = std::string("type ") + to_string(actual.type()) + " differs from the reference's " +
+               to_string(reference.type());
+      return r;
+    }
+    for (int64_t i = 0; i < reference.count(); ++i) {
+      if (actual.string_at(i) == reference.string_at(i)) continue;
+      if (r.violations++ == 0) {
+        r.note = "element " + std::to_string(i) + " is '" + std::string(actual.string_at(i)) + "', the reference '" +
+                 std::string(reference.string_at(i)) + "'";
+      }
+    }
+    r.pass = r.violations == 0;
+    return r;
+  }
   const std::vector<double> a = actual.to_double();
   const std::vector<double> b = reference.to_double();
   double scale = 1.0;

@@ -318,6 +318,23 @@ std::optional<WorstElement> compare_output(const std::string& name, int data_set
   return worst;
 }
 
+// String outputs match exactly. Empty when they do, else the first differing element and how
+// many differ.
+std::string compare_strings(const HostTensor& actual, const HostTensor& expected) {
+  int64_t first = -1, differ = 0;
+  for (int64_t i = 0; i < expected.count(); ++i) {
+    if (actual.string_at(i) == expected.string_at(i)) continue;
+    if (first < 0) first = i;
+    ++differ;
+  }
+  if (first < 0) return "";
+  std::string index;
+  for (int64_t k : unravel(first, expected.dims())) index += (index.empty() ? "" : ",") + std::to_string(k);
+  return "[" + index + "]: '" + std::string(actual.string_at(first)) + "' vs the reference '" +
+         std::string(expected.string_at(first)) + "' (" + std::to_string(differ) + " of " +
+         std::to_string(expected.count()) + " elements differ)";
+}
+
 // Host copies in and out of the engine's device memory (plain host memory on the CPU).
 struct BoundTensor {
   std::unique_ptr<DeviceBuffer> buffer;
@@ -572,6 +589,10 @@ class Pipeline {
     for (auto& [name, b] : outputs) {
       b.host = HostTensor(b.host.type(), context->tensor_shape(name));  // the dims this inference gave
       if (b.host.nbytes()) backend.copy_device_to_host(b.host.data(), b.buffer->data(), b.host.nbytes(), nullptr);
+      // String elements point into the context's storage: keep copies of the characters.
+      if (b.host.type() == DataType::kString) {
+        b.host = HostTensor::from_bytes(b.host.type(), b.host.dims(), b.host.data(), b.host.nbytes());
+      }
     }
 
     stage(r, "compare");
@@ -594,6 +615,14 @@ class Pipeline {
         r.status = Status::kWrong;
         r.message = where + " has dims " + b.host.dims().to_string() + ", the reference " + expected.dims().to_string();
         return;
+      }
+      if (expected.type() == DataType::kString) {
+        if (const std::string diff = compare_strings(b.host, expected); !diff.empty()) {
+          r.status = Status::kWrong;
+          r.message = where + " " + diff;
+          return;
+        }
+        continue;
       }
       if (auto worst = compare_output(name, index, b.host, expected, o_)) {
         r.status = Status::kWrong;

@@ -66,6 +66,7 @@ inline constexpr const char* kLayerShuffle = "Shuffle";
 inline constexpr const char* kLayerSlice = "Slice";
 inline constexpr const char* kLayerSoftMax = "SoftMax";
 inline constexpr const char* kLayerSplit = "Split";
+inline constexpr const char* kLayerStringNormalizer = "StringNormalizer";
 inline constexpr const char* kLayerTile = "Tile";
 inline constexpr const char* kLayerTopK = "TopK";
 inline constexpr const char* kLayerTrilu = "Trilu";

@@ -4,6 +4,11 @@
 // each ExecutionContext must be used by one thread at a time (create one per thread).
 // Memory: tensor addresses given to a context belong to the caller and must be device memory
 // of the engine's device (host memory for CPU engines) and stay valid during execution.
+// String tensors (DataType::kString, CPU engines only): each element is a StringRef. The
+// characters of input strings belong to the caller and must stay valid during execution. The
+// characters of output strings belong to the execution context: they stay valid until the next
+// execute/enqueue on that context or its destruction (copy them, e.g. with
+// HostTensor::from_bytes, to keep them longer).
 #pragma once
 
 #include <cstdint>

@@ -27,11 +27,50 @@ enum class DataType : int32_t {
   kInt64,
   kBool,
   kFloat64,
+  // Text (ONNX STRING): each element is a StringRef (below). Only a few layer types take string
+  // tensors (StringNormalizer, Cast, Identity, Constant) and only on the CPU; docs/layers.md.
+  kString,
+  // ONNX INT16, UINT16, UINT32, UINT64: on the CPU, in ElementWise, BitShift, Cast and the data
+  // movement layers (docs/layers.md); other kernels reject them.
+  kInt16,
+  kUInt16,
+  kUInt32,
+  kUInt64,
 };
 
-// Bytes per element (kBool is one byte).
+// One element of a kString tensor: UTF-8 bytes (not NUL-terminated) that the tensor does not
+// own. Fixed-size and trivially copyable, so string tensors move through buffers, the memory
+// planner and engine I/O like any other type. Who owns the characters: for a network input,
+// the caller (valid during execute); for strings a layer produces, the execution context
+// (include/kiln/runtime.h); for a HostTensor, the tensor itself (HostTensor::set_string).
+struct StringRef {
+  const char* data = nullptr;  // may be null when size == 0
+  uint64_t size = 0;
+  std::string_view view() const { return size ? std::string_view(data, static_cast<size_t>(size)) : std::string_view(); }
+};
+static_assert(sizeof(StringRef) == 16, "StringRef is part of the engine I/O contract");
+
+// Owner of string characters: add() copies a string into chunked storage and returns a
+// StringRef to the copy, which stays valid (never moves) until clear() or destruction.
+class StringArena {
+ public:
+  StringRef add(std::string_view s);
+  // Drops every string (their StringRefs dangle afterwards); keeps one chunk for reuse.
+  void clear();
+  // Characters held.
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::vector<std::unique_ptr<char[]>> chunks_;
+  size_t chunk_capacity_ = 0;  // of chunks_.back()
+  size_t chunk_used_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+// Bytes per element (kBool is one byte, kString sizeof(StringRef)).
 size_t data_type_size(DataType type);
-// "float32", "float16", "int8", "uint8", "int32", "int64", "bool", "float64".
+// "float32", "float16", "int8", "uint8", "int32", "int64", "bool", "float64", "string", "int16",
+// "uint16", "uint32", "uint64".
 const char* to_string(DataType type);
 // Inverse of to_string; throws kiln::Error for an unknown name.
 DataType parse_data_type(std::string_view name);
@@ -89,13 +128,19 @@ Dims parse_dims(std::string_view text);
 
 // A tensor in host memory with shared, 64-byte aligned storage. Copies share the storage
 // (use clone() for a deep copy). Used for weights, constants and I/O in the tools.
+// A kString tensor also owns its characters: its StringRefs point into a StringArena that
+// copies share, so they stay valid as long as any copy lives. Write elements with set_string
+// (not through data()), read them with string_at.
 class HostTensor {
  public:
   HostTensor() = default;
-  // Allocates zero-initialized storage for dims.volume() elements of type.
+  // Allocates zero-initialized storage for dims.volume() elements of type (empty strings).
   HostTensor(DataType type, const Dims& dims);
-  // Copies nbytes from data (must equal the size implied by type and dims).
+  // Copies nbytes from data (must equal the size implied by type and dims). For kString,
+  // data is an array of StringRef whose characters are copied too (a deep copy).
   static HostTensor from_bytes(DataType type, const Dims& dims, const void* data, size_t nbytes);
+  // A kString tensor holding copies of `values` (row-major; values.size() == dims.volume()).
+  static HostTensor from_strings(const Dims& dims, const std::vector<std::string>& values);
   template <typename T>
   static HostTensor from_vector(DataType type, const Dims& dims, const std::vector<T>& values) {
     return from_bytes(type, dims, values.data(), values.size() * sizeof(T));
@@ -115,16 +160,27 @@ class HostTensor {
   HostTensor clone() const;
   // Same storage, other dims of the same volume.
   HostTensor reshaped(const Dims& dims) const;
-  // Values of an integer tensor (int32/int64/uint8/int8/bool) widened to int64.
+  // Values of an integer tensor (int8/16/32/64, uint8/16/32, bool) widened to int64 (uint64 values
+  // above 2^63-1 wrap to negative ones). Throws kiln::Error for a kString tensor.
   std::vector<int64_t> to_int64() const;
-  // Values of a numeric tensor converted to double.
+  // Values of a numeric tensor converted to double. Throws kiln::Error for a kString tensor.
   std::vector<double> to_double() const;
 
+  // kString only (kiln::Error otherwise, or for i outside [0, count())): element i, which
+  // set_string replaces by a copy of `value` owned by this tensor (and its copies).
+  std::string_view string_at(int64_t i) const;
+  void set_string(int64_t i, std::string_view value);
+  // Every element of a kString tensor as std::string.
+  std::vector<std::string> to_strings() const;
+
  private:
+  void check_string_index(int64_t i, const char* what) const;
+
   DataType type_ = DataType::kFloat32;
   Dims dims_;
   int64_t count_ = 0;
   std::shared_ptr<uint8_t> storage_;
+  std::shared_ptr<StringArena> strings_;  // kString: owner of the characters
 };
 
 // Typed attribute values of layers (and of plugin fields).

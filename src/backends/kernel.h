@@ -48,6 +48,10 @@ struct KernelContext {
   size_t workspace_size = 0;
   void* stream = nullptr;           // cudaStream_t on CUDA; null on the CPU
   int num_threads = 1;              // CPU threads this kernel may use
+  // Owner of the characters of the kString elements the kernel writes (StringRef in the
+  // outputs point into it); reset by the runtime at the start of each inference. CPU only;
+  // null on other devices, which take no string tensors.
+  StringArena* strings = nullptr;
 };
 
 // The extents one input or output of a layer takes over an optimization profile (the shapes at

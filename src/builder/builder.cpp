@@ -164,6 +164,33 @@ void annotate_tensors(Network& net, const std::vector<TensorStates>& all_states)
   }
 }
 
+// Types only the CPU has: strings (StringRef elements point into host memory) and int16, uint16,
+// uint32, uint64 (only some CPU kernels take them; docs/layers.md).
+bool cpu_only_type(DataType t) {
+  return t == DataType::kString || t == DataType::kInt16 || t == DataType::kUInt16 || t == DataType::kUInt32 ||
+         t == DataType::kUInt64;
+}
+
+void reject_cpu_only_types(const Network& net, const TensorStates& states, DeviceType device) {
+  for (int i = 0; i < net.num_inputs(); ++i) {
+    const DataType t = net.input(i)->type();
+    if (!cpu_only_type(t)) continue;
+    throw Error("input '" + net.input(i)->name() + "' is a " + to_string(t) + " tensor; " + to_string(t) +
+                " tensors are supported on the CPU only, not on " + to_string(device) + " (build for --device cpu)");
+  }
+  for (int i = 0; i < net.num_layers(); ++i) {
+    const Layer* l = net.layer(i);
+    for (int k = 0; k < l->num_outputs(); ++k) {
+      auto it = states.find(l->output(k));
+      if (it == states.end() || !cpu_only_type(it->second.type)) continue;
+      const char* t = to_string(it->second.type);
+      throw Error("layer '" + l->name() + "' (" + l->type() + "): output '" + l->output(k)->name() + "' is a " + t +
+                  " tensor; " + t + " tensors are supported on the CPU only, not on " + to_string(device) +
+                  " (build for --device cpu)");
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<uint8_t> Builder::build_serialized(const Network& network, const BuilderConfig& config, BuildReport* report_out) {
@@ -174,6 +201,8 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   report.layers_before = net->num_layers();
   const auto profiles = resolve_profiles(*net, config);
   const auto points = shape_points(profiles);
+  // Before the device check, so that the reason is the same with or without the device here.
+  if (config.device != DeviceType::kCPU) reject_cpu_only_types(*net, infer_shapes(*net, points.front()), config.device);
   (void)get_backend(config.device);  // throws with the reason when the device is absent
   // Validate the network over every profile point before optimizing.
   for (const auto& pt : points) (void)infer_shapes(*net, pt);

@@ -1,10 +1,11 @@
-// Tensor files: numpy .npy (format versions 1.0, 2.0 and 3.0; little-endian numeric dtypes in C
-// order) and serialized onnx.TensorProto .pb files, the layout of ONNX's test_data_set_*
+// Tensor files: numpy .npy (format versions 1.0, 2.0 and 3.0; little-endian numeric dtypes and
+// '<U' unicode strings (kString tensors, UTF-8 in kiln) in C order) and serialized onnx.TensorProto .pb files, the layout of ONNX's test_data_set_*
 // folders. Readers validate every header field and the data length against the file size
 // before allocating, and every error names the file. TensorProto decoding is shared with the
 // ONNX importer (tensor_from_proto in src/onnx/onnx_tensor.cpp).
 #include "core/tensor_io.h"
 
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cerrno>
@@ -12,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <string_view>
+#include <vector>
 
 #include "kiln/error.h"
 #include "src/onnx/onnx_proto.h"
@@ -36,7 +39,8 @@ struct NpyType {
 constexpr NpyType kNpyTypes[] = {
     {DataType::kFloat32, "<f4", nullptr}, {DataType::kFloat16, "<f2", nullptr}, {DataType::kFloat64, "<f8", nullptr},
     {DataType::kInt8, "|i1", "<i1"},      {DataType::kUInt8, "|u1", "<u1"},     {DataType::kInt32, "<i4", nullptr},
-    {DataType::kInt64, "<i8", nullptr},   {DataType::kBool, "|b1", "<b1"},
+    {DataType::kInt64, "<i8", nullptr},   {DataType::kBool, "|b1", "<b1"},     {DataType::kInt16, "<i2", nullptr},
+    {DataType::kUInt16, "<u2", nullptr},  {DataType::kUInt32, "<u4", nullptr}, {DataType::kUInt64, "<u8", nullptr},
 };
 
 struct OnnxType {
@@ -48,6 +52,9 @@ constexpr OnnxType kOnnxTypes[] = {
     {DataType::kFloat64, onnx::TensorProto::DOUBLE}, {DataType::kInt8, onnx::TensorProto::INT8},
     {DataType::kUInt8, onnx::TensorProto::UINT8},   {DataType::kInt32, onnx::TensorProto::INT32},
     {DataType::kInt64, onnx::TensorProto::INT64},   {DataType::kBool, onnx::TensorProto::BOOL},
+    {DataType::kString, onnx::TensorProto::STRING}, {DataType::kInt16, onnx::TensorProto::INT16},
+    {DataType::kUInt16, onnx::TensorProto::UINT16}, {DataType::kUInt32, onnx::TensorProto::UINT32},
+    {DataType::kUInt64, onnx::TensorProto::UINT64},
 };
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
@@ -202,6 +209,63 @@ class NpyHeaderParser {
   size_t pos_ = 0;
 };
 
+// ---- numpy unicode arrays ('<U<n>': n UTF-32LE code units per element, zero-padded) ------------
+
+// Appends the UTF-8 encoding of code point cp.
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// The code points of UTF-8 text; an invalid byte becomes U+FFFD.
+std::vector<uint32_t> utf8_code_points(std::string_view s) {
+  std::vector<uint32_t> cps;
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const int len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    uint32_t cp = len == 1 ? b : len == 2 ? (b & 0x1Fu) : len == 3 ? (b & 0x0Fu) : (b & 0x07u);
+    bool ok = len > 0 && i + static_cast<size_t>(len) <= s.size();
+    for (int k = 1; ok && k < len; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+      ok = (c & 0xC0) == 0x80;
+      cp = (cp << 6) | (c & 0x3Fu);
+    }
+    if (!ok) {
+      cps.push_back(0xFFFD);
+      ++i;
+      continue;
+    }
+    cps.push_back(cp);
+    i += static_cast<size_t>(len);
+  }
+  return cps;
+}
+
+// Element width of a '<U<n>' descr; 0 when descr is not one.
+size_t npy_unicode_width(const std::string& descr) {
+  if (descr.size() < 3 || (descr[0] != '<' && descr[0] != '|' && descr[0] != '=') || descr[1] != 'U') return 0;
+  size_t n = 0;
+  for (size_t i = 2; i < descr.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(descr[i])) || n > (size_t{1} << 24)) return 0;
+    n = n * 10 + static_cast<size_t>(descr[i] - '0');
+  }
+  return n;
+}
+
 std::string npy_shape_text(const Dims& dims) {
   std::string s = "(";
   for (int i = 0; i < dims.rank(); ++i) {
@@ -244,11 +308,37 @@ HostTensor load_npy(const std::string& path) {
   for (const auto& t : kNpyTypes) {
     if (descr == t.write || (t.also_read && descr == t.also_read)) npy_type = &t;
   }
+  if (const size_t width = npy_unicode_width(descr); width > 0 && !fortran_order) {
+    const int64_t count = checked_volume(shape);
+    const size_t data_bytes = bytes.size() - header_start - header_len;
+    if (count < 0 || static_cast<uint64_t>(count) > data_bytes / (4 * width) ||
+        static_cast<size_t>(count) * 4 * width != data_bytes) {
+      fail(path, "data is " + std::to_string(data_bytes) + " bytes but shape " + npy_shape_text(Dims::from(shape)) +
+                     " of " + descr + " needs " + std::to_string(count) + " elements of " + std::to_string(4 * width) +
+                     " bytes");
+    }
+    HostTensor t(DataType::kString, Dims::from(shape));
+    const char* data = bytes.data() + header_start + header_len;
+    for (int64_t i = 0; i < count; ++i) {
+      std::string text;
+      for (size_t k = 0; k < width; ++k) {
+        uint32_t cp = 0;
+        std::memcpy(&cp, data + (static_cast<size_t>(i) * width + k) * 4, 4);
+        if (cp == 0) break;  // numpy pads shorter strings with zeros
+        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+          fail(path, "element " + std::to_string(i) + " holds an invalid code point");
+        }
+        append_utf8(text, cp);
+      }
+      t.set_string(i, text);
+    }
+    return t;
+  }
   if (!npy_type) {
     const bool big_endian = !descr.empty() && descr[0] == '>';
     fail(path, "unsupported dtype '" + descr + "'" +
                    (big_endian ? " (big-endian; save with arr.astype(arr.dtype.newbyteorder('<')))"
-                               : " (kiln reads <f4 <f2 <f8 <i4 <i8 |i1 |u1 |b1)"));
+                               : " (kiln reads <f4 <f2 <f8 <i2 <i4 <i8 |i1 |u1 <u2 <u4 <u8 |b1 <U)"));
   }
   if (fortran_order) {
     fail(path, "Fortran-ordered arrays are not supported; save with np.save(path, np.ascontiguousarray(arr))");
@@ -273,11 +363,26 @@ HostTensor load_npy(const std::string& path) {
 
 void save_npy(const std::string& path, const HostTensor& tensor) {
   check_writable(path, tensor);
-  const char* descr = nullptr;
+  std::string descr;
   for (const auto& t : kNpyTypes) {
     if (t.type == tensor.type()) descr = t.write;
   }
-  if (!descr) fail(path, std::string("no .npy dtype for ") + to_string(tensor.type()));
+  // Strings: numpy's fixed-width unicode, as wide as the longest element (at least 1).
+  std::string utf32;
+  if (tensor.type() == DataType::kString) {
+    std::vector<std::vector<uint32_t>> cps;
+    size_t width = 1;
+    for (int64_t i = 0; i < tensor.count(); ++i) {
+      cps.push_back(utf8_code_points(tensor.string_at(i)));
+      width = std::max(width, cps.back().size());
+    }
+    utf32.assign(static_cast<size_t>(tensor.count()) * width * 4, '\0');
+    for (size_t i = 0; i < cps.size(); ++i) {
+      for (size_t k = 0; k < cps[i].size(); ++k) std::memcpy(&utf32[(i * width + k) * 4], &cps[i][k], 4);
+    }
+    descr = "<U" + std::to_string(width);
+  }
+  if (descr.empty()) fail(path, std::string("no .npy dtype for ") + to_string(tensor.type()));
   std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " +
                      npy_shape_text(tensor.dims()) + ", }";
   // Pad with spaces and a final newline so that the data starts 64-byte aligned (as numpy does).
@@ -291,6 +396,10 @@ void save_npy(const std::string& path, const HostTensor& tensor) {
   header += static_cast<char>(dict.size() & 0xff);
   header += static_cast<char>((dict.size() >> 8) & 0xff);
   header += dict;
+  if (tensor.type() == DataType::kString) {
+    write_file(path, header, utf32.data(), utf32.size());
+    return;
+  }
   write_file(path, header, tensor.data(), tensor.nbytes());
 }
 
@@ -329,8 +438,13 @@ void save_tensor_pb(const std::string& path, const HostTensor& tensor, const std
   proto.set_name(name);
   proto.set_data_type(type->onnx);
   for (int64_t d : tensor.dims()) proto.add_dims(d);
-  if (tensor.nbytes() > 0) proto.set_raw_data(tensor.data(), tensor.nbytes());
-  else proto.set_raw_data(std::string());
+  if (tensor.type() == DataType::kString) {
+    for (int64_t i = 0; i < tensor.count(); ++i) proto.add_string_data(std::string(tensor.string_at(i)));
+  } else if (tensor.nbytes() > 0) {
+    proto.set_raw_data(tensor.data(), tensor.nbytes());
+  } else {
+    proto.set_raw_data(std::string());
+  }
   std::string bytes;
   if (!proto.SerializeToString(&bytes)) fail(path, "serializing the TensorProto failed");
   write_file(path, bytes, nullptr, 0);

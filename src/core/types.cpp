@@ -22,7 +22,9 @@ struct TypeInfo {
 constexpr TypeInfo kTypeInfo[] = {
     {DataType::kFloat32, "float32", 4}, {DataType::kFloat16, "float16", 2}, {DataType::kInt8, "int8", 1},
     {DataType::kUInt8, "uint8", 1},     {DataType::kInt32, "int32", 4},     {DataType::kInt64, "int64", 8},
-    {DataType::kBool, "bool", 1},       {DataType::kFloat64, "float64", 8},
+    {DataType::kBool, "bool", 1},       {DataType::kFloat64, "float64", 8}, {DataType::kString, "string", sizeof(StringRef)},
+    {DataType::kInt16, "int16", 2},     {DataType::kUInt16, "uint16", 2},   {DataType::kUInt32, "uint32", 4},
+    {DataType::kUInt64, "uint64", 8},
 };
 
 const TypeInfo& info(DataType type) {
@@ -52,7 +54,8 @@ DataType parse_data_type(std::string_view name) {
   if (n == "half" || n == "fp16") return DataType::kFloat16;
   if (n == "double") return DataType::kFloat64;
   throw Error("unknown data type '" + std::string(name) +
-              "' (expected float32, float16, float64, int8, uint8, int32, int64 or bool)");
+              "' (expected float32, float16, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool or "
+              "string)");
 }
 
 bool is_floating_point(DataType type) {
@@ -167,9 +170,42 @@ std::shared_ptr<uint8_t> allocate_aligned(size_t bytes) {
 }
 }  // namespace
 
+// ---- StringArena ----------------------------------------------------------------------------
+
+StringRef StringArena::add(std::string_view s) {
+  if (s.empty()) return StringRef{};
+  constexpr size_t kChunk = 64 * 1024;
+  if (chunks_.empty() || chunk_capacity_ - chunk_used_ < s.size()) {
+    // A string longer than a chunk gets a chunk of its own.
+    chunk_capacity_ = std::max(kChunk, s.size());
+    chunks_.push_back(std::make_unique<char[]>(chunk_capacity_));
+    chunk_used_ = 0;
+  }
+  char* p = chunks_.back().get() + chunk_used_;
+  std::memcpy(p, s.data(), s.size());
+  chunk_used_ += s.size();
+  bytes_ += s.size();
+  return StringRef{p, s.size()};
+}
+
+void StringArena::clear() {
+  if (chunks_.size() > 1) {
+    // Keep the last chunk (the newest, at least as large as the others' default size).
+    auto last = std::move(chunks_.back());
+    chunks_.clear();
+    chunks_.push_back(std::move(last));
+  }
+  chunk_used_ = 0;
+  bytes_ = 0;
+}
+
+// ---- HostTensor ---------------------------------------------------------------------------
+
 HostTensor::HostTensor(DataType type, const Dims& dims) : type_(type), dims_(dims) {
   count_ = dims.volume();
   storage_ = allocate_aligned(nbytes());
+  // Created with the tensor (not on the first set_string) so that every copy shares it.
+  if (type == DataType::kString) strings_ = std::make_shared<StringArena>();
 }
 
 HostTensor HostTensor::from_bytes(DataType type, const Dims& dims, const void* data, size_t nbytes) {
@@ -178,8 +214,50 @@ HostTensor HostTensor::from_bytes(DataType type, const Dims& dims, const void* d
     throw Error("tensor data of " + std::to_string(nbytes) + " bytes does not match " + std::string(to_string(type)) +
                 " dims " + dims.to_string() + " (" + std::to_string(t.nbytes()) + " bytes)");
   }
+  if (type == DataType::kString) {
+    const auto* refs = static_cast<const StringRef*>(data);
+    for (int64_t i = 0; i < t.count_; ++i) t.set_string(i, refs[i].view());
+    return t;
+  }
   if (nbytes) std::memcpy(t.data(), data, nbytes);
   return t;
+}
+
+HostTensor HostTensor::from_strings(const Dims& dims, const std::vector<std::string>& values) {
+  HostTensor t(DataType::kString, dims);
+  if (static_cast<int64_t>(values.size()) != t.count_) {
+    throw Error(std::to_string(values.size()) + " strings do not fill string dims " + dims.to_string() + " (" +
+                std::to_string(t.count_) + " elements)");
+  }
+  for (int64_t i = 0; i < t.count_; ++i) t.set_string(i, values[static_cast<size_t>(i)]);
+  return t;
+}
+
+void HostTensor::check_string_index(int64_t i, const char* what) const {
+  if (type_ != DataType::kString) {
+    throw Error(std::string(what) + ": the tensor is " + to_string(type_) + ", not string");
+  }
+  if (i < 0 || i >= count_) {
+    throw Error(std::string(what) + ": element " + std::to_string(i) + " is outside a string tensor of dims " +
+                dims_.to_string());
+  }
+}
+
+std::string_view HostTensor::string_at(int64_t i) const {
+  check_string_index(i, "HostTensor::string_at");
+  return as<StringRef>()[i].view();
+}
+
+void HostTensor::set_string(int64_t i, std::string_view value) {
+  check_string_index(i, "HostTensor::set_string");
+  as<StringRef>()[i] = strings_->add(value);
+}
+
+std::vector<std::string> HostTensor::to_strings() const {
+  std::vector<std::string> r;
+  r.reserve(static_cast<size_t>(count_));
+  for (int64_t i = 0; i < count_; ++i) r.emplace_back(string_at(i));
+  return r;
 }
 
 HostTensor HostTensor::clone() const {
@@ -197,6 +275,7 @@ HostTensor HostTensor::reshaped(const Dims& dims) const {
 }
 
 std::vector<int64_t> HostTensor::to_int64() const {
+  if (type_ == DataType::kString) throw Error("a string tensor has no integer values (to_int64)");
   std::vector<int64_t> r(static_cast<size_t>(count_));
   for (int64_t i = 0; i < count_; ++i) {
     const auto k = static_cast<size_t>(i);
@@ -209,12 +288,18 @@ std::vector<int64_t> HostTensor::to_int64() const {
       case DataType::kFloat32: r[k] = static_cast<int64_t>(as<float>()[i]); break;
       case DataType::kFloat64: r[k] = static_cast<int64_t>(as<double>()[i]); break;
       case DataType::kFloat16: r[k] = static_cast<int64_t>(static_cast<float>(as<half>()[i])); break;
+      case DataType::kInt16: r[k] = as<int16_t>()[i]; break;
+      case DataType::kUInt16: r[k] = as<uint16_t>()[i]; break;
+      case DataType::kUInt32: r[k] = as<uint32_t>()[i]; break;
+      case DataType::kUInt64: r[k] = static_cast<int64_t>(as<uint64_t>()[i]); break;
+      case DataType::kString: break;  // rejected above
     }
   }
   return r;
 }
 
 std::vector<double> HostTensor::to_double() const {
+  if (type_ == DataType::kString) throw Error("a string tensor has no numeric values (to_double)");
   std::vector<double> r(static_cast<size_t>(count_));
   for (int64_t i = 0; i < count_; ++i) {
     const auto k = static_cast<size_t>(i);
@@ -227,6 +312,11 @@ std::vector<double> HostTensor::to_double() const {
       case DataType::kFloat32: r[k] = as<float>()[i]; break;
       case DataType::kFloat64: r[k] = as<double>()[i]; break;
       case DataType::kFloat16: r[k] = static_cast<float>(as<half>()[i]); break;
+      case DataType::kInt16: r[k] = as<int16_t>()[i]; break;
+      case DataType::kUInt16: r[k] = as<uint16_t>()[i]; break;
+      case DataType::kUInt32: r[k] = as<uint32_t>()[i]; break;
+      case DataType::kUInt64: r[k] = static_cast<double>(as<uint64_t>()[i]); break;
+      case DataType::kString: break;  // rejected above
     }
   }
   return r;

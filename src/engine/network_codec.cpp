@@ -52,13 +52,52 @@ struct AttrCodec {
   AttrDecodeFn decode;
 };
 
+// A string tensor's WEIGHTS blob: per element, u64 length + that many bytes (its StringRefs are
+// addresses, meaningless in a file).
+std::vector<uint8_t> string_blob(const HostTensor& t) {
+  ByteWriter b;
+  for (int64_t i = 0; i < t.count(); ++i) {
+    const std::string_view s = t.string_at(i);
+    b.u64(s.size());
+    b.raw(s.data(), s.size());
+  }
+  return std::move(b.bytes());
+}
+
 void encode_tensor(const HostTensor& t, ByteWriter& w, WeightsWriter& weights) {
   w.boolean(!t.empty());
   if (t.empty()) return;
   w.str(to_string(t.type()));
   w.dims(t.dims());
+  if (t.type() == DataType::kString) {
+    const std::vector<uint8_t> blob = string_blob(t);
+    w.u64(weights.add(blob.data(), blob.size()));
+    w.u64(blob.size());
+    return;
+  }
   w.u64(weights.add(t));
   w.u64(t.nbytes());
+}
+
+// Reads the blob of string_blob into t (kString of the declared dims): every length must fit in
+// the blob and the elements must use it exactly.
+void decode_string_blob(ByteReader& outer, std::span<const uint8_t> blob, HostTensor& t, const std::string& what) {
+  size_t pos = 0;
+  for (int64_t i = 0; i < t.count(); ++i) {
+    if (blob.size() - pos < 8) outer.fail(what + ": string element " + std::to_string(i) + " runs past its blob");
+    uint64_t n = 0;
+    for (int k = 0; k < 8; ++k) n |= static_cast<uint64_t>(blob[pos + static_cast<size_t>(k)]) << (8 * k);
+    pos += 8;
+    if (n > blob.size() - pos) {
+      outer.fail(what + ": string element " + std::to_string(i) + " has length " + std::to_string(n) +
+                 ", more than the " + std::to_string(blob.size() - pos) + " bytes left in its blob");
+    }
+    t.set_string(i, std::string_view(reinterpret_cast<const char*>(blob.data() + pos), static_cast<size_t>(n)));
+    pos += static_cast<size_t>(n);
+  }
+  if (pos != blob.size()) {
+    outer.fail(what + ": " + std::to_string(blob.size() - pos) + " bytes follow the last string element of its blob");
+  }
 }
 
 HostTensor decode_tensor(ByteReader& r, std::span<const uint8_t> weights, const std::string& what) {
@@ -67,14 +106,16 @@ HostTensor decode_tensor(ByteReader& r, std::span<const uint8_t> weights, const 
   const Dims dims = r.dims(what + " dims", /*allow_dynamic=*/false);
   const uint64_t offset = r.u64(what + " weights offset");
   const uint64_t size = r.u64(what + " weights size");
-  uint64_t expected = data_type_size(type);
+  // A string element takes its 8-byte length prefix at least.
+  const bool strings = type == DataType::kString;
+  uint64_t expected = strings ? 8 : data_type_size(type);
   for (int64_t extent : dims) {
     if (extent != 0 && expected > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(extent)) {
       r.fail(what + " dims " + dims.to_string() + " overflow");
     }
     expected *= static_cast<uint64_t>(extent);
   }
-  if (size != expected) {
+  if (strings ? size < expected : size != expected) {
     r.fail(what + " stores " + std::to_string(size) + " bytes but " + to_string(type) + " " +
            dims.to_string() + " needs " + std::to_string(expected));
   }
@@ -86,6 +127,10 @@ HostTensor decode_tensor(ByteReader& r, std::span<const uint8_t> weights, const 
            ") outside the WEIGHTS section (" + std::to_string(weights.size()) + " bytes)");
   }
   HostTensor t = guarded(r, what, [&] { return HostTensor(type, dims); });
+  if (strings) {
+    decode_string_blob(r, weights.subspan(static_cast<size_t>(offset), static_cast<size_t>(size)), t, what);
+    return t;
+  }
   if (t.nbytes() != size) r.fail(what + ": tensor size mismatch");
   if (size > 0) std::memcpy(t.data(), weights.data() + offset, size);
   return t;
@@ -369,11 +414,13 @@ std::string printable(const std::string& s) {
   return out;
 }
 
-uint64_t WeightsWriter::add(const HostTensor& tensor) {
+uint64_t WeightsWriter::add(const HostTensor& tensor) { return add(tensor.data(), tensor.nbytes()); }
+
+uint64_t WeightsWriter::add(const void* data, size_t n) {
   const size_t offset = (bytes.size() + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
   bytes.resize(offset, 0);
-  const auto* p = static_cast<const uint8_t*>(tensor.data());
-  bytes.insert(bytes.end(), p, p + tensor.nbytes());
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (n) bytes.insert(bytes.end(), p, p + n);
   return offset;
 }
 

@@ -81,6 +81,8 @@ struct WeightsWriter {
   std::vector<uint8_t> bytes;
   // Appends the tensor's bytes at the next 64-byte boundary; returns its offset.
   uint64_t add(const HostTensor& tensor);
+  // The same for a blob of n bytes (a string tensor's length-prefixed characters).
+  uint64_t add(const void* data, size_t n);
 };
 
 void encode_meta(const EngineData& data, ByteWriter& w);

@@ -72,6 +72,11 @@ struct ContextImpl {
   std::unordered_map<const Tensor*, uint64_t> planned_bytes;
   std::unordered_map<const Tensor*, DeviceBuffer> overflow_buffers;  // grown past their planned bytes
   std::unordered_map<const Tensor*, void*> overflow;                 // in use by this inference
+  // String tensors (CPU): the characters of the strings kernels write, and the host-known string
+  // values whose StringRefs were copied into buffers; both are reset when an inference starts,
+  // so output strings stay valid until the next inference on this context.
+  StringArena strings;
+  std::vector<std::shared_ptr<HostTensor>> string_values;
 
   ~ContextImpl() {
     if (engine && engine->backend) {
@@ -562,6 +567,8 @@ void ExecutionContext::enqueue(void* stream) {
   if (!stream) stream = c.own_stream;
   const bool was_dirty = c.dirty;
   if (c.dirty) prepare_context(c);
+  c.strings.clear();
+  c.string_values.clear();
   if (c.has_dd) {
     if (c.use_graph) {
       std::string layer;
@@ -633,6 +640,8 @@ void enqueue_steps(ExecutionContext& self, ContextImpl& c, void* stream) {
           const Tensor* t = l.output(i);
           const HostTensor& v = *c.states.at(t).value;
           if (!v.nbytes()) continue;
+          // The StringRefs copied below point into v's characters: keep v alive for this inference.
+          if (v.type() == DataType::kString) c.string_values.push_back(c.states.at(t).value);
           auto h = c.host_known_addresses.find(t);
           if (h == c.host_known_addresses.end()) {
             e.backend->copy_host_to_device(tensor_address(c, t), v.data(), v.nbytes(), stream);
@@ -652,6 +661,7 @@ void enqueue_steps(ExecutionContext& self, ContextImpl& c, void* stream) {
       kc.workspace_size = c.workspace.size();
       kc.stream = stream;
       kc.num_threads = threads;
+      if (e.data.device == DeviceType::kCPU) kc.strings = &c.strings;
       if (c.profiling) {
         const auto t0 = std::chrono::steady_clock::now();
         c.kernels[s]->execute(kc);

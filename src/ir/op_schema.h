@@ -97,6 +97,9 @@ struct OpSchema {
   std::vector<int> shape_inputs;  // inputs whose values are needed by `infer`
   ShapeInferFn infer;
   std::string doc;  // one paragraph for docs/layers.md
+  // Whether the layer type takes or produces kString tensors. Shape inference rejects string
+  // tensors on every other layer type (their kernels compute on numbers).
+  bool takes_strings = false;
 
   const AttrSpec* find_attr(const std::string& name) const;
 };

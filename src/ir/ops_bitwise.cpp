@@ -13,8 +13,9 @@ void infer_bit_shift(ShapeContext& ctx) {
   ctx.check(direction == "left" || direction == "right",
             "attribute 'direction' is '" + direction + "'; valid values: left, right");
   const DataType t = ctx.input_type(0);
-  ctx.check(t == DataType::kUInt8 || t == DataType::kInt8 || t == DataType::kInt32 || t == DataType::kInt64,
-            std::string("x must be an integer tensor (uint8, int8, int32, int64), got ") + to_string(t));
+  ctx.check(t == DataType::kUInt8 || t == DataType::kInt8 || t == DataType::kInt32 || t == DataType::kInt64 ||
+                t == DataType::kInt16 || t == DataType::kUInt16 || t == DataType::kUInt32 || t == DataType::kUInt64,
+            std::string("x must be an integer tensor (int8/16/32/64, uint8/16/32/64), got ") + to_string(t));
   ctx.check(ctx.input_type(1) == t, std::string("the shift amounts (") + to_string(ctx.input_type(1)) +
                                         ") must have the type of x (" + to_string(t) + ")");
   ctx.set_output(0, t, broadcast_dims(ctx, ctx.input_dims(0), ctx.input_dims(1)));

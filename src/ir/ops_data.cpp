@@ -465,7 +465,8 @@ KILN_REGISTER_OP(OpSchema{kLayerConstant, 0, 0, 1,
                           {{"value", A::kTensor, HostTensor{}, true, "the output tensor"}},
                           {},
                           infer_constant,
-                          "Outputs the tensor held in attribute `value`."});
+                          "Outputs the tensor held in attribute `value`.",
+                          /*takes_strings=*/true});
 
 KILN_REGISTER_OP(OpSchema{
     kLayerShuffle, 1, 2, 1,

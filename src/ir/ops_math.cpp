@@ -286,9 +286,12 @@ KILN_REGISTER_OP(OpSchema{kLayerSelect, 3, 3, 1, {}, {}, infer_select,
 KILN_REGISTER_OP(OpSchema{kLayerCast, 1, 1, 1,
                           {attr("to", AttrType::kString, std::string(), "target data type name", true)}, {},
                           infer_cast,
-                          "Element-wise conversion; float->int truncates toward zero, ->bool is != 0."});
+                          "Element-wise conversion; float->int truncates toward zero, ->bool is != 0; to and from "
+                          "string: shortest round-trip decimal text, and parsing (docs/layers.md).",
+                          /*takes_strings=*/true});
 
-KILN_REGISTER_OP(OpSchema{kLayerIdentity, 1, 1, 1, {}, {}, infer_same_as_input, "Copies its input."});
+KILN_REGISTER_OP(OpSchema{kLayerIdentity, 1, 1, 1, {}, {}, infer_same_as_input, "Copies its input.",
+                          /*takes_strings=*/true});
 
 KILN_REGISTER_OP(OpSchema{kLayerSoftMax, 1, 1, 1,
                           {attr("axis", AttrType::kInt, int64_t{-1}, "the axis normalized over"),

@@ -36,6 +36,29 @@ HostTensor shape_value(const Layer& layer, const Dims& dims) {
   return t;
 }
 
+// String tensors reach only the layer types whose schema says takes_strings (the others'
+// kernels compute on numbers and would read StringRefs as bytes).
+void check_string_support(const ShapeContext& ctx, const std::vector<std::pair<DataType, Dims>>& outputs) {
+  const Layer& layer = ctx.layer();
+  std::string which;
+  for (int i = 0; i < ctx.num_inputs() && which.empty(); ++i) {
+    if (ctx.has_input(i) && ctx.input_type(i) == DataType::kString) which = "input " + std::to_string(i);
+  }
+  for (size_t i = 0; i < outputs.size() && which.empty(); ++i) {
+    if (outputs[i].first == DataType::kString) which = "output " + std::to_string(i);
+  }
+  if (which.empty()) return;
+  const OpSchema* schema = layer.type() == kLayerPlugin ? nullptr : OpSchemaRegistry::instance().find(layer.type());
+  if (schema && schema->takes_strings) return;
+  std::string allowed;
+  for (const std::string& type : OpSchemaRegistry::instance().types()) {
+    const OpSchema* s = OpSchemaRegistry::instance().find(type);
+    if (s && s->takes_strings) allowed += (allowed.empty() ? "" : ", ") + type;
+  }
+  ctx.fail(which + " is a string tensor; string tensors are supported only by " + allowed +
+           " (on the CPU); convert with Cast first");
+}
+
 }  // namespace
 
 std::vector<std::pair<DataType, Dims>> infer_layer(const Layer& layer, const std::vector<const TensorState*>& inputs,
@@ -76,6 +99,7 @@ std::vector<std::pair<DataType, Dims>> infer_layer(const Layer& layer, const std
     if (!ctx.output_set(i)) ctx.fail("shape inference did not set output " + std::to_string(i));
     out.emplace_back(ctx.output_type(i), ctx.output_dims(i));
   }
+  check_string_support(ctx, out);
   for (int k : ctx.size_outputs()) {
     if (ctx.output_type(k) != DataType::kInt64 || ctx.output_dims(k).volume() != 1) {
       ctx.fail("data-dependent size output " + std::to_string(k) + " must be an int64 scalar, it is " +
@@ -115,6 +139,8 @@ std::vector<HostTensor> evaluate_on_host(const Layer& layer, const std::vector<c
   KernelContext kc;
   kc.layer = &layer;
   kc.num_threads = 1;
+  StringArena strings;  // the kernel's string characters, copied into the outputs below
+  kc.strings = &strings;
   for (size_t i = 0; i < inputs.size(); ++i) {
     TensorDesc d;
     TensorView v;
@@ -143,6 +169,10 @@ std::vector<HostTensor> evaluate_on_host(const Layer& layer, const std::vector<c
     kc.workspace = workspace.empty() ? nullptr : workspace.data();
     kc.workspace_size = workspace.size();
     kernel->execute(kc);
+    // String outputs point into `strings`: give each output its own copy of the characters.
+    for (auto& o : outputs) {
+      if (o.type() == DataType::kString) o = HostTensor::from_bytes(o.type(), o.dims(), o.data(), o.nbytes());
+    }
     // Data-dependent outputs were written compactly with the extents the kernel put in its
     // size outputs: keep that prefix.
     DataDependence dd;
@@ -153,9 +183,9 @@ std::vector<HostTensor> evaluate_on_host(const Layer& layer, const std::vector<c
       const auto actual = infer_layer(layer, state_ptrs, &sizes);
       for (size_t k = 0; k < outputs.size(); ++k) {
         if (actual[k].second == outputs[k].dims()) continue;
-        HostTensor trimmed(actual[k].first, actual[k].second);
-        if (trimmed.nbytes()) std::memcpy(trimmed.data(), outputs[k].data(), trimmed.nbytes());
-        outputs[k] = std::move(trimmed);
+        // from_bytes copies the leading elements (and, for strings, their characters).
+        const size_t nbytes = static_cast<size_t>(actual[k].second.volume()) * data_type_size(actual[k].first);
+        outputs[k] = HostTensor::from_bytes(actual[k].first, actual[k].second, outputs[k].data(), nbytes);
       }
     }
   } catch (const std::exception& e) {

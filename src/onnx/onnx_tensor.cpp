@@ -28,16 +28,16 @@ const std::map<int32_t, OnnxTypeInfo>& onnx_types() {
       {onnx::TensorProto::FLOAT, {"FLOAT", DataType::kFloat32}},
       {onnx::TensorProto::UINT8, {"UINT8", DataType::kUInt8}},
       {onnx::TensorProto::INT8, {"INT8", DataType::kInt8}},
-      {onnx::TensorProto::UINT16, {"UINT16", std::nullopt}},
-      {onnx::TensorProto::INT16, {"INT16", std::nullopt}},
+      {onnx::TensorProto::UINT16, {"UINT16", DataType::kUInt16}},
+      {onnx::TensorProto::INT16, {"INT16", DataType::kInt16}},
       {onnx::TensorProto::INT32, {"INT32", DataType::kInt32}},
       {onnx::TensorProto::INT64, {"INT64", DataType::kInt64}},
-      {onnx::TensorProto::STRING, {"STRING", std::nullopt}},
+      {onnx::TensorProto::STRING, {"STRING", DataType::kString}},
       {onnx::TensorProto::BOOL, {"BOOL", DataType::kBool}},
       {onnx::TensorProto::FLOAT16, {"FLOAT16", DataType::kFloat16}},
       {onnx::TensorProto::DOUBLE, {"DOUBLE", DataType::kFloat64}},
-      {onnx::TensorProto::UINT32, {"UINT32", std::nullopt}},
-      {onnx::TensorProto::UINT64, {"UINT64", std::nullopt}},
+      {onnx::TensorProto::UINT32, {"UINT32", DataType::kUInt32}},
+      {onnx::TensorProto::UINT64, {"UINT64", DataType::kUInt64}},
       {onnx::TensorProto::COMPLEX64, {"COMPLEX64", std::nullopt}},
       {onnx::TensorProto::COMPLEX128, {"COMPLEX128", std::nullopt}},
       {onnx::TensorProto::BFLOAT16, {"BFLOAT16", std::nullopt}},
@@ -78,6 +78,20 @@ void copy_field(const Field& field, HostTensor& out, const std::string& what, co
     case DataType::kInt64:
       for (int64_t i = 0; i < n; ++i) out.as<int64_t>()[i] = static_cast<int64_t>(field[static_cast<int>(i)]);
       break;
+    case DataType::kInt16:
+      for (int64_t i = 0; i < n; ++i) out.as<int16_t>()[i] = static_cast<int16_t>(field[static_cast<int>(i)]);
+      break;
+    case DataType::kUInt16:
+      for (int64_t i = 0; i < n; ++i) out.as<uint16_t>()[i] = static_cast<uint16_t>(field[static_cast<int>(i)]);
+      break;
+    case DataType::kUInt32:
+      for (int64_t i = 0; i < n; ++i) out.as<uint32_t>()[i] = static_cast<uint32_t>(field[static_cast<int>(i)]);
+      break;
+    case DataType::kUInt64:
+      for (int64_t i = 0; i < n; ++i) out.as<uint64_t>()[i] = static_cast<uint64_t>(field[static_cast<int>(i)]);
+      break;
+    case DataType::kString:  // string_data is read by tensor_from_proto
+      throw Error(what + ": a string tensor keeps its values in string_data, not " + field_name);
   }
 }
 
@@ -156,7 +170,7 @@ HostTensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& 
   const auto type = data_type_from_onnx(proto.data_type());
   if (!type) {
     throw Error(what + ": element type " + onnx_data_type_name(proto.data_type()) +
-                " is not supported by kiln (float32/16/64, int8/32/64, uint8, bool are)");
+                " is not supported by kiln (float32/16/64, int8/16/32/64, uint8/16/32/64, bool, string are)");
   }
   if (proto.dims_size() > kMaxDims) {
     throw Error(what + ": rank " + std::to_string(proto.dims_size()) + " exceeds kiln's maximum of " + std::to_string(kMaxDims));
@@ -175,6 +189,19 @@ HostTensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& 
   if (count > (int64_t{1} << 40)) throw Error(what + ": dims " + dims.to_string() + " are too large");
   HostTensor out(*type, dims);
 
+  if (*type == DataType::kString) {
+    // ONNX stores strings only in string_data (raw_data and external data hold fixed-size elements).
+    if (proto.data_location() == onnx::TensorProto::EXTERNAL || proto.has_raw_data()) {
+      throw Error(what + ": a string tensor must keep its values in string_data, not in " +
+                  (proto.has_raw_data() ? "raw_data" : "external data"));
+    }
+    if (proto.string_data_size() != count) {
+      throw Error(what + ": string_data has " + std::to_string(proto.string_data_size()) + " values but dims " +
+                  dims.to_string() + " need " + std::to_string(count));
+    }
+    for (int64_t i = 0; i < count; ++i) out.set_string(i, proto.string_data(static_cast<int>(i)));
+    return out;
+  }
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     read_external(proto, out, base_dir, what);
     return out;
@@ -192,7 +219,9 @@ HostTensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& 
     case onnx::TensorProto::FLOAT: copy_field(proto.float_data(), out, what, "float_data"); break;
     case onnx::TensorProto::DOUBLE: copy_field(proto.double_data(), out, what, "double_data"); break;
     case onnx::TensorProto::INT64: copy_field(proto.int64_data(), out, what, "int64_data"); break;
-    default: copy_field(proto.int32_data(), out, what, "int32_data"); break;  // int8/uint8/int32/bool/float16
+    case onnx::TensorProto::UINT32:
+    case onnx::TensorProto::UINT64: copy_field(proto.uint64_data(), out, what, "uint64_data"); break;
+    default: copy_field(proto.int32_data(), out, what, "int32_data"); break;  // (u)int8/16, int32, bool, float16
   }
   return out;
 }

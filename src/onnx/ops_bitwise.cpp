@@ -15,7 +15,8 @@ void import_bit_shift(NodeContext& ctx) {
   ctx.set_output(0, ctx.add_layer(kLayerBitShift, {ctx.required_input(0, "X"), ctx.required_input(1, "Y")}, 1, std::move(a))->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("BitShift", import_bit_shift,
-                            {.min_opset = 11, .types = "uint8", .notes = "uint16/32/64 have no kiln type"});
+                            {.min_opset = 11, .types = "uint8, uint16, uint32, uint64",
+                             .notes = "uint16/32/64 on the CPU only"});
 
 }  // namespace
 }  // namespace kiln

@@ -10,6 +10,9 @@ namespace {
 constexpr const char* kFloatTypes = "float32, float16, float64";
 constexpr const char* kNumericTypes = "float32, float16, float64, int8, uint8, int32, int64";
 constexpr const char* kAllTypes = "every kiln type (float32/16/64, int8, uint8, int32, int64, bool)";
+// Ops whose CPU kernel (ElementWise) also takes int16 and uint16/32/64.
+constexpr const char* kWideIntTypes =
+    "float32, float16, float64, int8/16/32/64, uint8/16/32/64 (int16 and uint16/32/64 on the CPU only)";
 
 Attributes op_attrs(const std::string& op) {
   Attributes a;
@@ -82,8 +85,9 @@ KILN_REGISTER_ONNX_IMPORTER("Div", import_binary,
                              .notes = "opset < 7: broadcast with 'axis' needs both ranks recorded; integers truncate"});
 KILN_REGISTER_ONNX_IMPORTER("Pow", import_binary,
                             {.min_opset = 1,
-                             .types = "base float32, float16, float64, int32, int64; exponent of any numeric kiln type"});
-KILN_REGISTER_ONNX_IMPORTER("Mod", import_binary, {.min_opset = 10, .types = kNumericTypes});
+                             .types = "base float32, float16, float64, int32, int64; exponent of any numeric kiln type "
+                                      "(int16 and uint16/32/64 on the CPU only)"});
+KILN_REGISTER_ONNX_IMPORTER("Mod", import_binary, {.min_opset = 10, .types = kWideIntTypes});
 KILN_REGISTER_ONNX_IMPORTER("Equal", import_binary, {.min_opset = 1, .types = kAllTypes});
 KILN_REGISTER_ONNX_IMPORTER("Less", import_binary, {.min_opset = 1, .types = kNumericTypes});
 KILN_REGISTER_ONNX_IMPORTER("Greater", import_binary, {.min_opset = 1, .types = kNumericTypes});
@@ -123,8 +127,8 @@ void import_variadic(NodeContext& ctx) {
   ctx.set_output(0, acc);
 }
 KILN_REGISTER_ONNX_IMPORTER("Sum", import_variadic, {.min_opset = 1, .types = kNumericTypes});
-KILN_REGISTER_ONNX_IMPORTER("Max", import_variadic, {.min_opset = 1, .types = kNumericTypes});
-KILN_REGISTER_ONNX_IMPORTER("Min", import_variadic, {.min_opset = 1, .types = kNumericTypes});
+KILN_REGISTER_ONNX_IMPORTER("Max", import_variadic, {.min_opset = 1, .types = kWideIntTypes});
+KILN_REGISTER_ONNX_IMPORTER("Min", import_variadic, {.min_opset = 1, .types = kWideIntTypes});
 KILN_REGISTER_ONNX_IMPORTER("Mean", import_variadic, {.min_opset = 1, .types = kFloatTypes});
 
 // ---- unary -------------------------------------------------------------------------------------

@@ -166,6 +166,11 @@ double quantize(double v, DataType type) {
     case DataType::kInt8: return std::clamp(std::nearbyint(v), -128.0, 127.0);
     case DataType::kUInt8: return std::clamp(std::nearbyint(v), 0.0, 255.0);
     case DataType::kBool: return v > 0 ? 1.0 : 0.0;
+    case DataType::kInt16: return std::clamp(std::nearbyint(v), -32768.0, 32767.0);
+    case DataType::kUInt16: return std::clamp(std::nearbyint(v), 0.0, 65535.0);
+    case DataType::kUInt32:
+    case DataType::kUInt64: return std::max(std::nearbyint(v), 0.0);
+    case DataType::kString: break;  // plugins take no string tensors
   }
   return v;
 }
@@ -182,6 +187,11 @@ void store(uint8_t* p, DataType type, double v) {
     case DataType::kInt8: { const auto i = static_cast<int8_t>(v); std::memcpy(p, &i, 1); break; }
     case DataType::kUInt8:
     case DataType::kBool: *p = static_cast<uint8_t>(v); break;
+    case DataType::kInt16: { const auto i = static_cast<int16_t>(v); std::memcpy(p, &i, 2); break; }
+    case DataType::kUInt16: { const auto i = static_cast<uint16_t>(v); std::memcpy(p, &i, 2); break; }
+    case DataType::kUInt32: { const auto i = static_cast<uint32_t>(v); std::memcpy(p, &i, 4); break; }
+    case DataType::kUInt64: { const auto i = static_cast<uint64_t>(v); std::memcpy(p, &i, 8); break; }
+    case DataType::kString: break;  // plugins take no string tensors
   }
 }
 
@@ -195,6 +205,11 @@ double load(const uint8_t* p, DataType type) {
     case DataType::kInt8: return static_cast<int8_t>(*p);
     case DataType::kUInt8: return *p;
     case DataType::kBool: return *p != 0 ? 1.0 : 0.0;
+    case DataType::kInt16: { int16_t i; std::memcpy(&i, p, 2); return i; }
+    case DataType::kUInt16: { uint16_t i; std::memcpy(&i, p, 2); return i; }
+    case DataType::kUInt32: { uint32_t i; std::memcpy(&i, p, 4); return i; }
+    case DataType::kUInt64: { uint64_t i; std::memcpy(&i, p, 8); return static_cast<double>(i); }
+    case DataType::kString: break;  // plugins take no string tensors
   }
   return 0;
 }

@@ -44,6 +44,10 @@ void bit_shift_any(const KernelContext& ctx) {
     case DataType::kInt8: return bit_shift<int8_t>(ctx);
     case DataType::kInt32: return bit_shift<int32_t>(ctx);
     case DataType::kInt64: return bit_shift<int64_t>(ctx);
+    case DataType::kUInt16: return bit_shift<uint16_t>(ctx);
+    case DataType::kUInt32: return bit_shift<uint32_t>(ctx);
+    case DataType::kUInt64: return bit_shift<uint64_t>(ctx);
+    case DataType::kInt16: return bit_shift<int16_t>(ctx);
     default: throw Error(std::string("BitShift: unsupported data type ") + to_string(ctx.inputs[0].type));
   }
 }

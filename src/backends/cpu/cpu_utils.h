@@ -78,6 +78,17 @@ void parallel_for(int64_t n, int num_threads, Fn fn, int64_t min_chunk = 4096) {
     default: throw ::kiln::Error(std::string(what) + ": unsupported data type " + ::kiln::to_string(dtype)); \
   }
 
+// KILN_DISPATCH_NUMERIC plus the types only some kernels take (int16, uint16, uint32, uint64):
+// ElementWise, BitShift and Cast.
+#define KILN_DISPATCH_NUMERIC_WIDE(dtype, what, ...)                                              \
+  switch (dtype) {                                                                                \
+    case ::kiln::DataType::kInt16: { using T = int16_t; __VA_ARGS__; break; }                   \
+    case ::kiln::DataType::kUInt16: { using T = uint16_t; __VA_ARGS__; break; }                 \
+    case ::kiln::DataType::kUInt32: { using T = uint32_t; __VA_ARGS__; break; }                 \
+    case ::kiln::DataType::kUInt64: { using T = uint64_t; __VA_ARGS__; break; }                 \
+    default: KILN_DISPATCH_NUMERIC(dtype, what, __VA_ARGS__);                                    \
+  }
+
 // Same, limited to floating-point types.
 #define KILN_DISPATCH_FLOAT(dtype, what, ...)                                                     \
   switch (dtype) {                                                                                \

@@ -18,17 +18,19 @@
 
 #include "kiln/error.h"
 #include "src/backends/cpu/cpu_utils.h"
+#include "src/backends/cpu/string_cpu.h"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln {
 namespace {
 
-// Type the arithmetic happens in: half computes in float; bool and 8-bit integers are promoted
-// to int32 so that their arithmetic wraps (modulo 2^8) instead of overflowing in odd ways.
+// Type the arithmetic happens in: half computes in float; bool, 8- and 16-bit integers are
+// promoted to int32 so that their arithmetic wraps (modulo 2^8, 2^16) instead of overflowing in
+// odd ways; uint32 and uint64 compute in their own (wrapping) type.
 template <typename T>
 using Calc = std::conditional_t<std::is_same_v<T, half>, float,
-                                std::conditional_t<(std::is_integral_v<T> && sizeof(T) == 1), int32_t, T>>;
+                                std::conditional_t<(std::is_integral_v<T> && sizeof(T) <= 2), int32_t, T>>;
 
 // ---- integer helpers: defined results where C++ would trap (x/0, INT_MIN/-1) ----------------
 
@@ -38,38 +40,52 @@ C wrap_neg(C a) {
   return static_cast<C>(U{0} - static_cast<U>(a));
 }
 
-// Truncates toward zero (C / ONNX Runtime); x/0 is 0 rather than a SIGFPE.
+// Truncates toward zero (C / ONNX Runtime); x/0 is 0 rather than a SIGFPE. Unsigned types
+// (uint32, uint64) have no negative operands to care about.
 template <typename C>
 C int_div(C a, C b) {
   if (b == 0) return 0;
-  if (b == -1) return wrap_neg(a);
+  if constexpr (std::is_signed_v<C>) {
+    if (b == -1) return wrap_neg(a);
+  }
   return static_cast<C>(a / b);
 }
 
 template <typename C>
 C int_mod(C a, C b, bool fmod) {
-  if (b == 0 || b == -1) return 0;
-  C r = static_cast<C>(a % b);
-  if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = static_cast<C>(r + b);  // follow the divisor's sign
-  return r;
+  if (b == 0) return 0;
+  if constexpr (std::is_signed_v<C>) {
+    if (b == -1) return 0;
+    C r = static_cast<C>(a % b);
+    if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = static_cast<C>(r + b);  // follow the divisor's sign
+    return r;
+  } else {
+    return static_cast<C>(a % b);
+  }
 }
 
 template <typename C>
 C int_floor_div(C a, C b) {
   if (b == 0) return 0;
-  if (b == -1) return wrap_neg(a);
-  C q = static_cast<C>(a / b);
-  if (a % b != 0 && ((a < 0) != (b < 0))) --q;
-  return q;
+  if constexpr (std::is_signed_v<C>) {
+    if (b == -1) return wrap_neg(a);
+    C q = static_cast<C>(a / b);
+    if (a % b != 0 && ((a < 0) != (b < 0))) --q;
+    return q;
+  } else {
+    return static_cast<C>(a / b);
+  }
 }
 
 // Exact integer power (wrapping on overflow); a negative exponent gives the truncated 1/a^|b|.
 template <typename C>
 C int_pow(C a, C b) {
-  if (b < 0) {
-    if (a == 1) return 1;
-    if (a == -1) return (b % 2 == 0) ? 1 : -1;
-    return 0;
+  if constexpr (std::is_signed_v<C>) {
+    if (b < 0) {
+      if (a == 1) return 1;
+      if (a == -1) return (b % 2 == 0) ? 1 : -1;
+      return 0;
+    }
   }
   using U = std::make_unsigned_t<C>;
   U result = 1, base = static_cast<U>(a);
@@ -225,13 +241,13 @@ class ElementWiseReference : public Kernel {
       : op_(parse_elementwise_op(attr_string(layer, "op"))), fmod_(attr_int(layer, "fmod") != 0) {}
   void execute(const KernelContext& ctx) override {
     if (op_ == ElementWiseOp::kPow && ctx.inputs[0].type != ctx.inputs[1].type) {
-      KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "ElementWise pow base", {
+      KILN_DISPATCH_NUMERIC_WIDE(ctx.inputs[0].type, "ElementWise pow base", {
         using B = T;
-        KILN_DISPATCH_NUMERIC(ctx.inputs[1].type, "ElementWise pow exponent", pow_mixed_reference<B, T>(ctx));
+        KILN_DISPATCH_NUMERIC_WIDE(ctx.inputs[1].type, "ElementWise pow exponent", pow_mixed_reference<B, T>(ctx));
       });
       return;
     }
-    KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "ElementWise", binary_reference_fn<T>(op_)(ctx, fmod_));
+    KILN_DISPATCH_NUMERIC_WIDE(ctx.inputs[0].type, "ElementWise", binary_reference_fn<T>(op_)(ctx, fmod_));
   }
 
  private:
@@ -502,15 +518,23 @@ void cast_loop(const KernelContext& ctx) {
 
 void cast_execute(const KernelContext& ctx) {
   const DataType to = ctx.outputs[0].type;
-  KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "Cast", {
+  if (to == DataType::kString || ctx.inputs[0].type == DataType::kString) {
+    cpu::cast_with_strings(ctx);
+    return;
+  }
+  KILN_DISPATCH_NUMERIC_WIDE(ctx.inputs[0].type, "Cast", {
     using S = T;
-    KILN_DISPATCH_NUMERIC(to, "Cast", cast_loop<S, T>(ctx));
+    KILN_DISPATCH_NUMERIC_WIDE(to, "Cast", cast_loop<S, T>(ctx));
   });
 }
 
 void identity_execute(const KernelContext& ctx) {
   const TensorView& x = ctx.inputs[0];
   const TensorView& y = ctx.outputs[0];
+  if (x.type == DataType::kString) {
+    cpu::copy_strings(ctx);
+    return;
+  }
   if (x.data != y.data) std::memcpy(y.data, x.data, static_cast<size_t>(x.count()) * data_type_size(x.type));
 }
 

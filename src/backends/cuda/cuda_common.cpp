@@ -83,6 +83,11 @@ cudnnDataType_t cudnn_type(DataType t) {
     case DataType::kInt64: return CUDNN_DATA_INT64;
     case DataType::kUInt8: return CUDNN_DATA_UINT8;
     case DataType::kBool: return CUDNN_DATA_BOOLEAN;
+    case DataType::kString:  // CPU-only types
+    case DataType::kInt16:
+    case DataType::kUInt16:
+    case DataType::kUInt32:
+    case DataType::kUInt64: break;
   }
   throw Error(std::string("cuDNN does not take data type ") + to_string(t));
 }

@@ -281,6 +281,11 @@ void dispatch_scatter_type(DataType t, Fn&& fn) {
     case DataType::kInt8: fn(std::type_identity<int8_t>{}); break;
     case DataType::kUInt8: fn(std::type_identity<uint8_t>{}); break;
     case DataType::kBool: fn(std::type_identity<bool>{}); break;
+    case DataType::kString:
+    case DataType::kInt16:
+    case DataType::kUInt16:
+    case DataType::kUInt32:
+    case DataType::kUInt64: throw Error(std::string("Scatter: ") + to_string(t) + " tensors are not supported on CUDA");
   }
 }
 
