@@ -64,6 +64,16 @@ void run_and_check(ExecutionContext& ctx, Backend& backend, Io& io, float scale,
   }
 }
 
+// Device buffers for x and y, bound to `ctx`.
+Io bind_io(ExecutionContext& ctx, DeviceTensors& mem) {
+  Io io;
+  io.x_dev = mem.alloc(io.x.nbytes());
+  io.y_dev = mem.alloc(io.y.nbytes());
+  ctx.set_tensor_address("x", io.x_dev);
+  ctx.set_tensor_address("y", io.y_dev);
+  return io;
+}
+
 TEST(CudaGraphAuto, ContextsReplayGraphsByDefaultWithThePlainResults) {
   std::string why;
   if (!cuda_usable(&why)) GTEST_SKIP() << why;
@@ -71,21 +81,13 @@ TEST(CudaGraphAuto, ContextsReplayGraphsByDefaultWithThePlainResults) {
   ASSERT_TRUE(engine);
   Backend& backend = get_backend(DeviceType::kCUDA);
   DeviceTensors mem(backend);
-  Io io;
-  io.x_dev = mem.alloc(io.x.nbytes());
-  io.y_dev = mem.alloc(io.y.nbytes());
   auto ctx = engine->create_execution_context();
   EXPECT_TRUE(ctx->graph_capture()) << "CUDA contexts use graphs by default";
-  ctx->set_tensor_address("x", io.x_dev);
-  ctx->set_tensor_address("y", io.y_dev);
+  Io io = bind_io(*ctx, mem);
   run_and_check(*ctx, backend, io, 1.0f, "first run (captures)");
   run_and_check(*ctx, backend, io, -0.5f, "second run (replays with new input values)");
   // New addresses: a new capture, still right.
-  Io io2;
-  io2.x_dev = mem.alloc(io2.x.nbytes());
-  io2.y_dev = mem.alloc(io2.y.nbytes());
-  ctx->set_tensor_address("x", io2.x_dev);
-  ctx->set_tensor_address("y", io2.y_dev);
+  Io io2 = bind_io(*ctx, mem);
   run_and_check(*ctx, backend, io2, 2.0f, "after new addresses");
   ctx->set_graph_capture(false);
   EXPECT_FALSE(ctx->graph_capture());
@@ -99,12 +101,8 @@ TEST(CudaGraphAuto, CaptureBreakingPluginFallsBackToPlainLaunches) {
   ASSERT_TRUE(engine);
   Backend& backend = get_backend(DeviceType::kCUDA);
   DeviceTensors mem(backend);
-  Io io;
-  io.x_dev = mem.alloc(io.x.nbytes());
-  io.y_dev = mem.alloc(io.y.nbytes());
   auto ctx = engine->create_execution_context();
-  ctx->set_tensor_address("x", io.x_dev);
-  ctx->set_tensor_address("y", io.y_dev);
+  Io io = bind_io(*ctx, mem);
   run_and_check(*ctx, backend, io, 1.0f, "first run (the capture fails)");
   EXPECT_FALSE(ctx->graph_capture()) << "a failed automatic capture must turn graphs off";
   run_and_check(*ctx, backend, io, -2.0f, "second run (plain)");

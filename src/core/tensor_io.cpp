@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/core/utf8.h"
 #include "src/onnx/onnx_proto.h"
 #include "src/onnx/onnx_tensor.h"
 
@@ -211,46 +212,15 @@ class NpyHeaderParser {
 
 // ---- numpy unicode arrays ('<U<n>': n UTF-32LE code units per element, zero-padded) ------------
 
-// Appends the UTF-8 encoding of code point cp.
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 // The code points of UTF-8 text; an invalid byte becomes U+FFFD.
 std::vector<uint32_t> utf8_code_points(std::string_view s) {
   std::vector<uint32_t> cps;
   size_t i = 0;
   while (i < s.size()) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    const int len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    uint32_t cp = len == 1 ? b : len == 2 ? (b & 0x1Fu) : len == 3 ? (b & 0x0Fu) : (b & 0x07u);
-    bool ok = len > 0 && i + static_cast<size_t>(len) <= s.size();
-    for (int k = 1; ok && k < len; ++k) {
-      const auto c = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
-      ok = (c & 0xC0) == 0x80;
-      cp = (cp << 6) | (c & 0x3Fu);
-    }
-    if (!ok) {
-      cps.push_back(0xFFFD);
-      ++i;
-      continue;
-    }
-    cps.push_back(cp);
-    i += static_cast<size_t>(len);
+    uint32_t cp = 0;
+    const size_t len = utf8::decode(s, i, cp);
+    cps.push_back(len ? cp : 0xFFFD);
+    i += len ? len : 1;
   }
   return cps;
 }
@@ -328,7 +298,7 @@ HostTensor load_npy(const std::string& path) {
         if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
           fail(path, "element " + std::to_string(i) + " holds an invalid code point");
         }
-        append_utf8(text, cp);
+        utf8::append(text, cp);
       }
       t.set_string(i, text);
     }

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 
+#include "src/core/utf8.h"
+
 namespace kiln::cpu {
 namespace {
 
@@ -136,56 +138,6 @@ uint32_t map_code_point(const CaseRange (&table)[N], uint32_t cp) {
   return static_cast<uint32_t>(static_cast<int64_t>(cp) + r.delta);
 }
 
-// Decodes one UTF-8 sequence at text[i]; returns its length, or 0 for an invalid one.
-size_t decode_utf8(std::string_view text, size_t i, uint32_t& cp) {
-  const auto b = static_cast<unsigned char>(text[i]);
-  size_t len = 0;
-  if (b < 0x80) {
-    cp = b;
-    return 1;
-  }
-  if ((b & 0xE0) == 0xC0) {
-    len = 2;
-    cp = b & 0x1Fu;
-  } else if ((b & 0xF0) == 0xE0) {
-    len = 3;
-    cp = b & 0x0Fu;
-  } else if ((b & 0xF8) == 0xF0) {
-    len = 4;
-    cp = b & 0x07u;
-  } else {
-    return 0;
-  }
-  if (i + len > text.size()) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    const auto c = static_cast<unsigned char>(text[i + k]);
-    if ((c & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (c & 0x3Fu);
-  }
-  // Overlong encodings and surrogates are invalid; they are kept as bytes.
-  static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return len;
-}
-
-void encode_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 }  // namespace
 
 uint32_t to_upper_code_point(uint32_t cp) {
@@ -211,7 +163,7 @@ std::string change_case(std::string_view text, CaseChange change) {
   size_t i = 0;
   while (i < text.size()) {
     uint32_t cp = 0;
-    const size_t len = decode_utf8(text, i, cp);
+    const size_t len = utf8::decode(text, i, cp);
     if (len == 0) {  // not UTF-8: the byte as it is
       out += text[i++];
       continue;
@@ -223,7 +175,7 @@ std::string change_case(std::string_view text, CaseChange change) {
       case CaseChange::kFold: cp = fold_code_point(cp); break;
       case CaseChange::kNone: break;
     }
-    encode_utf8(out, cp);
+    utf8::append(out, cp);
   }
   return out;
 }
