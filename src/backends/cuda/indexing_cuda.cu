@@ -16,7 +16,8 @@
 // - Trilu (k read on the device from its int32/int64 tensor), OneHot (any numeric indices,
 //   truncated toward zero; [off, on] read on the device), ReverseSequence (lengths read on the
 //   device) and MaxUnpool move elements by width, so they serve every element type.
-// - MaxUnpool writes like Scatter without reduction: an owner pass (atomicMax of the input
+// - MaxUnpool writes like Scatter without reduction (indices are flat over the default unpooled
+//   shape and re-expressed in the strides of a larger output_shape): an owner pass (atomicMax of the input
 //   position + 1 per output element, in the workspace) lets only the last input aimed at an
 //   output write it, as the reference's sequential loop does.
 // Run-time errors of the reference (a sequence length outside [0, T], an unpool index outside
@@ -649,22 +650,42 @@ bool reverse_sequence_supports(const Layer& layer, const std::vector<TensorDesc>
 
 // ---- MaxUnpool ----------------------------------------------------------------------------------
 
+// Indices are flat over the default unpooled shape [N, C, (D-1)*s - pb - pe + k ..]; a larger
+// output_shape pads that tensor at the end of each axis (the reference), so an index is
+// re-expressed in the output's strides unless the two shapes agree (`remap` false).
 struct UnpoolArgs {
   int64_t in_count = 0, out_count = 0;
+  int64_t unpooled_count = 0;  // valid indices are [0, unpooled_count)
+  bool remap = false;
+  int rank = 0;
+  int64_t unpooled_stride[kMaxDims] = {};
+  int64_t out_stride[kMaxDims] = {};
   int* flag = nullptr;
 };
 
-// owner[p] = 1 + the last input position whose index is p.
+// Output position of unpooled flat index p (in range).
+__device__ __forceinline__ int64_t unpool_target(const UnpoolArgs& a, int64_t p) {
+  if (!a.remap) return p;
+  int64_t at = 0, rest = p;
+  for (int d = 0; d < a.rank; ++d) {
+    const int64_t q = rest / a.unpooled_stride[d];
+    at += q * a.out_stride[d];
+    rest -= q * a.unpooled_stride[d];
+  }
+  return at;
+}
+
+// owner[t] = 1 + the last input position whose index lands on output position t.
 template <typename O>
 __global__ void unpool_owner_kernel(const int64_t* __restrict__ indices, O* __restrict__ owner, UnpoolArgs a) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.in_count; i += step) {
     const int64_t p = indices[i];
-    if (p < 0 || p >= a.out_count) {
+    if (p < 0 || p >= a.unpooled_count) {
       *a.flag = 1;
       continue;
     }
-    atomicMax(owner + p, static_cast<O>(i + 1));
+    atomicMax(owner + unpool_target(a, p), static_cast<O>(i + 1));
   }
 }
 
@@ -674,7 +695,9 @@ __global__ void unpool_write_kernel(const W* __restrict__ x, const int64_t* __re
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.in_count; i += step) {
     const int64_t p = indices[i];
-    if (p >= 0 && p < a.out_count && owner[p] == static_cast<O>(i + 1)) y[p] = x[i];
+    if (p < 0 || p >= a.unpooled_count) continue;
+    const int64_t t = unpool_target(a, p);
+    if (owner[t] == static_cast<O>(i + 1)) y[t] = x[i];
   }
 }
 
@@ -686,13 +709,44 @@ class MaxUnpoolCuda : public Kernel {
     a_.in_count = inputs[0].dims.volume();
     a_.out_count = outputs[0].dims.volume();
     owner64_ = a_.in_count >= int64_t{0xffffffff};
+    // The default unpooled shape (indexing_cpu.cpp's max_unpool).
+    const Dims& xd = inputs[0].dims;
+    const Dims& yd = outputs[0].dims;
+    const auto kernel = attr_ints(layer, "kernel");
+    auto strides = attr_ints(layer, "strides");
+    auto pads = attr_ints(layer, "pads");
+    const size_t k = kernel.size();
+    if (strides.empty()) strides.assign(k, 1);
+    if (pads.empty()) pads.assign(2 * k, 0);
+    if (xd.rank() != static_cast<int>(k) + 2 || yd.rank() != xd.rank() || strides.size() != k || pads.size() != 2 * k) {
+      throw Error("MaxUnpool layer '" + layer.name() + "': kernel/strides/pads do not match input " + xd.to_string());
+    }
+    Dims unpooled{xd[0], xd[1]};
+    for (size_t i = 0; i < k; ++i) {
+      unpooled.push_back((xd[static_cast<int>(i) + 2] - 1) * strides[i] - pads[i] - pads[i + k] + kernel[i]);
+    }
+    a_.unpooled_count = unpooled.volume();
+    a_.rank = unpooled.rank();
+    a_.remap = false;
+    int64_t us = 1, os = 1;
+    for (int d = a_.rank - 1; d >= 0; --d) {
+      if (unpooled[d] > yd[d]) {
+        throw Error("MaxUnpool layer '" + layer.name() + "': output " + yd.to_string() +
+                    " is smaller than the unpooled shape " + unpooled.to_string());
+      }
+      if (unpooled[d] != yd[d]) a_.remap = true;
+      a_.unpooled_stride[d] = us;
+      a_.out_stride[d] = os;
+      us *= unpooled[d];
+      os *= yd[d];
+    }
     if (const HostTensor* idx = inputs[1].value) {
       const std::vector<int64_t> v = idx->to_int64();
       for (size_t i = 0; i < v.size(); ++i) {
-        if (v[i] < 0 || v[i] >= a_.out_count) {
+        if (v[i] < 0 || v[i] >= a_.unpooled_count) {
           throw Error("MaxUnpool layer '" + layer.name() + "': indices[" + std::to_string(i) + "] = " +
-                      std::to_string(v[i]) + " is outside the output (" + outputs[0].dims.to_string() + ", " +
-                      std::to_string(a_.out_count) + " elements)");
+                      std::to_string(v[i]) + " is outside the unpooled tensor (" + unpooled.to_string() + ", " +
+                      std::to_string(a_.unpooled_count) + " elements)");
         }
       }
     }

@@ -1,7 +1,9 @@
 // CUDA kernels of Resize (ONNX Resize, opset 11+ semantics, no roi; docs/layers.md), matching
 // the CPU reference (resize_cpu.cpp) which follows ONNX Runtime's float math:
 //   - per-axis scale: the `scales` value when given, else float(out) / float(in);
-//   - coordinate_transformation_mode in float (half_pixel_symmetric partly in double), an axis of
+//   - coordinate_transformation_mode in float (half_pixel_symmetric and align_corners partly in
+//     double); align_corners and pytorch_half_pixel use the resized length in * scale (fractional
+//     when `scales` is given and the output extent was floored), else the output extent; an axis of
 //     scale 1 maps x to x; nearest rounds by nearest_mode and clamps; linear clamps the coordinate
 //     and blends two neighbours; cubic blends four with Keys' kernel (cubic_coeff_a), clamping
 //     indices, or with exclude_outside dropping outside taps and renormalizing.
@@ -93,6 +95,20 @@ __host__ __device__ __forceinline__ double d_add(double a, double b) {
   return a + b;
 #endif
 }
+__host__ __device__ __forceinline__ double d_sub(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+__host__ __device__ __forceinline__ double d_mul(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
 __host__ __device__ __forceinline__ double d_div(double a, double b) {
 #ifdef __CUDA_ARCH__
   return __ddiv_rn(a, b);
@@ -101,8 +117,11 @@ __host__ __device__ __forceinline__ double d_div(double a, double b) {
 #endif
 }
 
-// x_original of output index j (resize_cpu.cpp's coord_modes and source_coord).
-__host__ __device__ __forceinline__ float source_coord(int mode, int64_t j, float s, float out_len, float in_len) {
+// x_original of output index j (resize_cpu.cpp's coord_modes and source_coord). `resized_len` is
+// in * scale (double, possibly fractional) when `scales` was given, else the output extent:
+// align_corners and pytorch_half_pixel use it, not the output extent (ONNX's reference).
+__host__ __device__ __forceinline__ float source_coord(int mode, int64_t j, float s, float out_len, float in_len,
+                                                       double resized_len) {
   const float x = static_cast<float>(j);
   if (s == 1.0f) return x;
   switch (mode) {
@@ -114,8 +133,12 @@ __host__ __device__ __forceinline__ float source_coord(int mode, int64_t j, floa
       // offset + (x + 0.5) / s - 0.5 in double, as ONNX Runtime.
       return static_cast<float>(d_add(d_add(static_cast<double>(offset), d_div(d_add(x, 0.5), s)), -0.5));
     }
-    case kPytorchHalfPixel: return out_len > 1 ? f_sub(f_div(f_add(x, 0.5f), s), 0.5f) : 0.0f;
-    case kAlignCorners: return out_len == 1 ? 0.0f : f_div(f_mul(x, f_sub(in_len, 1.0f)), f_sub(out_len, 1.0f));
+    case kPytorchHalfPixel: return resized_len > 1 ? f_sub(f_div(f_add(x, 0.5f), s), 0.5f) : 0.0f;
+    case kAlignCorners:
+      // x * (in - 1.0) / (resized - 1.0) in double, as the CPU reference.
+      return resized_len == 1 ? 0.0f
+                              : static_cast<float>(d_div(d_mul(static_cast<double>(x), d_sub(static_cast<double>(in_len), 1.0)),
+                                                         d_sub(resized_len, 1.0)));
     case kAsymmetric: return f_div(x, s);
     default: return f_div(f_add(x, 0.5f), s);  // tf_half_pixel_for_nn
   }
@@ -142,6 +165,7 @@ struct Taps {
 
 struct TableAxis {
   float scale = 1, out_len = 1, in_len = 1;
+  double resized_len = 1;  // in * scale when `scales` was given, else out (see source_coord)
   int64_t in_extent = 1;
   int64_t stride = 1;  // in the resize kernel's offset units
   int64_t first = 0;   // index of this axis's first table entry
@@ -171,7 +195,7 @@ __host__ __device__ __forceinline__ void table_entry(const TableParams& p, int64
   }
   const TableAxis ax = p.axis[a];
   const int64_t j = e - ax.first, n = ax.in_extent;
-  float c = source_coord(p.coord, j, ax.scale, ax.out_len, ax.in_len);
+  float c = source_coord(p.coord, j, ax.scale, ax.out_len, ax.in_len, ax.resized_len);
   if (p.mode == kResizeNearest) {
     const int64_t i = nearest_round(p.nearest, c);
     offsets[e] = (i < 0 ? 0 : (i > n - 1 ? n - 1 : i)) * ax.stride;
@@ -414,6 +438,7 @@ struct ResizeGeometry {
   std::vector<int> active;  // memory axes that are resized
   int64_t count = 0;
   bool inner_passthrough = false;
+  bool scales_given = false;  // resized length in * scale (fractional) rather than the output extent
 };
 
 class ResizeCuda : public Kernel {
@@ -443,6 +468,7 @@ class ResizeCuda : public Kernel {
       geo_.scale.push_back(scales[static_cast<size_t>(a)]);
     }
     geo_.in_stride = cuda::row_major_strides(geo_.in);
+    geo_.scales_given = given;
     for (int m = 0; m < rank; ++m) {
       const auto u = static_cast<size_t>(m);
       if (geo_.scale[u] != 1.0f || geo_.out[u] != geo_.in[u]) geo_.active.push_back(m);
@@ -492,6 +518,8 @@ class ResizeCuda : public Kernel {
       t.scale = geo_.scale[u];
       t.out_len = static_cast<float>(geo_.out[u]);
       t.in_len = static_cast<float>(geo_.in[u]);
+      t.resized_len = geo_.scales_given ? static_cast<double>(geo_.scale[u]) * static_cast<double>(geo_.in[u])
+                                        : static_cast<double>(geo_.out[u]);
       t.in_extent = geo_.in[u];
       t.stride = geo_.in_stride[u] / unit;
       t.first = p.total;
