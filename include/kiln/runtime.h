@@ -124,8 +124,15 @@ class ExecutionContext {
   // Whether enqueue replays a graph when it can (explicitly or automatically).
   bool graph_capture() const;
 
-  // Runs the inference to completion. Throws kiln::Error naming the failing layer.
+  // Runs the inference to completion. Throws kiln::Error naming the failing layer, also for
+  // invalid data found on the device during the run (check_device_errors).
   void execute();
+  // Device engines: throws kiln::Error naming the layer when a kernel found invalid data that
+  // only the device could see during the last inference (an index out of range computed by an
+  // earlier layer: Gather, GatherElements/ND, the Scatter family). execute() calls it; after
+  // enqueue, call it once the stream has completed the inference. No-op on the CPU, whose
+  // kernels throw directly.
+  void check_device_errors();
   // Queues the inference on `stream` (a cudaStream_t for CUDA engines; null means the context's
   // own stream, never the legacy default stream; ignored on the CPU, where it runs
   // synchronously) and returns. No host synchronization happens inside, except after a layer

@@ -52,6 +52,12 @@ struct KernelContext {
   // outputs point into it); reset by the runtime at the start of each inference. CPU only;
   // null on other devices, which take no string tensors.
   StringArena* strings = nullptr;
+  // Device memory (CUDA): an int32 the kernel sets to non-zero when it finds invalid data that
+  // only the device sees (an index out of range computed by an earlier layer). Set by the runtime
+  // for kernels whose reports_device_errors() is true, zeroed at the start of each inference and
+  // read after it (ExecutionContext::execute / check_device_errors), which then fails naming the
+  // layer. May be null (kernel timing at build time): write only when it is not.
+  int32_t* device_error = nullptr;
 };
 
 // The extents one input or output of a layer takes over an optimization profile (the shapes at
@@ -81,6 +87,8 @@ class Kernel {
   }
   // Scratch bytes needed for these shapes (called after prepare).
   virtual size_t workspace_size() const { return 0; }
+  // Whether execute() may set KernelContext::device_error for these shapes (called after prepare).
+  virtual bool reports_device_errors() const { return false; }
   // Runs the layer. Throws kiln::Error on failure (the runtime adds the layer name).
   virtual void execute(const KernelContext& ctx) = 0;
 };

@@ -76,6 +76,11 @@ struct ContextImpl {
   // values whose StringRefs were copied into buffers; both are reset when an inference starts,
   // so output strings stay valid until the next inference on this context.
   StringArena strings;
+  // Device engines: one int32 per step that a kernel sets when it finds invalid data only the
+  // device sees (KernelContext::device_error); zeroed at the start of each inference and read by
+  // check_device_errors when some step's kernel reports such errors.
+  DeviceBuffer device_errors;
+  std::vector<bool> reports_errors;  // per step
   std::vector<std::shared_ptr<HostTensor>> string_values;
 
   ~ContextImpl() {
@@ -324,9 +329,11 @@ void prepare_steps(ContextImpl& c, size_t first) {
   const int threads = context_threads(c);
   size_t workspace = 0;
   const bool device = e.data.device != DeviceType::kCPU;
+  c.reports_errors.resize(e.steps.size(), false);
   for (size_t s = first; s < e.steps.size(); ++s) {
     const Layer& l = *e.steps[s];
     c.host_known[s] = is_host_known(l, c.states);
+    c.reports_errors[s] = false;
     if (device) {
       for (int i = 0; i < l.num_outputs(); ++i) {
         c.host_known_addresses.erase(l.output(i));
@@ -358,8 +365,11 @@ void prepare_steps(ContextImpl& c, size_t first) {
                   "' failed: " + ex.what());
     }
     workspace = std::max(workspace, c.kernels[s]->workspace_size());
+    c.reports_errors[s] = device && c.kernels[s]->reports_device_errors();
   }
   if (c.workspace.size() < workspace) c.workspace = DeviceBuffer(*e.backend, workspace);
+  const size_t error_bytes = e.steps.size() * sizeof(int32_t);
+  if (device && c.device_errors.size() < error_bytes) c.device_errors = DeviceBuffer(*e.backend, error_bytes);
 }
 
 void prepare_context(ContextImpl& c) {
@@ -553,6 +563,26 @@ void ExecutionContext::execute() {
   EngineImpl& e = *c.engine;
   enqueue(c.own_stream);
   e.backend->synchronize(c.own_stream);
+  check_device_errors();
+}
+
+void ExecutionContext::check_device_errors() {
+  ContextImpl& c = *impl_;
+  EngineImpl& e = *c.engine;
+  if (!c.device_errors.size() || std::none_of(c.reports_errors.begin(), c.reports_errors.end(), [](bool b) { return b; })) {
+    return;
+  }
+  std::vector<int32_t> flags(e.steps.size(), 0);
+  e.backend->copy_device_to_host(flags.data(), c.device_errors.data(), flags.size() * sizeof(int32_t), nullptr);
+  for (size_t s = 0; s < flags.size(); ++s) {
+    if (!flags[s]) continue;
+    const Layer& l = *e.steps[s];
+    throw Error("layer '" + l.name() + "' (" + l.type() + ", kernel '" + e.kernels[s]->tactic +
+                "'): an index was out of range. The indices were computed on the device during the "
+                "inference, so they could not be checked before it; the elements they address were "
+                "written as 0 (or the updates skipped). Check the values that reach this layer's indices "
+                "input (run the engine on the CPU to get the exact index and position)");
+  }
 }
 
 namespace {
@@ -632,6 +662,8 @@ void enqueue_steps(ExecutionContext& self, ContextImpl& c, void* stream) {
   (void)self;
   EngineImpl& e = *c.engine;
   const int threads = context_threads(c);
+  auto* const errors = static_cast<int32_t*>(c.device_errors.data());
+  if (errors) e.backend->memset_device(errors, 0, c.device_errors.size(), stream);
   for (size_t s = 0; s < e.steps.size(); ++s) {
     const Layer& l = *e.steps[s];
     try {
@@ -662,6 +694,7 @@ void enqueue_steps(ExecutionContext& self, ContextImpl& c, void* stream) {
       kc.stream = stream;
       kc.num_threads = threads;
       if (e.data.device == DeviceType::kCPU) kc.strings = &c.strings;
+      if (errors && c.reports_errors[s]) kc.device_error = errors + s;
       if (c.profiling) {
         const auto t0 = std::chrono::steady_clock::now();
         c.kernels[s]->execute(kc);

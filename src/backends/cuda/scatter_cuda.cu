@@ -16,8 +16,8 @@
 //   the atomics land (not bit-reproducible run to run).
 // Indices are int32 or int64, negative values wrap. An index out of range is an error: when the
 // indices are host-known prepare() checks them and throws as the reference does; otherwise the
-// update is skipped and an int32 flag at the start of the workspace is set to 1 (reset by every
-// execute; nobody reads it yet, as for Gather's flag in slice_gather_cuda.cu).
+// update is skipped and the layer's device error flag (KernelContext::device_error) is set; the
+// runtime reads it after the inference and fails naming the layer.
 //
 // Layout: kLinear only (dense row-major); any element width 1, 2, 4 or 8 bytes (bool only with
 // reduction none); rank <= 8.
@@ -42,7 +42,6 @@ namespace {
 constexpr int64_t kSerialMinGroups = 256;   // float add/mul: serial with at least this many groups,
 constexpr int64_t kSerialShortChain = 64;   // or with chains this short
 constexpr int64_t kNoneSerialGroups = 4096; // reduction none, elements mode: serial above this
-constexpr size_t kFlagBytes = 256;          // the error flag's slot at the start of the workspace
 
 enum class Reduction : int { kNone, kAdd, kMul, kMax, kMin };
 
@@ -344,6 +343,7 @@ class ScatterCuda : public Kernel {
       a_.groups = a_.chain > 0 ? a_.updates / a_.chain : 0;
       slots_ = data_count_;
     }
+    reports_errors_ = inputs[1].value == nullptr;
     if (inputs[1].value) check_indices(*inputs[1].value, data, where);
 
     const DataType t = inputs[0].type;
@@ -360,8 +360,10 @@ class ScatterCuda : public Kernel {
 
   size_t workspace_size() const override {
     const size_t owner = path_ == ScatterPath::kOwner ? static_cast<size_t>(slots_) * (owner64_ ? 8 : 4) : 0;
-    return kFlagBytes + owner;
+    return owner;
   }
+
+  bool reports_device_errors() const override { return reports_errors_; }
 
   void execute(const KernelContext& ctx) override {
     const cudaStream_t stream = stream_of(ctx);
@@ -375,12 +377,11 @@ class ScatterCuda : public Kernel {
     if (a_.updates == 0 || data_count_ == 0) return;
     ScatterArgs a = a_;
     a.indices = ctx.inputs[1].data;
-    a.flag = static_cast<int*>(ctx.workspace);
-    KILN_CUDA_CHECK(cudaMemsetAsync(a.flag, 0, sizeof(int), stream));
+    a.flag = reports_errors_ ? ctx.device_error : nullptr;
     const void* upd = ctx.inputs[2].data;
     switch (path_) {
       case ScatterPath::kOwner: {
-        void* owner = static_cast<char*>(ctx.workspace) + kFlagBytes;
+        void* owner = ctx.workspace;
         KILN_CUDA_CHECK(cudaMemsetAsync(owner, 0, static_cast<size_t>(slots_) * (owner64_ ? 8 : 4), stream));
         if (owner64_) {
           run_owner<unsigned long long>(a, upd, y.data, owner, es, stream);
@@ -449,6 +450,7 @@ class ScatterCuda : public Kernel {
   ScatterArgs a_;
   int64_t data_count_ = 0, slots_ = 0;
   bool owner64_ = false;
+  bool reports_errors_ = false;  // indices computed on the device: out-of-range ones set the flag
   ScatterPath path_ = ScatterPath::kOwner;
 };
 

@@ -6,10 +6,9 @@
 // of range is an error (docs/layers.md). When the indices are host-known (constants, the usual
 // case) prepare() checks them all and throws a kiln::Error naming the index, as the CPU
 // reference does. When they are computed on the device no host check is possible without a
-// synchronization, so the kernels write zero for such an element and set an int32 error flag
-// at the start of the workspace (reset to 0 by every execute; 1 after a bad index). Nothing on
-// the host reads that flag yet: a caller that wants the check reads those 4 bytes after the
-// stream completes. Default and nd gathers move contiguous slices with vector accesses (up to
+// synchronization, so the kernels write zero for such an element and set the layer's device
+// error flag (KernelContext::device_error), which the runtime reads after the inference and
+// turns into an error naming the layer. Default and nd gathers move contiguous slices with vector accesses (up to
 // 16 bytes) when the slice length and pointers allow. Layout: kLinear only; any element type.
 #include <algorithm>
 #include <memory>
@@ -289,10 +288,10 @@ class GatherCuda : public Kernel {
         break;
       }
     }
-    workspace_ = value ? 0 : sizeof(int);
+    reports_errors_ = value == nullptr;
   }
 
-  size_t workspace_size() const override { return workspace_; }
+  bool reports_device_errors() const override { return reports_errors_; }
 
   void execute(const KernelContext& ctx) override {
     const TensorView& data = ctx.inputs.at(0);
@@ -300,12 +299,7 @@ class GatherCuda : public Kernel {
     const TensorView& y = ctx.outputs.at(0);
     if (y.count() == 0) return;
     const cudaStream_t stream = cuda::stream_of(ctx);
-    int* error = nullptr;
-    if (workspace_) {
-      if (!ctx.workspace || ctx.workspace_size < workspace_) throw Error("Gather (CUDA): missing workspace");
-      error = static_cast<int*>(ctx.workspace);
-      cuda::memset_async(error, 0, sizeof(int), stream);
-    }
+    int* error = reports_errors_ ? ctx.device_error : nullptr;
     const auto by_index_type = [&](auto&& fn) {
       if (index_type_ == DataType::kInt64) {
         fn(static_cast<const int64_t*>(idx.data));
@@ -418,7 +412,7 @@ class GatherCuda : public Kernel {
   Dims data_, idx_, out_;
   size_t elem_ = 1;
   DataType index_type_ = DataType::kInt64;
-  size_t workspace_ = 0;
+  bool reports_errors_ = false;  // indices computed on the device: out-of-range ones set the flag
 };
 
 bool supports_gather(const Layer& layer, const std::vector<TensorDesc>& inputs) {
