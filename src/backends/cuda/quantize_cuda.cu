@@ -252,15 +252,27 @@ bool common_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) 
   return true;
 }
 
+// The output types follow from the inputs and attributes as shape inference derives them
+// (src/ir/ops_quantize.cpp), not from the layer's output tensor, whose type is only final once
+// the network has been through the builder (the op harness asks before that).
 bool quantize_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (!common_supports(layer, inputs) || !is_float_type(inputs[0].type)) return false;
-  const DataType out = layer.output(0)->type();
+  DataType out = DataType::kUInt8;
+  if (inputs.size() > 2 && inputs[2].present) {
+    out = inputs[2].type;
+  } else {
+    try {
+      out = parse_data_type(attr_string(layer, "output_type"));
+    } catch (const Error&) {
+      return false;
+    }
+  }
   return out == DataType::kInt8 || out == DataType::kUInt8;
 }
 
 bool dequantize_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
-  if (!common_supports(layer, inputs) || zp_code(inputs[0].type) < 0) return false;
-  return is_float_type(layer.output(0)->type());
+  // y takes the scale's type, which common_supports requires to be a float type.
+  return common_supports(layer, inputs) && zp_code(inputs[0].type) >= 0;
 }
 
 }  // namespace
