@@ -219,6 +219,18 @@ Tensor* NodeContext::add_int64_constant(const std::vector<int64_t>& values, cons
   return add_constant(HostTensor::from_vector(DataType::kInt64, Dims{static_cast<int64_t>(values.size())}, values), suffix);
 }
 
+std::optional<DataType> NodeContext::static_type(int i) {
+  if (const HostTensor* c = constant(i)) return c->type();
+  Tensor* t = input(i);
+  if (!t) return std::nullopt;
+  if (t->is_network_input()) return t->type();
+  if (const Layer* p = t->producer()) {
+    if (p->type() == kLayerConstant) return t->type();
+    if (p->type() == kLayerCast) return parse_data_type(p->attrs().get_string("to"));
+  }
+  return std::nullopt;
+}
+
 Tensor* NodeContext::add_float_constant(const std::vector<float>& values, const std::string& suffix) {
   return add_constant(HostTensor::from_vector(DataType::kFloat32, Dims{static_cast<int64_t>(values.size())}, values), suffix);
 }

@@ -150,6 +150,9 @@ class NodeContext {
   Tensor* add_constant(const HostTensor& value, const std::string& suffix);
   Tensor* add_int64_constant(const std::vector<int64_t>& values, const std::string& suffix);
   Tensor* add_float_constant(const std::vector<float>& values, const std::string& suffix);
+  // The element type of input i when it is fixed before kiln infers types (graph inputs,
+  // constants, Cast outputs); nullopt otherwise.
+  std::optional<DataType> static_type(int i);
 
   // ---- outcomes --------------------------------------------------------------------------
   // The model is wrong: throws kiln::Error "node '<name>' (<op_type>): <message>".

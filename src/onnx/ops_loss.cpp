@@ -177,24 +177,10 @@ KILN_REGISTER_ONNX_IMPORTER("SoftmaxCrossEntropyLoss", import_softmax_cross_entr
                                       "is a run-time error, a negative one counts from the end (ONNX leaves both "
                                       "undefined)"});
 
-// The element type of input i when it is fixed before kiln infers types: graph inputs,
-// constants, and Cast outputs.
-std::optional<DataType> static_type(NodeContext& ctx, int i) {
-  if (const HostTensor* c = ctx.constant(i)) return c->type();
-  Tensor* t = ctx.input(i);
-  if (!t) return std::nullopt;
-  if (t->is_network_input()) return t->type();
-  if (const Layer* p = t->producer()) {
-    if (p->type() == kLayerConstant) return t->type();
-    if (p->type() == kLayerCast) return parse_data_type(p->attrs().get_string("to"));
-  }
-  return std::nullopt;
-}
-
 void import_cast_like(NodeContext& ctx) {
   Tensor* input = ctx.required_input(0, "input");
   ctx.required_input(1, "target_type");
-  const std::optional<DataType> type = static_type(ctx, 1);
+  const std::optional<DataType> type = ctx.static_type(1);
   if (!type) {
     ctx.unsupported("the element type of target_type '" + ctx.input_name(1) +
                     "' must be known at import (a graph input, an initializer or Constant, or a Cast output); "

@@ -1,6 +1,7 @@
 // ONNX importers of element-wise math: binary ops (arithmetic, comparisons, logic), variadic
 // Sum/Max/Min/Mean (chains of binary layers), unary ops, Where, MatMul and Gemm. The ONNX op
 // -> kiln op name mappings are tables; every op is registered by name below its table.
+#include "src/core/half.h"
 #include "src/onnx/onnx_import_context.h"
 
 namespace kiln {
@@ -121,7 +122,22 @@ void import_variadic(NodeContext& ctx) {
   if (mean) {
     Attributes a;
     a.set("mode", std::string("uniform"));
-    Tensor* scale = ctx.add_float_constant({1.0f / static_cast<float>(n)}, "inv_count");
+    // 1/N in the inputs' type when the importer knows it (graph inputs, constants, Cast
+    // outputs): Scale takes its parameters in the input's type. Otherwise float32, the usual case.
+    std::optional<DataType> type;
+    for (int i = 0; i < n && !type; ++i) type = ctx.static_type(i);
+    Tensor* scale = nullptr;
+    if (type == DataType::kFloat64 || type == DataType::kFloat16) {
+      HostTensor inv(*type, Dims{1});
+      if (*type == DataType::kFloat64) {
+        inv.as<double>()[0] = 1.0 / n;
+      } else {
+        inv.as<uint16_t>()[0] = float_to_half_bits(1.0f / static_cast<float>(n));
+      }
+      scale = ctx.add_constant(inv, "inv_count");
+    } else {
+      scale = ctx.add_float_constant({1.0f / static_cast<float>(n)}, "inv_count");
+    }
     acc = ctx.add_layer(kLayerScale, {acc, scale}, 1, std::move(a))->output(0);
   }
   ctx.set_output(0, acc);
