@@ -1,6 +1,6 @@
 // Scalar definitions of every activation kind (docs/layers.md), shared by the CPU reference
-// kernels, fused post-ops and the element-wise fusion interpreter. Written for float; the
-// reference computes in float (double where noted for accuracy).
+// kernels, fused post-ops and the element-wise fusion interpreter. Every path computes in float
+// except the float64 reference, which uses the same formulas in double (activation_value<double>).
 #pragma once
 
 #include <algorithm>
@@ -10,36 +10,53 @@
 
 namespace kiln {
 
-inline float activation_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// The formulas, for T = float (what every float32/float16 path computes) and T = double (the
+// float64 reference). Constants are written as double literals: each one converts to exactly the
+// float the former float literal gave (checked below), so the float path is bit-identical.
+template <typename T>
+inline T activation_sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
 
-inline float apply_activation(ActivationType kind, float x, float alpha, float beta) {
+template <typename T>
+inline T activation_value(ActivationType kind, T x, T alpha, T beta) {
+  constexpr T kZero = T(0), kOne = T(1), kHalf = T(0.5);
   switch (kind) {
-    case ActivationType::kRelu: return x > 0.0f ? x : 0.0f;
+    case ActivationType::kRelu: return x > kZero ? x : kZero;
     case ActivationType::kSigmoid: return activation_sigmoid(x);
     case ActivationType::kTanh: return std::tanh(x);
-    case ActivationType::kLeakyRelu: return x >= 0.0f ? x : alpha * x;
-    case ActivationType::kElu: return x >= 0.0f ? x : alpha * (std::exp(x) - 1.0f);
-    case ActivationType::kSelu: return beta * (x > 0.0f ? x : alpha * (std::exp(x) - 1.0f));
-    case ActivationType::kSoftplus: return x > 20.0f ? x : std::log1p(std::exp(x));
+    case ActivationType::kLeakyRelu: return x >= kZero ? x : alpha * x;
+    case ActivationType::kElu: return x >= kZero ? x : alpha * (std::exp(x) - kOne);
+    case ActivationType::kSelu: return beta * (x > kZero ? x : alpha * (std::exp(x) - kOne));
+    case ActivationType::kSoftplus: return x > T(20) ? x : std::log1p(std::exp(x));
     case ActivationType::kClip: return std::min(std::max(x, alpha), beta);
-    case ActivationType::kHardSigmoid: return std::max(0.0f, std::min(1.0f, alpha * x + beta));
-    case ActivationType::kHardSwish: return x * std::max(0.0f, std::min(1.0f, x / 6.0f + 0.5f));
+    case ActivationType::kHardSigmoid: return std::max(kZero, std::min(kOne, alpha * x + beta));
+    case ActivationType::kHardSwish: return x * std::max(kZero, std::min(kOne, x / T(6) + kHalf));
     case ActivationType::kSilu: return x * activation_sigmoid(x);
     case ActivationType::kSwish: return x * activation_sigmoid(alpha * x);
-    case ActivationType::kGeluErf: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    case ActivationType::kGeluErf: return kHalf * x * (kOne + std::erf(x * T(0.70710678118654752)));
     case ActivationType::kGeluTanh: {
-      const float k = 0.79788456080286536f;  // sqrt(2/pi)
-      return 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x)));
+      const T k = T(0.79788456080286536);  // sqrt(2/pi)
+      return kHalf * x * (kOne + std::tanh(k * (x + T(0.044715) * x * x * x)));
     }
     case ActivationType::kMish: {
-      const float sp = x > 20.0f ? x : std::log1p(std::exp(x));
+      const T sp = x > T(20) ? x : std::log1p(std::exp(x));
       return x * std::tanh(sp);
     }
-    case ActivationType::kSoftsign: return x / (1.0f + std::fabs(x));
-    case ActivationType::kCelu: return std::max(0.0f, x) + std::min(0.0f, alpha * (std::exp(x / alpha) - 1.0f));
-    case ActivationType::kThresholdedRelu: return x > alpha ? x : 0.0f;
+    case ActivationType::kSoftsign: return x / (kOne + std::fabs(x));
+    case ActivationType::kCelu: return std::max(kZero, x) + std::min(kZero, alpha * (std::exp(x / alpha) - kOne));
+    case ActivationType::kThresholdedRelu: return x > alpha ? x : kZero;
   }
   return x;
+}
+static_assert(static_cast<float>(0.70710678118654752) == 0.70710678118654752f &&
+                  static_cast<float>(0.79788456080286536) == 0.79788456080286536f &&
+                  static_cast<float>(0.044715) == 0.044715f,
+              "the float path must keep the constants it always had");
+
+inline float activation_sigmoid(float x) { return activation_sigmoid<float>(x); }
+inline float apply_activation(ActivationType kind, float x, float alpha, float beta) {
+  return activation_value<float>(kind, x, alpha, beta);
 }
 
 // A fused post-op as read from a layer's `activation`, `activation_alpha`, `activation_beta`.

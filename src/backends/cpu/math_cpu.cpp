@@ -47,20 +47,28 @@ int64_t product(const Dims& dims, int begin, int end) {
 struct ActivationParams {
   ActivationType kind;
   float alpha, beta;
+  double alpha64, beta64;  // the attributes as stored, for the float64 path
   explicit ActivationParams(const Layer& layer)
       : kind(parse_activation_type(attr_string(layer, "kind"))),
         alpha(static_cast<float>(attr_float(layer, "alpha"))),
-        beta(static_cast<float>(attr_float(layer, "beta"))) {}
+        beta(static_cast<float>(attr_float(layer, "beta"))),
+        alpha64(attr_float(layer, "alpha")),
+        beta64(attr_float(layer, "beta")) {}
 };
 
-// Computes in float for every floating-point type (apply_activation is the shared definition).
+// Computes in float for float32 and float16, in double for float64 (activation_value is the
+// shared definition).
 void activation_reference(const KernelContext& ctx, const ActivationParams& p) {
   KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "Activation", {
     const T* x = ctx.inputs[0].as<const T>();
     T* y = ctx.outputs[0].as<T>();
     cpu::parallel_for(ctx.outputs[0].count(), ctx.num_threads, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        y[i] = static_cast<T>(apply_activation(p.kind, static_cast<float>(x[i]), p.alpha, p.beta));
+        if constexpr (std::is_same_v<T, double>) {
+          y[i] = activation_value<double>(p.kind, x[i], p.alpha64, p.beta64);
+        } else {
+          y[i] = static_cast<T>(apply_activation(p.kind, static_cast<float>(x[i]), p.alpha, p.beta));
+        }
       }
     });
   });
