@@ -23,6 +23,7 @@
 
 #include "kiln/error.h"
 #include "src/backends/cuda/cuda_common.h"
+#include "src/backends/cuda/rounded_math_cuda.cuh"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
 
@@ -63,34 +64,6 @@ struct QParams {
   }
 };
 
-// Element loads/stores by compute type.
-template <typename T> struct Elem;
-template <> struct Elem<float> {
-  using C = float;
-  __device__ static float load(float v) { return v; }
-  __device__ static float store(float v) { return v; }
-};
-template <> struct Elem<__half> {
-  using C = float;
-  __device__ static float load(__half v) { return __half2float(v); }
-  __device__ static __half store(float v) { return __float2half_rn(v); }
-};
-template <> struct Elem<double> {
-  using C = double;
-  __device__ static double load(double v) { return v; }
-  __device__ static double store(double v) { return v; }
-};
-
-__device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
-__device__ __forceinline__ double div_rn(double a, double b) { return __ddiv_rn(a, b); }
-__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
-__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float round_even(float v) { return rintf(v); }
-__device__ __forceinline__ double round_even(double v) { return rint(v); }
-__device__ __forceinline__ float from_int64(int64_t v, float) { return __ll2float_rn(v); }
-__device__ __forceinline__ double from_int64(int64_t v, double) { return __ll2double_rn(v); }
 
 template <typename X, typename Q>
 __global__ void quantize_kernel(const X* __restrict__ x, Q* __restrict__ y, QParams p) {

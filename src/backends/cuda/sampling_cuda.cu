@@ -26,45 +26,14 @@
 
 #include "kiln/error.h"
 #include "src/backends/cuda/cuda_common.h"
+#include "src/backends/cuda/rounded_math_cuda.cuh"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln::cuda {
 namespace {
 
-// ---- element types and IEEE-rounded arithmetic ---------------------------------------------------
-
-template <typename T> struct Elem;
-template <> struct Elem<float> {
-  using C = float;
-  __device__ static float load(float v) { return v; }
-  __device__ static float store(float v) { return v; }
-};
-template <> struct Elem<__half> {
-  using C = float;
-  __device__ static float load(__half v) { return __half2float(v); }
-  __device__ static __half store(float v) { return __float2half_rn(v); }
-};
-template <> struct Elem<double> {
-  using C = double;
-  __device__ static double load(double v) { return v; }
-  __device__ static double store(double v) { return v; }
-};
-
-__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double add(double a, double b) { return __dadd_rn(a, b); }
-__device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
-__device__ __forceinline__ double sub(double a, double b) { return __dsub_rn(a, b); }
-__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float dv(float a, float b) { return __fdiv_rn(a, b); }
-__device__ __forceinline__ double dv(double a, double b) { return __ddiv_rn(a, b); }
-__device__ __forceinline__ float flr(float a) { return floorf(a); }
-__device__ __forceinline__ double flr(double a) { return floor(a); }
-__device__ __forceinline__ float rne(float a) { return rintf(a); }
-__device__ __forceinline__ double rne(double a) { return rint(a); }
-__device__ __forceinline__ float cil(float a) { return ceilf(a); }
-__device__ __forceinline__ double cil(double a) { return ceil(a); }
+// Element types and IEEE-rounded arithmetic: rounded_math_cuda.cuh.
 
 __device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (hi < v ? hi : v); }
 
@@ -85,19 +54,19 @@ struct GridArgs {
 
 template <typename C>
 __device__ C reflect(C x, C lo, C hi) {
-  const C range = sub(hi, lo);
+  const C range = sub_rn(hi, lo);
   if (range <= 0) return lo;
   if (x < lo) {
-    const C dx = sub(lo, x);
-    const auto n = static_cast<int64_t>(dv(dx, range));
-    const C r = sub(dx, mul(static_cast<C>(n), range));
-    return n % 2 == 0 ? add(lo, r) : sub(hi, r);
+    const C dx = sub_rn(lo, x);
+    const auto n = static_cast<int64_t>(div_rn(dx, range));
+    const C r = sub_rn(dx, mul_rn(static_cast<C>(n), range));
+    return n % 2 == 0 ? add_rn(lo, r) : sub_rn(hi, r);
   }
   if (x > hi) {
-    const C dx = sub(x, hi);
-    const auto n = static_cast<int64_t>(dv(dx, range));
-    const C r = sub(dx, mul(static_cast<C>(n), range));
-    return n % 2 == 0 ? sub(hi, r) : add(lo, r);
+    const C dx = sub_rn(x, hi);
+    const auto n = static_cast<int64_t>(div_rn(dx, range));
+    const C r = sub_rn(dx, mul_rn(static_cast<C>(n), range));
+    return n % 2 == 0 ? sub_rn(hi, r) : add_rn(lo, r);
   }
   return x;
 }
@@ -119,7 +88,7 @@ __device__ int64_t grid_tap(const GridArgs& p, int64_t i, int64_t n) {
   if (p.padding == kPadZeros) return -1;
   if (p.padding == kPadBorder) return clamp64(i, 0, n - 1);
   const C lo = p.align ? C(0) : C(-0.5);
-  const C hi = p.align ? static_cast<C>(n - 1) : sub(static_cast<C>(n), C(0.5));
+  const C hi = p.align ? static_cast<C>(n - 1) : sub_rn(static_cast<C>(n), C(0.5));
   return clamp64(static_cast<int64_t>(reflect<C>(static_cast<C>(i), lo, hi)), 0, n - 1);
 }
 
@@ -138,13 +107,13 @@ __global__ void grid_sample_kernel(const T* __restrict__ x, const T* __restrict_
       const int64_t extent = p.size[d];
       const C n_d = static_cast<C>(extent);
       const C v = Elem<T>::load(gp[p.k - 1 - d]);  // the grid lists x (the last axis) first
-      C c = p.align ? mul(dv(add(v, C(1)), C(2)), sub(n_d, C(1))) : dv(sub(mul(add(v, C(1)), n_d), C(1)), C(2));
-      if (p.interp == kInterpNearest) c = rne(c);
+      C c = p.align ? mul_rn(div_rn(add_rn(v, C(1)), C(2)), sub_rn(n_d, C(1))) : div_rn(sub_rn(mul_rn(add_rn(v, C(1)), n_d), C(1)), C(2));
+      if (p.interp == kInterpNearest) c = round_even(c);
       const C lo = p.align ? C(0) : C(-0.5);
-      const C hi = p.align ? sub(n_d, C(1)) : sub(n_d, C(0.5));
+      const C hi = p.align ? sub_rn(n_d, C(1)) : sub_rn(n_d, C(0.5));
       if (c < lo || c > hi) {
         if (p.padding == kPadBorder && p.interp != kInterpCubic) {
-          const C top = sub(n_d, C(1));
+          const C top = sub_rn(n_d, C(1));
           c = c < C(0) ? C(0) : (top < c ? top : c);
         }
         if (p.padding == kPadReflection) c = reflect<C>(c, lo, hi);
@@ -155,14 +124,14 @@ __global__ void grid_sample_kernel(const T* __restrict__ x, const T* __restrict_
         wt[d][0] = C(1);
         continue;
       }
-      const C f = flr(c);
+      const C f = floor_of(c);
       const auto i0 = static_cast<int64_t>(f);
-      const C frac = sub(c, f);
+      const C frac = sub_rn(c, f);
       if (p.interp == kInterpLinear) {
         ntaps[d] = 2;
         idx[d][0] = grid_tap<C>(p, i0, extent);
         idx[d][1] = grid_tap<C>(p, i0 + 1, extent);
-        wt[d][0] = sub(C(1), frac);
+        wt[d][0] = sub_rn(C(1), frac);
         wt[d][1] = frac;
       } else {
         ntaps[d] = 4;
@@ -291,19 +260,19 @@ __global__ void roi_align_kernel(const T* __restrict__ x, const T* __restrict__ 
     }
     const C scale = static_cast<C>(p.scale);
     const C offset = p.half_pixel ? C(0.5) : C(0);
-    const C x1 = sub(mul(Elem<T>::load(rois[r * 4 + 0]), scale), offset);
-    const C y1 = sub(mul(Elem<T>::load(rois[r * 4 + 1]), scale), offset);
-    const C x2 = sub(mul(Elem<T>::load(rois[r * 4 + 2]), scale), offset);
-    const C y2 = sub(mul(Elem<T>::load(rois[r * 4 + 3]), scale), offset);
-    C roi_w = sub(x2, x1), roi_h = sub(y2, y1);
+    const C x1 = sub_rn(mul_rn(Elem<T>::load(rois[r * 4 + 0]), scale), offset);
+    const C y1 = sub_rn(mul_rn(Elem<T>::load(rois[r * 4 + 1]), scale), offset);
+    const C x2 = sub_rn(mul_rn(Elem<T>::load(rois[r * 4 + 2]), scale), offset);
+    const C y2 = sub_rn(mul_rn(Elem<T>::load(rois[r * 4 + 3]), scale), offset);
+    C roi_w = sub_rn(x2, x1), roi_h = sub_rn(y2, y1);
     if (!p.half_pixel) {
       roi_w = roi_w < C(1) ? C(1) : roi_w;
       roi_h = roi_h < C(1) ? C(1) : roi_h;
     }
     const C phn = static_cast<C>(p.ph_n), pwn = static_cast<C>(p.pw_n);
-    const C bin_h = dv(roi_h, phn), bin_w = dv(roi_w, pwn);
-    const int64_t grid_h = p.ratio > 0 ? p.ratio : static_cast<int64_t>(cil(dv(roi_h, phn)));
-    const int64_t grid_w = p.ratio > 0 ? p.ratio : static_cast<int64_t>(cil(dv(roi_w, pwn)));
+    const C bin_h = div_rn(roi_h, phn), bin_w = div_rn(roi_w, pwn);
+    const int64_t grid_h = p.ratio > 0 ? p.ratio : static_cast<int64_t>(ceil_of(div_rn(roi_h, phn)));
+    const int64_t grid_w = p.ratio > 0 ? p.ratio : static_cast<int64_t>(ceil_of(div_rn(roi_w, pwn)));
     const int64_t prod = grid_h * grid_w;
     const C count = static_cast<C>(prod > 1 ? prod : 1);
     const C gh = static_cast<C>(grid_h), gw = static_cast<C>(grid_w);
@@ -313,9 +282,9 @@ __global__ void roi_align_kernel(const T* __restrict__ x, const T* __restrict__ 
     bool first = true;
     for (int64_t iy = 0; iy < grid_h; ++iy) {
       // y1 + ph * bin_h + (iy + 0.5) * bin_h / grid_h, in the reference's order.
-      const C yy = add(add(y1, mul(static_cast<C>(ph), bin_h)), dv(mul(add(static_cast<C>(iy), C(0.5)), bin_h), gh));
+      const C yy = add_rn(add_rn(y1, mul_rn(static_cast<C>(ph), bin_h)), div_rn(mul_rn(add_rn(static_cast<C>(iy), C(0.5)), bin_h), gh));
       for (int64_t ix = 0; ix < grid_w; ++ix) {
-        C xx = add(add(x1, mul(static_cast<C>(pw), bin_w)), dv(mul(add(static_cast<C>(ix), C(0.5)), bin_w), gw));
+        C xx = add_rn(add_rn(x1, mul_rn(static_cast<C>(pw), bin_w)), div_rn(mul_rn(add_rn(static_cast<C>(ix), C(0.5)), bin_w), gw));
         C yv = yy;
         int64_t pos[4] = {0, 0, 0, 0};
         C w[4] = {0, 0, 0, 0};
@@ -335,20 +304,20 @@ __global__ void roi_align_kernel(const T* __restrict__ x, const T* __restrict__ 
           } else {
             x_hi = x_lo + 1;
           }
-          const C ly = sub(yv, static_cast<C>(y_lo)), lx = sub(xx, static_cast<C>(x_lo));
-          const C hy = sub(C(1), ly), hx = sub(C(1), lx);
+          const C ly = sub_rn(yv, static_cast<C>(y_lo)), lx = sub_rn(xx, static_cast<C>(x_lo));
+          const C hy = sub_rn(C(1), ly), hx = sub_rn(C(1), lx);
           pos[0] = y_lo * p.width + x_lo;
           pos[1] = y_lo * p.width + x_hi;
           pos[2] = y_hi * p.width + x_lo;
           pos[3] = y_hi * p.width + x_hi;
-          w[0] = mul(hy, hx);
-          w[1] = mul(hy, lx);
-          w[2] = mul(ly, hx);
-          w[3] = mul(ly, lx);
+          w[0] = mul_rn(hy, hx);
+          w[1] = mul_rn(hy, lx);
+          w[2] = mul_rn(ly, hx);
+          w[3] = mul_rn(ly, lx);
         }
         // A sample outside the map keeps weights 0 at position 0, as the reference's.
-        const C v0 = mul(w[0], Elem<T>::load(plane[pos[0]])), v1 = mul(w[1], Elem<T>::load(plane[pos[1]]));
-        const C v2 = mul(w[2], Elem<T>::load(plane[pos[2]])), v3 = mul(w[3], Elem<T>::load(plane[pos[3]]));
+        const C v0 = mul_rn(w[0], Elem<T>::load(plane[pos[0]])), v1 = mul_rn(w[1], Elem<T>::load(plane[pos[1]]));
+        const C v2 = mul_rn(w[2], Elem<T>::load(plane[pos[2]])), v3 = mul_rn(w[3], Elem<T>::load(plane[pos[3]]));
         if (p.max_mode) {
           C v = v0;
           v = v < v1 ? v1 : v;  // std::max(v, next)
@@ -356,12 +325,12 @@ __global__ void roi_align_kernel(const T* __restrict__ x, const T* __restrict__ 
           v = v < v3 ? v3 : v;
           acc = first ? v : (acc < v ? v : acc);
         } else {
-          acc = add(acc, add(add(add(v0, v1), v2), v3));
+          acc = add_rn(acc, add_rn(add_rn(add_rn(v0, v1), v2), v3));
         }
         first = false;
       }
     }
-    y[e] = Elem<T>::store(p.max_mode ? acc : dv(acc, count));
+    y[e] = Elem<T>::store(p.max_mode ? acc : div_rn(acc, count));
   }
 }
 
