@@ -29,6 +29,7 @@
 
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/index_cuda.h"
+#include "src/backends/cuda/rounded_math_cuda.cuh"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
 
@@ -58,64 +59,13 @@ const std::vector<std::pair<std::string, CoordMode>> kCoordModes = {
 const std::vector<std::pair<std::string, NearestMode>> kNearestModes = {
     {"round_prefer_floor", kRoundPreferFloor}, {"round_prefer_ceil", kRoundPreferCeil}, {"floor", kFloor}, {"ceil", kCeil}};
 
-// ---- coordinate math (IEEE round-to-nearest on the device whatever the compile flags) -------------
+// ---- coordinate math (IEEE round-to-nearest on the device whatever the compile flags: the *_rn
+// helpers of rounded_math_cuda.cuh) ------------------------------------------------------------------
 
-__host__ __device__ __forceinline__ float f_add(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-__host__ __device__ __forceinline__ float f_sub(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-__host__ __device__ __forceinline__ float f_mul(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-__host__ __device__ __forceinline__ float f_div(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-__host__ __device__ __forceinline__ double d_add(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-__host__ __device__ __forceinline__ double d_sub(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-__host__ __device__ __forceinline__ double d_mul(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-__host__ __device__ __forceinline__ double d_div(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
+using cuda::add_rn;
+using cuda::div_rn;
+using cuda::mul_rn;
+using cuda::sub_rn;
 
 // x_original of output index j (resize_cpu.cpp's coord_modes and source_coord). `resized_len` is
 // in * scale (double, possibly fractional) when `scales` was given, else the output extent:
@@ -125,22 +75,23 @@ __host__ __device__ __forceinline__ float source_coord(int mode, int64_t j, floa
   const float x = static_cast<float>(j);
   if (s == 1.0f) return x;
   switch (mode) {
-    case kHalfPixel: return f_sub(f_div(f_add(x, 0.5f), s), 0.5f);
+    case kHalfPixel: return sub_rn(div_rn(add_rn(x, 0.5f), s), 0.5f);
     case kHalfPixelSymmetric: {
-      const float adjustment = f_div(out_len, f_mul(s, in_len));
-      const float center = f_div(in_len, 2.0f);
-      const float offset = f_mul(center, f_sub(1.0f, adjustment));
+      const float adjustment = div_rn(out_len, mul_rn(s, in_len));
+      const float center = div_rn(in_len, 2.0f);
+      const float offset = mul_rn(center, sub_rn(1.0f, adjustment));
       // offset + (x + 0.5) / s - 0.5 in double, as ONNX Runtime.
-      return static_cast<float>(d_add(d_add(static_cast<double>(offset), d_div(d_add(x, 0.5), s)), -0.5));
+      return static_cast<float>(
+          add_rn(add_rn(static_cast<double>(offset), div_rn(add_rn(static_cast<double>(x), 0.5), static_cast<double>(s))), -0.5));
     }
-    case kPytorchHalfPixel: return resized_len > 1 ? f_sub(f_div(f_add(x, 0.5f), s), 0.5f) : 0.0f;
+    case kPytorchHalfPixel: return resized_len > 1 ? sub_rn(div_rn(add_rn(x, 0.5f), s), 0.5f) : 0.0f;
     case kAlignCorners:
       // x * (in - 1.0) / (resized - 1.0) in double, as the CPU reference.
       return resized_len == 1 ? 0.0f
-                              : static_cast<float>(d_div(d_mul(static_cast<double>(x), d_sub(static_cast<double>(in_len), 1.0)),
-                                                         d_sub(resized_len, 1.0)));
-    case kAsymmetric: return f_div(x, s);
-    default: return f_div(f_add(x, 0.5f), s);  // tf_half_pixel_for_nn
+                              : static_cast<float>(div_rn(mul_rn(static_cast<double>(x), sub_rn(static_cast<double>(in_len), 1.0)),
+                                                         sub_rn(resized_len, 1.0)));
+    case kAsymmetric: return div_rn(x, s);
+    default: return div_rn(add_rn(x, 0.5f), s);  // tf_half_pixel_for_nn
   }
 }
 
@@ -148,7 +99,7 @@ __host__ __device__ __forceinline__ int64_t nearest_round(int mode, float x) {
   switch (mode) {
     case kRoundPreferFloor: {
       const float f = floorf(x);
-      return static_cast<int64_t>(f_sub(x, f) == 0.5f ? f : roundf(x));
+      return static_cast<int64_t>(sub_rn(x, f) == 0.5f ? f : roundf(x));
     }
     case kRoundPreferCeil: return static_cast<int64_t>(roundf(x));
     case kFloor: return static_cast<int64_t>(floorf(x));

@@ -1,8 +1,9 @@
 // Element types and IEEE-rounded arithmetic for CUDA kernels that must match the CPU reference
-// bit for bit under --use_fast_math (Quantize/Dequantize, GridSample, RoiAlign): Elem<T> loads an
+// bit for bit under --use_fast_math (Quantize/Dequantize, GridSample, RoiAlign, Resize): Elem<T> loads an
 // element into its compute type (float for float and __half, double for double) and stores it
 // back; the *_rn helpers are correctly rounded and never contracted into an fma, as the
-// reference's separate operations are.
+// reference's separate operations are (on the host, where kernels' helpers also run, plain
+// operators: the host compiler does not contract them). Resize uses the *_rn helpers too.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -28,14 +29,62 @@ template <> struct Elem<double> {
   __device__ static double store(double v) { return v; }
 };
 
-__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
-__device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
-__device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
-__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
-__device__ __forceinline__ double div_rn(double a, double b) { return __ddiv_rn(a, b); }
+__host__ __device__ __forceinline__ float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+__host__ __device__ __forceinline__ double add_rn(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+__host__ __device__ __forceinline__ float sub_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+__host__ __device__ __forceinline__ double sub_rn(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+__host__ __device__ __forceinline__ float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+__host__ __device__ __forceinline__ double mul_rn(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+__host__ __device__ __forceinline__ float div_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+__host__ __device__ __forceinline__ double div_rn(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
 __device__ __forceinline__ float floor_of(float a) { return floorf(a); }
 __device__ __forceinline__ double floor_of(double a) { return floor(a); }
 __device__ __forceinline__ float ceil_of(float a) { return ceilf(a); }
