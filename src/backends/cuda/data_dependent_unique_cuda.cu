@@ -296,17 +296,7 @@ class UniqueCuda : public Kernel {
       unique_inverse_kernel<<<grid_for(s_.n), kBlock, 0, stream>>>(s_, w, ctx.outputs[2].as<int64_t>());
       KILN_CUDA_CHECK_LAUNCH();
     };
-    switch (ctx.inputs[0].type) {
-      case DataType::kFloat32: run(float{}); break;
-      case DataType::kFloat16: run(__half{}); break;
-      case DataType::kFloat64: run(double{}); break;
-      case DataType::kInt32: run(int32_t{}); break;
-      case DataType::kInt64: run(int64_t{}); break;
-      case DataType::kInt8: run(int8_t{}); break;
-      case DataType::kUInt8:
-      case DataType::kBool: run(uint8_t{}); break;
-      default: throw Error(std::string("Unique: unsupported data type ") + to_string(ctx.inputs[0].type));
-    }
+    dispatch_data_dependent_type(ctx.inputs[0].type, "Unique", run);
   }
 
  private:

@@ -1,12 +1,36 @@
-// A one-block exclusive prefix sum over int64 values, shared by the data-dependent size kernels
-// (data_dependent_cuda.cu, data_dependent_unique_cuda.cu): launch with <<<1, kScanBlock>>>. It
+// Shared by the data-dependent size kernels (data_dependent_cuda.cu, data_dependent_unique_cuda.cu):
+// the element types they read, and a one-block exclusive prefix sum over int64 values: launch
+// with <<<1, kScanBlock>>>. It
 // loops over the input in block-sized chunks with a running carry, so any count works; meant for
 // short arrays (per-tile counts, flags of a few thousand elements).
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include <cstdint>
+#include <string>
+
+#include "kiln/error.h"
+#include "kiln/types.h"
 
 namespace kiln::cuda {
+
+// Calls fn(T{}) for the element type of `t` (bool read as uint8: only zero or not matters);
+// `what` names the layer type in the error for any other type.
+template <typename Fn>
+void dispatch_data_dependent_type(DataType t, const char* what, Fn&& fn) {
+  switch (t) {
+    case DataType::kFloat32: fn(float{}); break;
+    case DataType::kFloat16: fn(__half{}); break;
+    case DataType::kFloat64: fn(double{}); break;
+    case DataType::kInt32: fn(int32_t{}); break;
+    case DataType::kInt64: fn(int64_t{}); break;
+    case DataType::kInt8: fn(int8_t{}); break;
+    case DataType::kUInt8:
+    case DataType::kBool: fn(uint8_t{}); break;
+    default: throw Error(std::string(what) + ": unsupported data type " + to_string(t));
+  }
+}
 
 constexpr int kScanBlock = 256;
 
