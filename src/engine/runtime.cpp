@@ -453,6 +453,12 @@ void resolve_data_dependent_sizes(ContextImpl& c, size_t s, void* stream) {
 
 void* tensor_address(ContextImpl& c, const Tensor* t) {
   EngineImpl& e = *c.engine;
+  // A constant that is also a network output is read from the weights (its output buffer is
+  // filled only at the end of the inference).
+  if (t->is_network_output() && !t->is_network_input()) {
+    auto w = e.weights.find(t);
+    if (w != e.weights.end()) return w->second;
+  }
   if (t->is_network_input() || t->is_network_output()) {
     auto it = c.addresses.find(t->name());
     if (it == c.addresses.end() || !it->second) {
@@ -716,12 +722,14 @@ void enqueue_steps(ExecutionContext& self, ContextImpl& c, void* stream) {
   for (int i = 0; i < net.num_outputs(); ++i) {
     const Tensor* t = net.output(i);
     const Layer* producer = t->producer();
-    void* dst = tensor_address(c, t);
     const TensorState& st = c.states.at(t);
     const size_t bytes = static_cast<size_t>(st.dims.volume()) * data_type_size(st.type);
     if (t->is_network_input()) continue;  // same buffer
-    if (producer && producer->type() == kLayerConstant) {
-      e.backend->copy_device_to_device(dst, e.weights.at(t), bytes, stream);
+    if (producer && producer->type() == kLayerConstant && bytes) {
+      auto dst = c.addresses.find(t->name());
+      if (dst == c.addresses.end() || !dst->second)
+        throw Error("no address set for output '" + t->name() + "' (call set_tensor_address before execute)");
+      e.backend->copy_device_to_device(dst->second, e.weights.at(t), bytes, stream);
     }
   }
 }
