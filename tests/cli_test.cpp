@@ -221,7 +221,7 @@ TEST_F(CliTest, GlobalHelpListsEveryCommand) {
 }
 
 TEST_F(CliTest, EverySubcommandHasHelpWithAnExample) {
-  for (const std::string sub : {"build", "run", "inspect", "version"}) {
+  for (const std::string sub : {"build", "run", "inspect", "debug", "version"}) {
     CommandResult r = kiln(sub + " --help");
     EXPECT_EQ(r.code, 0) << sub << ": " << r.err;
     EXPECT_NE(r.out.find("Example"), std::string::npos) << sub << ":\n" << r.out;
@@ -442,6 +442,128 @@ TEST_F(CliTest, SqueezenetBuildRunCompare) {
       kiln("run --engine " + path("squeezenet.kiln") + " --inputs-dir " + data + " --compare-dir " + data);
   EXPECT_EQ(run.code, 0) << run.out << run.err;
   EXPECT_NE(run.out.find("PASS"), std::string::npos) << run.out;
+}
+
+
+// ---- kiln debug and --layer-precisions -----------------------------------------------------------
+
+// x [1,32] -> MatMul "mm0" (w [32,32]) -> Add "add0" (bias [32]) -> y: a model whose layers have
+// float16 CPU kernels, so an --fp16 engine differs from float32 by float16's rounding.
+void write_matmul_model(const std::string& file) {
+  uint32_t state = 99;
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(17);
+  auto* g = model.mutable_graph();
+  g->set_name("mm");
+  auto* x = g->add_input();
+  x->set_name("x");
+  add_dim(x, {"1", "32"});
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(32);
+  w->add_dims(32);
+  for (int i = 0; i < 32 * 32; ++i) w->add_float_data(pseudo_random(state));
+  auto* b = g->add_initializer();
+  b->set_name("b");
+  b->set_data_type(onnx::TensorProto::FLOAT);
+  b->add_dims(32);
+  for (int i = 0; i < 32; ++i) b->add_float_data(pseudo_random(state));
+  auto* mm = g->add_node();
+  mm->set_op_type("MatMul");
+  mm->set_name("mm0");
+  mm->add_input("x");
+  mm->add_input("w");
+  mm->add_output("h");
+  auto* add = g->add_node();
+  add->set_op_type("Add");
+  add->set_name("add0");
+  add->add_input("h");
+  add->add_input("b");
+  add->add_output("y");
+  add_dim(g->add_output(), {"1", "32"});
+  g->mutable_output(0)->set_name("y");
+  std::ofstream out(file, std::ios::binary);
+  EXPECT_TRUE(model.SerializeToOstream(&out));
+}
+
+TEST_F(CliTest, DebugLayersNamesTheFirstLayerOutOfTolerance) {
+  write_matmul_model(path("mm.onnx"));
+  uint32_t state = 7;
+  HostTensor x(DataType::kFloat32, Dims{1, 32});
+  for (int64_t i = 0; i < x.count(); ++i) x.as<float>()[i] = pseudo_random(state);
+  save_npy(path("x.npy"), x);
+
+  // float32 against the float32 reference: every layer within tolerance.
+  CommandResult same = kiln("debug layers --onnx " + path("mm.onnx") + " --input x=" + path("x.npy"));
+  ASSERT_EQ(same.code, 0) << same.out << same.err;
+  EXPECT_NE(same.out.find("mm0 (MatrixMultiply) -> h"), std::string::npos) << same.out;
+  EXPECT_NE(same.out.find("add0 (ElementWise) -> y"), std::string::npos) << same.out;
+  EXPECT_NE(same.out.find("every compared layer output is within tolerance (2 tensors)"), std::string::npos) << same.out;
+
+  // float16 with a tolerance float16 cannot meet: the MatMul is the first culprit.
+  CommandResult fp16 = kiln("debug layers --fp16 --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") + " --input x=" +
+                            path("x.npy"));
+  EXPECT_EQ(fp16.code, 3) << fp16.out << fp16.err;
+  EXPECT_NE(fp16.out.find("first layer out of tolerance whose inputs are within it: mm0 (MatrixMultiply)"),
+            std::string::npos)
+      << fp16.out;
+
+  // --layer-precisions keeps mm0 in float32: the culprit moves on to add0.
+  CommandResult pinned = kiln("debug layers --fp16 --rtol 1e-6 --atol 0 --layer-precisions mm*:fp32 --onnx " +
+                              path("mm.onnx") + " --input x=" + path("x.npy"));
+  EXPECT_EQ(pinned.code, 3) << pinned.out << pinned.err;
+  EXPECT_NE(pinned.out.find("1 layer(s) set by --layer-precisions"), std::string::npos) << pinned.out;
+  EXPECT_NE(pinned.out.find("inputs are within it: add0 (ElementWise)"), std::string::npos) << pinned.out;
+}
+
+TEST_F(CliTest, DebugPrecisionFindsLayersToKeepInFp32) {
+  write_matmul_model(path("mm.onnx"));
+  uint32_t state = 8;
+  HostTensor x(DataType::kFloat32, Dims{1, 32});
+  for (int64_t i = 0; i < x.count(); ++i) x.as<float>()[i] = pseudo_random(state);
+  save_npy(path("x.npy"), x);
+  // The float32 engine's output is the reference.
+  CommandResult ref = kiln("run --onnx " + path("mm.onnx") + " --input x=" + path("x.npy") + " --output-dir " +
+                           path("ref"));
+  ASSERT_EQ(ref.code, 0) << ref.err;
+
+  CommandResult plain = kiln("run --fp16 --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") + " --input x=" +
+                             path("x.npy") + " --compare-dir " + path("ref"));
+  EXPECT_EQ(plain.code, 3) << plain.out << plain.err;
+
+  CommandResult found = kiln("debug precision --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") + " --input x=" +
+                             path("x.npy") + " --compare-dir " + path("ref") + " --save " + path("fp32.txt"));
+  ASSERT_EQ(found.code, 0) << found.out << found.err;
+  // Both layers round to float16 (the MatMul's result and the Add's), so both must stay float32.
+  EXPECT_NE(found.out.find("2 of 2 layer(s) in fp32 make the fp16 engine pass"), std::string::npos) << found.out;
+  EXPECT_EQ(read_text(path("fp32.txt")), "mm0:fp32,add0:fp32");
+
+  CommandResult fixed = kiln("run --fp16 --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") + " --input x=" +
+                             path("x.npy") + " --compare-dir " + path("ref") + " --layer-precisions @" +
+                             path("fp32.txt"));
+  EXPECT_EQ(fixed.code, 0) << fixed.out << fixed.err;
+
+  // With a tolerance float16 meets, nothing needs float32.
+  CommandResult loose = kiln("debug precision --rtol 2e-2 --onnx " + path("mm.onnx") + " --input x=" + path("x.npy"));
+  ASSERT_EQ(loose.code, 0) << loose.out << loose.err;
+  EXPECT_NE(loose.out.find("the fp16 engine passes as it is"), std::string::npos) << loose.out;
+}
+
+TEST_F(CliTest, LayerPrecisionsErrorsNameTheEntry) {
+  write_matmul_model(path("mm.onnx"));
+  expect_one_error_line(kiln("build --onnx " + path("mm.onnx") + " --save-engine " + path("e.kiln") +
+                             " --layer-precisions nosuch:fp32"),
+                        "no layer is named 'nosuch'");
+  expect_one_error_line(kiln("build --onnx " + path("mm.onnx") + " --save-engine " + path("e.kiln") +
+                             " --layer-precisions mm0:int8"),
+                        "unknown precision 'int8'");
+  expect_one_error_line(kiln("build --onnx " + path("mm.onnx") + " --save-engine " + path("e.kiln") +
+                             " --layer-precisions mm0"),
+                        "is not NAME:PRECISION");
+  expect_one_error_line(kiln("run --engine " + path("e.kiln") + " --input x=x.npy --layer-precisions mm0:fp32"),
+                        "--layer-precisions applies when building");
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ struct BuildOptions {
   std::string timing_cache;
   bool no_timing = false;
   bool embed_plugins = false;
+  std::vector<std::string> layer_precisions;
 };
 
 void print_profile(const OptimizationProfile& profile, std::ostream& out) {
@@ -75,10 +76,12 @@ int run_build(const BuildOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   load_plugins(o.plugins);
   std::unique_ptr<Network> network = load_onnx_network(o.onnx);
+  const int pinned = apply_layer_precisions(*network, o.layer_precisions);
   const double parse_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out << std::fixed << std::setprecision(3);
   out << "parsed '" << o.onnx << "': " << network->num_layers() << " layers in " << parse_s << " s\n";
   print_network_io(*network, out);
+  if (pinned) out << "layer precisions: " << pinned << " layer(s) set by --layer-precisions\n";
 
   config.profiles.push_back(make_profile(*network, o.shapes, out));
   print_profile(config.profiles.back(), out);
@@ -157,6 +160,10 @@ void setup_build_command(CLI::App& parent, std::function<int()>& run) {
       ->check(CLI::Range(0, 1000000000))
       ->capture_default_str();
   sub->add_flag("--fp16", o->fp16, "Allow fp16 kernels where they exist (CUDA); inputs/outputs keep their types");
+  sub->add_option("--layer-precisions", o->layer_precisions,
+                  "Per-layer precision (trtexec --layerPrecisions): NAME:fp32|fp16[,...] or @FILE, '*' matches any "
+                  "characters; e.g. '/encoder/*/output/dense/*:fp32'. `kiln debug precision` finds such a list")
+      ->type_name("SPEC");
   sub->add_option("--timing-cache", o->timing_cache,
                   "CUDA: kernel timing cache file, read and updated (rebuilds skip timing layers seen before)")
       ->type_name("FILE");

@@ -51,6 +51,7 @@ struct RunOptions {
   double atol = 1e-5;
   std::vector<std::string> plugins;
   bool allow_embedded_plugins = false;
+  std::vector<std::string> layer_precisions;
 };
 
 // Device memory for one I/O tensor of a device engine, with a pinned host staging buffer.
@@ -113,6 +114,7 @@ LoadedEngine load_engine_file(const RunOptions& o) {
 // --onnx: the engine is built in memory with min = opt = max = the shapes of the given inputs.
 LoadedEngine build_from_onnx(const RunOptions& o, std::ostream& out) {
   std::unique_ptr<Network> network = load_onnx_network(o.onnx);
+  apply_layer_precisions(*network, o.layer_precisions);
   std::vector<std::string> names;
   for (int i = 0; i < network->num_inputs(); ++i) names.push_back(network->input(i)->name());
   LoadedEngine loaded;
@@ -151,6 +153,8 @@ int run_run(const RunOptions& o) {
   std::ostream& out = o.json ? std::cerr : std::cout;
   if (o.verbose) default_logger().set_min_severity(Severity::kVerbose);
   if (o.engine.empty() == o.onnx.empty()) throw UsageError("give the engine with --engine FILE or the model with --onnx FILE");
+  if (!o.layer_precisions.empty() && o.onnx.empty())
+    throw UsageError("--layer-precisions applies when building: use it with --onnx (or with kiln build)");
   if (o.inputs_dir.empty() && o.inputs.empty())
     throw UsageError("give the inputs with --inputs-dir DIR (input_<i>.pb files) or --input NAME=FILE");
   if (!o.compare_dir.empty()) require_directory(o.compare_dir, "--compare-dir folder");
@@ -367,6 +371,9 @@ void setup_run_command(CLI::App& parent, std::function<int()>& run) {
                                   "CUDA engines: launch every layer's kernels on each run, no graph replay");
   graph_on->excludes(graph_off);
   sub->add_flag("--fp16", o->fp16, "With --onnx: allow fp16 kernels (CUDA)");
+  sub->add_option("--layer-precisions", o->layer_precisions,
+                  "With --onnx: per-layer precision, NAME:fp32|fp16[,...] or @FILE (see kiln build --help)")
+      ->type_name("SPEC");
   sub->add_option("--rtol", o->rtol, "--compare-dir: relative tolerance (fp16 engines: try 2e-2)")->capture_default_str();
   sub->add_option("--atol", o->atol, "--compare-dir: absolute tolerance, times max(1, max|reference|)")->capture_default_str();
   sub->add_option("--device", o->device, "Device for --onnx: cpu or cuda")

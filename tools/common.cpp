@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "backends/backend.h"
 #include "core/tensor_io.h"
 #include "kiln/error.h"
 #include "kiln/onnx_parser.h"
@@ -473,6 +474,155 @@ std::vector<std::string> load_plugins(const std::vector<std::string>& libraries)
     for (std::string& name : load_plugin_library(library)) names.push_back(std::move(name));
   }
   return names;
+}
+
+}  // namespace kiln::cli
+
+namespace kiln::cli {
+
+// ---- layer precisions -------------------------------------------------------------------------
+
+bool glob_match(std::string_view pattern, std::string_view name) {
+  // Iterative wildcard match: on a mismatch, retry from the last '*' with one more character.
+  size_t p = 0, n = 0, star = std::string_view::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (p < pattern.size() && pattern[p] == name[n]) {
+      ++p;
+      ++n;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+namespace {
+
+// The entries of the flag's values: split at ',' (and new lines in @FILE contents).
+std::vector<std::string> layer_precision_entries(const std::vector<std::string>& specs) {
+  std::vector<std::string> entries;
+  for (const std::string& spec : specs) {
+    std::string text = spec;
+    if (!spec.empty() && spec[0] == '@') {
+      const std::vector<uint8_t> bytes = read_file_bytes(spec.substr(1), "--layer-precisions file");
+      text.assign(bytes.begin(), bytes.end());
+    }
+    std::string current;
+    for (char c : text + ",") {
+      if (c == ',' || c == '\n' || c == '\r') {
+        while (!current.empty() && std::isspace(static_cast<unsigned char>(current.back()))) current.pop_back();
+        size_t start = 0;
+        while (start < current.size() && std::isspace(static_cast<unsigned char>(current[start]))) ++start;
+        if (start < current.size()) entries.push_back(current.substr(start));
+        current.clear();
+      } else {
+        current += c;
+      }
+    }
+  }
+  return entries;
+}
+
+}  // namespace
+
+int apply_layer_precisions(Network& network, const std::vector<std::string>& specs) {
+  int set = 0;
+  for (const std::string& entry : layer_precision_entries(specs)) {
+    const size_t colon = entry.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == entry.size()) {
+      throw UsageError("--layer-precisions entry '" + entry + "' is not NAME:PRECISION (e.g. '/encoder/*:fp32')");
+    }
+    const std::string pattern = entry.substr(0, colon);
+    const std::string prec = entry.substr(colon + 1);
+    DataType type;
+    if (prec == "fp32" || prec == "float32") {
+      type = DataType::kFloat32;
+    } else if (prec == "fp16" || prec == "float16") {
+      type = DataType::kFloat16;
+    } else {
+      throw UsageError("--layer-precisions entry '" + entry + "': unknown precision '" + prec +
+                       "' (valid: fp32, fp16)");
+    }
+    int matched = 0;
+    for (int i = 0; i < network.num_layers(); ++i) {
+      Layer* layer = network.layer(i);
+      if (!glob_match(pattern, layer->name())) continue;
+      layer->set_precision(type);
+      ++matched;
+    }
+    if (matched == 0) {
+      throw UsageError("--layer-precisions entry '" + entry + "': no layer is named '" + pattern +
+                       "' (layer names are the ONNX node names; `kiln debug layers` lists them)");
+    }
+    set += matched;
+  }
+  return set;
+}
+
+// ---- running an engine once -------------------------------------------------------------------
+
+std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine, const std::vector<InputTensor>& inputs) {
+  std::unique_ptr<ExecutionContext> context = engine.create_execution_context();
+  const bool on_device = engine.device() != DeviceType::kCPU;
+  Backend* backend = on_device ? &get_backend(engine.device()) : nullptr;
+  std::vector<void*> device_buffers;
+  struct Release {
+    Backend* backend;
+    std::vector<void*>& buffers;
+    ~Release() {
+      for (void* p : buffers) backend->release(p);
+    }
+  } release{backend, device_buffers};
+  auto device_copy = [&](const void* data, size_t bytes) {
+    device_buffers.push_back(backend->allocate(std::max<size_t>(bytes, 1)));
+    if (data && bytes) backend->copy_host_to_device(device_buffers.back(), data, bytes, nullptr);
+    return device_buffers.back();
+  };
+  for (const auto& in : inputs) {
+    const TensorInfo& info = engine.io_tensor(in.name);
+    if (in.value.type() != info.type) {
+      throw Error("input '" + in.name + "' is " + std::string(to_string(info.type)) + ", but '" + in.file + "' holds " +
+                  to_string(in.value.type()));
+    }
+    if (info.dims.is_dynamic()) context->set_input_shape(in.name, in.value.dims());
+    context->set_tensor_address(in.name, on_device ? device_copy(in.value.data(), in.value.nbytes())
+                                                   : const_cast<void*>(static_cast<const void*>(in.value.data())));
+  }
+  std::vector<std::pair<std::string, HostTensor>> outputs;
+  // Reserved: the bound host addresses must not move when the vector grows.
+  outputs.reserve(engine.io_tensors().size());
+  std::vector<void*> output_device;
+  for (const auto& info : engine.io_tensors()) {
+    if (info.mode != TensorIOMode::kOutput) continue;
+    const Dims dims = context->max_tensor_shape(info.name);
+    if (dims.is_dynamic()) throw Error("output '" + info.name + "' has the unresolved shape " + dims.to_string());
+    outputs.emplace_back(info.name, HostTensor(info.type, dims));
+    HostTensor& value = outputs.back().second;
+    void* address = on_device ? device_copy(nullptr, value.nbytes()) : value.data();
+    output_device.push_back(address);
+    context->set_tensor_address(info.name, address);
+  }
+  context->execute();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    auto& [name, value] = outputs[i];
+    if (on_device && value.nbytes()) backend->copy_device_to_host(value.data(), output_device[i], value.nbytes(), nullptr);
+    const Dims actual = context->tensor_shape(name);
+    if (actual != value.dims()) {
+      HostTensor trimmed(value.type(), actual);
+      if (trimmed.nbytes()) std::memcpy(trimmed.data(), value.data(), trimmed.nbytes());
+      value = std::move(trimmed);
+    }
+    if (value.type() == DataType::kString)
+      value = HostTensor::from_bytes(DataType::kString, value.dims(), value.data(), value.nbytes());
+  }
+  return outputs;
 }
 
 }  // namespace kiln::cli

@@ -52,6 +52,7 @@ void setup_build_command(CLI::App& parent, std::function<int()>& run);
 void setup_run_command(CLI::App& parent, std::function<int()>& run);
 void setup_inspect_command(CLI::App& parent, std::function<int()>& run);
 void setup_plugin_command(CLI::App& parent, std::function<int()>& run);  // cmd_plugin.cpp
+void setup_debug_command(CLI::App& parent, std::function<int()>& run);   // cmd_debug.cpp
 
 // ---- plugins ----------------------------------------------------------------------------------
 // Loads each plugin library (the --plugins flag of build, run and plugin) with
@@ -64,6 +65,17 @@ std::vector<std::string> load_plugins(const std::vector<std::string>& libraries)
 std::unique_ptr<Network> load_onnx_network(const std::string& path);
 // One line per network input/output: "  in  images: float32 ?x3x320x320".
 void print_network_io(const Network& network, std::ostream& out);
+
+// ---- layer precisions -------------------------------------------------------------------------
+// The --layer-precisions flag (trtexec's --layerPrecisions): entries "NAME:PREC", several joined by
+// ',' or given in a file as "@FILE" (entries separated by ',' or new lines). NAME is a layer name
+// as `kiln inspect --onnx` and `kiln debug` show it, with '*' matching any run of characters; PREC
+// is fp32 or fp16 (float32 / float16). Each matching layer gets Layer::set_precision. Returns the
+// number of layers set; throws UsageError naming the entry for bad syntax, an unknown precision
+// or a name that matches no layer.
+int apply_layer_precisions(Network& network, const std::vector<std::string>& specs);
+// True when `name` matches `pattern`, whose '*' matches any run of characters.
+bool glob_match(std::string_view pattern, std::string_view name);
 
 // ---- shape flags ------------------------------------------------------------------------------
 // Parses the dims of one shape flag entry: "1x3x224x224" (every extent a positive integer).
@@ -146,6 +158,11 @@ struct CompareResult {
 // Pass per element: |a-b| <= rtol*|b| + atol*max(1, max|ref|).
 CompareResult compare_tensors(const std::string& name, const HostTensor& actual, const HostTensor& reference,
                               double rtol = 1e-3, double atol = 1e-5);
+
+// Runs `engine` once on the given inputs (matched by name; dynamic inputs take their dims) and
+// returns host copies of every output, in the engine's output order. Device engines copy through
+// device memory. Data-dependent outputs are trimmed to their actual shape.
+std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine, const std::vector<InputTensor>& inputs);
 
 // ---- timing -----------------------------------------------------------------------------------
 struct LatencyStats {

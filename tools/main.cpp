@@ -28,6 +28,7 @@ const Command kCommands[] = {
     {"run", setup_run_command},
     {"inspect", setup_inspect_command},
     {"plugin", setup_plugin_command},
+    {"debug", setup_debug_command},
     {"conformance", setup_conformance_command},
     {"version", setup_version_command},
 };

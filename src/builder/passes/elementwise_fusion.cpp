@@ -193,6 +193,10 @@ class ElementWiseFusion {
     Layer* fused = network_.add_layer(kLayerFusedElementWise, inputs, 1, std::move(attrs),
                                       network_.unique_name(root->name() + "_fused"));
     const std::string fused_name = fused->name();
+    // A member pinned to float32 (Layer::set_precision, --layer-precisions) pins the fused layer.
+    for (const Layer* layer : group) {
+      if (layer->has_precision()) fused->set_precision(DataType::kFloat32);
+    }
     // Constant operands may be orphaned by the removal; collect them while the group is alive.
     std::vector<Tensor*> constants;
     for (const Layer* layer : group) {
