@@ -260,24 +260,39 @@ class PrecisionAssigner {
   // autocast keeps layer_norm in float32: a transformer's residual stream grows to magnitudes
   // where float16's rounding (2^-11 relative) leaves errors of ~1e-2 on the small outputs of the
   // next normalization (bert_tiny: 33 of 2,048 outputs off by more than 2e-2 relative with
-  // everything in float16). The cost is a cast at each branch into and out of the stream; CNNs
-  // (batch normalization folded into convolutions) have no such layers.
+  // everything in float16). The whole tree of additions feeding the normalization stays in
+  // float32 (BERT's embeddings: word + token type + position), and so do Gathers from constant
+  // tables that feed it (embedding lookups move data and compute nothing, so float16 buys
+  // nothing there but rounding: bert_tiny's embedding tables in float16 alone put 15 of its
+  // 4,096 outputs out of 2e-2). The cost is a cast at each branch into and out of the stream;
+  // CNNs (batch normalization folded into convolutions) have no such layers.
   void find_accuracy_sensitive() {
+    int layer_norms = 0;
     for (Layer* layer : editor_.snapshot()) {
       if (layer->type() != kLayerNormalization || layer->attrs().get_string("mode") != "layer") continue;
       if (pinned_fp16(*layer)) continue;
       keep_fp32_.insert(layer);
-      const Tensor* x = layer->input(0);
-      Layer* producer = x ? x->producer() : nullptr;
-      if (producer && producer->type() == kLayerElementWise && producer->attrs().get_string("op") == "sum" &&
-          !pinned_fp16(*producer)) {
+      ++layer_norms;
+      std::vector<const Tensor*> pending = {layer->input(0)};
+      while (!pending.empty()) {
+        const Tensor* x = pending.back();
+        pending.pop_back();
+        Layer* producer = x ? x->producer() : nullptr;
+        if (!producer || pinned_fp16(*producer) || keep_fp32_.count(producer)) continue;
+        const bool sum = producer->type() == kLayerElementWise && producer->attrs().get_string("op") == "sum";
+        const bool table_lookup = producer->type() == kLayerGather && passes::constant_value(producer->input(0));
+        if (!sum && !table_lookup) continue;
         keep_fp32_.insert(producer);
+        if (sum) {
+          for (int i = 0; i < producer->num_inputs(); ++i) pending.push_back(producer->input(i));
+        }
       }
     }
     if (!keep_fp32_.empty()) {
-      passes::log_change(ctx_, "precision: " + std::to_string(keep_fp32_.size()) +
-                                   " layer normalization(s) and the residual additions feeding them kept in float32 "
-                                   "for accuracy (Layer::set_precision(kFloat16) overrides)");
+      passes::log_change(ctx_, "precision: " + std::to_string(layer_norms) + " layer normalization(s) and " +
+                                   std::to_string(keep_fp32_.size() - static_cast<size_t>(layer_norms)) +
+                                   " residual addition(s) and table lookup(s) feeding them kept in float32 for "
+                                   "accuracy (Layer::set_precision(kFloat16) overrides)");
     }
   }
 
