@@ -164,12 +164,11 @@ void annotate_tensors(Network& net, const std::vector<TensorStates>& all_states)
   }
 }
 
-// Types only the CPU has: strings (StringRef elements point into host memory) and int16, uint16,
-// uint32, uint64 (only some CPU kernels take them; docs/layers.md).
-bool cpu_only_type(DataType t) {
-  return t == DataType::kString || t == DataType::kInt16 || t == DataType::kUInt16 || t == DataType::kUInt32 ||
-         t == DataType::kUInt64;
-}
+// Types only the CPU has: strings (StringRef elements point into host memory). int16, uint16,
+// uint32 and uint64 run on CUDA too, in the kernels that take them on the CPU (docs/layers.md);
+// a layer whose CUDA kernels all decline such a tensor fails in tactic selection, naming the
+// layer and its input and output types.
+bool cpu_only_type(DataType t) { return t == DataType::kString; }
 
 void reject_cpu_only_types(const Network& net, const TensorStates& states, DeviceType device) {
   for (int i = 0; i < net.num_inputs(); ++i) {

@@ -311,6 +311,17 @@ std::string describe_types(const Layer& layer, const TensorStates& states) {
   return types;
 }
 
+// The output types and dims, so that a type only the output has (a Cast's target) shows too.
+std::string describe_output_types(const Layer& layer, const TensorStates& states) {
+  std::string types;
+  for (int k = 0; k < layer.num_outputs(); ++k) {
+    const auto it = layer.output(k) ? states.find(layer.output(k)) : states.end();
+    types += std::string(types.empty() ? "" : ", ") +
+             (it == states.end() ? "?" : std::string(to_string(it->second.type)) + " " + it->second.dims.to_string());
+  }
+  return types;
+}
+
 // Plugin::configure at build time, once per profile with its ranges (the chosen kernel of every
 // Plugin layer; other kernels have nothing to learn from a profile at build time).
 void configure_plugins_per_profile(const std::vector<Layer*>& steps, const BuilderConfig& config,
@@ -442,7 +453,8 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     }
     if (ok.empty()) {
       throw Error("layer '" + layer->name() + "' (" + layer->type() + "): none of the " + to_string(config.device) +
-                  " kernels supports it with inputs (" + describe_types(*layer, states.front()) + ")");
+                  " kernels supports it with inputs (" + describe_types(*layer, states.front()) + ") and outputs (" +
+                  describe_output_types(*layer, states.front()) + ")");
     }
     const bool host_known = is_host_known(*layer, states.front());
     if (!timing || ok.size() == 1 || host_known) {

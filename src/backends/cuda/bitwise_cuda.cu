@@ -2,7 +2,8 @@
 // (bitwise_cpu.cpp): a logical shift of the unsigned bit pattern of each element of x by the
 // matching element of y, numpy broadcasting; a shift amount of the type's width or more
 // (negative amounts of signed types are huge as unsigned) gives 0, where C++ would leave the
-// result undefined. Every integer type the reference takes (8/16/32/64-bit, signed or not).
+// result undefined. Every integer type the reference takes (8/16/32/64-bit, signed or not:
+// cuda::IntegerTypes).
 // One thread per output element in a grid-stride loop; when both operands have the output's
 // shape (or y is a single element) no index decomposition is done.
 //
@@ -15,6 +16,7 @@
 
 #include "kiln/error.h"
 #include "src/backends/cuda/cuda_common.h"
+#include "src/backends/cuda/element_types_cuda.cuh"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
 
@@ -107,17 +109,10 @@ class BitShiftCuda : public Kernel {
   void execute(const KernelContext& ctx) override {
     if (p_.count == 0) return;
     const cudaStream_t stream = stream_of(ctx);
-    switch (type_) {
-      case DataType::kUInt8: return launch<uint8_t>(ctx, stream);
-      case DataType::kInt8: return launch<int8_t>(ctx, stream);
-      case DataType::kUInt16: return launch<uint16_t>(ctx, stream);
-      case DataType::kInt16: return launch<int16_t>(ctx, stream);
-      case DataType::kUInt32: return launch<uint32_t>(ctx, stream);
-      case DataType::kInt32: return launch<int32_t>(ctx, stream);
-      case DataType::kUInt64: return launch<uint64_t>(ctx, stream);
-      case DataType::kInt64: return launch<int64_t>(ctx, stream);
-      default: throw Error(std::string("BitShift (CUDA): unsupported data type ") + to_string(type_));
-    }
+    const bool known = dispatch_type(IntegerTypes{}, type_, [&](auto tag) {
+      launch<typename decltype(tag)::type>(ctx, stream);
+    });
+    if (!known) throw Error(std::string("BitShift (CUDA): unsupported data type ") + to_string(type_));
   }
 
  private:
@@ -141,13 +136,7 @@ bool bit_shift_supports(const Layer& layer, const std::vector<TensorDesc>& input
   if (inputs[1].type != inputs[0].type || inputs[0].dims.rank() > kMaxDims || inputs[1].dims.rank() > kMaxDims) {
     return false;
   }
-  switch (inputs[0].type) {
-    case DataType::kUInt8: case DataType::kInt8: case DataType::kUInt16: case DataType::kInt16:
-    case DataType::kUInt32: case DataType::kInt32: case DataType::kUInt64: case DataType::kInt64:
-      break;
-    default:
-      return false;
-  }
+  if (!in_list(IntegerTypes{}, inputs[0].type)) return false;
   const std::string dir = attr_string(layer, "direction");
   return dir == "left" || dir == "right";
 }

@@ -1,17 +1,19 @@
-// CUDA kernel of Cast (tactic "cuda"): every pair of float32, float16, float64, int8, uint8, int32,
-// int64 and bool, with the CPU reference's conversions (src/backends/cpu/elementwise_cpu.cpp):
-// float -> int truncates toward zero (NaN and values beyond +-9.2e18 give the type's minimum),
-// narrowing integers wrap, -> bool is != 0 (NaN -> true), -> float16 rounds through float32.
-// A cast to the same type is a device-to-device copy on the stream. One vectorized map kernel
-// per pair, chosen from a table in prepare(). Layout: any format (output format = input format).
+// CUDA kernel of Cast (tactic "cuda"): every pair of float32, float16, float64, int8, uint8, int16,
+// uint16, int32, uint32, int64, uint64 and bool (cuda::AllTypes; strings stay on the CPU), with
+// the CPU reference's conversions (src/backends/cpu/elementwise_cpu.cpp): float -> int truncates
+// toward zero through int64 (NaN and values beyond +-9.2e18 give the type's minimum), integers
+// convert modulo 2^bits (narrowing and signed <-> unsigned wrap), -> bool is != 0 (NaN -> true),
+// -> float16 rounds through float32. A cast to the same type is a device-to-device copy on the
+// stream. One vectorized map kernel per pair, chosen from a table in prepare(). Layout: any
+// format (output format = input format).
 #include <array>
 #include <limits>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <utility>
 
 #include "src/backends/cuda/cuda_common.h"
+#include "src/backends/cuda/element_types_cuda.cuh"
 #include "src/backends/cuda/elementwise_cuda.h"
 #include "src/ir/op_schema.h"
 
@@ -58,32 +60,31 @@ void run_cast(const void* x, void* y, int64_t n, cudaStream_t stream) {
   }
 }
 
-// Types in DataType order (kFloat32 .. kFloat64): the table is indexed by the enum values.
-using Types = std::tuple<float, __half, int8_t, uint8_t, int32_t, int64_t, bool, double>;
-constexpr size_t kNumTypes = std::tuple_size_v<Types>;
-static_assert(static_cast<size_t>(DataType::kFloat64) + 1 == kNumTypes);
-static_assert(static_cast<int>(DataType::kFloat16) == 1 && static_cast<int>(DataType::kBool) == 6);
+// The table is indexed by the positions of the two types in cuda::AllTypes.
+using Types = cuda::AllTypes;
+constexpr size_t kNumTypes = Types::size;
+using CastRow = std::array<CastRunner, kNumTypes>;
 
-template <size_t S, size_t D>
+template <DataType S, DataType D>
 constexpr CastRunner cast_entry() {
-  return &run_cast<std::tuple_element_t<S, Types>, std::tuple_element_t<D, Types>>;
+  return &run_cast<cuda::Element<S>, cuda::Element<D>>;
 }
 
-template <size_t S, size_t... D>
-constexpr std::array<CastRunner, kNumTypes> cast_row(std::index_sequence<D...>) {
+template <DataType S, DataType... D>
+constexpr CastRow cast_row(cuda::TypeList<D...>) {
   return {cast_entry<S, D>()...};
 }
 
-template <size_t... S>
-constexpr std::array<std::array<CastRunner, kNumTypes>, kNumTypes> cast_table(std::index_sequence<S...>) {
-  return {cast_row<S>(std::make_index_sequence<kNumTypes>{})...};
+template <DataType... S>
+constexpr std::array<CastRow, kNumTypes> cast_table(cuda::TypeList<S...> types) {
+  return {cast_row<S>(types)...};
 }
 
 CastRunner cast_runner(DataType from, DataType to) {
-  static constexpr auto kTable = cast_table(std::make_index_sequence<kNumTypes>{});
-  const auto f = static_cast<size_t>(from), t = static_cast<size_t>(to);
-  if (f >= kNumTypes || t >= kNumTypes) return nullptr;
-  return kTable[f][t];
+  static constexpr auto kTable = cast_table(Types{});
+  const int f = cuda::index_in(Types{}, from), t = cuda::index_in(Types{}, to);
+  if (f < 0 || t < 0) return nullptr;
+  return kTable[static_cast<size_t>(f)][static_cast<size_t>(t)];
 }
 
 bool cast_supports(const Layer& layer, const std::vector<TensorDesc>& in) {

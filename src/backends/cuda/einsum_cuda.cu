@@ -25,6 +25,7 @@
 
 #include "kiln/error.h"
 #include "src/backends/cuda/cuda_common.h"
+#include "src/backends/cuda/element_types_cuda.cuh"
 #include "src/backends/cuda/op_helpers_cuda.cuh"
 #include "src/ir/einsum_equation.h"
 #include "src/ir/op_schema.h"
@@ -163,18 +164,10 @@ __global__ void __launch_bounds__(kWarpThreads) einsum_warp_kernel(T* __restrict
   }
 }
 
+// The reference's numeric types (no bool, none of int16, uint16, uint32, uint64).
 template <typename Fn>
 void dispatch_einsum_type(DataType t, Fn&& fn) {
-  switch (t) {
-    case DataType::kFloat32: fn(std::type_identity<float>{}); break;
-    case DataType::kFloat16: fn(std::type_identity<__half>{}); break;
-    case DataType::kFloat64: fn(std::type_identity<double>{}); break;
-    case DataType::kInt32: fn(std::type_identity<int32_t>{}); break;
-    case DataType::kInt64: fn(std::type_identity<int64_t>{}); break;
-    case DataType::kInt8: fn(std::type_identity<int8_t>{}); break;
-    case DataType::kUInt8: fn(std::type_identity<uint8_t>{}); break;
-    default: throw Error(std::string("Einsum: unsupported data type ") + to_string(t));
-  }
+  if (!dispatch_type(NumericTypes{}, t, fn)) throw Error(std::string("Einsum: unsupported data type ") + to_string(t));
 }
 
 // Per label, the element stride of a tensor along it (as the reference's label_strides).
@@ -262,7 +255,7 @@ bool einsum_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) 
     if (!in.present || in.format != TensorFormat::kLinear || in.type != inputs[0].type) return false;
     dims.push_back(in.dims);
   }
-  if (inputs[0].type == DataType::kBool) return false;
+  if (!in_list(NumericTypes{}, inputs[0].type)) return false;
   if (layer.output(0) && layer.output(0)->format() != TensorFormat::kLinear) return false;
   try {
     return plan_einsum(attr_string(layer, "equation"), dims).label_sizes.size() <= static_cast<size_t>(kMaxLabels);

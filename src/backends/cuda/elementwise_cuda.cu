@@ -1,8 +1,8 @@
 // CUDA kernels of the binary element-wise layers: ElementWise (every op of docs/layers.md on
-// float32, float16, int8, uint8, int32, int64 and bool, with the CPU reference's integer
-// division / modulo / power semantics; pow also with an exponent of another type, bases float32,
-// float16, int32, int64), ParametricReLU (float32, float16) and Select (any type, by element
-// width). Tactic "cuda" for each.
+// float32, float16, int8, uint8, int16, uint16, int32, uint32, int64, uint64 and bool, with the
+// CPU reference's integer division / modulo / power semantics and wrap-around; pow also with an
+// exponent of another type, bases float32, float16, int32, int64), ParametricReLU (float32,
+// float16) and Select (any type, by element width). Tactic "cuda" for each.
 //
 // prepare() rewrites the broadcast over dims in memory order (cuda::memory_order_broadcast, so
 // channels-last tensors, per-channel [C,1,1] operands and scalars mix freely) and plans one of
@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "src/backends/cuda/cuda_common.h"
+#include "src/backends/cuda/element_types_cuda.cuh"
 #include "src/backends/cuda/elementwise_cuda.h"
 #include "src/ir/op_schema.h"
 
@@ -41,24 +42,17 @@ using cuda::StridedIndex;
 
 constexpr int64_t kMax32 = int64_t{1} << 31;
 
-template <typename T>
-struct Tag {
-  using type = T;
-};
+// The types of ElementWise's operands (both of one type) and of pow's exponent; pow's bases when
+// the exponent has another type.
+using EwTypes = cuda::TypeList<DataType::kFloat32, DataType::kFloat16, DataType::kInt8, DataType::kUInt8,
+                               DataType::kInt16, DataType::kUInt16, DataType::kInt32, DataType::kUInt32,
+                               DataType::kInt64, DataType::kUInt64, DataType::kBool>;
+using PowBaseTypes = cuda::TypeList<DataType::kFloat32, DataType::kFloat16, DataType::kInt32, DataType::kInt64>;
 
-// Calls fn(Tag<T>{}) for the element type; false when the type is not one of the listed.
+// Calls fn(std::type_identity<T>{}) for the element type; false when the type is not listed.
 template <typename Fn>
 bool dispatch_ew_type(DataType t, Fn&& fn) {
-  switch (t) {
-    case DataType::kFloat32: fn(Tag<float>{}); return true;
-    case DataType::kFloat16: fn(Tag<__half>{}); return true;
-    case DataType::kInt8: fn(Tag<int8_t>{}); return true;
-    case DataType::kUInt8: fn(Tag<uint8_t>{}); return true;
-    case DataType::kInt32: fn(Tag<int32_t>{}); return true;
-    case DataType::kInt64: fn(Tag<int64_t>{}); return true;
-    case DataType::kBool: fn(Tag<bool>{}); return true;
-    default: return false;
-  }
+  return cuda::dispatch_type(EwTypes{}, t, fn);
 }
 
 // ---- binary kernels over a functor F: F::Out operator()(TA a, TB b) ----------------------------
@@ -325,23 +319,17 @@ void run_pow_mixed(const BinaryPlan& p, const void* a, const void* b, void* y, c
   run_binary<PowMixedFn<B, E>, B, E, false>(p, PowMixedFn<B, E>{}, a, b, y, s);
 }
 
-// Bases float32, float16, int32, int64 (ONNX Pow's T); exponents any numeric type but bool.
+// Bases float32, float16, int32, int64 (ONNX Pow's T); exponents any type of EwTypes but bool
+// (ONNX Pow's T1: every integer type included).
 PowRunner pow_mixed_runner(DataType base, DataType exponent) {
   PowRunner runner = nullptr;
-  auto with_exponent = [&](auto btag) {
+  cuda::dispatch_type(PowBaseTypes{}, base, [&](auto btag) {
     using B = typename decltype(btag)::type;
     dispatch_ew_type(exponent, [&](auto etag) {
       using E = typename decltype(etag)::type;
       if constexpr (!std::is_same_v<B, E> && !std::is_same_v<E, bool>) runner = &run_pow_mixed<B, E>;
     });
-  };
-  switch (base) {
-    case DataType::kFloat32: with_exponent(Tag<float>{}); break;
-    case DataType::kFloat16: with_exponent(Tag<__half>{}); break;
-    case DataType::kInt32: with_exponent(Tag<int32_t>{}); break;
-    case DataType::kInt64: with_exponent(Tag<int64_t>{}); break;
-    default: break;
-  }
+  });
   return runner;
 }
 

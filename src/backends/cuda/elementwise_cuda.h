@@ -700,8 +700,9 @@ void run_map(F f, const void* x, void* y, int64_t n, cudaStream_t stream) {
   launch(map_kernel<F, In, V>, (n + V - 1) / V, stream, f, static_cast<const In*>(x), static_cast<Out*>(y), n, vec);
 }
 
-// ---- compute types (as the CPU reference: half computes in float; bool and 8-bit integers in
-// int32 so that their arithmetic wraps modulo 2^8 on the store) ----------------------------------
+// ---- compute types (as the CPU reference: half computes in float; bool, 8- and 16-bit integers
+// in int32 so that their arithmetic wraps modulo 2^8 / 2^16 on the store; uint32 and uint64 in
+// their own, wrapping, type) ----------------------------------------------------------------------
 
 template <typename T>
 struct CalcOf {
@@ -717,6 +718,14 @@ struct CalcOf<int8_t> {
 };
 template <>
 struct CalcOf<uint8_t> {
+  using type = int32_t;
+};
+template <>
+struct CalcOf<int16_t> {
+  using type = int32_t;
+};
+template <>
+struct CalcOf<uint16_t> {
   using type = int32_t;
 };
 template <>
@@ -745,6 +754,8 @@ __device__ __forceinline__ T from_calc(C v) {
 }
 
 // ---- integer helpers: defined results where C++ would trap (x/0, INT_MIN/-1) -------------------
+// The sign cases apply to signed compute types only: for uint32/uint64 a divisor of all ones is
+// a large number, not -1 (the CPU reference's helpers, elementwise_cpu.cpp, make the same split).
 
 template <typename C>
 __device__ __forceinline__ C wrap_neg(C a) {
@@ -755,33 +766,46 @@ __device__ __forceinline__ C wrap_neg(C a) {
 template <typename C>
 __device__ __forceinline__ C int_div(C a, C b) {
   if (b == 0) return 0;
-  if (b == -1) return wrap_neg(a);
+  if constexpr (std::is_signed_v<C>) {
+    if (b == -1) return wrap_neg(a);
+  }
   return static_cast<C>(a / b);
 }
 
 template <typename C>
 __device__ __forceinline__ C int_mod(C a, C b, bool fmod) {
-  if (b == 0 || b == -1) return 0;
-  C r = static_cast<C>(a % b);
-  if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = static_cast<C>(r + b);
-  return r;
+  if (b == 0) return 0;
+  if constexpr (std::is_signed_v<C>) {
+    if (b == -1) return 0;
+    C r = static_cast<C>(a % b);
+    if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = static_cast<C>(r + b);
+    return r;
+  } else {
+    return static_cast<C>(a % b);
+  }
 }
 
 template <typename C>
 __device__ __forceinline__ C int_floor_div(C a, C b) {
   if (b == 0) return 0;
-  if (b == -1) return wrap_neg(a);
-  C q = static_cast<C>(a / b);
-  if (a % b != 0 && ((a < 0) != (b < 0))) --q;
-  return q;
+  if constexpr (std::is_signed_v<C>) {
+    if (b == -1) return wrap_neg(a);
+    C q = static_cast<C>(a / b);
+    if (a % b != 0 && ((a < 0) != (b < 0))) --q;
+    return q;
+  } else {
+    return static_cast<C>(a / b);
+  }
 }
 
 template <typename C>
 __device__ __forceinline__ C int_pow(C a, C b) {
-  if (b < 0) {
-    if (a == 1) return 1;
-    if (a == -1) return (b % 2 == 0) ? 1 : -1;
-    return 0;
+  if constexpr (std::is_signed_v<C>) {
+    if (b < 0) {
+      if (a == 1) return 1;
+      if (a == -1) return (b % 2 == 0) ? 1 : -1;
+      return 0;
+    }
   }
   using U = std::make_unsigned_t<C>;
   U result = 1, base = static_cast<U>(a);

@@ -13,9 +13,10 @@
 //   reference). With the axis known on the host: along the innermost axis a warp per row scans
 //   32 elements per step; otherwise a thread per column walks the axis. With the axis computed
 //   on the device, a thread per column derives the view from the axis it reads.
-// - Trilu (k read on the device from its int32/int64 tensor), OneHot (any numeric indices,
-//   truncated toward zero; [off, on] read on the device), ReverseSequence (lengths read on the
-//   device) and MaxUnpool move elements by width, so they serve every element type.
+// - Trilu (k read on the device from its int32/int64 tensor), OneHot (indices of
+//   cuda::NumericTypes or bool, as the reference, truncated toward zero; [off, on] read on the
+//   device), ReverseSequence (lengths read on the device) and MaxUnpool move elements by width,
+//   so they serve every element type.
 // - MaxUnpool writes like Scatter without reduction (indices are flat over the default unpooled
 //   shape and re-expressed in the strides of a larger output_shape): an owner pass (atomicMax of the input
 //   position + 1 per output element, in the workspace) lets only the last input aimed at an
@@ -555,6 +556,7 @@ class OneHotCuda : public Kernel {
 
 bool one_hot_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (inputs.size() < 3 || !linear_io(layer, inputs)) return false;
+  if (inputs[0].type != DataType::kBool && !is_numeric(inputs[0].type)) return false;  // execute()'s index types
   const size_t e = data_type_size(inputs[2].type);
   return e == 1 || e == 2 || e == 4 || e == 8;
 }

@@ -15,6 +15,7 @@
 #include "kiln/error.h"
 #include "kiln/network.h"
 #include "src/backends/cuda/cuda_common.h"
+#include "src/backends/cuda/element_types_cuda.cuh"
 #include "src/backends/cuda/op_helpers_cuda.cuh"
 
 namespace kiln::cuda::indexing {
@@ -54,22 +55,15 @@ __host__ __device__ __forceinline__ T value_of(int v) {
   }
 }
 
-// Calls fn(std::type_identity<T>{}) for the numeric types these kernels take (no bool).
+// Calls fn(std::type_identity<T>{}) for the numeric types these kernels take (cuda::NumericTypes:
+// no bool, and none of int16, uint16, uint32, uint64, which the CPU reference of ArgReduce, TopK,
+// CumSum and OneHot's indices does not take either).
 template <typename Fn>
 void dispatch_numeric(DataType t, const char* what, Fn&& fn) {
-  switch (t) {
-    case DataType::kFloat32: fn(std::type_identity<float>{}); break;
-    case DataType::kFloat16: fn(std::type_identity<__half>{}); break;
-    case DataType::kFloat64: fn(std::type_identity<double>{}); break;
-    case DataType::kInt32: fn(std::type_identity<int32_t>{}); break;
-    case DataType::kInt64: fn(std::type_identity<int64_t>{}); break;
-    case DataType::kInt8: fn(std::type_identity<int8_t>{}); break;
-    case DataType::kUInt8: fn(std::type_identity<uint8_t>{}); break;
-    default: throw Error(std::string(what) + ": unsupported data type " + to_string(t));
-  }
+  if (!dispatch_type(NumericTypes{}, t, fn)) throw Error(std::string(what) + ": unsupported data type " + to_string(t));
 }
 
-inline bool is_numeric(DataType t) { return t != DataType::kBool; }
+inline bool is_numeric(DataType t) { return in_list(NumericTypes{}, t); }
 
 inline bool linear_io(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   for (const auto& d : inputs) {

@@ -33,6 +33,7 @@
 
 #include "kiln/error.h"
 #include "src/backends/cuda/cuda_common.h"
+#include "src/backends/cuda/element_types_cuda.cuh"
 #include "src/backends/cuda/op_helpers_cuda.cuh"
 #include "src/ir/op_schema.h"
 
@@ -269,22 +270,14 @@ bool is_float(DataType t) {
   return t == DataType::kFloat32 || t == DataType::kFloat16 || t == DataType::kFloat64;
 }
 
+// The reference's types (cuda::NumericTypes and bool; not int16, uint16, uint32, uint64).
+using ScatterTypes = TypeList<DataType::kFloat32, DataType::kFloat16, DataType::kFloat64, DataType::kInt32,
+                              DataType::kInt64, DataType::kInt8, DataType::kUInt8, DataType::kBool>;
+
 template <typename Fn>
 void dispatch_scatter_type(DataType t, Fn&& fn) {
-  switch (t) {
-    case DataType::kFloat32: fn(std::type_identity<float>{}); break;
-    case DataType::kFloat16: fn(std::type_identity<__half>{}); break;
-    case DataType::kFloat64: fn(std::type_identity<double>{}); break;
-    case DataType::kInt32: fn(std::type_identity<int32_t>{}); break;
-    case DataType::kInt64: fn(std::type_identity<int64_t>{}); break;
-    case DataType::kInt8: fn(std::type_identity<int8_t>{}); break;
-    case DataType::kUInt8: fn(std::type_identity<uint8_t>{}); break;
-    case DataType::kBool: fn(std::type_identity<bool>{}); break;
-    case DataType::kString:
-    case DataType::kInt16:
-    case DataType::kUInt16:
-    case DataType::kUInt32:
-    case DataType::kUInt64: throw Error(std::string("Scatter: ") + to_string(t) + " tensors are not supported on CUDA");
+  if (!dispatch_type(ScatterTypes{}, t, fn)) {
+    throw Error(std::string("Scatter: ") + to_string(t) + " tensors are not supported on CUDA");
   }
 }
 
@@ -467,8 +460,7 @@ bool scatter_supports(const Layer& layer, const std::vector<TensorDesc>& inputs)
   const std::string red = attr_string(layer, "reduction");
   if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min") return false;
   if (red != "none" && inputs[0].type == DataType::kBool) return false;
-  const size_t e = data_type_size(inputs[0].type);
-  return e == 1 || e == 2 || e == 4 || e == 8;
+  return in_list(ScatterTypes{}, inputs[0].type);
 }
 
 }  // namespace
