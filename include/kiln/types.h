@@ -30,8 +30,8 @@ enum class DataType : int32_t {
   // Text (ONNX STRING): each element is a StringRef (below). Only a few layer types take string
   // tensors (StringNormalizer, Cast, Identity, Constant) and only on the CPU; docs/layers.md.
   kString,
-  // ONNX INT16, UINT16, UINT32, UINT64: on the CPU, in ElementWise, BitShift, Cast and the data
-  // movement layers (docs/layers.md); other kernels reject them.
+  // ONNX INT16, UINT16, UINT32, UINT64: on the CPU and CUDA, in ElementWise, BitShift, Cast and
+  // the data movement layers (docs/layers.md); other kernels reject them.
   kInt16,
   kUInt16,
   kUInt32,

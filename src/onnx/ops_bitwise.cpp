@@ -16,7 +16,7 @@ void import_bit_shift(NodeContext& ctx) {
 }
 KILN_REGISTER_ONNX_IMPORTER("BitShift", import_bit_shift,
                             {.min_opset = 11, .types = "uint8, uint16, uint32, uint64",
-                             .notes = "uint16/32/64 on the CPU only"});
+                             .notes = "every unsigned width, on the CPU and CUDA"});
 
 }  // namespace
 }  // namespace kiln

@@ -13,7 +13,7 @@ constexpr const char* kNumericTypes = "float32, float16, float64, int8, uint8, i
 constexpr const char* kAllTypes = "every kiln type (float32/16/64, int8, uint8, int32, int64, bool)";
 // Ops whose CPU kernel (ElementWise) also takes int16 and uint16/32/64.
 constexpr const char* kWideIntTypes =
-    "float32, float16, float64, int8/16/32/64, uint8/16/32/64 (int16 and uint16/32/64 on the CPU only)";
+    "float32, float16, float64, int8/16/32/64, uint8/16/32/64";
 
 Attributes op_attrs(const std::string& op) {
   Attributes a;
@@ -86,8 +86,7 @@ KILN_REGISTER_ONNX_IMPORTER("Div", import_binary,
                              .notes = "opset < 7: broadcast with 'axis' needs both ranks recorded; integers truncate"});
 KILN_REGISTER_ONNX_IMPORTER("Pow", import_binary,
                             {.min_opset = 1,
-                             .types = "base float32, float16, float64, int32, int64; exponent of any numeric kiln type "
-                                      "(int16 and uint16/32/64 on the CPU only)"});
+                             .types = "base float32, float16, float64, int32, int64; exponent of any numeric kiln type"});
 KILN_REGISTER_ONNX_IMPORTER("Mod", import_binary, {.min_opset = 10, .types = kWideIntTypes});
 KILN_REGISTER_ONNX_IMPORTER("Equal", import_binary, {.min_opset = 1, .types = kAllTypes});
 KILN_REGISTER_ONNX_IMPORTER("Less", import_binary, {.min_opset = 1, .types = kNumericTypes});

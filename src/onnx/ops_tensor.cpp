@@ -75,7 +75,7 @@ void import_cast(NodeContext& ctx) {
 KILN_REGISTER_ONNX_IMPORTER("Cast", import_cast,
                             {.min_opset = 1,
                              .types = "every kiln type (float32/16/64, int8/16/32/64, uint8/16/32/64, bool, string)",
-                             .notes = "string, int16 and uint16/32/64 on the CPU only (string: numpy's text of "
+                             .notes = "string on the CPU only (string: numpy's text of "
                                       "numbers; docs/layers.md); bfloat16 is not supported"});
 
 // A copy; of a constant it is the same constant (exporters route shared weights through
