@@ -102,6 +102,18 @@ class ExecutionContext {
   void set_tensor_address(const std::string& name, void* data);
   // CPU threads for this context's kernels (0: the engine's setting).
   void set_num_threads(int threads);
+  // Concatenation elision (default on), decided anew for each set of input shapes: where a
+  // Concatenation's inputs can be laid out back to back inside its output (the dims stored
+  // outside the axis multiply to 1, e.g. batch 1 for a channel concatenation of linear
+  // tensors; every input is an activation of the output's type and format written by a kernel
+  // and used once by it; neither an input nor the output is a network input/output; each input
+  // starts at a multiple of 256 bytes), their producers write straight into the output and the
+  // concatenation runs no kernel. Off: every concatenation copies (the arena may then need
+  // more than Engine::activation_peak_bytes). The verbose log says once per shape change which
+  // concatenations were elided and why the others were not. Not thread-safe (like the rest of
+  // the context); takes effect at the next inference.
+  void set_concat_elision(bool enabled);
+  bool concat_elision() const;
 
   // Per-layer timing (like trtexec --dumpProfile). When enabled, execute() adds each layer's
   // wall-clock time (measured after the layer finished; on CUDA the stream is synchronized per

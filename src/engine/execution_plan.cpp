@@ -1,5 +1,12 @@
-// Execution steps and activation memory planning by liveness (see execution_plan.h).
+// Execution steps and activation memory planning by liveness, with concatenation elision (see
+// execution_plan.h). An elided concatenation's output and inputs form one group: one request
+// to the memory planner, as large as the output and alive from the first input's producer to
+// the last reader of any member, so that nothing else is placed inside it while any member is
+// in use; the inputs' offsets follow from the output's.
 #include "src/engine/execution_plan.h"
+
+#include <algorithm>
+#include <unordered_set>
 
 #include "src/builder/memory_planner.h"
 
@@ -22,35 +29,189 @@ bool is_host_known(const Layer& layer, const TensorStates& states) {
   return true;
 }
 
-ActivationPlan plan_activations(const Network& network, const std::vector<Layer*>& steps, const TensorStates& states) {
+namespace {
+
+// Steps that write (first) and last read each arena activation, in the order they are written.
+struct Liveness {
   std::unordered_map<const Tensor*, int> first, last;
   std::vector<const Tensor*> order;
+};
+
+Liveness compute_liveness(const std::vector<Layer*>& steps) {
+  Liveness live;
   for (int s = 0; s < static_cast<int>(steps.size()); ++s) {
     const Layer* l = steps[static_cast<size_t>(s)];
     for (int i = 0; i < l->num_inputs(); ++i) {
       const Tensor* t = l->input(i);
-      if (t && first.count(t)) last[t] = s;
+      if (t && live.first.count(t)) live.last[t] = s;
     }
     for (int i = 0; i < l->num_outputs(); ++i) {
       const Tensor* t = l->output(i);
       if (t->is_network_output() || t->is_network_input()) continue;
-      first[t] = s;
-      last[t] = s;
-      order.push_back(t);
+      live.first[t] = s;
+      live.last[t] = s;
+      live.order.push_back(t);
     }
   }
-  std::vector<BufferRequest> requests;
-  for (const Tensor* t : order) {
-    const TensorState& st = states.at(t);
-    BufferRequest r;
-    r.size = static_cast<uint64_t>(st.dims.volume()) * data_type_size(st.type);
-    r.first_use = first[t];
-    r.last_use = last[t];
-    requests.push_back(r);
+  return live;
+}
+
+uint64_t tensor_bytes(const TensorState& st) { return static_cast<uint64_t>(st.dims.volume()) * data_type_size(st.type); }
+
+// Data-dependent sizes are read in the middle of an inference and change the shapes of later
+// tensors (and may move some into overflow buffers), which would invalidate the inputs' offsets.
+bool has_data_dependent_sizes(const TensorStates& states) {
+  return std::any_of(states.begin(), states.end(), [](const auto& kv) {
+    return kv.second.dd_size || kv.second.data_dependent || kv.second.dd_axes != 0;
+  });
+}
+
+// An elided concatenation: its inputs and their byte offsets inside its output.
+struct ConcatGroup {
+  const Tensor* output = nullptr;
+  std::vector<std::pair<const Tensor*, uint64_t>> members;
+};
+
+struct ElisionState {
+  std::unordered_map<const Tensor*, const Tensor*> container;  // placed input -> concat output
+  std::unordered_set<const Tensor*> group_outputs;             // outputs of elided concatenations
+};
+
+std::string quoted(const Tensor* t) { return "'" + t->name() + "'"; }
+
+// The axes of a tensor in memory order, outermost first (channels-last stores dim 1 innermost).
+std::vector<int> memory_order(int rank, TensorFormat format) {
+  std::vector<int> order;
+  if (format == TensorFormat::kChannelsLast && rank >= 2) {
+    order.push_back(0);
+    for (int k = 2; k < rank; ++k) order.push_back(k);
+    order.push_back(1);
+  } else {
+    for (int k = 0; k < rank; ++k) order.push_back(k);
   }
-  const MemoryPlan mp = plan_memory(requests);
+  return order;
+}
+
+// Why the concatenation `l` cannot be elided for these shapes ("" when it can; then `group`
+// holds the placement).
+std::string elision_blocker(const Layer& l, const TensorStates& states, const Liveness& live, const ElisionState& es,
+                            ConcatGroup& group) {
+  const Tensor* out = l.output(0);
+  if (out->is_network_output()) return "its output " + quoted(out) + " is a network output";
+  if (!live.first.count(out)) return "its output " + quoted(out) + " is not an arena activation";
+  const TensorState& os = states.at(out);
+  const int rank = os.dims.rank();
+  int64_t axis = l.attrs().get_int("axis", 0);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return "its axis is out of range";
+  // Each input is one contiguous slice of the output (at the same offset in every format) only
+  // when the dims stored outside the axis multiply to 1.
+  const TensorFormat format = out->format();
+  int64_t outer = 1;
+  for (int k : memory_order(rank, format)) {
+    if (k == axis) break;
+    outer *= os.dims[k];
+  }
+  if (outer != 1) {
+    return "the output dims stored outside axis " + std::to_string(axis) + " (" + os.dims.to_string() + ", " +
+           to_string(format) + ") multiply to " + std::to_string(outer) + ", so each input would be " +
+           std::to_string(outer) + " separate slices";
+  }
+  group.output = out;
+  group.members.clear();
+  std::unordered_set<const Tensor*> seen;
+  uint64_t offset = 0;
+  for (int i = 0; i < l.num_inputs(); ++i) {
+    const Tensor* t = l.input(i);
+    if (!t) return "input " + std::to_string(i) + " is missing";
+    const std::string name = "input " + quoted(t);
+    if (!seen.insert(t).second) return name + " appears more than once";
+    if (t->is_network_input()) return name + " is a network input";
+    if (t->is_network_output()) return name + " is also a network output";
+    if (!t->producer() || !live.first.count(t)) return name + " is not an activation written by a kernel";
+    if (is_host_known(*t->producer(), states)) return name + " is computed on the host";
+    if (es.group_outputs.count(t)) return name + " is the output of an elided concatenation (no nesting)";
+    auto c = es.container.find(t);
+    if (c != es.container.end()) return name + " is already placed inside " + quoted(c->second);
+    const TensorState& st = states.at(t);
+    if (st.type != os.type) return name + " has type " + to_string(st.type) + ", the output " + to_string(os.type);
+    if (t->format() != format) {
+      return name + " is in the " + std::string(to_string(t->format())) + " format, the output in " + to_string(format);
+    }
+    const uint64_t bytes = tensor_bytes(st);
+    if (bytes == 0) return name + " is empty";
+    if (offset % kActivationAlignment != 0) {
+      return name + " would start at byte " + std::to_string(offset) + " of the output, not a multiple of " +
+             std::to_string(kActivationAlignment);
+    }
+    group.members.emplace_back(t, offset);
+    offset += bytes;
+  }
+  return "";
+}
+
+}  // namespace
+
+ActivationPlan plan_activations(const Network& network, const std::vector<Layer*>& steps, const TensorStates& states,
+                                const ActivationPlanOptions& options) {
+  (void)network;
+  const Liveness live = compute_liveness(steps);
   ActivationPlan plan;
-  for (size_t i = 0; i < order.size(); ++i) plan.offsets[order[i]] = mp.offsets[i];
+  plan.elided.assign(steps.size(), false);
+
+  std::vector<ConcatGroup> groups;
+  ElisionState es;
+  const bool dd = has_data_dependent_sizes(states);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const Layer& l = *steps[s];
+    if (l.type() != kLayerConcatenation || is_host_known(l, states)) continue;
+    ConcatDecision d;
+    d.step = static_cast<int>(s);
+    ConcatGroup g;
+    if (!options.concat_elision) {
+      d.reason = "concatenation elision is off";
+    } else if (dd) {
+      d.reason = "the network has data-dependent sizes";
+    } else {
+      d.reason = elision_blocker(l, states, live, es, g);
+    }
+    d.elided = d.reason.empty();
+    if (d.elided) {
+      plan.elided[s] = true;
+      es.group_outputs.insert(g.output);
+      for (const auto& [t, off] : g.members) es.container[t] = g.output;
+      groups.push_back(std::move(g));
+    }
+    plan.concats.push_back(std::move(d));
+  }
+
+  // One request per tensor that is not placed inside a group; a group's request spans its members.
+  std::vector<BufferRequest> requests;
+  std::vector<const Tensor*> roots;
+  std::unordered_map<const Tensor*, size_t> request_of;
+  for (const Tensor* t : live.order) {
+    if (es.container.count(t)) continue;
+    BufferRequest r;
+    r.size = tensor_bytes(states.at(t));
+    r.first_use = live.first.at(t);
+    r.last_use = live.last.at(t);
+    request_of[t] = requests.size();
+    requests.push_back(r);
+    roots.push_back(t);
+  }
+  for (const ConcatGroup& g : groups) {
+    BufferRequest& r = requests[request_of.at(g.output)];
+    for (const auto& [t, off] : g.members) {
+      r.first_use = std::min(r.first_use, live.first.at(t));
+      r.last_use = std::max(r.last_use, live.last.at(t));
+    }
+  }
+  const MemoryPlan mp = plan_memory(requests, kActivationAlignment);
+  for (size_t i = 0; i < roots.size(); ++i) plan.offsets[roots[i]] = mp.offsets[i];
+  for (const ConcatGroup& g : groups) {
+    const uint64_t base = plan.offsets.at(g.output);
+    for (const auto& [t, off] : g.members) plan.offsets[t] = base + off;
+  }
   plan.peak = mp.peak;
   plan.naive = mp.naive;
   return plan;

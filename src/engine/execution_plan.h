@@ -1,9 +1,12 @@
 // The execution plan shared by the builder (for its memory report) and the runtime: which
 // layers run as kernels, which tensors are host-known (computed during shape inference and
-// copied in), and where every activation lives in the context's arena.
+// copied in), and where every activation lives in the context's arena. The plan is made for
+// concrete shapes (the runtime re-plans whenever input shapes change), so decisions that
+// depend on shapes, such as concatenation elision, are made here per shape.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -12,10 +15,42 @@
 
 namespace kiln {
 
+// Every activation's offset in the arena is a multiple of this; kernels are prepared assuming
+// it (cuBLASLt and cuDNN plans, vectorized loads).
+inline constexpr uint64_t kActivationAlignment = 256;
+
+struct ActivationPlanOptions {
+  // Concatenation elision (as TensorRT does): where the shapes allow it, each input of a
+  // Concatenation is placed inside the output's buffer at its offset, so that its producer
+  // writes there directly and the concatenation runs no kernel. Conditions: the output and
+  // every input are arena activations written by kernels (no network input/output, constant
+  // or host-known value), each input appears once and is placed in no other concatenation (no
+  // nesting), all share one type and format, the dims stored outside the axis multiply to 1
+  // (the dims before the axis in memory order; channels-last stores dim 1 innermost), inputs
+  // are non-empty and start at multiples of kActivationAlignment. The group is one planner
+  // request alive from the first input's producer to the last reader of any of its tensors,
+  // so readers of an input after the concatenation still find it intact.
+  bool concat_elision = true;
+};
+
+// What the planner decided for one Concatenation step.
+struct ConcatDecision {
+  int step = 0;        // index into the steps given to plan_activations
+  bool elided = false;
+  std::string reason;  // why it was not elided (empty when elided)
+};
+
 struct ActivationPlan {
-  std::unordered_map<const Tensor*, uint64_t> offsets;  // arena offset per activation tensor
+  // Arena offset per activation tensor. The inputs of an elided concatenation have offsets
+  // inside their concatenation output's range.
+  std::unordered_map<const Tensor*, uint64_t> offsets;
   uint64_t peak = 0;
   uint64_t naive = 0;
+  // Per step: a Concatenation whose inputs were placed inside its output (no kernel runs).
+  std::vector<bool> elided;
+  // One entry per Concatenation step that runs as a kernel or was elided (host-known ones are
+  // left out), in step order.
+  std::vector<ConcatDecision> concats;
 };
 
 // Layers in execution order, excluding Constant layers (their outputs are weights).
@@ -26,7 +61,10 @@ std::vector<Layer*> execution_steps(const Network& network);
 bool is_host_known(const Layer& layer, const TensorStates& states);
 
 // Plans arena offsets for every tensor written by a step that is neither a network input nor a
-// network output nor a constant.
-ActivationPlan plan_activations(const Network& network, const std::vector<Layer*>& steps, const TensorStates& states);
+// network output nor a constant, and decides which concatenations are elided (see
+// ActivationPlanOptions; never for networks with data-dependent sizes, whose shapes change in
+// the middle of an inference).
+ActivationPlan plan_activations(const Network& network, const std::vector<Layer*>& steps, const TensorStates& states,
+                                const ActivationPlanOptions& options = {});
 
 }  // namespace kiln

@@ -47,12 +47,14 @@ struct ContextImpl {
   TensorStates states;
   std::vector<bool> host_known;  // per step
   ActivationPlan plan;
+  bool concat_elision = true;  // set_concat_elision
   DeviceBuffer arena;
   DeviceBuffer workspace;
   std::unordered_map<const Tensor*, DeviceBuffer> host_value_buffers;  // device copies of host-known values (CUDA)
   bool profiling = false;
   std::vector<double> profile_ms;  // per step
   std::vector<int64_t> profile_runs;
+  std::vector<int64_t> profile_elided;  // per step: runs in which it was an elided concatenation
   // Device engines: host-known tensors live in device buffers uploaded once per shape change.
   std::unordered_map<const Tensor*, void*> host_known_addresses;
   void* own_stream = nullptr;  // the context's stream (device engines), for null-stream calls
@@ -352,7 +354,7 @@ void prepare_steps(ContextImpl& c, size_t first) {
         c.host_value_buffers[l.output(i)] = std::move(buf);
       }
     }
-    if (c.host_known[s]) continue;
+    if (c.host_known[s] || c.plan.elided[s]) continue;  // elided concatenations run no kernel
     std::vector<TensorDesc> outs;
     for (int i = 0; i < l.num_outputs(); ++i) {
       const TensorState& st = c.states.at(l.output(i));
@@ -372,11 +374,35 @@ void prepare_steps(ContextImpl& c, size_t first) {
   if (device && c.device_errors.size() < error_bytes) c.device_errors = DeviceBuffer(*e.backend, error_bytes);
 }
 
+// Says once per plan (verbose) which concatenations were elided and why the others were not.
+void log_concat_elision(const ContextImpl& c) {
+  if (c.plan.concats.empty()) return;
+  std::ostringstream os;
+  os << "activation plan for input shapes";
+  for (const auto& [name, dims] : c.input_dims) os << " " << name << ":" << dims.to_string();
+  os << " (" << c.plan.peak << " bytes): ";
+  std::string elided, kept;
+  for (const ConcatDecision& d : c.plan.concats) {
+    const std::string name = "'" + c.engine->steps[static_cast<size_t>(d.step)]->name() + "'";
+    if (d.elided) {
+      elided += (elided.empty() ? "" : ", ") + name;
+    } else {
+      kept += (kept.empty() ? "" : "; ") + name + " (" + d.reason + ")";
+    }
+  }
+  os << "concatenations elided (producers write into the output, no copy): " << (elided.empty() ? "none" : elided);
+  if (!kept.empty()) os << "; not elided: " << kept;
+  log(Severity::kVerbose, os.str());
+}
+
 void prepare_context(ContextImpl& c) {
   EngineImpl& e = *c.engine;
   const Network& net = *e.data.network;
   c.states = infer_shapes(net, c.input_dims);
-  c.plan = plan_activations(net, e.steps, c.states);
+  ActivationPlanOptions plan_options;
+  plan_options.concat_elision = c.concat_elision;
+  c.plan = plan_activations(net, e.steps, c.states, plan_options);
+  log_concat_elision(c);
   if (c.arena.size() < c.plan.peak) c.arena = DeviceBuffer(*e.backend, c.plan.peak);
   c.host_known.assign(e.steps.size(), false);
   c.host_value_buffers.clear();
@@ -523,7 +549,16 @@ void ExecutionContext::set_profiling(bool enabled) {
   impl_->profiling = enabled;
   impl_->profile_ms.assign(impl_->engine->steps.size(), 0.0);
   impl_->profile_runs.assign(impl_->engine->steps.size(), 0);
+  impl_->profile_elided.assign(impl_->engine->steps.size(), 0);
 }
+
+void ExecutionContext::set_concat_elision(bool enabled) {
+  if (impl_->concat_elision == enabled) return;
+  impl_->concat_elision = enabled;
+  impl_->dirty = true;  // re-plan (and re-capture any CUDA graph)
+}
+
+bool ExecutionContext::concat_elision() const { return impl_->concat_elision; }
 
 std::string ExecutionContext::profile_report() const {
   const ContextImpl& c = *impl_;
@@ -538,9 +573,17 @@ std::string ExecutionContext::profile_report() const {
   for (size_t i : order) {
     if (c.profile_runs[i] == 0) continue;
     const Layer& l = *c.engine->steps[i];
+    // Elided concatenations launch nothing: their inputs' producers wrote into the output.
+    const int64_t elided = c.profile_elided[i];
+    std::string kernel = c.engine->kernels[i]->tactic;
+    if (elided == c.profile_runs[i]) {
+      kernel = "elided";
+    } else if (elided > 0) {
+      kernel += ", elided in " + std::to_string(elided) + " of " + std::to_string(c.profile_runs[i]) + " runs";
+    }
     os << "  " << std::setw(9) << c.profile_ms[i] << " ms  " << std::setw(5) << std::setprecision(1)
        << (total > 0 ? 100.0 * c.profile_ms[i] / total : 0.0) << "%  " << std::setprecision(3) << l.name() << " ["
-       << l.type() << ", " << c.engine->kernels[i]->tactic << "] mean " << c.profile_ms[i] / static_cast<double>(c.profile_runs[i])
+       << l.type() << ", " << kernel << "] mean " << c.profile_ms[i] / static_cast<double>(c.profile_runs[i])
        << " ms\n";
   }
   return os.str();
@@ -686,6 +729,13 @@ void enqueue_steps(ExecutionContext& self, ContextImpl& c, void* stream) {
           } else if (t->is_network_output()) {
             e.backend->copy_device_to_device(tensor_address(c, t), h->second, v.nbytes(), stream);
           }
+        }
+        continue;
+      }
+      if (c.plan.elided[s]) {  // its inputs' producers already wrote into its output
+        if (c.profiling) {
+          ++c.profile_runs[s];
+          ++c.profile_elided[s];
         }
         continue;
       }
