@@ -36,6 +36,8 @@ __device__ __forceinline__ D cast_value(S v) {
     return static_cast<D>(static_cast<int64_t>(d));  // toward zero; narrowing wraps
   } else if constexpr (std::is_same_v<S, __half>) {
     return static_cast<D>(__half2float(v));
+  } else if constexpr (std::is_same_v<S, double> && std::is_same_v<D, float>) {
+    return cuda::double_to_float_rn(v);
   } else {
     return static_cast<D>(v);
   }

@@ -74,4 +74,13 @@ constexpr int index_in(TypeList<kTypes...>, DataType t) {
   return found;
 }
 
+// double -> float rounded to nearest, keeping float32 subnormals: kiln compiles with
+// --use_fast_math, which makes a plain conversion flush them to zero (cvt.rn.ftz), while the CPU
+// reference and ONNX Runtime keep them (pow(0.5f, 127) = 5.9e-39).
+__device__ __forceinline__ float double_to_float_rn(double d) {
+  float f;
+  asm("cvt.rn.f32.f64 %0, %1;" : "=f"(f) : "d"(d));
+  return f;
+}
+
 }  // namespace kiln::cuda

@@ -306,7 +306,7 @@ struct PowMixedFn {
         if (r != r || r < -9.2e18 || r > 9.2e18) return std::numeric_limits<B>::min();
         return static_cast<B>(static_cast<int64_t>(r));
       } else {
-        return cuda::from_calc<B>(static_cast<float>(r));
+        return cuda::from_calc<B>(cuda::double_to_float_rn(r));
       }
     }
   }
