@@ -8,6 +8,8 @@
 // networks linear.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <random>
 
@@ -120,6 +122,39 @@ TEST(PrecisionPass, PinnedFp32LayerGetsCastsAround) {
   const size_t at = text.find(": Activation");
   const size_t out = text.find("out: ", at);
   EXPECT_NE(text.substr(out, text.find('\n', out) - out).find("float32"), std::string::npos) << text;
+}
+
+// A float32 constant beyond float16's range (an attention mask of float32's lowest value) is
+// clamped to +-65504 when stored as float16, not rounded to infinity; the build log says so.
+TEST(PrecisionPass, Fp16ConstantsBeyondRangeAreClampedNotInfinite) {
+  auto net = std::make_unique<Network>();
+  Tensor* x = net->add_input("x", DataType::kFloat32, Dims{4});
+  HostTensor mask(DataType::kFloat32, Dims{4});
+  const float lowest = std::numeric_limits<float>::lowest();
+  const float values[4] = {lowest, -1e5f, 7e4f, 2.5f};
+  for (int i = 0; i < 4; ++i) mask.as<float>()[i] = values[i];
+  Layer* c = net->add_constant(mask, "mask");
+  Layer* add = net->add_elementwise(x, c->output(0), ElementWiseOp::kSum);
+  add->output(0)->set_name("y");
+  net->mark_output(add->output(0));
+  BuilderConfig config;
+  config.fp16 = true;
+  BuildReport report;
+  const auto bytes = Builder().build_serialized(*net, config, &report);
+  bool logged = false;
+  for (const auto& line : report.pass_log) {
+    logged = logged || line.find("3 value(s) beyond float16's range clamped to +-65504") != std::string::npos;
+  }
+  EXPECT_TRUE(logged);
+  HostTensor in(DataType::kFloat32, Dims{4});
+  for (int i = 0; i < 4; ++i) in.as<float>()[i] = 1.0f;
+  const HostTensor y = run(bytes, in);
+  ASSERT_EQ(y.type(), DataType::kFloat32);
+  // -65504 + 1 and 65504 + 1 round back to +-65504 in float16; 2.5 + 1 is exact.
+  EXPECT_EQ(y.as<float>()[0], -65504.0f);
+  EXPECT_EQ(y.as<float>()[1], -65504.0f);
+  EXPECT_EQ(y.as<float>()[2], 65504.0f);
+  EXPECT_EQ(y.as<float>()[3], 3.5f);
 }
 
 TEST(PrecisionPass, NoOpWithoutFp16) {

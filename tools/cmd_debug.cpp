@@ -161,7 +161,7 @@ int run_layers(const DebugOptions& o) {
   out << std::left << std::setw(5) << "#" << std::setw(10) << "result" << std::setw(10) << "max abs" << std::setw(10)
       << "max rel" << std::setw(10) << "mean rel" << std::setw(9) << ">1e-5" << "layer (type) -> output\n";
   int failing = 0;
-  std::string culprit;
+  std::vector<std::string> roots;  // failing layers whose compared inputs pass: where errors start
   for (size_t i = 0; i < rows.size(); ++i) {
     auto it = results.find(rows[i].tensor);
     if (it == results.end()) continue;  // not a float tensor
@@ -175,22 +175,24 @@ int run_layers(const DebugOptions& o) {
     out << "\n";
     if (r.pass) continue;
     ++failing;
-    if (!culprit.empty()) continue;
     bool inputs_pass = true;
     for (const std::string& in : inputs_of[rows[i].tensor]) {
       auto ri = results.find(in);
       if (ri != results.end() && !ri->second.pass) inputs_pass = false;
     }
-    if (inputs_pass) culprit = rows[i].layer + " (" + rows[i].type + "), output '" + rows[i].tensor + "'";
+    if (inputs_pass) roots.push_back(rows[i].layer + " (" + rows[i].type + "), output '" + rows[i].tensor + "'");
   }
   if (failing == 0) {
     out << "every compared layer output is within tolerance (" << results.size() << " tensors)\n";
     return kExitOk;
   }
   out << failing << " of " << results.size() << " compared layer output(s) out of tolerance\n";
-  if (!culprit.empty()) {
-    out << "first layer out of tolerance whose inputs are within it: " << culprit
-        << "\n  (errors downstream of it may only be its error carried along; for --fp16 engines, "
+  if (!roots.empty()) {
+    out << "first layer out of tolerance whose inputs are within it: " << roots.front() << "\n";
+    constexpr size_t kMaxListed = 8;
+    for (size_t i = 1; i < roots.size() && i < kMaxListed; ++i) out << "  another error starts at: " << roots[i] << "\n";
+    if (roots.size() > kMaxListed) out << "  (and " << roots.size() - kMaxListed << " more)\n";
+    out << "  (errors downstream of these may only be theirs carried along; for --fp16 engines, "
            "`kiln debug precision` finds layers to keep in fp32)\n";
   }
   return kExitMismatch;

@@ -14,6 +14,7 @@
 // their supports_format_combination: a plugin that accepts both float16 and float32 gets the
 // faster on CUDA (timed, casts in front included) and float16, first in the preference order,
 // elsewhere (plugin_type below). Formats are the layout pass's: plugins are not timed per format.
+#include <cmath>
 #include <map>
 #include <memory>
 #include <set>
@@ -34,12 +35,26 @@ namespace {
 
 bool is_float(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat16; }
 
-HostTensor convert_float(const HostTensor& v, DataType to) {
+// Float16 holds magnitudes up to 65504: larger finite constants are clamped to +-65504 (as
+// TensorRT does with weights), not rounded to infinity, so that e.g. an attention mask of
+// float32's lowest value stays finite and a fully masked softmax row does not become NaN.
+// `clamped` (optional) receives the number of values clamped.
+HostTensor convert_float(const HostTensor& v, DataType to, int64_t* clamped = nullptr) {
   HostTensor out(to, v.dims());
   if (to == DataType::kFloat16) {
+    constexpr float kMaxHalf = 65504.0f;
     const float* src = v.as<float>();
     half* dst = out.as<half>();
-    for (int64_t i = 0; i < v.count(); ++i) dst[i] = half(src[i]);
+    int64_t n = 0;
+    for (int64_t i = 0; i < v.count(); ++i) {
+      float x = src[i];
+      if (std::isfinite(x) && std::fabs(x) > kMaxHalf) {
+        x = std::copysign(kMaxHalf, x);
+        ++n;
+      }
+      dst[i] = half(x);
+    }
+    if (clamped) *clamped = n;
   } else {
     const half* src = v.as<half>();
     float* dst = out.as<float>();
@@ -314,9 +329,14 @@ class PrecisionAssigner {
     Tensor* result = nullptr;
     const HostTensor* value = passes::constant_value(t);
     if (value && value->type() != to) {
-      result = editor_.add_constant(convert_float(*value, to), t->name() + (to == DataType::kFloat16 ? ".fp16" : ".fp32"));
+      int64_t clamped = 0;
+      result = editor_.add_constant(convert_float(*value, to, &clamped),
+                                    t->name() + (to == DataType::kFloat16 ? ".fp16" : ".fp32"));
       converted_constants_[t] = result;
-      passes::log_change(ctx_, "precision: constant '" + t->name() + "' stored as " + to_string(to));
+      passes::log_change(ctx_, "precision: constant '" + t->name() + "' stored as " + to_string(to) +
+                                   (clamped ? " (" + std::to_string(clamped) +
+                                                  " value(s) beyond float16's range clamped to +-65504)"
+                                            : std::string()));
     } else {
       Attributes a;
       a.set("to", std::string(to_string(to)));
