@@ -8,6 +8,8 @@
 //                               when the condition is not a constant)
 //   Shrink                      FusedElementWise program (float32)
 //   LpPool                      |x|^p summed by a depthwise all-ones Convolution, then ^(1/p) (float32)
+//                               (ceil_mode on symbolic spatial dims: a Padding whose pads come
+//                               from Shape(x))
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -212,9 +214,58 @@ std::vector<int64_t> lp_pool_list(NodeContext& ctx, const std::string& name, siz
   return v;
 }
 
+// ceil_mode's extra end padding of one spatial axis of extent `dim` (ONNX Runtime's and PyTorch's
+// rule): out = ceil(span / s) + 1 windows, less the last one when it would start past the input
+// and the left padding; the padding makes the floor-mode Convolution reach that last window.
+int64_t lp_pool_ceil_extra(int64_t dim, int64_t pad_begin, int64_t pad_end, int64_t effective, int64_t stride) {
+  const int64_t span = dim + pad_begin + pad_end - effective;
+  int64_t out = (span + stride - 1) / stride + 1;
+  if ((out - 1) * stride >= dim + pad_begin) --out;
+  return std::max<int64_t>(0, (out - 1) * stride - span);
+}
+
+// The same for symbolic spatial dims, as int64 shape arithmetic on Shape(x) (one element per
+// spatial axis) that kiln evaluates on the host for each input shape: the pads of a Padding
+// layer for the [N*C, 1, D..] planes, zeros except the extra end padding.
+Tensor* lp_pool_ceil_pads(NodeContext& ctx, Tensor* x, const std::vector<int64_t>& pads,
+                          const std::vector<int64_t>& effective, const std::vector<int64_t>& strides) {
+  const size_t k = strides.size();
+  std::vector<int64_t> span_offset(k), stride_less_1(k), pad_begin(k);
+  for (size_t i = 0; i < k; ++i) {
+    span_offset[i] = pads[i] + pads[i + k] - effective[i];
+    stride_less_1[i] = strides[i] - 1;
+    pad_begin[i] = pads[i];
+  }
+  auto op = [&](Tensor* a, Tensor* b, const char* name, const std::string& suffix) {
+    Attributes e;
+    e.set("op", std::string(name));
+    return ctx.add_layer(kLayerElementWise, {a, b}, 1, std::move(e), suffix)->output(0);
+  };
+  Attributes tail;
+  tail.set("start", int64_t{2});
+  Tensor* dim = ctx.add_layer(kLayerShape, {x}, 1, std::move(tail), "ceil_dims")->output(0);
+  Tensor* s = ctx.add_int64_constant(strides, "ceil_strides");
+  Tensor* span = op(dim, ctx.add_int64_constant(span_offset, "ceil_span_offset"), "sum", "ceil_span");
+  // last = (out - 1) * s, the start of the last window before the rule; `div` truncates like C.
+  Tensor* q = op(op(span, ctx.add_int64_constant(stride_less_1, "ceil_round_up"), "sum", "ceil_span_up"), s, "div", "ceil_q");
+  Tensor* last = op(q, s, "prod", "ceil_last");
+  Tensor* limit = op(dim, ctx.add_int64_constant(pad_begin, "ceil_pad_begin"), "sum", "ceil_limit");
+  Attributes cast;
+  cast.set("to", std::string("int64"));
+  Tensor* past = op(last, limit, "greater_or_equal", "ceil_past");
+  past = ctx.add_layer(kLayerCast, {past}, 1, std::move(cast), "ceil_past_int")->output(0);
+  last = op(last, op(past, s, "prod", "ceil_drop"), "sub", "ceil_last_kept");
+  Tensor* extra = op(op(last, span, "sub", "ceil_overhang"), ctx.add_int64_constant({0}, "ceil_zero"), "max", "ceil_extra");
+  Attributes cat;
+  cat.set("axis", int64_t{0});
+  Tensor* zeros = ctx.add_int64_constant(std::vector<int64_t>(k + 4, 0), "ceil_pads_head");
+  return ctx.add_layer(kLayerConcatenation, {zeros, extra}, 1, std::move(cat), "ceil_pads")->output(0);
+}
+
 // LpPool: (sum over the window of |x|^p)^(1/p), padding counting as zeros. x [N, C, D..] is
 // viewed as [N*C, 1, D..] so that one all-ones kernel sums every channel; ceil_mode becomes
-// extra end padding, which adds only zeros to the sums.
+// extra end padding, which adds only zeros to the sums: in the Convolution's pads when the
+// spatial dims are static, else a Padding layer whose pads come from Shape(x) at run time.
 void import_lp_pool(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "X");
   const std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
@@ -226,17 +277,17 @@ void import_lp_pool(NodeContext& ctx) {
   for (size_t i = 0; i < k; ++i) effective[i] = (kernel[i] - 1) * dilations[i] + 1;
   std::vector<int64_t> pads = resolve_auto_pad(ctx, effective, strides);
   if (pads.empty()) pads.assign(2 * k, 0);
+  Tensor* ceil_pads = nullptr;  // the run-time extra end padding (symbolic spatial dims)
   if (ctx.attr_int("ceil_mode", 0) != 0) {
     const auto dims = ctx.input_dims(0);
-    for (size_t i = 0; i < k; ++i) {
-      if (!dims || dims->rank() != static_cast<int>(k) + 2 || (*dims)[static_cast<int>(i) + 2] == kDynamic) {
-        ctx.unsupported("ceil_mode=1 needs static spatial dims of input '" + ctx.input_name(0) + "'");
+    bool is_static = dims && dims->rank() == static_cast<int>(k) + 2;
+    for (size_t i = 0; is_static && i < k; ++i) is_static = (*dims)[static_cast<int>(i) + 2] != kDynamic;
+    if (is_static) {
+      for (size_t i = 0; i < k; ++i) {
+        pads[i + k] += lp_pool_ceil_extra((*dims)[static_cast<int>(i) + 2], pads[i], pads[i + k], effective[i], strides[i]);
       }
-      const int64_t span = (*dims)[static_cast<int>(i) + 2] + pads[i] + pads[i + k] - effective[i];
-      int64_t out = (span + strides[i] - 1) / strides[i] + 1;
-      // The last window must start inside the input or the left padding.
-      if ((out - 1) * strides[i] >= (*dims)[static_cast<int>(i) + 2] + pads[i]) --out;
-      pads[i + k] += std::max<int64_t>(0, (out - 1) * strides[i] - span);
+    } else {
+      ceil_pads = lp_pool_ceil_pads(ctx, x, pads, effective, strides);
     }
   }
   const double p = ctx.opset() < 2 ? ctx.attr_float("p", 2.0) : static_cast<double>(ctx.attr_int("p", 2));
@@ -262,6 +313,7 @@ void import_lp_pool(NodeContext& ctx) {
   std::vector<int64_t> single_channel{-1, 1};
   single_channel.resize(k + 2, 0);
   Tensor* planes = ctx.add_layer(kLayerShuffle, {powered}, 1, shuffle_attrs({}, single_channel, {}), "planes")->output(0);
+  if (ceil_pads) planes = ctx.add_layer(kLayerPadding, {planes, ceil_pads}, 1, {}, "ceil_pad")->output(0);
 
   std::vector<int64_t> weight_dims{1, 1};
   weight_dims.insert(weight_dims.end(), kernel.begin(), kernel.end());

@@ -48,8 +48,6 @@ ALLOWED_ERRORS = [
 KNOWN_ISSUES = [
     ("Mean", lambda spec, detail: "must have the same data type" in detail,
      "Mean on float16/float64 scales by a float32 constant (regression mean_float16)"),
-    ("LpPool", lambda spec, detail: "ceil_mode=1 needs static spatial dims" in detail,
-     "LpPool ceil_mode=1 rejects symbolic spatial dims, undocumented (regression lp_pool_ceil_mode_dynamic_spatial)"),
 ]
 
 # When ONNX Runtime has no kernel for a type, the reference runs on wider types holding the same

@@ -77,6 +77,25 @@ w.node("lppool_ceil_mode", "LpPool", [xp], attrs={"kernel_shape": [3, 3], "strid
 w.node("lppool_1d_dynamic", "LpPool", [rand((2, 4, 9))], attrs={"kernel_shape": [4], "strides": [3]}, opset=18,
        dynamic=True, rtol=1e-5, atol=1e-5)
 w.node("lppool_opset11", "LpPool", [xp], attrs={"kernel_shape": [2, 2], "strides": [2, 2]}, opset=11, rtol=1e-5, atol=1e-5)
+# ceil_mode=1 on symbolic spatial dims: the extra end padding comes from Shape(x) at run time.
+# Extents chosen so that ceil adds a window (10 with k3 s2; W 10 with dilated k2 s3), or the rule
+# "the last window starts inside the input or the left padding" removes one (8 with pads 1,1 k2
+# s3; 4 with end pad 1 k2 s2; H 10 with pads 1,1 k2 s3).
+ceil_cases = [("1d_p1", (2, 3, 10), {"kernel_shape": [3], "strides": [2], "p": 1}),
+              ("1d_p2_pads", (2, 2, 10), {"kernel_shape": [3], "strides": [2], "pads": [1, 1], "p": 2}),
+              ("1d_p3_pads_rule", (1, 2, 8), {"kernel_shape": [2], "strides": [3], "pads": [1, 1], "p": 3}),
+              ("1d_p2_end_pad_rule", (1, 2, 4), {"kernel_shape": [2], "strides": [2], "pads": [0, 1], "p": 2}),
+              ("2d_p2", (2, 3, 8, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "p": 2}),
+              ("2d_p1_dilations", (1, 3, 9, 10), {"kernel_shape": [2, 2], "dilations": [2, 1], "strides": [2, 3], "p": 1}),
+              ("2d_p3_pads", (1, 2, 10, 9), {"kernel_shape": [2, 3], "strides": [3, 2], "pads": [1, 0, 1, 1], "p": 3})]
+for name, shape, attrs in ceil_cases:
+    w.node(f"lppool_ceil_{name}_dynamic", "LpPool", [rand(shape)], attrs=dict(attrs, ceil_mode=1), opset=18, dynamic=True,
+           rtol=1e-4 if attrs["p"] == 3 else 1e-5, atol=1e-5)
+# One model, three input shapes: tests/ops_composite_test.cpp also runs them through one engine.
+for i, shape in enumerate([(1, 2, 7, 6), (2, 1, 8, 9), (1, 3, 5, 4)]):
+    w.node(f"lppool_ceil_shapes{i}_dynamic", "LpPool", [rand(shape)],
+           attrs={"kernel_shape": [3, 2], "strides": [2, 2], "pads": [0, 1, 1, 0], "ceil_mode": 1}, opset=18, dynamic=True,
+           rtol=1e-5, atol=1e-5)
 
 # ---- models kiln must reject, naming the node (not run, not in cases.json) ------------------------
 w.model_only("reject_compress_runtime_condition", [helper.make_node("Compress", ["x", "c"], ["y"], axis=0, name="cmp")],
