@@ -545,6 +545,15 @@ TEST_F(CliTest, DebugPrecisionFindsLayersToKeepInFp32) {
                              path("fp32.txt"));
   EXPECT_EQ(fixed.code, 0) << fixed.out << fixed.err;
 
+  // --refine tries the MatMul back in float16: at this tolerance it must stay float32.
+  CommandResult refined = kiln("debug precision --refine --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") +
+                               " --input x=" + path("x.npy") + " --compare-dir " + path("ref") + " --save " +
+                               path("fp32_refined.txt"));
+  ASSERT_EQ(refined.code, 0) << refined.out << refined.err;
+  EXPECT_NE(refined.out.find("refining: 1 matrix product / convolution layer(s)"), std::string::npos) << refined.out;
+  EXPECT_NE(refined.out.find("'mm0' in fp16: max rel err"), std::string::npos) << refined.out;
+  EXPECT_EQ(read_text(path("fp32_refined.txt")), "mm0:fp32,add0:fp32");
+
   // With a tolerance float16 meets, nothing needs float32.
   CommandResult loose = kiln("debug precision --rtol 2e-2 --onnx " + path("mm.onnx") + " --input x=" + path("x.npy"));
   ASSERT_EQ(loose.code, 0) << loose.out << loose.err;

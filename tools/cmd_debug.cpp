@@ -12,7 +12,8 @@
 //    tolerance: it bisects over the layers in execution order (--direction forward: the first k
 //    layers in float32; reverse: the last k) for the smallest k that passes, against
 //    --compare-dir references or the CPU float32 engine, and prints the --layer-precisions list
-//    that `kiln build` / `kiln run` take (--save writes it to a file for "@FILE").
+//    that `kiln build` / `kiln run` take (--save writes it to a file for "@FILE"). --refine then
+//    tries each matrix product / convolution of the list back in fp16, one build each.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -51,6 +52,7 @@ struct DebugOptions {
   double max_rel_err = -1.0;  // < 0: the rtol/atol rule
   std::string direction = "forward";
   std::string save;
+  bool refine = false;
   std::vector<std::string> plugins;
   bool verbose = false;
 };
@@ -247,9 +249,10 @@ int run_precision(const DebugOptions& o) {
   if (o.direction == "reverse") std::reverse(candidates.begin(), candidates.end());
   const int n = static_cast<int>(candidates.size());
 
-  auto trial = [&](int k) {
+  // Builds and runs the fp16 engine with `fp32` kept in float32; `what` describes it in the log.
+  auto run_trial = [&](const std::vector<std::string>& fp32, const std::string& what) {
     std::unique_ptr<Network> net = base->clone();
-    for (int i = 0; i < k; ++i) net->find_layer(candidates[static_cast<size_t>(i)])->set_precision(DataType::kFloat32);
+    for (const std::string& name : fp32) net->find_layer(name)->set_precision(DataType::kFloat32);
     const auto outputs = build_and_run(*net, device, true, inputs);
     Trial t;
     t.pass = true;
@@ -261,14 +264,16 @@ int run_precision(const DebugOptions& o) {
         t.worst_output = r.name;
       }
     }
-    out << "  " << std::setw(4) << k << " of " << n << " layer(s) in fp32"
-        << (k ? " (" + std::string(o.direction == "reverse" ? "last: " : "through: ") +
-                    candidates[static_cast<size_t>(k - 1)] + ")"
-              : std::string())
-        << ": max rel err " << sci(t.worst_rel) << " ('" << t.worst_output << "')  " << (t.pass ? "PASS" : "FAIL")
-        << "\n"
+    out << "  " << what << ": max rel err " << sci(t.worst_rel) << " ('" << t.worst_output << "')  "
+        << (t.pass ? "PASS" : "FAIL") << "\n"
         << std::flush;
     return t;
+  };
+  auto trial = [&](int k) {
+    std::ostringstream what;
+    what << std::setw(4) << k << " of " << n << " layer(s) in fp32";
+    if (k) what << " (" << (o.direction == "reverse" ? "last: " : "through: ") << candidates[static_cast<size_t>(k - 1)] << ")";
+    return run_trial(std::vector<std::string>(candidates.begin(), candidates.begin() + k), what.str());
   };
 
   out << "model '" << o.onnx << "' on " << to_string(device) << " with --fp16; pass: " << rule(o) << "; reference: "
@@ -289,12 +294,32 @@ int run_precision(const DebugOptions& o) {
     }
     found = hi;
   }
+  std::vector<std::string> fp32(candidates.begin(), candidates.begin() + found);
+  if (o.refine && found > 0) {
+    // The layers where float16 pays (matrix products, convolutions) go back to fp16 one at a
+    // time, in execution order, where the outputs still pass without them.
+    static const std::set<std::string> kHeavy = {kLayerMatrixMultiply, kLayerGemm, kLayerConvolution,
+                                                 kLayerDeconvolution};
+    std::vector<std::string> heavy;
+    for (Layer* layer : base->topological_order()) {
+      if (kHeavy.count(layer->type()) && std::find(fp32.begin(), fp32.end(), layer->name()) != fp32.end())
+        heavy.push_back(layer->name());
+    }
+    out << "refining: " << heavy.size() << " matrix product / convolution layer(s) among them tried back in fp16\n";
+    for (const std::string& name : heavy) {
+      std::vector<std::string> without;
+      for (const std::string& f : fp32) {
+        if (f != name) without.push_back(f);
+      }
+      if (run_trial(without, "'" + name + "' in fp16").pass) fp32 = std::move(without);
+    }
+  }
   std::string spec;
-  for (int i = 0; i < found; ++i) spec += (i ? "," : "") + candidates[static_cast<size_t>(i)] + ":fp32";
+  for (size_t i = 0; i < fp32.size(); ++i) spec += (i ? "," : "") + fp32[i] + ":fp32";
   if (found == 0) {
     out << "the fp16 engine passes as it is: no layer needs fp32\n";
   } else {
-    out << found << " of " << n << " layer(s) in fp32 make the fp16 engine pass (bisection assumes that keeping "
+    out << fp32.size() << " of " << n << " layer(s) in fp32 make the fp16 engine pass (bisection assumes that keeping "
         << "more layers in fp32 never hurts)\n";
     out << "--layer-precisions " << (o.save.empty() ? spec : "@" + o.save) << "\n";
   }
@@ -367,6 +392,9 @@ void setup_debug_command(CLI::App& parent, std::function<int()>& run) {
   precision->add_option("--direction", po->direction, "forward: keep the first layers in fp32; reverse: the last")
       ->check(CLI::IsMember({"forward", "reverse"}))
       ->capture_default_str();
+  precision->add_flag("--refine", po->refine,
+                      "After bisecting, try each MatMul/Gemm/Convolution/Deconvolution of the list back in fp16 and "
+                      "keep it there where the outputs still pass (one build per layer)");
   precision->add_option("--save", po->save, "Write the list to FILE (use it as --layer-precisions @FILE)")
       ->type_name("FILE");
   precision->callback([&run, po] { run = [po] { return run_precision(*po); }; });
