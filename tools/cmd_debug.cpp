@@ -17,7 +17,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -36,8 +35,6 @@
 
 namespace kiln::cli {
 namespace {
-
-namespace fs = std::filesystem;
 
 struct DebugOptions {
   std::string onnx;
@@ -222,15 +219,7 @@ int run_precision(const DebugOptions& o) {
     require_directory(o.compare_dir, "--compare-dir folder");
     for (int i = 0; i < base->num_outputs(); ++i) {
       const std::string name = base->output(i)->name();
-      std::string file;
-      for (const std::string& c : {"output_" + std::to_string(i) + ".pb", "output_" + std::to_string(i) + ".npy",
-                                   sanitize_file_name(name) + ".npy"}) {
-        std::error_code ec;
-        if (fs::is_regular_file(fs::path(o.compare_dir) / c, ec)) {
-          file = (fs::path(o.compare_dir) / c).string();
-          break;
-        }
-      }
+      const std::string file = find_reference(o.compare_dir, static_cast<size_t>(i), name);
       if (file.empty())
         throw Error("--compare-dir '" + o.compare_dir + "' has no reference for output '" + name + "' (output_" +
                     std::to_string(i) + ".pb, output_" + std::to_string(i) + ".npy or " + sanitize_file_name(name) +

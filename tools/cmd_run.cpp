@@ -136,19 +136,6 @@ LoadedEngine build_from_onnx(const RunOptions& o, std::ostream& out) {
   return loaded;
 }
 
-// Finds the reference for output #index: output_<i>.pb, output_<i>.npy or <name>.npy.
-std::string find_reference(const std::string& dir, size_t index, const std::string& name) {
-  const std::vector<std::string> candidates = {
-      (fs::path(dir) / ("output_" + std::to_string(index) + ".pb")).string(),
-      (fs::path(dir) / ("output_" + std::to_string(index) + ".npy")).string(),
-      (fs::path(dir) / (sanitize_file_name(name) + ".npy")).string()};
-  for (const auto& c : candidates) {
-    std::error_code ec;
-    if (fs::is_regular_file(c, ec)) return c;
-  }
-  return "";
-}
-
 int run_run(const RunOptions& o) {
   std::ostream& out = o.json ? std::cerr : std::cout;
   if (o.verbose) default_logger().set_min_severity(Severity::kVerbose);
@@ -245,17 +232,7 @@ int run_run(const RunOptions& o) {
       backend->copy_device_to_host(output.device->pinned, output.device->device, output.value.nbytes(), nullptr);
       std::memcpy(output.value.data(), output.device->pinned, output.value.nbytes());
     }
-    const Dims actual = context->tensor_shape(output.name);
-    if (actual != output.value.dims()) {  // a data-dependent output: its leading bytes hold the result
-      HostTensor trimmed(output.value.type(), actual);
-      if (trimmed.nbytes()) std::memcpy(trimmed.data(), output.value.data(), trimmed.nbytes());
-      output.value = std::move(trimmed);
-    }
-    // String elements point into the context's storage: keep copies of the characters.
-    if (output.value.type() == DataType::kString) {
-      output.value = HostTensor::from_bytes(DataType::kString, output.value.dims(), output.value.data(),
-                                            output.value.nbytes());
-    }
+    settle_output(*context, output.name, output.value);
   }
   const Dims first = loaded.inputs.empty() ? Dims{} : loaded.inputs.front().value.dims();
   const int64_t batch = first.rank() > 0 ? first[0] : 1;

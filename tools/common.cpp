@@ -566,7 +566,34 @@ int apply_layer_precisions(Network& network, const std::vector<std::string>& spe
   return set;
 }
 
+// ---- reference files --------------------------------------------------------------------------
+
+std::string find_reference(const std::string& dir, size_t index, const std::string& name) {
+  namespace fs = std::filesystem;
+  const std::vector<std::string> candidates = {
+      (fs::path(dir) / ("output_" + std::to_string(index) + ".pb")).string(),
+      (fs::path(dir) / ("output_" + std::to_string(index) + ".npy")).string(),
+      (fs::path(dir) / (sanitize_file_name(name) + ".npy")).string()};
+  for (const auto& c : candidates) {
+    std::error_code ec;
+    if (fs::is_regular_file(c, ec)) return c;
+  }
+  return "";
+}
+
 // ---- running an engine once -------------------------------------------------------------------
+
+void settle_output(ExecutionContext& context, const std::string& name, HostTensor& value) {
+  const Dims actual = context.tensor_shape(name);
+  if (actual != value.dims()) {  // a data-dependent output: its leading bytes hold the result
+    HostTensor trimmed(value.type(), actual);
+    if (trimmed.nbytes()) std::memcpy(trimmed.data(), value.data(), trimmed.nbytes());
+    value = std::move(trimmed);
+  }
+  // String elements point into the context's storage: keep copies of the characters.
+  if (value.type() == DataType::kString)
+    value = HostTensor::from_bytes(DataType::kString, value.dims(), value.data(), value.nbytes());
+}
 
 std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine, const std::vector<InputTensor>& inputs) {
   std::unique_ptr<ExecutionContext> context = engine.create_execution_context();
@@ -613,14 +640,7 @@ std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine, 
   for (size_t i = 0; i < outputs.size(); ++i) {
     auto& [name, value] = outputs[i];
     if (on_device && value.nbytes()) backend->copy_device_to_host(value.data(), output_device[i], value.nbytes(), nullptr);
-    const Dims actual = context->tensor_shape(name);
-    if (actual != value.dims()) {
-      HostTensor trimmed(value.type(), actual);
-      if (trimmed.nbytes()) std::memcpy(trimmed.data(), value.data(), trimmed.nbytes());
-      value = std::move(trimmed);
-    }
-    if (value.type() == DataType::kString)
-      value = HostTensor::from_bytes(DataType::kString, value.dims(), value.data(), value.nbytes());
+    settle_output(*context, name, value);
   }
   return outputs;
 }

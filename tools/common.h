@@ -140,6 +140,9 @@ std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names
                                      const std::vector<std::string>& assignments);
 
 // ---- reference comparison ---------------------------------------------------------------------
+// The reference file for output #index in `dir`: output_<i>.pb, output_<i>.npy or <name>.npy
+// (name sanitized as --output-dir writes it); "" when there is none.
+std::string find_reference(const std::string& dir, size_t index, const std::string& name);
 struct CompareResult {
   std::string name;
   std::string reference_file;
@@ -163,6 +166,10 @@ CompareResult compare_tensors(const std::string& name, const HostTensor& actual,
 // returns host copies of every output, in the engine's output order. Device engines copy through
 // device memory. Data-dependent outputs are trimmed to their actual shape.
 std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine, const std::vector<InputTensor>& inputs);
+// After an inference, the host copy `value` of output `name` (allocated at max_tensor_shape):
+// trimmed to the output's actual shape (data-dependent outputs), string elements copied out of
+// the context's storage.
+void settle_output(ExecutionContext& context, const std::string& name, HostTensor& value);
 
 // ---- timing -----------------------------------------------------------------------------------
 struct LatencyStats {

@@ -479,12 +479,10 @@ void resolve_data_dependent_sizes(ContextImpl& c, size_t s, void* stream) {
 
 void* tensor_address(ContextImpl& c, const Tensor* t) {
   EngineImpl& e = *c.engine;
-  // A constant that is also a network output is read from the weights (its output buffer is
-  // filled only at the end of the inference).
-  if (t->is_network_output() && !t->is_network_input()) {
-    auto w = e.weights.find(t);
-    if (w != e.weights.end()) return w->second;
-  }
+  // Constants first: one that is also a network output is read from the weights (its output
+  // buffer is filled only at the end of the inference).
+  auto w = e.weights.find(t);
+  if (w != e.weights.end()) return w->second;
   if (t->is_network_input() || t->is_network_output()) {
     auto it = c.addresses.find(t->name());
     if (it == c.addresses.end() || !it->second) {
@@ -493,8 +491,6 @@ void* tensor_address(ContextImpl& c, const Tensor* t) {
     }
     return it->second;
   }
-  auto w = e.weights.find(t);
-  if (w != e.weights.end()) return w->second;
   auto h = c.host_known_addresses.find(t);
   if (h != c.host_known_addresses.end()) return h->second;
   if (!c.overflow.empty()) {
