@@ -1,4 +1,4 @@
-// Tests of the activation memory planner (src/builder/memory_planner.h): reuse by liveness, no
+// Tests of the activation memory planner (src/plan/memory_planner.h): reuse by liveness, no
 // overlap between buffers alive at the same time (checked by brute force on random requests),
 // peak bounds, alignment and determinism.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <random>
 
 #include "kiln/error.h"
-#include "src/builder/memory_planner.h"
+#include "src/plan/memory_planner.h"
 
 namespace kiln {
 namespace {

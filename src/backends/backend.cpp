@@ -57,8 +57,29 @@ void* Backend::end_capture(void* stream) {
   begin_capture(stream);
   return nullptr;
 }
+void Backend::abort_capture(void*) noexcept {}
+void* Backend::instantiate_graph(void*) {
+  begin_capture(nullptr);
+  return nullptr;
+}
+bool Backend::update_graph(void*, void*) { return false; }
+void Backend::destroy_captured(void*) {}
 void Backend::launch_graph(void*, void* stream) { begin_capture(stream); }
 void Backend::destroy_graph(void*) {}
+
+// Host-clock events: the CPU backend runs synchronously, so "recorded" is "now".
+void* Backend::create_event() { return new std::chrono::steady_clock::time_point(); }
+void Backend::destroy_event(void* event) { delete static_cast<std::chrono::steady_clock::time_point*>(event); }
+void Backend::record_event(void* event, void* stream) {
+  synchronize(stream);
+  *static_cast<std::chrono::steady_clock::time_point*>(event) = std::chrono::steady_clock::now();
+}
+void Backend::event_synchronize(void*) {}
+double Backend::elapsed_ms(void* start, void* end) {
+  const auto* a = static_cast<std::chrono::steady_clock::time_point*>(start);
+  const auto* b = static_cast<std::chrono::steady_clock::time_point*>(end);
+  return std::chrono::duration<double, std::milli>(*b - *a).count();
+}
 
 BackendRegistry& BackendRegistry::instance() {
   static BackendRegistry registry;

@@ -4,7 +4,9 @@
 // KILN_REGISTER_BACKEND; get_backend throws a clear error for a device not built in or absent.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,6 +29,11 @@ class Backend {
   // once since the process started (0 when the backend does not count).
   virtual uint64_t bytes_in_use() const { return 0; }
   virtual uint64_t peak_bytes_in_use() const { return 0; }
+  // Calls of allocate(), and host waits for the device (synchronize(), copies and memsets with
+  // a null stream), since the process started: what tests read to check that a hot path
+  // neither allocates nor synchronizes. Thread-safe.
+  uint64_t allocation_count() const { return allocations_.load(std::memory_order_relaxed); }
+  uint64_t synchronization_count() const { return synchronizations_.load(std::memory_order_relaxed); }
   // Host memory the device copies from/to fastest (pinned on CUDA). Thread-safe.
   virtual void* allocate_host(size_t bytes);
   virtual void release_host(void* ptr);
@@ -55,7 +62,8 @@ class Backend {
   virtual std::string describe() const { return to_string(device()); }
 
   // Whole-inference graphs (CUDA graphs): capture the work enqueued on `stream` between
-  // begin_capture and end_capture into an executable graph, replay it with launch_graph.
+  // begin_capture and end_capture into a graph, make it executable with instantiate_graph (or
+  // update an executable graph of the same topology with it), replay it with launch_graph.
   // Backends without graphs return false from supports_graphs and throw from the others.
   virtual bool supports_graphs() const { return false; }
   // Whether `stream` is being captured into a graph right now (by kiln's caller, say).
@@ -63,11 +71,47 @@ class Backend {
     (void)stream;
     return false;
   }
+  // Starts capturing `stream` in thread-local mode: CUDA calls other threads make meanwhile
+  // neither join nor invalidate the capture.
   virtual void begin_capture(void* stream);
-  // Returns an opaque executable graph; destroy it with destroy_graph.
+  // Ends the capture and returns the captured graph (destroy it with destroy_captured). When
+  // the capture failed, throws after ending it, destroying what was captured and clearing the
+  // error state, so that the stream and the device are usable at once.
   virtual void* end_capture(void* stream);
-  virtual void launch_graph(void* graph, void* stream);
-  virtual void destroy_graph(void* graph);
+  // Ends a capture abandoned after an error (a kernel threw while enqueueing under capture):
+  // ends it, destroys what was captured and clears the error state. Never throws.
+  virtual void abort_capture(void* stream) noexcept;
+  // After a failed capture: waits for `stream`, clears the error state and drops the calling
+  // thread's library handles (cuDNN, cuBLASLt; made again on next use), so that no state a
+  // library set up during the failed capture is used again. Never throws.
+  virtual void recover_after_failed_capture(void* stream) noexcept { (void)stream; }
+  // An executable graph of a captured one (destroy it with destroy_graph).
+  virtual void* instantiate_graph(void* captured);
+  // Makes the executable graph `exec` run `captured` instead, in place, when both have the
+  // same topology (same nodes, other parameters such as addresses); false when that is not
+  // possible (exec is then unchanged and still runs what it ran before).
+  virtual bool update_graph(void* exec, void* captured);
+  virtual void destroy_captured(void* captured);
+  virtual void launch_graph(void* exec, void* stream);
+  virtual void destroy_graph(void* exec);
+
+  // Events for timing: record_event marks the point in `stream` where all work enqueued so far
+  // is done; elapsed_ms gives the device time between two recorded events once both completed
+  // (event_synchronize waits for one). CPU: host timestamps (the CPU backend runs
+  // synchronously). Thread-safe.
+  virtual void* create_event();
+  virtual void destroy_event(void* event);
+  virtual void record_event(void* event, void* stream);
+  virtual void event_synchronize(void* event);
+  virtual double elapsed_ms(void* start, void* end);
+
+ protected:
+  void count_allocation() { allocations_.fetch_add(1, std::memory_order_relaxed); }
+  void count_synchronization() { synchronizations_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> allocations_{0};
+  std::atomic<uint64_t> synchronizations_{0};
 };
 
 // Owning device allocation.

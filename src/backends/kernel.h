@@ -4,8 +4,11 @@
 // removed. Optimized tactics (e.g. "onednn") are added beside it; the builder chooses among
 // the tactics whose `supports` accepts the layer, by priority on the CPU and by timing on CUDA.
 //
-// A Kernel object belongs to one execution context (one thread at a time); it may cache
-// shape-specific state (e.g. oneDNN primitives) in prepare().
+// A Kernel object belongs to one execution context (one thread at a time) and is prepared for
+// one set of shapes: a context keeps one prepared kernel per step for each input shape it has
+// seen (src/plan/shape_plan.h), made from a prototype per step (another_instance), so that a
+// return to a seen shape re-prepares nothing. prepare() may build shape-specific state (cuDNN
+// plans, oneDNN primitives); execute() only launches.
 #pragma once
 
 #include <functional>
@@ -74,7 +77,7 @@ class Kernel {
   virtual ~Kernel() = default;
   // Called once per optimization profile before the prepare() calls of that profile: by the
   // builder for every profile, and when an execution context selects a profile
-  // (configure_kernels_for_profile, src/builder/tactic_selection.h). Most kernels ignore it;
+  // (src/plan/kernel_config.h). Most kernels ignore it;
   // the plugin kernel hands it to Plugin::configure.
   virtual void configure_profile(const Layer& layer, const std::vector<TensorRange>& inputs,
                                  const std::vector<TensorRange>& outputs) {
@@ -91,6 +94,11 @@ class Kernel {
   virtual bool reports_device_errors() const { return false; }
   // Runs the layer. Throws kiln::Error on failure (the runtime adds the layer name).
   virtual void execute(const KernelContext& ctx) = 0;
+  // A new kernel object for the same layer, already configured for the same profile, to be
+  // prepared for other shapes. Null (the default): the runtime makes a fresh one with the
+  // registry's factory and configures it. Kernels whose objects own state that does not depend
+  // on shapes (a plugin object and its initialize()) share it with their instances.
+  virtual std::unique_ptr<Kernel> another_instance() const { return nullptr; }
 };
 
 using KernelSupportsFn = std::function<bool(const Layer&, const std::vector<TensorDesc>& inputs)>;

@@ -13,7 +13,8 @@
 #include "src/builder/passes/passes.h"
 #include "src/builder/tactic_selection.h"
 #include "src/engine/engine_format.h"
-#include "src/engine/execution_plan.h"
+#include "src/plan/execution_plan.h"
+#include "src/plugins/plugin_layer.h"
 #include "src/ir/shape_inference.h"
 
 namespace kiln {

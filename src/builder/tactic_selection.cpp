@@ -4,9 +4,7 @@
 // inputs stay in range) and the fastest is kept; a kernel that throws while preparing or running
 // is skipped with its reason logged. Timings are keyed by the device, layer type, attributes
 // and input/output types, dims and formats, and kept in the timing cache file between builds.
-// Also: the per-profile ranges kernels are configured with (Kernel::configure_profile, at build
-// time for plugin layers and by the runtime when a context selects a profile), and the timing
-// of alternative ways to run a layer for the passes (choose_fastest_variant).
+// Also the timing of alternative ways to run a layer for the passes (choose_fastest_variant).
 #include "src/builder/tactic_selection.h"
 
 #include <algorithm>
@@ -24,28 +22,10 @@
 #include "kiln/logger.h"
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
-#include "src/engine/execution_plan.h"
+#include "src/plan/execution_plan.h"
+#include "src/plan/kernel_config.h"
 
 namespace kiln {
-
-std::vector<TensorDesc> input_descs(const Layer& layer, const TensorStates& states) {
-  std::vector<TensorDesc> descs;
-  for (int i = 0; i < layer.num_inputs(); ++i) {
-    TensorDesc d;
-    const Tensor* t = layer.input(i);
-    if (!t) {
-      d.present = false;
-    } else {
-      const TensorState& s = states.at(t);
-      d.type = s.type;
-      d.dims = s.dims;
-      d.format = t->format();
-      d.value = s.value.get();
-    }
-    descs.push_back(d);
-  }
-  return descs;
-}
 
 namespace {
 
@@ -72,65 +52,7 @@ bool tactic_disabled(const std::string& tactic) {
 }
 
 
-Dims elementwise(const Dims& a, const Dims& b, bool take_min) {
-  Dims r = a;
-  for (int k = 0; k < r.rank(); ++k) r[k] = take_min ? std::min(a[k], b[k]) : std::max(a[k], b[k]);
-  return r;
-}
-
-TensorRange range_of(const Tensor* t, const TensorStates& opt, const TensorStates& min, const TensorStates& max) {
-  TensorRange r;
-  r.format = t->format();
-  const TensorState& o = opt.at(t);
-  r.type = o.type;
-  r.min = r.opt = r.max = o.dims;
-  for (const TensorStates* other : {&min, &max}) {
-    auto it = other->find(t);
-    if (it == other->end() || it->second.dims.rank() != o.dims.rank()) continue;
-    r.min = elementwise(r.min, it->second.dims, true);
-    r.max = elementwise(r.max, it->second.dims, false);
-  }
-  for (int k = 0; k < o.dims.rank(); ++k) {
-    if (o.dd_axes & (1u << k)) r.min[k] = 0;  // data-dependent: anything up to the bound
-  }
-  return r;
-}
-
 }  // namespace
-
-void layer_ranges(const Layer& layer, const TensorStates& opt, const TensorStates& min, const TensorStates& max,
-                  std::vector<TensorRange>& inputs, std::vector<TensorRange>& outputs) {
-  inputs.clear();
-  outputs.clear();
-  for (int i = 0; i < layer.num_inputs(); ++i) {
-    inputs.push_back(layer.input(i) ? range_of(layer.input(i), opt, min, max) : TensorRange{});
-  }
-  for (int i = 0; i < layer.num_outputs(); ++i) outputs.push_back(range_of(layer.output(i), opt, min, max));
-}
-
-void configure_kernels_for_profile(const Network& network, const std::vector<Layer*>& steps,
-                                   const std::vector<std::unique_ptr<Kernel>>& kernels,
-                                   const OptimizationProfile& profile) {
-  std::map<std::string, Dims> mn, op, mx;
-  for (const auto& [name, s] : profile.all()) {
-    mn[name] = s.min;
-    op[name] = s.opt;
-    mx[name] = s.max;
-  }
-  const TensorStates opt = infer_shapes(network, op), min = infer_shapes(network, mn), max = infer_shapes(network, mx);
-  std::vector<TensorRange> in, out;
-  for (size_t s = 0; s < steps.size() && s < kernels.size(); ++s) {
-    const Layer& l = *steps[s];
-    if (is_host_known(l, opt)) continue;
-    layer_ranges(l, opt, min, max, in, out);
-    try {
-      kernels[s]->configure_profile(l, in, out);
-    } catch (const std::exception& e) {
-      throw Error("layer '" + l.name() + "' (" + l.type() + "): configuring its kernel for the optimization profile "
-                  "failed: " + e.what());
-    }
-  }
-}
 
 namespace {
 

@@ -12,6 +12,7 @@
 #include "src/backends/kernel.h"
 #include "src/engine/engine_format.h"
 #include "src/ir/shape_inference.h"
+#include "src/plan/kernel_config.h"
 
 namespace kiln {
 
@@ -46,30 +47,5 @@ struct TimedVariant {
 // choice came from the timing cache (nothing was timed).
 size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const BuilderConfig& config,
                               const std::string& purpose, bool* from_cache = nullptr);
-
-// Input descriptions of a layer under one set of tensor states (values of host-known tensors).
-std::vector<TensorDesc> input_descs(const Layer& layer, const TensorStates& states);
-
-// The ranges of a layer's inputs and outputs over one optimization profile, from the tensor
-// states at its opt, min and max points: min/max element-wise over the three, kDynamic-free;
-// a data-dependent extent ranges from 0 to its upper bound.
-void layer_ranges(const Layer& layer, const TensorStates& opt, const TensorStates& min, const TensorStates& max,
-                  std::vector<TensorRange>& inputs, std::vector<TensorRange>& outputs);
-
-// Calls Kernel::configure_profile on every kernel of an execution context (kernels[s] runs
-// steps[s]) with its layer's ranges under `profile` (shape inference at the profile's min, opt
-// and max). Host-evaluated layers are skipped: their kernels never run. The runtime calls this
-// whenever a context selects a profile; throws kiln::Error naming the layer a kernel rejected.
-void configure_kernels_for_profile(const Network& network, const std::vector<Layer*>& steps,
-                                   const std::vector<std::unique_ptr<Kernel>>& kernels,
-                                   const OptimizationProfile& profile);
-
-// The plugin records of an engine (name, version, namespace, library) for the Plugin layers.
-std::vector<EngineData::PluginRecord> collect_plugin_records(const Network& network);
-
-// The files of the libraries the records name (BuilderConfig::embed_plugin_libraries), one per
-// library; plugins built into kiln (library "") have none. Throws naming a library that cannot
-// be read.
-std::vector<EngineData::PluginLibrary> read_plugin_libraries(const std::vector<EngineData::PluginRecord>& plugins);
 
 }  // namespace kiln

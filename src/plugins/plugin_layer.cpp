@@ -18,7 +18,6 @@
 #include "kiln/logger.h"
 #include "kiln/network.h"
 #include "src/backends/kernel.h"
-#include "src/builder/tactic_selection.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/plugin_hooks.h"
 
@@ -397,46 +396,60 @@ std::vector<DynamicPluginTensorDesc> dynamic_descs(const std::vector<TensorRange
   return r;
 }
 
+// The plugin object of one execution context's Plugin layer: cloned and initialize()d once,
+// configured once per profile, shared by the kernels the context prepares for each input shape
+// (used by one thread at a time, as the context), terminate()d when the last goes.
+struct PluginInstance {
+  std::unique_ptr<Plugin> plugin;
+  bool initialized = false;
+  bool configured = false;  // configure_profile ran: prepare() leaves configure alone
+  ~PluginInstance() {
+    if (initialized) plugin->terminate();
+  }
+};
+
 class PluginKernel : public Kernel {
  public:
   PluginKernel(const Layer& layer, DeviceType device) : layer_(layer), device_(device) {
-    plugin_ = plugin_from_layer(layer, device);
-    const int rc = plugin_->initialize();
+    shared_ = std::make_shared<PluginInstance>();
+    shared_->plugin = plugin_from_layer(layer, device);
+    const int rc = shared_->plugin->initialize();
     if (rc != 0) throw Error(plugin_label(layer) + ": initialize() returned " + std::to_string(rc));
-    initialized_ = true;
+    shared_->initialized = true;
   }
-  ~PluginKernel() override {
-    if (initialized_) plugin_->terminate();
-  }
+  PluginKernel(const PluginKernel& other) : layer_(other.layer_), device_(other.device_), shared_(other.shared_) {}
+  std::unique_ptr<Kernel> another_instance() const override { return std::make_unique<PluginKernel>(*this); }
   // Plugin::configure once per profile, with kDynamic where the profile lets an extent vary.
   void configure_profile(const Layer&, const std::vector<TensorRange>& inputs,
                          const std::vector<TensorRange>& outputs) override {
-    plugin_->configure(dynamic_descs(inputs), dynamic_descs(outputs));
-    configured_ = true;
+    shared_->plugin->configure(dynamic_descs(inputs), dynamic_descs(outputs));
+    shared_->configured = true;
   }
   void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int num_threads) override {
     in_ = plugin_descs(inputs);
     out_ = plugin_descs(outputs);
-    if (!configured_) {
+    if (!shared_->configured) {
       // Run without a profile (host evaluation during shape inference, tools driving a kernel
       // directly): configure for exactly these shapes, min = opt = max.
       std::vector<DynamicPluginTensorDesc> din, dout;
       for (const auto& d : in_) din.push_back(DynamicPluginTensorDesc{d, d.dims, d.dims, d.dims});
       for (const auto& d : out_) dout.push_back(DynamicPluginTensorDesc{d, d.dims, d.dims, d.dims});
-      plugin_->configure(din, dout);
+      shared_->plugin->configure(din, dout);
     }
-    workspace_ = plugin_->workspace_size(in_, out_);
+    workspace_ = shared_->plugin->workspace_size(in_, out_);
     num_threads_ = num_threads;
+    ins_.assign(in_.size(), nullptr);
+    outs_.assign(out_.size(), nullptr);
   }
   size_t workspace_size() const override { return workspace_; }
   void execute(const KernelContext& ctx) override {
-    std::vector<const void*> ins;
-    std::vector<void*> outs;
-    for (const auto& v : ctx.inputs) ins.push_back(v.data);
-    for (const auto& v : ctx.outputs) outs.push_back(v.data);
+    ins_.resize(ctx.inputs.size());
+    outs_.resize(ctx.outputs.size());
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) ins_[i] = ctx.inputs[i].data;
+    for (size_t i = 0; i < ctx.outputs.size(); ++i) outs_[i] = ctx.outputs[i].data;
     PluginExecContext exec{device_, ctx.stream, ctx.num_threads ? ctx.num_threads : num_threads_};
-    const int rc = plugin_->enqueue(in_, out_, ins.data(), outs.data(), ctx.workspace, exec);
+    const int rc = shared_->plugin->enqueue(in_, out_, ins_.data(), outs_.data(), ctx.workspace, exec);
     if (rc != 0) {
       throw Error(plugin_label(layer_) + ": enqueue() failed with code " + std::to_string(rc) + " on " +
                   to_string(device_));
@@ -446,10 +459,10 @@ class PluginKernel : public Kernel {
  private:
   const Layer& layer_;
   DeviceType device_;
-  std::unique_ptr<Plugin> plugin_;
-  bool initialized_ = false;
-  bool configured_ = false;  // configure_profile ran: prepare() leaves configure alone
+  std::shared_ptr<PluginInstance> shared_;
   std::vector<PluginTensorDesc> in_, out_;
+  std::vector<const void*> ins_;  // reused by execute (no allocation per inference)
+  std::vector<void*> outs_;
   size_t workspace_ = 0;
   int num_threads_ = 1;
 };

@@ -46,4 +46,12 @@ void load_embedded_plugins(const EngineData& data, const std::string& source, bo
 // 64-bit FNV-1a of plugin bytes.
 uint64_t plugin_bytes_checksum(const void* data, size_t size);
 
+// The plugin records of an engine (name, version, namespace, library) for the Plugin layers.
+std::vector<EngineData::PluginRecord> collect_plugin_records(const Network& network);
+
+// The files of the libraries the records name (BuilderConfig::embed_plugin_libraries), one per
+// library; plugins built into kiln (library "") have none. Throws naming a library that cannot
+// be read.
+std::vector<EngineData::PluginLibrary> read_plugin_libraries(const std::vector<EngineData::PluginRecord>& plugins);
+
 }  // namespace kiln

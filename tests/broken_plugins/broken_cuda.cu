@@ -4,7 +4,14 @@
 // check must catch: "enqueue launched on the default stream or synchronized the device".
 //  * BrokenDefaultStream launches on the legacy default stream (0) instead of exec.stream.
 //  * BrokenDeviceSync launches on exec.stream, then calls cudaDeviceSynchronize().
+// And LazyCudaAffine, a correct plugin with the habit of libraries that set things up on first
+// use: the first enqueue at each element count allocates a scratch buffer (cudaMalloc) and fills
+// it with a synchronous cudaMemset; later ones only launch. Run under a capture, that first call
+// would invalidate the capture; kiln's warm-up run at each new shape keeps it outside
+// (tests/cuda_graph_capture_test.cpp).
 #include <cuda_runtime.h>
+
+#include <map>
 
 #include "tests/broken_plugins/affine_plugin.h"
 
@@ -63,6 +70,37 @@ class BrokenDeviceSync final : public CudaAffine {
 };
 using BrokenDeviceSyncCreator = AffineCreator<BrokenDeviceSync>;
 KILN_REGISTER_PLUGIN(BrokenDeviceSyncCreator);
+
+class LazyCudaAffine final : public CudaAffine {
+ public:
+  static constexpr const char* kName = "LazyCudaAffine";
+  LazyCudaAffine(float a, float b) : CudaAffine(kName, a, b) {}
+  LazyCudaAffine(const LazyCudaAffine& o) : CudaAffine(o) {}  // a clone sets itself up again
+  ~LazyCudaAffine() override {
+    for (auto& [n, p] : scratch_) cudaFree(p);
+  }
+  std::unique_ptr<Plugin> clone() const override { return std::make_unique<LazyCudaAffine>(*this); }
+  static int setups() { return setups_; }
+
+ protected:
+  int launch(const float* x, float* y, int64_t n, int blocks, cudaStream_t stream) override {
+    if (!scratch_.count(n)) {  // lazy one-time work per shape: capture-unsafe calls
+      void* p = nullptr;
+      if (cudaMalloc(&p, static_cast<size_t>(n) * sizeof(float)) != cudaSuccess) return 1;
+      if (cudaMemset(p, 0, static_cast<size_t>(n) * sizeof(float)) != cudaSuccess) return 2;
+      scratch_[n] = p;
+      ++setups_;
+    }
+    affine_kernel<<<blocks, 256, 0, stream>>>(x, y, n, alpha_, beta_);
+    return static_cast<int>(cudaGetLastError());
+  }
+
+ private:
+  std::map<int64_t, void*> scratch_;
+  static inline int setups_ = 0;
+};
+using LazyCudaAffineCreator = AffineCreator<LazyCudaAffine>;
+KILN_REGISTER_PLUGIN(LazyCudaAffineCreator);
 
 // A correct CUDA twin, so the CUDA test also shows the capture check passing.
 class GoodCudaAffine final : public CudaAffine {

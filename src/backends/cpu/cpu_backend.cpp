@@ -14,6 +14,7 @@ class CpuBackend : public Backend {
   DeviceType device() const override { return DeviceType::kCPU; }
   bool available(std::string*) const override { return true; }
   void* allocate(size_t bytes) override {
+    count_allocation();
     const size_t n = (bytes + 255) / 256 * 256;
     void* p = std::aligned_alloc(256, n ? n : 256);
     if (!p) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");

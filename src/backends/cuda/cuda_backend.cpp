@@ -36,6 +36,7 @@ class CudaBackend : public Backend {
   }
 
   void* allocate(size_t bytes) override {
+    count_allocation();
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes ? (bytes + 255) / 256 * 256 : 256);
     if (e != cudaSuccess) {
@@ -95,7 +96,10 @@ class CudaBackend : public Backend {
     if (!bytes) return;
     cudaStream_t s = stream ? static_cast<cudaStream_t>(stream) : private_stream();
     KILN_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, s));
-    if (!stream) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+    if (!stream) {
+      count_synchronization();
+      KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
   }
 
   void* create_stream() override {
@@ -107,6 +111,7 @@ class CudaBackend : public Backend {
     if (stream) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
   }
   void synchronize(void* stream) override {
+    count_synchronization();
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream ? static_cast<cudaStream_t>(stream) : private_stream()));
   }
 
@@ -161,7 +166,8 @@ class CudaBackend : public Backend {
   }
   void begin_capture(void* stream) override {
     if (!stream) throw Error("CUDA graph capture needs a stream (got the null stream)");
-    // Thread-local mode: work other threads enqueue meanwhile is not swept into this graph.
+    // Thread-local mode: work other threads enqueue meanwhile is not swept into this graph,
+    // and their unsafe calls (cudaMalloc, synchronizations) do not invalidate it.
     KILN_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeThreadLocal));
   }
   void* end_capture(void* stream) override {
@@ -170,13 +176,48 @@ class CudaBackend : public Backend {
     if (ended != cudaSuccess) {
       if (graph) cudaGraphDestroy(graph);
       cudaGetLastError();  // a failed capture is not sticky: leave no error behind for later checks
-      KILN_CUDA_CHECK(ended);
+      throw Error(std::string("CUDA graph capture failed: ") + cudaGetErrorName(ended) + " (" +
+                  cudaGetErrorString(ended) + ") in cudaStreamEndCapture");
     }
+    return graph;
+  }
+  void abort_capture(void* stream) noexcept override {
+    if (!stream) return;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) == cudaSuccess &&
+        status != cudaStreamCaptureStatusNone) {
+      cudaGraph_t graph = nullptr;
+      cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph);
+      if (graph) cudaGraphDestroy(graph);
+    }
+    cudaGetLastError();
+  }
+  void recover_after_failed_capture(void* stream) noexcept override {
+    if (stream) cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+    cudaGetLastError();
+    cuda::reset_thread_handles();
+  }
+  void* instantiate_graph(void* captured) override {
     cudaGraphExec_t exec = nullptr;
-    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    if (e != cudaSuccess) KILN_CUDA_CHECK(e);
+    const cudaError_t e = cudaGraphInstantiate(&exec, static_cast<cudaGraph_t>(captured), 0);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      KILN_CUDA_CHECK(e);
+    }
     return exec;
+  }
+  bool update_graph(void* exec, void* captured) override {
+    cudaGraphExecUpdateResultInfo info{};
+    const cudaError_t e =
+        cudaGraphExecUpdate(static_cast<cudaGraphExec_t>(exec), static_cast<cudaGraph_t>(captured), &info);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // cudaErrorGraphExecUpdateFailure: the caller instantiates instead
+      return false;
+    }
+    return true;
+  }
+  void destroy_captured(void* captured) override {
+    if (captured) cudaGraphDestroy(static_cast<cudaGraph_t>(captured));
   }
   void launch_graph(void* graph, void* stream) override {
     KILN_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), static_cast<cudaStream_t>(stream)));
@@ -185,12 +226,33 @@ class CudaBackend : public Backend {
     if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
   }
 
+  void* create_event() override {
+    cudaEvent_t e = nullptr;
+    KILN_CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+  }
+  void destroy_event(void* event) override {
+    if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  }
+  void record_event(void* event, void* stream) override {
+    KILN_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+  }
+  void event_synchronize(void* event) override { KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
+  double elapsed_ms(void* start, void* end) override {
+    float ms = 0.0f;
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+    return ms;
+  }
+
  private:
   void copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, void* stream) {
     if (!bytes) return;
     cudaStream_t s = stream ? static_cast<cudaStream_t>(stream) : private_stream();
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
-    if (!stream) KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+    if (!stream) {
+      count_synchronization();
+      KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
   }
   mutable std::mutex mutex_;
   std::unordered_map<void*, uint64_t> sizes_;

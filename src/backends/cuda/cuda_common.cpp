@@ -23,9 +23,12 @@ int current_device() {
 struct Handles {
   std::map<int, cudnnHandle_t> cudnn;
   std::map<int, cublasLtHandle_t> lt;
-  ~Handles() {
+  ~Handles() { reset(); }
+  void reset() {
     for (auto& [d, h] : cudnn) cudnnDestroy(h);
     for (auto& [d, h] : lt) cublasLtDestroy(h);
+    cudnn.clear();
+    lt.clear();
   }
 };
 
@@ -50,6 +53,8 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
   throw Error(std::string("cuBLASLt error ") + std::to_string(static_cast<int>(status)) + " in " +
               where(call, file, line));
 }
+
+void reset_thread_handles() noexcept { thread_handles().reset(); }
 
 cudnnHandle_t cudnn_handle() {
   auto& m = thread_handles().cudnn;

@@ -51,6 +51,9 @@ inline cudaStream_t stream_of(const KernelContext& ctx) { return static_cast<cud
 // thread's life. Set the stream before every call (cudnnSetStream): contexts share handles.
 cudnnHandle_t cudnn_handle();
 cublasLtHandle_t cublaslt_handle();
+// Destroys the calling thread's handles (made again on next use): after a failed graph capture,
+// so that no state a library set up during it is reused. Never throws.
+void reset_thread_handles() noexcept;
 
 // Launch geometry for a grid-stride loop over n elements.
 constexpr int kBlock = 256;

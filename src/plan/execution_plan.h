@@ -1,8 +1,10 @@
 // The execution plan shared by the builder (for its memory report) and the runtime: which
 // layers run as kernels, which tensors are host-known (computed during shape inference and
-// copied in), and where every activation lives in the context's arena. The plan is made for
-// concrete shapes (the runtime re-plans whenever input shapes change), so decisions that
-// depend on shapes, such as concatenation elision, are made here per shape.
+// copied in), and where every activation lives in the context's arena. A plan is made for
+// concrete shapes (the runtime keeps one per input shape it has seen, src/plan/shape_plan.h),
+// so decisions that depend on shapes, such as concatenation elision, are made here per shape;
+// the profile plan (sizes at least those of the profile's min, opt and max shapes, no elision)
+// is what a context's arena is sized by.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +46,8 @@ struct ActivationPlan {
   // Arena offset per activation tensor. The inputs of an elided concatenation have offsets
   // inside their concatenation output's range.
   std::unordered_map<const Tensor*, uint64_t> offsets;
+  // Bytes reserved for each tensor of `offsets` (elided inputs: their own size).
+  std::unordered_map<const Tensor*, uint64_t> bytes;
   uint64_t peak = 0;
   uint64_t naive = 0;
   // Per step: a Concatenation whose inputs were placed inside its output (no kernel runs).
@@ -64,7 +68,20 @@ bool is_host_known(const Layer& layer, const TensorStates& states);
 // network output nor a constant, and decides which concatenations are elided (see
 // ActivationPlanOptions; never for networks with data-dependent sizes, whose shapes change in
 // the middle of an inference).
+// `min_bytes` (optional) raises tensors' sizes: each gets max(its bytes under `states`,
+// min_bytes[t]) (the profile plan passes the sizes at the profile's other points).
 ActivationPlan plan_activations(const Network& network, const std::vector<Layer*>& steps, const TensorStates& states,
-                                const ActivationPlanOptions& options = {});
+                                const ActivationPlanOptions& options = {},
+                                const std::unordered_map<const Tensor*, uint64_t>* min_bytes = nullptr);
+
+// Bytes of a tensor with these dims and type.
+uint64_t tensor_bytes(const TensorState& state);
+
+// The profile plan: one activation plan valid for every input shape of an optimization profile
+// whose tensors are no larger than at the profile's min, opt or max point (every network whose
+// tensor sizes grow with its input dims): each tensor is given its largest size of the three
+// points, and no concatenation is elided (elision depends on the shapes).
+ActivationPlan plan_profile_activations(const Network& network, const std::vector<Layer*>& steps,
+                                        const TensorStates& opt, const TensorStates& min, const TensorStates& max);
 
 }  // namespace kiln

@@ -3,12 +3,12 @@
 // to the memory planner, as large as the output and alive from the first input's producer to
 // the last reader of any member, so that nothing else is placed inside it while any member is
 // in use; the inputs' offsets follow from the output's.
-#include "src/engine/execution_plan.h"
+#include "src/plan/execution_plan.h"
 
 #include <algorithm>
 #include <unordered_set>
 
-#include "src/builder/memory_planner.h"
+#include "src/plan/memory_planner.h"
 
 namespace kiln {
 
@@ -55,8 +55,6 @@ Liveness compute_liveness(const std::vector<Layer*>& steps) {
   }
   return live;
 }
-
-uint64_t tensor_bytes(const TensorState& st) { return static_cast<uint64_t>(st.dims.volume()) * data_type_size(st.type); }
 
 // Data-dependent sizes are read in the middle of an inference and change the shapes of later
 // tensors (and may move some into overflow buffers), which would invalidate the inputs' offsets.
@@ -152,8 +150,11 @@ std::string elision_blocker(const Layer& l, const TensorStates& states, const Li
 
 }  // namespace
 
+uint64_t tensor_bytes(const TensorState& st) { return static_cast<uint64_t>(st.dims.volume()) * data_type_size(st.type); }
+
 ActivationPlan plan_activations(const Network& network, const std::vector<Layer*>& steps, const TensorStates& states,
-                                const ActivationPlanOptions& options) {
+                                const ActivationPlanOptions& options,
+                                const std::unordered_map<const Tensor*, uint64_t>* min_bytes) {
   (void)network;
   const Liveness live = compute_liveness(steps);
   ActivationPlan plan;
@@ -193,6 +194,10 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
     if (es.container.count(t)) continue;
     BufferRequest r;
     r.size = tensor_bytes(states.at(t));
+    if (min_bytes) {
+      auto m = min_bytes->find(t);
+      if (m != min_bytes->end()) r.size = std::max(r.size, m->second);
+    }
     r.first_use = live.first.at(t);
     r.last_use = live.last.at(t);
     request_of[t] = requests.size();
@@ -207,14 +212,34 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
     }
   }
   const MemoryPlan mp = plan_memory(requests, kActivationAlignment);
-  for (size_t i = 0; i < roots.size(); ++i) plan.offsets[roots[i]] = mp.offsets[i];
+  for (size_t i = 0; i < roots.size(); ++i) {
+    plan.offsets[roots[i]] = mp.offsets[i];
+    plan.bytes[roots[i]] = requests[i].size;
+  }
   for (const ConcatGroup& g : groups) {
     const uint64_t base = plan.offsets.at(g.output);
-    for (const auto& [t, off] : g.members) plan.offsets[t] = base + off;
+    for (const auto& [t, off] : g.members) {
+      plan.offsets[t] = base + off;
+      plan.bytes[t] = tensor_bytes(states.at(t));
+    }
   }
   plan.peak = mp.peak;
   plan.naive = mp.naive;
   return plan;
+}
+
+ActivationPlan plan_profile_activations(const Network& network, const std::vector<Layer*>& steps,
+                                        const TensorStates& opt, const TensorStates& min, const TensorStates& max) {
+  std::unordered_map<const Tensor*, uint64_t> largest;
+  for (const TensorStates* states : {&opt, &min}) {
+    for (const auto& [t, st] : *states) {
+      uint64_t& b = largest[t];
+      b = std::max(b, tensor_bytes(st));
+    }
+  }
+  ActivationPlanOptions options;
+  options.concat_elision = false;
+  return plan_activations(network, steps, max, options, &largest);
 }
 
 }  // namespace kiln

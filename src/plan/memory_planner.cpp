@@ -4,7 +4,7 @@
 // after the last of them when no gap is large enough. Placing big buffers first keeps the
 // small ones from fragmenting the arena. Every tie is broken by (first_use, request index), so
 // the same requests always give the same offsets.
-#include "src/builder/memory_planner.h"
+#include "src/plan/memory_planner.h"
 
 #include <algorithm>
 #include <numeric>
