@@ -54,24 +54,6 @@ struct RunOptions {
   std::vector<std::string> layer_precisions;
 };
 
-// Device memory for one I/O tensor of a device engine, with a pinned host staging buffer.
-struct DeviceIo {
-  Backend* backend = nullptr;
-  void* device = nullptr;
-  void* pinned = nullptr;
-  size_t bytes = 0;
-  DeviceIo(Backend& b, size_t n) : backend(&b), bytes(n) {
-    device = b.allocate(n);
-    pinned = b.allocate_host(n);
-  }
-  ~DeviceIo() {
-    backend->release(device);
-    backend->release_host(pinned);
-  }
-  DeviceIo(const DeviceIo&) = delete;
-  DeviceIo& operator=(const DeviceIo&) = delete;
-};
-
 std::string fmt(double v, int precision = 3) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(precision) << v;
@@ -93,20 +75,10 @@ struct LoadedEngine {
   std::vector<InputTensor> inputs;
 };
 
-std::vector<std::string> engine_input_names(const Engine& engine) {
-  std::vector<std::string> names;
-  for (const auto& info : engine.io_tensors())
-    if (info.mode == TensorIOMode::kInput) names.push_back(info.name);
-  return names;
-}
-
 LoadedEngine load_engine_file(const RunOptions& o) {
-  require_readable_file(o.engine, "engine file");
   LoadedEngine loaded;
   loaded.source = "engine '" + o.engine + "'";
-  Runtime runtime;
-  runtime.set_allow_embedded_plugins(o.allow_embedded_plugins);
-  loaded.engine = runtime.deserialize_file(o.engine);
+  loaded.engine = kiln::cli::load_engine_file(o.engine, o.allow_embedded_plugins);
   loaded.inputs = load_inputs(engine_input_names(*loaded.engine), o.inputs_dir, o.inputs);
   return loaded;
 }

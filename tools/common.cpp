@@ -459,9 +459,51 @@ LatencyStats compute_latency_stats(std::vector<double> samples_ms) {
   s.max_ms = samples_ms.back();
   s.median_ms = (n % 2) ? samples_ms[n / 2] : 0.5 * (samples_ms[n / 2 - 1] + samples_ms[n / 2]);
   s.mean_ms = std::accumulate(samples_ms.begin(), samples_ms.end(), 0.0) / static_cast<double>(n);
-  const size_t rank = static_cast<size_t>(std::ceil(0.99 * static_cast<double>(n)));
-  s.p99_ms = samples_ms[std::max<size_t>(rank, 1) - 1];
+  s.p99_ms = nearest_rank_percentile(samples_ms, 99.0);
   return s;
+}
+
+double nearest_rank_percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0.0;
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
+  return sorted[std::min(std::max<size_t>(rank, 1), sorted.size()) - 1];
+}
+
+std::string format_fixed(double value, int precision) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(precision);
+  s << value;
+  return s.str();
+}
+
+DeviceIo::DeviceIo(Backend& b, size_t n) : backend(&b), bytes(n) {
+  device = b.allocate(std::max<size_t>(n, 1));
+  try {
+    pinned = b.allocate_host(std::max<size_t>(n, 1));
+  } catch (...) {
+    b.release(device);
+    throw;
+  }
+}
+
+DeviceIo::~DeviceIo() {
+  backend->release(device);
+  backend->release_host(pinned);
+}
+
+std::shared_ptr<Engine> load_engine_file(const std::string& path, bool allow_embedded_plugins) {
+  require_readable_file(path, "engine file");
+  Runtime runtime;
+  runtime.set_allow_embedded_plugins(allow_embedded_plugins);
+  return runtime.deserialize_file(path);
+}
+
+std::vector<std::string> engine_input_names(const Engine& engine) {
+  std::vector<std::string> names;
+  for (const auto& info : engine.io_tensors())
+    if (info.mode == TensorIOMode::kInput) names.push_back(info.name);
+  return names;
 }
 
 std::string describe_tensor(const std::string& name, DataType type, const Dims& dims) {

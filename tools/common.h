@@ -23,6 +23,9 @@
 namespace CLI {
 class App;
 }
+namespace kiln {
+class Backend;
+}
 
 namespace kiln::cli {
 
@@ -53,12 +56,19 @@ void setup_run_command(CLI::App& parent, std::function<int()>& run);
 void setup_inspect_command(CLI::App& parent, std::function<int()>& run);
 void setup_plugin_command(CLI::App& parent, std::function<int()>& run);  // cmd_plugin.cpp
 void setup_debug_command(CLI::App& parent, std::function<int()>& run);   // cmd_debug.cpp
+void setup_bench_command(CLI::App& parent, std::function<int()>& run);   // cmd_bench.cpp
 
 // ---- plugins ----------------------------------------------------------------------------------
 // Loads each plugin library (the --plugins flag of build, run and plugin) with
 // kiln::load_plugin_library, in order; returns the creators they registered ("Name v1").
 // Throws kiln::Error naming the library (missing file, loader error, no or duplicate creators).
 std::vector<std::string> load_plugins(const std::vector<std::string>& libraries);
+
+// Reads an engine file (require_readable_file first, so a missing file is named); the embedded
+// plugin libraries load only when `allow_embedded_plugins` (--allow-embedded-plugins).
+std::shared_ptr<Engine> load_engine_file(const std::string& path, bool allow_embedded_plugins);
+// The engine's input names, in binding order.
+std::vector<std::string> engine_input_names(const Engine& engine);
 
 // Checks the file, then parses the ONNX model into a new Network (kiln::ParseError lists every
 // unsupported node).
@@ -171,7 +181,27 @@ std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine, 
 // the context's storage.
 void settle_output(ExecutionContext& context, const std::string& name, HostTensor& value);
 
+// ---- device buffers ---------------------------------------------------------------------------
+// Device memory for one I/O tensor of a device engine, with a pinned host staging buffer of the
+// same size (at least one byte each, so that empty tensors still get an address).
+struct DeviceIo {
+  Backend* backend = nullptr;
+  void* device = nullptr;
+  void* pinned = nullptr;
+  size_t bytes = 0;
+  DeviceIo(Backend& b, size_t n);
+  ~DeviceIo();
+  DeviceIo(const DeviceIo&) = delete;
+  DeviceIo& operator=(const DeviceIo&) = delete;
+};
+
 // ---- timing -----------------------------------------------------------------------------------
+// The p-th percentile (0..100) of ascending `sorted` samples by nearest rank (the smallest
+// sample with at least p% of the samples at or below it); 0 when empty.
+double nearest_rank_percentile(const std::vector<double>& sorted, double p);
+// "12.346" style fixed-point text.
+std::string format_fixed(double value, int precision = 3);
+
 struct LatencyStats {
   int iterations = 0;
   double min_ms = 0, median_ms = 0, mean_ms = 0, p99_ms = 0, max_ms = 0;

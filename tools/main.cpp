@@ -26,6 +26,7 @@ void setup_version_command(CLI::App& parent, std::function<int()>& run);
 const Command kCommands[] = {
     {"build", setup_build_command},
     {"run", setup_run_command},
+    {"bench", setup_bench_command},
     {"inspect", setup_inspect_command},
     {"plugin", setup_plugin_command},
     {"debug", setup_debug_command},
