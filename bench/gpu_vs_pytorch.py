@@ -32,10 +32,7 @@ import time
 
 import numpy as np
 
-
-def percentile(samples, q):
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(round(q / 100.0 * (len(s) - 1))))]
+from _common import export_resnet50, kiln_build, percentile, rel_to_max
 
 
 def torch_bench(model, x_np, iterations, warmup, want_reference):
@@ -96,13 +93,7 @@ def kiln_bench(kiln, onnx_path, input_name, x, iterations, warmup, work, cache, 
     np.save(npy, x)
     engine = os.path.join(work, os.path.basename(os.path.dirname(onnx_path) or "m") + f"_b{batch}.kiln")
     spec = input_name + ":" + "x".join(str(d) for d in (batch,) + shape)
-    cmd = [kiln, "build", "--onnx", onnx_path, "--save-engine", engine, "--device", "cuda", "--fp16",
-           "--shapes", spec, "--timing-cache", cache]
-    t0 = time.perf_counter()
-    b = subprocess.run(cmd, capture_output=True, text=True)
-    build_s = time.perf_counter() - t0
-    if b.returncode != 0:
-        raise RuntimeError("kiln build failed:\n" + b.stdout[-2000:] + b.stderr[-2000:])
+    build_s = kiln_build(kiln, onnx_path, engine, ["--shapes", spec], timing_cache=cache)
     out = {"build_s": build_s}
     outdir = os.path.join(work, f"out_{batch}")
     for graph in (False, True):
@@ -125,22 +116,6 @@ def kiln_bench(kiln, onnx_path, input_name, x, iterations, warmup, work, cache, 
         lines = [l for l in r.stderr.splitlines() if "ms" in l][:16]
         print(f"--- kiln layer profile, {os.path.basename(engine)} ---\n" + "\n".join(lines), flush=True)
     return out
-
-
-def rel_to_max(a, ref):
-    """max |a - ref| / max |ref|: the error relative to the output's scale."""
-    return float(np.max(np.abs(a.astype(np.float64) - ref)) / max(np.max(np.abs(ref)), 1e-3))
-
-
-def export_resnet50(path):
-    import torch
-    import torchvision
-    torch.manual_seed(0)
-    m = torchvision.models.resnet50(weights=None).eval()
-    torch.onnx.export(m, (torch.rand(1, 3, 224, 224),), path, opset_version=17, dynamo=False,
-                      input_names=["input"], output_names=["logits"],
-                      dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}})
-    return m
 
 
 def main():

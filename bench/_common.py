@@ -1,0 +1,47 @@
+"""Pieces the GPU benchmarks share (gpu_vs_pytorch.py, serving_vs_pytorch.py): statistics, the error
+measure, the ResNet-50 export and the `kiln build` call. Imported by the scripts in this folder (their
+own folder is on sys.path when run as `python3 bench/NAME.py`)."""
+import subprocess
+import time
+
+import numpy as np
+
+
+def percentile(samples, q):
+    """Nearest-rank percentile of a list of numbers (q in 0..100)."""
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(round(q / 100.0 * (len(s) - 1))))]
+
+
+def rel_to_max(a, ref):
+    """max |a - ref| / max |ref|: the error relative to the output's scale."""
+    return float(np.max(np.abs(a.astype(np.float64) - ref)) / max(np.max(np.abs(ref)), 1e-3))
+
+
+def export_resnet50(path):
+    """torchvision ResNet-50, random weights (seed 0), eval mode, exported to ONNX (opset 17) with a
+    dynamic batch axis N on input 'input' and output 'logits'. Returns the PyTorch model (CPU, fp32)."""
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    m = torchvision.models.resnet50(weights=None).eval()
+    torch.onnx.export(m, (torch.rand(1, 3, 224, 224),), path, opset_version=17, dynamo=False,
+                      input_names=["input"], output_names=["logits"],
+                      dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}})
+    return m
+
+
+def kiln_build(kiln, onnx_path, engine, shape_args, device="cuda", fp16=True, timing_cache=None, extra=()):
+    """Runs `kiln build` and returns its wall time in seconds; raises RuntimeError with the tail of its
+    output on failure. shape_args: the shape flags, e.g. ["--shapes", "input:1x3x224x224"]."""
+    cmd = [kiln, "build", "--onnx", onnx_path, "--save-engine", engine, "--device", device] + list(shape_args)
+    if fp16:
+        cmd.append("--fp16")
+    if timing_cache:
+        cmd += ["--timing-cache", timing_cache]
+    cmd += list(extra)
+    t0 = time.perf_counter()
+    b = subprocess.run(cmd, capture_output=True, text=True)
+    if b.returncode != 0:
+        raise RuntimeError("kiln build failed (" + " ".join(cmd) + "):\n" + b.stdout[-2000:] + b.stderr[-2000:])
+    return time.perf_counter() - t0
