@@ -1,5 +1,6 @@
 // kiln's own CUDA kernels for Convolution and Deconvolution (tactic "cuda") and the host helpers
-// shared with the cuDNN tactics in conv_cudnn.cpp (declared in conv_cuda.h).
+// shared with the library tactics (conv_cudnn.cpp, conv_cudnn_graph.cpp, conv_cublaslt.cpp;
+// declared in conv_cuda.h), among them the engine-wide cache of prepared constant weights.
 //
 // The "cuda" tactic is a direct gather: one thread per output element, taps outer and the
 // group's input channels inner (contiguous in channels-last memory), float accumulation. It
@@ -9,9 +10,14 @@
 // also a competitive one (neighbouring threads read neighbouring channels).
 // Layout: x, y and the residual contiguous in the shape's format; w [M, C/g, k..] (Convolution)
 // or [C, M/g, k..] (Deconvolution) and b [M] contiguous. No alignment assumptions.
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "src/backends/cuda/conv_cuda.h"
@@ -300,8 +306,6 @@ void weights_to_channels_last_host(size_t element_size, int64_t k0, int64_t k1, 
   }
 }
 
-namespace {
-
 cudaStream_t prepare_stream() {
   thread_local struct Owned {
     cudaStream_t s = nullptr;
@@ -312,8 +316,6 @@ cudaStream_t prepare_stream() {
   if (!owned.s) KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&owned.s, cudaStreamNonBlocking));
   return owned.s;
 }
-
-}  // namespace
 
 void upload_now(void* dst, const void* src, size_t bytes) {
   if (!bytes) return;
@@ -327,6 +329,121 @@ void zero_now(void* dst, size_t bytes) {
   const cudaStream_t s = prepare_stream();
   KILN_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s));
   KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+// ---- prepared weights ------------------------------------------------------------------------
+
+namespace {
+
+// 64-bit hash of a byte range, 8 bytes per step (a few GB/s: ResNet-50's weights in ~10 ms, once
+// per prepare() of a shape). Not cryptographic: it only tells a reused address from the same data.
+uint64_t content_hash(const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ bytes;
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+  }
+  for (; i < bytes; ++i) h = (h ^ p[i]) * 0x94D049BB133111EBull;
+  return h ^ (h >> 29);
+}
+
+struct WeightKey {
+  const void* storage;
+  size_t bytes;
+  int type, layout, device;
+  std::vector<int64_t> dims;
+  uint64_t hash;
+  bool operator<(const WeightKey& o) const {
+    return std::tie(storage, bytes, type, layout, device, dims, hash) <
+           std::tie(o.storage, o.bytes, o.type, o.layout, o.device, o.dims, o.hash);
+  }
+};
+
+struct WeightCache {
+  std::mutex mutex;  // guards entries
+  std::map<WeightKey, std::weak_ptr<const PreparedWeights>> entries;
+  // Atomic, not under the mutex: a PreparedWeights may die while prepared_weights() holds the
+  // mutex (an upload that throws), and its destructor must not wait for that mutex.
+  std::atomic<size_t> live_bytes{0};
+};
+
+WeightCache& weight_cache() {
+  // Never destroyed: kernels (and with them their PreparedWeights) may be released during static
+  // destruction, after a cache with static storage would already be gone.
+  static WeightCache* cache = new WeightCache;
+  return *cache;
+}
+
+}  // namespace
+
+PreparedWeights::~PreparedWeights() {
+  if (data_) cudaFree(data_);
+  weight_cache().live_bytes -= bytes_;
+}
+
+std::shared_ptr<const PreparedWeights> prepared_weights(const HostTensor& value, WeightLayout layout) {
+  const Dims& d = value.dims();
+  if (value.empty() || d.rank() < 2 || (value.type() != DataType::kFloat32 && value.type() != DataType::kFloat16)) {
+    throw Error("prepared_weights: expects a float32 or float16 filter of rank >= 2, got " + d.to_string());
+  }
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  WeightKey key{value.data(), value.nbytes(), static_cast<int>(value.type()), static_cast<int>(layout), device,
+                std::vector<int64_t>(d.begin(), d.end()), content_hash(value.data(), value.nbytes())};
+  WeightCache& cache = weight_cache();
+  // Held while a missing copy is made, so that two threads preparing the same weights upload once.
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  auto it = cache.entries.find(key);
+  if (it != cache.entries.end()) {
+    if (auto alive = it->second.lock()) return alive;
+  }
+  for (auto e = cache.entries.begin(); e != cache.entries.end();) {  // drop expired entries as the map grows
+    e = e->second.expired() ? cache.entries.erase(e) : std::next(e);
+  }
+  const size_t es = data_type_size(value.type());
+  const int64_t k0 = d[0], k1 = d[1], spatial = value.count() / std::max<int64_t>(1, k0 * k1);
+  std::vector<unsigned char> host(value.nbytes());
+  switch (layout) {
+    case WeightLayout::kChannelsLast:
+      weights_to_channels_last_host(es, k0, k1, spatial, value.data(), host.data());
+      break;
+  }
+  std::shared_ptr<PreparedWeights> w(new PreparedWeights);
+  if (!host.empty()) {
+    KILN_CUDA_CHECK(cudaMalloc(&w->data_, host.size()));
+    w->bytes_ = host.size();
+    cache.live_bytes += w->bytes_;  // before anything can throw: the destructor subtracts it
+    upload_now(w->data_, host.data(), host.size());
+  }
+  cache.entries[key] = w;
+  return w;
+}
+
+size_t prepared_weights_live_bytes() { return weight_cache().live_bytes.load(); }
+
+void ChannelsLastFilter::prepare(const TensorDesc& w, int64_t kernel_volume) {
+  k0_ = w.dims[0];
+  k1_ = w.dims[1];
+  spatial_ = kernel_volume;
+  element_size_ = data_type_size(w.type);
+  const bool host_known = w.value && !w.value->empty() && w.value->type() == w.type && w.value->dims() == w.dims;
+  if (host_known) {
+    shared_ = prepared_weights(*w.value, WeightLayout::kChannelsLast);
+    own_.reset();
+    return;
+  }
+  shared_.reset();
+  own_.reserve(static_cast<size_t>(k0_ * k1_ * spatial_) * element_size_);
+}
+
+const void* ChannelsLastFilter::get(const void* weights, cudaStream_t stream) {
+  if (shared_) return shared_->data();
+  launch_weights_to_channels_last(element_size_, k0_, k1_, spatial_, weights, own_.data(), stream);
+  return own_.data();
 }
 
 void DeviceBuffer::reserve(size_t bytes) {

@@ -1,8 +1,9 @@
 // Host-side pieces shared by the CUDA tactics of Convolution and Deconvolution: the geometry of
 // one execution, the common supports() checks, kiln's direct (gather) kernels used by the "cuda"
-// tactics, the weight re-layout for channels-last cuDNN filters, and a small owner of device
-// memory. Declarations only (g++-compatible); the definitions live in conv_cuda.cu, the cuDNN
-// tactics in conv_cudnn.cpp.
+// tactics, the weight re-layout for channels-last cuDNN filters, the engine-wide cache of
+// prepared (re-laid-out, uploaded) constant weights, and a small owner of device memory.
+// Declarations only (g++-compatible); the definitions live in conv_cuda.cu, the library tactics
+// in conv_cudnn.cpp, conv_cudnn_graph.cpp and conv_cublaslt.cpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kiln/network.h"
@@ -90,8 +92,71 @@ class DeviceBuffer {
 // the legacy default stream).
 void upload_now(void* dst, const void* src, size_t bytes);
 void zero_now(void* dst, size_t bytes);
+// That private non-blocking stream of the calling thread (created on first use), for other
+// prepare-time work that must be waited for before execute() runs.
+cudaStream_t prepare_stream();
 
 // Bytes rounded up to the 256-byte granule used to split one workspace into several buffers.
 inline size_t workspace_granule(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// ---- constant weights prepared once per engine ----------------------------------------------
+//
+// The runtime keeps one prepared kernel object per (step, input shape) per execution context, so
+// a device copy of the weights owned by each kernel object would multiply weight memory by
+// shapes x contexts. Tactics that need their constant weights in another layout ask this cache
+// instead: one device copy per (source storage, layout, type, dims, device), held by the kernels
+// through std::shared_ptr and by the cache through std::weak_ptr, so that it is freed with its
+// last user. The source is identified by its storage (HostTensor::data(), which copies of a
+// HostTensor share) and a hash of its bytes, so that storage freed and reallocated at the same
+// address while an old copy lives can never hand out stale weights. The cache's mutex is taken
+// only here, i.e. in prepare(), never in execute().
+
+enum class WeightLayout : int32_t {
+  kChannelsLast,  // [K0, K1, S] -> [K0, S, K1]: the KRSC / KDRSC filter cuDNN takes with NHWC data
+};
+
+// An immutable device copy of constant weights (freed with the last shared_ptr).
+class PreparedWeights {
+ public:
+  PreparedWeights(const PreparedWeights&) = delete;
+  PreparedWeights& operator=(const PreparedWeights&) = delete;
+  ~PreparedWeights();
+  const void* data() const { return data_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  friend std::shared_ptr<const PreparedWeights> prepared_weights(const HostTensor&, WeightLayout);
+  PreparedWeights() = default;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// The device copy of `value` (a constant [K0, K1, spatial...] filter of a float type) in `layout`
+// on the current device: made (converted on the host, uploaded and waited for) on first use,
+// shared afterwards. Thread-safe; for prepare() only (it may allocate, copy and synchronize).
+std::shared_ptr<const PreparedWeights> prepared_weights(const HostTensor& value, WeightLayout layout);
+
+// Bytes of prepared weights alive now (tests check that kernel objects share them).
+size_t prepared_weights_live_bytes();
+
+// The channels-last (KRSC) filter of one cuDNN (de)convolution kernel object: the shared prepared
+// copy when the weights are a constant whose value prepare() sees, otherwise a buffer of the
+// kernel's own that execute() converts into on the stream at every run (weights computed by
+// earlier layers).
+class ChannelsLastFilter {
+ public:
+  // `w` is the weights' description (input 1); `kernel_volume` the product of the kernel's spatial
+  // extents. May allocate and upload.
+  void prepare(const TensorDesc& w, int64_t kernel_volume);
+  // The filter for this run: the prepared copy, or `weights` converted on `stream` (enqueued).
+  const void* get(const void* weights, cudaStream_t stream);
+  bool shared() const { return shared_ != nullptr; }
+
+ private:
+  std::shared_ptr<const PreparedWeights> shared_;
+  DeviceBuffer own_;
+  int64_t k0_ = 0, k1_ = 0, spatial_ = 0;
+  size_t element_size_ = 0;
+};
 
 }  // namespace kiln::cuda

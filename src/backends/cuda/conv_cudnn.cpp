@@ -18,11 +18,16 @@
 // IMPLICIT_PRECOMP_GEMM, as cuDNN requires); everything else runs the convolution and then one
 // epilogue kernel (epilogue_cuda.h) in place on y. Should cuDNN refuse the fused call at run time,
 // the kernel falls back to the unfused pair for good.
+// Host cost: execute() creates no descriptor and allocates nothing; it sets the handle's stream
+// and makes one or two library calls (plus the epilogue kernel). What remains is cuDNN's own cost
+// per legacy call, large for its fastest kernels (see docs/cuda-backend.md), which is why the
+// graph-API and cuBLASLt tactics exist.
 // Types/formats: float32 and float16 (float accumulation: CUDNN_DATA_FLOAT compute type),
-// kLinear (NCHW) and kChannelsLast (NHWC / NDHWC; cuDNN then gets a KRSC filter that prepare()
-// converts once from the constant weights, or execute() re-converts every run when the weights
-// are not constant). float16 uses tensor cores (CUDNN_TENSOR_OP_MATH); float32 is restricted to
-// FMA kernels (CUDNN_FMA_MATH) so that it never silently runs in TF32.
+// kLinear (NCHW) and kChannelsLast (NHWC / NDHWC; cuDNN then gets a KRSC filter: for constant
+// weights the engine-wide prepared copy of conv_cuda.h, shared by every kernel object of the
+// layer (shapes x contexts), else re-converted by execute() at every run). float16 uses tensor
+// cores (CUDNN_TENSOR_OP_MATH); float32 is restricted to FMA kernels (CUDNN_FMA_MATH) so that it
+// never silently runs in TF32.
 #include <algorithm>
 #include <climits>
 #include <memory>
@@ -155,43 +160,6 @@ void set_convolution(const ConvolutionDescriptor& desc, const ConvShape& s, cons
 
 size_t element_size(const ConvShape& s) { return data_type_size(s.type); }
 
-// Channels-last cuDNN filter owned by a kernel: converted once in prepare() from the constant
-// weights' host value, else on the device at every execute().
-class ChannelsLastFilter {
- public:
-  void prepare(const ConvShape& s, const TensorDesc& w) {
-    k0_ = w.dims[0];
-    k1_ = w.dims[1];
-    spatial_ = s.kernel_volume();
-    es_ = element_size(s);
-    const size_t bytes = static_cast<size_t>(k0_ * k1_ * spatial_) * es_;
-    const bool host_known = w.value && !w.value->empty() && w.value->type() == w.type && w.value->dims() == w.dims;
-    if (ready_ && source_ == w.value && buffer_.size() >= bytes) return;
-    buffer_.reserve(bytes);
-    ready_ = false;
-    source_ = nullptr;
-    if (host_known) {
-      std::vector<unsigned char> host(bytes);
-      weights_to_channels_last_host(es_, k0_, k1_, spatial_, w.value->data(), host.data());
-      upload_now(buffer_.data(), host.data(), bytes);
-      ready_ = true;
-      source_ = w.value;
-    }
-  }
-  // The filter pointer for this run (enqueues the conversion when the weights are not constant).
-  const void* get(const void* weights, cudaStream_t stream) {
-    if (!ready_) launch_weights_to_channels_last(es_, k0_, k1_, spatial_, weights, buffer_.data(), stream);
-    return buffer_.data();
-  }
-
- private:
-  DeviceBuffer buffer_;
-  bool ready_ = false;
-  const HostTensor* source_ = nullptr;
-  int64_t k0_ = 0, k1_ = 0, spatial_ = 0;
-  size_t es_ = 0;
-};
-
 std::string layer_label(const Layer& layer, const char* type, const std::string& tactic) {
   return std::string(type) + " layer '" + layer.name() + "' (CUDA tactic " + tactic + ")";
 }
@@ -254,7 +222,7 @@ class CudnnConvolution : public Kernel {
         zero_now(zero_bias_.data(), bytes);
       }
     }
-    if (s_.format == TensorFormat::kChannelsLast) filter_.prepare(s_, inputs[1]);
+    if (s_.format == TensorFormat::kChannelsLast) filter_.prepare(inputs[1], s_.kernel_volume());
   }
 
   size_t workspace_size() const override { return pad_bytes_ + algo_bytes_; }
@@ -414,7 +382,7 @@ class CudnnDeconvolution : public Kernel {
     if (check != x_dims) throw Error(what + ": the transposed geometry does not map back onto the input's shape");
 
     choose_algorithm(what);
-    if (s_.format == TensorFormat::kChannelsLast) filter_.prepare(s_, inputs[1]);
+    if (s_.format == TensorFormat::kChannelsLast) filter_.prepare(inputs[1], s_.kernel_volume());
   }
 
   size_t workspace_size() const override { return crop_bytes_ + algo_bytes_; }

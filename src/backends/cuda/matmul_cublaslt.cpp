@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/backends/cuda/cublaslt_util.h"
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/matmul_cuda.h"
 #include "src/ir/op_schema.h"
@@ -42,27 +43,12 @@ constexpr size_t kMaxWorkspace = size_t{32} << 20;
 constexpr int kHeuristics = 3;
 constexpr size_t kAlignLevels[] = {256, 16};
 
-struct DescDeleter {
-  void operator()(cublasLtMatmulDesc_t d) const { cublasLtMatmulDescDestroy(d); }
-};
-struct LayoutDeleter {
-  void operator()(cublasLtMatrixLayout_t l) const { cublasLtMatrixLayoutDestroy(l); }
-};
-struct PrefDeleter {
-  void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
-};
-using DescPtr = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
-using LayoutPtr = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDeleter>;
-using PrefPtr = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PrefDeleter>;
+using DescPtr = LtDescPtr;
+using LayoutPtr = LtLayoutPtr;
 
-// Largest power of two <= 256 dividing v (256 for 0).
-size_t alignment_of(uint64_t v) {
-  size_t a = 256;
-  while (a > 1 && v % a != 0) a /= 2;
-  return a;
-}
+size_t alignment_of(uint64_t v) { return lt_alignment_of(v); }
 
-bool fits_int32(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+bool fits_int32(int64_t v) { return lt_fits_int32(v); }
 
 // How Gemm's C enters the product.
 enum class CMode { kNone, kBias, kFull, kSeed };
@@ -262,16 +248,7 @@ class LtMatmul : public Kernel {
 
   LayoutPtr make_layout(cudaDataType_t dt, uint64_t rows, uint64_t cols, uint64_t ld, const Shape& s,
                         int64_t stride) const {
-    cublasLtMatrixLayout_t l = nullptr;
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, dt, rows, cols, static_cast<int64_t>(ld)));
-    LayoutPtr owned(l);
-    if (s.batch_count > 1) {
-      KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &s.batch_count,
-                                                         sizeof(s.batch_count)));
-      KILN_CUBLAS_CHECK(
-          cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
-    }
-    return owned;
+    return lt_layout(dt, rows, cols, static_cast<int64_t>(ld), s.batch_count, stride);
   }
 
   cublasLtEpilogue_t epilogue() const {
@@ -336,30 +313,17 @@ class LtMatmul : public Kernel {
     p->lb = make_layout(dt, s.b_rows, s.b_cols, s.b_ld, s, s.stride_b);
     p->ld = make_layout(dt, s.d_rows, s.d_cols, s.d_ld, s, s.stride_d);
 
-    cublasLtMatmulPreference_t pref = nullptr;
-    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    PrefPtr owned_pref(pref);
-    const uint64_t max_ws = kMaxWorkspace;
     // cuBLASLt's A/B are kiln's b/a.
     const uint32_t al_a = static_cast<uint32_t>(p->align_b), al_b = static_cast<uint32_t>(p->align_a);
     const uint32_t al_c = static_cast<uint32_t>(mode_ == CMode::kFull ? p->align_c : p->align_y);
     const uint32_t al_d = static_cast<uint32_t>(p->align_y);
-    KILN_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws)));
-    KILN_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-    KILN_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-    KILN_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
-    KILN_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+    const LtPrefPtr pref = lt_preference(kMaxWorkspace, al_a, al_b, al_c, al_d);
 
     std::array<cublasLtMatmulHeuristicResult_t, kHeuristics> results{};
     int count = 0;
     const cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, p->la.get(), p->lb.get(), p->ld.get(), p->ld.get(),
-                                       pref, kHeuristics, results.data(), &count);
+                                       pref.get(), kHeuristics, results.data(), &count);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED) return false;
     KILN_CUBLAS_CHECK(st);
     // Keep the successful results in order; take the requested rank or the last one there is.
