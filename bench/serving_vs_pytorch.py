@@ -165,7 +165,7 @@ class KilnSide:
         self.runs = []      # (workload, tag, cmd, json or None)
         self.errors = []
 
-    def bench(self, wl, tag, shapes=None, schedule=None, streams=1, buffers=1, graph=True):
+    def bench(self, wl, tag, shapes=None, schedule=None, streams=1, buffers=1, graph=True, extra_args=()):
         if wl.engine is None:
             return None
         cmd = [self.exe, "bench", "--engine", wl.engine, "--json", "--duration", f"{self.duration:g}",
@@ -185,6 +185,7 @@ class KilnSide:
                 cmd.append("--no-cuda-graph")
             elif self.graph_mode == "on":
                 cmd.append("--cuda-graph")
+        cmd += list(extra_args)
         cmd += self.extra
         key = tuple(cmd)
         if key in self.memo:
@@ -756,6 +757,15 @@ def run_cnn(args, wl, kiln, ts, res, scenarios):
             res.target(f"{wl.title}: {k_sets} buffer sets within {BUFFERS_TARGET}x of one (batch 1, kiln medians)",
                        None if r is None else r <= BUFFERS_TARGET, fr(r))
             res.goal_item(f"{wl.title}: {k_sets} buffer sets / one", r)
+        if cuda:
+            # The other way to follow new addresses: one cached graph, captured again and updated
+            # in place (cudaGraphExecUpdate) on every call, against K graphs replayed from the cache.
+            kj = kiln.bench(wl, "buffers2_update_1", shapes=wl.kiln_shapes(1), buffers=2,
+                            extra_args=["--graph-cache", "1"])
+            km = kstat(kj)
+            cs = (kj or {}).get("context_stats", {})
+            upd = cs.get("graph_updates", 0)
+            rows.append([f"2, one graph updated per call ({upd} updates)", fmt(km), fr(ratio(km, base)), "", "", "", ""])
         res.table(f"{wl.title}: 3. rotating buffer sets, batch 1",
                   "K input/output buffer sets used in turn (kiln --buffers K; PyTorch eager: K request tensors; PyTorch "
                   "graph: K graphs, each bound to its own static tensors). kiln/1 set = kiln median with K sets / with "

@@ -6,9 +6,15 @@
 #              and fp16 with a CUDA-graph replay (CudaModels.*; models from $KILN_TEST_MODELS_DIR),
 #              the built-in plugins' CUDA kernels and the plugin conformance checks
 #   plugins    `kiln plugin check --device cuda` on every built-in plugin
-#   sanitizer  compute-sanitizer --tool memcheck over the model tests (kernel timing off)
+#              and the serving runtime on CUDA (ServingRuntime.*: shape schedules, rotating
+#              buffers, N threads x N streams bit-identical, user-managed memory; CudaGraphAuto.*:
+#              capture failure recovery, lazy set-up, graph updates)
+#   sanitizer  compute-sanitizer --tool memcheck over the model tests (kernel timing off), and
+#              memcheck and racecheck over the multi-stream serving test
 #   bench      bench/plugin_bandwidth (plugins vs a device copy) and bench/gpu_vs_pytorch.py
 #              (needs --torch-models: $KILN_TORCH_MODELS, a folder with torch_models.py)
+#   serving    bench/serving_vs_pytorch.py (kiln bench vs PyTorch under serving patterns; needs
+#              $KILN_TORCH_MODELS too)
 # Logs go to $OUT (default ./gpu-results).
 # Usage: [KILN_GPU_STEPS="tests plugins sanitizer bench"] scripts/gpu_suite.sh [BUILD_DIR]
 set -uo pipefail
@@ -36,7 +42,7 @@ echo "build: ok in $(( $(date +%s) - t0 )) s"
 rc=0
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 if has tests; then
-  (cd "$B" && ./tests/kiln_tests --gtest_filter='*Cuda*:*CUDA*:*Gpu*:*GPU*:DataDependent*') > "$OUT/gpu_tests.log" 2>&1 || rc=1
+  (cd "$B" && ./tests/kiln_tests --gtest_filter='*Cuda*:*CUDA*:*Gpu*:*GPU*:DataDependent*:ServingRuntime*') > "$OUT/gpu_tests.log" 2>&1 || rc=1
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|^fp(16|32):|failures in|max rel err|built in|^\[       OK|^\[  FAILED" "$OUT/gpu_tests.log" | head -150
 fi
 if has plugins; then
@@ -49,7 +55,11 @@ if has sanitizer; then
   KILN_TEST_NO_TIMING=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
     "$B/tests/kiln_tests" --gtest_filter='CudaModels.Squeezenet*:CudaModels.TinyYoloTemperatureSwishFp16' \
     > "$OUT/sanitizer.log" 2>&1 || rc=1
-  grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$OUT/sanitizer.log"
+  for tool in memcheck racecheck; do
+    KILN_TEST_NO_TIMING=1 compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$B/tests/kiln_tests" --gtest_filter='ServingRuntime.ParallelContexts*' >> "$OUT/sanitizer.log" 2>&1 || rc=1
+  done
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)" "$OUT/sanitizer.log"
 fi
 if has bench; then
   "$B/bench/kiln_plugin_bandwidth" > "$OUT/plugin_bandwidth.log" 2>&1 || rc=1
@@ -59,5 +69,11 @@ if has bench; then
       --torch-models "$KILN_TORCH_MODELS" ${KILN_BENCH_ARGS:-} --out "$OUT/gpu_vs_pytorch.md" > "$OUT/gpu_vs_pytorch.log" 2>&1 || rc=1
     tail -20 "$OUT/gpu_vs_pytorch.log"
   fi
+fi
+if has serving && [[ -n "${KILN_TORCH_MODELS:-}" ]]; then
+  PYTHONUNBUFFERED=1 python3 bench/serving_vs_pytorch.py --kiln "$B/kiln" --models-dir "$MODELS" \
+    --torch-models "$KILN_TORCH_MODELS" --workdir "$OUT/serving" ${KILN_SERVING_ARGS:-} \
+    --out "$OUT/serving_vs_pytorch.md" --raw-dir "$OUT/serving_raw" > "$OUT/serving_vs_pytorch.log" 2>&1 || rc=1
+  tail -60 "$OUT/serving_vs_pytorch.log"
 fi
 exit $rc

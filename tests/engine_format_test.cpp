@@ -297,6 +297,12 @@ std::vector<Section> tiny_sections(const std::string& input_type = "float32", Bl
           {"WEIGHTS", std::move(weights)}};
 }
 
+uint32_t load_u32_at(const std::vector<uint8_t>& bytes, size_t at) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | bytes[at + static_cast<size_t>(i)];
+  return v;
+}
+
 // ---- tests --------------------------------------------------------------------------------
 TEST(EngineFormat, ChecksumIsFnv1a64) {
   // Published FNV-1a 64 test vectors.
@@ -337,6 +343,35 @@ TEST(EngineFormat, RoundTripEveryAttributeKind) {
   // The omitted optional input stays omitted, and lookups by name work on the loaded graph.
   EXPECT_EQ(loaded.network->find_layer("conv")->input(2), nullptr);
   EXPECT_EQ(loaded.network->find_tensor("conv_out")->consumers().size(), 1u);
+}
+
+// LAUNCH: the tactics for plain launches that differ, written only when there are some.
+TEST(EngineFormat, LaunchTacticsRoundTripAndAreChecked) {
+  EngineData data = make_rich_engine();
+  const std::vector<uint8_t> plain = engine_serialize(data);
+  EXPECT_TRUE(engine_deserialize(plain.data(), plain.size(), "plain").launch_tactics.empty());
+  ASSERT_FALSE(data.tactics.empty());
+  const std::string layer = data.tactics.begin()->first;
+  data.launch_tactics[layer] = data.tactics.begin()->second + "_cheap_launch";
+  const std::vector<uint8_t> bytes = engine_serialize(data);
+  EXPECT_EQ(load_u32_at(bytes, 48), load_u32_at(plain, 48) + 1) << "one more section";
+  const EngineData loaded = engine_deserialize(bytes.data(), bytes.size(), "launch");
+  EXPECT_EQ(loaded.launch_tactics, data.launch_tactics);
+  EXPECT_EQ(loaded.tactics, data.tactics);
+  // A launch tactic for a layer without a tactic, or equal to it, is a malformed file.
+  for (const auto& [name, tactic] : std::vector<std::pair<std::string, std::string>>{
+           {"no_such_layer", "x"}, {layer, data.tactics.begin()->second}}) {
+    EngineData bad = make_rich_engine();
+    bad.launch_tactics[name] = tactic;
+    const std::vector<uint8_t> b = engine_serialize(bad);
+    try {
+      (void)engine_deserialize(b.data(), b.size(), "bad.engine");
+      ADD_FAILURE() << "accepted a launch tactic for '" << name << "'";
+    } catch (const EngineFormatError& e) {
+      EXPECT_NE(std::string(e.what()).find("LAUNCH section"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(EngineFormat, HeaderFieldsAndWeightAlignment) {

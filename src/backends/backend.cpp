@@ -42,12 +42,14 @@ void* Backend::allocate_host(size_t bytes) {
 }
 void Backend::release_host(void* ptr) { std::free(ptr); }
 
-double Backend::time_runs(void* stream, int runs, const std::function<void()>& enqueue) {
+double Backend::time_runs(void* stream, int runs, const std::function<void()>& enqueue, double* host_ms) {
   synchronize(stream);
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < runs; ++r) enqueue();
   synchronize(stream);
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / std::max(runs, 1);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / std::max(runs, 1);
+  if (host_ms) *host_ms = ms;
+  return ms;
 }
 
 void Backend::begin_capture(void*) {

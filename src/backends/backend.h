@@ -55,7 +55,9 @@ class Backend {
   // spin kernel while the host enqueues, so the host's launch cost does not count: what a kernel
   // costs inside a CUDA graph, and the only thing that tells small kernels apart (at batch 1 a
   // convolution takes ~10 us on the device and about as long to launch).
-  virtual double time_runs(void* stream, int runs, const std::function<void()>& enqueue);
+  // `host_ms` (optional) receives the host's milliseconds per call of `enqueue` (what launching
+  // costs the CPU), for the tactics of plain launches.
+  virtual double time_runs(void* stream, int runs, const std::function<void()>& enqueue, double* host_ms = nullptr);
 
   // A one-line description of the device (name, compute capability) for timing-cache keys and
   // `kiln inspect`.

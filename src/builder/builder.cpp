@@ -220,7 +220,7 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   data.device = config.device;
   data.num_threads = config.num_threads;
   const auto steps = execution_steps(*net);
-  data.tactics = select_tactics(*net, steps, config, all_states, &report);
+  data.tactics = select_tactics(*net, steps, config, all_states, &report, &data.launch_tactics);
   data.plugins = collect_plugin_records(*net);
   if (config.embed_plugin_libraries) data.plugin_libraries = read_plugin_libraries(data.plugins);
 

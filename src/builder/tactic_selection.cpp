@@ -167,8 +167,17 @@ class TimingCache {
 
 // ---- timing one kernel ---------------------------------------------------------------------
 
-// Runs `entry` for `layer` at `states` on the device; returns milliseconds per run, or throws.
-double time_kernel(const KernelEntry& entry, const Layer& layer, const TensorStates& states, Backend& backend,
+// What one kernel costs per run: on the device, and on the host to launch it.
+struct KernelTime {
+  double device_ms = 0;
+  double host_ms = 0;
+  // What it costs launched layer by layer (no CUDA graph): the host launches while the device
+  // runs the previous layers, so the slower of the two sets the pace.
+  double plain_ms() const { return std::max(device_ms, host_ms); }
+};
+
+// Runs `entry` for `layer` at `states` on the device; returns the times per run, or throws.
+KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const TensorStates& states, Backend& backend,
                    void* stream, const std::vector<TensorRange>& in_ranges, const std::vector<TensorRange>& out_ranges) {
   std::vector<DeviceBuffer> buffers;
   KernelContext kc;
@@ -216,10 +225,11 @@ double time_kernel(const KernelEntry& entry, const Layer& layer, const TensorSta
   const auto enqueue = [&] { kernel->execute(kc); };
   const double once = backend.time_runs(stream, 1, enqueue);
   const int runs = std::max(3, std::min(50, static_cast<int>(1.0 / std::max(once, 1e-3))));
-  double t[3];
-  for (double& v : t) v = backend.time_runs(stream, runs, enqueue);
+  double t[3], h[3];
+  for (int i = 0; i < 3; ++i) t[i] = backend.time_runs(stream, runs, enqueue, &h[i]);
   std::sort(t, t + 3);
-  return t[1];
+  std::sort(h, h + 3);
+  return KernelTime{t[1], h[1]};
 }
 
 std::string describe_types(const Layer& layer, const TensorStates& states) {
@@ -297,7 +307,7 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
     for (const KernelEntry* e : KernelRegistry::instance().find(config.device, layer.type())) {
       if (e->supports && !e->supports(layer, in)) continue;
       try {
-        best = std::min(best, time_kernel(*e, layer, states, backend, stream, {}, {}));
+        best = std::min(best, time_kernel(*e, layer, states, backend, stream, {}, {}).device_ms);
       } catch (const std::exception& ex) {
         failures += "\n  " + layer.name() + " (" + e->tactic + "): " + ex.what();
         try {
@@ -333,7 +343,8 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
 
 std::map<std::string, std::string> select_tactics(const Network& network, const std::vector<Layer*>& steps,
                                                   const BuilderConfig& config, const std::vector<TensorStates>& states,
-                                                  BuildReport* report) {
+                                                  BuildReport* report,
+                                                  std::map<std::string, std::string>* launch_tactics) {
   std::map<std::string, std::string> tactics;
   const bool timing = config.device == DeviceType::kCUDA && config.time_tactics;
   Backend* backend = timing ? &get_backend(config.device) : nullptr;
@@ -384,11 +395,18 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
       continue;
     }
     const std::string key = timing_key(device_name, *layer, input_descs(*layer, states.front()), states.front());
+    const std::string launch_key = key + "|launch";
     if (const std::string* hit = cache.find(key)) {
       bool known = false;
-      for (const KernelEntry* e : ok) known = known || e->tactic == *hit;
+      const std::string* launch_hit = cache.find(launch_key);
+      bool launch_known = false;
+      for (const KernelEntry* e : ok) {
+        known = known || e->tactic == *hit;
+        launch_known = launch_known || (launch_hit && e->tactic == *launch_hit);
+      }
       if (known) {
         tactics[layer->name()] = *hit;
+        if (launch_tactics && launch_known && *launch_hit != *hit) (*launch_tactics)[layer->name()] = *launch_hit;
         if (report) ++report->timing_cache_hits;
         continue;
       }
@@ -397,18 +415,24 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     std::vector<TensorRange> in_ranges, out_ranges;
     layer_ranges(*layer, states[0], states.size() > 1 ? states[1] : states[0], states.size() > 2 ? states[2] : states[0],
                  in_ranges, out_ranges);
-    double best = std::numeric_limits<double>::infinity();
+    double best = std::numeric_limits<double>::infinity(), best_plain = best;
     const KernelEntry* chosen = nullptr;
+    const KernelEntry* chosen_plain = nullptr;
     std::string failures;
     for (const KernelEntry* e : ok) {
       try {
-        const double ms = time_kernel(*e, *layer, states.front(), *backend, stream, in_ranges, out_ranges);
+        const KernelTime t = time_kernel(*e, *layer, states.front(), *backend, stream, in_ranges, out_ranges);
         if (config.verbose) {
-          log(Severity::kVerbose, "  " + layer->name() + ": " + e->tactic + " " + std::to_string(ms) + " ms");
+          log(Severity::kVerbose, "  " + layer->name() + ": " + e->tactic + " " + std::to_string(t.device_ms) +
+                                      " ms on the device, " + std::to_string(t.host_ms) + " ms to launch");
         }
-        if (ms < best) {
-          best = ms;
+        if (t.device_ms < best) {
+          best = t.device_ms;
           chosen = e;
+        }
+        if (t.plain_ms() < best_plain) {
+          best_plain = t.plain_ms();
+          chosen_plain = e;
         }
       } catch (const std::exception& ex) {
         failures += "\n  " + e->tactic + ": " + ex.what();
@@ -426,6 +450,14 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     }
     tactics[layer->name()] = chosen->tactic;
     cache.put(key, chosen->tactic);
+    cache.put(launch_key, chosen_plain->tactic);
+    if (launch_tactics && chosen_plain != chosen) {
+      (*launch_tactics)[layer->name()] = chosen_plain->tactic;
+      if (config.verbose) {
+        log(Severity::kVerbose, "  " + layer->name() + ": launched layer by layer (no CUDA graph) it runs " +
+                                    chosen_plain->tactic + " (" + chosen->tactic + " costs more to launch than to run)");
+      }
+    }
     if (report) ++report->layers_timed;
     const auto now = std::chrono::steady_clock::now();
     if (std::chrono::duration<double>(now - last_progress).count() > 2.0) {

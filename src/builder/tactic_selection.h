@@ -18,7 +18,10 @@ namespace kiln {
 
 // Returns layer name -> tactic. Throws naming the layer when no kernel supports it. On CUDA
 // (config.time_tactics) every supporting kernel is timed at the first state (the opt point of
-// the first profile) and the fastest is kept; timings are read from and added to
+// the first profile): its device time, and the host's time to launch it. The fastest on the
+// device is kept; where another kernel is faster launched layer by layer without a CUDA graph
+// (max(device, launch) lower: cuDNN's legacy API costs ~200 us of host time per call),
+// `launch_tactics` (optional) receives it. Choices are read from and added to
 // config.timing_cache_path. `report` (may be null) receives the timing counts. `states` holds
 // three points per profile, opt, min and max, in profile order (the builder's shape_points).
 // The chosen kernel of every Plugin layer is then configured once per profile
@@ -26,7 +29,8 @@ namespace kiln {
 // fails the build, naming the layer and the profile.
 std::map<std::string, std::string> select_tactics(const Network& network, const std::vector<Layer*>& steps,
                                                   const BuilderConfig& config, const std::vector<TensorStates>& states,
-                                                  BuildReport* report = nullptr);
+                                                  BuildReport* report = nullptr,
+                                                  std::map<std::string, std::string>* launch_tactics = nullptr);
 
 // One way to run a layer that a pass chooses by timing (the fp16 pass: a plugin's type
 // combination): the layer with the tensor states it would have (every input and output), plus

@@ -48,22 +48,37 @@ std::string shapes_text(const std::map<std::string, Dims>& dims) {
   return s;
 }
 
-ShapePlanOptions plan_options(ContextImpl& c) {
+// Plans for plain launches (no CUDA graph) use the kernels the builder chose for them where
+// they differ (cheaper to launch); others the fastest on the device.
+ShapePlanOptions plan_options(ContextImpl& c, bool launch_tactics) {
   ShapePlanOptions o;
   o.num_threads = c.key.num_threads;
   o.concat_elision = c.concat_elision;
+  o.launch_tactics = launch_tactics;
   o.arena_bytes = c.memory.arena_bytes();
   o.profile_plan = &c.profile_info->plan;
-  o.make_kernel = [&c](size_t s) {
+  o.make_kernel = [&c, launch_tactics](size_t s) {
     EngineImpl& e = *c.engine;
-    std::unique_ptr<Kernel> k = c.prototypes[s] ? c.prototypes[s]->another_instance() : nullptr;
+    const KernelEntry* entry = launch_tactics ? e.launch_kernels[s] : e.kernels[s];
+    std::unique_ptr<Kernel> k;
+    if (entry == e.kernels[s] && c.prototypes[s]) k = c.prototypes[s]->another_instance();
     if (!k) {
-      k = e.kernels[s]->create(*e.steps[s]);
+      k = entry->create(*e.steps[s]);
       configure_kernel_for_profile(*k, *e.steps[s], c.profile_info->states);
     }
     return k;
   };
   return o;
+}
+
+ShapePlanOptions plan_options(ContextImpl& c) { return plan_options(c, c.key.launch_tactics); }
+
+// Whether this context's inferences launch layer by layer: graphs turned off, or impossible
+// for the profile (data-dependent sizes), or no graphs on this device.
+bool plain_launches(const ContextImpl& c) {
+  if (!c.engine->backend->supports_graphs()) return false;  // the CPU: one set of kernels
+  if (c.graph_explicit) return false;
+  return !c.graph_auto || c.profile_info->has_data_dependent;
 }
 
 // Drops plans evicted from the cache: their graphs first, then (after the device finished
@@ -84,6 +99,11 @@ ShapePlan& current_plan(ContextImpl& c) {
   const int threads = context_threads(c);
   if (threads != c.key.num_threads) {
     c.key.num_threads = threads;
+    c.current = nullptr;
+  }
+  const bool plain = plain_launches(c);
+  if (plain != c.key.launch_tactics) {
+    c.key.launch_tactics = plain;
     c.current = nullptr;
   }
   if (c.current) return *c.current;
@@ -151,7 +171,7 @@ void resolve_data_dependent_sizes(ContextImpl& c, ShapePlan& plan, size_t s, voi
     return buf.data();
   };
   retarget_plan(
-      e.env, plan, s, c.sizes, plan_options(c),
+      e.env, plan, s, c.sizes, plan_options(c, plan.launch_tactics),
       [&](const Tensor* t, uint64_t bytes) { return buffer_for(c.overflow_buffers, t, bytes); },
       [&](const Tensor* t, const void* data, size_t bytes) -> void* {
         if (!device) return const_cast<void*>(data);
@@ -212,17 +232,25 @@ bool graph_possible(const ContextImpl& c, const ShapePlan& plan, void* stream) {
 }
 
 // After a failed capture: this plan's kernels may keep state from the failed capture, so they
-// are made anew; the plan is marked so that no capture is tried again.
+// are made anew, the ones for plain launches, and the new plan takes the failed one's place in
+// the cache, marked so that no capture of these shapes is tried again.
 ShapePlan& rebuild_after_failed_capture(ContextImpl& c, ShapePlan& failed, void* stream) {
   c.engine->backend->recover_after_failed_capture(stream);
   std::unique_ptr<ShapePlan> old = c.plans.remove(&failed);
   c.graphs.drop_plan(failed.id);
   c.current = nullptr;
   old.reset();
-  ShapePlan& fresh = current_plan(c);
-  fresh.capture_failed = true;
-  fresh.warmed = true;
-  return fresh;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<ShapePlan> plan = build_shape_plan(c.engine->env, c.input_dims, plan_options(c, true));
+  plan->id = c.next_plan_id++;
+  plan->capture_failed = true;
+  plan->warmed = true;
+  ShapePlan* raw = plan.get();
+  retire_plans(c, c.plans.insert(c.key, std::move(plan)));
+  c.current = raw;
+  ++c.stats.shape_plans_built;
+  c.stats.shape_plan_ms += ms_since(t0);
+  return *raw;
 }
 
 // Captures the plan into a CUDA graph, caches and launches it. On failure, returns false (the
@@ -549,7 +577,7 @@ void ExecutionContext::enqueue(void* stream) {
                   "run it without graph capture (no --cuda-graph)");
     }
     if (plan->retargeted) {  // the previous inference read sizes: start from the upper bounds
-      reset_plan_states(e.env, *plan, plan_options(c));
+      reset_plan_states(e.env, *plan, plan_options(c, plan->launch_tactics));
       c.sizes.clear();
     }
   }

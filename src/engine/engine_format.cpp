@@ -1,7 +1,8 @@
 // The engine file container (docs/engine-format.md): a 64-byte header (magic, format version,
 // header size, kiln version, payload size and FNV-1a checksum, section count), then the payload:
 // a section table followed by the META, GRAPH, PROFILES, PLUGINS and WEIGHTS sections and the
-// optional LIBS section (embedded plugin libraries), each at a 64-byte boundary. The reader
+// optional LIBS (embedded plugin libraries) and LAUNCH (tactics for plain launches) sections,
+// each at a 64-byte boundary. The reader
 // checks the header, the checksum and the table (bounds, overlaps, the one canonical layout)
 // before any section is decoded; the sections themselves are decoded by network_codec.cpp,
 // LIBS here.
@@ -34,10 +35,11 @@ constexpr size_t kSectionEntryBytes = kSectionIdBytes + 8 + 8;
 constexpr size_t kSectionAlignment = 64;
 
 // Every section a version-1 engine may have, in the order the writer lays them out. All but
-// LIBS are required; LIBS is written only when plugin libraries are embedded.
-enum SectionIndex { kMeta, kGraph, kProfiles, kPlugins, kWeights, kLibs, kNumSections };
-constexpr const char* kSectionIds[kNumSections] = {"META", "GRAPH", "PROFILES", "PLUGINS", "WEIGHTS", "LIBS"};
-bool optional_section(int index) { return index == kLibs; }
+// LIBS and LAUNCH are required; LIBS is written only when plugin libraries are embedded, LAUNCH
+// only when some layer's tactic for plain launches differs.
+enum SectionIndex { kMeta, kGraph, kProfiles, kPlugins, kWeights, kLibs, kLaunch, kNumSections };
+constexpr const char* kSectionIds[kNumSections] = {"META", "GRAPH", "PROFILES", "PLUGINS", "WEIGHTS", "LIBS", "LAUNCH"};
+bool optional_section(int index) { return index == kLibs || index == kLaunch; }
 
 // LIBS: count, then per library in strictly increasing path order: str path, u64 FNV-1a 64
 // checksum of the bytes, str bytes (u32 length, then the library file).
@@ -174,8 +176,7 @@ std::vector<uint8_t> engine_serialize(const EngineData& data) {
     engine_codec::encode_plugins(data.plugins, w);
     sections[kPlugins] = std::move(w.bytes());
   }
-  // Without embedded libraries the file has no LIBS section (and is what kiln wrote before it).
-  const int num_sections = data.plugin_libraries.empty() ? kLibs : kNumSections;
+  // Optional sections are left out when empty (such a file is what kiln wrote before them).
   if (!data.plugin_libraries.empty()) {
     std::vector<EngineData::PluginLibrary> sorted = data.plugin_libraries;
     std::sort(sorted.begin(), sorted.end(),
@@ -184,20 +185,31 @@ std::vector<uint8_t> engine_serialize(const EngineData& data) {
     encode_libraries(sorted, w);
     sections[kLibs] = std::move(w.bytes());
   }
+  if (!data.launch_tactics.empty()) {
+    ByteWriter w;
+    engine_codec::encode_launch_tactics(data.launch_tactics, w);
+    sections[kLaunch] = std::move(w.bytes());
+  }
+  std::vector<int> present;
+  for (int i = 0; i < kNumSections; ++i) {
+    if (!optional_section(i) || !sections[i].empty()) present.push_back(i);
+  }
+  const size_t num_sections = present.size();
 
   // Payload: section table, then each section at the next 64-byte boundary; no trailing pad.
   const uint64_t table_bytes = static_cast<uint64_t>(num_sections) * kSectionEntryBytes;
   uint64_t offsets[kNumSections];
   uint64_t cursor = table_bytes;
-  for (int i = 0; i < num_sections; ++i) {
+  for (int i : present) {
     offsets[i] = align_up(cursor);
     cursor = offsets[i] + sections[i].size();
   }
   const uint64_t payload_size = cursor;
   std::vector<uint8_t> out(kHeaderSize + payload_size, 0);
   uint8_t* payload = out.data() + kHeaderSize;
-  for (int i = 0; i < num_sections; ++i) {
-    uint8_t* entry = payload + static_cast<size_t>(i) * kSectionEntryBytes;
+  for (size_t k = 0; k < num_sections; ++k) {
+    const int i = present[k];
+    uint8_t* entry = payload + k * kSectionEntryBytes;
     std::memcpy(entry, kSectionIds[i], std::strlen(kSectionIds[i]));
     store_u64(entry + kSectionIdBytes, offsets[i]);
     store_u64(entry + kSectionIdBytes + 8, sections[i].size());
@@ -292,7 +304,7 @@ std::vector<SectionEntry> check_container(const uint8_t* bytes, size_t size, con
     }
     if (index < 0) {
       c.fail("unknown section '" + printable(id) + "' (format version 1 has META, GRAPH, PROFILES, PLUGINS, WEIGHTS and "
-             "the optional LIBS)");
+             "the optional LIBS and LAUNCH)");
     }
     if (seen[index]) c.fail("section " + id + " appears twice in the section table");
     seen[index] = true;
@@ -365,6 +377,10 @@ EngineData engine_deserialize(const uint8_t* bytes, size_t size, const std::stri
     if (entries[kLibs].present) {
       ByteReader libs = reader(kLibs);
       data.plugin_libraries = decode_libraries(libs, data.plugins);
+    }
+    if (entries[kLaunch].present) {
+      ByteReader launch = reader(kLaunch);
+      data.launch_tactics = engine_codec::decode_launch_tactics(launch, data.tactics);
     }
   } catch (const EngineFormatError&) {
     throw;

@@ -23,6 +23,11 @@ struct EngineData {
   int num_threads = 0;
   std::unique_ptr<Network> network;           // the optimized network (with Constant layers)
   std::map<std::string, std::string> tactics;  // layer name -> chosen tactic
+  // Layers whose tactic for plain launches (no CUDA graph) differs from `tactics`: the builder
+  // times both the device time and the host's launch cost, and where a kernel's launch costs
+  // more than its run, layer-by-layer launches are faster with another one (optional LAUNCH
+  // section). Layer name -> tactic.
+  std::map<std::string, std::string> launch_tactics;
   std::vector<OptimizationProfile> profiles;
   std::vector<uint64_t> activation_peak_bytes;  // per profile
   // Plugins the engine uses (filled by the plugin system): name, version, namespace, library.

@@ -41,6 +41,8 @@ struct EngineImpl {
   std::unordered_map<const Tensor*, int> io_index;
   std::vector<Layer*> steps;
   std::vector<const KernelEntry*> kernels;  // per step
+  // Per step: the kernel for plain launches (EngineData::launch_tactics; kernels[s] elsewhere).
+  std::vector<const KernelEntry*> launch_kernels;
   // Constant tensors in device memory (CPU: the host tensors themselves).
   std::unordered_map<const Tensor*, void*> weights;
   std::vector<DeviceBuffer> weight_buffers;

@@ -454,6 +454,24 @@ void decode_meta(ByteReader& r, EngineData& data) {
   r.expect_end();
 }
 
+// ---- LAUNCH ---------------------------------------------------------------------------------
+void encode_launch_tactics(const std::map<std::string, std::string>& launch, ByteWriter& w) {
+  encode_map(launch, w, "launch tactics");
+}
+
+std::map<std::string, std::string> decode_launch_tactics(ByteReader& r, const std::map<std::string, std::string>& tactics) {
+  std::map<std::string, std::string> m = decode_map(r, "launch tactics");
+  if (m.empty()) r.fail("has no entry (an engine without launch tactics has no LAUNCH section)");
+  for (const auto& [layer, tactic] : m) {
+    auto it = tactics.find(layer);
+    if (it == tactics.end()) r.fail("names layer " + quoted(layer) + ", which has no tactic in META");
+    if (it->second == tactic) r.fail("gives layer " + quoted(layer) + " its META tactic " + quoted(tactic) + " again");
+    if (tactic.empty()) r.fail("gives layer " + quoted(layer) + " an empty tactic");
+  }
+  r.expect_end();
+  return m;
+}
+
 // ---- GRAPH ----------------------------------------------------------------------------------
 void encode_graph(const Network& network, ByteWriter& w, WeightsWriter& weights) {
   std::unordered_set<std::string> tensor_names, layer_names;

@@ -95,6 +95,10 @@ void encode_profiles(const std::vector<OptimizationProfile>& profiles, ByteWrite
 // Checks every named input against `network`.
 std::vector<OptimizationProfile> decode_profiles(ByteReader& r, const Network& network);
 void encode_plugins(const std::vector<EngineData::PluginRecord>& plugins, ByteWriter& w);
+// LAUNCH: the tactics for plain launches that differ (EngineData::launch_tactics). Every layer
+// named must have a tactic in `tactics`, and a different one.
+void encode_launch_tactics(const std::map<std::string, std::string>& launch, ByteWriter& w);
+std::map<std::string, std::string> decode_launch_tactics(ByteReader& r, const std::map<std::string, std::string>& tactics);
 std::vector<EngineData::PluginRecord> decode_plugins(ByteReader& r);
 
 }  // namespace kiln::engine_codec

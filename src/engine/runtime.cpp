@@ -76,6 +76,16 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
                   to_string(d.device) + ", which this kiln library does not have (rebuild the engine with this version)");
     }
     impl->kernels.push_back(e);
+    const KernelEntry* launch = e;
+    if (auto lt = d.launch_tactics.find(l->name()); lt != d.launch_tactics.end()) {
+      launch = KernelRegistry::instance().find(d.device, l->type(), lt->second);
+      if (!launch) {
+        throw Error(source + ": layer '" + l->name() + "' (" + l->type() + ") uses kernel '" + lt->second +
+                    "' for plain launches on " + to_string(d.device) +
+                    ", which this kiln library does not have (rebuild the engine with this version)");
+      }
+    }
+    impl->launch_kernels.push_back(launch);
   }
   for (int i = 0; i < net.num_layers(); ++i) {
     const Layer* l = net.layer(i);

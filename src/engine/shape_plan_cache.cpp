@@ -12,6 +12,7 @@ size_t ShapePlanKeyHash::operator()(const ShapePlanKey& k) const {
   }
   mix(static_cast<uint64_t>(k.num_threads));
   mix(k.concat_elision ? 1 : 0);
+  mix(k.launch_tactics ? 2 : 0);
   return static_cast<size_t>(h);
 }
 

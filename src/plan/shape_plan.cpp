@@ -223,6 +223,7 @@ std::unique_ptr<ShapePlan> build_shape_plan(const PlanEnvironment& env, const st
   plan->input_dims = input_dims;
   plan->num_threads = options.num_threads;
   plan->concat_elision = options.concat_elision;
+  plan->launch_tactics = options.launch_tactics;
   plan->states = infer_shapes(net, input_dims);
   const size_t n = steps.size();
   plan->host_known.assign(n, 0);

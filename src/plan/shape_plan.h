@@ -69,6 +69,7 @@ struct PlanEnvironment {
 struct ShapePlanOptions {
   int num_threads = 1;
   bool concat_elision = true;
+  bool launch_tactics = false;  // recorded in the plan; make_kernel makes the kernels accordingly
   // Arena bytes the context has (0: as many as the plan needs). When this shape's own plan
   // needs more, the profile plan is used when every tensor fits it.
   uint64_t arena_bytes = 0;
@@ -82,6 +83,7 @@ struct ShapePlan {
   std::map<std::string, Dims> input_dims;
   int num_threads = 1;
   bool concat_elision = true;
+  bool launch_tactics = false;               // kernels chosen for plain launches
 
   TensorStates states;                       // current shapes (after data-dependent sizes were read)
   ActivationPlan memory;
