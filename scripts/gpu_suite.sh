@@ -56,7 +56,8 @@ if has sanitizer; then
     "$B/tests/kiln_tests" --gtest_filter='CudaModels.Squeezenet*:CudaModels.TinyYoloTemperatureSwishFp16' \
     > "$OUT/sanitizer.log" 2>&1 || rc=1
   for tool in memcheck racecheck; do
-    KILN_TEST_NO_TIMING=1 compute-sanitizer --tool $tool --error-exitcode 9 \
+    echo "== compute-sanitizer --tool $tool: ServingRuntime.ParallelContexts*" >> "$OUT/sanitizer.log"
+    KILN_TEST_NO_TIMING=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 \
       "$B/tests/kiln_tests" --gtest_filter='ServingRuntime.ParallelContexts*' >> "$OUT/sanitizer.log" 2>&1 || rc=1
   done
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)" "$OUT/sanitizer.log"

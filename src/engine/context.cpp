@@ -81,15 +81,16 @@ bool plain_launches(const ContextImpl& c) {
   return !c.graph_auto || c.profile_info->has_data_dependent;
 }
 
-// Drops plans evicted from the cache: their graphs first, then (after the device finished
-// whatever may still read their buffers) the plans.
+// Drops plans evicted from the cache: their graphs first (an executable graph still in flight is
+// freed when it completes), then the plans. Their device buffers are freed with cudaFree, which
+// waits for the device, so work still reading them finishes first; the caller's stream is not
+// touched (it may be gone by now).
 void retire_plans(ContextImpl& c, std::vector<std::unique_ptr<ShapePlan>> evicted) {
   if (evicted.empty()) return;
   for (const auto& p : evicted) {
     c.graphs.drop_plan(p->id);
     if (c.current == p.get()) c.current = nullptr;
   }
-  if (c.engine->data.device != DeviceType::kCPU && c.last_stream) c.engine->backend->synchronize(c.last_stream);
   c.stats.shape_plans_evicted += evicted.size();
   evicted.clear();
 }
@@ -304,15 +305,14 @@ ContextImpl::ContextImpl(EngineImpl& e, ContextMemory memory_mode)
 }
 
 ContextImpl::~ContextImpl() {
+  // The caller's streams are not touched (they may be destroyed already): freeing the plans'
+  // device memory waits for the device, and graphs still in flight are freed when they complete.
   graphs.clear();
   Backend& b = *engine->backend;
-  if (engine->data.device != DeviceType::kCPU) {
-    for (void* s : {last_stream, own_stream}) {
-      if (!s) continue;
-      try {
-        b.synchronize(s);
-      } catch (const std::exception&) {
-      }
+  if (own_stream) {
+    try {
+      b.synchronize(own_stream);
+    } catch (const std::exception&) {
     }
   }
   plans.clear();
@@ -590,7 +590,6 @@ void ExecutionContext::enqueue(void* stream) {
     c.graph_memory_generation = c.memory.view().generation;
   }
   bind(c, *plan);
-  c.last_stream = stream;
   ++c.stats.inferences;
 
   const bool possible = graph_possible(c, *plan, stream);

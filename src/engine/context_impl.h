@@ -50,7 +50,6 @@ struct ContextImpl {
   uint64_t next_plan_id = 1;
   GraphCache graphs;
   void* own_stream = nullptr;                // device engines: for null-stream calls
-  void* last_stream = nullptr;               // the stream of the last inference
   // Graphs: set_graph_capture(true) / automatic (no call yet) / an automatic capture failed.
   bool graph_explicit = false;
   bool graph_auto = true;

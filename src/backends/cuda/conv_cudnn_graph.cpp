@@ -96,7 +96,7 @@ using TensorAttr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
 // Whether the graph-API tactics are offered when KILN_CUDNN_GRAPH is unset. The one switch to flip
 // once the GPU suite (tests/cuda_conv_tactics_test.cpp, CudaConvGraph.*) passes.
-constexpr bool kGraphTacticsByDefault = false;
+constexpr bool kGraphTacticsByDefault = true;
 // Who shares a graph and its plans.
 enum class PlanSharing {
   kPerThread,        // the equal layers of a thread (one handle), as PyTorch's thread-local plan cache
