@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <iomanip>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -227,6 +228,17 @@ void run_steps(ContextImpl& c, ShapePlan& plan, void* stream) {
   }
 }
 
+// Held, process-wide, while a context captures a graph and while it runs a plan for the first
+// time on a device with graphs. A first run is where libraries do their one-time work for new
+// shapes (module loading, runtime compilation, cuDNN's lazy plan building), and that work in one
+// thread made captures in others fail (CUDNN_STATUS_EXECUTION_FAILED with four threads on the
+// H200, despite thread-local capture mode). Both happen once per shape (and set of addresses)
+// per context: steady-state inferences, replays and plain runs alike, never take it.
+std::mutex& first_run_mutex() {
+  static std::mutex m;
+  return m;
+}
+
 bool graph_possible(const ContextImpl& c, const ShapePlan& plan, void* stream) {
   const EngineImpl& e = *c.engine;
   return e.backend->supports_graphs() && !plan.has_dd && !c.profiling.enabled && !e.backend->is_capturing(stream);
@@ -260,6 +272,7 @@ bool capture_and_launch(ContextImpl& c, ShapePlan& plan, void* stream, std::stri
   Backend& b = *c.engine->backend;
   const auto t0 = std::chrono::steady_clock::now();
   void* captured = nullptr;
+  std::unique_lock<std::mutex> lock(first_run_mutex());
   try {
     b.begin_capture(stream);
     try {
@@ -273,6 +286,7 @@ bool capture_and_launch(ContextImpl& c, ShapePlan& plan, void* stream, std::stri
     *why = ex.what();
     return false;
   }
+  lock.unlock();
   c.stats.capture_ms += ms_since(t0);
   ++c.stats.graph_captures;
   void* exec = nullptr;
@@ -594,18 +608,20 @@ void ExecutionContext::enqueue(void* stream) {
 
   const bool possible = graph_possible(c, *plan, stream);
   const bool want = c.graph_explicit || (c.graph_auto && possible);
-  if (!want || !possible || (plan->capture_failed && !c.graph_explicit)) {
+  if (!plan->warmed) {
+    // The first inference at these shapes runs without a graph: libraries' lazy one-time work
+    // and module loading happen here, outside any capture (and, where graphs exist, never while
+    // another thread captures).
     ++c.stats.plain_inferences;
+    std::unique_lock<std::mutex> lock(first_run_mutex(), std::defer_lock);
+    if (e.backend->supports_graphs()) lock.lock();
     run_steps(c, *plan, stream);
     plan->warmed = true;
     return;
   }
-  if (!plan->warmed) {
-    // The first inference at these shapes runs without a graph: libraries' lazy one-time work
-    // and module loading happen here, outside any capture.
+  if (!want || !possible || (plan->capture_failed && !c.graph_explicit)) {
     ++c.stats.plain_inferences;
     run_steps(c, *plan, stream);
-    plan->warmed = true;
     return;
   }
   if (void* exec = c.graphs.find(plan->id, c.bindings.addresses())) {
@@ -630,6 +646,7 @@ void ExecutionContext::enqueue(void* stream) {
   plan = &rebuild_after_failed_capture(c, *plan, stream);
   bind(c, *plan);
   ++c.stats.plain_inferences;
+  std::lock_guard<std::mutex> lock(first_run_mutex());  // fresh kernels: their first run
   run_steps(c, *plan, stream);
 }
 

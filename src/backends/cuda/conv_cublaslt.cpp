@@ -355,9 +355,9 @@ class LtConvolution : public Kernel {
 
 }  // namespace
 
-// Below the legacy "cudnn" (100): a build without timing keeps the proven path; timed builds
-// choose by the device time.
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerConvolution, "cublaslt", 98, supports_lt_conv,
+// Above the cuDNN tactics: a build without timing takes the matrix product for the 1x1
+// convolutions it supports (cheapest to launch); timed builds choose by the device time.
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerConvolution, "cublaslt", 102, supports_lt_conv,
                                  [](const Layer& layer) { return std::make_unique<LtConvolution>(layer); }});
 
 }  // namespace kiln::cuda
