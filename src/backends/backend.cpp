@@ -10,12 +10,21 @@
 
 namespace kiln {
 
+std::recursive_mutex& device_lifecycle_mutex() {
+  static auto* mutex = new std::recursive_mutex;  // never destroyed: thread exits may still lock it
+  return *mutex;
+}
+
 DeviceBuffer::DeviceBuffer(Backend& backend, size_t bytes) : backend_(&backend), size_(bytes) {
-  data_ = bytes ? backend.allocate(bytes) : nullptr;
+  if (!bytes) return;
+  std::lock_guard<std::recursive_mutex> lock(device_lifecycle_mutex());
+  data_ = backend.allocate(bytes);
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (backend_ && data_) backend_->release(data_);
+  if (!backend_ || !data_) return;
+  std::lock_guard<std::recursive_mutex> lock(device_lifecycle_mutex());
+  backend_->release(data_);
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : backend_(o.backend_), data_(o.data_), size_(o.size_) {
@@ -25,7 +34,10 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : backend_(o.backend_), da
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    if (backend_ && data_) backend_->release(data_);
+    if (backend_ && data_) {
+      std::lock_guard<std::recursive_mutex> lock(device_lifecycle_mutex());
+      backend_->release(data_);
+    }
     backend_ = o.backend_;
     data_ = o.data_;
     size_ = o.size_;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <mutex>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -116,7 +117,15 @@ class Backend {
   std::atomic<uint64_t> synchronizations_{0};
 };
 
-// Owning device allocation.
+// One process-wide lock that kiln holds while it does what must not overlap another thread's
+// CUDA graph capture: allocating and freeing device memory (cudaFree waits for the whole device,
+// which invalidates any capture in progress, thread-local mode or not), building and dropping
+// execution plans, a plan's first run (where libraries load modules and set things up) and the
+// capture itself. None of these happens in a steady-state inference, which never takes it.
+// Recursive: a capture may drop a graph, a plan build may allocate. Never destroyed.
+std::recursive_mutex& device_lifecycle_mutex();
+
+// Owning device allocation (allocated and freed under device_lifecycle_mutex).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

@@ -25,6 +25,15 @@ namespace kiln {
 
 namespace {
 
+// The device lifecycle lock (backend.h) is held while a context builds or drops plans, runs a
+// plan for the first time and captures a graph. A first run is where libraries do their one-time
+// work for new shapes (module loading, runtime compilation, lazy plan building); that work, and
+// freeing device memory, in one thread made captures in others fail on the H200 (cuDNN's and
+// cuBLASLt's calls returned EXECUTION_FAILED inside a capture, despite thread-local capture
+// mode). All of these happen once per shape (and set of addresses) per context: steady-state
+// inferences, replays and plain runs alike, never take it.
+using LifecycleLock = std::unique_lock<std::recursive_mutex>;
+
 int hardware_threads() {
   const unsigned n = std::thread::hardware_concurrency();
   return n ? static_cast<int>(n) : 1;
@@ -88,6 +97,7 @@ bool plain_launches(const ContextImpl& c) {
 // touched (it may be gone by now).
 void retire_plans(ContextImpl& c, std::vector<std::unique_ptr<ShapePlan>> evicted) {
   if (evicted.empty()) return;
+  LifecycleLock lock(device_lifecycle_mutex());
   for (const auto& p : evicted) {
     c.graphs.drop_plan(p->id);
     if (c.current == p.get()) c.current = nullptr;
@@ -114,6 +124,7 @@ ShapePlan& current_plan(ContextImpl& c) {
     return *p;
   }
   const auto t0 = std::chrono::steady_clock::now();
+  LifecycleLock lock(device_lifecycle_mutex());
   std::unique_ptr<ShapePlan> plan = build_shape_plan(c.engine->env, c.input_dims, plan_options(c));
   plan->id = c.next_plan_id++;
   ShapePlan* raw = plan.get();
@@ -228,17 +239,6 @@ void run_steps(ContextImpl& c, ShapePlan& plan, void* stream) {
   }
 }
 
-// Held, process-wide, while a context captures a graph and while it runs a plan for the first
-// time on a device with graphs. A first run is where libraries do their one-time work for new
-// shapes (module loading, runtime compilation, cuDNN's lazy plan building), and that work in one
-// thread made captures in others fail (CUDNN_STATUS_EXECUTION_FAILED with four threads on the
-// H200, despite thread-local capture mode). Both happen once per shape (and set of addresses)
-// per context: steady-state inferences, replays and plain runs alike, never take it.
-std::mutex& first_run_mutex() {
-  static std::mutex m;
-  return m;
-}
-
 bool graph_possible(const ContextImpl& c, const ShapePlan& plan, void* stream) {
   const EngineImpl& e = *c.engine;
   return e.backend->supports_graphs() && !plan.has_dd && !c.profiling.enabled && !e.backend->is_capturing(stream);
@@ -248,6 +248,7 @@ bool graph_possible(const ContextImpl& c, const ShapePlan& plan, void* stream) {
 // are made anew, the ones for plain launches, and the new plan takes the failed one's place in
 // the cache, marked so that no capture of these shapes is tried again.
 ShapePlan& rebuild_after_failed_capture(ContextImpl& c, ShapePlan& failed, void* stream) {
+  LifecycleLock lock(device_lifecycle_mutex());
   c.engine->backend->recover_after_failed_capture(stream);
   std::unique_ptr<ShapePlan> old = c.plans.remove(&failed);
   c.graphs.drop_plan(failed.id);
@@ -272,7 +273,7 @@ bool capture_and_launch(ContextImpl& c, ShapePlan& plan, void* stream, std::stri
   Backend& b = *c.engine->backend;
   const auto t0 = std::chrono::steady_clock::now();
   void* captured = nullptr;
-  std::unique_lock<std::mutex> lock(first_run_mutex());
+  LifecycleLock lock(device_lifecycle_mutex());
   try {
     b.begin_capture(stream);
     try {
@@ -314,13 +315,17 @@ ContextImpl::ContextImpl(EngineImpl& e, ContextMemory memory_mode)
       graphs(*e.backend) {
   e.live_contexts.fetch_add(1, std::memory_order_relaxed);
   if (e.data.device != DeviceType::kCPU) own_stream = e.backend->create_stream();
-  for (size_t s = 0; s < e.steps.size(); ++s) prototypes.push_back(e.kernels[s]->create(*e.steps[s]));
+  {
+    LifecycleLock lock(device_lifecycle_mutex());
+    for (size_t s = 0; s < e.steps.size(); ++s) prototypes.push_back(e.kernels[s]->create(*e.steps[s]));
+  }
   key.dims.resize(static_cast<size_t>(e.num_inputs));
 }
 
 ContextImpl::~ContextImpl() {
   // The caller's streams are not touched (they may be destroyed already): freeing the plans'
   // device memory waits for the device, and graphs still in flight are freed when they complete.
+  LifecycleLock lock(device_lifecycle_mutex());
   graphs.clear();
   Backend& b = *engine->backend;
   if (own_stream) {
@@ -330,6 +335,7 @@ ContextImpl::~ContextImpl() {
     }
   }
   plans.clear();
+  prototypes.clear();
   if (own_stream) b.destroy_stream(own_stream);
   engine->live_contexts.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -345,6 +351,7 @@ void ExecutionContext::set_optimization_profile(int index) {
   EngineImpl& e = *c.engine;
   const OptimizationProfile& p = engine_->profile(index);
   auto info = e.profile_info(index);
+  LifecycleLock lock(device_lifecycle_mutex());
   for (size_t s = 0; s < e.steps.size(); ++s) {
     if (!c.prototypes[s] || is_host_known(*e.steps[s], info->states.opt)) continue;
     configure_kernel_for_profile(*c.prototypes[s], *e.steps[s], info->states);
@@ -613,7 +620,7 @@ void ExecutionContext::enqueue(void* stream) {
     // and module loading happen here, outside any capture (and, where graphs exist, never while
     // another thread captures).
     ++c.stats.plain_inferences;
-    std::unique_lock<std::mutex> lock(first_run_mutex(), std::defer_lock);
+    LifecycleLock lock(device_lifecycle_mutex(), std::defer_lock);
     if (e.backend->supports_graphs()) lock.lock();
     run_steps(c, *plan, stream);
     plan->warmed = true;
@@ -646,7 +653,7 @@ void ExecutionContext::enqueue(void* stream) {
   plan = &rebuild_after_failed_capture(c, *plan, stream);
   bind(c, *plan);
   ++c.stats.plain_inferences;
-  std::lock_guard<std::mutex> lock(first_run_mutex());  // fresh kernels: their first run
+  LifecycleLock lock(device_lifecycle_mutex());  // fresh kernels: their first run
   run_steps(c, *plan, stream);
 }
 

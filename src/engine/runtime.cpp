@@ -263,7 +263,9 @@ uint64_t EngineImpl::device_memory_size(int profile) {
     }
   }
   const auto info = profile_info(profile);
-  // The kernels' workspace at the profile's points: fresh kernels prepared there.
+  // The kernels' workspace at the profile's points: fresh kernels prepared there (under the
+  // device lifecycle lock, as contexts build their plans: backend.h).
+  std::lock_guard<std::recursive_mutex> lifecycle(device_lifecycle_mutex());
   const OptimizationProfile& p = data.profiles[static_cast<size_t>(profile)];
   uint64_t workspace = 0;
   for (int point = 0; point < 3; ++point) {

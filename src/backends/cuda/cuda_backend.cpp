@@ -35,7 +35,10 @@ class CudaBackend : public Backend {
     return true;
   }
 
+  // Allocation and freeing hold device_lifecycle_mutex (backend.h): cudaFree waits for the
+  // device, which would invalidate another thread's capture in progress.
   void* allocate(size_t bytes) override {
+    std::lock_guard<std::recursive_mutex> lifecycle(device_lifecycle_mutex());
     count_allocation();
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes ? (bytes + 255) / 256 * 256 : 256);
@@ -55,6 +58,7 @@ class CudaBackend : public Backend {
   }
   void release(void* ptr) override {
     if (!ptr) return;
+    std::lock_guard<std::recursive_mutex> lifecycle(device_lifecycle_mutex());
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = sizes_.find(ptr);
@@ -74,12 +78,15 @@ class CudaBackend : public Backend {
     return peak_;
   }
   void* allocate_host(size_t bytes) override {
+    std::lock_guard<std::recursive_mutex> lifecycle(device_lifecycle_mutex());
     void* p = nullptr;
     KILN_CUDA_CHECK(cudaMallocHost(&p, bytes ? bytes : 1));
     return p;
   }
   void release_host(void* ptr) override {
-    if (ptr) cudaFreeHost(ptr);
+    if (!ptr) return;
+    std::lock_guard<std::recursive_mutex> lifecycle(device_lifecycle_mutex());
+    cudaFreeHost(ptr);
   }
 
   void copy_host_to_device(void* dst, const void* src, size_t bytes, void* stream) override {

@@ -4,6 +4,8 @@
 #include <map>
 #include <memory>
 
+#include "src/backends/backend.h"
+
 namespace kiln::cuda {
 namespace {
 
@@ -25,6 +27,9 @@ struct Handles {
   std::map<int, cublasLtHandle_t> lt;
   ~Handles() { reset(); }
   void reset() {
+    if (cudnn.empty() && lt.empty()) return;
+    // Destroying a handle frees device memory: not while another thread captures (backend.h).
+    std::lock_guard<std::recursive_mutex> lock(device_lifecycle_mutex());
     for (auto& [d, h] : cudnn) cudnnDestroy(h);
     for (auto& [d, h] : lt) cublasLtDestroy(h);
     cudnn.clear();
