@@ -198,15 +198,9 @@ class LtConvolution : public Kernel {
     KILN_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), plan->desc.get(), &alpha, a, plan->a.get(), b, plan->b.get(),
                                      &beta, c, plan->d.get(), y, plan->d.get(), &plan->algo, ctx.workspace,
                                      ctx.workspace ? ctx.workspace_size : 0, stream));
-    EpilogueArgs e;
-    e.type = s_.type;
-    e.format = s_.format;
-    e.batch = s_.batch;
-    e.channels = s_.out_channels;
-    e.out = s_.out;
+    EpilogueArgs e = output_epilogue(s_, y);
     e.bias = fusion_.bias ? nullptr : bias;
     e.residual = fusion_.residual ? nullptr : residual;
-    e.y = y;
     if (!fusion_.act) e.post = post_;
     if (!epilogue_is_identity(e)) launch_epilogue(e, stream);
   }

@@ -18,6 +18,7 @@
 #include "kiln/types.h"
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
+#include "src/backends/cuda/epilogue_cuda.h"
 
 namespace kiln::cuda {
 
@@ -39,6 +40,19 @@ struct ConvShape {
   int64_t in_volume() const { return in[0] * in[1] * in[2]; }
   int64_t out_volume() const { return out[0] * out[1] * out[2]; }
 };
+
+// The epilogue of a (de)convolution's output y (in place, nothing applied yet): its type,
+// format and geometry from the shape. Callers set what is left to apply (bias, residual, post-op).
+inline EpilogueArgs output_epilogue(const ConvShape& s, void* y) {
+  EpilogueArgs e;
+  e.type = s.type;
+  e.format = s.format;
+  e.batch = s.batch;
+  e.channels = s.out_channels;
+  e.out = s.out;
+  e.y = y;
+  return e;
+}
 
 // Reads the layer's attributes and the shapes of x (input 0), w (input 1) and y (output 0).
 // Throws kiln::Error naming the layer when they are inconsistent.

@@ -268,15 +268,9 @@ class CudnnConvolution : public Kernel {
     }
     KILN_CUDNN_CHECK(cudnnConvolutionForward(handle, &one, x_.get(), x, w_.get(), w, conv_.get(), algo_, algo_ws,
                                              algo_bytes_, &zero, y_.get(), y));
-    EpilogueArgs e;
-    e.type = s_.type;
-    e.format = s_.format;
-    e.batch = s_.batch;
-    e.channels = s_.out_channels;
-    e.out = s_.out;
+    EpilogueArgs e = output_epilogue(s_, y);
     e.bias = bias;
     e.residual = residual;
-    e.y = y;
     e.post = post_;
     launch_epilogue(e, stream);
   }
@@ -400,19 +394,13 @@ class CudnnDeconvolution : public Kernel {
     const float one = 1.0f, zero = 0.0f;
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &one, w_.get(), w, dy_.get(), ctx.inputs[0].data,
                                                   conv_.get(), algo_, algo_ws, algo_bytes_, &zero, dx_.get(), dx));
-    EpilogueArgs e;
-    e.type = s_.type;
-    e.format = s_.format;
-    e.batch = s_.batch;
-    e.channels = s_.out_channels;
-    e.out = s_.out;
+    EpilogueArgs e = output_epilogue(s_, y);
     if (crop_) {
       e.source = dx;
       e.src = full_;
       e.shift = shift_;
     }
     e.bias = has_bias_ ? ctx.inputs[2].data : nullptr;
-    e.y = y;
     e.post = post_;
     launch_epilogue(e, stream);
   }

@@ -764,15 +764,9 @@ class CudnnGraphConvolution : public Kernel {
     if (r->graph_residual) ptrs[n++] = const_cast<void*>(residual);
     KILN_CUDNN_CHECK(cudnnSetStream(handle->handle, stream));
     run(*r, ptrs, n, ctx.workspace, stream);
-    EpilogueArgs e;
-    e.type = s_.type;
-    e.format = s_.format;
-    e.batch = s_.batch;
-    e.channels = s_.out_channels;
-    e.out = s_.out;
+    EpilogueArgs e = output_epilogue(s_, y);
     e.bias = r->graph_bias ? nullptr : bias;
     e.residual = r->graph_residual ? nullptr : residual;
-    e.y = y;
     e.post = r->epilogue_post;
     if (!epilogue_is_identity(e)) launch_epilogue(e, stream);
   }
