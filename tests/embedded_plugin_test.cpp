@@ -4,7 +4,10 @@
 // with `kiln build --plugins lib.so --embed-plugins`, and the library file then deleted, so only
 // the engine's copy is left. `kiln run` without --plugins and without the opt-in fails, saying
 // the library is embedded and how to opt in; with --allow-embedded-plugins it loads the copy and
-// matches numpy's alpha * tanh(beta * x), leaving no temporary file behind.
+// matches numpy's alpha * tanh(beta * x), leaving no temporary file behind. Engines record the
+// library's file name, not the path typed at build time: an engine without the embedded copy
+// loads its library from KILN_PLUGIN_PATH, and otherwise fails naming the copy next to the
+// engine; loading one library by two paths is one load.
 // Skipped when a C++ compiler or python3 with onnx and numpy is missing.
 #include <gtest/gtest.h>
 
@@ -54,8 +57,8 @@ class EmbeddedPluginTest : public ::testing::Test {
     return r;
   }
   // kiln with TMPDIR pointing into the test's folder, to see what it leaves there.
-  Result kiln(const std::string& args) {
-    return run("TMPDIR=" + quote((dir_ / "tmp").string()) + " " + quote(KILN_CLI_PATH) + " " + args);
+  Result kiln(const std::string& args, const std::string& env = "") {
+    return run("TMPDIR=" + quote((dir_ / "tmp").string()) + " " + env + " " + quote(KILN_CLI_PATH) + " " + args);
   }
   fs::path dir_;
 };
@@ -87,13 +90,14 @@ TEST_F(EmbeddedPluginTest, EngineCarriesItsPluginLibraryAndLoadsItOnlyWhenAllowe
   r = kiln("build --plugins " + quote(lib) + " --embed-plugins --onnx " + quote(onnx) + " --save-engine " +
            quote(engine) + " --shapes x:2x3x8x8");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("embedded plugin library '" + lib + "'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("embedded plugin library 'libkiln_example_plugins.so'"), std::string::npos) << r.output;
   fs::remove_all(lib_dir);
 
   // 4. Without the opt-in: a clear error, nothing run, nothing written.
   r = kiln("run --engine " + quote(engine) + " --inputs-dir " + quote(data));
   EXPECT_NE(r.code, 0) << r.output;
-  for (const std::string& must : {std::string("ScaledTanh"), lib, std::string("embeds their library"),
+  for (const std::string& must : {std::string("ScaledTanh"), std::string("'libkiln_example_plugins.so'"),
+                                  std::string("embeds their library"),
                                   std::string("--allow-embedded-plugins"), std::string("--plugins")}) {
     EXPECT_NE(r.output.find(must), std::string::npos) << "missing '" << must << "' in:\n" << r.output;
   }
@@ -120,6 +124,29 @@ TEST_F(EmbeddedPluginTest, EngineCarriesItsPluginLibraryAndLoadsItOnlyWhenAllowe
   r = kiln("run --allow-embedded-plugins --engine " + quote(plain) + " --inputs-dir " + quote(data));
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("load their libraries first"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("KILN_PLUGIN_PATH"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("found here"), std::string::npos) << "the library is neither next to the engine nor on the path";
+
+  // 7. Its folder on KILN_PLUGIN_PATH: the engine finds the library by its file name and loads it.
+  r = kiln("run --engine " + quote(plain) + " --inputs-dir " + quote(data) + " --compare-dir " + quote(data) + " -v",
+           "KILN_PLUGIN_PATH=" + quote("/nonexistent:" + lib_dir.string()));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
+
+  // 8. The library next to the engine: not loaded from there (it would run code found beside a file),
+  // but the error names it, ready to paste.
+  fs::copy_file(lib, dir_ / "libkiln_example_plugins.so");
+  r = kiln("run --engine " + quote(plain) + " --inputs-dir " + quote(data));
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("found here: --plugins " + (dir_ / "libkiln_example_plugins.so").string()), std::string::npos)
+      << r.output;
+
+  // 9. One library named by two paths (and twice by one) is one load, not an error.
+  const std::string other_name = (lib_dir / ".." / "lib" / "libkiln_example_plugins.so").string();
+  r = kiln("run --plugins " + quote(lib) + " --plugins " + quote(other_name) + " --plugins " + quote(lib) +
+           " --engine " + quote(plain) + " --inputs-dir " + quote(data) + " --compare-dir " + quote(data));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -159,7 +159,10 @@ void setup_build_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_option("--threads", o->threads, "CPU threads of the engine's kernels (0: all hardware threads)")
       ->check(CLI::Range(0, 1000000000))
       ->capture_default_str();
-  sub->add_flag("--fp16", o->fp16, "Allow fp16 kernels where they exist (CUDA); inputs/outputs keep their types");
+  sub->add_flag("--fp16", o->fp16,
+                "Run layers in fp16 where the device has an fp16 kernel (CUDA; on the CPU the layers whose CPU "
+                "kernels take float16, which is slower there: for checking fp16 numerics); inputs/outputs keep "
+                "their types");
   sub->add_option("--layer-precisions", o->layer_precisions,
                   "Per-layer precision (trtexec --layerPrecisions): NAME:fp32|fp16[,...] or @FILE, '*' matches any "
                   "characters; e.g. '/encoder/*/output/dense/*:fp32'. `kiln debug precision` finds such a list")
@@ -172,10 +175,11 @@ void setup_build_command(CLI::App& parent, std::function<int()>& run) {
                   "Fail when activation memory would exceed this many bytes (suffixes K, M, G)")
       ->type_name("BYTES");
   sub->add_flag("--no-optimizations", o->no_optimizations, "Skip every optimization pass (for debugging)");
-  sub->add_option("--disable-pass", o->disabled_passes,
-                  "Turn off one pass by name (repeatable): constant_folding, dead_layer_elimination, "
-                  "conv_bn_folding, activation_fusion, elementwise_fusion")
-      ->type_name("NAME");
+  std::string pass_list;
+  for (const auto& name : builder_pass_names()) pass_list += (pass_list.empty() ? "" : ", ") + name;
+  sub->add_option("--disable-pass", o->disabled_passes, "Turn off one pass by name (repeatable): " + pass_list)
+      ->type_name("NAME")
+      ->check(CLI::IsMember(builder_pass_names()));
   sub->add_option("--plugins", o->plugins, "Plugin library to load before importing (repeatable)")->type_name("LIB.so");
   sub->add_flag("--embed-plugins", o->embed_plugins,
                 "Store the plugin libraries the engine uses in the engine file (kiln run then needs "

@@ -32,6 +32,7 @@ struct InspectOptions {
   std::string engine;
   std::string onnx;
   bool json = false;
+  std::vector<std::string> plugins;
 };
 
 // ---- ONNX ------------------------------------------------------------------------------------
@@ -195,12 +196,19 @@ int inspect_onnx(const InspectOptions& o) {
     out << "op types (" << ops.size() << "):\n";
     for (const auto& [op, n] : ops) out << "  " << op << " " << n << "\n";
     if (unsupported.empty()) {
-      out << "unsupported nodes: none (every node has an importer)\n";
+      out << "unsupported nodes: none (every node has an importer or a registered plugin)\n";
     } else {
       out << "unsupported nodes (" << unsupported.size() << "):\n";
-      for (const auto& u : unsupported)
+      bool custom = false;
+      for (const auto& u : unsupported) {
         out << "  " << u.op_type << " (domain '" << (u.domain.empty() ? "ai.onnx" : u.domain) << "', opset " << u.opset
             << ") node '" << u.node_name << "': " << u.reason << "\n";
+        custom = custom || u.reason.find("no registered plugin") != std::string::npos;
+      }
+      if (custom) {
+        out << "hint: nodes no importer knows become plugin layers when a plugin of that name is registered: load its "
+               "library with --plugins LIB.so (or put its folder on KILN_PLUGIN_PATH for engines)\n";
+      }
     }
   }
   return unsupported.empty() ? kExitOk : kExitUnsupported;
@@ -307,6 +315,7 @@ int inspect_engine(const InspectOptions& o) {
 
 int run_inspect(const InspectOptions& o) {
   if (o.engine.empty() == o.onnx.empty()) throw UsageError("give an engine with --engine FILE or a model with --onnx FILE");
+  load_plugins(o.plugins);
   return o.engine.empty() ? inspect_onnx(o) : inspect_engine(o);
 }
 
@@ -323,11 +332,16 @@ void setup_inspect_command(CLI::App& parent, std::function<int()>& run) {
   sub->footer(
       "Examples:\n"
       "  kiln inspect --onnx model.onnx\n"
+      "  kiln inspect --onnx detector.onnx --plugins ./libmy_plugins.so\n"
       "  kiln inspect --engine model.kiln --json > model.json");
   auto* engine = sub->add_option("--engine", o->engine, "Engine file to describe")->type_name("FILE");
   auto* onnx = sub->add_option("--onnx", o->onnx, "ONNX model to describe")->type_name("FILE");
   engine->excludes(onnx);
   sub->add_flag("--json", o->json, "Print one JSON object instead of text");
+  sub->add_option("--plugins", o->plugins,
+                  "Plugin library to load first (repeatable): nodes of custom ops then count as supported, and "
+                  "engines using its plugins load")
+      ->type_name("LIB.so");
   sub->callback([&run, o] { run = [o] { return run_inspect(*o); }; });
 }
 

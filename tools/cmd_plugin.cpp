@@ -75,7 +75,12 @@ int run_check(const PluginCheckCliOptions& o) {
     const PluginCreator* creator = PluginRegistry::instance().find(o.name, o.version, o.plugin_namespace);
     for (const std::string& text : o.fields) {
       if (creator == nullptr) break;
-      const PluginFieldCollection parsed = parse_plugin_fields(text, *creator);
+      PluginFieldCollection parsed;
+      try {
+        parsed = parse_plugin_fields(text, *creator);
+      } catch (const Error& e) {
+        throw UsageError(e.what());  // malformed or unknown fields: a usage error (exit 64)
+      }
       for (const PluginField& f : parsed.all()) options.fields.add(f);
     }
   }
@@ -118,7 +123,10 @@ void setup_plugin_command(CLI::App& parent, std::function<int()>& run) {
   check_cmd->add_option("--fields", check->fields,
                         "Field values instead of the defaults: NAME=VALUE[,NAME=VALUE...]; a list as NAME=1,2,3")
       ->type_name("K=V,...");
-  check_cmd->add_option("--inputs", check->inputs, "Number of plugin inputs (default: found by asking the plugin)")
+  check_cmd->add_option("--inputs", check->inputs,
+                        "Number of plugin inputs (default: found by asking the plugin with 1, 2, ... inputs "
+                        "of one type until it accepts a combination); give it for multi-input plugins whose "
+                        "inputs must differ in type or rank")
       ->check(CLI::Range(1, 16));
   check_cmd->footer(
       "Examples:\n"

@@ -47,8 +47,8 @@ class BuilderConfig {
   bool fp16 = false;
   // Skip the optimization passes (for debugging and for checking the passes themselves).
   bool disable_optimizations = false;
-  // Individual passes may be turned off by name ("constant_folding", "dead_layer_elimination",
-  // "conv_bn_folding", "activation_fusion", "elementwise_fusion").
+  // Individual passes may be turned off by name (builder_pass_names(); an unknown name fails the
+  // build, listing them).
   std::vector<std::string> disabled_passes;
   // Optimization profiles; a network with dynamic inputs needs at least one.
   std::vector<OptimizationProfile> profiles;
@@ -79,6 +79,9 @@ struct BuildReport {
   int timing_cache_hits = 0;     // CUDA: layers whose choice came from the timing cache
   double timing_seconds = 0.0;   // time spent timing kernels
 };
+
+// The names of the builder's passes, in pipeline order (BuilderConfig::disabled_passes).
+const std::vector<std::string>& builder_pass_names();
 
 class Builder {
  public:

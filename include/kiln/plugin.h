@@ -65,11 +65,31 @@ class ExprBuilder {
   const DimExpr* size_tensor(int size_index, int64_t upper_bound);
   // The size tensors declared so far: (size_index, upper_bound) pairs. Used by kiln.
   std::vector<std::pair<int, int64_t>> size_tensors() const;
-  // Used by kiln: extent `axis` of input `input`.
+
+  // Declares that two extents must be equal (two inputs' batch, say). Checked by kiln whenever
+  // the dims are known: at once when both are constants, else at shape inference for every
+  // shape (build and run time); a mismatch fails naming the layer, both expressions and their
+  // values. Returns `a`.
+  const DimExpr* require_equal(const DimExpr& a, const DimExpr& b);
+  // Numpy-style broadcasting of two inputs' dims (aligned at the last axis): an extent that is
+  // the constant 1 takes the other's, equal expressions stay, otherwise the result is max(a, b)
+  // with the check that a == b or one of them is 1 (as require_equal, naming the layer).
+  DimsExprs broadcast(const DimsExprs& a, const DimsExprs& b);
+
+  // Used by kiln: extent `axis` of input `input` (when the extent is fixed by the network, kiln
+  // passes constant(extent) instead, so that is_constant() tells fixed dims from dynamic ones).
   const DimExpr* input_dim(int input, int axis);
+  // Used by kiln: the checks require_equal and broadcast declared.
+  struct Check {
+    const DimExpr* a = nullptr;
+    const DimExpr* b = nullptr;
+    bool broadcast = false;  // a == b, or a == 1, or b == 1
+  };
+  const std::vector<Check>& checks() const { return checks_; }
 
  private:
   std::vector<std::unique_ptr<DimExpr>> nodes_;
+  std::vector<Check> checks_;
 };
 
 // ---- tensors as plugins see them ----------------------------------------------------------
@@ -115,8 +135,12 @@ class PluginFieldCollection {
   void add(PluginField field);
   const PluginField* find(const std::string& name) const;
   const std::vector<PluginField>& all() const { return fields_; }
-  // Typed access with a clear error (naming the field) when absent or of another type.
+  // Typed access to the first value, with a clear error (naming the field) when it is absent or
+  // of another kind. Integer getters take int32 and int64 fields alike (an int64 value that does
+  // not fit int32 is an error), float getters float32 and float64 alike.
   float get_float32(const std::string& name) const;
+  double get_float64(const std::string& name) const;
+  int32_t get_int32(const std::string& name) const;
   int64_t get_int64(const std::string& name) const;
   std::string get_string(const std::string& name) const;
 
@@ -138,11 +162,18 @@ struct PluginFieldSpec {
 
 // What enqueue gets besides the tensors. On CUDA `stream` is the cudaStream_t to launch on (never
 // the legacy default stream, never synchronize the device); on the CPU it is null and
-// `num_threads` says how many threads the kernel may use.
+// `num_threads` says how many threads the kernel may use. A failing enqueue can say why:
+// `return exec.fail("indices must be sorted");` puts the message into the error kiln raises
+// (with the layer's name), and returns a non-zero code.
 struct PluginExecContext {
   DeviceType device = DeviceType::kCPU;
   void* stream = nullptr;
   int num_threads = 1;
+  std::string* message = nullptr;  // set by kiln; use fail()
+  int fail(const std::string& why, int code = 1) const {
+    if (message) *message = why;
+    return code == 0 ? 1 : code;
+  }
 };
 
 class Plugin {
@@ -179,7 +210,7 @@ class Plugin {
     return 0;
   }
   // Runs the layer. Return 0 on success; any other value fails the inference with the layer's
-  // name and the code.
+  // name and the code (and the message given to exec.fail, when it was used).
   virtual int enqueue(const std::vector<PluginTensorDesc>& input_descs, const std::vector<PluginTensorDesc>& output_descs,
                       const void* const* inputs, void* const* outputs, void* workspace,
                       const PluginExecContext& exec) = 0;
@@ -215,6 +246,10 @@ class PluginCreator {
   virtual std::unique_ptr<Plugin> create(const std::string& layer_name, const PluginFieldCollection& fields) const = 0;
   // Re-creates a plugin from its own bytes (for plugins whose serialize() is non-empty).
   virtual std::unique_ptr<Plugin> deserialize(const std::string& layer_name, const void* data, size_t size) const;
+  // Values for required fields that `kiln plugin check` (and tests) use when the user gives none
+  // (`--fields` overrides them). Without them, a required field without a value is an error
+  // that names it and --fields.
+  virtual PluginFieldCollection example_fields() const { return {}; }
 };
 
 std::vector<std::string> load_plugin_library(const std::string& path);

@@ -107,26 +107,28 @@ std::vector<std::map<std::string, Dims>> shape_points(const std::vector<Optimiza
   return points;
 }
 
+struct PassEntry {
+  const char* name;
+  int (*fn)(Network&, PassContext&);
+  bool optimization;  // skipped by disable_optimizations (fp16 and layout are requests, not optimizations)
+};
+
+const PassEntry kPipeline[] = {
+    {"constant_folding", pass_constant_folding, true},
+    {"dead_layer_elimination", pass_dead_layer_elimination, true},
+    {"conv_bn_folding", pass_conv_bn_folding, true},
+    {"activation_fusion", pass_activation_fusion, true},
+    {"elementwise_fusion", pass_elementwise_fusion, true},
+    {"dead_layer_elimination", pass_dead_layer_elimination, true},
+    {"fp16_precision", pass_fp16_precision, false},
+    {"layout", pass_layout, false},
+};
+
 void run_passes(Network& net, const BuilderConfig& config, const std::vector<std::map<std::string, Dims>>& points,
                 BuildReport& report) {
   PassContext ctx{config, points, &report.pass_log};
   auto enabled = [&](const std::string& name) {
     return std::find(config.disabled_passes.begin(), config.disabled_passes.end(), name) == config.disabled_passes.end();
-  };
-  struct PassEntry {
-    const char* name;
-    int (*fn)(Network&, PassContext&);
-    bool optimization;  // skipped by disable_optimizations (fp16 and layout are requests, not optimizations)
-  };
-  static const PassEntry kPipeline[] = {
-      {"constant_folding", pass_constant_folding, true},
-      {"dead_layer_elimination", pass_dead_layer_elimination, true},
-      {"conv_bn_folding", pass_conv_bn_folding, true},
-      {"activation_fusion", pass_activation_fusion, true},
-      {"elementwise_fusion", pass_elementwise_fusion, true},
-      {"dead_layer_elimination", pass_dead_layer_elimination, true},
-      {"fp16_precision", pass_fp16_precision, false},
-      {"layout", pass_layout, false},
   };
   for (const auto& p : kPipeline) {
     if (!enabled(p.name) || (p.optimization && config.disable_optimizations)) continue;
@@ -135,6 +137,21 @@ void run_passes(Network& net, const BuilderConfig& config, const std::vector<std
     net.sort_topologically();
   }
 }
+
+}  // namespace
+
+const std::vector<std::string>& builder_pass_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> r;
+    for (const auto& p : kPipeline) {
+      if (std::find(r.begin(), r.end(), p.name) == r.end()) r.push_back(p.name);
+    }
+    return r;
+  }();
+  return names;
+}
+
+namespace {
 
 // Writes the dims/types seen across all shape points onto the tensors (kDynamic where they vary).
 void annotate_tensors(Network& net, const std::vector<TensorStates>& all_states) {
@@ -195,6 +212,13 @@ void reject_cpu_only_types(const Network& net, const TensorStates& states, Devic
 
 std::vector<uint8_t> Builder::build_serialized(const Network& network, const BuilderConfig& config, BuildReport* report_out) {
   const auto t0 = std::chrono::steady_clock::now();
+  for (const std::string& name : config.disabled_passes) {
+    const auto& known = builder_pass_names();
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    std::string list;
+    for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+    throw Error("BuilderConfig::disabled_passes: no pass is named '" + name + "' (the passes: " + list + ")");
+  }
   BuildReport report;
   auto net = network.clone();
   net->validate();

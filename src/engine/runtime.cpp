@@ -47,6 +47,7 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
   impl->data = engine_deserialize(static_cast<const uint8_t*>(data), size, source);
   EngineData& d = impl->data;
   impl->backend = &get_backend(d.device);
+  load_engine_plugins_from_search_path(d, source);            // KILN_PLUGIN_PATH
   load_embedded_plugins(d, source, allow_embedded_plugins_);  // only with the opt-in
   check_engine_plugins(d, source);
   const Network& net = *d.network;

@@ -259,7 +259,9 @@ class ModelImporter {
       }
     }
     const bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
-    return default_domain ? "no importer for this op" : "no importer for domain '" + node.domain() + "' (no plugin handles it)";
+    const std::string plugin = "no registered plugin '" + node.op_type() + "'";
+    return default_domain ? "no importer for this op and " + plugin
+                          : "no importer for domain '" + node.domain() + "' and " + plugin;
   }
 
   // Stand-ins for the outputs of a node that was not imported; the network is discarded anyway.
@@ -317,16 +319,18 @@ std::string format_problems(const std::string& source, int64_t opset, int num_no
                             const std::vector<UnsupportedNode>& problems) {
   std::string msg = source + ": cannot import " + std::to_string(problems.size()) + " of " + std::to_string(num_nodes) +
                     " nodes (default-domain opset " + std::to_string(opset) + "):";
-  bool custom_domain = false;
+  bool plugin_missing = false;
   for (const auto& p : problems) {
     const std::string domain = p.domain.empty() ? "ai.onnx" : p.domain;
-    custom_domain |= !(p.domain.empty() || p.domain == "ai.onnx");
+    // Only nodes for which no plugin is registered: a found plugin whose fields were wrong says so itself.
+    plugin_missing |= p.reason.find("no registered plugin") != std::string::npos;
     msg += "\n  - node '" + p.node_name + "': op " + p.op_type + ", domain " + domain + ", opset " + std::to_string(p.opset) +
            ": " + p.reason;
   }
   msg += "\nhint: ";
-  if (custom_domain) {
-    msg += "ops of custom domains need a kiln plugin that implements them (docs/writing-a-plugin.md); ";
+  if (plugin_missing) {
+    msg += "ops kiln does not know need a kiln plugin of the same name, registered before the import (load its "
+           "library with --plugins LIB.so or kiln::load_plugin_library; docs/writing-a-plugin.md); ";
   }
   msg += "for standard ops, check the opset and attributes kiln supports (docs/layers.md), or replace the op when "
          "exporting. OnnxParser::check_file lists these nodes without building a network.";

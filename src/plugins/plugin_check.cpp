@@ -195,8 +195,22 @@ int Checker::detect_inputs(Plugin& plugin) {
 }
 
 bool Checker::setup() {
-  const PluginFieldCollection resolved =
-      PluginRegistry::instance().resolve_fields(creator_, options_.fields, "kiln plugin check --fields");
+  // Required fields the user gave no value take the creator's example values (example_fields);
+  // --fields overrides them.
+  PluginFieldCollection given = options_.fields;
+  const PluginFieldCollection examples = creator_.example_fields();
+  for (const PluginField& f : examples.all()) {
+    if (!given.find(f.name)) given.add(f);
+  }
+  PluginFieldCollection resolved;
+  try {
+    resolved = PluginRegistry::instance().resolve_fields(creator_, given, "kiln plugin check --fields");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    if (msg.find("needs field") == std::string::npos) throw;
+    throw Error(msg + "; give it a value with --fields NAME=VALUE (a plugin's creator can declare example values "
+                "with example_fields())");
+  }
   fields_ = resolved;
   report_.fields = plugin_fields_to_string(resolved);
   if (!plugin_check_device_available(options_.device, nullptr)) {

@@ -392,7 +392,8 @@ RunResult run_plugin(Plugin& plugin, CheckDevice& device, const RunSpec& spec) {
   std::vector<void*> out_ptrs;
   for (const auto& b : ins) in_ptrs.push_back(b->data());
   for (const auto& b : outs) out_ptrs.push_back(b->data());
-  const PluginExecContext exec{device.device(), device.stream(), spec.num_threads};
+  std::string message;
+  const PluginExecContext exec{device.device(), device.stream(), spec.num_threads, &message};
   int rc = 0;
   const auto enqueue = [&] {
     return plugin.enqueue(in_descs, out_descs, in_ptrs.data(), out_ptrs.data(), workspace.data(), exec);
@@ -423,7 +424,8 @@ RunResult run_plugin(Plugin& plugin, CheckDevice& device, const RunSpec& spec) {
   }
   const std::string sync = device.synchronize();
   if (rc != 0) {
-    r.error = "enqueue() returned " + std::to_string(rc) + (sync.empty() ? "" : " (the device reports " + sync + ")");
+    r.error = "enqueue() returned " + std::to_string(rc) + (message.empty() ? "" : ": " + message) +
+              (sync.empty() ? "" : " (the device reports " + sync + ")");
     return r;
   }
   if (!sync.empty()) {

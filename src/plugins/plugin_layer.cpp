@@ -5,6 +5,7 @@
 #include "src/plugins/plugin_layer.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -167,7 +168,12 @@ std::unique_ptr<Plugin> plugin_from_layer(const Layer& layer, DeviceType device)
     }
     plugin = creator->deserialize(layer.name(), bytes.data(), bytes.nbytes());
   } else {
-    plugin = creator->create(layer.name(), plugin_fields_of(layer, *creator));
+    const PluginFieldCollection fields = plugin_fields_of(layer, *creator);
+    try {
+      plugin = creator->create(layer.name(), fields);
+    } catch (const std::exception& e) {
+      throw Error(plugin_label(layer) + ": the creator's create() failed: " + e.what());
+    }
   }
   if (!plugin) throw Error(plugin_label(layer) + ": the creator returned no plugin");
   plugin->set_target_device(device);
@@ -178,18 +184,90 @@ std::unique_ptr<Plugin> plugin_from_layer(const Layer& layer, DeviceType device)
   return plugin;
 }
 
-void check_engine_plugins(const EngineData& data, const std::string& source) {
-  std::string missing;
-  for (const auto& p : data.plugins) {
-    if (!PluginRegistry::instance().find(p.name, p.version, p.plugin_namespace)) {
-      missing += "\n  - plugin '" + p.name + "' version '" + p.version + "' namespace '" + p.plugin_namespace + "'" +
-                 (p.library.empty() ? std::string(" (built in when the engine was made)") : " from library '" + p.library + "'");
+std::string library_file_name(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::vector<std::string> plugin_search_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("KILN_PLUGIN_PATH")) {
+    std::string all = env;
+    size_t start = 0;
+    while (start <= all.size()) {
+      const size_t end = all.find(':', start);
+      const std::string dir = all.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      if (!dir.empty()) dirs.push_back(dir);
+      if (end == std::string::npos) break;
+      start = end + 1;
     }
   }
-  if (!missing.empty()) {
-    throw Error(source + ": the engine uses plugins that are not registered in this process:" + missing +
-                "\nload their libraries first: kiln run --plugins LIB.so (C++: kiln::load_plugin_library)");
+  return dirs;
+}
+
+namespace {
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// The folder of an engine file, or "" for engines not read from a file.
+std::string engine_folder(const std::string& source) {
+  if (source.empty() || source[0] == '<') return "";
+  const size_t slash = source.rfind('/');
+  return slash == std::string::npos ? "." : source.substr(0, slash);
+}
+
+}  // namespace
+
+void load_engine_plugins_from_search_path(const EngineData& data, const std::string& source) {
+  const std::vector<std::string> dirs = plugin_search_dirs();
+  if (dirs.empty()) return;
+  for (const auto& p : data.plugins) {
+    if (p.library.empty() || PluginRegistry::instance().find(p.name, p.version, p.plugin_namespace)) continue;
+    const std::string name = library_file_name(p.library);
+    for (const std::string& dir : dirs) {
+      const std::string candidate = dir + "/" + name;
+      if (!file_exists(candidate)) continue;
+      load_plugin_library(candidate);
+      log(Severity::kInfo, source + ": loaded plugin library '" + candidate + "' (KILN_PLUGIN_PATH) for plugin '" +
+                               p.name + "'");
+      break;
+    }
   }
+}
+
+void check_engine_plugins(const EngineData& data, const std::string& source) {
+  std::string missing;
+  std::vector<std::string> found;
+  for (const auto& p : data.plugins) {
+    if (PluginRegistry::instance().find(p.name, p.version, p.plugin_namespace)) continue;
+    missing += "\n  - plugin '" + p.name + "' version '" + p.version + "' namespace '" + p.plugin_namespace + "'" +
+               (p.library.empty() ? std::string(" (built into the kiln that made the engine)")
+                                  : " from library '" + p.library + "'");
+    if (p.library.empty()) continue;
+    // Where the library may be: next to the engine, on KILN_PLUGIN_PATH.
+    const std::string name = library_file_name(p.library);
+    std::vector<std::string> candidates;
+    const std::string folder = engine_folder(source);
+    if (!folder.empty()) candidates.push_back(folder + "/" + name);
+    for (const std::string& dir : plugin_search_dirs()) candidates.push_back(dir + "/" + name);
+    if (p.library.find('/') != std::string::npos) candidates.push_back(p.library);  // older engines: the path as typed
+    for (const std::string& c : candidates) {
+      if (file_exists(c) && std::find(found.begin(), found.end(), c) == found.end()) found.push_back(c);
+    }
+  }
+  if (missing.empty()) return;
+  std::string hint = "\nload their libraries first: kiln run --plugins LIB.so (C++: kiln::load_plugin_library), or put "
+                     "the folder holding them on KILN_PLUGIN_PATH (searched, and loaded from, automatically)";
+  if (!found.empty()) {
+    hint += "; found here:";
+    for (const std::string& f : found) hint += " --plugins " + f;
+  } else {
+    hint += "; no such file next to the engine or on KILN_PLUGIN_PATH";
+  }
+  throw Error(source + ": the engine uses plugins that are not registered in this process:" + missing + hint);
 }
 
 // ---- embedded plugin libraries -------------------------------------------------------------
@@ -289,10 +367,13 @@ std::vector<EngineData::PluginLibrary> read_plugin_libraries(const std::vector<E
                                   [&](const EngineData::PluginLibrary& l) { return l.path == p.library; });
     if (seen) continue;
     EngineData::PluginLibrary lib;
-    lib.path = p.library;
-    const std::string err = read_whole_file(p.library, lib.bytes);
+    lib.path = p.library;  // the file name, as the record has it
+    // The file itself, where this process loaded it from.
+    std::string file = PluginRegistry::instance().library_of(p.name, p.version, p.plugin_namespace);
+    if (file.empty()) file = p.library;
+    const std::string err = read_whole_file(file, lib.bytes);
     if (!err.empty() || lib.bytes.empty()) {
-      throw Error("cannot embed plugin library '" + p.library + "' (of plugin '" + p.name + "'): " +
+      throw Error("cannot embed plugin library '" + file + "' (of plugin '" + p.name + "'): " +
                   (err.empty() ? std::string("the file is empty") : err));
     }
     libraries.push_back(std::move(lib));
@@ -324,12 +405,35 @@ void plugin_infer_shapes(ShapeContext& ctx) {
   ExprBuilder exprs;
   std::vector<DimsExprs> in_exprs;
   for (size_t i = 0; i < in_dims.size(); ++i) {
+    // An extent the network fixes (not dynamic in the input tensor's declared dims) is a
+    // constant for the plugin, so that output_dims can tell it from a dynamic one.
+    const Tensor* t = ctx.layer().input(static_cast<int>(i));
+    const Dims declared = t ? t->dims() : Dims{};
     DimsExprs e;
-    for (int k = 0; k < in_dims[i].rank(); ++k) e.d.push_back(exprs.input_dim(static_cast<int>(i), k));
+    for (int k = 0; k < in_dims[i].rank(); ++k) {
+      const bool fixed = declared.rank() == in_dims[i].rank() && declared[k] != kDynamic && declared[k] == in_dims[i][k];
+      e.d.push_back(fixed ? exprs.constant(in_dims[i][k]) : exprs.input_dim(static_cast<int>(i), k));
+    }
     in_exprs.push_back(e);
   }
   std::vector<DimsExprs> out_exprs;
-  for (int o = 0; o < ctx.num_outputs(); ++o) out_exprs.push_back(plugin->output_dims(o, in_exprs, exprs));
+  for (int o = 0; o < ctx.num_outputs(); ++o) {
+    try {
+      out_exprs.push_back(plugin->output_dims(o, in_exprs, exprs));
+    } catch (const std::exception& e) {
+      ctx.fail("output_dims(" + std::to_string(o) + ") failed: " + e.what());
+    }
+  }
+  // The extents the plugin declared equal (require_equal) or broadcastable (broadcast).
+  for (const ExprBuilder::Check& c : exprs.checks()) {
+    const int64_t a = c.a->evaluate(in_dims), b = c.b->evaluate(in_dims);
+    if (a == b || (c.broadcast && (a == 1 || b == 1))) continue;
+    std::string dims_text;
+    for (size_t i = 0; i < in_dims.size(); ++i) dims_text += (i ? ", " : "") + in_dims[i].to_string();
+    ctx.fail(std::string(c.broadcast ? "inputs that must broadcast do not: " : "extents declared equal differ: ") +
+             c.a->to_string() + " = " + std::to_string(a) + (c.broadcast ? " and " : " but ") + c.b->to_string() +
+             " = " + std::to_string(b) + " (input dims " + dims_text + ")");
+  }
   // Data-dependent extents: the declared size outputs' values once the runtime read them, else
   // their upper bounds.
   std::vector<int64_t> sizes(static_cast<size_t>(ctx.num_outputs()), 0);
@@ -448,11 +552,12 @@ class PluginKernel : public Kernel {
     outs_.resize(ctx.outputs.size());
     for (size_t i = 0; i < ctx.inputs.size(); ++i) ins_[i] = ctx.inputs[i].data;
     for (size_t i = 0; i < ctx.outputs.size(); ++i) outs_[i] = ctx.outputs[i].data;
-    PluginExecContext exec{device_, ctx.stream, ctx.num_threads ? ctx.num_threads : num_threads_};
+    std::string message;
+    PluginExecContext exec{device_, ctx.stream, ctx.num_threads ? ctx.num_threads : num_threads_, &message};
     const int rc = shared_->plugin->enqueue(in_, out_, ins_.data(), outs_.data(), ctx.workspace, exec);
     if (rc != 0) {
       throw Error(plugin_label(layer_) + ": enqueue() failed with code " + std::to_string(rc) + " on " +
-                  to_string(device_));
+                  to_string(device_) + (message.empty() ? std::string() : ": " + message));
     }
   }
 
@@ -510,7 +615,9 @@ std::vector<EngineData::PluginRecord> collect_plugin_records(const Network& netw
     r.name = l->attrs().get_string("plugin_name");
     r.version = l->attrs().get_string("plugin_version", "1");
     r.plugin_namespace = l->attrs().get_string("plugin_namespace", "");
-    r.library = PluginRegistry::instance().library_of(r.name, r.version, r.plugin_namespace);
+    // The file name only: where the library lives differs between machines and folders; the
+    // runtime finds it by a documented search (engine_plugin_search_text).
+    r.library = library_file_name(PluginRegistry::instance().library_of(r.name, r.version, r.plugin_namespace));
     const bool seen = std::any_of(records.begin(), records.end(), [&](const EngineData::PluginRecord& x) {
       return x.name == r.name && x.version == r.version && x.plugin_namespace == r.plugin_namespace;
     });

@@ -46,7 +46,16 @@ void load_embedded_plugins(const EngineData& data, const std::string& source, bo
 // 64-bit FNV-1a of plugin bytes.
 uint64_t plugin_bytes_checksum(const void* data, size_t size);
 
-// The plugin records of an engine (name, version, namespace, library) for the Plugin layers.
+// The file name of a library path ("libfoo.so" of "/x/y/libfoo.so"): what engines record.
+std::string library_file_name(const std::string& path);
+// The folders of KILN_PLUGIN_PATH (colon-separated), in order.
+std::vector<std::string> plugin_search_dirs();
+// Loads, from the folders of KILN_PLUGIN_PATH, the libraries of the engine's plugins that are not
+// registered (the first folder holding a file of the recorded name). Throws like
+// load_plugin_library when one fails to load.
+void load_engine_plugins_from_search_path(const EngineData& data, const std::string& source);
+
+// The plugin records of an engine (name, version, namespace, library file name) for the Plugin layers.
 std::vector<EngineData::PluginRecord> collect_plugin_records(const Network& network);
 
 // The files of the libraries the records name (BuilderConfig::embed_plugin_libraries), one per

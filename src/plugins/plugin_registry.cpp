@@ -4,7 +4,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <cmath>
+#include <map>
 #include <mutex>
 
 #include "kiln/error.h"
@@ -113,6 +116,44 @@ std::vector<std::pair<int, int64_t>> ExprBuilder::size_tensors() const {
   return r;
 }
 
+const DimExpr* ExprBuilder::require_equal(const DimExpr& a, const DimExpr& b) {
+  if (a.is_constant() && b.is_constant() && a.constant_value() != b.constant_value()) {
+    throw Error("require_equal: the fixed extents " + std::to_string(a.constant_value()) + " and " +
+                std::to_string(b.constant_value()) + " differ");
+  }
+  if (&a != &b && !(a.is_constant() && b.is_constant())) checks_.push_back(Check{&a, &b, false});
+  return &a;
+}
+
+DimsExprs ExprBuilder::broadcast(const DimsExprs& a, const DimsExprs& b) {
+  const int rank = std::max(a.rank(), b.rank());
+  DimsExprs out;
+  for (int k = 0; k < rank; ++k) {
+    const int ka = k - (rank - a.rank()), kb = k - (rank - b.rank());
+    const DimExpr* x = ka >= 0 ? a.d[static_cast<size_t>(ka)] : nullptr;
+    const DimExpr* y = kb >= 0 ? b.d[static_cast<size_t>(kb)] : nullptr;
+    if (!x || !y) {
+      out.d.push_back(x ? x : y);
+      continue;
+    }
+    if (x == y || (x->is_constant() && y->is_constant() && x->constant_value() == y->constant_value())) {
+      out.d.push_back(x);
+    } else if (x->is_constant() && x->constant_value() == 1) {
+      out.d.push_back(y);
+    } else if (y->is_constant() && y->constant_value() == 1) {
+      out.d.push_back(x);
+    } else if (x->is_constant() && y->is_constant()) {
+      throw Error("broadcast: extents " + std::to_string(x->constant_value()) + " and " +
+                  std::to_string(y->constant_value()) + " at axis " + std::to_string(k) +
+                  " are neither equal nor 1");
+    } else {
+      checks_.push_back(Check{x, y, true});
+      out.d.push_back(operation(DimOp::kMax, *x, *y));
+    }
+  }
+  return out;
+}
+
 const DimExpr* ExprBuilder::input_dim(int input, int axis) {
   auto e = std::make_unique<DimExpr>();
   e->kind_ = DimExpr::Kind::kInput;
@@ -202,25 +243,41 @@ const PluginField* PluginFieldCollection::find(const std::string& name) const {
 }
 
 namespace {
-const PluginField& typed_field(const PluginFieldCollection& c, const std::string& name, PluginFieldType type) {
+// The field `name`, of one of `types`, with at least one value.
+const PluginField& typed_field(const PluginFieldCollection& c, const std::string& name,
+                               std::initializer_list<PluginFieldType> types, const char* wanted) {
   const PluginField* f = c.find(name);
-  if (!f) throw Error("plugin field '" + name + "' is missing");
-  if (f->type != type) {
-    throw Error("plugin field '" + name + "' has type " + to_string(f->type) + ", expected " + to_string(type));
+  if (!f) throw Error("plugin field '" + name + "' is missing (give the creator resolve_fields()' output, which fills defaults)");
+  if (std::find(types.begin(), types.end(), f->type) == types.end()) {
+    throw Error("plugin field '" + name + "' has type " + to_string(f->type) + ", expected " + wanted);
   }
   if (f->count() < 1) throw Error("plugin field '" + name + "' is empty");
   return *f;
 }
+
+double first_float(const PluginField& f) { return f.type == PluginFieldType::kFloat32 ? f.f32[0] : f.f64[0]; }
+int64_t first_int(const PluginField& f) { return f.type == PluginFieldType::kInt32 ? f.i32[0] : f.i64[0]; }
 }  // namespace
 
 float PluginFieldCollection::get_float32(const std::string& name) const {
-  return typed_field(*this, name, PluginFieldType::kFloat32).f32[0];
+  return static_cast<float>(first_float(
+      typed_field(*this, name, {PluginFieldType::kFloat32, PluginFieldType::kFloat64}, "float32 or float64")));
+}
+double PluginFieldCollection::get_float64(const std::string& name) const {
+  return first_float(typed_field(*this, name, {PluginFieldType::kFloat32, PluginFieldType::kFloat64}, "float32 or float64"));
+}
+int32_t PluginFieldCollection::get_int32(const std::string& name) const {
+  const int64_t v = first_int(typed_field(*this, name, {PluginFieldType::kInt32, PluginFieldType::kInt64}, "int32 or int64"));
+  if (v < INT32_MIN || v > INT32_MAX) {
+    throw Error("plugin field '" + name + "' value " + std::to_string(v) + " does not fit int32");
+  }
+  return static_cast<int32_t>(v);
 }
 int64_t PluginFieldCollection::get_int64(const std::string& name) const {
-  return typed_field(*this, name, PluginFieldType::kInt64).i64[0];
+  return first_int(typed_field(*this, name, {PluginFieldType::kInt32, PluginFieldType::kInt64}, "int32 or int64"));
 }
 std::string PluginFieldCollection::get_string(const std::string& name) const {
-  return typed_field(*this, name, PluginFieldType::kString).str;
+  return typed_field(*this, name, {PluginFieldType::kString}, "string").str;
 }
 
 std::unique_ptr<Plugin> PluginCreator::deserialize(const std::string& layer_name, const void*, size_t) const {
@@ -237,6 +294,8 @@ struct PluginRegistry::Impl {
     std::string library;
   };
   std::vector<Entry> entries;
+  // Libraries loaded by load_plugin_library (canonical path -> the creators they registered).
+  std::map<std::string, std::vector<std::string>> loaded;
   // While load_plugin_library runs: the library being loaded and what it registered.
   std::string loading;
   std::vector<std::string> loaded_names;
@@ -323,6 +382,43 @@ std::string PluginRegistry::library_of(const std::string& name, const std::strin
   return "";
 }
 
+namespace {
+
+// `f` as a field of type `to`: int32 and int64 convert both ways (a value that does not fit
+// int32 is an error), float32 and float64 both ways; anything else is a type error.
+PluginField converted_field(const PluginField& f, PluginFieldType to, const std::string& where) {
+  const auto is_int = [](PluginFieldType t) { return t == PluginFieldType::kInt32 || t == PluginFieldType::kInt64; };
+  const auto is_float = [](PluginFieldType t) { return t == PluginFieldType::kFloat32 || t == PluginFieldType::kFloat64; };
+  PluginField r;
+  r.name = f.name;
+  r.type = to;
+  if (is_int(f.type) && is_int(to)) {
+    std::vector<int64_t> v = f.type == PluginFieldType::kInt64 ? f.i64 : std::vector<int64_t>(f.i32.begin(), f.i32.end());
+    if (to == PluginFieldType::kInt64) {
+      r.i64 = std::move(v);
+    } else {
+      for (int64_t x : v) {
+        if (x < INT32_MIN || x > INT32_MAX) {
+          throw Error(where + " field '" + f.name + "' is int32; the value " + std::to_string(x) + " does not fit it");
+        }
+        r.i32.push_back(static_cast<int32_t>(x));
+      }
+    }
+    return r;
+  }
+  if (is_float(f.type) && is_float(to)) {
+    if (to == PluginFieldType::kFloat64) {
+      r.f64 = f.type == PluginFieldType::kFloat64 ? f.f64 : std::vector<double>(f.f32.begin(), f.f32.end());
+    } else {
+      r.f32 = f.type == PluginFieldType::kFloat32 ? f.f32 : std::vector<float>(f.f64.begin(), f.f64.end());
+    }
+    return r;
+  }
+  throw Error(where + " field '" + f.name + "' has type " + to_string(f.type) + ", expected " + to_string(to));
+}
+
+}  // namespace
+
 PluginFieldCollection PluginRegistry::resolve_fields(const PluginCreator& creator, const PluginFieldCollection& given,
                                                      const std::string& where) const {
   const auto schema = creator.field_schema();
@@ -348,15 +444,13 @@ PluginFieldCollection PluginRegistry::resolve_fields(const PluginCreator& creato
       out.add(d);
       continue;
     }
-    if (f->type != spec.type) {
-      throw Error(where + ": plugin '" + creator.name() + "' field '" + spec.name + "' has type " + to_string(f->type) +
-                  ", expected " + to_string(spec.type));
+    PluginField value = *f;
+    if (value.type != spec.type) value = converted_field(value, spec.type, where + ": plugin '" + creator.name() + "'");
+    if (spec.count >= 0 && value.count() != spec.count) {
+      throw Error(where + ": plugin '" + creator.name() + "' field '" + spec.name + "' has " +
+                  std::to_string(value.count()) + " value(s), expected " + std::to_string(spec.count));
     }
-    if (spec.count >= 0 && f->count() != spec.count) {
-      throw Error(where + ": plugin '" + creator.name() + "' field '" + spec.name + "' has " + std::to_string(f->count()) +
-                  " value(s), expected " + std::to_string(spec.count));
-    }
-    out.add(*f);
+    out.add(std::move(value));
   }
   return out;
 }
@@ -375,25 +469,48 @@ std::vector<std::string> load_plugin_library(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0) {
     throw Error("plugin library '" + path + "' does not exist (check the --plugins path)");
   }
+  // One library, whatever path names it (relative, absolute, through a symbolic link).
+  std::string canonical = path;
+  if (char* real = ::realpath(path.c_str(), nullptr)) {
+    canonical = real;
+    std::free(real);
+  }
   PluginRegistry::Impl& m = PluginRegistry::instance().impl();
   {
     std::lock_guard<std::mutex> lock(m.mutex);
     if (!m.loading.empty()) throw Error("load_plugin_library: another library is being loaded");
+    auto done = m.loaded.find(canonical);
+    if (done != m.loaded.end()) return done->second;  // loaded before: nothing to do
+  }
+  // Already in the process without load_plugin_library (linked into the program, or opened by
+  // someone else): opening it again runs no static initializer, so it registers nothing new.
+  if (void* mapped = ::dlopen(canonical.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
+    ::dlclose(mapped);
+    std::lock_guard<std::mutex> lock(m.mutex);
+    std::vector<std::string> names;
     for (const auto& e : m.entries) {
-      if (e.library == path) throw Error("plugin library '" + path + "' is already loaded");
+      if (e.library == canonical) names.push_back(e.creator->name() + " v" + e.creator->version());
     }
-    m.loading = path;
+    m.loaded[canonical] = names;
+    log(Severity::kInfo, "plugin library '" + path + "' is already in this process (linked into the program or opened "
+                         "elsewhere); its plugins registered when it was first loaded");
+    return names;
+  }
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    m.loading = canonical;
     m.loaded_names.clear();
     m.load_errors.clear();
   }
   dlerror();
-  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* handle = ::dlopen(canonical.c_str(), RTLD_NOW | RTLD_LOCAL);
   std::vector<std::string> names, errors;
   {
     std::lock_guard<std::mutex> lock(m.mutex);
     names = m.loaded_names;
     errors = m.load_errors;
     m.loading.clear();
+    if (handle && errors.empty() && !names.empty()) m.loaded[canonical] = names;
   }
   if (!handle) {
     const char* why = dlerror();

@@ -1,0 +1,356 @@
+// What a plugin author trips over (the plugin-authoring issue), each with a test that can fail:
+// fixed input extents reach output_dims as constants and dynamic ones stay symbolic; two extents
+// declared equal (ExprBuilder::require_equal) and broadcast inputs (ExprBuilder::broadcast) are
+// checked by the builder and at run time, naming the layer; integer and float fields convert
+// between 32 and 64 bits (getters and resolve_fields), with range checks; a failing enqueue's
+// message (PluginExecContext::fail) reaches the error; `kiln plugin check` takes a creator's
+// example values for required fields; an unknown pass name fails the build; the ONNX importer's
+// "needs a plugin" hint appears only when no plugin of that name is registered.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/plugin.h"
+#include "onnx/onnx_proto.h"
+#include "plugins/plugin_check.h"
+
+namespace kiln {
+namespace {
+
+constexpr const char* kNamespace = "kiln_authoring_test";
+
+// y = a * sigmoid(b) * alpha + beta (mode 0) or a * sigmoid(b) (mode 1), a and b broadcast
+// (or, with `equal_batch`, of equal dims checked through require_equal). CPU, float32.
+class GatedSigmoid : public Plugin {
+ public:
+  GatedSigmoid(float alpha, float beta, int64_t mode, bool equal_batch)
+      : alpha_(alpha), beta_(beta), mode_(mode), equal_batch_(equal_batch) {}
+  std::string type() const override { return equal_batch_ ? "GatedSigmoidEqual" : "GatedSigmoid"; }
+  std::string plugin_namespace() const override { return kNamespace; }
+  int num_outputs() const override { return 1; }
+  std::vector<DataType> output_types(const std::vector<DataType>& in) const override { return {in.at(0)}; }
+  DimsExprs output_dims(int, const std::vector<DimsExprs>& in, ExprBuilder& exprs) const override {
+    seen_constant_ = {};
+    for (const DimsExprs& d : in) {
+      std::vector<bool> c;
+      for (const DimExpr* e : d.d) c.push_back(e->is_constant());
+      seen_constant_.push_back(c);
+    }
+    if (!equal_batch_) return exprs.broadcast(in.at(0), in.at(1));
+    DimsExprs out = in.at(0);
+    for (int k = 0; k < out.rank(); ++k) exprs.require_equal(*in.at(0).d[static_cast<size_t>(k)], *in.at(1).d[static_cast<size_t>(k)]);
+    return out;
+  }
+  bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
+    return io[static_cast<size_t>(pos)].type == DataType::kFloat32 && io[static_cast<size_t>(pos)].format == TensorFormat::kLinear;
+  }
+  int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>& out, const void* const* inputs,
+              void* const* outputs, void*, const PluginExecContext& exec) override {
+    if (mode_ < 0 || mode_ > 1) return exec.fail("mode must be 0 or 1, not " + std::to_string(mode_), 7);
+    const Dims& yd = out[0].dims;
+    const auto* a = static_cast<const float*>(inputs[0]);
+    const auto* b = static_cast<const float*>(inputs[1]);
+    auto* y = static_cast<float*>(outputs[0]);
+    const int64_t n = yd.volume();
+    for (int64_t i = 0; i < n; ++i) {
+      const float av = a[broadcast_index(i, yd, in[0].dims)], bv = b[broadcast_index(i, yd, in[1].dims)];
+      const float g = av / (1.0f + std::exp(-bv));
+      y[i] = mode_ == 0 ? g * alpha_ + beta_ : g;
+    }
+    return 0;
+  }
+  std::unique_ptr<Plugin> clone() const override { return std::make_unique<GatedSigmoid>(*this); }
+  PluginFieldCollection fields() const override {
+    PluginFieldCollection f;
+    f.add(PluginField::float32("alpha", {alpha_}));
+    f.add(PluginField::float32("beta", {beta_}));
+    f.add(PluginField::int64("mode", {mode_}));
+    return f;
+  }
+  static std::vector<std::vector<bool>>& seen_constant() { return seen_constant_; }
+
+ private:
+  // The element of `d` (right-aligned, size-1 axes broadcast) that output element i reads.
+  static int64_t broadcast_index(int64_t i, const Dims& y, const Dims& d) {
+    int64_t idx = 0, stride = 1;
+    for (int k = y.rank() - 1, j = d.rank() - 1; k >= 0; --k, --j) {
+      const int64_t coord = i % y[k];
+      i /= y[k];
+      if (j < 0) continue;
+      if (d[j] != 1) idx += coord * stride;
+      stride *= d[j];
+    }
+    return idx;
+  }
+  float alpha_, beta_;
+  int64_t mode_;
+  bool equal_batch_;
+  static inline std::vector<std::vector<bool>> seen_constant_;
+};
+
+template <bool kEqual>
+class GatedSigmoidCreator : public PluginCreator {
+ public:
+  std::string name() const override { return kEqual ? "GatedSigmoidEqual" : "GatedSigmoid"; }
+  std::string plugin_namespace() const override { return kNamespace; }
+  std::vector<PluginFieldSpec> field_schema() const override {
+    return {PluginFieldSpec{"alpha", PluginFieldType::kFloat32, 1, true, {}, "scale"},
+            PluginFieldSpec{"beta", PluginFieldType::kFloat64, 1, false, PluginField::float64("beta", {0.0}), "offset"},
+            PluginFieldSpec{"mode", PluginFieldType::kInt64, 1, false, PluginField::int64("mode", {0}), "0 or 1"}};
+  }
+  std::unique_ptr<Plugin> create(const std::string&, const PluginFieldCollection& f) const override {
+    return std::make_unique<GatedSigmoid>(f.get_float32("alpha"), static_cast<float>(f.get_float64("beta")),
+                                          f.get_int64("mode"), kEqual);
+  }
+  PluginFieldCollection example_fields() const override {
+    PluginFieldCollection f;
+    f.add(PluginField::float32("alpha", {1.5f}));
+    return f;
+  }
+};
+using Broadcasting = GatedSigmoidCreator<false>;
+using EqualDims = GatedSigmoidCreator<true>;
+KILN_REGISTER_PLUGIN(Broadcasting);
+KILN_REGISTER_PLUGIN(EqualDims);
+
+const PluginCreator& creator(bool equal) {
+  const PluginCreator* c = PluginRegistry::instance().find(equal ? "GatedSigmoidEqual" : "GatedSigmoid", "1", kNamespace);
+  if (!c) throw Error("test plugin not registered");
+  return *c;
+}
+
+std::unique_ptr<Plugin> make(bool equal, float alpha = 2.0f, int64_t mode = 0) {
+  PluginFieldCollection f;
+  f.add(PluginField::float32("alpha", {alpha}));
+  f.add(PluginField::int32("mode", {static_cast<int32_t>(mode)}));  // an int32 for the int64 field
+  return creator(equal).create("gate", PluginRegistry::instance().resolve_fields(creator(equal), f, "test"));
+}
+
+std::shared_ptr<Engine> build(Network& net, const OptimizationProfile* profile = nullptr) {
+  BuilderConfig config;
+  if (profile) config.profiles.push_back(*profile);
+  const auto bytes = Builder().build_serialized(net, config);
+  return Runtime().deserialize(bytes.data(), bytes.size(), "authoring test");
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PluginAuthoring, FixedDimsAreConstantsDynamicOnesSymbolic) {
+  Network net;
+  Tensor* a = net.add_input("a", DataType::kFloat32, Dims{kDynamic, 3});
+  Tensor* b = net.add_input("b", DataType::kFloat32, Dims{kDynamic, 3});
+  Layer* l = add_plugin(net, {a, b}, *make(true), "gate");
+  l->output(0)->set_name("y");
+  net.mark_output(l->output(0));
+  OptimizationProfile p;
+  p.set_dimensions("a", Dims{1, 3}, Dims{2, 3}, Dims{4, 3});
+  p.set_dimensions("b", Dims{1, 3}, Dims{2, 3}, Dims{4, 3});
+  auto engine = build(net, &p);
+  const auto& seen = GatedSigmoid::seen_constant();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_FALSE(seen[0][0]) << "the dynamic batch must stay symbolic";
+  EXPECT_TRUE(seen[0][1]) << "the fixed extent 3 must be a constant";
+  EXPECT_TRUE(seen[1][1]);
+  // Run: y = a * sigmoid(b) * 2 + 0, and batch 2 / batch 3 for a and b breaks require_equal.
+  auto ctx = engine->create_execution_context();
+  std::vector<float> av{1, 2, 3, 4, 5, 6}, bv{0, 0, 0, 1, -1, 2}, y(6);
+  ctx->set_input_shape("a", Dims{2, 3});
+  ctx->set_input_shape("b", Dims{2, 3});
+  ctx->set_tensor_address("a", av.data());
+  ctx->set_tensor_address("b", bv.data());
+  ctx->set_tensor_address("y", y.data());
+  ctx->execute();
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(y[i], 2.0f * av[i] / (1.0f + std::exp(-bv[i]))) << i;
+  ctx->set_input_shape("b", Dims{3, 3});
+  const std::string err = error_of([&] { ctx->execute(); });
+  EXPECT_NE(err.find("gate"), std::string::npos) << err;
+  EXPECT_NE(err.find("extents declared equal differ"), std::string::npos) << err;
+  EXPECT_NE(err.find("= 2"), std::string::npos) << err;
+  EXPECT_NE(err.find("= 3"), std::string::npos) << err;
+}
+
+TEST(PluginAuthoring, StaticMismatchFailsTheBuildNamingTheLayer) {
+  Network net;
+  Tensor* a = net.add_input("a", DataType::kFloat32, Dims{2, 3});
+  Tensor* b = net.add_input("b", DataType::kFloat32, Dims{2, 4});
+  Layer* l = add_plugin(net, {a, b}, *make(true), "gate_static");
+  net.mark_output(l->output(0));
+  const std::string err = error_of([&] { (void)build(net); });
+  EXPECT_NE(err.find("gate_static"), std::string::npos) << err;
+  EXPECT_NE(err.find("require_equal"), std::string::npos) << err;
+  EXPECT_NE(err.find("3"), std::string::npos) << err;
+}
+
+TEST(PluginAuthoring, BroadcastHelperFollowsNumpyAndChecksAtRunTime) {
+  Network net;
+  Tensor* a = net.add_input("a", DataType::kFloat32, Dims{kDynamic, 3});
+  Tensor* b = net.add_input("b", DataType::kFloat32, Dims{kDynamic, 3});
+  Layer* l = add_plugin(net, {a, b}, *make(false, 1.0f, 1), "gate_bc");
+  l->output(0)->set_name("y");
+  net.mark_output(l->output(0));
+  OptimizationProfile p;
+  p.set_dimensions("a", Dims{1, 3}, Dims{2, 3}, Dims{4, 3});
+  p.set_dimensions("b", Dims{1, 3}, Dims{1, 3}, Dims{4, 3});
+  auto engine = build(net, &p);
+  auto ctx = engine->create_execution_context();
+  std::vector<float> av{1, 2, 3, 4, 5, 6}, bv{0, 1, -1}, y(6, -9.0f);
+  ctx->set_input_shape("a", Dims{2, 3});
+  ctx->set_input_shape("b", Dims{1, 3});  // broadcast along the batch
+  EXPECT_EQ(ctx->tensor_shape("y"), (Dims{2, 3}));
+  ctx->set_tensor_address("a", av.data());
+  ctx->set_tensor_address("b", bv.data());
+  ctx->set_tensor_address("y", y.data());
+  ctx->execute();
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(y[i], av[i] / (1.0f + std::exp(-bv[i % 3]))) << i;
+  std::vector<float> b3(9, 0.0f);
+  ctx->set_input_shape("b", Dims{3, 3});  // 2 vs 3: neither equal nor 1
+  ctx->set_tensor_address("b", b3.data());
+  const std::string err = error_of([&] { ctx->execute(); });
+  EXPECT_NE(err.find("gate_bc"), std::string::npos) << err;
+  EXPECT_NE(err.find("must broadcast"), std::string::npos) << err;
+  // Constant extents that cannot broadcast fail at once.
+  ExprBuilder exprs;
+  DimsExprs x{{exprs.constant(2), exprs.constant(3)}}, z{{exprs.constant(4)}};
+  EXPECT_NE(error_of([&] { exprs.broadcast(x, z); }).find("neither equal nor 1"), std::string::npos);
+  DimsExprs w{{exprs.constant(1)}};
+  const DimsExprs r = exprs.broadcast(x, w);
+  ASSERT_EQ(r.rank(), 2);
+  EXPECT_EQ(r.d[1]->constant_value(), 3);
+}
+
+TEST(PluginAuthoring, FieldsConvertBetween32And64Bits) {
+  PluginFieldCollection given;
+  given.add(PluginField::float32("alpha", {0.5f}));
+  given.add(PluginField::float32("beta", {0.25f}));        // float32 for the float64 field
+  given.add(PluginField::int32("mode", {1}));              // int32 for the int64 field
+  const PluginFieldCollection r = PluginRegistry::instance().resolve_fields(creator(false), given, "node 'n'");
+  ASSERT_NE(r.find("beta"), nullptr);
+  EXPECT_EQ(r.find("beta")->type, PluginFieldType::kFloat64);
+  EXPECT_EQ(r.find("mode")->type, PluginFieldType::kInt64);
+  EXPECT_EQ(r.get_int64("mode"), 1);
+  EXPECT_EQ(r.get_int32("mode"), 1);
+  EXPECT_DOUBLE_EQ(r.get_float64("beta"), 0.25);
+  EXPECT_FLOAT_EQ(r.get_float32("beta"), 0.25f);
+  PluginFieldCollection big;
+  big.add(PluginField::int64("mode", {int64_t{1} << 40}));
+  EXPECT_NE(error_of([&] { (void)big.get_int32("mode"); }).find("does not fit int32"), std::string::npos);
+  PluginFieldCollection wrong;
+  wrong.add(PluginField::float32("alpha", {1.0f}));
+  wrong.add(PluginField::string("mode", "one"));
+  const std::string err = error_of([&] { (void)PluginRegistry::instance().resolve_fields(creator(false), wrong, "node 'n'"); });
+  EXPECT_NE(err.find("node 'n'"), std::string::npos) << err;
+  EXPECT_NE(err.find("'mode'"), std::string::npos) << err;
+  // A missing required field names the field and the place.
+  const std::string missing =
+      error_of([&] { (void)PluginRegistry::instance().resolve_fields(creator(false), PluginFieldCollection{}, "node 'n'"); });
+  EXPECT_NE(missing.find("needs field 'alpha'"), std::string::npos) << missing;
+}
+
+TEST(PluginAuthoring, EnqueueFailureMessageReachesTheError) {
+  Network net;
+  Tensor* a = net.add_input("a", DataType::kFloat32, Dims{1, 3});
+  Tensor* b = net.add_input("b", DataType::kFloat32, Dims{1, 3});
+  Layer* l = add_plugin(net, {a, b}, *make(false, 1.0f, 5), "gate_bad_mode");
+  l->output(0)->set_name("y");
+  net.mark_output(l->output(0));
+  auto engine = build(net);
+  auto ctx = engine->create_execution_context();
+  std::vector<float> av(3, 1.0f), bv(3, 0.0f), y(3);
+  ctx->set_tensor_address("a", av.data());
+  ctx->set_tensor_address("b", bv.data());
+  ctx->set_tensor_address("y", y.data());
+  const std::string err = error_of([&] { ctx->execute(); });
+  EXPECT_NE(err.find("gate_bad_mode"), std::string::npos) << err;
+  EXPECT_NE(err.find("code 7"), std::string::npos) << err;
+  EXPECT_NE(err.find("mode must be 0 or 1, not 5"), std::string::npos) << err;
+}
+
+TEST(PluginAuthoring, PluginCheckUsesTheCreatorsExampleValues) {
+  PluginCheckOptions options;
+  options.name = "GatedSigmoid";
+  options.plugin_namespace = kNamespace;
+  options.num_inputs = 2;
+  const PluginCheckReport report = check_plugin(options);
+  EXPECT_NE(report.fields.find("alpha=1.5"), std::string::npos) << report.fields;
+  for (const auto& c : report.checks) EXPECT_NE(c.status, CheckStatus::kFail) << c.name << ": " << c.message;
+}
+
+TEST(PluginAuthoring, UnknownPassNamesFailTheBuild) {
+  const auto& names = builder_pass_names();
+  EXPECT_EQ(names.size(), 7u);
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{2});
+  net.mark_output(net.add_activation(x, ActivationType::kRelu)->output(0));
+  BuilderConfig config;
+  config.disabled_passes = {"constant_folding", "elementwise_fusoin"};
+  const std::string err = error_of([&] { (void)Builder().build_serialized(net, config); });
+  EXPECT_NE(err.find("elementwise_fusoin"), std::string::npos) << err;
+  EXPECT_NE(err.find("layout"), std::string::npos) << "the message lists the passes: " << err;
+  config.disabled_passes = {"layout", "fp16_precision"};
+  EXPECT_NO_THROW((void)Builder().build_serialized(net, config));
+}
+
+// One node, `op` in domain `custom` with attribute `attr` = 1.0, x [2] -> y [2].
+std::string write_custom_model(const std::string& op, const std::string& attr) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(17);
+  auto* custom = model.add_opset_import();
+  custom->set_domain("custom");
+  custom->set_version(1);
+  auto* g = model.mutable_graph();
+  g->set_name("g");
+  for (const char* name : {"x", "y"}) {
+    auto* v = std::string(name) == "x" ? g->add_input() : g->add_output();
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    t->mutable_shape()->add_dim()->set_dim_value(2);
+  }
+  auto* node = g->add_node();
+  node->set_name("n0");
+  node->set_op_type(op);
+  node->set_domain("custom");
+  node->add_input("x");
+  node->add_output("y");
+  auto* a = node->add_attribute();
+  a->set_name(attr);
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(1.0f);
+  const std::string path = ::testing::TempDir() + "/kiln_authoring_" + op + "_" + attr + ".onnx";
+  std::ofstream out(path, std::ios::binary);
+  model.SerializeToOstream(&out);
+  return path;
+}
+
+TEST(PluginAuthoring, TheImportersPluginHintOnlyWhenNoPluginIsRegistered) {
+  {
+    Network net;
+    const std::string err = error_of([&] { OnnxParser(net).parse_file(write_custom_model("Frobnicate", "k")); });
+    EXPECT_NE(err.find("no registered plugin 'Frobnicate'"), std::string::npos) << err;
+    EXPECT_NE(err.find("--plugins"), std::string::npos) << err;
+  }
+  {
+    // TemperatureSwish is registered; only its attribute name is wrong.
+    Network net;
+    const std::string err = error_of([&] { OnnxParser(net).parse_file(write_custom_model("TemperatureSwish", "temp")); });
+    EXPECT_NE(err.find("'temp'"), std::string::npos) << err;
+    EXPECT_NE(err.find("temperature"), std::string::npos) << "the message lists the plugin's fields: " << err;
+    EXPECT_EQ(err.find("need a kiln plugin"), std::string::npos) << "the plugin was found: " << err;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
