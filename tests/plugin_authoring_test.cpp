@@ -5,10 +5,20 @@
 // between 32 and 64 bits (getters and resolve_fields), with range checks; a failing enqueue's
 // message (PluginExecContext::fail) reaches the error; `kiln plugin check` takes a creator's
 // example values for required fields; an unknown pass name fails the build; the ONNX importer's
-// "needs a plugin" hint appears only when no plugin of that name is registered.
+// "needs a plugin" hint appears only when no plugin of that name is registered; a library built
+// against another plugin interface version is refused, naming both versions, before kiln calls
+// anything in it.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <functional>
+#include <thread>
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -350,6 +360,163 @@ TEST(PluginAuthoring, TheImportersPluginHintOnlyWhenNoPluginIsRegistered) {
     EXPECT_NE(err.find("temperature"), std::string::npos) << "the message lists the plugin's fields: " << err;
     EXPECT_EQ(err.find("need a kiln plugin"), std::string::npos) << "the plugin was found: " << err;
   }
+}
+
+// A creator of another interface version is refused without a call into it.
+class NeverCalledCreator : public PluginCreator {
+ public:
+  std::string name() const override {
+    ADD_FAILURE() << "kiln called into a creator of another interface version";
+    return "NeverCalled";
+  }
+  std::vector<PluginFieldSpec> field_schema() const override { return {}; }
+  std::unique_ptr<Plugin> create(const std::string&, const PluginFieldCollection&) const override { return nullptr; }
+};
+
+class CaptureErrors : public Logger {
+ public:
+  CaptureErrors() { set_logger(this); }
+  ~CaptureErrors() override { set_logger(nullptr); }
+  void log(Severity severity, const std::string& message) override {
+    if (severity == Severity::kError) messages += message + "\n";
+  }
+  std::string messages;
+};
+
+TEST(PluginAuthoring, CreatorsOfAnotherInterfaceVersionAreRefused) {
+  {
+    CaptureErrors errors;
+    detail::PluginRegistrar refused(std::make_unique<NeverCalledCreator>(), kPluginInterfaceVersion + 1);
+    EXPECT_NE(errors.messages.find("interface version " + std::to_string(kPluginInterfaceVersion + 1)), std::string::npos)
+        << errors.messages;
+    EXPECT_NE(errors.messages.find("this kiln has version " + std::to_string(kPluginInterfaceVersion)), std::string::npos)
+        << errors.messages;
+  }
+  for (const auto& p : PluginRegistry::instance().list()) EXPECT_NE(p.name, "NeverCalled");
+
+  // The same from a library: loading it fails naming the library and both versions.
+  const char* cxx_env = std::getenv("CXX");
+  const std::string cxx = cxx_env && *cxx_env ? cxx_env : "c++";
+  const std::string dir = ::testing::TempDir() + "/kiln_abi_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string src = dir + "/old_plugin.cpp", lib = dir + "/libold_plugin.so";
+  {
+    std::ofstream out(src);
+    out << "#include \"kiln/plugin.h\"\n"
+           "namespace {\n"
+           "struct OldCreator : kiln::PluginCreator {\n"
+           "  std::string name() const override { return \"OldPlugin\"; }\n"
+           "  std::vector<kiln::PluginFieldSpec> field_schema() const override { return {}; }\n"
+           "  std::unique_ptr<kiln::Plugin> create(const std::string&, const kiln::PluginFieldCollection&) const override {\n"
+           "    return nullptr;\n"
+           "  }\n"
+           "};\n"
+           "// What KILN_REGISTER_PLUGIN in a library built against interface version 1 amounts to.\n"
+           "kiln::detail::PluginRegistrar registrar(std::make_unique<OldCreator>(), 1);\n"
+           "}  // namespace\n";
+  }
+  const std::string compile = cxx + " -std=c++20 -fPIC -shared -I" + std::string(KILN_SOURCE_DIR) + "/include " + src +
+                              " -o " + lib + " > " + dir + "/cc.log 2>&1";
+  if (std::system(compile.c_str()) != 0) GTEST_SKIP() << "no C++ compiler to build the test library (" << cxx << ")";
+  const std::string err = error_of([&] { (void)load_plugin_library(lib); });
+  EXPECT_NE(err.find("libold_plugin.so"), std::string::npos) << err;
+  EXPECT_NE(err.find("interface version 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("this kiln has version " + std::to_string(kPluginInterfaceVersion)), std::string::npos) << err;
+  EXPECT_EQ(PluginRegistry::instance().find("OldPlugin"), nullptr);
+  std::filesystem::remove_all(dir);
+}
+
+// Per-context plugin state (TensorRT's attachToContext): each execution context works with its
+// own clone of the plugin object, initialize()d once and shared by the kernels the context
+// prepares for each shape; contexts on several threads never use one object at once.
+class StatefulPlugin : public Plugin {
+ public:
+  std::string type() const override { return "StatefulCounter"; }
+  std::string plugin_namespace() const override { return kNamespace; }
+  int num_outputs() const override { return 1; }
+  std::vector<DataType> output_types(const std::vector<DataType>& in) const override { return {in.at(0)}; }
+  DimsExprs output_dims(int, const std::vector<DimsExprs>& in, ExprBuilder&) const override { return in.at(0); }
+  bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
+    return io[static_cast<size_t>(pos)].type == DataType::kFloat32;
+  }
+  int initialize() override {
+    initialized_.fetch_add(1);
+    return 0;
+  }
+  int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>&, const void* const* inputs,
+              void* const* outputs, void*, const PluginExecContext& exec) override {
+    if (busy_++ != 0) overlaps_.fetch_add(1);  // another thread is inside this very object
+    std::this_thread::yield();
+    ++calls_;  // mutable state, written without a lock
+    const auto* x = static_cast<const float*>(inputs[0]);
+    auto* y = static_cast<float*>(outputs[0]);
+    for (int64_t i = 0; i < in[0].dims.volume(); ++i) y[i] = x[i] + static_cast<float>(calls_);
+    --busy_;
+    return exec.device == DeviceType::kCPU ? 0 : 1;
+  }
+  std::unique_ptr<Plugin> clone() const override {
+    auto c = std::make_unique<StatefulPlugin>();
+    return c;
+  }
+  PluginFieldCollection fields() const override { return {}; }
+  static inline std::atomic<int> overlaps_{0}, initialized_{0};
+
+ private:
+  int busy_ = 0;
+  int64_t calls_ = 0;
+};
+
+struct StatefulCreator : PluginCreator {
+  std::string name() const override { return "StatefulCounter"; }
+  std::string plugin_namespace() const override { return kNamespace; }
+  std::vector<PluginFieldSpec> field_schema() const override { return {}; }
+  std::unique_ptr<Plugin> create(const std::string&, const PluginFieldCollection&) const override {
+    return std::make_unique<StatefulPlugin>();
+  }
+};
+KILN_REGISTER_PLUGIN(StatefulCreator);
+
+TEST(PluginAuthoring, EachContextHasItsOwnPluginStateAcrossThreadsAndShapes) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{kDynamic, 4});
+  Layer* l = add_plugin(net, {x}, StatefulPlugin(), "counter");
+  l->output(0)->set_name("y");
+  net.mark_output(l->output(0));
+  OptimizationProfile p;
+  p.set_dimensions("x", Dims{1, 4}, Dims{2, 4}, Dims{3, 4});
+  auto engine = build(net, &p);
+  StatefulPlugin::overlaps_ = 0;
+  const int initialized_before = StatefulPlugin::initialized_.load();
+  constexpr int kThreads = 4, kCalls = 60;
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        auto ctx = engine->create_execution_context();
+        ctx->set_num_threads(1);
+        std::vector<float> in(12, 1.0f), out(12);
+        ctx->set_tensor_address("x", in.data());
+        ctx->set_tensor_address("y", out.data());
+        for (int i = 0; i < kCalls; ++i) {
+          const int64_t batch = 1 + i % 3;  // three shapes: three prepared kernels, one plugin object
+          ctx->set_input_shape("x", Dims{batch, 4});
+          ctx->execute();
+          // The object's own call count: this context's calls only.
+          if (out[0] != 1.0f + static_cast<float>(i + 1)) {
+            errors[static_cast<size_t>(t)] = "call " + std::to_string(i) + " saw count " + std::to_string(out[0] - 1.0f);
+            return;
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(t)] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(errors[static_cast<size_t>(t)], "") << "thread " << t;
+  EXPECT_EQ(StatefulPlugin::overlaps_.load(), 0) << "two threads were inside one plugin object";
+  EXPECT_EQ(StatefulPlugin::initialized_.load() - initialized_before, kThreads) << "one initialize() per context";
 }
 
 }  // namespace

@@ -18,6 +18,14 @@
 
 namespace kiln {
 
+// The version of the plugin interface below (the classes' layouts and virtual methods). A
+// library registers its creators with the version of the header it was compiled against
+// (KILN_REGISTER_PLUGIN passes it), and kiln refuses creators of another version, naming both,
+// before it calls anything in them: rebuild the library against this kiln. History: 1 (kiln
+// 0.1.0), 2 (ExprBuilder::require_equal/broadcast, PluginExecContext::fail,
+// PluginCreator::example_fields, int32/float64 field getters).
+inline constexpr uint32_t kPluginInterfaceVersion = 2;
+
 // ---- symbolic dimensions ------------------------------------------------------------------
 
 enum class DimOp : int32_t { kSum, kSub, kProd, kFloorDiv, kCeilDiv, kMin, kMax, kEqual, kLess };
@@ -258,6 +266,10 @@ struct PluginInfo {
   std::string name, version, plugin_namespace, library;  // library: "" for built-in / static
 };
 
+namespace detail {
+struct PluginRegistrar;
+}  // namespace detail
+
 class PluginRegistry {
  public:
   static PluginRegistry& instance();
@@ -278,6 +290,7 @@ class PluginRegistry {
 
  private:
   friend std::vector<std::string> load_plugin_library(const std::string& path);
+  friend struct detail::PluginRegistrar;
   PluginRegistry() = default;
   struct Impl;
   std::shared_ptr<Impl> impl_;
@@ -298,7 +311,8 @@ Layer* add_plugin(Network& network, const std::vector<Tensor*>& inputs, const Pl
 
 namespace detail {
 struct PluginRegistrar {
-  explicit PluginRegistrar(std::unique_ptr<PluginCreator> creator);
+  // `interface_version`: the kPluginInterfaceVersion the creator was compiled with.
+  PluginRegistrar(std::unique_ptr<PluginCreator> creator, uint32_t interface_version);
 };
 }  // namespace detail
 
@@ -312,4 +326,4 @@ struct PluginRegistrar {
 #define KILN_REGISTER_PLUGIN(Creator)                                                                \
   extern "C" int kiln_plugin_anchor_##Creator() { return 1; }                                        \
   static ::kiln::detail::PluginRegistrar KILN_PLUGIN_CONCAT(kiln_plugin_registrar_, __LINE__)(       \
-      std::make_unique<Creator>())
+      std::make_unique<Creator>(), ::kiln::kPluginInterfaceVersion)

@@ -455,7 +455,24 @@ PluginFieldCollection PluginRegistry::resolve_fields(const PluginCreator& creato
   return out;
 }
 
-detail::PluginRegistrar::PluginRegistrar(std::unique_ptr<PluginCreator> creator) {
+detail::PluginRegistrar::PluginRegistrar(std::unique_ptr<PluginCreator> creator, uint32_t interface_version) {
+  if (interface_version != kPluginInterfaceVersion) {
+    // Nothing of the creator may be called (its classes have another layout): not even its
+    // destructor, so it is leaked on purpose.
+    (void)creator.release();
+    PluginRegistry::Impl& m = PluginRegistry::instance().impl();
+    std::lock_guard<std::mutex> lock(m.mutex);
+    const std::string msg = "a plugin creator was compiled against kiln's plugin interface version " +
+                            std::to_string(interface_version) + ", this kiln has version " +
+                            std::to_string(kPluginInterfaceVersion) + " (include/kiln/plugin.h); rebuild " +
+                            (m.loading.empty() ? std::string("it") : "'" + m.loading + "'") + " against this kiln";
+    if (!m.loading.empty()) {
+      m.load_errors.push_back(msg);
+    } else {
+      log(Severity::kError, msg);
+    }
+    return;
+  }
   try {
     PluginRegistry::instance().register_creator(std::move(creator));
   } catch (const std::exception& e) {
