@@ -16,6 +16,7 @@
 #include <cmath>
 #include <functional>
 #include <thread>
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -517,6 +518,81 @@ TEST(PluginAuthoring, EachContextHasItsOwnPluginStateAcrossThreadsAndShapes) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(errors[static_cast<size_t>(t)], "") << "thread " << t;
   EXPECT_EQ(StatefulPlugin::overlaps_.load(), 0) << "two threads were inside one plugin object";
   EXPECT_EQ(StatefulPlugin::initialized_.load() - initialized_before, kThreads) << "one initialize() per context";
+}
+
+// A shape input (TensorRT's shape tensors): ReshapeTo(x, shape) gives x's elements with the dims
+// that `shape`'s host value holds, read through ExprBuilder::input_value.
+class ReshapeTo : public Plugin {
+ public:
+  std::string type() const override { return "ReshapeTo"; }
+  std::string plugin_namespace() const override { return kNamespace; }
+  int num_outputs() const override { return 1; }
+  std::vector<DataType> output_types(const std::vector<DataType>& in) const override { return {in.at(0)}; }
+  DimsExprs output_dims(int, const std::vector<DimsExprs>&, ExprBuilder& exprs) const override {
+    return DimsExprs{{exprs.input_value(1, 0), exprs.input_value(1, 1)}};
+  }
+  bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
+    return io[static_cast<size_t>(pos)].type == (pos == 1 ? DataType::kInt64 : DataType::kFloat32);
+  }
+  int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>& out, const void* const* inputs,
+              void* const* outputs, void*, const PluginExecContext& exec) override {
+    if (in[0].dims.volume() != out[0].dims.volume()) return exec.fail("the target shape has another element count");
+    std::copy_n(static_cast<const float*>(inputs[0]), in[0].dims.volume(), static_cast<float*>(outputs[0]));
+    return 0;
+  }
+  std::unique_ptr<Plugin> clone() const override { return std::make_unique<ReshapeTo>(); }
+  PluginFieldCollection fields() const override { return {}; }
+};
+
+struct ReshapeToCreator : PluginCreator {
+  std::string name() const override { return "ReshapeTo"; }
+  std::string plugin_namespace() const override { return kNamespace; }
+  std::vector<PluginFieldSpec> field_schema() const override { return {}; }
+  std::unique_ptr<Plugin> create(const std::string&, const PluginFieldCollection&) const override {
+    return std::make_unique<ReshapeTo>();
+  }
+};
+KILN_REGISTER_PLUGIN(ReshapeToCreator);
+
+TEST(PluginAuthoring, ShapeInputsFeedOutputDims) {
+  // x [N, 6] -> target = [2 * Shape(x)[0], 3] (shape arithmetic, known on the host) -> y [2N, 3].
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{kDynamic, 6});
+  Tensor* shape = net.add_shape(x)->output(0);
+  Tensor* zero = net.add_constant(HostTensor::from_vector<int64_t>(DataType::kInt64, Dims{1}, {0}), "zero")->output(0);
+  Tensor* n = net.add_gather(shape, zero, 0)->output(0);
+  Tensor* two = net.add_constant(HostTensor::from_vector<int64_t>(DataType::kInt64, Dims{1}, {2}), "two")->output(0);
+  Tensor* rows = net.add_elementwise(n, two, ElementWiseOp::kProd)->output(0);
+  Tensor* three = net.add_constant(HostTensor::from_vector<int64_t>(DataType::kInt64, Dims{1}, {3}), "three")->output(0);
+  Tensor* target = net.add_concatenation({rows, three}, 0)->output(0);
+  Layer* l = add_plugin(net, {x, target}, ReshapeTo(), "reshape_to");
+  l->output(0)->set_name("y");
+  net.mark_output(l->output(0));
+  OptimizationProfile p;
+  p.set_dimensions("x", Dims{1, 6}, Dims{2, 6}, Dims{4, 6});
+  auto engine = build(net, &p);
+  auto ctx = engine->create_execution_context();
+  for (int64_t batch : {1, 3, 2}) {
+    std::vector<float> in(static_cast<size_t>(batch * 6)), out(in.size(), -1.0f);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) * 0.5f;
+    ctx->set_input_shape("x", Dims{batch, 6});
+    EXPECT_EQ(ctx->tensor_shape("y"), (Dims{2 * batch, 3})) << "batch " << batch;
+    ctx->set_tensor_address("x", in.data());
+    ctx->set_tensor_address("y", out.data());
+    ctx->execute();
+    EXPECT_EQ(out, in) << "batch " << batch;
+  }
+  // A "shape" that a kernel computes (from x's values) is not known at shape time: a clear error.
+  Network bad;
+  Tensor* bx = bad.add_input("x", DataType::kFloat32, Dims{2, 6});
+  Tensor* slice = bad.add_slice(bx, {0, 0}, {1, 2})->output(0);  // x[0, 0:2], computed on the device
+  Tensor* flat = bad.add_shuffle(slice, {}, {2}, {})->output(0);
+  Tensor* as_int = bad.add_cast(flat, DataType::kInt64)->output(0);
+  Layer* bl = add_plugin(bad, {bx, as_int}, ReshapeTo(), "reshape_by_data");
+  bad.mark_output(bl->output(0));
+  const std::string err = error_of([&] { (void)build(bad); });
+  EXPECT_NE(err.find("reshape_by_data"), std::string::npos) << err;
+  EXPECT_NE(err.find("needs the value of input 1"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -38,14 +38,16 @@ class DimExpr {
   int64_t constant_value() const { return value_; }
   // "N", "(N*4)", "3", "input0[2]" ... for messages and `kiln plugin check`.
   std::string to_string() const;
-  // Value for concrete input dims (and size-tensor values).
-  int64_t evaluate(const std::vector<Dims>& inputs, const std::vector<int64_t>& sizes = {}) const;
+  // Value for concrete input dims (and size-tensor values, and the host values of shape inputs:
+  // values[i] is input i's value, or null when it is not known).
+  int64_t evaluate(const std::vector<Dims>& inputs, const std::vector<int64_t>& sizes = {},
+                   const std::vector<const HostTensor*>& values = {}) const;
 
  private:
   friend class ExprBuilder;
-  enum class Kind { kConstant, kInput, kSize, kOp } kind_ = Kind::kConstant;
-  int64_t value_ = 0;             // constant; or upper bound for kSize
-  int input_ = 0, axis_ = 0;      // kInput; input_ is the size index for kSize
+  enum class Kind { kConstant, kInput, kSize, kOp, kValue } kind_ = Kind::kConstant;
+  int64_t value_ = 0;             // constant; upper bound for kSize; element index for kValue
+  int input_ = 0, axis_ = 0;      // kInput; input_ is the size index for kSize, the input for kValue
   DimOp op_ = DimOp::kSum;
   const DimExpr* a_ = nullptr;
   const DimExpr* b_ = nullptr;
@@ -83,6 +85,12 @@ class ExprBuilder {
   // the constant 1 takes the other's, equal expressions stay, otherwise the result is max(a, b)
   // with the check that a == b or one of them is 1 (as require_equal, naming the layer).
   DimsExprs broadcast(const DimsExprs& a, const DimsExprs& b);
+
+  // A shape input (TensorRT's shape tensors): element `index` (row-major) of input `input`'s
+  // integer value, known on the host whenever shapes are inferred (a constant, or shape
+  // arithmetic on the inputs' dims, as exporters write for reshape targets). kiln evaluates it
+  // for every shape; an input whose value only a kernel computes fails naming the layer.
+  const DimExpr* input_value(int input, int64_t index);
 
   // Used by kiln: extent `axis` of input `input` (when the extent is fixed by the network, kiln
   // passes constant(extent) instead, so that is_constant() tells fixed dims from dynamic ones).

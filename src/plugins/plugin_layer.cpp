@@ -424,9 +424,18 @@ void plugin_infer_shapes(ShapeContext& ctx) {
       ctx.fail("output_dims(" + std::to_string(o) + ") failed: " + e.what());
     }
   }
+  // Host values of shape inputs (ExprBuilder::input_value), where known.
+  std::vector<const HostTensor*> values;
+  for (int i = 0; i < ctx.num_inputs(); ++i) values.push_back(ctx.input_value(i));
   // The extents the plugin declared equal (require_equal) or broadcastable (broadcast).
   for (const ExprBuilder::Check& c : exprs.checks()) {
-    const int64_t a = c.a->evaluate(in_dims), b = c.b->evaluate(in_dims);
+    int64_t a = 0, b = 0;
+    try {
+      a = c.a->evaluate(in_dims, {}, values);
+      b = c.b->evaluate(in_dims, {}, values);
+    } catch (const std::exception& e) {
+      ctx.fail(e.what());
+    }
     if (a == b || (c.broadcast && (a == 1 || b == 1))) continue;
     std::string dims_text;
     for (size_t i = 0; i < in_dims.size(); ++i) dims_text += (i ? ", " : "") + in_dims[i].to_string();
@@ -450,7 +459,12 @@ void plugin_infer_shapes(ShapeContext& ctx) {
     Dims dims;
     for (int k = 0; k < out.rank(); ++k) {
       if (!out.d[static_cast<size_t>(k)]) ctx.fail("output_dims(" + std::to_string(o) + ") has a null expression at axis " + std::to_string(k));
-      const int64_t v = out.d[static_cast<size_t>(k)]->evaluate(in_dims, sizes);
+      int64_t v = 0;
+      try {
+        v = out.d[static_cast<size_t>(k)]->evaluate(in_dims, sizes, values);
+      } catch (const std::exception& e) {
+        ctx.fail("output_dims(" + std::to_string(o) + ") axis " + std::to_string(k) + ": " + e.what());
+      }
       if (v < 0) {
         ctx.fail("output_dims(" + std::to_string(o) + ") axis " + std::to_string(k) + " = " +
                  out.d[static_cast<size_t>(k)]->to_string() + " evaluates to " + std::to_string(v));

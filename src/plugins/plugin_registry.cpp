@@ -36,13 +36,29 @@ std::string DimExpr::to_string() const {
     case Kind::kConstant: return std::to_string(value_);
     case Kind::kInput: return "in" + std::to_string(input_) + "[" + std::to_string(axis_) + "]";
     case Kind::kSize: return "size" + std::to_string(input_) + "(<=" + std::to_string(value_) + ")";
+    case Kind::kValue: return "value" + std::to_string(input_) + "[" + std::to_string(value_) + "]";
     case Kind::kOp: return "(" + a_->to_string() + op_symbol(op_) + b_->to_string() + ")";
   }
   return "?";
 }
 
-int64_t DimExpr::evaluate(const std::vector<Dims>& inputs, const std::vector<int64_t>& sizes) const {
+int64_t DimExpr::evaluate(const std::vector<Dims>& inputs, const std::vector<int64_t>& sizes,
+                          const std::vector<const HostTensor*>& values) const {
   switch (kind_) {
+    case Kind::kValue: {
+      const HostTensor* v = static_cast<size_t>(input_) < values.size() ? values[static_cast<size_t>(input_)] : nullptr;
+      if (!v) {
+        throw Error("plugin dimension expression " + to_string() + " needs the value of input " + std::to_string(input_) +
+                    " when shapes are inferred, but it is computed by a kernel (a shape input must be a constant or "
+                    "shape arithmetic)");
+      }
+      const std::vector<int64_t> ints = v->to_int64();
+      if (value_ < 0 || value_ >= static_cast<int64_t>(ints.size())) {
+        throw Error("plugin dimension expression " + to_string() + " reads element " + std::to_string(value_) +
+                    " of input " + std::to_string(input_) + ", which has " + std::to_string(ints.size()));
+      }
+      return ints[static_cast<size_t>(value_)];
+    }
     case Kind::kConstant: return value_;
     case Kind::kInput:
       if (input_ < 0 || static_cast<size_t>(input_) >= inputs.size() || axis_ < 0 ||
@@ -53,7 +69,7 @@ int64_t DimExpr::evaluate(const std::vector<Dims>& inputs, const std::vector<int
     case Kind::kSize:
       return static_cast<size_t>(input_) < sizes.size() ? sizes[static_cast<size_t>(input_)] : value_;
     case Kind::kOp: {
-      const int64_t a = a_->evaluate(inputs, sizes), b = b_->evaluate(inputs, sizes);
+      const int64_t a = a_->evaluate(inputs, sizes, values), b = b_->evaluate(inputs, sizes, values);
       switch (op_) {
         case DimOp::kSum: return a + b;
         case DimOp::kSub: return a - b;
@@ -152,6 +168,15 @@ DimsExprs ExprBuilder::broadcast(const DimsExprs& a, const DimsExprs& b) {
     }
   }
   return out;
+}
+
+const DimExpr* ExprBuilder::input_value(int input, int64_t index) {
+  auto e = std::make_unique<DimExpr>();
+  e->kind_ = DimExpr::Kind::kValue;
+  e->input_ = input;
+  e->value_ = index;
+  nodes_.push_back(std::move(e));
+  return nodes_.back().get();
 }
 
 const DimExpr* ExprBuilder::input_dim(int input, int axis) {
