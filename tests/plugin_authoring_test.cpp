@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <thread>
@@ -28,6 +29,7 @@
 #include "kiln/kiln.h"
 #include "kiln/plugin.h"
 #include "onnx/onnx_proto.h"
+#include "engine/engine_format.h"
 #include "plugins/plugin_check.h"
 
 namespace kiln {
@@ -593,6 +595,79 @@ TEST(PluginAuthoring, ShapeInputsFeedOutputDims) {
   const std::string err = error_of([&] { (void)build(bad); });
   EXPECT_NE(err.find("reshape_by_data"), std::string::npos) << err;
   EXPECT_NE(err.find("needs the value of input 1"), std::string::npos) << err;
+}
+
+// Several implementations (TensorRT's getValidTactics / setTactic): the builder runs each and
+// keeps the fastest, the engine stores it, every plugin object kiln makes for the layer is told.
+class TwoWays : public Plugin {
+ public:
+  std::string type() const override { return "TwoWays"; }
+  std::string plugin_namespace() const override { return kNamespace; }
+  int num_outputs() const override { return 1; }
+  std::vector<DataType> output_types(const std::vector<DataType>& in) const override { return {in.at(0)}; }
+  DimsExprs output_dims(int, const std::vector<DimsExprs>& in, ExprBuilder&) const override { return in.at(0); }
+  bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
+    return io[static_cast<size_t>(pos)].type == DataType::kFloat32;
+  }
+  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&, const std::vector<PluginTensorDesc>&) const override {
+    return {"slow", "fast"};
+  }
+  void set_tactic(const std::string& name) override {
+    tactic_ = name;
+    if (name == "fast") fast_set_.fetch_add(1);
+  }
+  int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>&, const void* const* inputs,
+              void* const* outputs, void*, const PluginExecContext& exec) override {
+    if (tactic_.empty()) return exec.fail("set_tactic was not called");
+    if (tactic_ == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    runs_.fetch_add(1);
+    std::copy_n(static_cast<const float*>(inputs[0]), in[0].dims.volume(), static_cast<float*>(outputs[0]));
+    return 0;
+  }
+  std::unique_ptr<Plugin> clone() const override { return std::make_unique<TwoWays>(*this); }
+  PluginFieldCollection fields() const override { return {}; }
+  static inline std::atomic<int> fast_set_{0}, runs_{0};
+
+ private:
+  std::string tactic_;
+};
+
+struct TwoWaysCreator : PluginCreator {
+  std::string name() const override { return "TwoWays"; }
+  std::string plugin_namespace() const override { return kNamespace; }
+  std::vector<PluginFieldSpec> field_schema() const override { return {}; }
+  std::unique_ptr<Plugin> create(const std::string&, const PluginFieldCollection&) const override {
+    return std::make_unique<TwoWays>();
+  }
+};
+KILN_REGISTER_PLUGIN(TwoWaysCreator);
+
+TEST(PluginAuthoring, TheBuilderTimesAPluginsTacticsAndTheEngineKeepsTheFastest) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{4, 8});
+  Layer* l = add_plugin(net, {x}, TwoWays(), "two_ways");
+  l->output(0)->set_name("y");
+  net.mark_output(l->output(0));
+  BuilderConfig config;  // CPU, time_tactics on: plugin tactics are timed on the host
+  BuildReport report;
+  const auto bytes = Builder().build_serialized(net, config, &report);
+  auto engine = Runtime().deserialize(bytes.data(), bytes.size(), "two ways");
+  const EngineData data = engine_deserialize(bytes.data(), bytes.size(), "two ways");
+  const Layer* stored = data.network->find_layer("two_ways");
+  ASSERT_NE(stored, nullptr);
+  EXPECT_EQ(stored->attrs().get_string("plugin_tactic", ""), "fast") << "the engine keeps the fastest implementation";
+  auto ctx = engine->create_execution_context();
+  TwoWays::fast_set_ = 0;
+  std::vector<float> in(32, 2.0f), out(32, 0.0f);
+  ctx->set_tensor_address("x", in.data());
+  ctx->set_tensor_address("y", out.data());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) ctx->execute();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(out, in);
+  EXPECT_GE(TwoWays::fast_set_.load(), 1) << "the context's plugin object was not told the fast tactic";
+  EXPECT_LT(ms, 20 * 2.0) << "20 runs took " << ms << " ms: the slow tactic (2 ms a run) runs";
+  EXPECT_GE(report.layers_timed, 1);
 }
 
 }  // namespace

@@ -231,6 +231,19 @@ class Plugin {
                       const void* const* inputs, void* const* outputs, void* workspace,
                       const PluginExecContext& exec) = 0;
 
+  // Several implementations (TensorRT's getValidTactics / setTactic). tactics(): the names of
+  // this plugin's implementations for these tensors (type and format as chosen; dims at the
+  // first profile's opt point); empty (the default): one implementation. With more than one,
+  // the builder runs each on the build device at the layer's real shapes (the kernel's device
+  // time on CUDA, host time on the CPU) and keeps the fastest; the choice is stored in the
+  // engine (and the timing cache). set_tactic(name) is called on every plugin object kiln makes
+  // for the layer before any other call that depends on it (workspace_size, enqueue).
+  virtual std::vector<std::string> tactics(const std::vector<PluginTensorDesc>& inputs,
+                                           const std::vector<PluginTensorDesc>& outputs) const {
+    return {};
+  }
+  virtual void set_tactic(const std::string& name) {}
+
   // Lifecycle: clone for each execution context; initialize/terminate around its use there.
   virtual std::unique_ptr<Plugin> clone() const = 0;
   virtual int initialize() { return 0; }

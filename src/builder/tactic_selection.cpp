@@ -20,10 +20,12 @@
 
 #include "kiln/error.h"
 #include "kiln/logger.h"
+#include "kiln/plugin.h"
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
 #include "src/plan/execution_plan.h"
 #include "src/plan/kernel_config.h"
+#include "src/plugins/plugin_layer.h"
 
 namespace kiln {
 
@@ -344,11 +346,78 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
   return chosen;
 }
 
+// Plugin layers whose plugin offers several implementations (Plugin::tactics): each is run at
+// the layer's first state (device time on CUDA, host time on the CPU) and the fastest is recorded
+// on the layer (attribute plugin_tactic, stored in the engine) and in the timing cache.
+void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig& config,
+                           const std::vector<TensorStates>& states, BuildReport* report) {
+  Backend& backend = get_backend(config.device);
+  TimingCache cache(config.device == DeviceType::kCUDA ? config.timing_cache_path : std::string());
+  void* stream = nullptr;
+  for (Layer* layer : steps) {
+    if (layer->type() != kLayerPlugin || is_host_known(*layer, states.front())) continue;
+    std::vector<std::string> names;
+    {
+      const std::unique_ptr<Plugin> plugin = plugin_from_layer(*layer, config.device);
+      std::vector<PluginTensorDesc> in, out;
+      for (const TensorDesc& d : input_descs(*layer, states.front())) in.push_back(PluginTensorDesc{d.type, d.format, d.dims});
+      for (const TensorDesc& d : output_descs(*layer, states.front())) out.push_back(PluginTensorDesc{d.type, d.format, d.dims});
+      names = plugin->tactics(in, out);
+    }
+    if (names.size() < 2) {
+      if (names.size() == 1) layer->attrs().set("plugin_tactic", names[0]);
+      continue;
+    }
+    const KernelEntry* entry = KernelRegistry::instance().find(config.device, kLayerPlugin, "plugin");
+    if (!entry) continue;
+    const std::string key = "plugin_tactic|" + backend.describe() + "|" +
+                            timing_key(backend.describe(), *layer, input_descs(*layer, states.front()), states.front());
+    if (const std::string* hit = cache.find(key); hit && std::find(names.begin(), names.end(), *hit) != names.end()) {
+      layer->attrs().set("plugin_tactic", *hit);
+      if (report) ++report->timing_cache_hits;
+      continue;
+    }
+    if (!stream) stream = backend.create_stream();
+    std::vector<TensorRange> in_ranges, out_ranges;
+    layer_ranges(*layer, states[0], states.size() > 1 ? states[1] : states[0], states.size() > 2 ? states[2] : states[0],
+                 in_ranges, out_ranges);
+    double best = std::numeric_limits<double>::infinity();
+    std::string chosen, failures;
+    for (const std::string& name : names) {
+      layer->attrs().set("plugin_tactic", name);
+      try {
+        const KernelTime t = time_kernel(*entry, *layer, states.front(), backend, stream, in_ranges, out_ranges);
+        if (config.verbose) {
+          log(Severity::kVerbose, "  " + layer->name() + ": plugin tactic " + name + " " + std::to_string(t.device_ms) + " ms");
+        }
+        if (t.device_ms < best) {
+          best = t.device_ms;
+          chosen = name;
+        }
+      } catch (const std::exception& ex) {
+        failures += "\n  " + name + ": " + ex.what();
+      }
+    }
+    if (stream) backend.destroy_stream(stream);
+    stream = nullptr;
+    if (chosen.empty()) {
+      throw Error("layer '" + layer->name() + "' (plugin): every implementation the plugin offers failed:" + failures);
+    }
+    layer->attrs().set("plugin_tactic", chosen);
+    cache.put(key, chosen);
+    if (report) ++report->layers_timed;
+    log(Severity::kVerbose, "  " + layer->name() + ": plugin tactic " + chosen + " (fastest of " +
+                                std::to_string(names.size()) + ")");
+  }
+  cache.save();
+}
+
 std::map<std::string, std::string> select_tactics(const Network& network, const std::vector<Layer*>& steps,
                                                   const BuilderConfig& config, const std::vector<TensorStates>& states,
                                                   BuildReport* report,
                                                   std::map<std::string, std::string>* launch_tactics) {
   std::map<std::string, std::string> tactics;
+  if (config.time_tactics) choose_plugin_tactics(steps, config, states, report);
   const bool timing = config.device == DeviceType::kCUDA && config.time_tactics;
   Backend* backend = timing ? &get_backend(config.device) : nullptr;
   void* stream = nullptr;

@@ -177,6 +177,8 @@ std::unique_ptr<Plugin> plugin_from_layer(const Layer& layer, DeviceType device)
   }
   if (!plugin) throw Error(plugin_label(layer) + ": the creator returned no plugin");
   plugin->set_target_device(device);
+  // The implementation the builder chose (Plugin::tactics), before anything that depends on it.
+  if (layer.attrs().has("plugin_tactic")) plugin->set_tactic(layer.attrs().get_string("plugin_tactic"));
   if (plugin->num_outputs() != layer.num_outputs()) {
     throw Error(plugin_label(layer) + ": the plugin declares " + std::to_string(plugin->num_outputs()) +
                 " outputs but the layer has " + std::to_string(layer.num_outputs()));
@@ -488,6 +490,7 @@ OpSchema plugin_schema() {
       {"plugin_version", AttrType::kString, std::string("1"), false, "creator version"},
       {"plugin_namespace", AttrType::kString, std::string(), false, "creator namespace"},
       {"plugin_library", AttrType::kString, std::string(), false, "library the creator came from"},
+      {"plugin_tactic", AttrType::kString, std::string(), false, "the plugin's implementation the builder chose"},
   };
   s.doc = "A custom layer run by a registered plugin (docs/writing-a-plugin.md).";
   return s;
