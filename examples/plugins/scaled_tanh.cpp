@@ -5,7 +5,8 @@
 //
 // Registered as "ScaledTanh", version "1", namespace "" (so the ONNX node custom::ScaledTanh maps
 // to it). Fields: alpha (float32, default 1), beta (float32, default 1).
-// Kernels: CPU float32; CUDA float32 when built with SCALED_TANH_WITH_CUDA (scaled_tanh.cu).
+// Kernels: CPU float32; CUDA float32 when built with CUDA (scaled_tanh.cu; kiln_add_plugin then
+// defines KILN_PLUGIN_WITH_CUDA).
 // Element-wise, so the layout does not matter: linear and channels-last both work as long as
 // input and output share it.
 #include <cmath>
@@ -17,7 +18,7 @@
 #include "kiln/error.h"
 #include "kiln/plugin.h"
 
-#ifdef SCALED_TANH_WITH_CUDA
+#ifdef KILN_PLUGIN_WITH_CUDA
 // scaled_tanh.cu: launches on `stream`; returns 0 or the cudaError_t of the launch.
 int scaled_tanh_cuda(const float* x, float* y, int64_t n, float alpha, float beta, void* stream);
 #endif
@@ -60,7 +61,7 @@ class ScaledTanhPlugin final : public Plugin {
     if (num_inputs != 1 || num_outputs != 1) return false;
     const PluginTensorDesc& d = in_out[static_cast<size_t>(pos)];
     if (d.type != DataType::kFloat32) return false;
-#ifndef SCALED_TANH_WITH_CUDA
+#ifndef KILN_PLUGIN_WITH_CUDA
     if (target_device() != DeviceType::kCPU) return false;
 #endif
     return pos == 0 || (d.type == in_out[0].type && d.format == in_out[0].format);
@@ -78,7 +79,7 @@ class ScaledTanhPlugin final : public Plugin {
       for (int64_t i = 0; i < n; ++i) y[i] = alpha_ * std::tanh(beta_ * x[i]);
       return 0;
     }
-#ifdef SCALED_TANH_WITH_CUDA
+#ifdef KILN_PLUGIN_WITH_CUDA
     return scaled_tanh_cuda(x, y, n, alpha_, beta_, exec.stream);  // on the given stream, no sync
 #else
     return 1;  // not reached: supports_format_combination refuses CUDA in this build
