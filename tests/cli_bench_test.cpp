@@ -22,6 +22,7 @@
 #include "core/tensor_io.h"
 #include "kiln/kiln.h"
 #include "onnx/onnx_proto.h"
+#include "tests/cli_runner.h"
 
 namespace kiln {
 namespace {
@@ -29,21 +30,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct CommandResult {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+using testing_cli::CommandResult;
+using testing_cli::read_text;
+using testing_cli::shell_quote;
 
 void write_engine(const Network& network, const OptimizationProfile& profile, const std::string& file) {
   BuilderConfig config;
@@ -54,30 +43,10 @@ void write_engine(const Network& network, const OptimizationProfile& profile, co
       .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
-class CliBenchTest : public ::testing::Test {
+class CliBenchTest : public testing_cli::KilnCliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("kiln_bench_" + std::to_string(::getpid()) + "_" +
-                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    if (!HasFailure()) fs::remove_all(dir_, ec);
-  }
+  CliBenchTest() : KilnCliTest("kiln_bench_") {}
 
-  CommandResult kiln(const std::string& args) {
-    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string cmd =
-        quote(KILN_CLI_PATH) + " " + args + " >" + quote(out.string()) + " 2>" + quote(err.string()) + " </dev/null";
-    const int status = std::system(cmd.c_str());
-    CommandResult r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-    r.out = read_text(out);
-    r.err = read_text(err);
-    return r;
-  }
   // `kiln bench ARGS --json`, which must succeed; its summary.
   json bench_json(const std::string& args) {
     const CommandResult r = kiln("bench --json " + args);
@@ -85,8 +54,6 @@ class CliBenchTest : public ::testing::Test {
     if (r.code != 0) return json::object();
     return json::parse(r.out);
   }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
   // x float32 [N, 4] (N in 1..8, opt 2) -> FullyConnected(3) -> SoftMax -> y [N, 3].
   std::string dynamic_engine() {
     Network net;
@@ -104,8 +71,6 @@ class CliBenchTest : public ::testing::Test {
     write_engine(net, p, file);
     return file;
   }
-
-  fs::path dir_;
 };
 
 void expect_usage_error(const CommandResult& r, const std::string& must_mention, int code = 64) {

@@ -25,58 +25,20 @@
 #include "core/tensor_io.h"
 #include "kiln/types.h"
 #include "onnx/onnx_proto.h"
+#include "tests/cli_runner.h"
 
 namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CommandResult {
-  int code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
+using testing_cli::CommandResult;
+using testing_cli::read_text;
+using testing_cli::shell_quote;
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-class CliTest : public ::testing::Test {
+class CliTest : public testing_cli::KilnCliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("kiln_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    if (!HasFailure()) fs::remove_all(dir_, ec);
-  }
-
-  // Runs `kiln ARGS` with stdout and stderr captured separately.
-  CommandResult kiln(const std::string& args) {
-    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string cmd = shell_quote(KILN_CLI_PATH) + " " + args + " >" + shell_quote(out.string()) + " 2>" +
-                            shell_quote(err.string()) + " </dev/null";
-    const int status = std::system(cmd.c_str());
-    CommandResult r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    r.out = read_text(out);
-    r.err = read_text(err);
-    return r;
-  }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  CliTest() : KilnCliTest("kiln_cli_") {}
 };
 
 // A usage or file error: non-zero, nothing on stdout, exactly one "kiln: error:" line on stderr.

@@ -37,6 +37,17 @@ namespace {
 
 constexpr const char* kNamespace = "kiln_authoring_test";
 
+// The creator of a plugin without fields (P's type, in kNamespace).
+template <class P>
+struct FieldlessCreator : PluginCreator {
+  std::string name() const override { return P().type(); }
+  std::string plugin_namespace() const override { return kNamespace; }
+  std::vector<PluginFieldSpec> field_schema() const override { return {}; }
+  std::unique_ptr<Plugin> create(const std::string&, const PluginFieldCollection&) const override {
+    return std::make_unique<P>();
+  }
+};
+
 // y = a * sigmoid(b) * alpha + beta (mode 0) or a * sigmoid(b) (mode 1), a and b broadcast
 // (or, with `equal_batch`, of equal dims checked through require_equal). CPU, float32.
 class GatedSigmoid : public Plugin {
@@ -469,14 +480,7 @@ class StatefulPlugin : public Plugin {
   int64_t calls_ = 0;
 };
 
-struct StatefulCreator : PluginCreator {
-  std::string name() const override { return "StatefulCounter"; }
-  std::string plugin_namespace() const override { return kNamespace; }
-  std::vector<PluginFieldSpec> field_schema() const override { return {}; }
-  std::unique_ptr<Plugin> create(const std::string&, const PluginFieldCollection&) const override {
-    return std::make_unique<StatefulPlugin>();
-  }
-};
+using StatefulCreator = FieldlessCreator<StatefulPlugin>;
 KILN_REGISTER_PLUGIN(StatefulCreator);
 
 TEST(PluginAuthoring, EachContextHasItsOwnPluginStateAcrossThreadsAndShapes) {
@@ -546,14 +550,7 @@ class ReshapeTo : public Plugin {
   PluginFieldCollection fields() const override { return {}; }
 };
 
-struct ReshapeToCreator : PluginCreator {
-  std::string name() const override { return "ReshapeTo"; }
-  std::string plugin_namespace() const override { return kNamespace; }
-  std::vector<PluginFieldSpec> field_schema() const override { return {}; }
-  std::unique_ptr<Plugin> create(const std::string&, const PluginFieldCollection&) const override {
-    return std::make_unique<ReshapeTo>();
-  }
-};
+using ReshapeToCreator = FieldlessCreator<ReshapeTo>;
 KILN_REGISTER_PLUGIN(ReshapeToCreator);
 
 TEST(PluginAuthoring, ShapeInputsFeedOutputDims) {
@@ -632,14 +629,7 @@ class TwoWays : public Plugin {
   std::string tactic_;
 };
 
-struct TwoWaysCreator : PluginCreator {
-  std::string name() const override { return "TwoWays"; }
-  std::string plugin_namespace() const override { return kNamespace; }
-  std::vector<PluginFieldSpec> field_schema() const override { return {}; }
-  std::unique_ptr<Plugin> create(const std::string&, const PluginFieldCollection&) const override {
-    return std::make_unique<TwoWays>();
-  }
-};
+using TwoWaysCreator = FieldlessCreator<TwoWays>;
 KILN_REGISTER_PLUGIN(TwoWaysCreator);
 
 TEST(PluginAuthoring, TheBuilderTimesAPluginsTacticsAndTheEngineKeepsTheFastest) {

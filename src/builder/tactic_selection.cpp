@@ -181,6 +181,26 @@ struct KernelTime {
   double plain_ms() const { return std::max(device_ms, host_ms); }
 };
 
+// The stream kernels are timed on: made on first use, destroyed with this object (also when
+// timing throws).
+class TimingStream {
+ public:
+  explicit TimingStream(Backend* backend) : backend_(backend) {}
+  TimingStream(const TimingStream&) = delete;
+  TimingStream& operator=(const TimingStream&) = delete;
+  ~TimingStream() {
+    if (stream_) backend_->destroy_stream(stream_);
+  }
+  void* get() {
+    if (!stream_) stream_ = backend_->create_stream();
+    return stream_;
+  }
+
+ private:
+  Backend* backend_;
+  void* stream_ = nullptr;
+};
+
 // Runs `entry` for `layer` at `states` on the device; returns the times per run, or throws.
 KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const TensorStates& states, Backend& backend,
                    void* stream, const std::vector<TensorRange>& in_ranges, const std::vector<TensorRange>& out_ranges) {
@@ -299,12 +319,8 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
       return v;
     }
   }
-  void* stream = backend.create_stream();
-  struct StreamGuard {
-    Backend& b;
-    void* s;
-    ~StreamGuard() { b.destroy_stream(s); }
-  } guard{backend, stream};
+  TimingStream timing_stream(&backend);
+  void* stream = timing_stream.get();
   // The fastest kernel of one layer, or infinity when none runs.
   auto best_time = [&](const Layer& layer, const TensorStates& states, std::string& failures) {
     double best = std::numeric_limits<double>::infinity();
@@ -353,7 +369,7 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
                            const std::vector<TensorStates>& states, BuildReport* report) {
   Backend& backend = get_backend(config.device);
   TimingCache cache(config.device == DeviceType::kCUDA ? config.timing_cache_path : std::string());
-  void* stream = nullptr;
+  TimingStream stream(&backend);  // made for the first layer timed, shared by the others
   for (Layer* layer : steps) {
     if (layer->type() != kLayerPlugin || is_host_known(*layer, states.front())) continue;
     std::vector<std::string> names;
@@ -377,7 +393,6 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
       if (report) ++report->timing_cache_hits;
       continue;
     }
-    if (!stream) stream = backend.create_stream();
     std::vector<TensorRange> in_ranges, out_ranges;
     layer_ranges(*layer, states[0], states.size() > 1 ? states[1] : states[0], states.size() > 2 ? states[2] : states[0],
                  in_ranges, out_ranges);
@@ -386,7 +401,7 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
     for (const std::string& name : names) {
       layer->attrs().set("plugin_tactic", name);
       try {
-        const KernelTime t = time_kernel(*entry, *layer, states.front(), backend, stream, in_ranges, out_ranges);
+        const KernelTime t = time_kernel(*entry, *layer, states.front(), backend, stream.get(), in_ranges, out_ranges);
         if (config.verbose) {
           log(Severity::kVerbose, "  " + layer->name() + ": plugin tactic " + name + " " + std::to_string(t.device_ms) + " ms");
         }
@@ -396,10 +411,12 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
         }
       } catch (const std::exception& ex) {
         failures += "\n  " + name + ": " + ex.what();
+        try {  // drain the failed run, so the next timing on this stream starts clean
+          backend.synchronize(stream.get());
+        } catch (const std::exception&) {
+        }
       }
     }
-    if (stream) backend.destroy_stream(stream);
-    stream = nullptr;
     if (chosen.empty()) {
       throw Error("layer '" + layer->name() + "' (plugin): every implementation the plugin offers failed:" + failures);
     }
@@ -420,19 +437,9 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
   if (config.time_tactics) choose_plugin_tactics(steps, config, states, report);
   const bool timing = config.device == DeviceType::kCUDA && config.time_tactics;
   Backend* backend = timing ? &get_backend(config.device) : nullptr;
-  void* stream = nullptr;
-  std::string device_name;
-  if (backend) {
-    stream = backend->create_stream();
-    device_name = backend->describe();
-  }
-  struct StreamGuard {
-    Backend* b;
-    void* s;
-    ~StreamGuard() {
-      if (b && s) b->destroy_stream(s);
-    }
-  } guard{backend, stream};
+  TimingStream timing_stream(backend);
+  void* stream = backend ? timing_stream.get() : nullptr;
+  const std::string device_name = backend ? backend->describe() : std::string();
   TimingCache cache(timing ? config.timing_cache_path : std::string());
   const auto start = std::chrono::steady_clock::now();
   auto last_progress = start;

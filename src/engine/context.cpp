@@ -34,9 +34,9 @@ namespace {
 // inferences, replays and plain runs alike, never take it.
 using LifecycleLock = std::unique_lock<std::recursive_mutex>;
 
-int hardware_threads() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n ? static_cast<int>(n) : 1;
+int hardware_threads() {  // read once: hardware_concurrency reads /sys on every call
+  static const int n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return n;
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -135,7 +135,7 @@ ShapePlan& current_plan(ContextImpl& c) {
   c.stats.shape_plan_ms += ms_since(t0);
   log(Severity::kVerbose, "prepared input shapes " + shapes_text(c.input_dims) + " in " +
                               std::to_string(ms_since(t0)) + " ms (" + std::to_string(c.plans.size()) +
-                              " cached); activations " + std::to_string(raw->arena_bytes) + " bytes, workspace " +
+                              " cached); activations " + std::to_string(raw->memory.peak) + " bytes, workspace " +
                               std::to_string(raw->workspace_bytes));
   return *raw;
 }
@@ -192,7 +192,9 @@ void resolve_data_dependent_sizes(ContextImpl& c, ShapePlan& plan, size_t s, voi
         e.backend->copy_host_to_device(dst, data, bytes, stream);
         return dst;
       });
-  c.memory.ensure(c.memory.arena_bytes(), plan.workspace_bytes, "layer '" + l.name() + "''s data-dependent sizes");
+  if (!c.memory.fits(c.memory.arena_bytes(), plan.workspace_bytes)) {
+    c.memory.ensure(c.memory.arena_bytes(), plan.workspace_bytes, "layer '" + l.name() + "''s data-dependent sizes");
+  }
   bind(c, plan);
 }
 
@@ -206,7 +208,7 @@ void run_steps(ContextImpl& c, ShapePlan& plan, void* stream) {
   LayerProfile& prof = c.profiling;
   for (size_t s = 0; s < plan.launches.size(); ++s) {
     if (!plan.runs[s]) {
-      if (prof.enabled && plan.elided[s]) {
+      if (prof.enabled && plan.memory.elided[s]) {
         ++prof.runs[s];
         ++prof.elided[s];
       }
@@ -598,14 +600,16 @@ void ExecutionContext::enqueue(void* stream) {
                   "run it without graph capture (no --cuda-graph)");
     }
     if (plan->retargeted) {  // the previous inference read sizes: start from the upper bounds
-      reset_plan_states(e.env, *plan, plan_options(c, plan->launch_tactics));
+      reset_plan_states(*plan);
       c.sizes.clear();
     }
   }
   if (e.data.device == DeviceType::kCPU) c.strings.clear();
   // Nothing to do once the memory fits this plan (a few comparisons); otherwise it grows, or,
   // user-managed, says what is missing.
-  c.memory.ensure(plan->arena_bytes, plan->workspace_bytes, "input shapes " + shapes_text(c.input_dims));
+  if (!c.memory.fits(plan->memory.peak, plan->workspace_bytes)) {
+    c.memory.ensure(plan->memory.peak, plan->workspace_bytes, "input shapes " + shapes_text(c.input_dims));
+  }
   if (c.memory.view().generation != c.graph_memory_generation) {  // the memory moved: graphs point at the old
     c.graphs.clear();
     c.graph_memory_generation = c.memory.view().generation;

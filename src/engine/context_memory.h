@@ -32,6 +32,11 @@ class ContextDeviceMemory {
   // kUserManaged throws when the arena does not fit (naming the sizes and `what`), and puts
   // extra workspace in a buffer of its own (warning once).
   void ensure(uint64_t arena, uint64_t workspace, const std::string& what);
+  // True when ensure(arena, workspace, ...) would change nothing (the inference's check: no
+  // message is built unless something has to change).
+  bool fits(uint64_t arena, uint64_t workspace) const {
+    return base_ && arena <= arena_ && workspace <= view_.workspace_bytes;
+  }
   // The pointers plans bind to (valid until the generation changes).
   const PlanMemory& view() const { return view_; }
   uint64_t arena_bytes() const { return arena_; }

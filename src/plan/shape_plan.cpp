@@ -251,13 +251,11 @@ std::unique_ptr<ShapePlan> build_shape_plan(const PlanEnvironment& env, const st
     }
     // Otherwise the caller decides: grow its own arena, or fail for user-managed memory.
   }
-  plan->arena_bytes = plan->memory.peak;
   if (plan->memory.elided.size() != n) plan->memory.elided.assign(n, false);
-  plan->elided = std::vector<uint8_t>(plan->memory.elided.begin(), plan->memory.elided.end());
   log_concat_elision(*plan, steps);
 
   plan->runs.assign(n, 0);
-  for (size_t s = 0; s < n; ++s) plan->runs[s] = !plan->host_known[s] && !plan->elided[s];
+  for (size_t s = 0; s < n; ++s) plan->runs[s] = !plan->host_known[s] && !plan->memory.elided[s];
   plan->kernels.resize(n);
   plan->launches.resize(n);
   plan->reports_errors.assign(n, 0);
@@ -319,7 +317,7 @@ void retarget_plan(const PlanEnvironment& env, ShapePlan& plan, size_t after,
   for (size_t s = after + 1; s < steps.size(); ++s) {
     const Layer& l = *steps[s];
     plan.host_known[s] = is_host_known(l, plan.states);
-    plan.runs[s] = !plan.host_known[s] && !plan.elided[s];
+    plan.runs[s] = !plan.host_known[s] && !plan.memory.elided[s];
     for (int i = 0; i < l.num_outputs(); ++i) {
       const Tensor* t = l.output(i);
       plan.host_value_addresses.erase(t);
@@ -365,9 +363,7 @@ void retarget_plan(const PlanEnvironment& env, ShapePlan& plan, size_t after,
   }
 }
 
-void reset_plan_states(const PlanEnvironment& env, ShapePlan& plan, const ShapePlanOptions& options) {
-  (void)env;
-  (void)options;
+void reset_plan_states(ShapePlan& plan) {
   if (!plan.retargeted) return;
   plan.states = plan.base_states;
   plan.retargeted = false;

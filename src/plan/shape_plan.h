@@ -88,12 +88,11 @@ struct ShapePlan {
   TensorStates states;                       // current shapes (after data-dependent sizes were read)
   ActivationPlan memory;
   bool uses_profile_plan = false;            // this shape's own plan did not fit the arena
-  uint64_t arena_bytes = 0;                  // the arena bytes `memory` needs
   size_t workspace_bytes = 0;                // the largest workspace_size() of its kernels
   std::vector<std::unique_ptr<Kernel>> kernels;  // per step; null where no kernel runs
   std::vector<StepLaunch> launches;          // per step
   std::vector<uint8_t> runs;                 // per step: a kernel runs (not host-known, not elided)
-  std::vector<uint8_t> host_known, elided, reports_errors;
+  std::vector<uint8_t> host_known, reports_errors;  // elided steps: memory.elided
   bool any_reports_errors = false;
   std::vector<OutputCopy> output_copies;
   DeviceBuffer host_values;                  // device engines: all host-computed values, uploaded once
@@ -159,6 +158,6 @@ void retarget_plan(const PlanEnvironment& env, ShapePlan& plan, size_t after,
                    const std::function<void*(const Tensor*, const void* data, size_t bytes)>& stage);
 
 // Restores a retargeted plan to its upper-bound states (before the next inference).
-void reset_plan_states(const PlanEnvironment& env, ShapePlan& plan, const ShapePlanOptions& options);
+void reset_plan_states(ShapePlan& plan);
 
 }  // namespace kiln
