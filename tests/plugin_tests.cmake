@@ -14,6 +14,8 @@ if(KILN_HAVE_CUDA)
   target_link_libraries(kiln_test_broken_cuda PRIVATE kiln)
   target_sources(kiln_tests PRIVATE $<TARGET_OBJECTS:kiln_test_broken_cuda>)
   target_link_libraries(kiln_tests PRIVATE CUDA::cudart)
+  # tests/plugin_authoring_cuda_test.cpp's plugins call the CUDA runtime.
+  target_compile_definitions(kiln_tests PRIVATE KILN_TEST_CUDA=1)
 endif()
 
 # tests/external_plugin_test.cpp installs this build tree and builds examples/plugins against it.
