@@ -23,6 +23,8 @@ B=${1:-build-gpu}
 OUT=${OUT:-gpu-results}
 STEPS=${KILN_GPU_STEPS:-tests plugins sanitizer bench}
 MODELS=${KILN_TEST_MODELS_DIR:-../shared/models}
+# Absolute: the tests run from inside the build folder.
+[[ -d "$MODELS" ]] && MODELS=$(cd "$MODELS" && pwd)
 export KILN_TEST_MODELS_DIR="$MODELS"
 mkdir -p "$OUT"
 JOBS=$(nproc)
