@@ -12,6 +12,15 @@ DEVICE=${KILN_DEVICE:-cpu}
 scripts/install_deps.sh
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release ${KILN_CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"
+# The Python package (docs/python.md), installed from the build folder just built: scikit-build-core
+# reuses it (same options), so nothing is compiled twice.
+if [ -d "$BUILD/python/kiln" ]; then
+  # The folder's own generator (scikit-build-core would pick Ninja, which cannot reuse a Makefile build).
+  export CMAKE_GENERATOR="$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$BUILD/CMakeCache.txt")"
+  PIP_ARGS="--no-build-isolation -q -C build-dir=$BUILD -C cmake.define.KILN_BUILD_TESTS=ON -C cmake.define.KILN_BUILD_TOOLS=ON"
+  python3 -m pip install $PIP_ARGS . 2>/dev/null || python3 -m pip install --break-system-packages $PIP_ARGS .
+  (cd /tmp && python3 -c "import kiln; print('kiln: Python package', kiln.__version__, 'installed from', kiln.__file__)")
+fi
 DEMO="$BUILD/demo"
 python3 scripts/make_demo_model.py "$DEMO/model"
 "$BUILD/kiln" inspect --onnx "$DEMO/model/model.onnx"

@@ -7,7 +7,7 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 PKGS="build-essential cmake libprotobuf-dev protobuf-compiler libonnx-dev libdnnl-dev nlohmann-json3-dev \
-libcli11-dev libgtest-dev python3 python3-pip"
+libcli11-dev libgtest-dev python3 python3-pip python3-dev"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -15,9 +15,13 @@ if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
-if ! python3 -c "import onnx, onnxruntime, numpy, pytest" >/dev/null 2>&1; then
-  echo "kiln: installing Python packages onnx, onnxruntime, numpy, pytest"
-  python3 -m pip install -q onnx onnxruntime numpy pytest 2>/dev/null || python3 -m pip install -q --break-system-packages onnx onnxruntime numpy pytest
+# Python: the tests' and benchmarks' packages, and what building the Python package needs
+# (nanobind and scikit-build-core; python3-dev's headers come with the interpreter or the apt
+# package below) and its ONNX helpers use (onnx-graphsurgeon).
+PY_PKGS="onnx onnxruntime numpy pytest nanobind scikit-build-core onnx-graphsurgeon"
+if ! python3 -c "import onnx, onnxruntime, numpy, pytest, nanobind, scikit_build_core, onnx_graphsurgeon" >/dev/null 2>&1; then
+  echo "kiln: installing Python packages $PY_PKGS"
+  python3 -m pip install -q $PY_PKGS 2>/dev/null || python3 -m pip install -q --break-system-packages $PY_PKGS
 fi
 # cudnn-frontend's C++ headers (header-only) for the CUDA backend's cuDNN graph-API convolution
 # tactics; CMake finds them beside the pip package. --no-deps: only the headers are needed, not the
