@@ -15,6 +15,9 @@
 #              (needs --torch-models: $KILN_TORCH_MODELS, a folder with torch_models.py)
 #   serving    bench/serving_vs_pytorch.py (kiln bench vs PyTorch under serving patterns; needs
 #              $KILN_TORCH_MODELS too)
+#   python     the Python package on CUDA (tests/python/test_api_cuda.py: torch tensors in place,
+#              torch streams, fp16, Python plugins with torch and Triton kernels; and the CPU
+#              suite test_api.py) and bench/python_overhead.py (Python over C++ per call)
 # Logs go to $OUT (default ./gpu-results).
 # Usage: [KILN_GPU_STEPS="tests plugins sanitizer bench"] scripts/gpu_suite.sh [BUILD_DIR]
 set -uo pipefail
@@ -78,5 +81,17 @@ if has serving && [[ -n "${KILN_TORCH_MODELS:-}" ]]; then
     --torch-models "$KILN_TORCH_MODELS" --workdir "$OUT/serving" ${KILN_SERVING_ARGS:-} \
     --out "$OUT/serving_vs_pytorch.md" --raw-dir "$OUT/serving_raw" > "$OUT/serving_vs_pytorch.log" 2>&1 || rc=1
   tail -60 "$OUT/serving_vs_pytorch.log"
+fi
+if has python; then
+  if [[ -d "$B/python/kiln" ]]; then
+    PYTHONPATH="$B/python" python3 -m pytest -q -rfEs -p no:cacheprovider tests/python/test_api_cuda.py tests/python/test_api.py \
+      > "$OUT/python_tests.log" 2>&1 || rc=1
+    tail -15 "$OUT/python_tests.log"
+    PYTHONPATH="$B/python" PYTHONUNBUFFERED=1 python3 bench/python_overhead.py --models-dir "$MODELS" \
+      --out "$OUT/python_overhead.md" > "$OUT/python_overhead.log" 2>&1 || rc=1
+    cat "$OUT/python_overhead.md" 2>/dev/null || tail -20 "$OUT/python_overhead.log"
+  else
+    echo "python: $B/python/kiln was not built (nanobind missing?)"; rc=1
+  fi
 fi
 exit $rc

@@ -20,8 +20,44 @@ from __future__ import annotations
 import atexit as _atexit
 import logging as _logging
 
-from . import _kiln
-from ._kiln import (  # noqa: F401  (the public API)
+
+
+def _preload_cuda_wheels() -> None:
+    """Loads the CUDA libraries of NVIDIA's pip wheels (those PyTorch uses) before kiln's own.
+
+    libkiln and PyTorch ask for the same libraries by name (libcudart.so.13, libcublasLt.so.13,
+    libcudnn.so.9, libnvrtc.so.13); a process holds one copy of each name, and PyTorch refuses to
+    start with older copies than its own. So when the wheels are installed, kiln loads theirs,
+    wherever torch is imported. KILN_USE_SYSTEM_CUDA_LIBS=1 turns this off.
+    """
+    import ctypes
+    import importlib.util
+    import os
+
+    if os.environ.get("KILN_USE_SYSTEM_CUDA_LIBS") == "1":
+        return
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return
+    if spec is None or not spec.submodule_search_locations:
+        return
+    names = ["libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libnvrtc.so.13", "libcudnn.so.9"]
+    for root in spec.submodule_search_locations:
+        for sub in ("cu13/lib", "cuda_runtime/lib", "cublas/lib", "cuda_nvrtc/lib", "cudnn/lib"):
+            for name in names:
+                path = os.path.join(root, sub, name)
+                if os.path.exists(path):
+                    try:
+                        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                    except OSError:
+                        pass
+
+
+_preload_cuda_wheels()
+
+from . import _kiln  # noqa: E402
+from ._kiln import (  # noqa: E402,F401  (the public API)
     ActivationType,
     Builder,
     BuilderConfig,

@@ -97,6 +97,12 @@ class Session:
         self.input_names = list(engine.input_names)
         self.output_names = list(engine.output_names)
         self._staging: dict[str, Any] = {}
+        self._input_set = set(self.input_names)
+        self._np_dtype = {t.name: t.dtype.name for t in engine.io_tensors}
+        self._torch_dtype: dict[str, Any] = {}
+        self._input_shape: dict[str, tuple] = {}
+        self._keep: dict[str, Any] = {}  # tensors bound by address, kept alive while bound
+        self._shapes: dict[tuple, tuple] = {}
 
     @staticmethod
     def _classify(source):
@@ -148,79 +154,135 @@ class Session:
         return out
 
     def _check_names(self, inputs: Mapping):
-        unknown = [n for n in inputs if n not in self._info or self._info[n].is_input is False]
+        if inputs.keys() == self._input_set:
+            return
+        unknown = [n for n in inputs if n not in self._input_set]
         if unknown:
             raise _kiln.Error(f"unknown input(s) {unknown}; the engine's inputs are {self.input_names}")
         missing = [n for n in self.input_names if n not in inputs]
-        if missing:
-            raise _kiln.Error(f"missing input(s) {missing}; the engine's inputs are {self.input_names}")
+        raise _kiln.Error(f"missing input(s) {missing}; the engine's inputs are {self.input_names}")
+
+    def _output_shapes(self):
+        """(shapes to allocate, whether some output has a data-dependent size) at the current input shapes."""
+        key = tuple(self.context.get_tensor_shape(n) for n in self.input_names)
+        hit = self._shapes.get(key)
+        if hit is None:
+            ctx = self.context
+            alloc = [ctx.get_max_tensor_shape(n) for n in self.output_names]
+            dynamic = any(tuple(ctx.get_tensor_shape(n)) != tuple(a) for n, a in zip(self.output_names, alloc))
+            hit = self._shapes[key] = (alloc, dynamic)
+        return hit
 
     def run(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any] | None = None) -> dict:
         """Runs one inference: ``{input name: array}`` -> ``{output name: array}``.
 
         CPU engines take numpy arrays (converted to the engine's type only when they differ).
         CUDA engines take device tensors (torch, cupy), used in place, and queue the inference on
-        the current torch stream without waiting; numpy inputs are copied to the device and the
-        outputs copied back. ``outputs`` may give arrays to write into (in place).
+        the current torch (cupy) stream without waiting; numpy inputs are copied to the device and
+        the outputs copied back. ``outputs`` may give arrays to write into (in place).
         """
         self._check_names(inputs)
         first = next(iter(inputs.values())) if inputs else None
-        if self._cuda and first is not None and not isinstance(first, np.ndarray) and not np.isscalar(first):
-            return self._run_device(inputs, outputs)
         if self._cuda:
+            if first is not None and _is_torch(first):
+                return self._run_torch(inputs, outputs)
+            if first is not None and not isinstance(first, np.ndarray) and not np.isscalar(first):
+                return self._run_device(inputs, outputs)
             return self._run_staged(inputs, outputs)
         ctx = self.context
         for name, value in inputs.items():
-            want = self._info[name].dtype.name
+            want = self._np_dtype[name]
             arr = value if isinstance(value, np.ndarray) and value.dtype == want and value.flags.c_contiguous \
                 else np.ascontiguousarray(value, dtype=want)
             ctx.set_tensor(name, arr)
+        alloc, dynamic = self._output_shapes()
         result = {}
-        for name in self.output_names:
+        for name, shape in zip(self.output_names, alloc):
             out = None if outputs is None else outputs.get(name)
             if out is None:
-                out = np.empty(ctx.get_max_tensor_shape(name), dtype=self._info[name].dtype.name)
+                out = np.empty(shape, dtype=self._np_dtype[name])
             ctx.set_tensor(name, out)
             result[name] = out
         ctx.execute()
-        return {n: self._exact(n, a) for n, a in result.items()}
+        return {n: self._exact(n, a) for n, a in result.items()} if dynamic else result
 
     def _exact(self, name, array):
-        shape = self.context.get_tensor_shape(name)
-        if tuple(array.shape) == tuple(shape):
+        shape = tuple(self.context.get_tensor_shape(name))
+        if tuple(array.shape) == shape:
             return array
         n = int(np.prod(shape)) if shape else 1
         return array.reshape(-1)[:n].reshape(shape)  # data-dependent size: written compactly at the start
 
-    def _run_device(self, inputs, outputs):
-        ctx = self.context
-        first = next(iter(inputs.values()))
-        for name, value in inputs.items():
-            ctx.set_tensor(name, value)
+    def _torch_tensor(self, name, t, writes):
+        """The address of a torch tensor for `name`, checked (device, type, layout) without a DLPack round trip."""
+        import torch  # noqa: PLC0415
+        want = self._torch_dtype.get(name)
+        if want is None:
+            want = self._torch_dtype[name] = getattr(torch, "bool" if self._np_dtype[name] == "bool" else self._np_dtype[name])
+        if not t.is_cuda:
+            raise _kiln.Error(f"'{name}' is a CPU tensor and the engine runs on CUDA: pass t.cuda()")
+        if t.dtype != want:
+            raise _kiln.Error(f"'{name}' has element type {t.dtype}, the engine's tensor has {want} (t.to({want}))")
+        if not t.is_contiguous():
+            raise _kiln.Error(f"'{name}' is not contiguous; kiln reads and writes it in place: pass t.contiguous()")
+        if writes and t.requires_grad:
+            raise _kiln.Error(f"'{name}' requires grad; pass a tensor kiln may write (torch.no_grad or .detach())")
+        return t.data_ptr()
+
+    def _run_torch(self, inputs, outputs):
+        import torch  # noqa: PLC0415
+        ctx, keep = self.context, self._keep
+        for name, t in inputs.items():
+            shape = tuple(t.shape)
+            if self._input_shape.get(name) != shape:
+                ctx.set_input_shape(name, list(shape))
+                self._input_shape[name] = shape
+            ctx.set_tensor_address(name, self._torch_tensor(name, t, False))
+            keep[name] = t
+        alloc, dynamic = self._output_shapes()
+        device = next(iter(inputs.values())).device
         result = {}
-        torch = None
-        if _is_torch(first):
-            import torch  # noqa: PLC0415
-        for name in self.output_names:
+        for name, shape in zip(self.output_names, alloc):
             out = None if outputs is None else outputs.get(name)
             if out is None:
-                shape = ctx.get_max_tensor_shape(name)
-                dt = self._info[name].dtype.name
-                if torch is not None:
-                    out = torch.empty(shape, dtype=getattr(torch, "bool" if dt == "bool" else dt), device=first.device)
-                else:
-                    import cupy  # noqa: PLC0415
-                    out = cupy.empty(shape, dtype=dt)
+                out = torch.empty(shape, dtype=self._torch_dtype.get(name) or self._torch_dtype_of(name), device=device)
+            elif tuple(out.shape) != tuple(shape) and not dynamic:
+                raise _kiln.Error(f"output '{name}' has shape {tuple(out.shape)}, the inference writes {tuple(shape)}")
+            ctx.set_tensor_address(name, self._torch_tensor(name, out, True))
+            keep[name] = out
+            result[name] = out
+        ctx.enqueue(torch.cuda.current_stream(device).cuda_stream)
+        if dynamic:
+            torch.cuda.current_stream(device).synchronize()  # the sizes are known once the inference ran
+            ctx.check_device_errors()
+            return {n: self._exact(n, a) for n, a in result.items()}
+        return result
+
+    def _torch_dtype_of(self, name):
+        import torch  # noqa: PLC0415
+        dt = self._np_dtype[name]
+        self._torch_dtype[name] = getattr(torch, "bool" if dt == "bool" else dt)
+        return self._torch_dtype[name]
+
+    def _run_device(self, inputs, outputs):
+        import cupy  # noqa: PLC0415
+        ctx = self.context
+        for name, value in inputs.items():
+            ctx.set_tensor(name, value)
+        alloc, dynamic = self._output_shapes()
+        result = {}
+        for name, shape in zip(self.output_names, alloc):
+            out = None if outputs is None else outputs.get(name)
+            if out is None:
+                out = cupy.empty(shape, dtype=self._np_dtype[name])
             ctx.set_tensor(name, out)
             result[name] = out
-        if torch is not None:
-            ctx.enqueue(torch.cuda.current_stream(first.device).cuda_stream)
-        else:
-            import cupy  # noqa: PLC0415
-            ctx.enqueue(cupy.cuda.get_current_stream().ptr)
-        if any(tuple(ctx.get_tensor_shape(n)) != tuple(ctx.get_max_tensor_shape(n)) for n in self.output_names):
+        ctx.enqueue(cupy.cuda.get_current_stream().ptr)
+        if dynamic:
+            cupy.cuda.get_current_stream().synchronize()
             ctx.check_device_errors()
-        return {n: self._exact(n, a) for n, a in result.items()}
+            return {n: self._exact(n, a) for n, a in result.items()}
+        return result
 
     def _buffer(self, name, nbytes):
         buf = self._staging.get(name)
@@ -237,11 +299,12 @@ class Session:
             buf = self._buffer(name, arr.nbytes)
             buf.upload(arr)
             ctx.set_tensor_address(name, buf.address)
+        alloc, _ = self._output_shapes()
         result = {}
-        for name in self.output_names:
+        for name, shape in zip(self.output_names, alloc):
             out = None if outputs is None else outputs.get(name)
             if out is None:
-                out = np.empty(ctx.get_max_tensor_shape(name), dtype=self._info[name].dtype.name)
+                out = np.empty(shape, dtype=self._np_dtype[name])
             buf = self._buffer(name, out.nbytes)
             ctx.set_tensor_address(name, buf.address)
             result[name] = (out, buf)

@@ -8,6 +8,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <fstream>
 #include <map>
 
@@ -545,6 +546,25 @@ void bind_runtime(nb::module_& m) {
             }
             return out;
           });
+
+  // The C++ side of bench/python_overhead.py: the same calls in a C++ loop in this process.
+  m.def("_time_execute_loop", [](PyContext& c, int n) {
+        nb::gil_scoped_release release;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < n; ++i) c.ctx->execute();
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }, "context"_a, "iterations"_a, "Seconds for `iterations` execute() calls made from C++ (benchmarks).");
+  m.def("_time_enqueue_loop", [](PyContext& c, uintptr_t stream, int n) {
+        nb::gil_scoped_release release;
+        Backend& b = get_backend(c.engine->device());
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < n; ++i) {
+          c.ctx->enqueue(reinterpret_cast<void*>(stream));
+          b.synchronize(reinterpret_cast<void*>(stream));
+        }
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }, "context"_a, "stream"_a, "iterations"_a,
+      "Seconds for `iterations` enqueue() + stream synchronizations made from C++ (benchmarks).");
 
   nb::class_<DeviceBuffer>(m, "_DeviceBuffer", "Device memory for staging host arrays (kiln.Session).")
       .def(nb::init<DeviceType, size_t>(), "device"_a, "nbytes"_a)
