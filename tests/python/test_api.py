@@ -522,3 +522,17 @@ def test_version_and_dtype_helpers():
     with pytest.raises(kiln.Error, match="complex"):
         kiln.dtype("complex64")
     assert kiln.parse_dims("1x3x224x224") == (1, 3, 224, 224)
+
+
+def test_docs_python_md():
+    """Every ```python block of docs/python.md runs, in order, in one namespace (```py blocks are illustrations)."""
+    import re
+    text = (Path(__file__).resolve().parents[2] / "docs" / "python.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+    assert len(blocks) >= 3
+    namespace = {}
+    for i, code in enumerate(blocks):
+        try:
+            exec(compile(code, f"docs/python.md block {i}", "exec"), namespace)  # noqa: S102
+        finally:
+            kiln.set_log_callback(None)
