@@ -662,3 +662,99 @@ TEST(PluginAuthoring, TheBuilderTimesAPluginsTacticsAndTheEngineKeepsTheFastest)
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// In-place outputs (TensorRT's getAliasedInput): y = 2x, output 0 may reuse input 0 (or, with
+// `bad_index`, a nonexistent input). Records whether kiln passed one address for both.
+class DoubleInPlace : public Plugin {
+ public:
+  explicit DoubleInPlace(int alias = 0) : alias_(alias) {}
+  std::string type() const override { return "DoubleInPlace"; }
+  std::string plugin_namespace() const override { return kNamespace; }
+  int num_outputs() const override { return 1; }
+  std::vector<DataType> output_types(const std::vector<DataType>& in) const override { return {in.at(0)}; }
+  DimsExprs output_dims(int, const std::vector<DimsExprs>& in, ExprBuilder&) const override { return in.at(0); }
+  bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
+    return io[static_cast<size_t>(pos)].type == DataType::kFloat32 && io[static_cast<size_t>(pos)].format == TensorFormat::kLinear;
+  }
+  int aliased_input(int) const override { return alias_; }
+  int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>&, const void* const* inputs,
+              void* const* outputs, void*, const PluginExecContext&) override {
+    (inputs[0] == outputs[0] ? same_ : different_).fetch_add(1);
+    const auto* x = static_cast<const float*>(inputs[0]);
+    auto* y = static_cast<float*>(outputs[0]);
+    for (int64_t i = 0; i < in[0].dims.volume(); ++i) y[i] = 2.0f * x[i];  // reads x[i] before writing y[i]
+    return 0;
+  }
+  std::unique_ptr<Plugin> clone() const override { return std::make_unique<DoubleInPlace>(*this); }
+  PluginFieldCollection fields() const override { return {}; }
+  static inline std::atomic<int> same_{0}, different_{0};
+
+ private:
+  int alias_;
+};
+
+using DoubleInPlaceCreator = FieldlessCreator<DoubleInPlace>;
+KILN_REGISTER_PLUGIN(DoubleInPlaceCreator);
+
+// x -> relu (a) -> DoubleInPlace (b) -> relu -> y [, + a when `reuse_a`]; a dynamic batch.
+std::shared_ptr<Engine> in_place_engine(bool reuse_a, bool from_input) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{kDynamic, 37});
+  Tensor* a = from_input ? x : net.add_activation(x, ActivationType::kRelu)->output(0);
+  Tensor* b = add_plugin(net, {a}, DoubleInPlace(), "double")->output(0);
+  Tensor* y = net.add_activation(b, ActivationType::kRelu)->output(0);
+  if (reuse_a) y = net.add_elementwise(y, a, ElementWiseOp::kSum)->output(0);
+  y->set_name("y");
+  net.mark_output(y);
+  OptimizationProfile p;
+  p.set_dimensions("x", Dims{1, 37}, Dims{2, 37}, Dims{4, 37});
+  return build(net, &p);
+}
+
+std::vector<float> run_in_place(Engine& engine, int64_t batch) {
+  auto ctx = engine.create_execution_context();
+  std::vector<float> in(static_cast<size_t>(batch * 37)), out(in.size(), -1.0f);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(static_cast<int>(i % 11) - 5);
+  ctx->set_input_shape("x", Dims{batch, 37});
+  ctx->set_tensor_address("x", in.data());
+  ctx->set_tensor_address("y", out.data());
+  ctx->execute();
+  return out;
+}
+
+TEST(PluginAuthoring, InPlaceOutputsShareTheirInputsMemoryOnlyWhenNothingElseReadsIt) {
+  for (bool reuse_a : {false, true}) {
+    for (bool from_input : {false, true}) {
+      if (reuse_a && from_input) continue;
+      SCOPED_TRACE(std::string(reuse_a ? "a is read after the plugin" : "a dies at the plugin") +
+                   (from_input ? ", the plugin reads the network input" : ""));
+      auto engine = in_place_engine(reuse_a, from_input);
+      DoubleInPlace::same_ = 0;
+      DoubleInPlace::different_ = 0;
+      for (int64_t batch : {2, 4}) {
+        const std::vector<float> out = run_in_place(*engine, batch);
+        for (size_t i = 0; i < out.size(); ++i) {
+          const float x = static_cast<float>(static_cast<int>(i % 11) - 5);
+          const float a = from_input ? x : std::max(x, 0.0f);
+          const float expected = std::max(2.0f * a, 0.0f) + (reuse_a ? a : 0.0f);
+          ASSERT_EQ(out[i], expected) << "batch " << batch << ", element " << i;
+        }
+      }
+      const bool shared = !reuse_a && !from_input;
+      EXPECT_EQ(DoubleInPlace::same_.load(), shared ? 2 : 0);
+      EXPECT_EQ(DoubleInPlace::different_.load(), shared ? 0 : 2);
+    }
+  }
+  // An alias of an input the layer does not have fails when the layer is added, naming it.
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{2, 3});
+  const std::string err = error_of([&] { (void)add_plugin(net, {x}, DoubleInPlace(3), "bad_alias"); });
+  EXPECT_NE(err.find("bad_alias"), std::string::npos) << err;
+  EXPECT_NE(err.find("reuses input 3"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace kiln

@@ -23,8 +23,8 @@ namespace kiln {
 // (KILN_REGISTER_PLUGIN passes it), and kiln refuses creators of another version, naming both,
 // before it calls anything in them: rebuild the library against this kiln. History: 1 (kiln
 // 0.1.0), 2 (ExprBuilder::require_equal/broadcast, PluginExecContext::fail,
-// PluginCreator::example_fields, int32/float64 field getters).
-inline constexpr uint32_t kPluginInterfaceVersion = 2;
+// PluginCreator::example_fields, int32/float64 field getters), 3 (Plugin::aliased_input).
+inline constexpr uint32_t kPluginInterfaceVersion = 3;
 
 // ---- symbolic dimensions ------------------------------------------------------------------
 
@@ -243,6 +243,16 @@ class Plugin {
     return {};
   }
   virtual void set_tactic(const std::string& name) {}
+
+  // In-place outputs (TensorRT's getAliasedInput): the index of the input whose memory output
+  // `output_index` may reuse, or -1 (the default). kiln reuses it when it can: the input is an
+  // activation of the same type, format and byte size, written by an earlier layer, read by no
+  // later layer, neither a network input nor a network output, and the network has no
+  // data-dependent sizes; then enqueue gets the same address for that input and that output.
+  // Otherwise they are separate buffers, so enqueue must be right either way (read an element
+  // before writing it, as element-wise kernels do). Asked once, when the layer is added; an
+  // index out of range, or an input declared twice, fails naming the layer.
+  virtual int aliased_input(int output_index) const { return -1; }
 
   // Lifecycle: clone for each execution context; initialize/terminate around its use there.
   virtual std::unique_ptr<Plugin> clone() const = 0;

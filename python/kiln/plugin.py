@@ -199,11 +199,14 @@ class _CudaArray:
 
 
 def register(name: str, *, dtypes: Sequence = ("float32",), num_outputs: int = 1, namespace: str = "",
-             version: str = "1", output_dtypes: Callable | None = None, replace: bool = False) -> Callable:
+             version: str = "1", output_dtypes: Callable | None = None, in_place: dict | None = None,
+             replace: bool = False) -> Callable:
     """Registers a plugin written in Python; decorates its shape function (see the module's doc).
 
     ``name`` may be ``"namespace::Name"``. ``dtypes``: the element types it supports (every input
-    and output of one type). Returns a PluginSpec; add implementations with ``@spec.impl(device)``.
+    and output of one type). ``in_place={output: input}``: outputs that may reuse an input's memory
+    (Plugin::aliased_input; the kernel must then be right whether or not they share it). Returns a
+    PluginSpec; add implementations with ``@spec.impl(device)``.
     """
     if "::" in name:
         namespace, name = name.split("::", 1)
@@ -212,8 +215,9 @@ def register(name: str, *, dtypes: Sequence = ("float32",), num_outputs: int = 1
         module = getattr(fn, "__module__", None) or "__main__"
         spec = PluginSpec(fn, name, namespace, version, dtypes, num_outputs, output_dtypes, module)
         key = (name, version, namespace)
+        aliases = [(in_place or {}).get(o, -1) for o in range(num_outputs)]
         _kiln._register_python_plugin(spec, name, version, namespace, module, num_outputs, spec.dtypes,
-                                      spec.fields, replace or key in _specs)
+                                      spec.fields, aliases, replace or key in _specs)
         _specs[key] = spec
         return spec
 

@@ -146,6 +146,7 @@ struct PySpecInfo {
   int num_outputs = 1;
   std::vector<DataType> dtypes;        // supported types (every input and output of one type)
   std::vector<PluginFieldSpec> fields;
+  std::vector<int> aliases;            // per output: the input it may reuse (Plugin::aliased_input), or -1
   PyObject* spec = nullptr;            // the spec object; a strong reference held forever
 };
 
@@ -157,6 +158,9 @@ class PyPlugin : public Plugin {
   std::string version() const override { return info_->version; }
   std::string plugin_namespace() const override { return info_->plugin_namespace; }
   int num_outputs() const override { return info_->num_outputs; }
+  int aliased_input(int output_index) const override {
+    return output_index < static_cast<int>(info_->aliases.size()) ? info_->aliases[static_cast<size_t>(output_index)] : -1;
+  }
 
   std::vector<DataType> output_types(const std::vector<DataType>& in) const override {
     nb::gil_scoped_acquire gil;
@@ -429,7 +433,7 @@ void bind_plugins(nb::module_& m) {
 
   m.def("_register_python_plugin",
         [](nb::object spec, const std::string& name, const std::string& version, const std::string& ns, const std::string& module,
-           int num_outputs, const std::vector<DataType>& dtypes, nb::list fields, bool replace) {
+           int num_outputs, const std::vector<DataType>& dtypes, nb::list fields, const std::vector<int>& aliases, bool replace) {
           auto info = std::make_shared<PySpecInfo>();
           info->name = name;
           info->version = version;
@@ -437,6 +441,7 @@ void bind_plugins(nb::module_& m) {
           info->module = module;
           info->num_outputs = num_outputs;
           info->dtypes = dtypes;
+          info->aliases = aliases;
           for (nb::handle f : fields) {
             nb::tuple t = nb::borrow<nb::tuple>(f);  // (name, type, count, required, default or None, description)
             PluginFieldSpec s;
@@ -451,7 +456,7 @@ void bind_plugins(nb::module_& m) {
           info->spec = spec.inc_ref().ptr();  // held for the process's life, like the registry entry
           PluginRegistry::instance().register_creator(std::make_unique<PyPluginCreator>(info), "python:" + module, replace);
         },
-        "spec"_a, "name"_a, "version"_a, "namespace"_a, "module"_a, "num_outputs"_a, "dtypes"_a, "fields"_a, "replace"_a = false);
+        "spec"_a, "name"_a, "version"_a, "namespace"_a, "module"_a, "num_outputs"_a, "dtypes"_a, "fields"_a, "aliases"_a, "replace"_a = false);
 }
 
 }  // namespace kiln::python

@@ -148,6 +148,27 @@ std::string elision_blocker(const Layer& l, const TensorStates& states, const Li
   return "";
 }
 
+// Why output `out` of the plugin step `s` cannot take the place of its input `in`, which the
+// plugin declared it may reuse (Plugin::aliased_input); "" when it can.
+std::string alias_blocker(const Layer& l, size_t s, const Tensor* in, const Tensor* out, const TensorStates& states,
+                          const Liveness& live, const ElisionState& es) {
+  if (!in) return "the input is missing";
+  if (!live.first.count(in)) return "input " + quoted(in) + " is not an arena activation (a network input or constant)";
+  if (!live.first.count(out)) return "output " + quoted(out) + " is a network output";
+  if (live.last.at(in) != static_cast<int>(s)) return "input " + quoted(in) + " is read by a later layer";
+  int reads = 0;
+  for (int i = 0; i < l.num_inputs(); ++i) reads += l.input(i) == in;
+  if (reads != 1) return "input " + quoted(in) + " is read more than once by the layer";
+  if (!in->producer() || is_host_known(*in->producer(), states)) return "input " + quoted(in) + " is computed on the host";
+  if (es.container.count(in) || es.group_outputs.count(in)) return "input " + quoted(in) + " is part of an elided concatenation";
+  if (es.container.count(out) || es.group_outputs.count(out)) return "output " + quoted(out) + " is part of an elided concatenation";
+  const TensorState& a = states.at(in);
+  const TensorState& b = states.at(out);
+  if (a.type != b.type || in->format() != out->format()) return "the input and the output differ in type or format";
+  if (tensor_bytes(a) != tensor_bytes(b) || tensor_bytes(a) == 0) return "the input and the output differ in size";
+  return "";
+}
+
 }  // namespace
 
 uint64_t tensor_bytes(const TensorState& st) { return static_cast<uint64_t>(st.dims.volume()) * data_type_size(st.type); }
@@ -186,12 +207,34 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
     plan.concats.push_back(std::move(d));
   }
 
+  // In-place plugin outputs: the output shares its input's request (chains share the first's).
+  std::unordered_map<const Tensor*, const Tensor*> alias_root;
+  if (options.in_place_plugins && !dd) {
+    for (size_t s = 0; s < steps.size(); ++s) {
+      const Layer& l = *steps[s];
+      if (l.type() != kLayerPlugin || !l.attrs().has("plugin_aliased_inputs")) continue;
+      const std::vector<int64_t> aliases = l.attrs().get_ints("plugin_aliased_inputs");
+      for (int o = 0; o < l.num_outputs() && o < static_cast<int>(aliases.size()); ++o) {
+        const int64_t i = aliases[static_cast<size_t>(o)];
+        if (i < 0 || i >= l.num_inputs()) continue;
+        const Tensor* in = l.input(static_cast<int>(i));
+        const Tensor* out = l.output(o);
+        InPlaceDecision d{static_cast<int>(s), o, alias_blocker(l, s, in, out, states, live, es)};
+        if (d.reason.empty()) {
+          auto r = alias_root.find(in);
+          alias_root[out] = r == alias_root.end() ? in : r->second;
+        }
+        plan.in_place.push_back(std::move(d));
+      }
+    }
+  }
+
   // One request per tensor that is not placed inside a group; a group's request spans its members.
   std::vector<BufferRequest> requests;
   std::vector<const Tensor*> roots;
   std::unordered_map<const Tensor*, size_t> request_of;
   for (const Tensor* t : live.order) {
-    if (es.container.count(t)) continue;
+    if (es.container.count(t) || alias_root.count(t)) continue;
     BufferRequest r;
     r.size = tensor_bytes(states.at(t));
     if (min_bytes) {
@@ -211,6 +254,10 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
       r.last_use = std::max(r.last_use, live.last.at(t));
     }
   }
+  for (const auto& [out, root] : alias_root) {
+    BufferRequest& r = requests[request_of.at(root)];
+    r.last_use = std::max(r.last_use, live.last.at(out));
+  }
   const MemoryPlan mp = plan_memory(requests, kActivationAlignment);
   for (size_t i = 0; i < roots.size(); ++i) {
     plan.offsets[roots[i]] = mp.offsets[i];
@@ -222,6 +269,10 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
       plan.offsets[t] = base + off;
       plan.bytes[t] = tensor_bytes(states.at(t));
     }
+  }
+  for (const auto& [out, root] : alias_root) {
+    plan.offsets[out] = plan.offsets.at(root);
+    plan.bytes[out] = tensor_bytes(states.at(out));
   }
   plan.peak = mp.peak;
   plan.naive = mp.naive;
@@ -239,6 +290,9 @@ ActivationPlan plan_profile_activations(const Network& network, const std::vecto
   }
   ActivationPlanOptions options;
   options.concat_elision = false;
+  // In-place outputs are decided per shape (the sizes must match at that shape): the profile
+  // plan, which any shape of the profile may fall back to, gives every output its own buffer.
+  options.in_place_plugins = false;
   return plan_activations(network, steps, max, options, &largest);
 }
 

@@ -33,6 +33,18 @@ struct ActivationPlanOptions {
   // request alive from the first input's producer to the last reader of any of its tensors,
   // so readers of an input after the concatenation still find it intact.
   bool concat_elision = true;
+  // In-place plugin outputs (Plugin::aliased_input, the layer attribute plugin_aliased_inputs):
+  // an output takes its input's place when the input is an arena activation of the same type,
+  // format and byte size, written by a kernel, read once by the plugin and by no later layer, in
+  // no elided concatenation, and the network has no data-dependent sizes.
+  bool in_place_plugins = true;
+};
+
+// What the planner decided for one output a plugin declared in-place.
+struct InPlaceDecision {
+  int step = 0;        // index into the steps given to plan_activations
+  int output = 0;      // the plugin's output index
+  std::string reason;  // why it got its own buffer (empty when it shares its input's)
 };
 
 // What the planner decided for one Concatenation step.
@@ -55,6 +67,8 @@ struct ActivationPlan {
   // One entry per Concatenation step that runs as a kernel or was elided (host-known ones are
   // left out), in step order.
   std::vector<ConcatDecision> concats;
+  // One entry per output a plugin declared in-place, in step order.
+  std::vector<InPlaceDecision> in_place;
 };
 
 // Layers in execution order, excluding Constant layers (their outputs are weights).

@@ -34,6 +34,22 @@ void log_concat_elision(const ShapePlan& plan, const std::vector<Layer*>& steps)
   log(Severity::kVerbose, os.str());
 }
 
+// Says (verbose) which in-place plugin outputs share their input's memory and why others do not.
+void log_in_place(const ShapePlan& plan, const std::vector<Layer*>& steps) {
+  if (plan.memory.in_place.empty()) return;
+  std::string shared, own;
+  for (const InPlaceDecision& d : plan.memory.in_place) {
+    const std::string name = "'" + steps[static_cast<size_t>(d.step)]->name() + "' output " + std::to_string(d.output);
+    if (d.reason.empty()) {
+      shared += (shared.empty() ? "" : ", ") + name;
+    } else {
+      own += (own.empty() ? "" : "; ") + name + " (" + d.reason + ")";
+    }
+  }
+  log(Severity::kVerbose, "in-place plugin outputs sharing their input's memory: " + (shared.empty() ? "none" : shared) +
+                              (own.empty() ? "" : "; with their own buffer: " + own));
+}
+
 // Whether every arena tensor of `states` fits its reservation in `plan`.
 bool fits(const ActivationPlan& plan, const TensorStates& states, std::string* first_misfit) {
   for (const auto& [t, off] : plan.offsets) {
@@ -247,12 +263,14 @@ std::unique_ptr<ShapePlan> build_shape_plan(const PlanEnvironment& env, const st
       plan->memory = *options.profile_plan;
       plan->memory.elided.assign(n, false);
       plan->memory.concats.clear();
+      plan->memory.in_place.clear();
       plan->uses_profile_plan = true;
     }
     // Otherwise the caller decides: grow its own arena, or fail for user-managed memory.
   }
   if (plan->memory.elided.size() != n) plan->memory.elided.assign(n, false);
   log_concat_elision(*plan, steps);
+  log_in_place(*plan, steps);
 
   plan->runs.assign(n, 0);
   for (size_t s = 0; s < n; ++s) plan->runs[s] = !plan->host_known[s] && !plan->memory.elided[s];

@@ -67,6 +67,26 @@ uint64_t plugin_bytes_checksum(const void* data, size_t size) {
   return h;
 }
 
+// The plugin's in-place outputs (Plugin::aliased_input) as the layer attribute
+// plugin_aliased_inputs (one input index or -1 per output), when it declares any.
+void store_aliases(Attributes& attrs, const Plugin& plugin, int num_outputs, size_t num_inputs, const std::string& where) {
+  std::vector<int64_t> aliases;
+  bool any = false;
+  for (int o = 0; o < num_outputs; ++o) {
+    const int i = plugin.aliased_input(o);
+    if (i < -1 || i >= static_cast<int>(num_inputs)) {
+      throw Error(where + ": plugin '" + plugin.type() + "' says output " + std::to_string(o) + " reuses input " +
+                  std::to_string(i) + ", but the layer has " + std::to_string(num_inputs) + " inputs");
+    }
+    if (i >= 0 && std::find(aliases.begin(), aliases.end(), i) != aliases.end()) {
+      throw Error(where + ": plugin '" + plugin.type() + "' says two outputs reuse input " + std::to_string(i));
+    }
+    any |= i >= 0;
+    aliases.push_back(i);
+  }
+  if (any) attrs.set("plugin_aliased_inputs", aliases);
+}
+
 Layer* add_plugin(Network& network, const std::vector<Tensor*>& inputs, const Plugin& plugin, const std::string& name) {
   const int n = plugin.num_outputs();
   if (n < 1) throw Error("plugin '" + plugin.type() + "' declares " + std::to_string(n) + " outputs; it needs at least one");
@@ -80,6 +100,7 @@ Layer* add_plugin(Network& network, const std::vector<Tensor*>& inputs, const Pl
   } else {
     store_fields(attrs, plugin.fields());
   }
+  store_aliases(attrs, plugin, n, inputs.size(), "plugin layer '" + name + "'");
   return add_layer_with(network, inputs, plugin.type(), plugin.version(), plugin.plugin_namespace(), n, std::move(attrs), name);
 }
 
@@ -97,6 +118,7 @@ Layer* add_plugin_layer(Network& network, const std::vector<Tensor*>& inputs, co
   if (n < 1) throw Error(where + ": plugin '" + creator.name() + "' declares " + std::to_string(n) + " outputs");
   Attributes attrs;
   store_fields(attrs, resolved);
+  store_aliases(attrs, *plugin, n, inputs.size(), where);
   return add_layer_with(network, inputs, creator.name(), creator.version(), creator.plugin_namespace(), n, std::move(attrs),
                         layer_name);
 }
@@ -491,6 +513,8 @@ OpSchema plugin_schema() {
       {"plugin_namespace", AttrType::kString, std::string(), false, "creator namespace"},
       {"plugin_library", AttrType::kString, std::string(), false, "library the creator came from"},
       {"plugin_tactic", AttrType::kString, std::string(), false, "the plugin's implementation the builder chose"},
+      {"plugin_aliased_inputs", AttrType::kInts, std::vector<int64_t>{}, false,
+       "per output, the input whose memory it may reuse (Plugin::aliased_input), or -1"},
   };
   s.doc = "A custom layer run by a registered plugin (docs/writing-a-plugin.md).";
   return s;

@@ -536,3 +536,28 @@ def test_docs_python_md():
             exec(compile(code, f"docs/python.md block {i}", "exec"), namespace)  # noqa: S102
         finally:
             kiln.set_log_callback(None)
+
+
+def test_python_plugin_in_place_output_shares_its_inputs_memory():
+    seen = []
+
+    @kp.register("PyDoubleInPlace", dtypes=("float32",), in_place={0: 0}, replace=True)
+    def double(x):
+        return x
+
+    @double.impl("cpu")
+    def _(x, y):
+        seen.append(x.ctypes.data == y.ctypes.data)
+        np.multiply(x, 2, out=y)
+
+    net = kiln.Network()
+    x = net.add_input("x", kiln.float32, [4, 8])
+    a = net.add_activation(x, kiln.ActivationType.relu).get_output(0)
+    b = net.add_plugin([a], double.create(), "double").get_output(0)
+    y = net.add_activation(b, kiln.ActivationType.tanh).get_output(0)
+    y.name = "y"
+    net.mark_output(y)
+    xv = RNG.standard_normal((4, 8)).astype(np.float32)
+    out = kiln.Session(kiln.Runtime().deserialize(build(net))).run({"x": xv})["y"]
+    np.testing.assert_allclose(out, np.tanh(2 * np.maximum(xv, 0)), rtol=1e-6)
+    assert seen == [True]
