@@ -5,6 +5,7 @@
 // PluginExecContext::fail reaching the error from a CUDA enqueue. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -122,6 +123,26 @@ class CudaFailing : public CudaTwoWays {
 };
 using CudaFailingCreator = Creator<CudaFailing>;
 KILN_REGISTER_PLUGIN(CudaFailingCreator);
+
+// y = x, output 0 may reuse input 0; records whether kiln passed one address for both.
+class CudaCopyInPlace : public CudaTwoWays {
+ public:
+  std::string type() const override { return "CudaCopyInPlace"; }
+  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&, const std::vector<PluginTensorDesc>&) const override {
+    return {};
+  }
+  int aliased_input(int) const override { return 0; }
+  int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>&, const void* const* inputs,
+              void* const* outputs, void*, const PluginExecContext& exec) override {
+    (inputs[0] == outputs[0] ? same_ : different_).fetch_add(1);
+    if (inputs[0] == outputs[0]) return 0;
+    return device_copy(exec, outputs[0], inputs[0], static_cast<size_t>(in[0].dims.volume()) * sizeof(float));
+  }
+  std::unique_ptr<Plugin> clone() const override { return std::make_unique<CudaCopyInPlace>(); }
+  static inline std::atomic<int> same_{0}, different_{0};
+};
+using CudaCopyInPlaceCreator = Creator<CudaCopyInPlace>;
+KILN_REGISTER_PLUGIN(CudaCopyInPlaceCreator);
 
 std::shared_ptr<Engine> build_cuda(Network& net, const OptimizationProfile* profile, bool time_tactics,
                                    std::vector<uint8_t>* bytes_out = nullptr) {
@@ -241,6 +262,38 @@ TEST(CudaPluginAuthoring, AFailingEnqueuesMessageNamesTheLayer) {
     EXPECT_NE(err.find("sorted_lookup"), std::string::npos) << "call " << i << ": " << err;
     EXPECT_NE(err.find("the indices must be sorted"), std::string::npos) << "call " << i << ": " << err;
   }
+#endif
+}
+
+TEST(CudaPluginAuthoring, InPlaceOutputsShareTheirInputsDeviceMemory) {
+  SKIP_WITHOUT_CUDA();
+#ifdef KILN_TEST_CUDA
+  // x -> relu -> copy-in-place -> relu -> y: the plugin's input dies at the plugin.
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{4, 256});
+  Tensor* a = net.add_activation(x, ActivationType::kRelu)->output(0);
+  Tensor* b = add_plugin(net, {a}, CudaCopyInPlace(), "copy")->output(0);
+  Tensor* y = net.add_unary(b, UnaryOp::kNeg)->output(0);
+  y->set_name("y");
+  net.mark_output(y);
+  auto engine = build_cuda(net, nullptr, false);
+  Backend& backend = get_backend(DeviceType::kCUDA);
+  test::DeviceTensors mem(backend);
+  HostTensor in(DataType::kFloat32, Dims{4, 256});
+  for (int64_t i = 0; i < in.count(); ++i) in.as<float>()[i] = static_cast<float>(i % 9) - 4.0f;
+  void* x_dev = mem.upload(in);
+  void* y_dev = mem.alloc(in.nbytes());
+  auto ctx = engine->create_execution_context();
+  ctx->set_tensor_address("x", x_dev);
+  ctx->set_tensor_address("y", y_dev);
+  CudaCopyInPlace::same_ = 0;
+  CudaCopyInPlace::different_ = 0;
+  for (int i = 0; i < 3; ++i) ctx->execute();  // plain, capture, replay
+  HostTensor out(DataType::kFloat32, in.dims());
+  backend.copy_device_to_host(out.data(), y_dev, out.nbytes(), nullptr);
+  for (int64_t i = 0; i < in.count(); ++i) ASSERT_EQ(out.as<float>()[i], -std::max(in.as<float>()[i], 0.0f)) << i;
+  EXPECT_GE(CudaCopyInPlace::same_.load(), 1);
+  EXPECT_EQ(CudaCopyInPlace::different_.load(), 0);
 #endif
 }
 

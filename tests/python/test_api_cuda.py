@@ -159,3 +159,24 @@ def test_python_plugin_with_a_triton_kernel():
     y = sess.run({"x": x})["y"]
     torch.cuda.synchronize()
     torch.testing.assert_close(y, torch.clamp(x, min=0.25))
+
+
+def test_cupy_arrays_in_place_and_a_cupy_plugin():
+    cupy = pytest.importorskip("cupy")
+
+    @kp.register("PyCupyScale", dtypes=("float32",), replace=True)
+    def cscale(x, *, k: float = 1.0):
+        return x
+
+    @cscale.impl("cuda", framework="cupy")
+    def _(x, y, *, k, stream):
+        assert cupy.cuda.get_current_stream().ptr == stream, "not on kiln's stream"
+        cupy.multiply(x, k, out=y)
+
+    sess = kiln.Session(plugin_engine(cscale, k=3.0))
+    x = cupy.arange(2 * 64, dtype=cupy.float32).reshape(2, 64)
+    y = sess.run({"x": x})["y"]
+    cupy.cuda.get_current_stream().synchronize()
+    assert isinstance(y, cupy.ndarray)
+    cupy.testing.assert_allclose(y, 3 * x)
+    assert sess.context.get_tensor_address("x") == x.data.ptr
