@@ -159,7 +159,9 @@ CallbackLogger& callback_logger() {
 void bind_core(nb::module_& m) {
   static nb::object error = nb::exception<Error>(m, "Error", PyExc_RuntimeError);
   nb::exception<EngineFormatError>(m, "EngineFormatError", error);
+  m.attr("EngineFormatError").attr("__doc__") = "A malformed, truncated or foreign engine file (a kiln.Error).";
   nb::exception<ParseError>(m, "ParseError", error);
+  m.attr("ParseError").attr("__doc__") = "An ONNX model kiln cannot import; the message lists every unsupported node (a kiln.Error).";
   m.attr("Error").attr("__doc__") =
       "Every kiln failure: the message says what failed, where (layer, node, tensor or file by name) and what to do.";
 

@@ -195,7 +195,7 @@ void bind_network(nb::module_& m) {
             return n.add_input(name, type, dims_from(shape));
           }, "name"_a, "dtype"_a, "shape"_a, ref, "A network input; -1 marks a dynamic dim (needs an optimization profile).")
       .def("mark_output", &Network::mark_output, "tensor"_a, "Marks a tensor as a network output (named as the tensor).")
-      .def("unmark_output", &Network::unmark_output, "tensor"_a)
+      .def("unmark_output", &Network::unmark_output, "tensor"_a, "Makes a network output an ordinary tensor again.")
       .def("add_constant", [](Network& n, nb::handle value, const std::string& name) {
             return n.add_constant(tensor_arg(value, "constant '" + name + "'"), name);
           }, "value"_a, "name"_a = "", ref, "A Constant layer holding a copy of an array.")
@@ -263,7 +263,7 @@ void bind_network(nb::module_& m) {
            "y = (x * scale + shift) ** power, each None (identity), one value, one per channel or one per element: a "
            "folded BatchNorm is mode=ScaleMode.channel with scale = gamma/sqrt(var+eps), shift = beta - mean*scale.")
       .def("add_elementwise", &Network::add_elementwise, "a"_a, "b"_a, "op"_a, ref, "A binary operation with broadcasting.")
-      .def("add_unary", &Network::add_unary, "input"_a, "op"_a, ref)
+      .def("add_unary", &Network::add_unary, "input"_a, "op"_a, ref, "A unary operation (UnaryOp).")
       .def("add_matrix_multiply", &Network::add_matrix_multiply, "a"_a, "transpose_a"_a, "b"_a, "transpose_b"_a, ref,
            "Batched matrix product (numpy matmul rules).")
       .def("add_fully_connected",
@@ -281,17 +281,17 @@ void bind_network(nb::module_& m) {
            "Transpose, reshape (0 copies the input extent, -1 infers), transpose; None skips a step.")
       .def("add_shuffle_dynamic", &Network::add_shuffle_dynamic, "input"_a, "shape"_a, ref,
            "Reshape to the dims held by a 1-D int64 shape tensor.")
-      .def("add_concatenation", &Network::add_concatenation, "inputs"_a, "axis"_a, ref)
+      .def("add_concatenation", &Network::add_concatenation, "inputs"_a, "axis"_a, ref, "Concatenates the inputs along an axis.")
       .def("add_slice",
            [](Network& n, Tensor* input, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends, nb::object axes,
               nb::object steps) { return n.add_slice(input, starts, ends, ints_or_empty(axes), ints_or_empty(steps)); },
            "input"_a, "starts"_a, "ends"_a, "axes"_a = nb::none(), "steps"_a = nb::none(), ref, "ONNX Slice semantics.")
-      .def("add_gather", &Network::add_gather, "data"_a, "indices"_a, "axis"_a, ref)
-      .def("add_softmax", &Network::add_softmax, "input"_a, "axis"_a, ref)
-      .def("add_reduce", &Network::add_reduce, "input"_a, "op"_a, "axes"_a, "keep_dims"_a, ref)
-      .def("add_identity", &Network::add_identity, "input"_a, ref)
-      .def("add_cast", &Network::add_cast, "input"_a, "to"_a, ref)
-      .def("add_select", &Network::add_select, "condition"_a, "then_value"_a, "else_value"_a, ref)
+      .def("add_gather", &Network::add_gather, "data"_a, "indices"_a, "axis"_a, ref, "ONNX Gather: data indexed by indices along an axis.")
+      .def("add_softmax", &Network::add_softmax, "input"_a, "axis"_a, ref, "Softmax along an axis.")
+      .def("add_reduce", &Network::add_reduce, "input"_a, "op"_a, "axes"_a, "keep_dims"_a, ref, "A reduction (ReduceOp) over axes.")
+      .def("add_identity", &Network::add_identity, "input"_a, ref, "A copy of the input.")
+      .def("add_cast", &Network::add_cast, "input"_a, "to"_a, ref, "Converts to another element type.")
+      .def("add_select", &Network::add_select, "condition"_a, "then_value"_a, "else_value"_a, ref, "where(condition, then_value, else_value) with broadcasting.")
       .def("add_shape", &Network::add_shape, "input"_a, ref, "The input's dims as a 1-D int64 tensor.")
       .def("add_layer",
            [](Network& n, const std::string& type, const std::vector<Tensor*>& inputs, int num_outputs, nb::dict attrs,
@@ -313,11 +313,11 @@ void bind_network(nb::module_& m) {
            "inputs"_a, "plugin"_a, "name"_a = "", ref,
            "A plugin layer (the plugin from creator.create(...) or a Python plugin); its fields are stored on the layer.")
       .def_prop_ro("num_layers", &Network::num_layers)
-      .def("get_layer", &Network::layer, "index"_a, ref)
+      .def("get_layer", &Network::layer, "index"_a, ref, "Layer i (in insertion order).")
       .def_prop_ro("num_inputs", &Network::num_inputs)
-      .def("get_input", &Network::input, "index"_a, ref)
+      .def("get_input", &Network::input, "index"_a, ref, "Network input i.")
       .def_prop_ro("num_outputs", &Network::num_outputs)
-      .def("get_output", &Network::output, "index"_a, ref)
+      .def("get_output", &Network::output, "index"_a, ref, "Network output i.")
       .def_prop_ro(
           "layers",
           [](const Network& n) {
@@ -346,7 +346,7 @@ void bind_network(nb::module_& m) {
       .def("find_layer", &Network::find_layer, "name"_a, ref, "The layer of that name, or None.")
       .def("remove_layer", &Network::remove_layer, "layer"_a,
            "Removes a layer (Python references to it and its outputs must not be used afterwards).")
-      .def("replace_all_uses", &Network::replace_all_uses, "old"_a, "new"_a)
+      .def("replace_all_uses", &Network::replace_all_uses, "old"_a, "new"_a, "Makes every reader (and the output mark) of `old` use `new`.")
       .def("validate", &Network::validate, "Checks names, connectivity and attributes; raises kiln.Error listing every problem.")
       .def("__str__", [](const Network& n) { return to_text(n); });
 }

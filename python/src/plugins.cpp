@@ -303,9 +303,9 @@ void bind_plugins(nb::module_& m) {
   nb::class_<PluginFieldCollection>(m, "PluginFieldCollection", "Fields for creator.create (a list of PluginField).")
       .def("__init__", [](PluginFieldCollection* c, nb::handle fields) { new (c) PluginFieldCollection(collection_from(fields)); },
            "fields"_a = nb::none())
-      .def("add", &PluginFieldCollection::add, "field"_a)
+      .def("add", &PluginFieldCollection::add, "field"_a, "Appends a PluginField.")
       .def("__len__", [](const PluginFieldCollection& c) { return c.all().size(); })
-      .def("to_dict", &fields_dict);
+      .def("to_dict", &fields_dict, "The fields as {name: value} (one value or a list).");
 
   nb::class_<PluginFieldSpec>(m, "PluginFieldSpec", "One entry of a creator's field schema.")
       .def_ro("name", &PluginFieldSpec::name)
@@ -410,9 +410,9 @@ void bind_plugins(nb::module_& m) {
       .def("__mul__", [](const PyDim& a, nb::handle b) { return op(a, b, DimOp::kProd); })
       .def("__rmul__", [](const PyDim& a, nb::handle b) { return op(a, b, DimOp::kProd, true); })
       .def("__floordiv__", [](const PyDim& a, nb::handle b) { return op(a, b, DimOp::kFloorDiv); })
-      .def("ceil_div", [](const PyDim& a, nb::handle b) { return op(a, b, DimOp::kCeilDiv); }, "other"_a)
-      .def("min", [](const PyDim& a, nb::handle b) { return op(a, b, DimOp::kMin); }, "other"_a)
-      .def("max", [](const PyDim& a, nb::handle b) { return op(a, b, DimOp::kMax); }, "other"_a)
+      .def("ceil_div", [](const PyDim& a, nb::handle b) { return op(a, b, DimOp::kCeilDiv); }, "other"_a, "ceil(self / other).")
+      .def("min", [](const PyDim& a, nb::handle b) { return op(a, b, DimOp::kMin); }, "other"_a, "min(self, other).")
+      .def("max", [](const PyDim& a, nb::handle b) { return op(a, b, DimOp::kMax); }, "other"_a, "max(self, other).")
       .def("require_equal", [](const PyDim& a, nb::handle b) {
             return PyDim{a.builder, a.builder->require_equal(*a.expr, *expr_of(*a.builder, b))};
           }, "other"_a, "Declares the two extents equal; kiln checks it for every shape, naming the layer.")

@@ -406,11 +406,11 @@ void bind_runtime(nb::module_& m) {
             for (const auto& t : e.io_tensors()) if (t.mode == TensorIOMode::kOutput) v.push_back(t.name);
             return v;
           })
-      .def("get_tensor_info", &Engine::io_tensor, "name"_a, nb::rv_policy::copy)
+      .def("get_tensor_info", &Engine::io_tensor, "name"_a, nb::rv_policy::copy, "The TensorInfo of an input or output; raises listing the engine's tensors for an unknown name.")
       .def_prop_ro("num_optimization_profiles", &Engine::num_profiles)
-      .def("get_profile", &Engine::profile, "index"_a, nb::rv_policy::copy)
+      .def("get_profile", &Engine::profile, "index"_a, nb::rv_policy::copy, "Optimization profile `index` (min/opt/max per input).")
       .def("describe", &Engine::describe, "Layers after fusion, kernels, tensors, formats, memory plan (text).")
-      .def("activation_peak_bytes", &Engine::activation_peak_bytes, "profile"_a = 0)
+      .def("activation_peak_bytes", &Engine::activation_peak_bytes, "profile"_a = 0, "Activation bytes the memory planner needs at a profile's largest shapes.")
       .def("device_memory_size", &Engine::device_memory_size, "profile"_a = 0,
            "Bytes a context with user-managed memory needs for a profile.")
       .def("inspect",
@@ -492,7 +492,7 @@ void bind_runtime(nb::module_& m) {
            "name"_a, "address"_a, "Binds raw memory (an int address) to an I/O tensor; the caller keeps it valid.")
       .def("get_tensor_address", [](const PyContext& c, const std::string& name) {
             return reinterpret_cast<uintptr_t>(c.ctx->tensor_address(name));
-          }, "name"_a)
+          }, "name"_a, "The address bound to an I/O tensor (0 when none).")
       .def("execute", [](PyContext& c) { c.ctx->execute(); }, nb::call_guard<nb::gil_scoped_release>(),
            "Runs the inference to completion (the GIL is released).")
       .def("execute_v2", [](PyContext& c) { c.ctx->execute(); return true; }, nb::call_guard<nb::gil_scoped_release>(),
@@ -529,10 +529,10 @@ void bind_runtime(nb::module_& m) {
             c.ctx->set_device_memory(reinterpret_cast<void*>(address), size);
           }, "address"_a, "size"_a, "User-managed memory (contexts made with user_managed_memory=True).")
       .def_prop_ro("stats", [](const PyContext& c) { return stats_dict(c.ctx->stats()); }, "Counters of plans, graphs, allocations.")
-      .def("reset_stats", [](PyContext& c) { c.ctx->reset_stats(); })
+      .def("reset_stats", [](PyContext& c) { c.ctx->reset_stats(); }, "Zeroes the counters of stats.")
       .def_prop_rw("profiling", [](const PyContext&) { return false; }, [](PyContext& c, bool b) { c.ctx->set_profiling(b); },
                    "Per-layer timing (synchronizes after each layer; for finding slow layers).")
-      .def("profile_report", [](const PyContext& c) { return c.ctx->profile_report(); })
+      .def("profile_report", [](const PyContext& c) { return c.ctx->profile_report(); }, "Per-layer timing, slowest first (text; set profiling = True first).")
       .def("layer_profile", [](const PyContext& c) {
             nb::list out;
             for (const LayerTiming& t : c.ctx->layer_profile()) {
@@ -545,7 +545,7 @@ void bind_runtime(nb::module_& m) {
               out.append(d);
             }
             return out;
-          });
+          }, "Per-layer timing in execution order: a list of dicts (name, type, kernel, runs, total_ms).");
 
   // The C++ side of bench/python_overhead.py: the same calls in a C++ loop in this process.
   m.def("_time_execute_loop", [](PyContext& c, int n) {

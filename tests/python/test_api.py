@@ -561,3 +561,25 @@ def test_python_plugin_in_place_output_shares_its_inputs_memory():
     out = kiln.Session(kiln.Runtime().deserialize(build(net))).run({"x": xv})["y"]
     np.testing.assert_allclose(out, np.tanh(2 * np.maximum(xv, 0)), rtol=1e-6)
     assert seen == [True]
+
+
+def test_every_public_function_and_class_has_a_docstring():
+    import inspect
+    missing = []
+    for name in dir(kiln._kiln):
+        if name.startswith("_"):
+            continue
+        obj = getattr(kiln._kiln, name)
+        if inspect.isclass(obj):
+            if not (obj.__doc__ or "").strip():
+                missing.append(name)
+            for attr, value in vars(obj).items():
+                if attr.startswith("_") or isinstance(value, (int, property)) or not callable(value):
+                    continue
+                lines = [line for line in (value.__doc__ or "").splitlines() if line.strip()]
+                if len(lines) <= 1:  # nanobind's first line is the signature
+                    missing.append(f"{name}.{attr}")
+        elif callable(obj):
+            if len([line for line in (obj.__doc__ or "").splitlines() if line.strip()]) <= 1:
+                missing.append(name)
+    assert not missing, f"without a docstring: {missing}"
