@@ -1,0 +1,705 @@
+// kiln as a Triton Inference Server backend (docs/serving.md): libtriton_kiln.so, loaded by
+// tritonserver from --backend-directory/kiln/. A model is a kiln engine file, or an ONNX file
+// built into an engine when the model loads (cached next to it, keyed by kiln's version and the
+// device). The model configuration can be completed from the engine (inputs, outputs, types,
+// dims, max_batch_size from the profile). Each instance of instance_group is one execution
+// context on the shared engine; Triton's dynamic batcher hands an instance several requests,
+// which run as one inference when their shapes allow it. A bad request (a missing or unknown
+// input, a wrong type, shape or byte size, a batch outside the profile) gets an error response
+// naming the input and the model, and the other requests of the batch still run.
+//
+// Parameters (config.pbtxt `parameters { key: ... value { string_value: ... } }`):
+//   plugin_libraries        comma-separated plugin libraries to load (relative to the model folder)
+//   allow_embedded_plugins  "true": load plugin libraries embedded in the engine (runs their code)
+//   device                  "cpu" (default) or "cuda": the device ONNX models are built for
+//   threads                 CPU threads per instance (default: the cores divided among instances)
+//   min_batch / opt_batch   the batch range ONNX models are built for (max: max_batch_size)
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/kiln.h"
+#include "src/backends/backend.h"
+#include "triton/core/tritonbackend.h"
+
+namespace kiln::triton {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// ---- errors and logging -------------------------------------------------------------------
+
+TRITONSERVER_Error* error(TRITONSERVER_Error_Code code, const std::string& message) {
+  return TRITONSERVER_ErrorNew(code, message.c_str());
+}
+
+void log_line(TRITONSERVER_LogLevel level, const std::string& message) {
+  TRITONSERVER_Error* e = TRITONSERVER_LogMessage(level, __FILE__, __LINE__, message.c_str());
+  if (e) TRITONSERVER_ErrorDelete(e);
+}
+
+// Throws kiln::Error with Triton's message when a Triton call fails.
+void check(TRITONSERVER_Error* e, const char* what) {
+  if (!e) return;
+  std::string message = std::string(what) + ": " + TRITONSERVER_ErrorMessage(e);
+  TRITONSERVER_ErrorDelete(e);
+  throw Error(message);
+}
+
+// Runs f, turning every exception into a Triton error (nothing may escape into the server).
+template <class F>
+TRITONSERVER_Error* guarded(const std::string& where, F&& f) {
+  try {
+    f();
+    return nullptr;
+  } catch (const std::exception& e) {
+    return error(TRITONSERVER_ERROR_INTERNAL, "kiln backend: " + where + ": " + e.what());
+  } catch (...) {
+    return error(TRITONSERVER_ERROR_INTERNAL, "kiln backend: " + where + ": unknown exception");
+  }
+}
+
+// Routes kiln's log to Triton's.
+class TritonLogger : public Logger {
+ public:
+  void log(Severity s, const std::string& message) override {
+    const TRITONSERVER_LogLevel level = s == Severity::kError     ? TRITONSERVER_LOG_ERROR
+                                        : s == Severity::kWarning ? TRITONSERVER_LOG_WARN
+                                        : s == Severity::kInfo    ? TRITONSERVER_LOG_INFO
+                                                                  : TRITONSERVER_LOG_VERBOSE;
+    log_line(level, "kiln: " + message);
+  }
+};
+
+// ---- types --------------------------------------------------------------------------------
+
+struct TypeNames {
+  DataType kiln;
+  TRITONSERVER_DataType triton;
+  const char* config;
+};
+constexpr TypeNames kTypes[] = {
+    {DataType::kFloat32, TRITONSERVER_TYPE_FP32, "TYPE_FP32"}, {DataType::kFloat16, TRITONSERVER_TYPE_FP16, "TYPE_FP16"},
+    {DataType::kFloat64, TRITONSERVER_TYPE_FP64, "TYPE_FP64"}, {DataType::kInt8, TRITONSERVER_TYPE_INT8, "TYPE_INT8"},
+    {DataType::kInt16, TRITONSERVER_TYPE_INT16, "TYPE_INT16"}, {DataType::kInt32, TRITONSERVER_TYPE_INT32, "TYPE_INT32"},
+    {DataType::kInt64, TRITONSERVER_TYPE_INT64, "TYPE_INT64"}, {DataType::kUInt8, TRITONSERVER_TYPE_UINT8, "TYPE_UINT8"},
+    {DataType::kUInt16, TRITONSERVER_TYPE_UINT16, "TYPE_UINT16"}, {DataType::kUInt32, TRITONSERVER_TYPE_UINT32, "TYPE_UINT32"},
+    {DataType::kUInt64, TRITONSERVER_TYPE_UINT64, "TYPE_UINT64"}, {DataType::kBool, TRITONSERVER_TYPE_BOOL, "TYPE_BOOL"},
+};
+
+const TypeNames* names_of(DataType t) {
+  for (const auto& n : kTypes) if (n.kiln == t) return &n;
+  return nullptr;
+}
+const TypeNames* names_of(TRITONSERVER_DataType t) {
+  for (const auto& n : kTypes) if (n.triton == t) return &n;
+  return nullptr;
+}
+const TypeNames* names_of(const std::string& config) {
+  for (const auto& n : kTypes) if (config == n.config) return &n;
+  return nullptr;
+}
+
+std::string shape_text(const int64_t* d, uint32_t n) {
+  std::string s = "[";
+  for (uint32_t i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+std::string parameter(const json& config, const std::string& key, const std::string& def = "") {
+  auto p = config.find("parameters");
+  if (p == config.end() || !p->contains(key)) return def;
+  const json& v = (*p)[key];
+  if (v.is_object() && v.contains("string_value")) return v["string_value"].get<std::string>();
+  return def;
+}
+
+// ---- the model ------------------------------------------------------------------------------
+
+struct ModelState {
+  std::string name;
+  std::string dir;  // <repository>/<model>/<version>
+  json config;
+  std::shared_ptr<Engine> engine;
+  int max_batch = 0;  // Triton's max_batch_size: 0 = no batch dim in requests
+  std::vector<TensorInfo> inputs, outputs;
+  int threads = 0;
+  std::atomic<int> instances{0};
+};
+
+// The engine of a model: an engine file, or an ONNX file built now (and cached beside it).
+std::shared_ptr<Engine> load_engine(ModelState& m) {
+  for (const std::string& lib : [&] {
+         std::vector<std::string> libs;
+         std::stringstream ss(parameter(m.config, "plugin_libraries"));
+         for (std::string item; std::getline(ss, item, ',');) {
+           if (!item.empty()) libs.push_back(fs::path(item).is_absolute() ? item : (fs::path(m.dir) / ".." / item).string());
+         }
+         return libs;
+       }()) {
+    load_plugin_library(lib);
+  }
+  Runtime runtime;
+  runtime.set_allow_embedded_plugins(parameter(m.config, "allow_embedded_plugins") == "true");
+  std::string file = m.config.value("default_model_filename", std::string());
+  if (file.empty()) file = fs::exists(fs::path(m.dir) / "model.kiln") ? "model.kiln" : "model.onnx";
+  const fs::path path = fs::path(m.dir) / file;
+  if (!fs::exists(path)) {
+    throw Error("model '" + m.name + "': no model file " + path.string() +
+                " (put model.kiln, an engine from `kiln build`, or model.onnx there, or set default_model_filename)");
+  }
+  if (path.extension() != ".onnx") return runtime.deserialize_file(path.string());
+
+  const std::string device = parameter(m.config, "device", "cpu");
+  const fs::path cache = path.string() + "." + version() + "." + device + ".kiln";
+  if (fs::exists(cache) && fs::last_write_time(cache) >= fs::last_write_time(path)) {
+    try {
+      return runtime.deserialize_file(cache.string());
+    } catch (const std::exception& e) {
+      log_line(TRITONSERVER_LOG_WARN, "kiln: rebuilding " + cache.string() + ": " + e.what());
+    }
+  }
+  Network net;
+  OnnxParser(net).parse_file(path.string());
+  BuilderConfig config;
+  config.device = parse_device_type(device);
+  OptimizationProfile profile;
+  bool dynamic = false;
+  const int64_t max_batch = std::max<int64_t>(1, m.config.value("max_batch_size", 0));
+  const int64_t min_batch = std::stoll(parameter(m.config, "min_batch", "1"));
+  const int64_t opt_batch = std::stoll(parameter(m.config, "opt_batch", std::to_string(max_batch)));
+  for (int i = 0; i < net.num_inputs(); ++i) {
+    const Tensor* t = net.input(i);
+    Dims lo = t->dims(), opt = t->dims(), hi = t->dims();
+    for (int k = 0; k < t->dims().rank(); ++k) {
+      if (t->dims()[k] != kDynamic) continue;
+      if (k != 0) {
+        throw Error("model '" + m.name + "': input '" + t->name() + "' of " + path.string() + " has a dynamic dim " +
+                    std::to_string(k) + " beyond the batch; build the engine with `kiln build` and its profile, and "
+                    "serve model.kiln");
+      }
+      lo[0] = min_batch;
+      opt[0] = opt_batch;
+      hi[0] = max_batch;
+      dynamic = true;
+    }
+    if (dynamic) profile.set_dimensions(t->name(), lo, opt, hi);
+  }
+  if (dynamic) config.profiles.push_back(profile);
+  log_line(TRITONSERVER_LOG_INFO, "kiln: building an engine for " + path.string() + " on " + device);
+  const std::vector<uint8_t> bytes = Builder().build_serialized(net, config);
+  const fs::path tmp = cache.string() + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!out) throw Error("cannot write the engine cache " + tmp.string());
+  }
+  fs::rename(tmp, cache);
+  return runtime.deserialize(bytes.data(), bytes.size(), cache.string());
+}
+
+json tensor_config(const TensorInfo& t, int max_batch) {
+  json j;
+  j["name"] = t.name;
+  const TypeNames* n = names_of(t.type);
+  if (!n) throw Error("tensor '" + t.name + "' has type " + to_string(t.type) + ", which this backend does not serve");
+  j["data_type"] = n->config;
+  json dims = json::array();
+  for (int k = max_batch > 0 ? 1 : 0; k < t.dims.rank(); ++k) dims.push_back(t.dims[k]);
+  j["dims"] = dims;
+  return j;
+}
+
+// Completes (when Triton allows) and checks the configuration against the engine.
+void reconcile_config(ModelState& m, TRITONBACKEND_Model* model) {
+  for (const TensorInfo& t : m.engine->io_tensors()) (t.mode == TensorIOMode::kInput ? m.inputs : m.outputs).push_back(t);
+  bool auto_complete = false;
+  check(TRITONBACKEND_ModelAutoCompleteConfig(model, &auto_complete), "ModelAutoCompleteConfig");
+  bool batch_dim = !m.inputs.empty();
+  int64_t engine_max_batch = 0;
+  for (const TensorInfo& t : m.inputs) {
+    if (t.dims.rank() == 0 || t.dims[0] != kDynamic) batch_dim = false;
+  }
+  if (batch_dim && m.engine->num_profiles() > 0) {
+    engine_max_batch = INT64_MAX;
+    for (const TensorInfo& t : m.inputs) engine_max_batch = std::min(engine_max_batch, m.engine->profile(0).max(t.name)[0]);
+  }
+  if (auto_complete) {
+    bool changed = false;
+    if (!m.config.contains("max_batch_size") || m.config["max_batch_size"].get<int64_t>() == 0) {
+      if (batch_dim) {
+        m.config["max_batch_size"] = engine_max_batch;
+        changed = true;
+      }
+    }
+    const int mb = m.config.value("max_batch_size", 0);
+    if (!m.config.contains("input") || m.config["input"].empty()) {
+      for (const TensorInfo& t : m.inputs) m.config["input"].push_back(tensor_config(t, mb));
+      changed = true;
+    }
+    if (!m.config.contains("output") || m.config["output"].empty()) {
+      for (const TensorInfo& t : m.outputs) m.config["output"].push_back(tensor_config(t, mb));
+      changed = true;
+    }
+    if (changed) {
+      const std::string text = m.config.dump();
+      TRITONSERVER_Message* msg = nullptr;
+      check(TRITONSERVER_MessageNewFromSerializedJson(&msg, text.data(), text.size()), "MessageNewFromSerializedJson");
+      TRITONSERVER_Error* e = TRITONBACKEND_ModelSetConfig(model, 1, msg);
+      TRITONSERVER_MessageDelete(msg);
+      check(e, "ModelSetConfig");
+    }
+  }
+  m.max_batch = m.config.value("max_batch_size", 0);
+  if (m.max_batch > 0 && !batch_dim) {
+    throw Error("model '" + m.name + "': max_batch_size is " + std::to_string(m.max_batch) +
+                " but the engine's inputs have no dynamic batch dim (dim 0); set max_batch_size: 0");
+  }
+  if (m.max_batch > 0 && m.max_batch > engine_max_batch) {
+    throw Error("model '" + m.name + "': max_batch_size " + std::to_string(m.max_batch) +
+                " exceeds the engine's profile, whose largest batch is " + std::to_string(engine_max_batch));
+  }
+  // Every configured input and output must be one of the engine's, with its type.
+  for (const char* section : {"input", "output"}) {
+    if (!m.config.contains(section)) continue;
+    for (const json& c : m.config[section]) {
+      const std::string name = c.value("name", std::string());
+      const TensorInfo* t = nullptr;
+      for (const TensorInfo& e : m.engine->io_tensors()) if (e.name == name) t = &e;
+      if (!t) {
+        std::string names;
+        for (const TensorInfo& e : m.engine->io_tensors()) names += (names.empty() ? "" : ", ") + e.name;
+        throw Error("model '" + m.name + "': config " + section + " '" + name + "' is not a tensor of the engine (it has: " +
+                    names + ")");
+      }
+      const TypeNames* n = names_of(c.value("data_type", std::string()));
+      if (!n || n->kiln != t->type) {
+        throw Error("model '" + m.name + "': config " + section + " '" + name + "' has data_type " +
+                    c.value("data_type", std::string("?")) + ", the engine's tensor is " + to_string(t->type));
+      }
+    }
+  }
+}
+
+// ---- an instance --------------------------------------------------------------------------
+
+// Host or device memory of at least `size` bytes, reused across executions.
+struct Staging {
+  Backend* backend = nullptr;  // null: host memory
+  void* ptr = nullptr;
+  size_t size = 0;
+  std::vector<uint8_t> host;
+  void* reserve(size_t bytes) {
+    bytes = std::max<size_t>(bytes, 1);
+    if (!backend) {
+      if (host.size() < bytes) host.resize(bytes);
+      return host.data();
+    }
+    if (size < bytes) {
+      if (ptr) backend->release(ptr);
+      ptr = backend->allocate(bytes);
+      size = bytes;
+    }
+    return ptr;
+  }
+  ~Staging() {
+    if (backend && ptr) backend->release(ptr);
+  }
+};
+
+struct InstanceState {
+  ModelState* model = nullptr;
+  std::string name;
+  std::unique_ptr<ExecutionContext> ctx;
+  Backend* device = nullptr;  // CUDA engines: copies go through device staging
+  std::vector<Staging> in, out;
+  std::vector<uint8_t> host_in, host_out;
+};
+
+struct Pending {
+  TRITONBACKEND_Request* request = nullptr;
+  int64_t batch = 1;
+  std::vector<std::vector<int64_t>> shapes;  // per engine input (the request's shape)
+  std::vector<TRITONBACKEND_Input*> inputs;
+};
+
+// The request's inputs checked against the engine; "" when fine, else what is wrong.
+std::string inspect_request(const ModelState& m, TRITONBACKEND_Request* r, Pending& p) {
+  uint32_t count = 0;
+  check(TRITONBACKEND_RequestInputCount(r, &count), "RequestInputCount");
+  for (uint32_t i = 0; i < count; ++i) {
+    TRITONBACKEND_Input* in = nullptr;
+    check(TRITONBACKEND_RequestInputByIndex(r, i, &in), "RequestInputByIndex");
+    const char* name = nullptr;
+    check(TRITONBACKEND_InputProperties(in, &name, nullptr, nullptr, nullptr, nullptr, nullptr), "InputProperties");
+    const bool known = std::any_of(m.inputs.begin(), m.inputs.end(), [&](const TensorInfo& t) { return t.name == name; });
+    if (!known) {
+      std::string names;
+      for (const TensorInfo& t : m.inputs) names += (names.empty() ? "" : ", ") + t.name;
+      return "unexpected input '" + std::string(name) + "' (model '" + m.name + "' takes: " + names + ")";
+    }
+  }
+  for (const TensorInfo& t : m.inputs) {
+    TRITONBACKEND_Input* in = nullptr;
+    TRITONSERVER_Error* e = TRITONBACKEND_RequestInput(r, t.name.c_str(), &in);
+    if (e) {
+      TRITONSERVER_ErrorDelete(e);
+      return "missing input '" + t.name + "' (model '" + m.name + "')";
+    }
+    TRITONSERVER_DataType type;
+    const int64_t* shape = nullptr;
+    uint32_t rank = 0;
+    uint64_t bytes = 0;
+    check(TRITONBACKEND_InputProperties(in, nullptr, &type, &shape, &rank, &bytes, nullptr), "InputProperties");
+    const TypeNames* n = names_of(type);
+    if (!n || n->kiln != t.type) {
+      return "input '" + t.name + "' has type " + TRITONSERVER_DataTypeString(type) + ", model '" + m.name + "' takes " +
+             names_of(t.type)->config;
+    }
+    if (static_cast<int>(rank) != t.dims.rank()) {
+      return "input '" + t.name + "' has shape " + shape_text(shape, rank) + " of rank " + std::to_string(rank) +
+             ", model '" + m.name + "' takes rank " + std::to_string(t.dims.rank()) + " (" + t.dims.to_string() + ")";
+    }
+    int64_t volume = 1;
+    for (uint32_t k = 0; k < rank; ++k) {
+      if (t.dims[static_cast<int>(k)] != kDynamic && shape[k] != t.dims[static_cast<int>(k)]) {
+        return "input '" + t.name + "' has shape " + shape_text(shape, rank) + ", model '" + m.name + "' takes " +
+               t.dims.to_string();
+      }
+      if (shape[k] < 0) return "input '" + t.name + "' has a negative extent in " + shape_text(shape, rank);
+      volume *= shape[k];
+    }
+    const uint64_t want = static_cast<uint64_t>(volume) * data_type_size(t.type);
+    if (bytes != want) {
+      return "input '" + t.name + "' has " + std::to_string(bytes) + " bytes of data, its shape " + shape_text(shape, rank) +
+             " and type need " + std::to_string(want);
+    }
+    if (m.max_batch > 0) {
+      if (rank == 0 || shape[0] < 1 || shape[0] > m.max_batch) {
+        return "input '" + t.name + "' has batch " + std::to_string(rank ? shape[0] : 0) + ", model '" + m.name +
+               "' takes 1.." + std::to_string(m.max_batch) + " (max_batch_size)";
+      }
+      if (&t != &m.inputs[0] && shape[0] != p.batch) return "inputs disagree on the batch size";
+      p.batch = shape[0];
+    }
+    p.shapes.emplace_back(shape, shape + rank);
+    p.inputs.push_back(in);
+  }
+  return "";
+}
+
+void send_error(TRITONBACKEND_Request* r, TRITONSERVER_Error_Code code, const std::string& message) {
+  TRITONBACKEND_Response* response = nullptr;
+  TRITONSERVER_Error* e = TRITONBACKEND_ResponseNew(&response, r);
+  if (e) {
+    TRITONSERVER_ErrorDelete(e);
+    return;
+  }
+  TRITONSERVER_Error* err = error(code, message);
+  e = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, err);
+  TRITONSERVER_ErrorDelete(err);
+  if (e) TRITONSERVER_ErrorDelete(e);
+}
+
+// Copies a request input (possibly in several buffers) to dst.
+void gather(TRITONBACKEND_Input* in, uint8_t* dst, uint64_t bytes) {
+  uint32_t buffers = 0;
+  check(TRITONBACKEND_InputProperties(in, nullptr, nullptr, nullptr, nullptr, nullptr, &buffers), "InputProperties");
+  uint64_t done = 0;
+  for (uint32_t b = 0; b < buffers; ++b) {
+    const void* src = nullptr;
+    uint64_t n = 0;
+    TRITONSERVER_MemoryType type = TRITONSERVER_MEMORY_CPU;
+    int64_t type_id = 0;
+    check(TRITONBACKEND_InputBuffer(in, b, &src, &n, &type, &type_id), "InputBuffer");
+    if (type == TRITONSERVER_MEMORY_GPU) throw Error("an input buffer is in GPU memory; this backend takes host buffers");
+    if (done + n > bytes) throw Error("an input has more bytes than its shape says");
+    std::memcpy(dst + done, src, n);
+    done += n;
+  }
+  if (done != bytes) throw Error("an input has fewer bytes than its shape says");
+}
+
+// Runs requests that share their non-batch dims as one inference and sends their responses.
+// Everything that can fail runs before the first response is sent; a failure there throws
+// (the caller answers every request of the group with the error).
+void run_group(InstanceState& s, std::vector<Pending>& group) {
+  ModelState& m = *s.model;
+  int64_t total = 0;
+  for (const Pending& p : group) total += p.batch;
+  for (size_t i = 0; i < m.inputs.size(); ++i) {
+    std::vector<int64_t> shape = group[0].shapes[i];
+    if (m.max_batch > 0) shape[0] = total;
+    s.ctx->set_input_shape(m.inputs[i].name, Dims::from(shape));  // throws naming the input and the profile
+    int64_t volume = 1;
+    for (int64_t d : shape) volume *= d;
+    const uint64_t bytes = static_cast<uint64_t>(volume) * data_type_size(m.inputs[i].type);
+    uint8_t* host = nullptr;
+    if (s.device) {
+      if (s.host_in.size() < bytes) s.host_in.resize(bytes);
+      host = s.host_in.data();
+    } else {
+      host = static_cast<uint8_t*>(s.in[i].reserve(bytes));
+    }
+    uint64_t offset = 0;
+    for (const Pending& p : group) {
+      uint64_t n = data_type_size(m.inputs[i].type);
+      for (int64_t d : p.shapes[i]) n *= static_cast<uint64_t>(d);
+      gather(p.inputs[i], host + offset, n);
+      offset += n;
+    }
+    void* bound = host;
+    if (s.device) {
+      bound = s.in[i].reserve(bytes);
+      s.device->copy_host_to_device(bound, host, bytes, nullptr);
+    }
+    s.ctx->set_tensor_address(m.inputs[i].name, bound);
+  }
+  for (size_t o = 0; o < m.outputs.size(); ++o) {
+    const Dims most = s.ctx->max_tensor_shape(m.outputs[o].name);
+    s.ctx->set_tensor_address(m.outputs[o].name,
+                              s.out[o].reserve(static_cast<uint64_t>(most.volume()) * data_type_size(m.outputs[o].type)));
+  }
+  s.ctx->execute();
+  std::vector<Dims> out_dims(m.outputs.size());
+  std::vector<const uint8_t*> out_host(m.outputs.size());
+  std::vector<std::vector<uint8_t>> copies(m.outputs.size());
+  for (size_t o = 0; o < m.outputs.size(); ++o) {
+    out_dims[o] = s.ctx->tensor_shape(m.outputs[o].name);
+    if (m.max_batch > 0 && (out_dims[o].rank() == 0 || out_dims[o][0] != total)) {
+      throw Error("output '" + m.outputs[o].name + "' has dims " + out_dims[o].to_string() + ", not a batch of " +
+                  std::to_string(total) + " (outputs must keep the batch dim to be split among requests)");
+    }
+    if (s.device) {
+      const uint64_t n = static_cast<uint64_t>(out_dims[o].volume()) * data_type_size(m.outputs[o].type);
+      copies[o].resize(std::max<uint64_t>(n, 1));
+      s.device->copy_device_to_host(copies[o].data(), s.out[o].ptr, n, nullptr);
+      out_host[o] = copies[o].data();
+    } else {
+      out_host[o] = s.out[o].host.data();
+    }
+  }
+  std::vector<uint64_t> offsets(m.outputs.size(), 0);
+  for (Pending& p : group) {
+    TRITONBACKEND_Response* response = nullptr;
+    TRITONSERVER_Error* failure = TRITONBACKEND_ResponseNew(&response, p.request);
+    if (failure) {  // nothing can be sent for this request
+      TRITONSERVER_ErrorDelete(failure);
+      continue;
+    }
+    for (size_t o = 0; o < m.outputs.size() && !failure; ++o) {
+      std::vector<int64_t> shape = out_dims[o].to_vector();
+      if (m.max_batch > 0) shape[0] = p.batch;
+      uint64_t n = data_type_size(m.outputs[o].type);
+      for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+      TRITONBACKEND_Output* out = nullptr;
+      failure = TRITONBACKEND_ResponseOutput(response, &out, m.outputs[o].name.c_str(), names_of(m.outputs[o].type)->triton,
+                                             shape.data(), static_cast<uint32_t>(shape.size()));
+      if (failure) break;
+      void* dst = nullptr;
+      TRITONSERVER_MemoryType type = TRITONSERVER_MEMORY_CPU;
+      int64_t type_id = 0;
+      failure = TRITONBACKEND_OutputBuffer(out, &dst, n, &type, &type_id);
+      if (failure) break;
+      if (type == TRITONSERVER_MEMORY_GPU) {
+        failure = error(TRITONSERVER_ERROR_UNSUPPORTED, "the server asked for an output in GPU memory");
+        break;
+      }
+      std::memcpy(dst, out_host[o] + offsets[o], n);
+      offsets[o] += n;
+    }
+    TRITONSERVER_Error* sent = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, failure);
+    if (failure) TRITONSERVER_ErrorDelete(failure);
+    if (sent) TRITONSERVER_ErrorDelete(sent);
+  }
+}
+
+}  // namespace
+}  // namespace kiln::triton
+
+using namespace kiln;
+using namespace kiln::triton;
+
+extern "C" {
+
+TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend) {
+  uint32_t major = 0, minor = 0;
+  if (TRITONSERVER_Error* e = TRITONBACKEND_ApiVersion(&major, &minor)) return e;
+  if (major != TRITONBACKEND_API_VERSION_MAJOR || minor < TRITONBACKEND_API_VERSION_MINOR) {
+    return error(TRITONSERVER_ERROR_UNSUPPORTED,
+                 "the kiln backend needs the Triton backend API " + std::to_string(TRITONBACKEND_API_VERSION_MAJOR) + "." +
+                     std::to_string(TRITONBACKEND_API_VERSION_MINOR) + " or a later 1.x; this server has " +
+                     std::to_string(major) + "." + std::to_string(minor));
+  }
+  static TritonLogger logger;
+  set_logger(&logger);
+  log_line(TRITONSERVER_LOG_INFO, std::string("kiln backend ") + version() + " (Triton backend API " + std::to_string(major) +
+                                      "." + std::to_string(minor) + ")");
+  (void)backend;
+  return nullptr;
+}
+
+TRITONSERVER_Error* TRITONBACKEND_Finalize(TRITONBACKEND_Backend*) {
+  set_logger(nullptr);
+  return nullptr;
+}
+
+TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
+  const char* name = nullptr;
+  uint64_t model_version = 0;
+  if (TRITONSERVER_Error* e = TRITONBACKEND_ModelName(model, &name)) return e;
+  if (TRITONSERVER_Error* e = TRITONBACKEND_ModelVersion(model, &model_version)) return e;
+  auto state = std::make_unique<ModelState>();
+  state->name = name;
+  TRITONSERVER_Error* e = guarded("loading model '" + state->name + "'", [&] {
+    TRITONBACKEND_ArtifactType type;
+    const char* location = nullptr;
+    check(TRITONBACKEND_ModelRepository(model, &type, &location), "ModelRepository");
+    state->dir = (fs::path(location) / std::to_string(model_version)).string();
+    TRITONSERVER_Message* msg = nullptr;
+    check(TRITONBACKEND_ModelConfig(model, 1, &msg), "ModelConfig");
+    const char* text = nullptr;
+    size_t size = 0;
+    TRITONSERVER_Error* se = TRITONSERVER_MessageSerializeToJson(msg, &text, &size);
+    if (!se) state->config = json::parse(std::string(text, size));
+    TRITONSERVER_MessageDelete(msg);
+    check(se, "MessageSerializeToJson");
+    const std::string threads = parameter(state->config, "threads", "0");
+    state->threads = std::stoi(threads);
+    state->engine = load_engine(*state);
+    reconcile_config(*state, model);
+  });
+  if (e) return e;
+  log_line(TRITONSERVER_LOG_INFO, "kiln: model '" + state->name + "' loaded on " + to_string(state->engine->device()) +
+                                      " (max_batch_size " + std::to_string(state->max_batch) + ")");
+  return TRITONBACKEND_ModelSetState(model, state.release());
+}
+
+TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
+  void* p = nullptr;
+  if (TRITONSERVER_Error* e = TRITONBACKEND_ModelState(model, &p)) return e;
+  delete static_cast<ModelState*>(p);
+  return nullptr;
+}
+
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance* instance) {
+  TRITONBACKEND_Model* model = nullptr;
+  if (TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceModel(instance, &model)) return e;
+  void* p = nullptr;
+  if (TRITONSERVER_Error* e = TRITONBACKEND_ModelState(model, &p)) return e;
+  auto* m = static_cast<ModelState*>(p);
+  const char* name = nullptr;
+  if (TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceName(instance, &name)) return e;
+  auto state = std::make_unique<InstanceState>();
+  state->model = m;
+  state->name = name;
+  TRITONSERVER_Error* e = guarded("instance '" + state->name + "'", [&] {
+    state->ctx = m->engine->create_execution_context();
+    if (m->threads > 0) state->ctx->set_num_threads(m->threads);
+    if (m->engine->device() != DeviceType::kCPU) state->device = &get_backend(m->engine->device());
+    state->in.resize(m->inputs.size());
+    state->out.resize(m->outputs.size());
+    for (Staging& st : state->in) st.backend = state->device;
+    for (Staging& st : state->out) st.backend = state->device;
+  });
+  if (e) return e;
+  m->instances.fetch_add(1);
+  return TRITONBACKEND_ModelInstanceSetState(instance, state.release());
+}
+
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* instance) {
+  void* p = nullptr;
+  if (TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceState(instance, &p)) return e;
+  auto* s = static_cast<InstanceState*>(p);
+  if (s) s->model->instances.fetch_sub(1);
+  delete s;
+  return nullptr;
+}
+
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests,
+                                                      const uint32_t request_count) {
+  void* p = nullptr;
+  if (TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceState(instance, &p)) return e;
+  auto& s = *static_cast<InstanceState*>(p);
+  const ModelState& m = *s.model;
+  // Check each request; bad ones get an error response now, good ones run in groups of equal
+  // non-batch shapes whose total batch fits the profile.
+  std::vector<Pending> good;
+  for (uint32_t r = 0; r < request_count; ++r) {
+    Pending pending;
+    pending.request = requests[r];
+    std::string problem;
+    try {
+      problem = inspect_request(m, requests[r], pending);
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+    if (problem.empty()) {
+      good.push_back(std::move(pending));
+    } else {
+      send_error(requests[r], TRITONSERVER_ERROR_INVALID_ARG, "kiln backend: " + problem);
+      TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceReportStatistics(instance, requests[r], false, now_ns(), now_ns(),
+                                                                          now_ns(), now_ns());
+      if (e) TRITONSERVER_ErrorDelete(e);
+    }
+  }
+  auto same_shape = [&](const Pending& a, const Pending& b) {
+    for (size_t i = 0; i < a.shapes.size(); ++i) {
+      if (!std::equal(a.shapes[i].begin() + (m.max_batch > 0 ? 1 : 0), a.shapes[i].end(),
+                      b.shapes[i].begin() + (m.max_batch > 0 ? 1 : 0), b.shapes[i].end())) {
+        return false;
+      }
+    }
+    return true;
+  };
+  size_t begin = 0;
+  while (begin < good.size()) {
+    std::vector<Pending> group{good[begin]};
+    int64_t total = good[begin].batch;
+    size_t next = begin + 1;
+    while (m.max_batch > 0 && next < good.size() && same_shape(good[begin], good[next]) && total + good[next].batch <= m.max_batch) {
+      total += good[next].batch;
+      group.push_back(good[next++]);
+    }
+    const uint64_t start = now_ns();
+    try {
+      run_group(s, group);
+      const uint64_t end = now_ns();
+      for (Pending& g : group) {
+        TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceReportStatistics(instance, g.request, true, start, start, end, end);
+        if (e) TRITONSERVER_ErrorDelete(e);
+      }
+      TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceReportBatchStatistics(instance, static_cast<uint64_t>(total), start,
+                                                                              start, end, end);
+      if (e) TRITONSERVER_ErrorDelete(e);
+    } catch (const std::exception& ex) {
+      for (Pending& g : group) {
+        send_error(g.request, TRITONSERVER_ERROR_INVALID_ARG, "kiln backend: model '" + m.name + "': " + ex.what());
+      }
+    }
+    begin = next;
+  }
+  for (uint32_t r = 0; r < request_count; ++r) {
+    TRITONSERVER_Error* e = TRITONBACKEND_RequestRelease(requests[r], TRITONSERVER_REQUEST_RELEASE_ALL);
+    if (e) TRITONSERVER_ErrorDelete(e);
+  }
+  return nullptr;
+}
+
+}  // extern "C"

@@ -1,0 +1,226 @@
+"""kiln's Triton backend (serving/triton, docs/serving.md) in a real tritonserver (the one PyPI's
+nvidia-pytriton ships) on 127.0.0.1 with free ports, driven by tritonclient over HTTP and gRPC:
+results against ONNX Runtime's reference, concurrent clients under dynamic batching, bad requests
+that each get an error while the server keeps serving, a model whose configuration contradicts its
+engine, explicit load/unload cycles without growing memory, and the metrics endpoint. Skipped when
+nvidia-pytriton or tritonclient is not installed (scripts/install_deps.sh installs them). Every
+server is stopped by its PID. Needs KILN_TRITON_BACKEND_DIR (<build>/triton) and the kiln package
+on PYTHONPATH (<build>/python), which ctest sets."""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+http = pytest.importorskip("tritonclient.http")
+grpc = pytest.importorskip("tritonclient.grpc")
+pytriton = pytest.importorskip("pytriton")
+onnx = pytest.importorskip("onnx")
+from onnx import numpy_helper  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER = Path(pytriton.__file__).parent / "tritonserver" / "bin" / "tritonserver"
+BACKENDS = os.environ.get("KILN_TRITON_BACKEND_DIR", str(ROOT / "build" / "triton"))
+
+CONFIG = """backend: "kiln"
+max_batch_size: 8
+dynamic_batching { max_queue_delay_microseconds: 3000 }
+instance_group [ { count: 2, kind: KIND_CPU } ]
+parameters { key: "threads" value { string_value: "1" } }
+"""
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Server:
+    def __init__(self, repo, log, extra=()):
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        self.log = open(log, "w")
+        self.proc = subprocess.Popen(
+            [str(SERVER), f"--model-repository={repo}", f"--backend-directory={BACKENDS}", "--http-address=127.0.0.1",
+             f"--http-port={self.http_port}", "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
+             "--metrics-address=127.0.0.1", f"--metrics-port={self.metrics_port}", "--allow-gpu-metrics=false",
+             "--exit-timeout-secs=5", *extra],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.client = http.InferenceServerClient(f"127.0.0.1:{self.http_port}", concurrency=16)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tritonserver exited with {self.proc.returncode}: {Path(log).read_text()[-3000:]}")
+            try:
+                if self.client.is_server_ready():
+                    return
+            except Exception:  # noqa: BLE001 (not up yet)
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError("tritonserver did not become ready in 120 s: " + Path(log).read_text()[-3000:])
+
+    def rss_kib(self):
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    if not SERVER.exists():
+        pytest.skip(f"no tritonserver at {SERVER}")
+    if not (Path(BACKENDS) / "kiln" / "libtriton_kiln.so").exists():
+        pytest.skip(f"the kiln backend is not built in {BACKENDS}")
+    tmp = tmp_path_factory.mktemp("triton")
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_demo_model.py"), str(tmp / "m")], check=True,
+                   capture_output=True)
+    repo = tmp / "repo"
+    (repo / "demo" / "1").mkdir(parents=True)
+    shutil.copy(tmp / "m" / "model.onnx", repo / "demo" / "1" / "model.onnx")
+    (repo / "demo" / "config.pbtxt").write_text(CONFIG)
+    x = numpy_helper.to_array(onnx.load_tensor(str(tmp / "m" / "test_data_set_0" / "input_0.pb")))
+    ref = numpy_helper.to_array(onnx.load_tensor(str(tmp / "m" / "test_data_set_0" / "output_0.pb")))
+    server = Server(repo, tmp / "server.log")
+    yield {"server": server, "repo": repo, "x": x, "ref": ref, "tmp": tmp}
+    server.stop()
+
+
+def infer_http(server, x, name="image", dtype="FP32", model="demo", client=None):
+    inp = http.InferInput(name, list(x.shape), dtype)
+    inp.set_data_from_numpy(x)
+    return (client or server.client).infer(model, [inp]).as_numpy("scores")
+
+
+def test_http_and_grpc_match_onnx_runtime(demo):
+    server = demo["server"]
+    y = infer_http(server, demo["x"])
+    np.testing.assert_allclose(y, demo["ref"], rtol=1e-4, atol=1e-5)
+    g = grpc.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    inp = grpc.InferInput("image", list(demo["x"].shape), "FP32")
+    inp.set_data_from_numpy(demo["x"])
+    np.testing.assert_allclose(g.infer("demo", [inp]).as_numpy("scores"), demo["ref"], rtol=1e-4, atol=1e-5)
+    config = server.client.get_model_config("demo")  # completed from the engine
+    assert config["input"][0]["name"] == "image" and config["input"][0]["dims"] == [3, 64, 64]
+    assert config["output"][0]["name"] == "scores" and config["max_batch_size"] == 8
+
+
+def test_concurrent_clients_under_dynamic_batching(demo):
+    server = demo["server"]
+    rng = np.random.default_rng(5)
+    singles = rng.standard_normal((24, 3, 64, 64)).astype(np.float32)
+    expect = np.concatenate([infer_http(server, singles[i:i + 1]) for i in range(len(singles))])
+    before = server.client.get_inference_statistics("demo")["model_stats"][0]
+    results, errors = {}, []
+
+    def client(k):
+        try:
+            own = http.InferenceServerClient(f"127.0.0.1:{server.http_port}")  # tritonclient.http: one per thread
+            for j in range(k, len(singles), 8):
+                results[j] = infer_http(server, singles[j:j + 1], client=own)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    for _ in range(3):
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    got = np.concatenate([results[j] for j in range(len(singles))])
+    np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-6)
+    after = server.client.get_inference_statistics("demo")["model_stats"][0]
+    inferences = int(after["inference_count"]) - int(before["inference_count"])
+    executions = int(after["execution_count"]) - int(before["execution_count"])
+    assert inferences == 3 * len(singles)
+    assert executions < inferences, f"no request was batched ({executions} executions for {inferences} inferences)"
+
+
+def test_bad_requests_get_errors_and_the_server_keeps_serving(demo):
+    server = demo["server"]
+    x = demo["x"]
+    cases = {
+        "wrong input name": lambda: infer_http(server, x, name="pixels"),
+        "wrong type": lambda: infer_http(server, x.astype(np.float64), dtype="FP64"),
+        "wrong shape": lambda: infer_http(server, np.zeros((1, 3, 32, 32), np.float32)),
+        "batch above max_batch_size": lambda: infer_http(server, np.zeros((9, 3, 64, 64), np.float32)),
+        "unknown model": lambda: infer_http(server, x, model="nosuch"),
+        "no inputs": lambda: server.client.infer("demo", []),
+    }
+    for what, call in cases.items():
+        with pytest.raises(Exception) as e:
+            call()
+        assert str(e.value), what
+    url = f"http://127.0.0.1:{server.http_port}/v2/models/demo/infer"
+    for body in (b"\x00\xff garbage", b'{"inputs": [{"name": "image", "shape": [1,3,64,64], "datatype": "FP32", "data": [1,2]}]}'):
+        req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=10)
+        message = e.value.read().decode(errors="replace")
+        print(body[:24], e.value.code, message)
+        assert e.value.code in (400, 500) and "error" in message, (body, e.value.code, message)
+    assert server.client.is_server_live()
+    np.testing.assert_allclose(infer_http(server, x), demo["ref"], rtol=1e-4, atol=1e-5)
+
+
+def test_metrics_count_the_models_inferences(demo):
+    server = demo["server"]
+    infer_http(server, demo["x"])
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
+    lines = [line for line in text.splitlines() if line.startswith("nv_inference_count{") and 'model="demo"' in line]
+    assert lines and float(lines[0].split()[-1]) > 0, text[:2000]
+
+
+def test_explicit_load_unload_reload_without_growing_and_a_contradicting_config(demo):
+    tmp = demo["tmp"]
+    repo = tmp / "repo2"
+    shutil.copytree(demo["repo"], repo)
+    (repo / "broken" / "1").mkdir(parents=True)
+    shutil.copy(repo / "demo" / "1" / "model.onnx", repo / "broken" / "1" / "model.onnx")
+    (repo / "broken" / "config.pbtxt").write_text(CONFIG + 'input [ { name: "image" data_type: TYPE_FP64 dims: [3, 64, 64] } ]\n')
+    server = Server(repo, tmp / "server2.log", extra=["--model-control-mode=explicit", "--load-model=demo"])
+    try:
+        c = server.client
+        with pytest.raises(Exception) as e:
+            c.load_model("broken")
+        assert "TYPE_FP64" in str(e.value) and "float32" in str(e.value), str(e.value)
+        np.testing.assert_allclose(infer_http(server, demo["x"]), demo["ref"], rtol=1e-4, atol=1e-5)
+        for _ in range(3):  # warm up the allocator's steady state
+            c.unload_model("demo")
+            c.load_model("demo")
+        rss = server.rss_kib()
+        cycles = 20
+        for _ in range(cycles):
+            c.unload_model("demo")
+            c.load_model("demo")
+            infer_http(server, demo["x"][:1])
+        grown = server.rss_kib() - rss
+        print(f"server RSS grew {grown} KiB over {cycles} unload/load cycles")
+        assert grown < 40 * 1024, f"{grown} KiB more after {cycles} reloads"
+        np.testing.assert_allclose(infer_http(server, demo["x"]), demo["ref"], rtol=1e-4, atol=1e-5)
+    finally:
+        server.stop()
