@@ -153,9 +153,15 @@ def test_concurrent_clients_under_dynamic_batching(demo):
     assert not errors, errors
     got = np.concatenate([results[j] for j in range(len(singles))])
     np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-6)
-    after = server.client.get_inference_statistics("demo")["model_stats"][0]
-    inferences = int(after["inference_count"]) - int(before["inference_count"])
-    executions = int(after["execution_count"]) - int(before["execution_count"])
+    # The backend reports statistics right after it sends the responses: wait for the last ones.
+    deadline = time.time() + 10
+    while True:
+        after = server.client.get_inference_statistics("demo")["model_stats"][0]
+        inferences = int(after["inference_count"]) - int(before["inference_count"])
+        executions = int(after["execution_count"]) - int(before["execution_count"])
+        if inferences >= 3 * len(singles) or time.time() > deadline:
+            break
+        time.sleep(0.05)
     assert inferences == 3 * len(singles)
     assert executions < inferences, f"no request was batched ({executions} executions for {inferences} inferences)"
 
