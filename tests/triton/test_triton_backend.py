@@ -230,3 +230,68 @@ def test_explicit_load_unload_reload_without_growing_and_a_contradicting_config(
         np.testing.assert_allclose(infer_http(server, demo["x"]), demo["ref"], rtol=1e-4, atol=1e-5)
     finally:
         server.stop()
+
+
+NGINX_CONF = """worker_processes 1;
+daemon off;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log;
+events {{ worker_connections 256; }}
+http {{
+  access_log {prefix}/access.log;
+  client_body_temp_path {prefix}/body;
+  proxy_temp_path {prefix}/proxy;
+  fastcgi_temp_path {prefix}/fastcgi;
+  uwsgi_temp_path {prefix}/uwsgi;
+  scgi_temp_path {prefix}/scgi;
+  upstream triton {{ {servers} }}
+  server {{
+    listen 127.0.0.1:{port};
+    client_max_body_size 64m;
+    client_body_buffer_size 64m;  # in memory: nginx's workers may not write into the test's folder
+    location / {{
+      proxy_pass http://triton; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_request_buffering off; proxy_buffering off;
+    }}
+  }}
+}}
+"""
+
+
+def test_two_servers_behind_nginx(demo):
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if not nginx:
+        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    tmp = demo["tmp"]
+    second = Server(demo["repo"], tmp / "server3.log")
+    first = demo["server"]
+    prefix = tmp / "nginx"
+    prefix.mkdir(exist_ok=True)
+    (port,) = free_ports(1)
+    servers = " ".join(f"server 127.0.0.1:{s.http_port};" for s in (first, second))
+    conf = prefix / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(prefix=prefix, servers=servers, port=port))
+    proc = subprocess.Popen([nginx, "-c", str(conf), "-p", str(prefix)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        client = http.InferenceServerClient(f"127.0.0.1:{port}")
+        deadline = time.time() + 30
+        while True:
+            try:
+                if client.is_server_ready():
+                    break
+            except Exception:  # noqa: BLE001 (nginx not up yet)
+                if time.time() > deadline or proc.poll() is not None:
+                    raise
+            time.sleep(0.2)
+        counts = [int(s.client.get_inference_statistics("demo")["model_stats"][0]["inference_count"]) for s in (first, second)]
+        for _ in range(20):
+            np.testing.assert_allclose(infer_http(first, demo["x"], client=client), demo["ref"], rtol=1e-4, atol=1e-5)
+        time.sleep(0.5)
+        served = [int(s.client.get_inference_statistics("demo")["model_stats"][0]["inference_count"]) - c
+                  for s, c in zip((first, second), counts)]
+        assert sum(served) == 20 * len(demo["x"]) and min(served) > 0, f"requests per server: {served}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+        second.stop()
