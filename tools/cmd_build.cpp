@@ -17,6 +17,7 @@
 #include "kiln/error.h"
 #include "kiln/logger.h"
 #include "kiln/network.h"
+#include "core/text.h"
 
 namespace kiln::cli {
 namespace {

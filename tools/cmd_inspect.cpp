@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common.h"
+#include "core/text.h"
 #include "engine/engine_format.h"
 #include "kiln/error.h"
 #include "kiln/onnx_parser.h"

@@ -24,6 +24,7 @@
 #include "kiln/logger.h"
 #include "kiln/runtime.h"
 #include "backends/backend.h"
+#include "core/text.h"
 
 namespace kiln::cli {
 namespace {
@@ -77,7 +78,7 @@ struct LoadedEngine {
 
 LoadedEngine load_engine_file(const RunOptions& o) {
   LoadedEngine loaded;
-  loaded.source = "engine '" + o.engine + "'";
+  loaded.source = "engine " + quote(o.engine);
   loaded.engine = kiln::cli::load_engine_file(o.engine, o.allow_embedded_plugins);
   loaded.inputs = load_inputs(engine_input_names(*loaded.engine), o.inputs_dir, o.inputs);
   return loaded;
@@ -90,7 +91,7 @@ LoadedEngine build_from_onnx(const RunOptions& o, std::ostream& out) {
   std::vector<std::string> names;
   for (int i = 0; i < network->num_inputs(); ++i) names.push_back(network->input(i)->name());
   LoadedEngine loaded;
-  loaded.source = "model '" + o.onnx + "'";
+  loaded.source = "model " + quote(o.onnx);
   loaded.inputs = load_inputs(names, o.inputs_dir, o.inputs);
   std::map<std::string, Dims> dims;
   for (const auto& in : loaded.inputs) dims[in.name] = in.value.dims();
@@ -147,16 +148,16 @@ int run_run(const RunOptions& o) {
   for (auto& in : loaded.inputs) {
     const TensorInfo& info = engine.io_tensor(in.name);
     if (in.value.type() != info.type)
-      throw Error("input '" + in.name + "' of " + loaded.source + " is " + to_string(info.type) + ", but '" + in.file +
+      throw Error("input " + quote(in.name) + " of " + loaded.source + " is " + to_string(info.type) + ", but '" + in.file +
                   "' holds " + to_string(in.value.type()));
     if (info.format != TensorFormat::kLinear)
-      throw Error("input '" + in.name + "' of " + loaded.source + " uses the " + to_string(info.format) +
+      throw Error("input " + quote(in.name) + " of " + loaded.source + " uses the " + to_string(info.format) +
                   " format; `kiln run` feeds linear (row-major) data only");
     if (info.dims.is_dynamic()) {
       context->set_input_shape(in.name, in.value.dims());
     } else if (info.dims != in.value.dims()) {
-      throw Error("input '" + in.name + "' of " + loaded.source + " has the fixed shape " + info.dims.to_string() +
-                  ", but '" + in.file + "' holds " + in.value.dims().to_string());
+      throw Error("input " + quote(in.name) + " of " + loaded.source + " has the fixed shape " + info.dims.to_string() +
+                  ", but " + quote(in.file) + " holds " + in.value.dims().to_string());
     }
     context->set_tensor_address(in.name, on_device ? to_device(in.value.data(), in.value.nbytes()) : in.value.data());
   }
@@ -176,7 +177,7 @@ int run_run(const RunOptions& o) {
     // Data-dependent outputs (NonZero, NMS, ...) get their upper bound; trimmed after the run.
     Dims dims = context->max_tensor_shape(info.name);
     if (dims.is_dynamic())
-      throw Error("output '" + info.name + "' has the unresolved shape " + dims.to_string() +
+      throw Error("output " + quote(info.name) + " has the unresolved shape " + dims.to_string() +
                   " after setting every input shape");
     outputs.push_back({info.name, HostTensor(info.type, dims)});
     if (on_device) {

@@ -19,6 +19,7 @@
 
 #include "backends/backend.h"
 #include "core/tensor_io.h"
+#include "core/text.h"
 #include "kiln/error.h"
 #include "kiln/onnx_parser.h"
 #include "kiln/plugin.h"
@@ -65,16 +66,16 @@ void check_against_input(const Network& network, const std::string& name, const 
                          const std::string& source) {
   const Tensor* input = find_input(network, name);
   if (!input)
-    throw Error(source + " names '" + name + "', which is not an input of the network; its inputs are " +
+    throw Error(source + " names " + quote(name) + ", which is not an input of the network; its inputs are " +
                 input_list(network));
   const Dims& declared = input->dims();
   if (declared.rank() != dims.rank())
-    throw Error(source + " gives input '" + name + "' the shape " + dims.to_string() + " of rank " +
+    throw Error(source + " gives input " + quote(name) + " the shape " + dims.to_string() + " of rank " +
                 std::to_string(dims.rank()) + ", but the input has rank " + std::to_string(declared.rank()) +
                 " (" + declared.to_string() + ")");
   for (int i = 0; i < dims.rank(); ++i) {
     if (declared[i] != kDynamic && declared[i] != dims[i])
-      throw Error(source + " gives input '" + name + "' the shape " + dims.to_string() + ", but its dim " +
+      throw Error(source + " gives input " + quote(name) + " the shape " + dims.to_string() + ", but its dim " +
                   std::to_string(i) + " is fixed to " + std::to_string(declared[i]) + " (" + declared.to_string() +
                   ")");
   }
@@ -130,7 +131,7 @@ Dims parse_shape_dims(std::string_view text, const std::string& context) {
     int64_t value = 0;
     auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
     if (part.empty() || ec != std::errc() || ptr != part.data() + part.size())
-      throw UsageError(context + ": '" + std::string(part) + "' is not a whole number; write dims like 1x3x224x224");
+      throw UsageError(context + ": " + quote(std::string(part)) + " is not a whole number; write dims like 1x3x224x224");
     if (value < 1)
       throw UsageError(context + ": every extent must be at least 1, got " + std::to_string(value));
     dims.push_back(value);
@@ -143,15 +144,15 @@ std::map<std::string, Dims> parse_shape_list(const std::vector<std::string>& val
   for (const auto& value : values) {
     for (auto entry : split(value, ',')) {
       entry = trim(entry);
-      const std::string context = flag + " entry '" + std::string(entry) + "'";
-      if (entry.empty()) throw UsageError(flag + ": empty entry in '" + value + "'; write NAME:DIMS[,NAME:DIMS...]");
+      const std::string context = flag + " entry " + quote(std::string(entry));
+      if (entry.empty()) throw UsageError(flag + ": empty entry in " + quote(value) + "; write NAME:DIMS[,NAME:DIMS...]");
       size_t colon = entry.rfind(':');
       if (colon == std::string_view::npos)
         throw UsageError(context + ": missing ':' between the input name and the dims; write e.g. images:1x3x224x224");
       std::string name(trim(entry.substr(0, colon)));
       if (name.empty()) throw UsageError(context + ": the input name before ':' is empty");
       Dims dims = parse_shape_dims(entry.substr(colon + 1), context);
-      if (!result.emplace(name, dims).second) throw UsageError(flag + " gives input '" + name + "' more than once");
+      if (!result.emplace(name, dims).second) throw UsageError(flag + " gives input " + quote(name) + " more than once");
     }
   }
   return result;
@@ -182,14 +183,14 @@ ParsedShapeFlags parse_shape_flags(const ShapeFlags& flags) {
       throw UsageError("input '" + name +
                        "': --min-shapes, --opt-shapes and --max-shapes must all be given for it; missing:" + missing);
     if (p.shapes.count(name))
-      throw UsageError("input '" + name + "' is given both --shapes and --min/--opt/--max-shapes; use one or the other");
+      throw UsageError("input " + quote(name) + " is given both --shapes and --min/--opt/--max-shapes; use one or the other");
     const Dims &lo = p.mins.at(name), &mid = p.opts.at(name), &hi = p.maxs.at(name);
     if (lo.rank() != mid.rank() || mid.rank() != hi.rank())
-      throw UsageError("input '" + name + "': --min-shapes " + lo.to_string() + ", --opt-shapes " + mid.to_string() +
+      throw UsageError("input " + quote(name) + ": --min-shapes " + lo.to_string() + ", --opt-shapes " + mid.to_string() +
                        " and --max-shapes " + hi.to_string() + " differ in rank");
     for (int i = 0; i < lo.rank(); ++i) {
       if (!(lo[i] <= mid[i] && mid[i] <= hi[i]))
-        throw UsageError("input '" + name + "': need min <= opt <= max in every dim, but dim " + std::to_string(i) +
+        throw UsageError("input " + quote(name) + ": need min <= opt <= max in every dim, but dim " + std::to_string(i) +
                          " has min " + std::to_string(lo[i]) + ", opt " + std::to_string(mid[i]) + ", max " +
                          std::to_string(hi[i]));
     }
@@ -244,7 +245,7 @@ OptimizationProfile profile_from_input_dims(const Network& network, const std::m
   for (int i = 0; i < network.num_inputs(); ++i) {
     const Tensor* input = network.input(i);
     auto it = dims.find(input->name());
-    if (it == dims.end()) throw Error(source + " gives no tensor for network input '" + input->name() + "'");
+    if (it == dims.end()) throw Error(source + " gives no tensor for network input " + quote(input->name()));
     if (input->dims().is_dynamic()) profile.set_dimensions(input->name(), it->second, it->second, it->second);
   }
   return profile;
@@ -263,8 +264,8 @@ uint64_t parse_byte_size(std::string_view text, const std::string& flag) {
       {"mb", 20}, {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30}, {"t", 40}, {"tb", 40}, {"tib", 40}};
   auto it = kShift.find(unit);
   if (it == kShift.end())
-    throw UsageError(flag + ": unknown unit '" + unit + "' in '" + std::string(text) + "'; use K, M, G or T (powers of 1024)");
-  if (it->second && value > (UINT64_MAX >> it->second)) throw UsageError(flag + ": '" + std::string(text) + "' is too large");
+    throw UsageError(flag + ": unknown unit " + quote(unit) + " in " + quote(std::string(text)) + "; use K, M, G or T (powers of 1024)");
+  if (it->second && value > (UINT64_MAX >> it->second)) throw UsageError(flag + ": " + quote(std::string(text)) + " is too large");
   return value << it->second;
 }
 
@@ -339,7 +340,7 @@ std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names
   auto load = [](const std::string& name, const std::string& file) {
     std::string ext = fs::path(file).extension().string();
     if (ext != ".npy" && ext != ".pb")
-      throw Error("input '" + name + "': file '" + file + "' is neither .npy nor .pb (ONNX TensorProto)");
+      throw Error("input " + quote(name) + ": file " + quote(file) + " is neither .npy nor .pb (ONNX TensorProto)");
     require_readable_file(file, "input file");
     return InputTensor{name, file, load_tensor_file(file)};
   };
@@ -357,7 +358,7 @@ std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names
         return fs::is_regular_file(c, ec);
       });
       if (found == candidates.end())
-        throw Error("no file for input '" + name + "' (input #" + std::to_string(i) + ") in '" + inputs_dir +
+        throw Error("no file for input " + quote(name) + " (input #" + std::to_string(i) + ") in '" + inputs_dir +
                     "': expected input_" + std::to_string(i) + ".pb, input_" + std::to_string(i) + ".npy or " +
                     sanitize_file_name(name) + ".npy");
       result.push_back(load(name, *found));
@@ -368,14 +369,14 @@ std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names
   for (const auto& a : assignments) {
     size_t eq = a.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == a.size())
-      throw UsageError("--input '" + a + "': write NAME=FILE, e.g. --input images=images.npy");
+      throw UsageError("--input " + quote(a) + ": write NAME=FILE, e.g. --input images=images.npy");
     std::string name = a.substr(0, eq);
     if (std::find(input_names.begin(), input_names.end(), name) == input_names.end()) {
       std::string known;
       for (const auto& n : input_names) known += (known.empty() ? "'" : ", '") + n + "'";
-      throw Error("--input names '" + name + "', which is not an input; the inputs are " + known);
+      throw Error("--input names " + quote(name) + ", which is not an input; the inputs are " + known);
     }
-    if (!files.emplace(name, a.substr(eq + 1)).second) throw UsageError("--input gives '" + name + "' more than once");
+    if (!files.emplace(name, a.substr(eq + 1)).second) throw UsageError("--input gives " + quote(name) + " more than once");
   }
   std::set<std::string> missing;
   for (const auto& n : input_names)
@@ -405,7 +406,7 @@ CompareResult compare_tensors(const std::string& name, const HostTensor& actual,
     for (int64_t i = 0; i < reference.count(); ++i) {
       if (actual.string_at(i) == reference.string_at(i)) continue;
       if (r.violations++ == 0) {
-        r.note = "element " + std::to_string(i) + " is '" + std::string(actual.string_at(i)) + "', the reference '" +
+        r.note = "element " + std::to_string(i) + " is " + quote(std::string(actual.string_at(i))) + ", the reference '" +
                  std::string(reference.string_at(i)) + "'";
       }
     }
@@ -579,7 +580,7 @@ int apply_layer_precisions(Network& network, const std::vector<std::string>& spe
   for (const std::string& entry : layer_precision_entries(specs)) {
     const size_t colon = entry.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == entry.size()) {
-      throw UsageError("--layer-precisions entry '" + entry + "' is not NAME:PRECISION (e.g. '/encoder/*:fp32')");
+      throw UsageError("--layer-precisions entry " + quote(entry) + " is not NAME:PRECISION (e.g. '/encoder/*:fp32')");
     }
     const std::string pattern = entry.substr(0, colon);
     const std::string prec = entry.substr(colon + 1);
@@ -589,7 +590,7 @@ int apply_layer_precisions(Network& network, const std::vector<std::string>& spe
     } else if (prec == "fp16" || prec == "float16") {
       type = DataType::kFloat16;
     } else {
-      throw UsageError("--layer-precisions entry '" + entry + "': unknown precision '" + prec +
+      throw UsageError("--layer-precisions entry " + quote(entry) + ": unknown precision '" + prec +
                        "' (valid: fp32, fp16)");
     }
     int matched = 0;
@@ -600,7 +601,7 @@ int apply_layer_precisions(Network& network, const std::vector<std::string>& spe
       ++matched;
     }
     if (matched == 0) {
-      throw UsageError("--layer-precisions entry '" + entry + "': no layer is named '" + pattern +
+      throw UsageError("--layer-precisions entry " + quote(entry) + ": no layer is named '" + pattern +
                        "' (layer names are the ONNX node names; `kiln debug layers` lists them)");
     }
     set += matched;
@@ -657,7 +658,7 @@ std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine, 
   for (const auto& in : inputs) {
     const TensorInfo& info = engine.io_tensor(in.name);
     if (in.value.type() != info.type) {
-      throw Error("input '" + in.name + "' is " + std::string(to_string(info.type)) + ", but '" + in.file + "' holds " +
+      throw Error("input " + quote(in.name) + " is " + std::string(to_string(info.type)) + ", but " + quote(in.file) + " holds " +
                   to_string(in.value.type()));
     }
     if (info.dims.is_dynamic()) context->set_input_shape(in.name, in.value.dims());

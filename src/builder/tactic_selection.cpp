@@ -26,6 +26,7 @@
 #include "src/plan/execution_plan.h"
 #include "src/plan/kernel_config.h"
 #include "src/plugins/plugin_layer.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -127,7 +128,7 @@ class TimingCache {
       ++n;
       if (n == 1) {
         if (line != kHeader) {
-          log(Severity::kWarning, "timing cache '" + path_ + "' is not a kiln timing cache (first line '" + line +
+          log(Severity::kWarning, "timing cache " + quote(path_) + " is not a kiln timing cache (first line '" + line +
                                       "'); it will be rewritten");
           return;
         }
@@ -294,7 +295,7 @@ void configure_plugins_per_profile(const std::vector<Layer*>& steps, const Build
       try {
         kernel->configure_profile(*layer, in, out);
       } catch (const std::exception& e) {
-        throw Error("layer '" + layer->name() + "' (" + layer->type() + "): configure() for optimization profile " +
+        throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): configure() for optimization profile " +
                     std::to_string(p / 3) + " failed: " + e.what());
       }
     }
@@ -354,7 +355,7 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
     }
   }
   if (chosen == variants.size()) {
-    throw Error("layer '" + first.layer->name() + "' (" + first.layer->type() + "): no way to run it worked on the " +
+    throw Error("layer " + quote(first.layer->name()) + " (" + first.layer->type() + "): no way to run it worked on the " +
                 to_string(config.device) + " device:" + failures);
   }
   cache.put(key, variants[chosen].name);
@@ -418,7 +419,7 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
       }
     }
     if (chosen.empty()) {
-      throw Error("layer '" + layer->name() + "' (plugin): every implementation the plugin offers failed:" + failures);
+      throw Error("layer " + quote(layer->name()) + " (plugin): every implementation the plugin offers failed:" + failures);
     }
     layer->attrs().set("plugin_tactic", chosen);
     cache.put(key, chosen);
@@ -448,7 +449,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     ++index;
     const auto candidates = KernelRegistry::instance().find(config.device, layer->type());
     if (candidates.empty()) {
-      throw Error("layer '" + layer->name() + "' (" + layer->type() + "): no " + to_string(config.device) +
+      throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): no " + to_string(config.device) +
                   " kernel implements this layer type");
     }
     std::vector<const KernelEntry*> ok;
@@ -464,7 +465,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
       if (all) ok.push_back(e);
     }
     if (ok.empty()) {
-      throw Error("layer '" + layer->name() + "' (" + layer->type() + "): none of the " + to_string(config.device) +
+      throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): none of the " + to_string(config.device) +
                   " kernels supports it with inputs (" + describe_types(*layer, states.front()) + ") and outputs (" +
                   describe_output_types(*layer, states.front()) + ")");
     }
@@ -534,7 +535,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
       }
     }
     if (!chosen) {
-      throw Error("layer '" + layer->name() + "' (" + layer->type() + "): every " + to_string(config.device) +
+      throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): every " + to_string(config.device) +
                   " kernel that accepts it failed on the device:" + failures);
     }
     tactics[layer->name()] = chosen->tactic;

@@ -20,6 +20,7 @@
 #include "src/core/utf8.h"
 #include "src/onnx/onnx_proto.h"
 #include "src/onnx/onnx_tensor.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -59,7 +60,7 @@ constexpr OnnxType kOnnxTypes[] = {
 };
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw Error("tensor file '" + path + "': " + what);
+  throw Error("tensor file " + quote(path) + ": " + what);
 }
 
 std::string read_file(const std::string& path) {
@@ -126,7 +127,7 @@ class NpyHeaderParser {
         *shape = tuple();
         has_shape = true;
       } else {
-        bad("unexpected key '" + key + "'");
+        bad("unexpected key " + quote(key));
       }
       skip_space();
       if (peek() == ',') {
@@ -306,7 +307,7 @@ HostTensor load_npy(const std::string& path) {
   }
   if (!npy_type) {
     const bool big_endian = !descr.empty() && descr[0] == '>';
-    fail(path, "unsupported dtype '" + descr + "'" +
+    fail(path, "unsupported dtype " + quote(descr) +
                    (big_endian ? " (big-endian; save with arr.astype(arr.dtype.newbyteorder('<')))"
                                : " (kiln reads <f4 <f2 <f8 <i2 <i4 <i8 |i1 |u1 <u2 <u4 <u8 |b1 <U)"));
   }
@@ -392,7 +393,7 @@ HostTensor load_tensor_pb(const std::string& path, std::string* name) {
     }
   }
   const std::string base_dir = std::filesystem::path(path).parent_path().string();
-  HostTensor t = tensor_from_proto(proto, base_dir, "tensor file '" + path + "'");
+  HostTensor t = tensor_from_proto(proto, base_dir, "tensor file " + quote(path));
   if (name) *name = proto.name();
   return t;
 }
@@ -425,7 +426,7 @@ HostTensor load_tensor_file(const std::string& path) {
   for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (ext == ".npy") return load_npy(path);
   if (ext == ".pb") return load_tensor_pb(path);
-  fail(path, "unknown extension '" + ext + "'; tensor files are .npy (numpy) or .pb (onnx.TensorProto)");
+  fail(path, "unknown extension " + quote(ext) + "; tensor files are .npy (numpy) or .pb (onnx.TensorProto)");
 }
 
 std::string sanitize_file_name(const std::string& name) {

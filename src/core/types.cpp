@@ -9,6 +9,7 @@
 
 #include "kiln/error.h"
 #include "src/core/half.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -70,7 +71,7 @@ TensorFormat parse_tensor_format(std::string_view name) {
   const std::string n = lower(name);
   if (n == "linear" || n == "nchw") return TensorFormat::kLinear;
   if (n == "channels_last" || n == "nhwc") return TensorFormat::kChannelsLast;
-  throw Error("unknown tensor format '" + std::string(name) + "' (expected linear or channels_last)");
+  throw Error("unknown tensor format " + quote(std::string(name)) + " (expected linear or channels_last)");
 }
 
 const char* to_string(DeviceType device) { return device == DeviceType::kCPU ? "cpu" : "cuda"; }
@@ -79,7 +80,7 @@ DeviceType parse_device_type(std::string_view name) {
   const std::string n = lower(name);
   if (n == "cpu") return DeviceType::kCPU;
   if (n == "cuda" || n == "gpu") return DeviceType::kCUDA;
-  throw Error("unknown device '" + std::string(name) + "' (expected cpu or cuda)");
+  throw Error("unknown device " + quote(std::string(name)) + " (expected cpu or cuda)");
 }
 
 // ---- Dims ---------------------------------------------------------------------------------
@@ -139,16 +140,16 @@ Dims parse_dims(std::string_view text) {
     size_t next = text.find_first_of("x*,", pos);
     if (next == std::string_view::npos) next = text.size();
     const std::string_view part = text.substr(pos, next - pos);
-    if (part.empty()) throw Error("bad dims '" + std::string(text) + "': empty extent (expected e.g. 1x3x224x224)");
+    if (part.empty()) throw Error("bad dims " + quote(std::string(text)) + ": empty extent (expected e.g. 1x3x224x224)");
     int64_t v = 0;
     if (part == "?" || part == "-1") {
       v = kDynamic;
     } else {
       for (char c : part) {
         if (c < '0' || c > '9') {
-          throw Error("bad dims '" + std::string(text) + "': '" + std::string(part) + "' is not a number (expected e.g. 1x3x224x224)");
+          throw Error("bad dims " + quote(std::string(text)) + ": " + quote(std::string(part)) + " is not a number (expected e.g. 1x3x224x224)");
         }
-        if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) throw Error("bad dims '" + std::string(text) + "': extent too large");
+        if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) throw Error("bad dims " + quote(std::string(text)) + ": extent too large");
         v = v * 10 + (c - '0');
       }
     }
@@ -337,7 +338,7 @@ const T* typed(const std::map<std::string, AttrValue>& values, const std::string
   auto it = values.find(name);
   if (it == values.end()) return nullptr;
   if (const T* v = std::get_if<T>(&it->second)) return v;
-  throw Error("attribute '" + name + "' has type " + to_string(attr_type_of(it->second)) + ", expected " +
+  throw Error("attribute " + quote(name) + " has type " + to_string(attr_type_of(it->second)) + ", expected " +
               to_string(expected));
 }
 }  // namespace
@@ -382,7 +383,7 @@ std::vector<std::string> Attributes::get_strings(const std::string& name) const 
 
 const HostTensor& Attributes::get_tensor(const std::string& name) const {
   const auto* v = typed<HostTensor>(values_, name, AttrType::kTensor);
-  if (!v) throw Error("attribute '" + name + "' (tensor) is missing");
+  if (!v) throw Error("attribute " + quote(name) + " (tensor) is missing");
   return *v;
 }
 

@@ -19,6 +19,7 @@
 #include "src/plan/execution_plan.h"
 #include "src/plan/kernel_config.h"
 #include "src/plugins/plugin_layer.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -70,10 +71,10 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
   impl->steps = execution_steps(net);
   for (const Layer* l : impl->steps) {
     auto it = d.tactics.find(l->name());
-    if (it == d.tactics.end()) throw EngineFormatError(source + ": no kernel recorded for layer '" + l->name() + "'");
+    if (it == d.tactics.end()) throw EngineFormatError(source + ": no kernel recorded for layer " + quote(l->name()));
     const KernelEntry* e = KernelRegistry::instance().find(d.device, l->type(), it->second);
     if (!e) {
-      throw Error(source + ": layer '" + l->name() + "' (" + l->type() + ") uses kernel '" + it->second + "' on " +
+      throw Error(source + ": layer " + quote(l->name()) + " (" + l->type() + ") uses kernel " + quote(it->second) + " on " +
                   to_string(d.device) + ", which this kiln library does not have (rebuild the engine with this version)");
     }
     impl->kernels.push_back(e);
@@ -81,7 +82,7 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
     if (auto lt = d.launch_tactics.find(l->name()); lt != d.launch_tactics.end()) {
       launch = KernelRegistry::instance().find(d.device, l->type(), lt->second);
       if (!launch) {
-        throw Error(source + ": layer '" + l->name() + "' (" + l->type() + ") uses kernel '" + lt->second +
+        throw Error(source + ": layer " + quote(l->name()) + " (" + l->type() + ") uses kernel '" + lt->second +
                     "' for plain launches on " + to_string(d.device) +
                     ", which this kiln library does not have (rebuild the engine with this version)");
       }
@@ -223,7 +224,7 @@ int EngineImpl::binding(const std::string& name) const {
   if (it != io_by_name.end()) return it->second;
   std::string names;
   for (const auto& t : io) names += (names.empty() ? "" : ", ") + t.name;
-  throw Error("the engine has no input or output named '" + name + "' (it has: " + names + ")");
+  throw Error("the engine has no input or output named " + quote(name) + " (it has: " + names + ")");
 }
 
 uint64_t EngineImpl::error_flag_bytes() const {

@@ -12,6 +12,7 @@
 
 #include "kiln/error.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -88,9 +89,9 @@ std::string Network::unique_name(const std::string& prefix) {
 
 Tensor* Network::add_input(const std::string& name, DataType type, const Dims& dims) {
   if (name.empty()) throw Error("add_input: an input needs a name");
-  if (find_tensor(name)) throw Error("add_input: a tensor named '" + name + "' already exists");
+  if (find_tensor(name)) throw Error("add_input: a tensor named " + quote(name) + " already exists");
   for (int64_t d : dims) {
-    if (d < kDynamic) throw Error("add_input '" + name + "': invalid extent " + std::to_string(d) + " in " + dims.to_string());
+    if (d < kDynamic) throw Error("add_input " + quote(name) + ": invalid extent " + std::to_string(d) + " in " + dims.to_string());
   }
   Tensor* t = new_tensor(name);
   t->type_ = type;
@@ -114,9 +115,9 @@ void Network::unmark_output(Tensor* tensor) {
 
 Layer* Network::add_layer(const std::string& type, const std::vector<Tensor*>& inputs, int num_outputs,
                           Attributes attrs, const std::string& name) {
-  if (num_outputs < 0) throw Error("add_layer '" + type + "': negative output count");
+  if (num_outputs < 0) throw Error("add_layer " + quote(type) + ": negative output count");
   for (Tensor* t : inputs) {
-    if (t && t->network_ != this) throw Error("add_layer '" + type + "': an input belongs to another network");
+    if (t && t->network_ != this) throw Error("add_layer " + quote(type) + ": an input belongs to another network");
   }
   auto layer = std::make_unique<Layer>();
   layer->type_ = type;
@@ -446,31 +447,31 @@ void Network::validate() const {
   std::set<std::string> names;
   for (const auto& t : tensors_) {
     if (t->name_.empty()) problems.push_back("a tensor has no name");
-    if (!names.insert(t->name_).second) problems.push_back("tensor name '" + t->name_ + "' is used twice");
+    if (!names.insert(t->name_).second) problems.push_back("tensor name " + quote(t->name_) + " is used twice");
     if (!t->is_input_ && !t->producer_) {
       bool used = !t->consumers().empty() || t->is_output_;
-      if (used) problems.push_back("tensor '" + t->name_ + "' is read but nothing produces it");
+      if (used) problems.push_back("tensor " + quote(t->name_) + " is read but nothing produces it");
     }
   }
   std::set<std::string> layer_names;
   for (const auto& l : layers_) {
-    if (!layer_names.insert(l->name_).second) problems.push_back("layer name '" + l->name_ + "' is used twice");
+    if (!layer_names.insert(l->name_).second) problems.push_back("layer name " + quote(l->name_) + " is used twice");
     const OpSchema* schema = OpSchemaRegistry::instance().find(l->type_);
     if (!schema) {
-      problems.push_back("layer '" + l->name_ + "' has unknown type '" + l->type_ + "'");
+      problems.push_back("layer " + quote(l->name_) + " has unknown type " + quote(l->type_));
       continue;
     }
     const int n = l->num_inputs();
     if (n < schema->min_inputs || (schema->max_inputs >= 0 && n > schema->max_inputs)) {
-      problems.push_back("layer '" + l->name_ + "' (" + l->type_ + ") has " + std::to_string(n) + " inputs, expected " +
+      problems.push_back("layer " + quote(l->name_) + " (" + l->type_ + ") has " + std::to_string(n) + " inputs, expected " +
                          std::to_string(schema->min_inputs) +
                          (schema->max_inputs < 0 ? " or more" : " to " + std::to_string(schema->max_inputs)));
     }
     for (int i = 0; i < std::min(n, schema->min_inputs); ++i) {
-      if (!l->input(i)) problems.push_back("layer '" + l->name_ + "' (" + l->type_ + "): required input " + std::to_string(i) + " is missing");
+      if (!l->input(i)) problems.push_back("layer " + quote(l->name_) + " (" + l->type_ + "): required input " + std::to_string(i) + " is missing");
     }
     if (schema->num_outputs >= 0 && l->num_outputs() != schema->num_outputs) {
-      problems.push_back("layer '" + l->name_ + "' (" + l->type_ + ") has " + std::to_string(l->num_outputs()) +
+      problems.push_back("layer " + quote(l->name_) + " (" + l->type_ + ") has " + std::to_string(l->num_outputs()) +
                          " outputs, expected " + std::to_string(schema->num_outputs));
     }
     try {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -171,7 +172,7 @@ Dims shuffle_dims(const ShapeContext& ctx, Dims d) {
     for (int i = 0; i < d.rank(); ++i) (i < axis ? outer : inner) *= d[i];
     return Dims{outer, inner};
   }
-  ctx.fail("unknown reshape_mode '" + mode + "' (expected none, dims, squeeze, unsqueeze or flatten)");
+  ctx.fail("unknown reshape_mode " + quote(mode) + " (expected none, dims, squeeze, unsqueeze or flatten)");
 }
 
 void infer_shuffle(ShapeContext& ctx) {
@@ -337,7 +338,7 @@ void infer_gather(ShapeContext& ctx) {
   for (const auto& [name, fn] : kModes) {
     if (name == mode) return fn(ctx, ctx.input_dims(0), ctx.input_dims(1));
   }
-  ctx.fail("unknown mode '" + mode + "' (expected default, elements or nd)");
+  ctx.fail("unknown mode " + quote(mode) + " (expected default, elements or nd)");
 }
 
 // ---- Padding -----------------------------------------------------------------------------------
@@ -350,7 +351,7 @@ void infer_padding(ShapeContext& ctx) {
                 x.to_string() + " ([x1_begin, x2_begin, ..., x1_end, x2_end, ...])");
   const std::string mode = attr_string(ctx.layer(), "mode");
   ctx.check(mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap",
-            "unknown mode '" + mode + "' (expected constant, reflect, edge or wrap)");
+            "unknown mode " + quote(mode) + " (expected constant, reflect, edge or wrap)");
   if (ctx.has_input(2)) {
     check_same_type(ctx, 2, "value");
     ctx.check(ctx.input_dims(2).volume() == 1, "input 2 (value) must hold one value, got dims " +
@@ -363,7 +364,7 @@ void infer_padding(ShapeContext& ctx) {
                                " below zero");
     if (mode != "constant" && x[i] + std::min<int64_t>(pads[static_cast<size_t>(i)], 0) +
                                       std::min<int64_t>(pads[static_cast<size_t>(i + x.rank())], 0) <= 0) {
-      ctx.check(out[i] == 0, "mode '" + mode + "' cannot pad axis " + std::to_string(i) + " of " + x.to_string() +
+      ctx.check(out[i] == 0, "mode " + quote(mode) + " cannot pad axis " + std::to_string(i) + " of " + x.to_string() +
                                  ": nothing is left to repeat after cropping");
     }
   }
@@ -434,7 +435,7 @@ void infer_fill(ShapeContext& ctx) {
   for (const auto& [name, fn] : kModes) {
     if (name == mode) return fn(ctx);
   }
-  ctx.fail("unknown mode '" + mode + "' (expected constant or range)");
+  ctx.fail("unknown mode " + quote(mode) + " (expected constant or range)");
 }
 
 void infer_expand(ShapeContext& ctx) {

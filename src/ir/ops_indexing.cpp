@@ -9,6 +9,7 @@
 
 #include "kiln/error.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -30,7 +31,7 @@ void require_single(const ShapeContext& ctx, int i, const std::string& what) {
 
 void infer_arg_reduce(ShapeContext& ctx) {
   const std::string op = attr_string(ctx.layer(), "op");
-  ctx.check(op == "max" || op == "min", "attribute 'op' is '" + op + "'; valid values: max, min");
+  ctx.check(op == "max" || op == "min", "attribute 'op' is " + quote(op) + "; valid values: max, min");
   ctx.check(ctx.input_type(0) != DataType::kBool, "cannot take the arg" + op + " of a bool tensor; Cast it first");
   const Dims& x = ctx.input_dims(0);
   ctx.check(x.rank() >= 1, "x must have rank >= 1");

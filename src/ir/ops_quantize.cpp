@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -61,7 +62,7 @@ void infer_quantize(ShapeContext& ctx) {
   try {
     out = parse_data_type(out_name);
   } catch (const Error&) {
-    ctx.fail("attribute output_type '" + out_name + "' is not a data type name (int8 or uint8)");
+    ctx.fail("attribute output_type " + quote(out_name) + " is not a data type name (int8 or uint8)");
   }
   if (ctx.has_input(2)) out = ctx.input_type(2);
   ctx.check(is_quantized_type(out), std::string("the quantized type must be int8 or uint8, got ") + to_string(out) +

@@ -10,6 +10,7 @@
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/plugin_hooks.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -19,7 +20,7 @@ namespace {
 [[noreturn]] void rethrow_for_layer(const Layer& layer, const std::exception& e) {
   const std::string msg = e.what();
   if (msg.rfind("layer '", 0) == 0) throw Error(msg);
-  throw Error("layer '" + layer.name() + "' (" + layer.type() + "): " + msg);
+  throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): " + msg);
 }
 
 HostTensor shape_value(const Layer& layer, const Dims& dims) {
@@ -82,7 +83,7 @@ std::vector<std::pair<DataType, Dims>> infer_layer(const Layer& layer, const std
     plugin_infer_shapes(ctx);
   } else {
     const OpSchema* schema = OpSchemaRegistry::instance().find(layer.type());
-    if (!schema) ctx.fail("unknown layer type '" + layer.type() + "'");
+    if (!schema) ctx.fail("unknown layer type " + quote(layer.type()));
     const int n = layer.num_inputs();
     if (n < schema->min_inputs || (schema->max_inputs >= 0 && n > schema->max_inputs)) {
       ctx.fail("has " + std::to_string(n) + " inputs, expected " + std::to_string(schema->min_inputs) +
@@ -130,7 +131,7 @@ std::vector<HostTensor> evaluate_on_host(const Layer& layer, const std::vector<c
   const KernelEntry* entry = KernelRegistry::instance().find(DeviceType::kCPU, layer.type(), "reference");
   if (!entry) {
     const auto all = KernelRegistry::instance().find(DeviceType::kCPU, layer.type());
-    if (all.empty()) throw Error("layer '" + layer.name() + "' (" + layer.type() + "): no CPU kernel to evaluate it on the host");
+    if (all.empty()) throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): no CPU kernel to evaluate it on the host");
     entry = all.back();
   }
   std::vector<HostTensor> outputs;
@@ -204,18 +205,18 @@ TensorStates infer_shapes(const Network& network, const std::map<std::string, Di
     if (it != input_dims.end()) {
       dims = it->second;
       if (dims.rank() != t->dims().rank()) {
-        throw Error("input '" + t->name() + "': dims " + dims.to_string() + " have rank " + std::to_string(dims.rank()) +
+        throw Error("input " + quote(t->name()) + ": dims " + dims.to_string() + " have rank " + std::to_string(dims.rank()) +
                     ", the network declares " + t->dims().to_string() + " (rank " + std::to_string(t->dims().rank()) + ")");
       }
       for (int k = 0; k < dims.rank(); ++k) {
         if (t->dims()[k] >= 0 && dims[k] != t->dims()[k]) {
-          throw Error("input '" + t->name() + "': dims " + dims.to_string() + " do not match the declared " +
+          throw Error("input " + quote(t->name()) + ": dims " + dims.to_string() + " do not match the declared " +
                       t->dims().to_string() + " at axis " + std::to_string(k));
         }
       }
     }
     if (dims.is_dynamic()) {
-      throw Error("input '" + t->name() + "' has dynamic dims " + dims.to_string() +
+      throw Error("input " + quote(t->name()) + " has dynamic dims " + dims.to_string() +
                   " and no concrete dims were given (set an optimization profile or the input shape)");
     }
     TensorState s;
@@ -250,7 +251,7 @@ TensorStates infer_shapes(const Network& network, const std::map<std::string, Di
         }
         auto it = states.find(t);
         if (it == states.end()) {
-          throw Error("input '" + t->name() + "' is not produced by any layer and is not a network input");
+          throw Error("input " + quote(t->name()) + " is not produced by any layer and is not a network input");
         }
         ins.push_back(&it->second);
         if (!it->second.value) all_known = false;

@@ -19,6 +19,7 @@
 #include "kiln/error.h"
 #include "kiln/logger.h"
 #include "kiln/onnx_parser.h"
+#include "src/core/text.h"
 #include "src/onnx/onnx_import_context.h"
 #include "src/onnx/onnx_tensor.h"
 
@@ -186,7 +187,7 @@ class ModelImporter {
     }
     for (const auto& init : graph_.initializer()) {
       if (init.name().empty()) throw ParseError(state_.source + ": an initializer has no name");
-      HostTensor value = tensor_from_proto(init, state_.base_dir, state_.source + ": initializer '" + init.name() + "'");
+      HostTensor value = tensor_from_proto(init, state_.base_dir, state_.source + ": initializer " + quote(init.name()));
       state_.constants[init.name()] = {std::move(value), init.name()};
     }
   }
@@ -194,7 +195,7 @@ class ModelImporter {
   void add_graph_inputs() {
     for (const auto& input : graph_.input()) {
       if (state_.constants.count(input.name())) continue;  // IR < 4 lists initializers as inputs
-      const std::string what = state_.source + ": graph input '" + input.name() + "'";
+      const std::string what = state_.source + ": graph input " + quote(input.name());
       if (!input.type().has_tensor_type()) throw ParseError(what + " is not a tensor (sequences and maps are not supported)");
       const int32_t elem = input.type().tensor_type().elem_type();
       const auto type = data_type_from_onnx(elem);
@@ -228,7 +229,7 @@ class ModelImporter {
         const std::string& out = node.output(i);
         if (!out.empty() && state_.consumed.count(out) && !state_.tensors.count(out) && !state_.constants.count(out) &&
             !state_.sequences.count(out)) {
-          throw Error("node '" + layer_name + "' (" + node.op_type() + "): the importer did not produce output '" + out +
+          throw Error("node " + quote(layer_name) + " (" + node.op_type() + "): the importer did not produce output '" + out +
                       "' (kiln bug)");
         }
       }
@@ -242,7 +243,7 @@ class ModelImporter {
     } catch (const Error& e) {
       if (!reads_placeholder) {
         problem = e.what();
-        const std::string prefix = "node '" + layer_name + "' (" + node.op_type() + "): ";
+        const std::string prefix = "node " + quote(layer_name) + " (" + node.op_type() + "): ";
         if (problem.rfind(prefix, 0) == 0) problem = problem.substr(prefix.size());
       }
     } catch (const std::exception& e) {
@@ -259,9 +260,9 @@ class ModelImporter {
       }
     }
     const bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
-    const std::string plugin = "no registered plugin '" + node.op_type() + "'";
+    const std::string plugin = "no registered plugin " + quote(node.op_type());
     return default_domain ? "no importer for this op and " + plugin
-                          : "no importer for domain '" + node.domain() + "' and " + plugin;
+                          : "no importer for domain " + quote(node.domain()) + " and " + plugin;
   }
 
   // Stand-ins for the outputs of a node that was not imported; the network is discarded anyway.
@@ -282,7 +283,7 @@ class ModelImporter {
       if (auto seq = state_.sequences.find(name); seq != state_.sequences.end()) {
         // A node-level problem (listed with the others), charged to the node that made the value.
         problems_.push_back({seq->second.op_type, "", seq->second.node, state_.opset_of(""),
-                             "its output '" + name + "' is a graph output, but it is a sequence: kiln resolves ONNX "
+                             "its output " + quote(name) + " is a graph output, but it is a sequence: kiln resolves ONNX "
                              "sequences while importing and its networks output tensors only; output the tensors "
                              "(SequenceAt) or one tensor (ConcatFromSequence) instead"});
         continue;
@@ -290,7 +291,7 @@ class ModelImporter {
       const bool is_constant = state_.constants.count(name) > 0;
       Tensor* t = state_.tensor(name);
       if (!t) {
-        throw ParseError(state_.source + ": graph output '" + name + "' is not produced by any node, initializer or input");
+        throw ParseError(state_.source + ": graph output " + quote(name) + " is not produced by any node, initializer or input");
       }
       if (t->is_network_input() || is_constant) {
         // An output must be computed by a layer: copy the input/constant through an Identity.
@@ -298,7 +299,7 @@ class ModelImporter {
         Tensor* copy = state_.network->add_layer(kLayerIdentity, {t}, 1, {}, layer)->output(0);
         if (t->is_network_input()) {
           copy->set_name(state_.network->unique_name(name + "_output"));
-          log(Severity::kWarning, state_.source + ": graph output '" + name + "' is also a graph input; the output is named '" +
+          log(Severity::kWarning, state_.source + ": graph output " + quote(name) + " is also a graph input; the output is named '" +
                                       copy->name() + "'");
         } else {
           state_.claim_tensor_name(copy, name);
@@ -324,7 +325,7 @@ std::string format_problems(const std::string& source, int64_t opset, int num_no
     const std::string domain = p.domain.empty() ? "ai.onnx" : p.domain;
     // Only nodes for which no plugin is registered: a found plugin whose fields were wrong says so itself.
     plugin_missing |= p.reason.find("no registered plugin") != std::string::npos;
-    msg += "\n  - node '" + p.node_name + "': op " + p.op_type + ", domain " + domain + ", opset " + std::to_string(p.opset) +
+    msg += "\n  - node " + quote(p.node_name) + ": op " + p.op_type + ", domain " + domain + ", opset " + std::to_string(p.opset) +
            ": " + p.reason;
   }
   msg += "\nhint: ";

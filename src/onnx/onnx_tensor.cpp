@@ -12,6 +12,7 @@
 #include <map>
 
 #include "kiln/error.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {

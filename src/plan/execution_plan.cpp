@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "src/plan/memory_planner.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -75,7 +76,7 @@ struct ElisionState {
   std::unordered_set<const Tensor*> group_outputs;             // outputs of elided concatenations
 };
 
-std::string quoted(const Tensor* t) { return "'" + t->name() + "'"; }
+std::string quoted(const Tensor* t) { return quote(t->name()); }
 
 // The axes of a tensor in memory order, outermost first (channels-last stores dim 1 innermost).
 std::vector<int> memory_order(int rank, TensorFormat format) {

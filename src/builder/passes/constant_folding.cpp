@@ -17,6 +17,7 @@
 #include "src/builder/passes/pass_utils.h"
 #include "src/builder/passes/passes.h"
 #include "src/ir/shape_inference.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -95,7 +96,7 @@ int fold_constant_layers(Network& network, PassContext& ctx) {
     if (!foldable) continue;
     const std::vector<HostTensor> results = evaluate_on_host(*layer, values);
     if (static_cast<int>(results.size()) != layer->num_outputs()) {
-      throw Error("constant folding: evaluating layer '" + layer->name() + "' gave " +
+      throw Error("constant folding: evaluating layer " + quote(layer->name()) + " gave " +
                   std::to_string(results.size()) + " outputs, expected " + std::to_string(layer->num_outputs()));
     }
     const std::string name = layer->name(), type = layer->type();
@@ -103,7 +104,7 @@ int fold_constant_layers(Network& network, PassContext& ctx) {
     const std::vector<Tensor*> inputs = inputs_of(layer);
     editor.remove_layer(layer);
     editor.drop_unused_constants(inputs);
-    passes::log_change(ctx, "constant_folding: folded '" + name + "' (" + type + ") into a constant");
+    passes::log_change(ctx, "constant_folding: folded " + quote(name) + " (" + type + ") into a constant");
     ++changes;
   }
   return changes;
@@ -174,7 +175,7 @@ int fold_known_values(Network& network, PassContext& ctx) {
         if (reaches_output(layer->output(i))) live.insert(layer);
       }
     }
-    passes::log_change(ctx, "constant_folding: replaced " + folded_names + " of '" + name + "' (" + type +
+    passes::log_change(ctx, "constant_folding: replaced " + folded_names + " of " + quote(name) + " (" + type +
                                 ") by a constant (same value at every shape point)");
     ++changes;
   }

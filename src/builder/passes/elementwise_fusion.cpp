@@ -30,6 +30,7 @@
 #include "src/builder/passes/passes.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/ops_fused.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -213,7 +214,7 @@ class ElementWiseFusion {
     }
     editor.drop_unused_constants(constants);
     passes::log_change(ctx_, "elementwise_fusion: fused " + std::to_string(group.size()) + " layers (" + names +
-                                 ") into '" + fused_name + "'");
+                                 ") into " + quote(fused_name));
   }
 
   Network& network_;
