@@ -449,7 +449,7 @@ void Bench::prepare(const std::vector<HostTensor>& data) {
   max_bytes_.assign(io_.size(), 0);
   for (Step& step : steps_)
     for (size_t k = 0; k < n_in; ++k) {
-      step.bytes.push_back(static_cast<size_t>(step.dims[k].volume()) * data_type_size(io_[k]->type));
+      step.bytes.push_back(static_cast<size_t>(tensor_byte_size(io_[k]->type, step.dims[k])));
       max_bytes_[k] = std::max(max_bytes_[k], step.bytes.back());
     }
   auto make_buffer = [&](size_t bytes) {
@@ -483,7 +483,7 @@ void Bench::prepare(const std::vector<HostTensor>& data) {
         if (dims.is_dynamic())
           throw Error("output " + quote(io_[k]->name) + " has the unresolved shape " + dims.to_string() + " at the shapes " +
                       step.text);
-        step.bytes.push_back(static_cast<size_t>(dims.volume()) * data_type_size(io_[k]->type));
+        step.bytes.push_back(static_cast<size_t>(tensor_byte_size(io_[k]->type, dims)));
         max_bytes_[k] = std::max(max_bytes_[k], step.bytes.back());
       }
     }

@@ -217,7 +217,7 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
       v.type = d.type;
       v.dims = d.dims;
       v.format = d.format;
-      const size_t bytes = static_cast<size_t>(d.dims.volume()) * data_type_size(d.type);
+      const size_t bytes = static_cast<size_t>(tensor_byte_size(d.type, d.dims));
       buffers.emplace_back(backend, bytes);
       v.data = bytes ? buffers.back().data() : nullptr;
       if (d.value && d.value->nbytes() == bytes) {
@@ -232,7 +232,7 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
   for (int i = 0; i < layer.num_outputs(); ++i) {
     const TensorState& s = states.at(layer.output(i));
     out.push_back(TensorDesc{s.type, s.dims, layer.output(i)->format(), true, nullptr});
-    const size_t bytes = static_cast<size_t>(s.dims.volume()) * data_type_size(s.type);
+    const size_t bytes = static_cast<size_t>(tensor_byte_size(s.type, s.dims));
     buffers.emplace_back(backend, bytes);
     kc.outputs.push_back(TensorView{s.type, s.dims, layer.output(i)->format(), bytes ? buffers.back().data() : nullptr});
   }

@@ -363,7 +363,8 @@ void ExecutionContext::set_optimization_profile(int index) {
   c.graphs.clear();
   c.profile = index;
   c.profile_info = std::move(info);
-  c.memory.reserve_for_profile(c.profile_info->plan.peak);
+  c.memory.reserve_for_profile(c.profile_info->plan.peak,
+                               describe_plan_memory(c.profile_info->plan, "optimization profile " + std::to_string(index)));
   c.input_dims.clear();
   for (const auto& [name, s] : p.all()) c.input_dims[name] = s.opt;
   for (int i = 0; i < e.num_inputs; ++i) {
@@ -594,7 +595,7 @@ void ExecutionContext::enqueue(void* stream) {
     if (c.graph_explicit) {
       std::string layer;
       for (size_t s = 0; s < e.steps.size() && layer.empty(); ++s) {
-        if (plan->dd_step[s]) layer = "'" + e.steps[s]->name() + "' (" + e.steps[s]->type() + ")";
+        if (plan->dd_step[s]) layer = quote(e.steps[s]->name()) + " (" + e.steps[s]->type() + ")";
       }
       throw Error("CUDA graph capture is not possible for this engine: layer " + layer +
                   " has a data-dependent output size, which the host reads in the middle of the inference; "
@@ -609,7 +610,8 @@ void ExecutionContext::enqueue(void* stream) {
   // Nothing to do once the memory fits this plan (a few comparisons); otherwise it grows, or,
   // user-managed, says what is missing.
   if (!c.memory.fits(plan->memory.peak, plan->workspace_bytes)) {
-    c.memory.ensure(plan->memory.peak, plan->workspace_bytes, "input shapes " + shapes_text(c.input_dims));
+    c.memory.ensure(plan->memory.peak, plan->workspace_bytes,
+                    describe_plan_memory(plan->memory, "input shapes " + shapes_text(c.input_dims)));
   }
   if (c.memory.view().generation != c.graph_memory_generation) {  // the memory moved: graphs point at the old
     c.graphs.clear();

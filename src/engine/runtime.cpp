@@ -96,7 +96,12 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
     if (d.device == DeviceType::kCPU) {
       impl->weights[l->output(0)] = const_cast<void*>(v.data());
     } else {
-      DeviceBuffer buf(*impl->backend, v.nbytes());
+      DeviceBuffer buf;
+      try {
+        buf = DeviceBuffer(*impl->backend, v.nbytes());
+      } catch (const Error& e) {
+        throw Error(source + ": weights of constant layer " + quote(l->name()) + ": " + e.what());
+      }
       impl->backend->copy_host_to_device(buf.data(), v.data(), v.nbytes(), nullptr);
       impl->weights[l->output(0)] = buf.data();
       impl->weight_buffers.push_back(std::move(buf));

@@ -67,6 +67,14 @@ void ShapeContext::set_output(int i, DataType type, const Dims& dims) {
   for (int64_t d : dims) {
     if (d < 0) fail("inferred a negative extent for output " + std::to_string(i) + ": " + dims.to_string());
   }
+  // Every tensor's element count and byte size fit in an int64, so the memory planner, the
+  // kernels and the runtime can size buffers without wrapping around.
+  try {
+    (void)tensor_byte_size(type, dims);
+  } catch (const Error& e) {
+    const Tensor* t = layer_.output(i);
+    fail("output " + std::to_string(i) + (t ? " " + quote(t->name()) : std::string()) + " is too large: " + e.what());
+  }
   out_types_[static_cast<size_t>(i)] = type;
   out_dims_[static_cast<size_t>(i)] = dims;
   out_set_[static_cast<size_t>(i)] = true;

@@ -27,7 +27,7 @@ class LineParser {
       : where_(where), line_(line), index_(index), num_defined_(num_defined), words_(split_words(line)) {}
 
   [[noreturn]] void fail(const std::string& why) const {
-    throw Error(where_ + ": program instruction " + std::to_string(index_) + " '" + line_ + "': " + why +
+    throw Error(where_ + ": program instruction " + std::to_string(index_) + " " + quote(line_) + ": " + why +
                 " (the FusedElementWise program format is documented in src/ir/ops_fused.h)");
   }
   size_t size() const { return words_.size(); }

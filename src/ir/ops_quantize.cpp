@@ -35,7 +35,7 @@ void check_quant_param(const ShapeContext& ctx, int i, const char* what, const D
   }
   const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), x.rank());
   Dims expected = x;
-  expected[static_cast<int>(axis)] = (x[static_cast<int>(axis)] + block - 1) / block;
+  expected[static_cast<int>(axis)] = static_cast<int64_t>((__int128{x[static_cast<int>(axis)]} + block - 1) / block);
   ctx.check(p == expected, std::string(what) + " has dims " + p.to_string() + "; blocked quantization with block_size " +
                                std::to_string(block) + " along axis " + std::to_string(axis) + " of " + x.to_string() +
                                " needs " + expected.to_string());

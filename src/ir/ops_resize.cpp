@@ -65,7 +65,11 @@ void infer_resize(ShapeContext& ctx) {
       ctx.check(s > 0 && std::isfinite(s), "scales must be positive and finite, got " + std::to_string(s) +
                                                " for axis " + std::to_string(i));
       // The scale is a float32 in ONNX; ONNX Runtime multiplies in float.
-      out[i] = static_cast<int64_t>(std::floor(static_cast<float>(x[i]) * static_cast<float>(s)));
+      const float scaled = std::floor(static_cast<float>(x[i]) * static_cast<float>(s));
+      // 2^63 is the first float beyond int64 (converting it would be undefined).
+      ctx.check(scaled < 9223372036854775808.0f, "scale " + std::to_string(s) + " of axis " + std::to_string(i) +
+                                                     " gives an extent that does not fit in 64 bits");
+      out[i] = static_cast<int64_t>(scaled);
     }
   } else {
     const HostTensor& t = ctx.required_value(2);

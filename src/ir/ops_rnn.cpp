@@ -45,6 +45,8 @@ void infer_rnn(ShapeContext& ctx) {
   const int64_t dirs = direction == "bidirectional" ? 2 : 1;
   const int64_t hidden = attr_int(layer, "hidden_size");
   ctx.check(hidden >= 1, "hidden_size must be >= 1, got " + std::to_string(hidden));
+  // The weight extents below are up to 8 * hidden_size (LSTM's B).
+  (void)checked_extent(ctx, __int128{hidden} * 8, "8 * hidden_size " + std::to_string(hidden));
   const int64_t layout = attr_int(layer, "layout");
   ctx.check(layout == 0 || layout == 1, "layout must be 0 or 1");
   ctx.check(ctx.num_outputs() >= 1 && ctx.num_outputs() <= info->max_outputs,

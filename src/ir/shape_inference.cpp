@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <new>
 
 #include "kiln/error.h"
 #include "src/backends/kernel.h"
@@ -18,7 +19,8 @@ namespace {
 
 // Prefixes errors that do not name a layer yet.
 [[noreturn]] void rethrow_for_layer(const Layer& layer, const std::exception& e) {
-  const std::string msg = e.what();
+  // std::bad_alloc from a container says only "std::bad_alloc".
+  const std::string msg = dynamic_cast<const std::bad_alloc*>(&e) ? std::string("out of memory") : e.what();
   if (msg.rfind("layer '", 0) == 0) throw Error(msg);
   throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): " + msg);
 }
@@ -185,7 +187,7 @@ std::vector<HostTensor> evaluate_on_host(const Layer& layer, const std::vector<c
       for (size_t k = 0; k < outputs.size(); ++k) {
         if (actual[k].second == outputs[k].dims()) continue;
         // from_bytes copies the leading elements (and, for strings, their characters).
-        const size_t nbytes = static_cast<size_t>(actual[k].second.volume()) * data_type_size(actual[k].first);
+        const size_t nbytes = static_cast<size_t>(tensor_byte_size(actual[k].first, actual[k].second));
         outputs[k] = HostTensor::from_bytes(actual[k].first, actual[k].second, outputs[k].data(), nbytes);
       }
     }
@@ -218,6 +220,11 @@ TensorStates infer_shapes(const Network& network, const std::map<std::string, Di
     if (dims.is_dynamic()) {
       throw Error("input " + quote(t->name()) + " has dynamic dims " + dims.to_string() +
                   " and no concrete dims were given (set an optimization profile or the input shape)");
+    }
+    try {
+      (void)tensor_byte_size(t->type(), dims);
+    } catch (const Error& e) {
+      throw Error("input " + quote(t->name()) + " is too large: " + e.what());
     }
     TensorState s;
     s.type = t->type();

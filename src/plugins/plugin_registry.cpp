@@ -7,12 +7,14 @@
 #include <climits>
 #include <cstdlib>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
 
 #include "kiln/error.h"
 #include "kiln/logger.h"
 #include "kiln/plugin.h"
+#include "src/core/checked_math.h"
 #include "src/core/text.h"
 
 namespace kiln {
@@ -26,6 +28,10 @@ const char* op_symbol(DimOp op) {
 }
 int64_t floor_div(int64_t a, int64_t b) {
   if (b == 0) throw Error("plugin dimension expression divides by zero");
+  // INT64_MIN / -1 traps (SIGFPE).
+  if (a == std::numeric_limits<int64_t>::min() && b == -1) {
+    throw Error("plugin dimension expression overflows 64-bit integers (" + std::to_string(a) + " / -1)");
+  }
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
@@ -71,12 +77,13 @@ int64_t DimExpr::evaluate(const std::vector<Dims>& inputs, const std::vector<int
       return static_cast<size_t>(input_) < sizes.size() ? sizes[static_cast<size_t>(input_)] : value_;
     case Kind::kOp: {
       const int64_t a = a_->evaluate(inputs, sizes, values), b = b_->evaluate(inputs, sizes, values);
+      const std::string what = "plugin dimension expression " + to_string();
       switch (op_) {
-        case DimOp::kSum: return a + b;
-        case DimOp::kSub: return a - b;
-        case DimOp::kProd: return a * b;
+        case DimOp::kSum: return checked_add(a, b, what);
+        case DimOp::kSub: return checked_sub(a, b, what);
+        case DimOp::kProd: return checked_mul(a, b, what);
         case DimOp::kFloorDiv: return floor_div(a, b);
-        case DimOp::kCeilDiv: return -floor_div(-a, b);
+        case DimOp::kCeilDiv: return checked_sub(0, floor_div(checked_sub(0, a, what), b), what);
         case DimOp::kMin: return std::min(a, b);
         case DimOp::kMax: return std::max(a, b);
         case DimOp::kEqual: return a == b;
@@ -343,7 +350,7 @@ PluginRegistry& PluginRegistry::instance() {
 
 namespace {
 std::string plugin_id(const std::string& name, const std::string& version, const std::string& ns) {
-  return "'" + name + "' version '" + version + "'" + (ns.empty() ? std::string() : " namespace '" + ns + "'");
+  return "" + quote(name) + " version " + quote(version) + (ns.empty() ? std::string() : " namespace " + quote(ns));
 }
 }  // namespace
 

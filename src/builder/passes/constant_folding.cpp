@@ -90,7 +90,7 @@ int fold_constant_layers(Network& network, PassContext& ctx) {
     if (!all_constant || present == 0) continue;
     bool foldable = true;  // not too large, and not empty (a Constant cannot hold an empty tensor)
     for (const auto& [type, dims] : infer_layer(*layer, state_ptrs)) {
-      const uint64_t bytes = static_cast<uint64_t>(dims.volume()) * data_type_size(type);
+      const uint64_t bytes = tensor_byte_size(type, dims);
       if (bytes > kMaxFoldBytes || bytes == 0) foldable = false;
     }
     if (!foldable) continue;
