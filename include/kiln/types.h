@@ -88,6 +88,12 @@ const char* to_string(DeviceType device);
 // Accepts "cpu" and "cuda" (case-insensitive); throws kiln::Error otherwise.
 DeviceType parse_device_type(std::string_view name);
 
+// The largest CPU thread count kiln accepts anywhere: BuilderConfig::num_threads (stored in the
+// engine), ExecutionContext::set_num_threads, engine files and `--threads`. Far above the
+// hardware threads of any machine kiln runs on, far below what the OpenMP runtime fails on
+// (tens of thousands of threads); docs/security.md.
+inline constexpr int kMaxThreads = 1024;
+
 // A dimension value of -1 means "unknown until run time" (a dynamic dimension).
 inline constexpr int64_t kDynamic = -1;
 inline constexpr int kMaxDims = 8;

@@ -213,6 +213,11 @@ void reject_cpu_only_types(const Network& net, const TensorStates& states, Devic
 
 std::vector<uint8_t> Builder::build_serialized(const Network& network, const BuilderConfig& config, BuildReport* report_out) {
   const auto t0 = std::chrono::steady_clock::now();
+  // Checked here so that no engine is written that Runtime::deserialize would reject.
+  if (config.num_threads < 0 || config.num_threads > kMaxThreads) {
+    throw Error("BuilderConfig::num_threads is " + std::to_string(config.num_threads) + ", expected 0.." +
+                std::to_string(kMaxThreads) + " (0: all hardware threads)");
+  }
   for (const std::string& name : config.disabled_passes) {
     const auto& known = builder_pass_names();
     if (std::find(known.begin(), known.end(), name) != known.end()) continue;

@@ -467,7 +467,10 @@ void ExecutionContext::reset_stats() {
 }
 
 void ExecutionContext::set_num_threads(int threads) {
-  if (threads < 0) throw Error("set_num_threads: thread count must be >= 0");
+  if (threads < 0 || threads > kMaxThreads) {
+    throw Error("set_num_threads: thread count " + std::to_string(threads) + " is outside 0.." +
+                std::to_string(kMaxThreads) + " (0: the engine's setting)");
+  }
   impl_->num_threads = threads;
 }
 

@@ -26,8 +26,6 @@ constexpr size_t kMinTensorDeclBytes = 3 * kMinStringBytes + kMinDimsBytes;  // 
 constexpr size_t kMinAttrBytes = 2 * kMinStringBytes + 1;
 constexpr size_t kMinLayerBytes = 2 * kMinStringBytes + 1 + 3 * 4;
 constexpr size_t kMinProfileEntryBytes = kMinStringBytes + 3 * kMinDimsBytes;
-// An engine asking for more CPU threads than this is corrupt, not ambitious.
-constexpr int64_t kMaxThreads = 1 << 16;
 
 std::string quoted(const std::string& s) { return quote(s); }
 
@@ -426,6 +424,7 @@ void decode_meta(ByteReader& r, EngineData& data) {
     r.fail("unknown device " + quoted(device));
   }
   if (device != to_string(data.device)) r.fail("device " + quoted(device) + " is not spelled canonically");
+  // An engine asking for more CPU threads than kMaxThreads is corrupt, not ambitious.
   const int64_t threads = r.i64("num_threads");
   if (threads < 0 || threads > kMaxThreads) {
     r.fail("num_threads is " + std::to_string(threads) + ", expected 0.." + std::to_string(kMaxThreads));
