@@ -130,7 +130,7 @@ std::vector<ParsedStep> parse_schedule(const std::vector<std::string>& values) {
   for (const std::string& value : values) {
     if (!value.empty() && value[0] == '@') {
       const std::string file = value.substr(1);
-      const std::vector<uint8_t> bytes = read_file_bytes(file, "--shape-schedule file");
+      const std::vector<uint8_t> bytes = read_file_bytes(file, "--shape-schedule file", kMaxFlagFileBytes);
       std::istringstream lines(std::string(bytes.begin(), bytes.end()));
       std::string line;
       for (int number = 1; std::getline(lines, line); ++number) {

@@ -118,6 +118,8 @@ int run_run(const RunOptions& o) {
   if (o.inputs_dir.empty() && o.inputs.empty())
     throw UsageError("give the inputs with --inputs-dir DIR (input_<i>.pb files) or --input NAME=FILE");
   if (!o.compare_dir.empty()) require_directory(o.compare_dir, "--compare-dir folder");
+  // Before the (possibly long) run, so that a bad folder is reported at once.
+  if (!o.output_dir.empty()) make_output_directory(o.output_dir, "--output-dir");
   load_plugins(o.plugins);
 
   LoadedEngine loaded = o.engine.empty() ? build_from_onnx(o, out) : load_engine_file(o);
@@ -232,7 +234,6 @@ int run_run(const RunOptions& o) {
         {{"name", in.name}, {"type", to_string(in.value.type())}, {"dims", dims_json(in.value.dims())}, {"file", in.file}});
 
   out << "outputs:\n";
-  if (!o.output_dir.empty()) fs::create_directories(o.output_dir);
   for (const auto& output : outputs) {
     nlohmann::json entry = {{"name", output.name},
                             {"type", to_string(output.value.type())},

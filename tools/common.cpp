@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "backends/backend.h"
+#include "core/file_io.h"
 #include "core/tensor_io.h"
 #include "core/text.h"
 #include "kiln/error.h"
@@ -50,7 +51,7 @@ std::string input_list(const Network& network) {
   for (int i = 0; i < network.num_inputs(); ++i) {
     const Tensor* t = network.input(i);
     if (!out.empty()) out += ", ";
-    out += "'" + t->name() + "' (" + t->dims().to_string() + ")";
+    out += quote(t->name()) + " (" + t->dims().to_string() + ")";
   }
   return out.empty() ? "(none)" : out;
 }
@@ -256,7 +257,7 @@ uint64_t parse_byte_size(std::string_view text, const std::string& flag) {
   uint64_t value = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   if (s.empty() || ec != std::errc() || ptr == s.data())
-    throw UsageError(flag + ": '" + std::string(text) + "' is not a size; write bytes like 1073741824, 512M or 2G");
+    throw UsageError(flag + ": " + quote(text) + " is not a size; write bytes like 1073741824, 512M or 2G");
   std::string unit(ptr, s.data() + s.size());
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   static const std::map<std::string, int> kShift = {
@@ -284,52 +285,41 @@ std::string format_bytes(uint64_t bytes) {
   return out.str();
 }
 
-void require_readable_file(const std::string& path, const std::string& what) {
-  std::error_code ec;
-  auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status))
-    throw Error("cannot open " + what + " '" + path + "': no such file");
-  if (std::filesystem::is_directory(status)) throw Error("cannot open " + what + " '" + path + "': it is a directory");
-  std::ifstream probe(path, std::ios::binary);
-  if (!probe) throw Error("cannot open " + what + " '" + path + "': " + std::strerror(errno));
-}
+void require_readable_file(const std::string& path, const std::string& what) { (void)check_regular_file(path, what); }
 
 void require_directory(const std::string& path, const std::string& what) {
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec))
-    throw Error(what + " '" + path + "' " + (std::filesystem::exists(path, ec) ? "is not a directory" : "does not exist"));
+    throw Error(what + " " + quote(path) + " " +
+                (std::filesystem::exists(path, ec) ? "is not a directory" : "does not exist"));
 }
 
-std::vector<uint8_t> read_file_bytes(const std::string& path, const std::string& what) {
-  require_readable_file(path, what);
-  std::ifstream in(path, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error("cannot read " + what + " '" + path + "': " + std::strerror(errno));
-  return bytes;
+void make_output_directory(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  const std::string where = "cannot create " + flag + " folder " + quote(path) + ": ";
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st)) return;
+  if (fs::exists(st)) throw Error(where + "a file of that name exists and is not a folder");
+  fs::create_directories(path, ec);
+  if (!ec) return;
+  const std::string reason = ec.message();
+  // A file where a parent folder should be says more than the raw error ("Not a directory").
+  fs::path prefix;
+  for (const auto& part : fs::path(path)) {
+    prefix /= part;
+    const fs::file_status s = fs::status(prefix, ec);
+    if (fs::exists(s) && !fs::is_directory(s)) throw Error(where + quote(prefix.string()) + " is a file, not a folder");
+  }
+  throw Error(where + reason);
+}
+
+std::vector<uint8_t> read_file_bytes(const std::string& path, const std::string& what, uint64_t max_bytes) {
+  return read_whole_file(path, what, max_bytes);
 }
 
 void write_file_bytes(const std::string& path, const std::vector<uint8_t>& bytes, const std::string& what) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path parent = fs::path(path).parent_path();
-  if (!parent.empty() && !fs::is_directory(parent, ec))
-    throw Error("cannot write " + what + " '" + path + "': folder '" + parent.string() + "' does not exist");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("cannot write " + what + " '" + path + "': " + std::strerror(errno));
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    if (!out) {
-      fs::remove(tmp, ec);
-      throw Error("cannot write " + what + " '" + path + "': write failed (disk full?)");
-    }
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error("cannot write " + what + " '" + path + "': " + ec.message());
-  }
+  write_file_atomically(path, bytes.data(), bytes.size(), what);
 }
 
 std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names, const std::string& inputs_dir,
@@ -361,7 +351,12 @@ std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names
         throw Error("no file for input " + quote(name) + " (input #" + std::to_string(i) + ") in '" + inputs_dir +
                     "': expected input_" + std::to_string(i) + ".pb, input_" + std::to_string(i) + ".npy or " +
                     sanitize_file_name(name) + ".npy");
-      result.push_back(load(name, *found));
+      // A file found by its conventional name must really be in the folder: a symbolic link
+      // there that leads elsewhere is refused (the folder may come with a downloaded model).
+      const std::string file =
+          resolve_inside_folder(inputs_dir, fs::path(*found).filename().string(), "input file", "the inputs folder")
+              .string();
+      result.push_back(load(name, file));
     }
     return result;
   }
@@ -554,7 +549,7 @@ std::vector<std::string> layer_precision_entries(const std::vector<std::string>&
   for (const std::string& spec : specs) {
     std::string text = spec;
     if (!spec.empty() && spec[0] == '@') {
-      const std::vector<uint8_t> bytes = read_file_bytes(spec.substr(1), "--layer-precisions file");
+      const std::vector<uint8_t> bytes = read_file_bytes(spec.substr(1), "--layer-precisions file", kMaxFlagFileBytes);
       text.assign(bytes.begin(), bytes.end());
     }
     std::string current;

@@ -128,11 +128,20 @@ uint64_t parse_byte_size(std::string_view text, const std::string& flag);
 std::string format_bytes(uint64_t bytes);
 
 // Throws a kiln::Error "cannot open <what> '<path>': <reason>" unless `path` is a readable
-// regular file.
+// regular file (a folder, device or FIFO is refused; src/core/file_io.h).
 void require_readable_file(const std::string& path, const std::string& what);
 void require_directory(const std::string& path, const std::string& what);
-std::vector<uint8_t> read_file_bytes(const std::string& path, const std::string& what);
-// Writes through a temporary file and a rename, so a failed write never leaves half a file.
+// Creates the folder `path` (and its parents) unless it exists; throws "cannot create <flag>
+// folder '<path>': <reason>" (a file of that name, a missing permission) instead of a raw
+// filesystem error.
+void make_output_directory(const std::string& path, const std::string& flag);
+// The whole regular file (`max_bytes` 0: no limit but its size).
+std::vector<uint8_t> read_file_bytes(const std::string& path, const std::string& what, uint64_t max_bytes = 0);
+// Files given as flag values (--layer-precisions @FILE, --shape-schedule FILE) are text meant
+// for a person to write: larger ones are refused (docs/security.md).
+inline constexpr uint64_t kMaxFlagFileBytes = 16u << 20;
+// Writes through a uniquely named temporary file and a rename (write_file_atomically): a failed
+// write never leaves half a file, and an existing link, folder or device is never written to.
 void write_file_bytes(const std::string& path, const std::vector<uint8_t>& bytes, const std::string& what);
 
 // ---- input tensors ----------------------------------------------------------------------------

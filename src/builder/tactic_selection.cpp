@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <filesystem>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -23,6 +23,7 @@
 #include "kiln/plugin.h"
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
+#include "src/core/file_io.h"
 #include "src/plan/execution_plan.h"
 #include "src/plan/kernel_config.h"
 #include "src/plugins/plugin_layer.h"
@@ -120,8 +121,9 @@ class TimingCache {
  public:
   explicit TimingCache(std::string path) : path_(std::move(path)) {
     if (path_.empty()) return;
-    std::ifstream f(path_);
-    if (!f) return;  // a new cache
+    std::error_code ec;
+    if (!std::filesystem::exists(std::filesystem::symlink_status(path_, ec))) return;  // a new cache
+    std::istringstream f(read_whole_file_text(path_, "timing cache", kMaxTimingCacheBytes));
     std::string line;
     int n = 0;
     while (std::getline(f, line)) {
@@ -149,20 +151,16 @@ class TimingCache {
   }
   void save() const {
     if (path_.empty() || !dirty_) return;
-    const std::string tmp = path_ + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::trunc);
-      if (!f) throw Error("cannot write the timing cache '" + path_ + "' (" + std::strerror(errno) + ")");
-      f << kHeader << "\n";
-      for (const auto& [k, v] : entries_) f << k << "\t" << v << "\n";
-    }
-    if (std::rename(tmp.c_str(), path_.c_str()) != 0) {
-      throw Error("cannot replace the timing cache '" + path_ + "' (" + std::strerror(errno) + ")");
-    }
+    std::ostringstream f;
+    f << kHeader << "\n";
+    for (const auto& [k, v] : entries_) f << k << "\t" << v << "\n";
+    const std::string text = f.str();
+    write_file_atomically(path_, text.data(), text.size(), "timing cache");
   }
 
  private:
   static constexpr const char* kHeader = "kiln timing cache v1";
+  static constexpr uint64_t kMaxTimingCacheBytes = 256u << 20;
   std::string path_;
   std::map<std::string, std::string> entries_;
   bool dirty_ = false;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/core/file_io.h"
 #include "src/core/utf8.h"
 #include "src/onnx/onnx_proto.h"
 #include "src/onnx/onnx_tensor.h"
@@ -63,21 +64,12 @@ constexpr OnnxType kOnnxTypes[] = {
   throw Error("tensor file " + quote(path) + ": " + what);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail(path, "read error");
-  return bytes;
-}
+// Tensor files are read whole after the regular-file check (file_io.h): a device or FIFO
+// named as an input gives an error instead of an endless read.
+std::string read_file(const std::string& path) { return read_whole_file_text(path, "tensor file"); }
 
 void write_file(const std::string& path, const std::string& header, const void* data, size_t nbytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(path, std::string("cannot open for writing: ") + std::strerror(errno));
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  if (nbytes > 0) out.write(static_cast<const char*>(data), static_cast<std::streamsize>(nbytes));
-  out.close();
-  if (!out) fail(path, "write failed (disk full or permission denied?)");
+  write_file_atomically(path, {{header.data(), header.size()}, {data, nbytes}}, "tensor file");
 }
 
 // The element count of `extents` or -1 on overflow.

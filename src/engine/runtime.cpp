@@ -12,6 +12,7 @@
 #include "kiln/logger.h"
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
+#include "src/core/file_io.h"
 #include "src/engine/context_impl.h"
 #include "src/engine/engine_format.h"
 #include "src/engine/engine_impl.h"
@@ -22,23 +23,6 @@
 #include "src/core/text.h"
 
 namespace kiln {
-
-namespace {
-
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) throw Error("cannot open engine file '" + path + "' (" + std::strerror(errno) + ")");
-  const std::streamoff size = f.tellg();
-  if (size < 0) throw Error("cannot read engine file '" + path + "'");
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
-  f.seekg(0);
-  if (size > 0 && !f.read(reinterpret_cast<char*>(bytes.data()), size)) {
-    throw Error("cannot read engine file '" + path + "'");
-  }
-  return bytes;
-}
-
-}  // namespace
 
 // ---- Runtime ------------------------------------------------------------------------------
 
@@ -118,7 +102,7 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
 }
 
 std::shared_ptr<Engine> Runtime::deserialize_file(const std::string& path) {
-  const auto bytes = read_file(path);
+  const auto bytes = read_whole_file(path, "engine file");
   return deserialize(bytes.data(), bytes.size(), path);
 }
 

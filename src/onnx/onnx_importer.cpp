@@ -19,6 +19,7 @@
 #include "kiln/error.h"
 #include "kiln/logger.h"
 #include "kiln/onnx_parser.h"
+#include "src/core/file_io.h"
 #include "src/core/text.h"
 #include "src/onnx/onnx_import_context.h"
 #include "src/onnx/onnx_tensor.h"
@@ -54,17 +55,16 @@ onnx::ModelProto read_model_bytes(const void* data, size_t size, const std::stri
 
 // Streams the file through protobuf without a second in-memory copy of the bytes.
 onnx::ModelProto read_model_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error("cannot read ONNX model '" + path + "': it is a directory");
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) throw Error("cannot open ONNX model '" + path + "': " + ec.message());
-  if (size > static_cast<uintmax_t>(std::numeric_limits<int>::max())) {
-    throw Error(path + ": the model is larger than protobuf's 2 GB limit; save its weights as external data "
-                       "(onnx.save_model(..., save_as_external_data=True))");
+  // A regular file of a size protobuf can parse, read whole (file_io.h): a device, FIFO or
+  // folder gives an error naming the file.
+  const uint64_t size = check_regular_file(path, "ONNX model");
+  if (size > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+    throw Error(quote(path) + ": the model is larger than protobuf's 2 GB limit; save its weights as external data "
+                               "(onnx.save_model(..., save_as_external_data=True))");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot open ONNX model '" + path + "': not readable");
-  google::protobuf::io::IstreamInputStream stream(&in);
+  const std::vector<uint8_t> bytes =
+      read_whole_file(path, "ONNX model", static_cast<uint64_t>(std::numeric_limits<int>::max()));
+  google::protobuf::io::ArrayInputStream stream(bytes.data(), static_cast<int>(bytes.size()));
   return read_model(stream, path);
 }
 
