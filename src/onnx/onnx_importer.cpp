@@ -73,9 +73,15 @@ std::string base_dir_of(const std::string& path) {
   return parent.empty() ? "." : parent.string();
 }
 
+// The name of node `i` as messages show it (its name, else op type and index).
+std::string node_label(const onnx::GraphProto& graph, int i) {
+  const auto& node = graph.node(i);
+  return quote(node.name().empty() ? node.op_type() + "_" + std::to_string(i) : node.name());
+}
+
 // Node indices in a topological order; ties keep the file order (exporters already sort, and
-// then this is the identity). Nodes on a cycle or reading unknown names keep their place.
-std::vector<int> topological_node_order(const onnx::GraphProto& graph) {
+// then this is the identity). A cycle is a ParseError naming the nodes on it.
+std::vector<int> topological_node_order(const onnx::GraphProto& graph, const std::string& source) {
   const int n = graph.node_size();
   std::unordered_map<std::string, int> producer;
   for (int i = 0; i < n; ++i) {
@@ -109,10 +115,36 @@ std::vector<int> topological_node_order(const onnx::GraphProto& graph) {
       if (--pending[static_cast<size_t>(u)] == 0) ready.push(u);
     }
   }
-  for (int i = 0; i < n; ++i) {
-    if (!done[static_cast<size_t>(i)]) order.push_back(i);
+  if (static_cast<int>(order.size()) == n) return order;
+  // Every node left waits for another node left, so walking from one to a node it waits for
+  // must come back to a node already seen: the nodes from there on form a cycle.
+  std::vector<std::vector<int>> deps(static_cast<size_t>(n));
+  for (int d = 0; d < n; ++d) {
+    for (int u : users[static_cast<size_t>(d)]) deps[static_cast<size_t>(u)].push_back(d);
   }
-  return order;
+  int at = 0;
+  while (done[static_cast<size_t>(at)]) ++at;
+  std::vector<int> path;
+  std::vector<int> seen_at(static_cast<size_t>(n), -1);
+  while (seen_at[static_cast<size_t>(at)] < 0) {
+    seen_at[static_cast<size_t>(at)] = static_cast<int>(path.size());
+    path.push_back(at);
+    for (int d : deps[static_cast<size_t>(at)]) {
+      if (!done[static_cast<size_t>(d)]) {
+        at = d;
+        break;
+      }
+    }
+  }
+  std::vector<int> cycle(path.begin() + seen_at[static_cast<size_t>(at)], path.end());
+  std::reverse(cycle.begin(), cycle.end());  // in data-flow order
+  std::string names;
+  constexpr size_t kShown = 8;
+  for (size_t k = 0; k < cycle.size() && k < kShown; ++k) names += (k ? " -> " : "") + node_label(graph, cycle[k]);
+  if (cycle.size() > kShown) names += " -> ... (" + std::to_string(cycle.size()) + " nodes)";
+  names += " -> " + node_label(graph, cycle[0]);
+  throw ParseError(source + ": the graph has a cycle: " + names +
+                   " (each node reads an output of the one before it); ONNX graphs must be acyclic");
 }
 
 Dims dims_from_type(const onnx::TypeProto& type) {
@@ -130,6 +162,9 @@ bool has_shape(const onnx::TypeProto& type) {
 
 constexpr int64_t kMinTestedOpset = 7;
 constexpr int64_t kMaxTestedOpset = 18;
+// The newest default-domain opset the ONNX standard defines (ONNX 1.23); a larger version is
+// not a real opset, and a model claiming one is refused rather than imported by guesswork.
+constexpr int64_t kNewestOnnxOpset = 28;
 
 class ModelImporter {
  public:
@@ -150,7 +185,7 @@ class ModelImporter {
       for (const auto& in : node.input()) state_.consumed.insert(in);
     }
     for (const auto& out : graph_.output()) state_.consumed.insert(out.name());
-    for (int index : topological_node_order(graph_)) import_node(graph_.node(index), index);
+    for (int index : topological_node_order(graph_, state_.source)) import_node(graph_.node(index), index);
     mark_graph_outputs();
     return std::move(problems_);
   }
@@ -161,7 +196,14 @@ class ModelImporter {
  private:
   void read_opsets() {
     for (const auto& op : model_.opset_import()) {
-      state_.opsets[op.domain() == "ai.onnx" ? "" : op.domain()] = op.version();
+      const bool standard = op.domain().empty() || op.domain() == "ai.onnx";
+      if (op.version() < 1 || (standard && op.version() > kNewestOnnxOpset)) {
+        throw ParseError(state_.source + ": opset_import of domain " +
+                         (standard ? std::string("'' (ai.onnx)") : quote(op.domain())) + " has version " +
+                         std::to_string(op.version()) + ", which is not an opset " +
+                         (standard ? "of ONNX (1 to " + std::to_string(kNewestOnnxOpset) + ")" : "version (>= 1)"));
+      }
+      state_.opsets[standard ? "" : op.domain()] = op.version();
     }
     const int64_t opset = state_.opset_of("");
     if (opset < kMinTestedOpset || opset > kMaxTestedOpset) {
