@@ -1183,10 +1183,7 @@ void setup_bench_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_option("--export-profile", o->export_profile,
                   "After the timed run, profile each layer in a separate run and write the rows to FILE as JSON")
       ->type_name("FILE");
-  sub->add_option("--threads", o->threads,
-                  "CPU threads per context (0: the engine's setting, cores shared among contexts)")
-      ->check(CLI::Range(0, 1000000000))
-      ->capture_default_str();
+  add_threads_option(*sub, o->threads, "CPU threads per context (0: the engine's setting, cores shared among contexts)");
   sub->add_flag("--json", o->json, "Print the summary as one JSON object on stdout (the report goes to stderr)");
   sub->add_option("--plugins", o->plugins, "Plugin library the engine needs, loaded first (repeatable)")
       ->type_name("LIB.so");

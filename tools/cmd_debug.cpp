@@ -330,8 +330,8 @@ void add_common(CLI::App* sub, DebugOptions& o) {
   sub->add_option("--device", o.device, "Device of the engine under test: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case))
       ->capture_default_str();
-  sub->add_option("--rtol", o.rtol, "Relative tolerance, as kiln run's (fp16: try 2e-2)")->capture_default_str();
-  sub->add_option("--atol", o.atol, "Absolute tolerance, times max(1, max|reference|)")->capture_default_str();
+  add_tolerance_option(*sub, "--rtol", o.rtol, "Relative tolerance, as kiln run's (fp16: try 2e-2)");
+  add_tolerance_option(*sub, "--atol", o.atol, "Absolute tolerance, times max(1, max|reference|)");
   sub->add_option("--max-rel-err", o.max_rel_err,
                   "Instead of --rtol/--atol: pass when every element's |a-b| / max(|b|, 1e-3) is at most this")
       ->type_name("FLOAT");

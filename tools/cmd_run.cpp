@@ -181,7 +181,7 @@ int run_run(const RunOptions& o) {
     if (dims.is_dynamic())
       throw Error("output " + quote(info.name) + " has the unresolved shape " + dims.to_string() +
                   " after setting every input shape");
-    outputs.push_back({info.name, HostTensor(info.type, dims)});
+    outputs.push_back({info.name, allocate_output(info.name, info.type, dims)});
     if (on_device) {
       to_device(nullptr, outputs.back().value.nbytes());
       outputs.back().device = device_io.back().get();
@@ -325,8 +325,8 @@ void setup_run_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_option("--layer-precisions", o->layer_precisions,
                   "With --onnx: per-layer precision, NAME:fp32|fp16[,...] or @FILE (see kiln build --help)")
       ->type_name("SPEC");
-  sub->add_option("--rtol", o->rtol, "--compare-dir: relative tolerance (fp16 engines: try 2e-2)")->capture_default_str();
-  sub->add_option("--atol", o->atol, "--compare-dir: absolute tolerance, times max(1, max|reference|)")->capture_default_str();
+  add_tolerance_option(*sub, "--rtol", o->rtol, "--compare-dir: relative tolerance (fp16 engines: try 2e-2)");
+  add_tolerance_option(*sub, "--atol", o->atol, "--compare-dir: absolute tolerance, times max(1, max|reference|)");
   sub->add_option("--device", o->device, "Device for --onnx: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case))
       ->capture_default_str();
@@ -343,9 +343,7 @@ void setup_run_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_flag("--dump-profile", o->dump_profile,
                 "Print per-layer time over the timed iterations, slowest first (the layer timing disturbs the totals)");
   sub->add_option("--warmup", o->warmup, "Untimed iterations run first")->check(CLI::Range(0, 1000000000))->capture_default_str();
-  sub->add_option("--threads", o->threads, "CPU threads (0: the engine's setting)")
-      ->check(CLI::Range(0, 1000000000))
-      ->capture_default_str();
+  add_threads_option(*sub, o->threads, "CPU threads (0: the engine's setting)");
   sub->add_flag("--json", o->json, "Print the results as one JSON object on stdout (the report goes to stderr)");
   sub->add_option("--plugins", o->plugins, "Plugin library the engine needs, loaded first (repeatable)")->type_name("LIB.so");
   sub->add_flag("--allow-embedded-plugins", o->allow_embedded_plugins,

@@ -3,6 +3,8 @@
 // flag, input or file at fault because they are what the user sees on the command line.
 #include "common.h"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -102,6 +104,52 @@ std::string quoted_join(const std::set<std::string>& names) {
 }
 
 }  // namespace
+
+void add_threads_option(CLI::App& app, int& threads, const std::string& description) {
+  const auto check = [](std::string& text) -> std::string {
+    int value = -1;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec == std::errc() && end == text.data() + text.size() && value >= 0 && value <= kMaxThreads) return "";
+    return quote(text) + " is not a whole number from 0 to " + std::to_string(kMaxThreads) +
+           " (kiln's limit on CPU threads; 0: the default)";
+  };
+  app.add_option("--threads", threads, description)
+      ->check(CLI::Validator(check, "0.." + std::to_string(kMaxThreads), "threads"))
+      ->capture_default_str();
+}
+
+void add_byte_size_option(CLI::App& app, const std::string& flag, std::string& value, const std::string& description) {
+  const auto check = [flag](std::string& text) -> std::string {
+    try {
+      (void)parse_byte_size(text, flag);
+      return "";
+    } catch (const Error& e) {
+      // parse_byte_size names the flag itself; CLI11 adds it again.
+      std::string message = e.what();
+      if (message.rfind(flag + ": ", 0) == 0) message = message.substr(flag.size() + 2);
+      return message;
+    }
+  };
+  app.add_option(flag, value, description)->check(CLI::Validator(check, "BYTES", "byte size"))->type_name("BYTES");
+}
+
+void add_tolerance_option(CLI::App& app, const std::string& flag, double& value, const std::string& description) {
+  const auto check = [](std::string& text) -> std::string {
+    double v = -1.0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec == std::errc() && end == text.data() + text.size() && std::isfinite(v) && v >= 0) return "";
+    return quote(text) + " is not a tolerance (a finite number >= 0, e.g. 1e-5)";
+  };
+  app.add_option(flag, value, description)->check(CLI::Validator(check, "TOL", "tolerance"))->capture_default_str();
+}
+
+HostTensor allocate_output(const std::string& name, DataType type, const Dims& dims) {
+  try {
+    return HostTensor(type, dims);
+  } catch (const Error& e) {
+    throw Error("output " + quote(name) + ": " + e.what());
+  }
+}
 
 std::unique_ptr<Network> load_onnx_network(const std::string& path) {
   require_readable_file(path, "ONNX model");
@@ -667,8 +715,8 @@ std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine, 
   for (const auto& info : engine.io_tensors()) {
     if (info.mode != TensorIOMode::kOutput) continue;
     const Dims dims = context->max_tensor_shape(info.name);
-    if (dims.is_dynamic()) throw Error("output '" + info.name + "' has the unresolved shape " + dims.to_string());
-    outputs.emplace_back(info.name, HostTensor(info.type, dims));
+    if (dims.is_dynamic()) throw Error("output " + quote(info.name) + " has the unresolved shape " + dims.to_string());
+    outputs.emplace_back(info.name, allocate_output(info.name, info.type, dims));
     HostTensor& value = outputs.back().second;
     void* address = on_device ? device_copy(nullptr, value.nbytes()) : value.data();
     output_device.push_back(address);

@@ -58,6 +58,16 @@ void setup_plugin_command(CLI::App& parent, std::function<int()>& run);  // cmd_
 void setup_debug_command(CLI::App& parent, std::function<int()>& run);   // cmd_debug.cpp
 void setup_bench_command(CLI::App& parent, std::function<int()>& run);   // cmd_bench.cpp
 
+// ---- shared flags -----------------------------------------------------------------------------
+// Adds `--threads N` to `app`: a whole number from 0 to kMaxThreads, checked at parse time with a
+// message saying so ("--threads: 'many' is not a whole number from 0 to 1024").
+void add_threads_option(CLI::App& app, int& threads, const std::string& description);
+// Adds a byte-size flag (--memory-limit): parse_byte_size's syntax, checked at parse time (an
+// empty value is an error, not "no limit").
+void add_byte_size_option(CLI::App& app, const std::string& flag, std::string& value, const std::string& description);
+// Adds a tolerance flag (--rtol, --atol): a finite number >= 0, checked at parse time.
+void add_tolerance_option(CLI::App& app, const std::string& flag, double& value, const std::string& description);
+
 // ---- plugins ----------------------------------------------------------------------------------
 // Loads each plugin library (the --plugins flag of build, run and plugin) with
 // kiln::load_plugin_library, in order; returns the creators they registered ("Name v1").
@@ -180,6 +190,9 @@ struct CompareResult {
 // Pass per element: |a-b| <= rtol*|b| + atol*max(1, max|ref|).
 CompareResult compare_tensors(const std::string& name, const HostTensor& actual, const HostTensor& reference,
                               double rtol = 1e-3, double atol = 1e-5);
+
+// Host memory for output `name` of the engine; an allocation failure names the output.
+HostTensor allocate_output(const std::string& name, DataType type, const Dims& dims);
 
 // Runs `engine` once on the given inputs (matched by name; dynamic inputs take their dims) and
 // returns host copies of every output, in the engine's output order. Device engines copy through
