@@ -51,10 +51,22 @@ class KilnCliTest : public ::testing::Test {
   }
 
   // Runs `kiln ARGS` with stdout and stderr captured separately.
-  CommandResult kiln(const std::string& args) {
+  CommandResult kiln(const std::string& args) { return run_kiln("", args); }
+  // The same under `timeout`: a command still running after `seconds` is killed (exit code 124),
+  // so that a hang fails the test instead of stalling the suite.
+  CommandResult kiln_timed(int seconds, const std::string& args) {
+    return run_kiln("timeout -k 5 " + std::to_string(seconds) + " ", args);
+  }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+
+ private:
+  CommandResult run_kiln(const std::string& prefix, const std::string& args) {
     const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string cmd = shell_quote(KILN_CLI_PATH) + " " + args + " >" + shell_quote(out.string()) + " 2>" +
-                            shell_quote(err.string()) + " </dev/null";
+    const std::string cmd = prefix + shell_quote(KILN_CLI_PATH) + " " + args + " >" + shell_quote(out.string()) +
+                            " 2>" + shell_quote(err.string()) + " </dev/null";
     const int status = std::system(cmd.c_str());
     CommandResult r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
@@ -63,11 +75,6 @@ class KilnCliTest : public ::testing::Test {
     return r;
   }
 
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
-
- private:
   std::string prefix_;
 };
 

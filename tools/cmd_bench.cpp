@@ -41,6 +41,7 @@
 #include "kiln/logger.h"
 #include "kiln/network.h"
 #include "kiln/runtime.h"
+#include "core/text.h"
 
 namespace kiln::cli {
 namespace {
@@ -87,7 +88,7 @@ struct Warmup {
 
 // "200ms", "2s", "1.5s" (a time) or "50" (runs).
 Warmup parse_warmup(const std::string& text) {
-  const std::string hint = "--warmup '" + text + "': write a time like 200ms or 2s, or a number of runs like 50";
+  const std::string hint = "--warmup " + quote(text) + ": write a time like 200ms or 2s, or a number of runs like 50";
   size_t end = 0;
   while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
   const std::string number = text.substr(0, end), unit = text.substr(end);
@@ -102,7 +103,7 @@ Warmup parse_warmup(const std::string& text) {
   } else if (unit == "ms" || unit == "s") {
     w.ms = unit == "s" ? value * 1000.0 : value;
   } else {
-    throw UsageError(hint + " (unknown unit '" + unit + "')");
+    throw UsageError(hint + " (unknown unit " + quote(unit) + ")");
   }
   return w;
 }
@@ -129,24 +130,24 @@ std::vector<ParsedStep> parse_schedule(const std::vector<std::string>& values) {
   for (const std::string& value : values) {
     if (!value.empty() && value[0] == '@') {
       const std::string file = value.substr(1);
-      const std::vector<uint8_t> bytes = read_file_bytes(file, "--shape-schedule file");
+      const std::vector<uint8_t> bytes = read_file_bytes(file, "--shape-schedule file", kMaxFlagFileBytes);
       std::istringstream lines(std::string(bytes.begin(), bytes.end()));
       std::string line;
       for (int number = 1; std::getline(lines, line); ++number) {
         line = trimmed(line);
         if (line.empty() || line[0] == '#') continue;
-        add(line, "--shape-schedule file '" + file + "' line " + std::to_string(number) + " ('" + line + "')");
+        add(line, "--shape-schedule file " + quote(file) + " line " + std::to_string(number) + " (" + quote(line) + ")");
       }
       if (steps.empty())
-        throw UsageError("--shape-schedule file '" + file + "' has no steps; write one NAME:DIMS[+NAME:DIMS] per line");
+        throw UsageError("--shape-schedule file " + quote(file) + " has no steps; write one NAME:DIMS[+NAME:DIMS] per line");
       continue;
     }
     std::string step;
     std::istringstream parts(value);
     while (std::getline(parts, step, ',')) {
       step = trimmed(step);
-      if (step.empty()) throw UsageError("--shape-schedule '" + value + "' has an empty step; write STEP[,STEP...]");
-      add(step, "--shape-schedule step " + std::to_string(steps.size() + 1) + " ('" + step + "')");
+      if (step.empty()) throw UsageError("--shape-schedule " + quote(value) + " has an empty step; write STEP[,STEP...]");
+      add(step, "--shape-schedule step " + std::to_string(steps.size() + 1) + " (" + quote(step) + ")");
     }
   }
   return steps;
@@ -185,18 +186,18 @@ void check_step_dims(const std::vector<InputSpec>& inputs, const std::string& na
                      const std::string& where) {
   auto it = std::find_if(inputs.begin(), inputs.end(), [&](const InputSpec& s) { return s.name == name; });
   if (it == inputs.end())
-    throw UsageError(where + " names '" + name + "', which is not an input of the engine; its inputs are " +
+    throw UsageError(where + " names " + quote(name) + ", which is not an input of the engine; its inputs are " +
                      input_list(inputs));
   if (dims.rank() != it->engine_dims.rank())
-    throw UsageError(where + " gives input '" + name + "' the shape " + dims.to_string() + " of rank " +
+    throw UsageError(where + " gives input " + quote(name) + " the shape " + dims.to_string() + " of rank " +
                      std::to_string(dims.rank()) + ", but it has rank " + std::to_string(it->engine_dims.rank()) +
                      " (" + it->engine_dims.to_string() + ")");
   for (int d = 0; d < dims.rank(); ++d) {
     if (dims[d] < it->min[d] || dims[d] > it->max[d]) {
       if (!it->engine_dims.is_dynamic())
-        throw UsageError(where + " gives input '" + name + "' the shape " + dims.to_string() +
+        throw UsageError(where + " gives input " + quote(name) + " the shape " + dims.to_string() +
                          ", but its shape is fixed to " + it->engine_dims.to_string());
-      throw UsageError(where + " gives input '" + name + "' the shape " + dims.to_string() +
+      throw UsageError(where + " gives input " + quote(name) + " the shape " + dims.to_string() +
                        ", outside the engine's profile (min " + it->min.to_string() + ", max " + it->max.to_string() +
                        "); choose shapes within it or build the engine with wider --min-shapes/--max-shapes");
     }
@@ -448,7 +449,7 @@ void Bench::prepare(const std::vector<HostTensor>& data) {
   max_bytes_.assign(io_.size(), 0);
   for (Step& step : steps_)
     for (size_t k = 0; k < n_in; ++k) {
-      step.bytes.push_back(static_cast<size_t>(step.dims[k].volume()) * data_type_size(io_[k]->type));
+      step.bytes.push_back(static_cast<size_t>(tensor_byte_size(io_[k]->type, step.dims[k])));
       max_bytes_[k] = std::max(max_bytes_[k], step.bytes.back());
     }
   auto make_buffer = [&](size_t bytes) {
@@ -480,9 +481,9 @@ void Bench::prepare(const std::vector<HostTensor>& data) {
       for (size_t k = n_in; k < io_.size(); ++k) {
         const Dims dims = scratch->max_tensor_shape(io_[k]->name);
         if (dims.is_dynamic())
-          throw Error("output '" + io_[k]->name + "' has the unresolved shape " + dims.to_string() + " at the shapes " +
+          throw Error("output " + quote(io_[k]->name) + " has the unresolved shape " + dims.to_string() + " at the shapes " +
                       step.text);
-        step.bytes.push_back(static_cast<size_t>(dims.volume()) * data_type_size(io_[k]->type));
+        step.bytes.push_back(static_cast<size_t>(tensor_byte_size(io_[k]->type, dims)));
         max_bytes_[k] = std::max(max_bytes_[k], step.bytes.back());
       }
     }
@@ -895,7 +896,7 @@ Built build_from_onnx(const BenchOptions& o, Network& network, const std::vector
         first = &it->second;
         lo = hi = it->second;
       } else if (it->second.rank() != lo.rank()) {
-        throw UsageError(step.where + " gives input '" + name + "' rank " + std::to_string(it->second.rank()) +
+        throw UsageError(step.where + " gives input " + quote(name) + " rank " + std::to_string(it->second.rank()) +
                          ", other steps rank " + std::to_string(lo.rank()));
       }
       for (int d = 0; d < lo.rank(); ++d) {
@@ -958,7 +959,7 @@ int run_bench(const BenchOptions& o) {
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     std::error_code ec;
     if (!path.empty() && !parent.empty() && !std::filesystem::is_directory(parent, ec))
-      throw Error(std::string("cannot write ") + flag + " file '" + path + "': folder '" + parent.string() +
+      throw Error(std::string("cannot write ") + flag + " file " + quote(path) + ": folder '" + parent.string() +
                   "' does not exist");
   }
   check_shape_flags(o.shapes);
@@ -1000,7 +1001,7 @@ int run_bench(const BenchOptions& o) {
     for (const auto& info : engine.io_tensors()) {
       if (info.mode != TensorIOMode::kInput) continue;
       if (info.format != TensorFormat::kLinear)
-        throw Error("input '" + info.name + "' uses the " + std::string(to_string(info.format)) +
+        throw Error("input " + quote(info.name) + " uses the " + std::string(to_string(info.format)) +
                     " format; `kiln bench` feeds linear (row-major) data only");
       InputSpec in;
       in.name = info.name;
@@ -1015,9 +1016,9 @@ int run_bench(const BenchOptions& o) {
       if (auto f = file_by_name.find(info.name); f != file_by_name.end()) {
         in.file = f->second;
         if (in.file->value.type() != info.type)
-          throw Error("input '" + info.name + "' is " + to_string(info.type) + ", but '" + in.file->file + "' holds " +
+          throw Error("input " + quote(info.name) + " is " + to_string(info.type) + ", but " + quote(in.file->file) + " holds " +
                       to_string(in.file->value.type()));
-        check_step_dims({in}, info.name, in.file->value.dims(), "input file '" + in.file->file + "'");
+        check_step_dims({in}, info.name, in.file->value.dims(), "input file " + quote(in.file->file));
         in.base = in.file->value.dims();
       }
       inputs.push_back(in);
@@ -1028,7 +1029,7 @@ int run_bench(const BenchOptions& o) {
     for (auto& in : inputs)
       if (in.name == name) {
         if (in.file && in.file->value.dims() != dims)
-          throw UsageError("--shapes gives input '" + name + "' the shape " + dims.to_string() + ", but its file '" +
+          throw UsageError("--shapes gives input " + quote(name) + " the shape " + dims.to_string() + ", but its file '" +
                            in.file->file + "' holds " + in.file->value.dims().to_string() +
                            "; drop the file to bench on random data");
         in.base = dims;
@@ -1045,7 +1046,7 @@ int run_bench(const BenchOptions& o) {
       auto it = named.find(in.name);
       const Dims dims = it == named.end() ? in.base : it->second;
       if (in.file && dims != in.file->value.dims())
-        throw UsageError(where + " gives input '" + in.name + "' the shape " + dims.to_string() + ", but its file '" +
+        throw UsageError(where + " gives input " + quote(in.name) + " the shape " + dims.to_string() + ", but its file '" +
                          in.file->file + "' holds " + in.file->value.dims().to_string() +
                          "; drop the input files to bench on random data");
       step.dims.push_back(dims);
@@ -1182,10 +1183,7 @@ void setup_bench_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_option("--export-profile", o->export_profile,
                   "After the timed run, profile each layer in a separate run and write the rows to FILE as JSON")
       ->type_name("FILE");
-  sub->add_option("--threads", o->threads,
-                  "CPU threads per context (0: the engine's setting, cores shared among contexts)")
-      ->check(CLI::Range(0, 1000000000))
-      ->capture_default_str();
+  add_threads_option(*sub, o->threads, "CPU threads per context (0: the engine's setting, cores shared among contexts)");
   sub->add_flag("--json", o->json, "Print the summary as one JSON object on stdout (the report goes to stderr)");
   sub->add_option("--plugins", o->plugins, "Plugin library the engine needs, loaded first (repeatable)")
       ->type_name("LIB.so");

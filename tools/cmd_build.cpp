@@ -17,6 +17,7 @@
 #include "kiln/error.h"
 #include "kiln/logger.h"
 #include "kiln/network.h"
+#include "core/text.h"
 
 namespace kiln::cli {
 namespace {
@@ -105,7 +106,7 @@ int run_build(const BuildOptions& o) {
   if (config.device != DeviceType::kCPU && config.time_tactics) {
     out << "kernel timing: " << report.layers_timed << " layer(s) timed in " << report.timing_seconds << " s, "
         << report.timing_cache_hits << " from the timing cache"
-        << (o.timing_cache.empty() ? std::string() : " '" + o.timing_cache + "'") << "\n";
+        << (o.timing_cache.empty() ? std::string() : " " + quote(o.timing_cache)) << "\n";
   }
   out << "memory: activations peak " << format_bytes(report.activation_peak_bytes);
   if (report.activation_naive_bytes)
@@ -156,9 +157,7 @@ void setup_build_command(CLI::App& parent, std::function<int()>& run) {
       ->check(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case))
       ->capture_default_str();
   add_shape_flags(*sub, o->shapes);
-  sub->add_option("--threads", o->threads, "CPU threads of the engine's kernels (0: all hardware threads)")
-      ->check(CLI::Range(0, 1000000000))
-      ->capture_default_str();
+  add_threads_option(*sub, o->threads, "CPU threads of the engine's kernels (0: all hardware threads)");
   sub->add_flag("--fp16", o->fp16,
                 "Run layers in fp16 where the device has an fp16 kernel (CUDA; on the CPU the layers whose CPU "
                 "kernels take float16, which is slower there: for checking fp16 numerics); inputs/outputs keep "
@@ -171,9 +170,8 @@ void setup_build_command(CLI::App& parent, std::function<int()>& run) {
                   "CUDA: kernel timing cache file, read and updated (rebuilds skip timing layers seen before)")
       ->type_name("FILE");
   sub->add_flag("--no-timing", o->no_timing, "CUDA: take each layer's highest-priority kernel instead of timing them");
-  sub->add_option("--memory-limit", o->memory_limit,
-                  "Fail when activation memory would exceed this many bytes (suffixes K, M, G)")
-      ->type_name("BYTES");
+  add_byte_size_option(*sub, "--memory-limit", o->memory_limit,
+                       "Fail when activation memory would exceed this many bytes (suffixes K, M, G)");
   sub->add_flag("--no-optimizations", o->no_optimizations, "Skip every optimization pass (for debugging)");
   std::string pass_list;
   for (const auto& name : builder_pass_names()) pass_list += (pass_list.empty() ? "" : ", ") + name;

@@ -16,6 +16,7 @@
 #include "common.h"
 #include "conformance.h"
 #include "kiln/error.h"
+#include "core/text.h"
 
 namespace kiln::cli {
 namespace {
@@ -134,7 +135,7 @@ int run_conformance(const ConformanceOptions& o) {
 
   const auto tests = conformance::discover_tests(data_dir, o.folders, o.filter);
   if (tests.empty())
-    throw Error("no tests under '" + data_dir + "' match" + (o.filter.empty() ? "" : " --filter '" + o.filter + "'"));
+    throw Error("no tests under " + quote(data_dir) + " match" + (o.filter.empty() ? "" : " --filter " + quote(o.filter)));
   std::cout << "running " << tests.size() << " ONNX backend tests from " << data_dir << " on " << to_string(run.device)
             << "\n";
   std::vector<TestResult> results;
@@ -212,9 +213,7 @@ void setup_conformance_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_option("--device", o->device, "Device to build for")
       ->check(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case))
       ->capture_default_str();
-  sub->add_option("--threads", o->threads, "Kernel threads per test")
-      ->check(CLI::Range(0, 1024))
-      ->capture_default_str();
+  add_threads_option(*sub, o->threads, "Kernel threads per test");
   sub->add_option("--json", o->json, "Write the classification of every test (with messages and worst elements) here");
   sub->add_option("--passing-list", o->passing_list,
                   "File of test ids that must pass; fails naming each listed test that does not");
@@ -222,8 +221,8 @@ void setup_conformance_command(CLI::App& parent, std::function<int()>& run) {
                 "Rewrite --passing-list with the tests that pass now (tests the filter skips keep their entry)");
   sub->add_option("--write-doc", o->write_doc, "Write the ONNX support page (docs/onnx-support.md) from this run");
   sub->add_flag("--list-ops", o->list_ops, "Print the importer registry's op table (markdown) and exit");
-  sub->add_option("--memory-limit", o->memory_limit,
-                  "Address-space limit of each test's process (0: none; default 4G on the CPU, none on CUDA)");
+  add_byte_size_option(*sub, "--memory-limit", o->memory_limit,
+                       "Address-space limit of each test's process (0: none; default 4G on the CPU, none on CUDA)");
   sub->add_option("--timeout", o->timeout, "Seconds a test may run before it counts as a crash (0: no limit)")
       ->check(CLI::Range(0, 86400));
   sub->add_flag("--no-isolate", o->no_isolate, "Run tests in this process (for a debugger; a crash ends the run)");

@@ -32,6 +32,7 @@
 #include "kiln/error.h"
 #include "kiln/logger.h"
 #include "kiln/runtime.h"
+#include "core/text.h"
 
 namespace kiln::cli {
 namespace {
@@ -179,7 +180,7 @@ int run_layers(const DebugOptions& o) {
       auto ri = results.find(in);
       if (ri != results.end() && !ri->second.pass) inputs_pass = false;
     }
-    if (inputs_pass) roots.push_back(rows[i].layer + " (" + rows[i].type + "), output '" + rows[i].tensor + "'");
+    if (inputs_pass) roots.push_back(rows[i].layer + " (" + rows[i].type + "), output " + quote(rows[i].tensor));
   }
   if (failing == 0) {
     out << "every compared layer output is within tolerance (" << results.size() << " tensors)\n";
@@ -221,7 +222,7 @@ int run_precision(const DebugOptions& o) {
       const std::string name = base->output(i)->name();
       const std::string file = find_reference(o.compare_dir, static_cast<size_t>(i), name);
       if (file.empty())
-        throw Error("--compare-dir '" + o.compare_dir + "' has no reference for output '" + name + "' (output_" +
+        throw Error("--compare-dir " + quote(o.compare_dir) + " has no reference for output " + quote(name) + " (output_" +
                     std::to_string(i) + ".pb, output_" + std::to_string(i) + ".npy or " + sanitize_file_name(name) +
                     ".npy)");
       reference.emplace_back(name, load_tensor_file(file));
@@ -266,7 +267,7 @@ int run_precision(const DebugOptions& o) {
   };
 
   out << "model '" << o.onnx << "' on " << to_string(device) << " with --fp16; pass: " << rule(o) << "; reference: "
-      << (o.compare_dir.empty() ? std::string("cpu fp32 engine") : "'" + o.compare_dir + "'") << "; " << n
+      << (o.compare_dir.empty() ? std::string("cpu fp32 engine") : quote(o.compare_dir)) << "; " << n
       << " layers, bisecting from the " << (o.direction == "reverse" ? "end" : "start") << "\n";
   int found = -1;
   if (trial(0).pass) {
@@ -300,7 +301,7 @@ int run_precision(const DebugOptions& o) {
       for (const std::string& f : fp32) {
         if (f != name) without.push_back(f);
       }
-      if (run_trial(without, "'" + name + "' in fp16").pass) fp32 = std::move(without);
+      if (run_trial(without, "" + quote(name) + " in fp16").pass) fp32 = std::move(without);
     }
   }
   std::string spec;
@@ -329,8 +330,8 @@ void add_common(CLI::App* sub, DebugOptions& o) {
   sub->add_option("--device", o.device, "Device of the engine under test: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case))
       ->capture_default_str();
-  sub->add_option("--rtol", o.rtol, "Relative tolerance, as kiln run's (fp16: try 2e-2)")->capture_default_str();
-  sub->add_option("--atol", o.atol, "Absolute tolerance, times max(1, max|reference|)")->capture_default_str();
+  add_tolerance_option(*sub, "--rtol", o.rtol, "Relative tolerance, as kiln run's (fp16: try 2e-2)");
+  add_tolerance_option(*sub, "--atol", o.atol, "Absolute tolerance, times max(1, max|reference|)");
   sub->add_option("--max-rel-err", o.max_rel_err,
                   "Instead of --rtol/--atol: pass when every element's |a-b| / max(|b|, 1e-3) is at most this")
       ->type_name("FLOAT");

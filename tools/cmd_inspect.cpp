@@ -12,6 +12,7 @@
 #include <cctype>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "common.h"
+#include "core/text.h"
 #include "engine/engine_format.h"
 #include "kiln/error.h"
 #include "kiln/onnx_parser.h"
@@ -110,12 +112,12 @@ void count_ops(const onnx::GraphProto& graph, std::map<std::string, int64_t>& hi
 }
 
 int inspect_onnx(const InspectOptions& o) {
-  require_readable_file(o.onnx, "ONNX model");
   onnx::ModelProto model;
   {
-    std::ifstream in(o.onnx, std::ios::binary);
-    if (!model.ParseFromIstream(&in))
-      throw Error("cannot parse ONNX model '" + o.onnx + "': not a valid ONNX protobuf file");
+    const std::vector<uint8_t> bytes =
+        read_file_bytes(o.onnx, "ONNX model", static_cast<uint64_t>(std::numeric_limits<int>::max()));
+    if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+      throw Error("cannot parse ONNX model " + quote(o.onnx) + ": not a valid ONNX protobuf file");
   }
   const onnx::GraphProto& graph = model.graph();
 
@@ -123,9 +125,14 @@ int inspect_onnx(const InspectOptions& o) {
   uint64_t weight_bytes = 0;
   for (const auto& init : graph.initializer()) {
     initializers[init.name()] = &init;
+    // Saturating: the dims are what the file claims (the import checks them against the data).
     uint64_t count = 1;
-    for (auto d : init.dims()) count *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
-    weight_bytes += count * elem_size(init.data_type());
+    for (auto d : init.dims()) {
+      if (__builtin_mul_overflow(count, static_cast<uint64_t>(std::max<int64_t>(d, 0)), &count)) count = UINT64_MAX;
+    }
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(count, static_cast<uint64_t>(elem_size(init.data_type())), &bytes)) bytes = UINT64_MAX;
+    if (__builtin_add_overflow(weight_bytes, bytes, &weight_bytes)) weight_bytes = UINT64_MAX;
   }
   std::vector<ValueDesc> inputs, outputs;
   for (const auto& v : graph.input())

@@ -24,6 +24,7 @@
 #include "kiln/logger.h"
 #include "kiln/runtime.h"
 #include "backends/backend.h"
+#include "core/text.h"
 
 namespace kiln::cli {
 namespace {
@@ -77,7 +78,7 @@ struct LoadedEngine {
 
 LoadedEngine load_engine_file(const RunOptions& o) {
   LoadedEngine loaded;
-  loaded.source = "engine '" + o.engine + "'";
+  loaded.source = "engine " + quote(o.engine);
   loaded.engine = kiln::cli::load_engine_file(o.engine, o.allow_embedded_plugins);
   loaded.inputs = load_inputs(engine_input_names(*loaded.engine), o.inputs_dir, o.inputs);
   return loaded;
@@ -90,7 +91,7 @@ LoadedEngine build_from_onnx(const RunOptions& o, std::ostream& out) {
   std::vector<std::string> names;
   for (int i = 0; i < network->num_inputs(); ++i) names.push_back(network->input(i)->name());
   LoadedEngine loaded;
-  loaded.source = "model '" + o.onnx + "'";
+  loaded.source = "model " + quote(o.onnx);
   loaded.inputs = load_inputs(names, o.inputs_dir, o.inputs);
   std::map<std::string, Dims> dims;
   for (const auto& in : loaded.inputs) dims[in.name] = in.value.dims();
@@ -117,6 +118,8 @@ int run_run(const RunOptions& o) {
   if (o.inputs_dir.empty() && o.inputs.empty())
     throw UsageError("give the inputs with --inputs-dir DIR (input_<i>.pb files) or --input NAME=FILE");
   if (!o.compare_dir.empty()) require_directory(o.compare_dir, "--compare-dir folder");
+  // Before the (possibly long) run, so that a bad folder is reported at once.
+  if (!o.output_dir.empty()) make_output_directory(o.output_dir, "--output-dir");
   load_plugins(o.plugins);
 
   LoadedEngine loaded = o.engine.empty() ? build_from_onnx(o, out) : load_engine_file(o);
@@ -147,16 +150,16 @@ int run_run(const RunOptions& o) {
   for (auto& in : loaded.inputs) {
     const TensorInfo& info = engine.io_tensor(in.name);
     if (in.value.type() != info.type)
-      throw Error("input '" + in.name + "' of " + loaded.source + " is " + to_string(info.type) + ", but '" + in.file +
+      throw Error("input " + quote(in.name) + " of " + loaded.source + " is " + to_string(info.type) + ", but '" + in.file +
                   "' holds " + to_string(in.value.type()));
     if (info.format != TensorFormat::kLinear)
-      throw Error("input '" + in.name + "' of " + loaded.source + " uses the " + to_string(info.format) +
+      throw Error("input " + quote(in.name) + " of " + loaded.source + " uses the " + to_string(info.format) +
                   " format; `kiln run` feeds linear (row-major) data only");
     if (info.dims.is_dynamic()) {
       context->set_input_shape(in.name, in.value.dims());
     } else if (info.dims != in.value.dims()) {
-      throw Error("input '" + in.name + "' of " + loaded.source + " has the fixed shape " + info.dims.to_string() +
-                  ", but '" + in.file + "' holds " + in.value.dims().to_string());
+      throw Error("input " + quote(in.name) + " of " + loaded.source + " has the fixed shape " + info.dims.to_string() +
+                  ", but " + quote(in.file) + " holds " + in.value.dims().to_string());
     }
     context->set_tensor_address(in.name, on_device ? to_device(in.value.data(), in.value.nbytes()) : in.value.data());
   }
@@ -176,9 +179,9 @@ int run_run(const RunOptions& o) {
     // Data-dependent outputs (NonZero, NMS, ...) get their upper bound; trimmed after the run.
     Dims dims = context->max_tensor_shape(info.name);
     if (dims.is_dynamic())
-      throw Error("output '" + info.name + "' has the unresolved shape " + dims.to_string() +
+      throw Error("output " + quote(info.name) + " has the unresolved shape " + dims.to_string() +
                   " after setting every input shape");
-    outputs.push_back({info.name, HostTensor(info.type, dims)});
+    outputs.push_back({info.name, allocate_output(info.name, info.type, dims)});
     if (on_device) {
       to_device(nullptr, outputs.back().value.nbytes());
       outputs.back().device = device_io.back().get();
@@ -231,7 +234,6 @@ int run_run(const RunOptions& o) {
         {{"name", in.name}, {"type", to_string(in.value.type())}, {"dims", dims_json(in.value.dims())}, {"file", in.file}});
 
   out << "outputs:\n";
-  if (!o.output_dir.empty()) fs::create_directories(o.output_dir);
   for (const auto& output : outputs) {
     nlohmann::json entry = {{"name", output.name},
                             {"type", to_string(output.value.type())},
@@ -323,8 +325,8 @@ void setup_run_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_option("--layer-precisions", o->layer_precisions,
                   "With --onnx: per-layer precision, NAME:fp32|fp16[,...] or @FILE (see kiln build --help)")
       ->type_name("SPEC");
-  sub->add_option("--rtol", o->rtol, "--compare-dir: relative tolerance (fp16 engines: try 2e-2)")->capture_default_str();
-  sub->add_option("--atol", o->atol, "--compare-dir: absolute tolerance, times max(1, max|reference|)")->capture_default_str();
+  add_tolerance_option(*sub, "--rtol", o->rtol, "--compare-dir: relative tolerance (fp16 engines: try 2e-2)");
+  add_tolerance_option(*sub, "--atol", o->atol, "--compare-dir: absolute tolerance, times max(1, max|reference|)");
   sub->add_option("--device", o->device, "Device for --onnx: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case))
       ->capture_default_str();
@@ -341,9 +343,7 @@ void setup_run_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_flag("--dump-profile", o->dump_profile,
                 "Print per-layer time over the timed iterations, slowest first (the layer timing disturbs the totals)");
   sub->add_option("--warmup", o->warmup, "Untimed iterations run first")->check(CLI::Range(0, 1000000000))->capture_default_str();
-  sub->add_option("--threads", o->threads, "CPU threads (0: the engine's setting)")
-      ->check(CLI::Range(0, 1000000000))
-      ->capture_default_str();
+  add_threads_option(*sub, o->threads, "CPU threads (0: the engine's setting)");
   sub->add_flag("--json", o->json, "Print the results as one JSON object on stdout (the report goes to stderr)");
   sub->add_option("--plugins", o->plugins, "Plugin library the engine needs, loaded first (repeatable)")->type_name("LIB.so");
   sub->add_flag("--allow-embedded-plugins", o->allow_embedded_plugins,

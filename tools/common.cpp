@@ -3,6 +3,8 @@
 // flag, input or file at fault because they are what the user sees on the command line.
 #include "common.h"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -18,7 +20,9 @@
 #include <sstream>
 
 #include "backends/backend.h"
+#include "core/file_io.h"
 #include "core/tensor_io.h"
+#include "core/text.h"
 #include "kiln/error.h"
 #include "kiln/onnx_parser.h"
 #include "kiln/plugin.h"
@@ -49,7 +53,7 @@ std::string input_list(const Network& network) {
   for (int i = 0; i < network.num_inputs(); ++i) {
     const Tensor* t = network.input(i);
     if (!out.empty()) out += ", ";
-    out += "'" + t->name() + "' (" + t->dims().to_string() + ")";
+    out += quote(t->name()) + " (" + t->dims().to_string() + ")";
   }
   return out.empty() ? "(none)" : out;
 }
@@ -65,16 +69,16 @@ void check_against_input(const Network& network, const std::string& name, const 
                          const std::string& source) {
   const Tensor* input = find_input(network, name);
   if (!input)
-    throw Error(source + " names '" + name + "', which is not an input of the network; its inputs are " +
+    throw Error(source + " names " + quote(name) + ", which is not an input of the network; its inputs are " +
                 input_list(network));
   const Dims& declared = input->dims();
   if (declared.rank() != dims.rank())
-    throw Error(source + " gives input '" + name + "' the shape " + dims.to_string() + " of rank " +
+    throw Error(source + " gives input " + quote(name) + " the shape " + dims.to_string() + " of rank " +
                 std::to_string(dims.rank()) + ", but the input has rank " + std::to_string(declared.rank()) +
                 " (" + declared.to_string() + ")");
   for (int i = 0; i < dims.rank(); ++i) {
     if (declared[i] != kDynamic && declared[i] != dims[i])
-      throw Error(source + " gives input '" + name + "' the shape " + dims.to_string() + ", but its dim " +
+      throw Error(source + " gives input " + quote(name) + " the shape " + dims.to_string() + ", but its dim " +
                   std::to_string(i) + " is fixed to " + std::to_string(declared[i]) + " (" + declared.to_string() +
                   ")");
   }
@@ -100,6 +104,52 @@ std::string quoted_join(const std::set<std::string>& names) {
 }
 
 }  // namespace
+
+void add_threads_option(CLI::App& app, int& threads, const std::string& description) {
+  const auto check = [](std::string& text) -> std::string {
+    int value = -1;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec == std::errc() && end == text.data() + text.size() && value >= 0 && value <= kMaxThreads) return "";
+    return quote(text) + " is not a whole number from 0 to " + std::to_string(kMaxThreads) +
+           " (kiln's limit on CPU threads; 0: the default)";
+  };
+  app.add_option("--threads", threads, description)
+      ->check(CLI::Validator(check, "0.." + std::to_string(kMaxThreads), "threads"))
+      ->capture_default_str();
+}
+
+void add_byte_size_option(CLI::App& app, const std::string& flag, std::string& value, const std::string& description) {
+  const auto check = [flag](std::string& text) -> std::string {
+    try {
+      (void)parse_byte_size(text, flag);
+      return "";
+    } catch (const Error& e) {
+      // parse_byte_size names the flag itself; CLI11 adds it again.
+      std::string message = e.what();
+      if (message.rfind(flag + ": ", 0) == 0) message = message.substr(flag.size() + 2);
+      return message;
+    }
+  };
+  app.add_option(flag, value, description)->check(CLI::Validator(check, "BYTES", "byte size"))->type_name("BYTES");
+}
+
+void add_tolerance_option(CLI::App& app, const std::string& flag, double& value, const std::string& description) {
+  const auto check = [](std::string& text) -> std::string {
+    double v = -1.0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec == std::errc() && end == text.data() + text.size() && std::isfinite(v) && v >= 0) return "";
+    return quote(text) + " is not a tolerance (a finite number >= 0, e.g. 1e-5)";
+  };
+  app.add_option(flag, value, description)->check(CLI::Validator(check, "TOL", "tolerance"))->capture_default_str();
+}
+
+HostTensor allocate_output(const std::string& name, DataType type, const Dims& dims) {
+  try {
+    return HostTensor(type, dims);
+  } catch (const Error& e) {
+    throw Error("output " + quote(name) + ": " + e.what());
+  }
+}
 
 std::unique_ptr<Network> load_onnx_network(const std::string& path) {
   require_readable_file(path, "ONNX model");
@@ -130,7 +180,7 @@ Dims parse_shape_dims(std::string_view text, const std::string& context) {
     int64_t value = 0;
     auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
     if (part.empty() || ec != std::errc() || ptr != part.data() + part.size())
-      throw UsageError(context + ": '" + std::string(part) + "' is not a whole number; write dims like 1x3x224x224");
+      throw UsageError(context + ": " + quote(std::string(part)) + " is not a whole number; write dims like 1x3x224x224");
     if (value < 1)
       throw UsageError(context + ": every extent must be at least 1, got " + std::to_string(value));
     dims.push_back(value);
@@ -143,15 +193,15 @@ std::map<std::string, Dims> parse_shape_list(const std::vector<std::string>& val
   for (const auto& value : values) {
     for (auto entry : split(value, ',')) {
       entry = trim(entry);
-      const std::string context = flag + " entry '" + std::string(entry) + "'";
-      if (entry.empty()) throw UsageError(flag + ": empty entry in '" + value + "'; write NAME:DIMS[,NAME:DIMS...]");
+      const std::string context = flag + " entry " + quote(std::string(entry));
+      if (entry.empty()) throw UsageError(flag + ": empty entry in " + quote(value) + "; write NAME:DIMS[,NAME:DIMS...]");
       size_t colon = entry.rfind(':');
       if (colon == std::string_view::npos)
         throw UsageError(context + ": missing ':' between the input name and the dims; write e.g. images:1x3x224x224");
       std::string name(trim(entry.substr(0, colon)));
       if (name.empty()) throw UsageError(context + ": the input name before ':' is empty");
       Dims dims = parse_shape_dims(entry.substr(colon + 1), context);
-      if (!result.emplace(name, dims).second) throw UsageError(flag + " gives input '" + name + "' more than once");
+      if (!result.emplace(name, dims).second) throw UsageError(flag + " gives input " + quote(name) + " more than once");
     }
   }
   return result;
@@ -182,14 +232,14 @@ ParsedShapeFlags parse_shape_flags(const ShapeFlags& flags) {
       throw UsageError("input '" + name +
                        "': --min-shapes, --opt-shapes and --max-shapes must all be given for it; missing:" + missing);
     if (p.shapes.count(name))
-      throw UsageError("input '" + name + "' is given both --shapes and --min/--opt/--max-shapes; use one or the other");
+      throw UsageError("input " + quote(name) + " is given both --shapes and --min/--opt/--max-shapes; use one or the other");
     const Dims &lo = p.mins.at(name), &mid = p.opts.at(name), &hi = p.maxs.at(name);
     if (lo.rank() != mid.rank() || mid.rank() != hi.rank())
-      throw UsageError("input '" + name + "': --min-shapes " + lo.to_string() + ", --opt-shapes " + mid.to_string() +
+      throw UsageError("input " + quote(name) + ": --min-shapes " + lo.to_string() + ", --opt-shapes " + mid.to_string() +
                        " and --max-shapes " + hi.to_string() + " differ in rank");
     for (int i = 0; i < lo.rank(); ++i) {
       if (!(lo[i] <= mid[i] && mid[i] <= hi[i]))
-        throw UsageError("input '" + name + "': need min <= opt <= max in every dim, but dim " + std::to_string(i) +
+        throw UsageError("input " + quote(name) + ": need min <= opt <= max in every dim, but dim " + std::to_string(i) +
                          " has min " + std::to_string(lo[i]) + ", opt " + std::to_string(mid[i]) + ", max " +
                          std::to_string(hi[i]));
     }
@@ -244,7 +294,7 @@ OptimizationProfile profile_from_input_dims(const Network& network, const std::m
   for (int i = 0; i < network.num_inputs(); ++i) {
     const Tensor* input = network.input(i);
     auto it = dims.find(input->name());
-    if (it == dims.end()) throw Error(source + " gives no tensor for network input '" + input->name() + "'");
+    if (it == dims.end()) throw Error(source + " gives no tensor for network input " + quote(input->name()));
     if (input->dims().is_dynamic()) profile.set_dimensions(input->name(), it->second, it->second, it->second);
   }
   return profile;
@@ -255,7 +305,7 @@ uint64_t parse_byte_size(std::string_view text, const std::string& flag) {
   uint64_t value = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   if (s.empty() || ec != std::errc() || ptr == s.data())
-    throw UsageError(flag + ": '" + std::string(text) + "' is not a size; write bytes like 1073741824, 512M or 2G");
+    throw UsageError(flag + ": " + quote(text) + " is not a size; write bytes like 1073741824, 512M or 2G");
   std::string unit(ptr, s.data() + s.size());
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   static const std::map<std::string, int> kShift = {
@@ -263,8 +313,8 @@ uint64_t parse_byte_size(std::string_view text, const std::string& flag) {
       {"mb", 20}, {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30}, {"t", 40}, {"tb", 40}, {"tib", 40}};
   auto it = kShift.find(unit);
   if (it == kShift.end())
-    throw UsageError(flag + ": unknown unit '" + unit + "' in '" + std::string(text) + "'; use K, M, G or T (powers of 1024)");
-  if (it->second && value > (UINT64_MAX >> it->second)) throw UsageError(flag + ": '" + std::string(text) + "' is too large");
+    throw UsageError(flag + ": unknown unit " + quote(unit) + " in " + quote(std::string(text)) + "; use K, M, G or T (powers of 1024)");
+  if (it->second && value > (UINT64_MAX >> it->second)) throw UsageError(flag + ": " + quote(std::string(text)) + " is too large");
   return value << it->second;
 }
 
@@ -283,52 +333,41 @@ std::string format_bytes(uint64_t bytes) {
   return out.str();
 }
 
-void require_readable_file(const std::string& path, const std::string& what) {
-  std::error_code ec;
-  auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status))
-    throw Error("cannot open " + what + " '" + path + "': no such file");
-  if (std::filesystem::is_directory(status)) throw Error("cannot open " + what + " '" + path + "': it is a directory");
-  std::ifstream probe(path, std::ios::binary);
-  if (!probe) throw Error("cannot open " + what + " '" + path + "': " + std::strerror(errno));
-}
+void require_readable_file(const std::string& path, const std::string& what) { (void)check_regular_file(path, what); }
 
 void require_directory(const std::string& path, const std::string& what) {
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec))
-    throw Error(what + " '" + path + "' " + (std::filesystem::exists(path, ec) ? "is not a directory" : "does not exist"));
+    throw Error(what + " " + quote(path) + " " +
+                (std::filesystem::exists(path, ec) ? "is not a directory" : "does not exist"));
 }
 
-std::vector<uint8_t> read_file_bytes(const std::string& path, const std::string& what) {
-  require_readable_file(path, what);
-  std::ifstream in(path, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error("cannot read " + what + " '" + path + "': " + std::strerror(errno));
-  return bytes;
+void make_output_directory(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  const std::string where = "cannot create " + flag + " folder " + quote(path) + ": ";
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st)) return;
+  if (fs::exists(st)) throw Error(where + "a file of that name exists and is not a folder");
+  fs::create_directories(path, ec);
+  if (!ec) return;
+  const std::string reason = ec.message();
+  // A file where a parent folder should be says more than the raw error ("Not a directory").
+  fs::path prefix;
+  for (const auto& part : fs::path(path)) {
+    prefix /= part;
+    const fs::file_status s = fs::status(prefix, ec);
+    if (fs::exists(s) && !fs::is_directory(s)) throw Error(where + quote(prefix.string()) + " is a file, not a folder");
+  }
+  throw Error(where + reason);
+}
+
+std::vector<uint8_t> read_file_bytes(const std::string& path, const std::string& what, uint64_t max_bytes) {
+  return read_whole_file(path, what, max_bytes);
 }
 
 void write_file_bytes(const std::string& path, const std::vector<uint8_t>& bytes, const std::string& what) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path parent = fs::path(path).parent_path();
-  if (!parent.empty() && !fs::is_directory(parent, ec))
-    throw Error("cannot write " + what + " '" + path + "': folder '" + parent.string() + "' does not exist");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("cannot write " + what + " '" + path + "': " + std::strerror(errno));
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    if (!out) {
-      fs::remove(tmp, ec);
-      throw Error("cannot write " + what + " '" + path + "': write failed (disk full?)");
-    }
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error("cannot write " + what + " '" + path + "': " + ec.message());
-  }
+  write_file_atomically(path, bytes.data(), bytes.size(), what);
 }
 
 std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names, const std::string& inputs_dir,
@@ -339,7 +378,7 @@ std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names
   auto load = [](const std::string& name, const std::string& file) {
     std::string ext = fs::path(file).extension().string();
     if (ext != ".npy" && ext != ".pb")
-      throw Error("input '" + name + "': file '" + file + "' is neither .npy nor .pb (ONNX TensorProto)");
+      throw Error("input " + quote(name) + ": file " + quote(file) + " is neither .npy nor .pb (ONNX TensorProto)");
     require_readable_file(file, "input file");
     return InputTensor{name, file, load_tensor_file(file)};
   };
@@ -357,10 +396,15 @@ std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names
         return fs::is_regular_file(c, ec);
       });
       if (found == candidates.end())
-        throw Error("no file for input '" + name + "' (input #" + std::to_string(i) + ") in '" + inputs_dir +
+        throw Error("no file for input " + quote(name) + " (input #" + std::to_string(i) + ") in '" + inputs_dir +
                     "': expected input_" + std::to_string(i) + ".pb, input_" + std::to_string(i) + ".npy or " +
                     sanitize_file_name(name) + ".npy");
-      result.push_back(load(name, *found));
+      // A file found by its conventional name must really be in the folder: a symbolic link
+      // there that leads elsewhere is refused (the folder may come with a downloaded model).
+      const std::string file =
+          resolve_inside_folder(inputs_dir, fs::path(*found).filename().string(), "input file", "the inputs folder")
+              .string();
+      result.push_back(load(name, file));
     }
     return result;
   }
@@ -368,14 +412,14 @@ std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names
   for (const auto& a : assignments) {
     size_t eq = a.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == a.size())
-      throw UsageError("--input '" + a + "': write NAME=FILE, e.g. --input images=images.npy");
+      throw UsageError("--input " + quote(a) + ": write NAME=FILE, e.g. --input images=images.npy");
     std::string name = a.substr(0, eq);
     if (std::find(input_names.begin(), input_names.end(), name) == input_names.end()) {
       std::string known;
       for (const auto& n : input_names) known += (known.empty() ? "'" : ", '") + n + "'";
-      throw Error("--input names '" + name + "', which is not an input; the inputs are " + known);
+      throw Error("--input names " + quote(name) + ", which is not an input; the inputs are " + known);
     }
-    if (!files.emplace(name, a.substr(eq + 1)).second) throw UsageError("--input gives '" + name + "' more than once");
+    if (!files.emplace(name, a.substr(eq + 1)).second) throw UsageError("--input gives " + quote(name) + " more than once");
   }
   std::set<std::string> missing;
   for (const auto& n : input_names)
@@ -405,7 +449,7 @@ CompareResult compare_tensors(const std::string& name, const HostTensor& actual,
     for (int64_t i = 0; i < reference.count(); ++i) {
       if (actual.string_at(i) == reference.string_at(i)) continue;
       if (r.violations++ == 0) {
-        r.note = "element " + std::to_string(i) + " is '" + std::string(actual.string_at(i)) + "', the reference '" +
+        r.note = "element " + std::to_string(i) + " is " + quote(std::string(actual.string_at(i))) + ", the reference '" +
                  std::string(reference.string_at(i)) + "'";
       }
     }
@@ -553,7 +597,7 @@ std::vector<std::string> layer_precision_entries(const std::vector<std::string>&
   for (const std::string& spec : specs) {
     std::string text = spec;
     if (!spec.empty() && spec[0] == '@') {
-      const std::vector<uint8_t> bytes = read_file_bytes(spec.substr(1), "--layer-precisions file");
+      const std::vector<uint8_t> bytes = read_file_bytes(spec.substr(1), "--layer-precisions file", kMaxFlagFileBytes);
       text.assign(bytes.begin(), bytes.end());
     }
     std::string current;
@@ -579,7 +623,7 @@ int apply_layer_precisions(Network& network, const std::vector<std::string>& spe
   for (const std::string& entry : layer_precision_entries(specs)) {
     const size_t colon = entry.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == entry.size()) {
-      throw UsageError("--layer-precisions entry '" + entry + "' is not NAME:PRECISION (e.g. '/encoder/*:fp32')");
+      throw UsageError("--layer-precisions entry " + quote(entry) + " is not NAME:PRECISION (e.g. '/encoder/*:fp32')");
     }
     const std::string pattern = entry.substr(0, colon);
     const std::string prec = entry.substr(colon + 1);
@@ -589,7 +633,7 @@ int apply_layer_precisions(Network& network, const std::vector<std::string>& spe
     } else if (prec == "fp16" || prec == "float16") {
       type = DataType::kFloat16;
     } else {
-      throw UsageError("--layer-precisions entry '" + entry + "': unknown precision '" + prec +
+      throw UsageError("--layer-precisions entry " + quote(entry) + ": unknown precision '" + prec +
                        "' (valid: fp32, fp16)");
     }
     int matched = 0;
@@ -600,7 +644,7 @@ int apply_layer_precisions(Network& network, const std::vector<std::string>& spe
       ++matched;
     }
     if (matched == 0) {
-      throw UsageError("--layer-precisions entry '" + entry + "': no layer is named '" + pattern +
+      throw UsageError("--layer-precisions entry " + quote(entry) + ": no layer is named '" + pattern +
                        "' (layer names are the ONNX node names; `kiln debug layers` lists them)");
     }
     set += matched;
@@ -657,7 +701,7 @@ std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine, 
   for (const auto& in : inputs) {
     const TensorInfo& info = engine.io_tensor(in.name);
     if (in.value.type() != info.type) {
-      throw Error("input '" + in.name + "' is " + std::string(to_string(info.type)) + ", but '" + in.file + "' holds " +
+      throw Error("input " + quote(in.name) + " is " + std::string(to_string(info.type)) + ", but " + quote(in.file) + " holds " +
                   to_string(in.value.type()));
     }
     if (info.dims.is_dynamic()) context->set_input_shape(in.name, in.value.dims());
@@ -671,8 +715,8 @@ std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine, 
   for (const auto& info : engine.io_tensors()) {
     if (info.mode != TensorIOMode::kOutput) continue;
     const Dims dims = context->max_tensor_shape(info.name);
-    if (dims.is_dynamic()) throw Error("output '" + info.name + "' has the unresolved shape " + dims.to_string());
-    outputs.emplace_back(info.name, HostTensor(info.type, dims));
+    if (dims.is_dynamic()) throw Error("output " + quote(info.name) + " has the unresolved shape " + dims.to_string());
+    outputs.emplace_back(info.name, allocate_output(info.name, info.type, dims));
     HostTensor& value = outputs.back().second;
     void* address = on_device ? device_copy(nullptr, value.nbytes()) : value.data();
     output_device.push_back(address);

@@ -58,6 +58,16 @@ void setup_plugin_command(CLI::App& parent, std::function<int()>& run);  // cmd_
 void setup_debug_command(CLI::App& parent, std::function<int()>& run);   // cmd_debug.cpp
 void setup_bench_command(CLI::App& parent, std::function<int()>& run);   // cmd_bench.cpp
 
+// ---- shared flags -----------------------------------------------------------------------------
+// Adds `--threads N` to `app`: a whole number from 0 to kMaxThreads, checked at parse time with a
+// message saying so ("--threads: 'many' is not a whole number from 0 to 1024").
+void add_threads_option(CLI::App& app, int& threads, const std::string& description);
+// Adds a byte-size flag (--memory-limit): parse_byte_size's syntax, checked at parse time (an
+// empty value is an error, not "no limit").
+void add_byte_size_option(CLI::App& app, const std::string& flag, std::string& value, const std::string& description);
+// Adds a tolerance flag (--rtol, --atol): a finite number >= 0, checked at parse time.
+void add_tolerance_option(CLI::App& app, const std::string& flag, double& value, const std::string& description);
+
 // ---- plugins ----------------------------------------------------------------------------------
 // Loads each plugin library (the --plugins flag of build, run and plugin) with
 // kiln::load_plugin_library, in order; returns the creators they registered ("Name v1").
@@ -128,11 +138,20 @@ uint64_t parse_byte_size(std::string_view text, const std::string& flag);
 std::string format_bytes(uint64_t bytes);
 
 // Throws a kiln::Error "cannot open <what> '<path>': <reason>" unless `path` is a readable
-// regular file.
+// regular file (a folder, device or FIFO is refused; src/core/file_io.h).
 void require_readable_file(const std::string& path, const std::string& what);
 void require_directory(const std::string& path, const std::string& what);
-std::vector<uint8_t> read_file_bytes(const std::string& path, const std::string& what);
-// Writes through a temporary file and a rename, so a failed write never leaves half a file.
+// Creates the folder `path` (and its parents) unless it exists; throws "cannot create <flag>
+// folder '<path>': <reason>" (a file of that name, a missing permission) instead of a raw
+// filesystem error.
+void make_output_directory(const std::string& path, const std::string& flag);
+// The whole regular file (`max_bytes` 0: no limit but its size).
+std::vector<uint8_t> read_file_bytes(const std::string& path, const std::string& what, uint64_t max_bytes = 0);
+// Files given as flag values (--layer-precisions @FILE, --shape-schedule FILE) are text meant
+// for a person to write: larger ones are refused (docs/security.md).
+inline constexpr uint64_t kMaxFlagFileBytes = 16u << 20;
+// Writes through a uniquely named temporary file and a rename (write_file_atomically): a failed
+// write never leaves half a file, and an existing link, folder or device is never written to.
 void write_file_bytes(const std::string& path, const std::vector<uint8_t>& bytes, const std::string& what);
 
 // ---- input tensors ----------------------------------------------------------------------------
@@ -171,6 +190,9 @@ struct CompareResult {
 // Pass per element: |a-b| <= rtol*|b| + atol*max(1, max|ref|).
 CompareResult compare_tensors(const std::string& name, const HostTensor& actual, const HostTensor& reference,
                               double rtol = 1e-3, double atol = 1e-5);
+
+// Host memory for output `name` of the engine; an allocation failure names the output.
+HostTensor allocate_output(const std::string& name, DataType type, const Dims& dims);
 
 // Runs `engine` once on the given inputs (matched by name; dynamic inputs take their dims) and
 // returns host copies of every output, in the engine's output order. Device engines copy through

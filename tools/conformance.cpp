@@ -37,6 +37,7 @@
 #include "kiln/onnx_parser.h"
 #include "kiln/runtime.h"
 #include "onnx/onnx_proto.h"
+#include "core/text.h"
 
 namespace kiln::conformance {
 namespace {
@@ -158,7 +159,7 @@ void inspect_model(TestCase& test) {
   const std::string path = (fs::path(test.dir) / "model.onnx").string();
   std::ifstream in(path, std::ios::binary);
   if (!in || !model.ParseFromIstream(&in)) {
-    test.model_error = "cannot read '" + path + "' as an ONNX model";
+    test.model_error = "cannot read " + quote(path) + " as an ONNX model";
     return;
   }
   const auto& graph = model.graph();
@@ -172,7 +173,7 @@ void inspect_model(TestCase& test) {
     if (test.excluded.empty() && !v.type().has_tensor_type()) {
       const std::string kind = value_kind(v.type());
       test.excluded =
-          std::string(role) + " '" + v.name() + "' is " + (kind[0] == 'o' ? "an " : "a ") + kind + ", not a tensor";
+          std::string(role) + " " + quote(v.name()) + " is " + (kind[0] == 'o' ? "an " : "a ") + kind + ", not a tensor";
     }
   };
   for (const auto& v : graph.input()) {
@@ -330,7 +331,7 @@ std::string compare_strings(const HostTensor& actual, const HostTensor& expected
   if (first < 0) return "";
   std::string index;
   for (int64_t k : unravel(first, expected.dims())) index += (index.empty() ? "" : ",") + std::to_string(k);
-  return "[" + index + "]: '" + std::string(actual.string_at(first)) + "' vs the reference '" +
+  return "[" + index + "]: " + quote(std::string(actual.string_at(first))) + " vs the reference '" +
          std::string(expected.string_at(first)) + "' (" + std::to_string(differ) + " of " +
          std::to_string(expected.count()) + " elements differ)";
 }
@@ -565,7 +566,7 @@ class Pipeline {
       const TensorInfo& info = engine->io_tensor(name);
       const HostTensor& value = ds.values[i];
       if (value.type() != info.type) {
-        throw Stopped{Status::kUnsupported, "input '" + name + "' is " + to_string(info.type) +
+        throw Stopped{Status::kUnsupported, "input " + quote(name) + " is " + to_string(info.type) +
                                                 " but the data set holds " + to_string(value.type())};
       }
       if (info.dims.is_dynamic()) context->set_input_shape(name, value.dims());
@@ -605,7 +606,7 @@ class Pipeline {
     for (size_t i = 0; i < outputs.size(); ++i) {
       const auto& [name, b] = outputs[i];
       const HostTensor expected = load_tensor_pb(output_files[i]);
-      const std::string where = "data set " + std::to_string(index) + ", output '" + name + "'";
+      const std::string where = "data set " + std::to_string(index) + ", output " + quote(name);
       if (b.host.type() != expected.type()) {
         r.status = Status::kWrong;
         r.message = where + " is " + to_string(b.host.type()) + ", the reference is " + to_string(expected.type());
@@ -761,7 +762,7 @@ TestResult run_forked(const TestCase& test, const RunOptions& o) {
   } else {
     r.message = "the worker exited with status " + std::to_string(WEXITSTATUS(status)) + " without a result";
   }
-  r.message += " during stage '" + last_stage + "'";
+  r.message += " during stage " + quote(last_stage);
   return r;
 }
 
@@ -789,7 +790,7 @@ std::vector<TestCase> discover_tests(const std::string& data_dir, const std::vec
   try {
     if (!filter.empty()) re = std::regex(filter, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
-    throw cli::UsageError("--filter '" + filter + "' is not a valid regular expression: " + e.what());
+    throw cli::UsageError("--filter " + quote(filter) + " is not a valid regular expression: " + e.what());
   }
   std::vector<TestCase> all;
   for (const auto& folder : folders) {

@@ -14,6 +14,7 @@
 #include "conformance.h"
 #include "kiln/error.h"
 #include "onnx/onnx_importer_info.h"
+#include "core/text.h"
 
 namespace kiln::conformance {
 namespace {
@@ -34,7 +35,7 @@ Status parse_status(const std::string& s) {
   for (Status st : kAllStatuses) {
     if (s == to_string(st)) return st;
   }
-  throw Error("unknown conformance status '" + s + "'");
+  throw Error("unknown conformance status " + quote(s));
 }
 
 std::string pad(const std::string& s, size_t width, bool left = true) {
@@ -146,7 +147,7 @@ std::string format_op_table(const std::map<std::string, Counts>& by_op) {
 std::string describe_worst(const WorstElement& w) {
   std::vector<std::string> idx;
   for (int64_t i : w.index) idx.push_back(std::to_string(i));
-  return "output '" + w.output + "' [" + join(idx, ",") + "]: " + num(w.actual) + " vs expected " + num(w.expected) +
+  return "output " + quote(w.output) + " [" + join(idx, ",") + "]: " + num(w.actual) + " vs expected " + num(w.expected) +
          " (|diff| " + num(w.abs_err) + " > " + num(w.allowed) + "; " + std::to_string(w.violations) + " of " +
          std::to_string(w.count) + " elements off)";
 }
@@ -238,7 +239,7 @@ std::string results_json(const std::vector<TestResult>& results, const std::stri
 
 std::vector<std::string> read_passing_list(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw Error("cannot open passing list '" + path + "'");
+  if (!in) throw Error("cannot open passing list " + quote(path));
   std::vector<std::string> ids;
   std::string line;
   while (std::getline(in, line)) {

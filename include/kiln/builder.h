@@ -40,8 +40,8 @@ class BuilderConfig {
   // Upper bound for activation memory (bytes); 0 means no limit. The build fails with a
   // message naming the peak when the plan exceeds it.
   uint64_t memory_limit = 0;
-  // CPU threads used by the engine's kernels (0: all hardware threads). Stored in the engine;
-  // can be overridden per execution context.
+  // CPU threads used by the engine's kernels (0: all hardware threads; at most kMaxThreads, the
+  // build fails otherwise). Stored in the engine; can be overridden per execution context.
   int num_threads = 0;
   // Allow fp16 kernels where they exist (CUDA).
   bool fp16 = false;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/types.h"
@@ -79,8 +80,9 @@ class Network;
 class Tensor {
  public:
   const std::string& name() const { return name_; }
-  // Renames the tensor; names must be unique within a network (checked by validate()).
-  void set_name(std::string name) { name_ = std::move(name); }
+  // Renames the tensor; names must be unique within a network (checked by validate()). The
+  // network's name index (find_tensor) follows the change.
+  void set_name(std::string name);
   DataType type() const { return type_; }
   // Declared dims for network inputs; for other tensors the dims last inferred by
   // Network::infer_shapes (kDynamic where they depend on dynamic inputs).
@@ -94,7 +96,7 @@ class Tensor {
   Layer* producer() const { return producer_; }
   bool is_network_input() const { return is_input_; }
   bool is_network_output() const { return is_output_; }
-  // Layers that read this tensor (in network order).
+  // Layers that read this tensor (in network order, each once). Costs O(readers), not O(layers).
   std::vector<Layer*> consumers() const;
   Network* network() const { return network_; }
 
@@ -109,12 +111,16 @@ class Tensor {
   bool is_input_ = false;
   bool is_output_ = false;
   Network* network_ = nullptr;
+  std::vector<Layer*> readers_;  // one entry per input slot of a layer that reads this tensor
+  size_t index_ = 0;             // position in the network's tensor list
 };
 
 class Layer {
  public:
   const std::string& name() const { return name_; }
-  void set_name(std::string name) { name_ = std::move(name); }
+  // Renames the layer; names must be unique within a network (checked by validate()). The
+  // network's name index (find_layer) follows the change.
+  void set_name(std::string name);
   // The layer type, one of the kLayer* names.
   const std::string& type() const { return type_; }
 
@@ -139,6 +145,7 @@ class Layer {
 
  private:
   friend class Network;
+  friend class Tensor;
   std::string name_;
   std::string type_;
   std::vector<Tensor*> inputs_;
@@ -146,7 +153,19 @@ class Layer {
   Attributes attrs_;
   DataType precision_ = DataType::kFloat32;
   bool has_precision_ = false;
+  Network* network_ = nullptr;
+  size_t index_ = 0;  // position in the network's layer list
 };
+
+namespace detail {
+// Name -> the first element of that name in list order, and how many elements have each name.
+template <typename T>
+struct NameIndex {
+  std::unordered_map<std::string, T*> first;
+  std::unordered_map<std::string, int> count;
+  bool stale = false;  // rebuilt at the next lookup
+};
+}  // namespace detail
 
 // Typed descriptions used by the add_* helpers. Each helper writes the corresponding
 // attributes; they can be edited afterwards through Layer::attrs().
@@ -266,21 +285,30 @@ class Network {
   Layer* add_shape(Tensor* input);
 
   // ---- inspection and editing ----------------------------------------------------------
-  int num_layers() const { return static_cast<int>(layers_.size()); }
-  Layer* layer(int i) const { return layers_.at(static_cast<size_t>(i)).get(); }
+  int num_layers() const {
+    compact();
+    return static_cast<int>(layers_.size());
+  }
+  Layer* layer(int i) const {
+    compact();
+    return layers_.at(static_cast<size_t>(i)).get();
+  }
   int num_inputs() const { return static_cast<int>(inputs_.size()); }
   Tensor* input(int i) const { return inputs_.at(static_cast<size_t>(i)); }
   int num_outputs() const { return static_cast<int>(outputs_.size()); }
   Tensor* output(int i) const { return outputs_.at(static_cast<size_t>(i)); }
-  // Null when absent.
+  // Null when absent; the first of that name when names repeat (an invalid network). O(1).
   Tensor* find_tensor(const std::string& name) const;
   Layer* find_layer(const std::string& name) const;
   std::vector<Tensor*> tensors() const;
 
   // Removes a layer; its output tensors are removed too unless still used as network outputs
-  // or by other layers (then they become dangling and validate() reports it).
+  // or by other layers (then they become dangling and validate() reports it), and so are its
+  // input tensors that nothing produces or reads any more. O(1) amortized (plus the layer's
+  // inputs' readers), so passes may remove any number of layers.
   void remove_layer(Layer* layer);
-  // Makes every consumer (and the network-output mark) of `from` read `to` instead.
+  // Makes every consumer (and the network-output mark) of `from` read `to` instead. O(readers
+  // of `from`).
   void replace_all_uses(Tensor* from, Tensor* to);
   // Removes tensors no layer produces or reads and that are not network inputs/outputs.
   void remove_unused_tensors();
@@ -297,12 +325,27 @@ class Network {
   std::string unique_name(const std::string& prefix);
 
  private:
+  friend class Tensor;
+  friend class Layer;
   Tensor* new_tensor(const std::string& name);
-  std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<std::unique_ptr<Tensor>> tensors_;
+  // Removed layers and tensors leave null entries (holes) so that removal costs O(1); the lists
+  // are compacted before anything reads them by position.
+  void compact() const {
+    if (holes_) compact_now();
+  }
+  void compact_now() const;
+  void erase_tensor(Tensor* tensor);
+  void renamed(Tensor* tensor, const std::string& old_name);
+  void renamed(Layer* layer, const std::string& old_name);
+
+  mutable std::vector<std::unique_ptr<Layer>> layers_;
+  mutable std::vector<std::unique_ptr<Tensor>> tensors_;
+  mutable size_t holes_ = 0;
   std::vector<Tensor*> inputs_;
   std::vector<Tensor*> outputs_;
   int64_t name_counter_ = 0;
+  mutable detail::NameIndex<Tensor> tensor_names_;
+  mutable detail::NameIndex<Layer> layer_names_;
 };
 
 // Human-readable dump of a network: one line per layer with inputs, outputs and attributes.

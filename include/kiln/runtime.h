@@ -195,7 +195,7 @@ class ExecutionContext {
   // engine has none, the machine's cores divided among the engine's live contexts, so that
   // contexts running in parallel threads do not oversubscribe the cores). Each context runs its
   // kernels on its own OpenMP thread team. A change takes effect at the next inference; the
-  // plans of other thread counts are dropped.
+  // plans of other thread counts are dropped. Throws kiln::Error outside 0..kMaxThreads.
   void set_num_threads(int threads);
   // The thread count the next inference uses (CPU engines; 1 elsewhere).
   int num_threads() const;

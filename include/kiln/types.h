@@ -88,6 +88,12 @@ const char* to_string(DeviceType device);
 // Accepts "cpu" and "cuda" (case-insensitive); throws kiln::Error otherwise.
 DeviceType parse_device_type(std::string_view name);
 
+// The largest CPU thread count kiln accepts anywhere: BuilderConfig::num_threads (stored in the
+// engine), ExecutionContext::set_num_threads, engine files and `--threads`. Far above the
+// hardware threads of any machine kiln runs on, far below what the OpenMP runtime fails on
+// (tens of thousands of threads); docs/security.md.
+inline constexpr int kMaxThreads = 1024;
+
 // A dimension value of -1 means "unknown until run time" (a dynamic dimension).
 inline constexpr int64_t kDynamic = -1;
 inline constexpr int kMaxDims = 8;
@@ -126,6 +132,11 @@ class Dims {
 // Parses "1x3x224x224" (or "()" / "" for a scalar). Throws kiln::Error on bad text.
 Dims parse_dims(std::string_view text);
 
+// Bytes of a tensor of `type` and `dims`: dims.volume() * data_type_size(type). Throws
+// kiln::Error for dynamic dims and when the element count or the byte size does not fit in an
+// int64 (files can claim dims such as [2^62]; sizes never wrap around to small numbers).
+uint64_t tensor_byte_size(DataType type, const Dims& dims);
+
 // A tensor in host memory with shared, 64-byte aligned storage. Copies share the storage
 // (use clone() for a deep copy). Used for weights, constants and I/O in the tools.
 // A kString tensor also owns its characters: its StringRefs point into a StringArena that
@@ -135,9 +146,12 @@ class HostTensor {
  public:
   HostTensor() = default;
   // Allocates zero-initialized storage for dims.volume() elements of type (empty strings).
+  // Throws kiln::Error when the size overflows (tensor_byte_size) or the memory cannot be
+  // allocated (the message gives the type, dims and bytes; callers add the tensor's name).
   HostTensor(DataType type, const Dims& dims);
-  // Copies nbytes from data (must equal the size implied by type and dims). For kString,
-  // data is an array of StringRef whose characters are copied too (a deep copy).
+  // Copies nbytes from data (must equal the size implied by type and dims; checked before
+  // anything is allocated). For kString, data is an array of StringRef whose characters are
+  // copied too (a deep copy).
   static HostTensor from_bytes(DataType type, const Dims& dims, const void* data, size_t nbytes);
   // A kString tensor holding copies of `values` (row-major; values.size() == dims.volume()).
   static HostTensor from_strings(const Dims& dims, const std::vector<std::string>& values);
@@ -150,7 +164,8 @@ class HostTensor {
   DataType type() const { return type_; }
   const Dims& dims() const { return dims_; }
   int64_t count() const { return count_; }
-  size_t nbytes() const { return static_cast<size_t>(count_) * data_type_size(type_); }
+  // count() * data_type_size(type()), computed (overflow-checked) when the tensor was made.
+  size_t nbytes() const { return nbytes_; }
   void* data() { return storage_.get(); }
   const void* data() const { return storage_.get(); }
   template <typename T>
@@ -179,6 +194,7 @@ class HostTensor {
   DataType type_ = DataType::kFloat32;
   Dims dims_;
   int64_t count_ = 0;
+  size_t nbytes_ = 0;
   std::shared_ptr<uint8_t> storage_;
   std::shared_ptr<StringArena> strings_;  // kString: owner of the characters
 };

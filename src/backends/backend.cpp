@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include <cstdint>
 #include <cstdlib>
 
 #include "kiln/error.h"
@@ -48,8 +49,8 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 }
 
 void* Backend::allocate_host(size_t bytes) {
-  void* p = std::aligned_alloc(256, bytes ? (bytes + 255) / 256 * 256 : 256);
-  if (!p) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+  void* p = bytes <= SIZE_MAX - 255 ? std::aligned_alloc(256, bytes ? (bytes + 255) / 256 * 256 : 256) : nullptr;
+  if (!p) throw Error("out of memory: cannot allocate " + std::to_string(bytes) + " bytes of host memory");
   return p;
 }
 void Backend::release_host(void* ptr) { std::free(ptr); }

@@ -3,6 +3,7 @@
 
 #include "kiln/error.h"
 #include "src/backends/kernel.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -19,7 +20,7 @@ void KernelRegistry::add(KernelEntry entry) {
   auto& list = entries_[key(entry.device, entry.layer_type)];
   for (const auto& e : list) {
     if (e.tactic == entry.tactic) {
-      throw Error("kernel '" + entry.tactic + "' for layer type '" + entry.layer_type + "' on " + to_string(entry.device) +
+      throw Error("kernel " + quote(entry.tactic) + " for layer type " + quote(entry.layer_type) + " on " + to_string(entry.device) +
                   " is registered twice");
     }
   }

@@ -16,6 +16,7 @@
 #include "src/plan/execution_plan.h"
 #include "src/plugins/plugin_layer.h"
 #include "src/ir/shape_inference.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -23,12 +24,12 @@ namespace kiln {
 
 void OptimizationProfile::set_dimensions(const std::string& input, const Dims& min, const Dims& opt, const Dims& max) {
   if (min.rank() != opt.rank() || opt.rank() != max.rank()) {
-    throw Error("profile for input '" + input + "': min " + min.to_string() + ", opt " + opt.to_string() + " and max " +
+    throw Error("profile for input " + quote(input) + ": min " + min.to_string() + ", opt " + opt.to_string() + " and max " +
                 max.to_string() + " must have the same rank");
   }
   for (int i = 0; i < min.rank(); ++i) {
     if (min[i] < 0 || !(min[i] <= opt[i] && opt[i] <= max[i])) {
-      throw Error("profile for input '" + input + "': need 0 <= min <= opt <= max at every axis, got min " +
+      throw Error("profile for input " + quote(input) + ": need 0 <= min <= opt <= max at every axis, got min " +
                   min.to_string() + ", opt " + opt.to_string() + ", max " + max.to_string());
     }
   }
@@ -39,7 +40,7 @@ namespace {
 const OptimizationProfile::Shapes& shapes_of(const std::map<std::string, OptimizationProfile::Shapes>& m,
                                              const std::string& input) {
   auto it = m.find(input);
-  if (it == m.end()) throw Error("the optimization profile has no dims for input '" + input + "'");
+  if (it == m.end()) throw Error("the optimization profile has no dims for input " + quote(input));
   return it->second;
 }
 }  // namespace
@@ -60,14 +61,14 @@ std::vector<OptimizationProfile> resolve_profiles(const Network& net, const Buil
     auto& prof = profiles[p];
     for (const auto& [name, s] : prof.all()) {
       if (!net.find_tensor(name) || !net.find_tensor(name)->is_network_input()) {
-        throw Error("optimization profile " + std::to_string(p) + " names '" + name + "', which is not a network input");
+        throw Error("optimization profile " + std::to_string(p) + " names " + quote(name) + ", which is not a network input");
       }
     }
     for (int i = 0; i < net.num_inputs(); ++i) {
       const Tensor* t = net.input(i);
       if (!prof.has(t->name())) {
         if (t->dims().is_dynamic()) {
-          throw Error("input '" + t->name() + "' has dynamic dims " + t->dims().to_string() + " but optimization profile " +
+          throw Error("input " + quote(t->name()) + " has dynamic dims " + t->dims().to_string() + " but optimization profile " +
                       std::to_string(p) + " gives no min/opt/max for it (kiln build: --shapes or --min/--opt/--max-shapes)");
         }
         prof.set_dimensions(t->name(), t->dims(), t->dims(), t->dims());
@@ -192,7 +193,7 @@ void reject_cpu_only_types(const Network& net, const TensorStates& states, Devic
   for (int i = 0; i < net.num_inputs(); ++i) {
     const DataType t = net.input(i)->type();
     if (!cpu_only_type(t)) continue;
-    throw Error("input '" + net.input(i)->name() + "' is a " + to_string(t) + " tensor; " + to_string(t) +
+    throw Error("input " + quote(net.input(i)->name()) + " is a " + to_string(t) + " tensor; " + to_string(t) +
                 " tensors are supported on the CPU only, not on " + to_string(device) + " (build for --device cpu)");
   }
   for (int i = 0; i < net.num_layers(); ++i) {
@@ -201,7 +202,7 @@ void reject_cpu_only_types(const Network& net, const TensorStates& states, Devic
       auto it = states.find(l->output(k));
       if (it == states.end() || !cpu_only_type(it->second.type)) continue;
       const char* t = to_string(it->second.type);
-      throw Error("layer '" + l->name() + "' (" + l->type() + "): output '" + l->output(k)->name() + "' is a " + t +
+      throw Error("layer " + quote(l->name()) + " (" + l->type() + "): output " + quote(l->output(k)->name()) + " is a " + t +
                   " tensor; " + t + " tensors are supported on the CPU only, not on " + to_string(device) +
                   " (build for --device cpu)");
     }
@@ -212,12 +213,17 @@ void reject_cpu_only_types(const Network& net, const TensorStates& states, Devic
 
 std::vector<uint8_t> Builder::build_serialized(const Network& network, const BuilderConfig& config, BuildReport* report_out) {
   const auto t0 = std::chrono::steady_clock::now();
+  // Checked here so that no engine is written that Runtime::deserialize would reject.
+  if (config.num_threads < 0 || config.num_threads > kMaxThreads) {
+    throw Error("BuilderConfig::num_threads is " + std::to_string(config.num_threads) + ", expected 0.." +
+                std::to_string(kMaxThreads) + " (0: all hardware threads)");
+  }
   for (const std::string& name : config.disabled_passes) {
     const auto& known = builder_pass_names();
     if (std::find(known.begin(), known.end(), name) != known.end()) continue;
     std::string list;
     for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-    throw Error("BuilderConfig::disabled_passes: no pass is named '" + name + "' (the passes: " + list + ")");
+    throw Error("BuilderConfig::disabled_passes: no pass is named " + quote(name) + " (the passes: " + list + ")");
   }
   BuildReport report;
   auto net = network.clone();

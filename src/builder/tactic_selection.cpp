@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <filesystem>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -23,9 +23,11 @@
 #include "kiln/plugin.h"
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
+#include "src/core/file_io.h"
 #include "src/plan/execution_plan.h"
 #include "src/plan/kernel_config.h"
 #include "src/plugins/plugin_layer.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -119,15 +121,16 @@ class TimingCache {
  public:
   explicit TimingCache(std::string path) : path_(std::move(path)) {
     if (path_.empty()) return;
-    std::ifstream f(path_);
-    if (!f) return;  // a new cache
+    std::error_code ec;
+    if (!std::filesystem::exists(std::filesystem::symlink_status(path_, ec))) return;  // a new cache
+    std::istringstream f(read_whole_file_text(path_, "timing cache", kMaxTimingCacheBytes));
     std::string line;
     int n = 0;
     while (std::getline(f, line)) {
       ++n;
       if (n == 1) {
         if (line != kHeader) {
-          log(Severity::kWarning, "timing cache '" + path_ + "' is not a kiln timing cache (first line '" + line +
+          log(Severity::kWarning, "timing cache " + quote(path_) + " is not a kiln timing cache (first line '" + line +
                                       "'); it will be rewritten");
           return;
         }
@@ -148,20 +151,16 @@ class TimingCache {
   }
   void save() const {
     if (path_.empty() || !dirty_) return;
-    const std::string tmp = path_ + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::trunc);
-      if (!f) throw Error("cannot write the timing cache '" + path_ + "' (" + std::strerror(errno) + ")");
-      f << kHeader << "\n";
-      for (const auto& [k, v] : entries_) f << k << "\t" << v << "\n";
-    }
-    if (std::rename(tmp.c_str(), path_.c_str()) != 0) {
-      throw Error("cannot replace the timing cache '" + path_ + "' (" + std::strerror(errno) + ")");
-    }
+    std::ostringstream f;
+    f << kHeader << "\n";
+    for (const auto& [k, v] : entries_) f << k << "\t" << v << "\n";
+    const std::string text = f.str();
+    write_file_atomically(path_, text.data(), text.size(), "timing cache");
   }
 
  private:
   static constexpr const char* kHeader = "kiln timing cache v1";
+  static constexpr uint64_t kMaxTimingCacheBytes = 256u << 20;
   std::string path_;
   std::map<std::string, std::string> entries_;
   bool dirty_ = false;
@@ -216,7 +215,7 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
       v.type = d.type;
       v.dims = d.dims;
       v.format = d.format;
-      const size_t bytes = static_cast<size_t>(d.dims.volume()) * data_type_size(d.type);
+      const size_t bytes = static_cast<size_t>(tensor_byte_size(d.type, d.dims));
       buffers.emplace_back(backend, bytes);
       v.data = bytes ? buffers.back().data() : nullptr;
       if (d.value && d.value->nbytes() == bytes) {
@@ -231,7 +230,7 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
   for (int i = 0; i < layer.num_outputs(); ++i) {
     const TensorState& s = states.at(layer.output(i));
     out.push_back(TensorDesc{s.type, s.dims, layer.output(i)->format(), true, nullptr});
-    const size_t bytes = static_cast<size_t>(s.dims.volume()) * data_type_size(s.type);
+    const size_t bytes = static_cast<size_t>(tensor_byte_size(s.type, s.dims));
     buffers.emplace_back(backend, bytes);
     kc.outputs.push_back(TensorView{s.type, s.dims, layer.output(i)->format(), bytes ? buffers.back().data() : nullptr});
   }
@@ -294,7 +293,7 @@ void configure_plugins_per_profile(const std::vector<Layer*>& steps, const Build
       try {
         kernel->configure_profile(*layer, in, out);
       } catch (const std::exception& e) {
-        throw Error("layer '" + layer->name() + "' (" + layer->type() + "): configure() for optimization profile " +
+        throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): configure() for optimization profile " +
                     std::to_string(p / 3) + " failed: " + e.what());
       }
     }
@@ -354,7 +353,7 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
     }
   }
   if (chosen == variants.size()) {
-    throw Error("layer '" + first.layer->name() + "' (" + first.layer->type() + "): no way to run it worked on the " +
+    throw Error("layer " + quote(first.layer->name()) + " (" + first.layer->type() + "): no way to run it worked on the " +
                 to_string(config.device) + " device:" + failures);
   }
   cache.put(key, variants[chosen].name);
@@ -418,7 +417,7 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
       }
     }
     if (chosen.empty()) {
-      throw Error("layer '" + layer->name() + "' (plugin): every implementation the plugin offers failed:" + failures);
+      throw Error("layer " + quote(layer->name()) + " (plugin): every implementation the plugin offers failed:" + failures);
     }
     layer->attrs().set("plugin_tactic", chosen);
     cache.put(key, chosen);
@@ -448,7 +447,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     ++index;
     const auto candidates = KernelRegistry::instance().find(config.device, layer->type());
     if (candidates.empty()) {
-      throw Error("layer '" + layer->name() + "' (" + layer->type() + "): no " + to_string(config.device) +
+      throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): no " + to_string(config.device) +
                   " kernel implements this layer type");
     }
     std::vector<const KernelEntry*> ok;
@@ -464,7 +463,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
       if (all) ok.push_back(e);
     }
     if (ok.empty()) {
-      throw Error("layer '" + layer->name() + "' (" + layer->type() + "): none of the " + to_string(config.device) +
+      throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): none of the " + to_string(config.device) +
                   " kernels supports it with inputs (" + describe_types(*layer, states.front()) + ") and outputs (" +
                   describe_output_types(*layer, states.front()) + ")");
     }
@@ -534,7 +533,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
       }
     }
     if (!chosen) {
-      throw Error("layer '" + layer->name() + "' (" + layer->type() + "): every " + to_string(config.device) +
+      throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): every " + to_string(config.device) +
                   " kernel that accepts it failed on the device:" + failures);
     }
     tactics[layer->name()] = chosen->tactic;

@@ -8,6 +8,7 @@
 
 #include "kiln/error.h"
 #include "kiln/network.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -95,7 +96,7 @@ Enum parse_name(NameTable<Enum> table, std::string_view name, const char* what) 
     if (!valid.empty()) valid += ", ";
     valid += entry.second;
   }
-  throw Error("unknown " + std::string(what) + " '" + std::string(name) + "'; valid names: " + valid);
+  throw Error("unknown " + std::string(what) + " " + quote(std::string(name)) + "; valid names: " + valid);
 }
 
 }  // namespace

@@ -17,9 +17,11 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/core/file_io.h"
 #include "src/core/utf8.h"
 #include "src/onnx/onnx_proto.h"
 #include "src/onnx/onnx_tensor.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -59,24 +61,15 @@ constexpr OnnxType kOnnxTypes[] = {
 };
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw Error("tensor file '" + path + "': " + what);
+  throw Error("tensor file " + quote(path) + ": " + what);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail(path, "read error");
-  return bytes;
-}
+// Tensor files are read whole after the regular-file check (file_io.h): a device or FIFO
+// named as an input gives an error instead of an endless read.
+std::string read_file(const std::string& path) { return read_whole_file_text(path, "tensor file"); }
 
 void write_file(const std::string& path, const std::string& header, const void* data, size_t nbytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(path, std::string("cannot open for writing: ") + std::strerror(errno));
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  if (nbytes > 0) out.write(static_cast<const char*>(data), static_cast<std::streamsize>(nbytes));
-  out.close();
-  if (!out) fail(path, "write failed (disk full or permission denied?)");
+  write_file_atomically(path, {{header.data(), header.size()}, {data, nbytes}}, "tensor file");
 }
 
 // The element count of `extents` or -1 on overflow.
@@ -126,7 +119,7 @@ class NpyHeaderParser {
         *shape = tuple();
         has_shape = true;
       } else {
-        bad("unexpected key '" + key + "'");
+        bad("unexpected key " + quote(key));
       }
       skip_space();
       if (peek() == ',') {
@@ -306,7 +299,7 @@ HostTensor load_npy(const std::string& path) {
   }
   if (!npy_type) {
     const bool big_endian = !descr.empty() && descr[0] == '>';
-    fail(path, "unsupported dtype '" + descr + "'" +
+    fail(path, "unsupported dtype " + quote(descr) +
                    (big_endian ? " (big-endian; save with arr.astype(arr.dtype.newbyteorder('<')))"
                                : " (kiln reads <f4 <f2 <f8 <i2 <i4 <i8 |i1 |u1 <u2 <u4 <u8 |b1 <U)"));
   }
@@ -392,7 +385,7 @@ HostTensor load_tensor_pb(const std::string& path, std::string* name) {
     }
   }
   const std::string base_dir = std::filesystem::path(path).parent_path().string();
-  HostTensor t = tensor_from_proto(proto, base_dir, "tensor file '" + path + "'");
+  HostTensor t = tensor_from_proto(proto, base_dir, "tensor file " + quote(path));
   if (name) *name = proto.name();
   return t;
 }
@@ -425,7 +418,7 @@ HostTensor load_tensor_file(const std::string& path) {
   for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (ext == ".npy") return load_npy(path);
   if (ext == ".pb") return load_tensor_pb(path);
-  fail(path, "unknown extension '" + ext + "'; tensor files are .npy (numpy) or .pb (onnx.TensorProto)");
+  fail(path, "unknown extension " + quote(ext) + "; tensor files are .npy (numpy) or .pb (onnx.TensorProto)");
 }
 
 std::string sanitize_file_name(const std::string& name) {

@@ -6,9 +6,12 @@
 #include <cctype>
 #include <cstring>
 #include <limits>
+#include <new>
 
 #include "kiln/error.h"
+#include "src/core/checked_math.h"
 #include "src/core/half.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -70,7 +73,7 @@ TensorFormat parse_tensor_format(std::string_view name) {
   const std::string n = lower(name);
   if (n == "linear" || n == "nchw") return TensorFormat::kLinear;
   if (n == "channels_last" || n == "nhwc") return TensorFormat::kChannelsLast;
-  throw Error("unknown tensor format '" + std::string(name) + "' (expected linear or channels_last)");
+  throw Error("unknown tensor format " + quote(std::string(name)) + " (expected linear or channels_last)");
 }
 
 const char* to_string(DeviceType device) { return device == DeviceType::kCPU ? "cpu" : "cuda"; }
@@ -79,7 +82,7 @@ DeviceType parse_device_type(std::string_view name) {
   const std::string n = lower(name);
   if (n == "cpu") return DeviceType::kCPU;
   if (n == "cuda" || n == "gpu") return DeviceType::kCUDA;
-  throw Error("unknown device '" + std::string(name) + "' (expected cpu or cuda)");
+  throw Error("unknown device " + quote(std::string(name)) + " (expected cpu or cuda)");
 }
 
 // ---- Dims ---------------------------------------------------------------------------------
@@ -139,16 +142,16 @@ Dims parse_dims(std::string_view text) {
     size_t next = text.find_first_of("x*,", pos);
     if (next == std::string_view::npos) next = text.size();
     const std::string_view part = text.substr(pos, next - pos);
-    if (part.empty()) throw Error("bad dims '" + std::string(text) + "': empty extent (expected e.g. 1x3x224x224)");
+    if (part.empty()) throw Error("bad dims " + quote(std::string(text)) + ": empty extent (expected e.g. 1x3x224x224)");
     int64_t v = 0;
     if (part == "?" || part == "-1") {
       v = kDynamic;
     } else {
       for (char c : part) {
         if (c < '0' || c > '9') {
-          throw Error("bad dims '" + std::string(text) + "': '" + std::string(part) + "' is not a number (expected e.g. 1x3x224x224)");
+          throw Error("bad dims " + quote(std::string(text)) + ": " + quote(std::string(part)) + " is not a number (expected e.g. 1x3x224x224)");
         }
-        if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) throw Error("bad dims '" + std::string(text) + "': extent too large");
+        if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) throw Error("bad dims " + quote(std::string(text)) + ": extent too large");
         v = v * 10 + (c - '0');
       }
     }
@@ -158,12 +161,29 @@ Dims parse_dims(std::string_view text) {
   return d;
 }
 
+uint64_t tensor_byte_size(DataType type, const Dims& dims) {
+  const int64_t count = dims.volume();
+  int64_t bytes = 0;
+  if (mul_overflows(count, static_cast<int64_t>(data_type_size(type)), bytes)) {
+    throw Error("dims " + dims.to_string() + " of type " + to_string(type) + " (" + std::to_string(count) +
+                " elements) need 2^63 bytes or more");
+  }
+  return static_cast<uint64_t>(bytes);
+}
+
 // ---- HostTensor ---------------------------------------------------------------------------
 
 namespace {
-std::shared_ptr<uint8_t> allocate_aligned(size_t bytes) {
+// `bytes` is at most 2^63 - 1 (tensor_byte_size), so rounding up to 64 cannot wrap.
+std::shared_ptr<uint8_t> allocate_aligned(size_t bytes, DataType type, const Dims& dims) {
   const size_t n = std::max<size_t>(64, (bytes + 63) / 64 * 64);
-  void* p = ::operator new(n, std::align_val_t(64));
+  void* p = nullptr;
+  try {
+    p = ::operator new(n, std::align_val_t(64));
+  } catch (const std::bad_alloc&) {
+    throw Error("out of memory: cannot allocate " + std::to_string(bytes) + " bytes for a tensor of type " +
+                to_string(type) + " and dims " + dims.to_string());
+  }
   std::memset(p, 0, n);
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p),
                                   [](uint8_t* q) { ::operator delete(q, std::align_val_t(64)); });
@@ -202,18 +222,21 @@ void StringArena::clear() {
 // ---- HostTensor ---------------------------------------------------------------------------
 
 HostTensor::HostTensor(DataType type, const Dims& dims) : type_(type), dims_(dims) {
+  nbytes_ = static_cast<size_t>(tensor_byte_size(type, dims));
   count_ = dims.volume();
-  storage_ = allocate_aligned(nbytes());
+  storage_ = allocate_aligned(nbytes_, type, dims);
   // Created with the tensor (not on the first set_string) so that every copy shares it.
   if (type == DataType::kString) strings_ = std::make_shared<StringArena>();
 }
 
 HostTensor HostTensor::from_bytes(DataType type, const Dims& dims, const void* data, size_t nbytes) {
-  HostTensor t(type, dims);
-  if (nbytes != t.nbytes()) {
+  // Checked before allocating: a file's dims may claim far more than the data it holds.
+  const uint64_t expected = tensor_byte_size(type, dims);
+  if (nbytes != expected) {
     throw Error("tensor data of " + std::to_string(nbytes) + " bytes does not match " + std::string(to_string(type)) +
-                " dims " + dims.to_string() + " (" + std::to_string(t.nbytes()) + " bytes)");
+                " dims " + dims.to_string() + " (" + std::to_string(expected) + " bytes)");
   }
+  HostTensor t(type, dims);
   if (type == DataType::kString) {
     const auto* refs = static_cast<const StringRef*>(data);
     for (int64_t i = 0; i < t.count_; ++i) t.set_string(i, refs[i].view());
@@ -337,7 +360,7 @@ const T* typed(const std::map<std::string, AttrValue>& values, const std::string
   auto it = values.find(name);
   if (it == values.end()) return nullptr;
   if (const T* v = std::get_if<T>(&it->second)) return v;
-  throw Error("attribute '" + name + "' has type " + to_string(attr_type_of(it->second)) + ", expected " +
+  throw Error("attribute " + quote(name) + " has type " + to_string(attr_type_of(it->second)) + ", expected " +
               to_string(expected));
 }
 }  // namespace
@@ -382,7 +405,7 @@ std::vector<std::string> Attributes::get_strings(const std::string& name) const 
 
 const HostTensor& Attributes::get_tensor(const std::string& name) const {
   const auto* v = typed<HostTensor>(values_, name, AttrType::kTensor);
-  if (!v) throw Error("attribute '" + name + "' (tensor) is missing");
+  if (!v) throw Error("attribute " + quote(name) + " (tensor) is missing");
   return *v;
 }
 

@@ -20,6 +20,7 @@
 #include "kiln/runtime.h"
 #include "src/engine/context_impl.h"
 #include "src/plan/kernel_config.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -165,7 +166,7 @@ void resolve_data_dependent_sizes(ContextImpl& c, ShapePlan& plan, size_t s, voi
     if (!st.dd_size || st.value) continue;
     int64_t v = 0;
     const void* src = launch.ctx.outputs[static_cast<size_t>(i)].data;
-    if (!src) throw Error("internal: layer '" + l.name() + "' has no memory for its size output '" + t->name() + "'");
+    if (!src) throw Error("internal: layer " + quote(l.name()) + " has no memory for its size output " + quote(t->name()));
     if (device) {
       e.backend->copy_device_to_host(&v, src, sizeof v, stream);
       e.backend->synchronize(stream);
@@ -193,7 +194,7 @@ void resolve_data_dependent_sizes(ContextImpl& c, ShapePlan& plan, size_t s, voi
         return dst;
       });
   if (!c.memory.fits(c.memory.arena_bytes(), plan.workspace_bytes)) {
-    c.memory.ensure(c.memory.arena_bytes(), plan.workspace_bytes, "layer '" + l.name() + "''s data-dependent sizes");
+    c.memory.ensure(c.memory.arena_bytes(), plan.workspace_bytes, "layer " + quote(l.name()) + "'s data-dependent sizes");
   }
   bind(c, plan);
 }
@@ -231,7 +232,7 @@ void run_steps(ContextImpl& c, ShapePlan& plan, void* stream) {
       const Layer& l = *e.steps[s];
       const std::string msg = ex.what();
       if (msg.rfind("layer '", 0) == 0 || msg.rfind("output '", 0) == 0) throw Error(msg);
-      throw Error("layer '" + l.name() + "' (" + l.type() + ", kernel '" + e.kernels[s]->tactic + "') failed: " + msg);
+      throw Error("layer " + quote(l.name()) + " (" + l.type() + ", kernel " + quote(e.kernels[s]->tactic) + ") failed: " + msg);
     }
   }
   // Network outputs no kernel writes (constants, host-computed values) are copied in.
@@ -362,7 +363,8 @@ void ExecutionContext::set_optimization_profile(int index) {
   c.graphs.clear();
   c.profile = index;
   c.profile_info = std::move(info);
-  c.memory.reserve_for_profile(c.profile_info->plan.peak);
+  c.memory.reserve_for_profile(c.profile_info->plan.peak,
+                               describe_plan_memory(c.profile_info->plan, "optimization profile " + std::to_string(index)));
   c.input_dims.clear();
   for (const auto& [name, s] : p.all()) c.input_dims[name] = s.opt;
   for (int i = 0; i < e.num_inputs; ++i) {
@@ -380,7 +382,7 @@ void ExecutionContext::set_input_shape(const std::string& name, const Dims& dims
   ContextImpl& c = *impl_;
   const int index = c.engine->binding(name);
   const TensorInfo& info = c.engine->io[static_cast<size_t>(index)];
-  if (info.mode != TensorIOMode::kInput) throw Error("'" + name + "' is an output; only input shapes can be set");
+  if (info.mode != TensorIOMode::kInput) throw Error("" + quote(name) + " is an output; only input shapes can be set");
   Dims& current = c.key.dims[static_cast<size_t>(index)];
   if (current == dims) return;
   const OptimizationProfile& p = engine_->profile(c.profile);
@@ -389,7 +391,7 @@ void ExecutionContext::set_input_shape(const std::string& name, const Dims& dims
   bool ok = dims.rank() == mn.rank();
   for (int i = 0; ok && i < dims.rank(); ++i) ok = dims[i] >= mn[i] && dims[i] <= mx[i];
   if (!ok) {
-    throw Error("input '" + name + "': dims " + dims.to_string() + " are outside optimization profile " +
+    throw Error("input " + quote(name) + ": dims " + dims.to_string() + " are outside optimization profile " +
                 std::to_string(c.profile) + " (min " + mn.to_string() + ", max " + mx.to_string() +
                 "); rebuild the engine with a wider profile (kiln build --min-shapes/--max-shapes)");
   }
@@ -465,7 +467,10 @@ void ExecutionContext::reset_stats() {
 }
 
 void ExecutionContext::set_num_threads(int threads) {
-  if (threads < 0) throw Error("set_num_threads: thread count must be >= 0");
+  if (threads < 0 || threads > kMaxThreads) {
+    throw Error("set_num_threads: thread count " + std::to_string(threads) + " is outside 0.." +
+                std::to_string(kMaxThreads) + " (0: the engine's setting)");
+  }
   impl_->num_threads = threads;
 }
 
@@ -574,7 +579,7 @@ void ExecutionContext::check_device_errors() {
   for (size_t s = 0; s < flags.size(); ++s) {
     if (!flags[s] || !plan->reports_errors[s]) continue;
     const Layer& l = *e.steps[s];
-    throw Error("layer '" + l.name() + "' (" + l.type() + ", kernel '" + e.kernels[s]->tactic +
+    throw Error("layer " + quote(l.name()) + " (" + l.type() + ", kernel '" + e.kernels[s]->tactic +
                 "'): an index was out of range. The indices were computed on the device during the "
                 "inference, so they could not be checked before it; the elements they address were "
                 "written as 0 (or the updates skipped). Check the values that reach this layer's indices "
@@ -593,7 +598,7 @@ void ExecutionContext::enqueue(void* stream) {
     if (c.graph_explicit) {
       std::string layer;
       for (size_t s = 0; s < e.steps.size() && layer.empty(); ++s) {
-        if (plan->dd_step[s]) layer = "'" + e.steps[s]->name() + "' (" + e.steps[s]->type() + ")";
+        if (plan->dd_step[s]) layer = quote(e.steps[s]->name()) + " (" + e.steps[s]->type() + ")";
       }
       throw Error("CUDA graph capture is not possible for this engine: layer " + layer +
                   " has a data-dependent output size, which the host reads in the middle of the inference; "
@@ -608,7 +613,8 @@ void ExecutionContext::enqueue(void* stream) {
   // Nothing to do once the memory fits this plan (a few comparisons); otherwise it grows, or,
   // user-managed, says what is missing.
   if (!c.memory.fits(plan->memory.peak, plan->workspace_bytes)) {
-    c.memory.ensure(plan->memory.peak, plan->workspace_bytes, "input shapes " + shapes_text(c.input_dims));
+    c.memory.ensure(plan->memory.peak, plan->workspace_bytes,
+                    describe_plan_memory(plan->memory, "input shapes " + shapes_text(c.input_dims)));
   }
   if (c.memory.view().generation != c.graph_memory_generation) {  // the memory moved: graphs point at the old
     c.graphs.clear();

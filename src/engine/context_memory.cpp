@@ -11,14 +11,14 @@ namespace kiln {
 ContextDeviceMemory::ContextDeviceMemory(Backend& backend, ContextMemory mode, uint64_t error_flag_bytes)
     : backend_(backend), mode_(mode), flags_(memory_granule(error_flag_bytes)) {}
 
-void ContextDeviceMemory::reserve_for_profile(uint64_t arena) {
+void ContextDeviceMemory::reserve_for_profile(uint64_t arena, const std::string& what) {
   arena = memory_granule(arena);
   if (mode_ == ContextMemory::kUserManaged) {
     arena_ = arena;
     if (base_) layout(base_, size_);
     return;
   }
-  grow_static(std::max(arena, arena_), view_.workspace_bytes);
+  grow_static(std::max(arena, arena_), view_.workspace_bytes, what);
 }
 
 void ContextDeviceMemory::set_user_memory(void* memory, uint64_t size, uint64_t required, int profile) {
@@ -55,7 +55,7 @@ void ContextDeviceMemory::layout(uint8_t* base, uint64_t size) {
   ++view_.generation;
 }
 
-void ContextDeviceMemory::grow_static(uint64_t arena, uint64_t workspace) {
+void ContextDeviceMemory::grow_static(uint64_t arena, uint64_t workspace, const std::string& what) {
   // kStatic: three buffers, so that growing the workspace (a shape whose kernels need more,
   // possibly in the middle of an inference with data-dependent sizes) leaves the arena and the
   // activations in it where they are. A buffer that grows is released first: an inference
@@ -63,18 +63,19 @@ void ContextDeviceMemory::grow_static(uint64_t arena, uint64_t workspace) {
   arena = memory_granule(arena);
   workspace = memory_granule(workspace);
   bool moved = false;
-  if (!own_arena_.data() || arena > own_arena_.size()) {
-    own_arena_ = DeviceBuffer();
-    own_arena_ = DeviceBuffer(backend_, std::max<uint64_t>(arena, 256));
+  // The backend's message says how much failed; this says what it was for.
+  const auto allocate = [&](DeviceBuffer& buffer, uint64_t bytes, const char* kind) {
+    buffer = DeviceBuffer();
+    try {
+      buffer = DeviceBuffer(backend_, bytes);
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + " for the " + kind + " of " + what);
+    }
     ++allocations_;
     moved = true;
-  }
-  if (workspace > own_workspace_.size()) {
-    own_workspace_ = DeviceBuffer();
-    own_workspace_ = DeviceBuffer(backend_, workspace);
-    ++allocations_;
-    moved = true;
-  }
+  };
+  if (!own_arena_.data() || arena > own_arena_.size()) allocate(own_arena_, std::max<uint64_t>(arena, 256), "activation memory");
+  if (workspace > own_workspace_.size()) allocate(own_workspace_, workspace, "kernel workspace");
   if (flags_ && !own_flags_.data()) {
     own_flags_ = DeviceBuffer(backend_, flags_);
     ++allocations_;
@@ -92,7 +93,7 @@ void ContextDeviceMemory::grow_static(uint64_t arena, uint64_t workspace) {
 
 void ContextDeviceMemory::ensure(uint64_t arena, uint64_t workspace, const std::string& what) {
   if (mode_ == ContextMemory::kStatic) {
-    grow_static(std::max(arena, arena_), std::max<uint64_t>(workspace, view_.workspace_bytes));
+    grow_static(std::max(arena, arena_), std::max<uint64_t>(workspace, view_.workspace_bytes), what);
     return;
   }
   if (!base_) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kiln/runtime.h"
+#include "kiln/error.h"
 #include "src/backends/backend.h"
 #include "src/plan/shape_plan.h"
 
@@ -23,8 +24,9 @@ class ContextDeviceMemory {
 
   ContextMemory mode() const { return mode_; }
   // Sizes the memory for a profile whose plan needs `arena` bytes. kStatic: allocates (keeping
-  // the current buffer when large enough). kUserManaged: only records the sizes.
-  void reserve_for_profile(uint64_t arena);
+  // the current buffer when large enough). kUserManaged: only records the sizes. A failed
+  // allocation's message ends with "for the activation memory of <what>".
+  void reserve_for_profile(uint64_t arena, const std::string& what = "the optimization profile");
   // kUserManaged: the caller's memory. Throws when `size` is below `required` (naming both).
   void set_user_memory(void* memory, uint64_t size, uint64_t required, int profile);
   bool ready() const { return base_ != nullptr || mode_ == ContextMemory::kStatic; }
@@ -45,7 +47,7 @@ class ContextDeviceMemory {
 
  private:
   void layout(uint8_t* base, uint64_t size);
-  void grow_static(uint64_t arena, uint64_t workspace);
+  void grow_static(uint64_t arena, uint64_t workspace, const std::string& what);
 
   Backend& backend_;
   ContextMemory mode_;
@@ -61,6 +63,9 @@ class ContextDeviceMemory {
 };
 
 // Rounds up to the 256-byte granule of the region's parts.
-inline uint64_t memory_granule(uint64_t bytes) { return (bytes + 255) / 256 * 256; }
+inline uint64_t memory_granule(uint64_t bytes) {
+  if (bytes > UINT64_MAX - 255) throw Error("a memory size of " + std::to_string(bytes) + " bytes overflows 64 bits");
+  return (bytes + 255) / 256 * 256;
+}
 
 }  // namespace kiln

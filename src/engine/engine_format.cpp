@@ -14,13 +14,13 @@
 
 #include "engine/network_codec.h"
 #include "kiln/error.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
 
 using engine_codec::ByteReader;
 using engine_codec::ByteWriter;
-using engine_codec::printable;
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'E', 'N', 'G', '\0'};
 constexpr uint32_t kFormatVersion = 1;
@@ -59,7 +59,7 @@ std::vector<EngineData::PluginLibrary> decode_libraries(ByteReader& r, const std
   for (uint32_t i = 0; i < n; ++i) {
     EngineData::PluginLibrary lib;
     lib.path = r.str("plugin library path");
-    const std::string where = "embedded plugin library '" + printable(lib.path) + "'";
+    const std::string where = "embedded plugin library " + quote(lib.path);
     if (lib.path.empty()) r.fail("embedded plugin library " + std::to_string(i) + " has an empty path");
     if (!libraries.empty() && !(libraries.back().path < lib.path)) {
       r.fail(where + " is out of order or repeated (paths must be strictly increasing)");
@@ -126,7 +126,7 @@ bool parse_padded(const uint8_t* p, size_t n, std::string* out) {
 
 class FormatChecker {
  public:
-  explicit FormatChecker(const std::string& source) : prefix_("kiln engine '" + source + "': ") {}
+  explicit FormatChecker(const std::string& source) : prefix_("kiln engine " + quote(source) + ": ") {}
   [[noreturn]] void fail(const std::string& what) const { throw EngineFormatError(prefix_ + what); }
   const std::string& prefix() const { return prefix_; }
 
@@ -303,7 +303,7 @@ std::vector<SectionEntry> check_container(const uint8_t* bytes, size_t size, con
       if (id == kSectionIds[s]) index = s;
     }
     if (index < 0) {
-      c.fail("unknown section '" + printable(id) + "' (format version 1 has META, GRAPH, PROFILES, PLUGINS, WEIGHTS and "
+      c.fail("unknown section " + quote(id) + " (format version 1 has META, GRAPH, PROFILES, PLUGINS, WEIGHTS and "
              "the optional LIBS and LAUNCH)");
     }
     if (seen[index]) c.fail("section " + id + " appears twice in the section table");

@@ -13,6 +13,7 @@
 
 #include "ir/op_schema.h"
 #include "kiln/network.h"
+#include "src/core/text.h"
 
 namespace kiln::engine_codec {
 namespace {
@@ -25,10 +26,8 @@ constexpr size_t kMinTensorDeclBytes = 3 * kMinStringBytes + kMinDimsBytes;  // 
 constexpr size_t kMinAttrBytes = 2 * kMinStringBytes + 1;
 constexpr size_t kMinLayerBytes = 2 * kMinStringBytes + 1 + 3 * 4;
 constexpr size_t kMinProfileEntryBytes = kMinStringBytes + 3 * kMinDimsBytes;
-// An engine asking for more CPU threads than this is corrupt, not ambitious.
-constexpr int64_t kMaxThreads = 1 << 16;
 
-std::string quoted(const std::string& s) { return "'" + printable(s) + "'"; }
+std::string quoted(const std::string& s) { return quote(s); }
 
 // Runs `fn`, turning a kiln::Error from the core (Network, Dims, parse_*) into a format error
 // with the reader's context: a file that the core refuses is a bad file.
@@ -396,23 +395,6 @@ void ByteReader::expect_end() {
   if (remaining() != 0) fail(std::to_string(remaining()) + " unexpected bytes after the section's content");
 }
 
-std::string printable(const std::string& s) {
-  constexpr size_t kMaxShown = 64;
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < kMaxShown; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      static const char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  if (s.size() > kMaxShown) out += "...";
-  return out;
-}
 
 uint64_t WeightsWriter::add(const HostTensor& tensor) { return add(tensor.data(), tensor.nbytes()); }
 
@@ -442,6 +424,7 @@ void decode_meta(ByteReader& r, EngineData& data) {
     r.fail("unknown device " + quoted(device));
   }
   if (device != to_string(data.device)) r.fail("device " + quoted(device) + " is not spelled canonically");
+  // An engine asking for more CPU threads than kMaxThreads is corrupt, not ambitious.
   const int64_t threads = r.i64("num_threads");
   if (threads < 0 || threads > kMaxThreads) {
     r.fail("num_threads is " + std::to_string(threads) + ", expected 0.." + std::to_string(kMaxThreads));

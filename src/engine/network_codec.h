@@ -14,6 +14,7 @@
 #include "engine/engine_format.h"
 #include "kiln/error.h"
 #include "kiln/types.h"
+#include "src/core/text.h"
 
 namespace kiln::engine_codec {
 
@@ -72,8 +73,7 @@ class ByteReader {
   std::string context_;
 };
 
-// A string safe to print in an error message (non-printable bytes escaped, long ones cut).
-std::string printable(const std::string& s);
+// Strings from the file go into messages through printable() / quote() (src/core/text.h).
 
 // ---- sections -----------------------------------------------------------------------------
 // Weight blobs (64-byte aligned) collected while encoding the graph.

@@ -12,6 +12,7 @@
 #include "kiln/logger.h"
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
+#include "src/core/file_io.h"
 #include "src/engine/context_impl.h"
 #include "src/engine/engine_format.h"
 #include "src/engine/engine_impl.h"
@@ -19,25 +20,9 @@
 #include "src/plan/execution_plan.h"
 #include "src/plan/kernel_config.h"
 #include "src/plugins/plugin_layer.h"
+#include "src/core/text.h"
 
 namespace kiln {
-
-namespace {
-
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) throw Error("cannot open engine file '" + path + "' (" + std::strerror(errno) + ")");
-  const std::streamoff size = f.tellg();
-  if (size < 0) throw Error("cannot read engine file '" + path + "'");
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
-  f.seekg(0);
-  if (size > 0 && !f.read(reinterpret_cast<char*>(bytes.data()), size)) {
-    throw Error("cannot read engine file '" + path + "'");
-  }
-  return bytes;
-}
-
-}  // namespace
 
 // ---- Runtime ------------------------------------------------------------------------------
 
@@ -70,10 +55,10 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
   impl->steps = execution_steps(net);
   for (const Layer* l : impl->steps) {
     auto it = d.tactics.find(l->name());
-    if (it == d.tactics.end()) throw EngineFormatError(source + ": no kernel recorded for layer '" + l->name() + "'");
+    if (it == d.tactics.end()) throw EngineFormatError(source + ": no kernel recorded for layer " + quote(l->name()));
     const KernelEntry* e = KernelRegistry::instance().find(d.device, l->type(), it->second);
     if (!e) {
-      throw Error(source + ": layer '" + l->name() + "' (" + l->type() + ") uses kernel '" + it->second + "' on " +
+      throw Error(source + ": layer " + quote(l->name()) + " (" + l->type() + ") uses kernel " + quote(it->second) + " on " +
                   to_string(d.device) + ", which this kiln library does not have (rebuild the engine with this version)");
     }
     impl->kernels.push_back(e);
@@ -81,7 +66,7 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
     if (auto lt = d.launch_tactics.find(l->name()); lt != d.launch_tactics.end()) {
       launch = KernelRegistry::instance().find(d.device, l->type(), lt->second);
       if (!launch) {
-        throw Error(source + ": layer '" + l->name() + "' (" + l->type() + ") uses kernel '" + lt->second +
+        throw Error(source + ": layer " + quote(l->name()) + " (" + l->type() + ") uses kernel '" + lt->second +
                     "' for plain launches on " + to_string(d.device) +
                     ", which this kiln library does not have (rebuild the engine with this version)");
       }
@@ -95,7 +80,12 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
     if (d.device == DeviceType::kCPU) {
       impl->weights[l->output(0)] = const_cast<void*>(v.data());
     } else {
-      DeviceBuffer buf(*impl->backend, v.nbytes());
+      DeviceBuffer buf;
+      try {
+        buf = DeviceBuffer(*impl->backend, v.nbytes());
+      } catch (const Error& e) {
+        throw Error(source + ": weights of constant layer " + quote(l->name()) + ": " + e.what());
+      }
       impl->backend->copy_host_to_device(buf.data(), v.data(), v.nbytes(), nullptr);
       impl->weights[l->output(0)] = buf.data();
       impl->weight_buffers.push_back(std::move(buf));
@@ -112,7 +102,7 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
 }
 
 std::shared_ptr<Engine> Runtime::deserialize_file(const std::string& path) {
-  const auto bytes = read_file(path);
+  const auto bytes = read_whole_file(path, "engine file");
   return deserialize(bytes.data(), bytes.size(), path);
 }
 
@@ -223,7 +213,7 @@ int EngineImpl::binding(const std::string& name) const {
   if (it != io_by_name.end()) return it->second;
   std::string names;
   for (const auto& t : io) names += (names.empty() ? "" : ", ") + t.name;
-  throw Error("the engine has no input or output named '" + name + "' (it has: " + names + ")");
+  throw Error("the engine has no input or output named " + quote(name) + " (it has: " + names + ")");
 }
 
 uint64_t EngineImpl::error_flag_bytes() const {

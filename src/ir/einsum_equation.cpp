@@ -5,6 +5,7 @@
 #include <map>
 
 #include "kiln/error.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -22,11 +23,11 @@ Term parse_term(const std::string& text, const std::string& equation) {
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
       t.letters.push_back(c);
     } else if (c == '.' && text.compare(i, 3, "...") == 0) {
-      if (t.ellipsis_at >= 0) throw Error("einsum equation '" + equation + "': term '" + text + "' has two '...'");
+      if (t.ellipsis_at >= 0) throw Error("einsum equation " + quote(equation) + ": term " + quote(text) + " has two '...'");
       t.ellipsis_at = static_cast<int>(t.letters.size());
       i += 2;
     } else {
-      throw Error("einsum equation '" + equation + "': unexpected character '" + std::string(1, c) + "' in term '" +
+      throw Error("einsum equation " + quote(equation) + ": unexpected character " + quote(std::string(1, c)) + " in term '" +
                   text + "' (use letters, '...', ',' and '->')");
     }
   }
@@ -53,7 +54,7 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& ope
   const std::string lhs = eq.substr(0, arrow);
   const std::vector<std::string> texts = split(lhs, ',');
   if (texts.size() != operand_dims.size()) {
-    throw Error("einsum equation '" + equation + "' has " + std::to_string(texts.size()) + " operand terms but the layer has " +
+    throw Error("einsum equation " + quote(equation) + " has " + std::to_string(texts.size()) + " operand terms but the layer has " +
                 std::to_string(operand_dims.size()) + " inputs");
   }
   std::vector<Term> terms;
@@ -65,7 +66,7 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& ope
     const int letters = static_cast<int>(terms[k].letters.size());
     const int extra = rank - letters;
     if (extra < 0 || (extra > 0 && terms[k].ellipsis_at < 0)) {
-      throw Error("einsum equation '" + equation + "': term '" + texts[k] + "' labels " + std::to_string(letters) +
+      throw Error("einsum equation " + quote(equation) + ": term " + quote(texts[k]) + " labels " + std::to_string(letters) +
                   " axes but operand " + std::to_string(k) + " has dims " + operand_dims[k].to_string());
     }
     operand_ellipsis[k] = terms[k].ellipsis_at >= 0 ? extra : 0;
@@ -101,7 +102,7 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& ope
       const int64_t extent = operand_dims[k][axis];
       int64_t& size = plan.label_sizes[static_cast<size_t>(labels[static_cast<size_t>(axis)])];
       if (extent != size && extent != 1 && size != 1) {
-        throw Error("einsum equation '" + equation + "': axis " + std::to_string(axis) + " of operand " + std::to_string(k) +
+        throw Error("einsum equation " + quote(equation) + ": axis " + std::to_string(axis) + " of operand " + std::to_string(k) +
                     " (dims " + operand_dims[k].to_string() + ") has extent " + std::to_string(extent) +
                     " but its label has extent " + std::to_string(size) + " elsewhere");
       }
@@ -125,16 +126,16 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& ope
       if (i == static_cast<int>(out.letters.size())) break;
       const char c = out.letters[static_cast<size_t>(i)];
       if (!letter_label.count(c)) {
-        throw Error("einsum equation '" + equation + "': output label '" + std::string(1, c) + "' appears in no operand");
+        throw Error("einsum equation " + quote(equation) + ": output label " + quote(std::string(1, c)) + " appears in no operand");
       }
       if (std::count(out.letters.begin(), out.letters.end(), c) > 1) {
-        throw Error("einsum equation '" + equation + "': output label '" + std::string(1, c) + "' appears twice");
+        throw Error("einsum equation " + quote(equation) + ": output label " + quote(std::string(1, c)) + " appears twice");
       }
       plan.output_labels.push_back(letter_label[c]);
     }
   }
   if (plan.output_labels.size() > static_cast<size_t>(kMaxDims)) {
-    throw Error("einsum equation '" + equation + "': the output would have more than " + std::to_string(kMaxDims) + " dims");
+    throw Error("einsum equation " + quote(equation) + ": the output would have more than " + std::to_string(kMaxDims) + " dims");
   }
   for (int label : plan.output_labels) plan.output_dims.push_back(plan.label_sizes[static_cast<size_t>(label)]);
   return plan;

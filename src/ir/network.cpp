@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <queue>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -12,39 +13,111 @@
 
 #include "kiln/error.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
-std::vector<Layer*> Tensor::consumers() const {
-  std::vector<Layer*> result;
-  if (!network_) return result;
-  for (int i = 0; i < network_->num_layers(); ++i) {
-    Layer* l = network_->layer(i);
-    for (int k = 0; k < l->num_inputs(); ++k) {
-      if (l->input(k) == this) {
-        result.push_back(l);
-        break;
-      }
-    }
+namespace {
+
+// ---- name index (network.h: detail::NameIndex) ----------------------------------------------
+
+// `item` now has `name`; `appended`: it is the last of its list (so an earlier element of the
+// same name stays the first).
+template <typename T>
+void index_add(detail::NameIndex<T>& index, T* item, const std::string& name, bool appended) {
+  if (index.stale) return;
+  if (++index.count[name] == 1) {
+    index.first[name] = item;
+  } else if (!appended) {
+    index.stale = true;  // which of the two comes first is not known without a scan
   }
+}
+
+// `item` no longer has `name`.
+template <typename T>
+void index_remove(detail::NameIndex<T>& index, T* item, const std::string& name) {
+  if (index.stale) return;
+  auto count = index.count.find(name);
+  if (count == index.count.end()) {
+    index.stale = true;
+    return;
+  }
+  if (--count->second == 0) {
+    index.count.erase(count);
+    index.first.erase(name);
+  } else if (index.first[name] == item) {
+    index.stale = true;  // the next element of that name is not known without a scan
+  }
+}
+
+template <typename T>
+T* index_find(detail::NameIndex<T>& index, const std::vector<std::unique_ptr<T>>& items, const std::string& name) {
+  if (index.stale) {
+    index.first.clear();
+    index.count.clear();
+    for (const auto& item : items) {
+      if (!item) continue;  // a hole left by a removal
+      if (++index.count[item->name()] == 1) index.first[item->name()] = item.get();
+    }
+    index.stale = false;
+  }
+  auto it = index.first.find(name);
+  return it == index.first.end() ? nullptr : it->second;
+}
+
+// Drops one entry of `reader` from t's readers (one per input slot; their order is irrelevant).
+void remove_reader(std::vector<Layer*>& readers, const Layer* reader) {
+  auto it = std::find(readers.begin(), readers.end(), reader);
+  if (it == readers.end()) return;
+  *it = readers.back();
+  readers.pop_back();
+}
+
+}  // namespace
+
+std::vector<Layer*> Tensor::consumers() const {
+  std::vector<Layer*> result(readers_.begin(), readers_.end());
+  // Positions in the layer list are increasing in network order (also with removal holes).
+  std::sort(result.begin(), result.end(), [](const Layer* a, const Layer* b) { return a->index_ < b->index_; });
+  result.erase(std::unique(result.begin(), result.end()), result.end());
   return result;
 }
 
+void Tensor::set_name(std::string name) {
+  std::string old = std::move(name_);
+  name_ = std::move(name);
+  if (network_ && old != name_) network_->renamed(this, old);
+}
+
+void Layer::set_name(std::string name) {
+  std::string old = std::move(name_);
+  name_ = std::move(name);
+  if (network_ && old != name_) network_->renamed(this, old);
+}
+
 void Layer::set_input(int i, Tensor* tensor) {
-  if (i == num_inputs()) {
-    inputs_.push_back(tensor);
-  } else if (i >= 0 && i < num_inputs()) {
-    inputs_[static_cast<size_t>(i)] = tensor;
-  } else {
-    throw Error("layer '" + name_ + "': input index " + std::to_string(i) + " out of range (has " +
+  if (i < 0 || i > num_inputs()) {
+    throw Error("layer " + quote(name_) + ": input index " + std::to_string(i) + " out of range (has " +
                 std::to_string(num_inputs()) + " inputs)");
   }
+  if (tensor && network_ && tensor->network_ != network_) {
+    throw Error("layer " + quote(name_) + ": input " + std::to_string(i) + " belongs to another network");
+  }
+  if (i == num_inputs()) {
+    inputs_.push_back(tensor);
+  } else {
+    Tensor* old = inputs_[static_cast<size_t>(i)];
+    if (old && network_) remove_reader(old->readers_, this);
+    inputs_[static_cast<size_t>(i)] = tensor;
+  }
+  if (tensor && network_) tensor->readers_.push_back(this);
 }
 
 Network::Network() = default;
 Network::~Network() = default;
 
 std::unique_ptr<Network> Network::clone() const {
+  compact();
   auto copy = std::make_unique<Network>();
   std::unordered_map<const Tensor*, Tensor*> map;
   for (const auto& t : tensors_) {
@@ -58,11 +131,17 @@ std::unique_ptr<Network> Network::clone() const {
   }
   for (const auto& l : layers_) {
     auto nl = std::make_unique<Layer>(*l);
-    for (auto& in : nl->inputs_) in = in ? map.at(in) : nullptr;
+    nl->network_ = copy.get();
+    nl->index_ = copy->layers_.size();
+    for (auto& in : nl->inputs_) {
+      in = in ? map.at(in) : nullptr;
+      if (in) in->readers_.push_back(nl.get());
+    }
     for (auto& out : nl->outputs_) {
       out = map.at(out);
       out->producer_ = nl.get();
     }
+    index_add(copy->layer_names_, nl.get(), nl->name_, true);
     copy->layers_.push_back(std::move(nl));
   }
   for (Tensor* t : inputs_) copy->inputs_.push_back(map.at(t));
@@ -75,8 +154,42 @@ Tensor* Network::new_tensor(const std::string& name) {
   auto t = std::make_unique<Tensor>();
   t->name_ = name;
   t->network_ = this;
+  t->index_ = tensors_.size();
+  index_add(tensor_names_, t.get(), name, true);
   tensors_.push_back(std::move(t));
   return tensors_.back().get();
+}
+
+void Network::renamed(Tensor* tensor, const std::string& old_name) {
+  index_remove(tensor_names_, tensor, old_name);
+  index_add(tensor_names_, tensor, tensor->name_, false);
+}
+
+void Network::renamed(Layer* layer, const std::string& old_name) {
+  index_remove(layer_names_, layer, old_name);
+  index_add(layer_names_, layer, layer->name_, false);
+}
+
+void Network::compact_now() const {
+  const auto squeeze = [](auto& list) {
+    size_t n = 0;
+    for (auto& item : list) {
+      if (!item) continue;
+      item->index_ = n;
+      if (&list[n] != &item) list[n] = std::move(item);
+      ++n;
+    }
+    list.resize(n);
+  };
+  squeeze(layers_);
+  squeeze(tensors_);
+  holes_ = 0;
+}
+
+void Network::erase_tensor(Tensor* tensor) {
+  index_remove(tensor_names_, tensor, tensor->name_);
+  tensors_[tensor->index_].reset();
+  ++holes_;
 }
 
 std::string Network::unique_name(const std::string& prefix) {
@@ -88,9 +201,9 @@ std::string Network::unique_name(const std::string& prefix) {
 
 Tensor* Network::add_input(const std::string& name, DataType type, const Dims& dims) {
   if (name.empty()) throw Error("add_input: an input needs a name");
-  if (find_tensor(name)) throw Error("add_input: a tensor named '" + name + "' already exists");
+  if (find_tensor(name)) throw Error("add_input: a tensor named " + quote(name) + " already exists");
   for (int64_t d : dims) {
-    if (d < kDynamic) throw Error("add_input '" + name + "': invalid extent " + std::to_string(d) + " in " + dims.to_string());
+    if (d < kDynamic) throw Error("add_input " + quote(name) + ": invalid extent " + std::to_string(d) + " in " + dims.to_string());
   }
   Tensor* t = new_tensor(name);
   t->type_ = type;
@@ -114,15 +227,21 @@ void Network::unmark_output(Tensor* tensor) {
 
 Layer* Network::add_layer(const std::string& type, const std::vector<Tensor*>& inputs, int num_outputs,
                           Attributes attrs, const std::string& name) {
-  if (num_outputs < 0) throw Error("add_layer '" + type + "': negative output count");
+  if (num_outputs < 0) throw Error("add_layer " + quote(type) + ": negative output count");
   for (Tensor* t : inputs) {
-    if (t && t->network_ != this) throw Error("add_layer '" + type + "': an input belongs to another network");
+    if (t && t->network_ != this) throw Error("add_layer " + quote(type) + ": an input belongs to another network");
   }
   auto layer = std::make_unique<Layer>();
   layer->type_ = type;
   layer->name_ = name.empty() ? unique_name(type) : name;
   layer->inputs_ = inputs;
   layer->attrs_ = std::move(attrs);
+  layer->network_ = this;
+  layer->index_ = layers_.size();
+  for (Tensor* t : inputs) {
+    if (t) t->readers_.push_back(layer.get());
+  }
+  index_add(layer_names_, layer.get(), layer->name_, true);
   for (int i = 0; i < num_outputs; ++i) {
     std::string tname = num_outputs == 1 ? layer->name_ : layer->name_ + "_out" + std::to_string(i);
     if (find_tensor(tname)) tname = unique_name(tname);
@@ -338,38 +457,53 @@ Layer* Network::add_shape(Tensor* input) { return add_layer(kLayerShape, {input}
 
 // ---- inspection and editing ---------------------------------------------------------------
 
-Tensor* Network::find_tensor(const std::string& name) const {
-  for (const auto& t : tensors_) {
-    if (t->name_ == name) return t.get();
-  }
-  return nullptr;
-}
+Tensor* Network::find_tensor(const std::string& name) const { return index_find(tensor_names_, tensors_, name); }
 
-Layer* Network::find_layer(const std::string& name) const {
-  for (const auto& l : layers_) {
-    if (l->name_ == name) return l.get();
-  }
-  return nullptr;
-}
+Layer* Network::find_layer(const std::string& name) const { return index_find(layer_names_, layers_, name); }
 
 std::vector<Tensor*> Network::tensors() const {
+  compact();
   std::vector<Tensor*> r;
+  r.reserve(tensors_.size());
   for (const auto& t : tensors_) r.push_back(t.get());
   return r;
 }
 
 void Network::remove_layer(Layer* layer) {
-  auto it = std::find_if(layers_.begin(), layers_.end(), [&](const auto& p) { return p.get() == layer; });
-  if (it == layers_.end()) throw Error("remove_layer: layer does not belong to this network");
-  for (Tensor* out : layer->outputs_) out->producer_ = nullptr;
-  layers_.erase(it);
-  remove_unused_tensors();
+  if (!layer || layer->network_ != this || layer->index_ >= layers_.size() || layers_[layer->index_].get() != layer) {
+    throw Error("remove_layer: layer does not belong to this network");
+  }
+  std::vector<Tensor*> touched;
+  for (Tensor* in : layer->inputs_) {
+    if (!in) continue;
+    remove_reader(in->readers_, layer);
+    touched.push_back(in);
+  }
+  for (Tensor* out : layer->outputs_) {
+    out->producer_ = nullptr;
+    touched.push_back(out);
+  }
+  index_remove(layer_names_, layer, layer->name_);
+  layers_[layer->index_].reset();
+  ++holes_;
+  // The tensors that nothing produces, reads or exposes any more go with the layer.
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  for (Tensor* t : touched) {
+    if (!t->producer_ && t->readers_.empty() && !t->is_input_ && !t->is_output_) erase_tensor(t);
+  }
 }
 
 void Network::replace_all_uses(Tensor* from, Tensor* to) {
-  for (auto& l : layers_) {
-    for (auto& in : l->inputs_) {
-      if (in == from) in = to;
+  if (from != to) {
+    std::vector<Layer*> readers = std::move(from->readers_);
+    from->readers_.clear();
+    for (Layer* l : readers) {
+      for (auto& in : l->inputs_) {
+        if (in != from) continue;
+        in = to;
+        if (to) to->readers_.push_back(l);
+      }
     }
   }
   if (from->is_output_) {
@@ -382,95 +516,100 @@ void Network::replace_all_uses(Tensor* from, Tensor* to) {
 }
 
 void Network::remove_unused_tensors() {
-  std::unordered_set<const Tensor*> used;
-  for (const auto& l : layers_) {
-    for (Tensor* t : l->inputs_) used.insert(t);
-    for (Tensor* t : l->outputs_) used.insert(t);
+  for (auto& t : tensors_) {
+    if (t && !t->producer_ && t->readers_.empty() && !t->is_input_ && !t->is_output_) erase_tensor(t.get());
   }
-  for (Tensor* t : inputs_) used.insert(t);
-  for (Tensor* t : outputs_) used.insert(t);
-  tensors_.erase(std::remove_if(tensors_.begin(), tensors_.end(), [&](const auto& t) { return !used.count(t.get()); }),
-                 tensors_.end());
 }
 
 std::vector<Layer*> Network::topological_order() const {
-  // Kahn's algorithm; among ready layers pick the lowest insertion index (stable).
-  std::unordered_map<const Layer*, size_t> index;
-  for (size_t i = 0; i < layers_.size(); ++i) index[layers_[i].get()] = i;
-  std::vector<int> pending(layers_.size(), 0);
-  std::vector<std::vector<size_t>> users(layers_.size());
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    std::set<size_t> deps;
-    for (Tensor* in : layers_[i]->inputs_) {
-      if (in && in->producer_) {
-        auto it = index.find(in->producer_);
-        if (it != index.end() && it->second != i) deps.insert(it->second);
-        if (it != index.end() && it->second == i) {
-          throw Error("layer '" + layers_[i]->name_ + "' reads its own output '" + in->name_ + "'");
-        }
+  compact();  // index_ is each layer's position from here on
+  // Kahn's algorithm; among ready layers pick the lowest insertion index (stable). The edges are
+  // kept in flat arrays (compressed rows) and the ready set in a heap: this runs once per pass
+  // and per shape inference, so on 100,000-layer graphs its constant factor matters.
+  const size_t n = layers_.size();
+  std::vector<std::pair<size_t, size_t>> edges;  // (producer, user), each pair once
+  edges.reserve(n);
+  std::vector<int> pending(n, 0);
+  std::vector<size_t> deps;
+  for (size_t i = 0; i < n; ++i) {
+    deps.clear();
+    for (const Tensor* in : layers_[i]->inputs_) {
+      const Layer* producer = in ? in->producer_ : nullptr;
+      if (!producer || producer->index_ >= n || layers_[producer->index_].get() != producer) continue;
+      if (producer->index_ == i) {
+        throw Error("layer " + quote(layers_[i]->name_) + " reads its own output " + quote(in->name_));
       }
+      deps.push_back(producer->index_);
     }
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
     pending[i] = static_cast<int>(deps.size());
-    for (size_t d : deps) users[d].push_back(i);
+    for (size_t d : deps) edges.emplace_back(d, i);
   }
-  std::set<size_t> ready;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (pending[i] == 0) ready.insert(i);
+  std::vector<size_t> first(n + 1, 0), users(edges.size());
+  for (const auto& e : edges) ++first[e.first + 1];
+  for (size_t i = 0; i < n; ++i) first[i + 1] += first[i];
+  std::vector<size_t> fill(first.begin(), first.end() - 1);
+  for (const auto& e : edges) users[fill[e.first]++] = e.second;  // users in increasing order per producer
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<size_t>> ready;
+  for (size_t i = 0; i < n; ++i) {
+    if (pending[i] == 0) ready.push(i);
   }
   std::vector<Layer*> order;
+  order.reserve(n);
   while (!ready.empty()) {
-    const size_t i = *ready.begin();
-    ready.erase(ready.begin());
+    const size_t i = ready.top();
+    ready.pop();
     order.push_back(layers_[i].get());
-    for (size_t u : users[i]) {
-      if (--pending[u] == 0) ready.insert(u);
+    for (size_t k = first[i]; k < first[i + 1]; ++k) {
+      if (--pending[users[k]] == 0) ready.push(users[k]);
     }
   }
-  if (order.size() != layers_.size()) {
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      if (pending[i] > 0) throw Error("the network has a cycle through layer '" + layers_[i]->name_ + "'");
+  if (order.size() != n) {
+    for (size_t i = 0; i < n; ++i) {
+      if (pending[i] > 0) throw Error("the network has a cycle through layer " + quote(layers_[i]->name_));
     }
   }
   return order;
 }
 
 void Network::sort_topologically() {
-  const auto order = topological_order();
-  std::unordered_map<const Layer*, size_t> pos;
-  for (size_t i = 0; i < order.size(); ++i) pos[order[i]] = i;
-  std::sort(layers_.begin(), layers_.end(), [&](const auto& a, const auto& b) { return pos[a.get()] < pos[b.get()]; });
+  const auto order = topological_order();  // compacts
+  for (size_t i = 0; i < order.size(); ++i) order[i]->index_ = i;
+  std::sort(layers_.begin(), layers_.end(), [](const auto& a, const auto& b) { return a->index_ < b->index_; });
 }
 
 void Network::validate() const {
+  compact();
   std::vector<std::string> problems;
   std::set<std::string> names;
   for (const auto& t : tensors_) {
     if (t->name_.empty()) problems.push_back("a tensor has no name");
-    if (!names.insert(t->name_).second) problems.push_back("tensor name '" + t->name_ + "' is used twice");
+    if (!names.insert(t->name_).second) problems.push_back("tensor name " + quote(t->name_) + " is used twice");
     if (!t->is_input_ && !t->producer_) {
       bool used = !t->consumers().empty() || t->is_output_;
-      if (used) problems.push_back("tensor '" + t->name_ + "' is read but nothing produces it");
+      if (used) problems.push_back("tensor " + quote(t->name_) + " is read but nothing produces it");
     }
   }
   std::set<std::string> layer_names;
   for (const auto& l : layers_) {
-    if (!layer_names.insert(l->name_).second) problems.push_back("layer name '" + l->name_ + "' is used twice");
+    if (!layer_names.insert(l->name_).second) problems.push_back("layer name " + quote(l->name_) + " is used twice");
     const OpSchema* schema = OpSchemaRegistry::instance().find(l->type_);
     if (!schema) {
-      problems.push_back("layer '" + l->name_ + "' has unknown type '" + l->type_ + "'");
+      problems.push_back("layer " + quote(l->name_) + " has unknown type " + quote(l->type_));
       continue;
     }
     const int n = l->num_inputs();
     if (n < schema->min_inputs || (schema->max_inputs >= 0 && n > schema->max_inputs)) {
-      problems.push_back("layer '" + l->name_ + "' (" + l->type_ + ") has " + std::to_string(n) + " inputs, expected " +
+      problems.push_back("layer " + quote(l->name_) + " (" + l->type_ + ") has " + std::to_string(n) + " inputs, expected " +
                          std::to_string(schema->min_inputs) +
                          (schema->max_inputs < 0 ? " or more" : " to " + std::to_string(schema->max_inputs)));
     }
     for (int i = 0; i < std::min(n, schema->min_inputs); ++i) {
-      if (!l->input(i)) problems.push_back("layer '" + l->name_ + "' (" + l->type_ + "): required input " + std::to_string(i) + " is missing");
+      if (!l->input(i)) problems.push_back("layer " + quote(l->name_) + " (" + l->type_ + "): required input " + std::to_string(i) + " is missing");
     }
     if (schema->num_outputs >= 0 && l->num_outputs() != schema->num_outputs) {
-      problems.push_back("layer '" + l->name_ + "' (" + l->type_ + ") has " + std::to_string(l->num_outputs()) +
+      problems.push_back("layer " + quote(l->name_) + " (" + l->type_ + ") has " + std::to_string(l->num_outputs()) +
                          " outputs, expected " + std::to_string(schema->num_outputs));
     }
     try {

@@ -1,6 +1,7 @@
 // The layer-schema registry, the ShapeContext given to inference functions and attribute
 // checking against schemas.
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 #include <algorithm>
 
@@ -54,7 +55,7 @@ const HostTensor& ShapeContext::required_value(int i) const {
   const HostTensor* v = input_value(i);
   if (!v) {
     const Tensor* t = has_input(i) ? inputs_[static_cast<size_t>(i)].tensor : nullptr;
-    fail("input " + std::to_string(i) + (t ? " ('" + t->name() + "')" : std::string()) +
+    fail("input " + std::to_string(i) + (t ? " (" + quote(t->name()) + ")" : std::string()) +
          " must be known when shapes are inferred: it has to be computed from constants and input shapes "
          "(a shape tensor), not from input data");
   }
@@ -66,13 +67,21 @@ void ShapeContext::set_output(int i, DataType type, const Dims& dims) {
   for (int64_t d : dims) {
     if (d < 0) fail("inferred a negative extent for output " + std::to_string(i) + ": " + dims.to_string());
   }
+  // Every tensor's element count and byte size fit in an int64, so the memory planner, the
+  // kernels and the runtime can size buffers without wrapping around.
+  try {
+    (void)tensor_byte_size(type, dims);
+  } catch (const Error& e) {
+    const Tensor* t = layer_.output(i);
+    fail("output " + std::to_string(i) + (t ? " " + quote(t->name()) : std::string()) + " is too large: " + e.what());
+  }
   out_types_[static_cast<size_t>(i)] = type;
   out_dims_[static_cast<size_t>(i)] = dims;
   out_set_[static_cast<size_t>(i)] = true;
 }
 
 void ShapeContext::fail(const std::string& message) const {
-  throw Error("layer '" + layer_.name() + "' (" + layer_.type() + "): " + message);
+  throw Error("layer " + quote(layer_.name()) + " (" + layer_.type() + "): " + message);
 }
 
 const AttrSpec* OpSchema::find_attr(const std::string& name) const {
@@ -88,7 +97,7 @@ OpSchemaRegistry& OpSchemaRegistry::instance() {
 }
 
 void OpSchemaRegistry::add(OpSchema schema) {
-  if (schemas_.count(schema.type)) throw Error("layer type '" + schema.type + "' is registered twice");
+  if (schemas_.count(schema.type)) throw Error("layer type " + quote(schema.type) + " is registered twice");
   std::string type = schema.type;
   schemas_.emplace(std::move(type), std::move(schema));
 }
@@ -107,7 +116,7 @@ std::vector<std::string> OpSchemaRegistry::types() const {
 void check_attributes(const OpSchema& schema, const Layer& layer) {
   for (const auto& spec : schema.attrs) {
     if (spec.required && !layer.attrs().has(spec.name)) {
-      throw Error("layer '" + layer.name() + "' (" + layer.type() + "): required attribute '" + spec.name + "' (" +
+      throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): required attribute " + quote(spec.name) + " (" +
                   to_string(spec.type) + ") is missing");
     }
   }
@@ -115,12 +124,12 @@ void check_attributes(const OpSchema& schema, const Layer& layer) {
     const AttrSpec* spec = schema.find_attr(name);
     if (!spec) {
       if (layer.type() == kLayerPlugin) continue;  // plugin fields are checked by the plugin's creator
-      throw Error("layer '" + layer.name() + "' (" + layer.type() + "): unknown attribute '" + name + "'");
+      throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): unknown attribute " + quote(name));
     }
     const AttrType t = attr_type_of(value);
     const bool numeric_ok = (spec->type == AttrType::kFloat && t == AttrType::kInt);
     if (t != spec->type && !numeric_ok) {
-      throw Error("layer '" + layer.name() + "' (" + layer.type() + "): attribute '" + name + "' has type " + to_string(t) +
+      throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): attribute " + quote(name) + " has type " + to_string(t) +
                   ", expected " + to_string(spec->type));
     }
   }
@@ -129,9 +138,9 @@ void check_attributes(const OpSchema& schema, const Layer& layer) {
 namespace {
 const AttrSpec& spec_of(const Layer& layer, const std::string& name) {
   const OpSchema* schema = OpSchemaRegistry::instance().find(layer.type());
-  if (!schema) throw Error("layer '" + layer.name() + "': unknown layer type '" + layer.type() + "'");
+  if (!schema) throw Error("layer " + quote(layer.name()) + ": unknown layer type " + quote(layer.type()));
   const AttrSpec* spec = schema->find_attr(name);
-  if (!spec) throw Error("layer type '" + layer.type() + "' has no attribute '" + name + "'");
+  if (!spec) throw Error("layer type " + quote(layer.type()) + " has no attribute " + quote(name));
   return *spec;
 }
 
@@ -147,7 +156,7 @@ T attr_get(const Layer& layer, const std::string& name) {
     if (const auto* d = std::get_if<double>(&v)) return static_cast<int64_t>(*d);
   }
   if (const T* x = std::get_if<T>(&v)) return *x;
-  throw Error("layer '" + layer.name() + "' (" + layer.type() + "): attribute '" + name + "' has type " +
+  throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): attribute " + quote(name) + " has type " +
               to_string(attr_type_of(v)) + ", expected " + to_string(spec.type));
 }
 }  // namespace

@@ -13,6 +13,7 @@
 #include "kiln/error.h"
 #include "kiln/network.h"
 #include "kiln/types.h"
+#include "src/core/checked_math.h"
 
 namespace kiln {
 
@@ -144,5 +145,8 @@ struct OpSchemaRegistrar {
 Dims broadcast_dims(const ShapeContext& ctx, const Dims& a, const Dims& b);
 // Normalizes a possibly negative axis into [0, rank); fails via ctx when out of range.
 int64_t normalize_axis(const ShapeContext& ctx, int64_t axis, int rank);
+// An extent computed in 128 bits from attributes and values a file controls (pads, strides,
+// repeats, ...): returned when it fits in an int64, else fails via ctx naming `what`.
+int64_t checked_extent(const ShapeContext& ctx, __int128 value, const std::string& what);
 
 }  // namespace kiln

@@ -4,6 +4,7 @@
 
 #include "kiln/error.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -11,7 +12,7 @@ namespace {
 void infer_bit_shift(ShapeContext& ctx) {
   const std::string direction = attr_string(ctx.layer(), "direction");
   ctx.check(direction == "left" || direction == "right",
-            "attribute 'direction' is '" + direction + "'; valid values: left, right");
+            "attribute 'direction' is " + quote(direction) + "; valid values: left, right");
   const DataType t = ctx.input_type(0);
   ctx.check(t == DataType::kUInt8 || t == DataType::kInt8 || t == DataType::kInt32 || t == DataType::kInt64 ||
                 t == DataType::kInt16 || t == DataType::kUInt16 || t == DataType::kUInt32 || t == DataType::kUInt64,

@@ -115,9 +115,8 @@ void infer_convolution(ShapeContext& ctx) {
   const int k = x.rank() - 2;
   const int64_t group = attr_int(ctx.layer(), "group");
   const int64_t c = x[1], m = w[0];
-  ctx.check(w[1] * group == c, "input has " + std::to_string(c) + " channels but weights " + w.to_string() +
-                                   " with group " + std::to_string(group) + " expect C = W[1] * group = " +
-                                   std::to_string(w[1] * group));
+  ctx.check(__int128{w[1]} * group == c, "input has " + std::to_string(c) + " channels but weights " + w.to_string() +
+                                             " with group " + std::to_string(group) + " expect C = W[1] * group");
   ctx.check(m % group == 0, "output channels W[0] = " + std::to_string(m) + " must be divisible by group " +
                                 std::to_string(group));
   check_bias(ctx, 2, m);
@@ -125,8 +124,10 @@ void infer_convolution(ShapeContext& ctx) {
   Dims y{x[0], m};
   for (int i = 0; i < k; ++i) {
     const auto u = static_cast<size_t>(i);
-    const int64_t padded = x[i + 2] + win.pads_begin[u] + win.pads_end[u];
-    const int64_t extent = win.dilations[u] * (w[i + 2] - 1) + 1;
+    const int64_t padded = checked_extent(ctx, __int128{x[i + 2]} + win.pads_begin[u] + win.pads_end[u],
+                                          "spatial dim " + std::to_string(i) + ": the padded input extent");
+    const int64_t extent = checked_extent(ctx, __int128{win.dilations[u]} * (w[i + 2] - 1) + 1,
+                                          "spatial dim " + std::to_string(i) + ": the dilated kernel extent");
     ctx.check(padded >= extent, "spatial dim " + std::to_string(i) + ": the dilated kernel extent " +
                                     std::to_string(extent) + " exceeds the padded input extent " +
                                     std::to_string(padded) + " (input " + x.to_string() +
@@ -151,7 +152,7 @@ void infer_deconvolution(ShapeContext& ctx) {
                               " expect C = W[0] = " + std::to_string(w[0]) + " (layout [C, M/group, k..])");
   ctx.check(x[1] % group == 0, "input channels " + std::to_string(x[1]) + " must be divisible by group " +
                                    std::to_string(group));
-  const int64_t m = w[1] * group;
+  const int64_t m = checked_extent(ctx, __int128{w[1]} * group, "the output channels W[1] * group");
   check_bias(ctx, 2, m);
   const Window win = read_window(ctx, k);
   std::vector<int64_t> out_pad = attr_ints(ctx.layer(), "output_padding");
@@ -163,8 +164,10 @@ void infer_deconvolution(ShapeContext& ctx) {
   for (int i = 0; i < k; ++i) {
     const auto u = static_cast<size_t>(i);
     ctx.check(out_pad[u] >= 0, "output_padding must be >= 0, got " + join(out_pad));
-    const int64_t out = (x[i + 2] - 1) * win.strides[u] - win.pads_begin[u] - win.pads_end[u] +
-                        win.dilations[u] * (w[i + 2] - 1) + out_pad[u] + 1;
+    const int64_t out = checked_extent(ctx,
+                                       __int128{x[i + 2] - 1} * win.strides[u] - win.pads_begin[u] - win.pads_end[u] +
+                                           __int128{win.dilations[u]} * (w[i + 2] - 1) + out_pad[u] + 1,
+                                       "spatial dim " + std::to_string(i) + ": the output size");
     ctx.check(out >= 1, "spatial dim " + std::to_string(i) + ": output size (in-1)*s - pb - pe + d*(k-1) + op + 1 = " +
                             std::to_string(out) + " is non-positive (input " + x.to_string() + ", weights " +
                             w.to_string() + ", pads " + join(attr_ints(ctx.layer(), "pads")) + ")");
@@ -200,16 +203,18 @@ void infer_pooling(ShapeContext& ctx) {
   for (int i = 0; i < k; ++i) {
     const auto u = static_cast<size_t>(i);
     ctx.check(kernel[u] >= 1, "kernel sizes must be >= 1, got " + join(kernel));
-    const int64_t padded = x[i + 2] + win.pads_begin[u] + win.pads_end[u];
-    const int64_t extent = win.dilations[u] * (kernel[u] - 1) + 1;
+    const int64_t padded = checked_extent(ctx, __int128{x[i + 2]} + win.pads_begin[u] + win.pads_end[u],
+                                          "spatial dim " + std::to_string(i) + ": the padded input extent");
+    const int64_t extent = checked_extent(ctx, __int128{win.dilations[u]} * (kernel[u] - 1) + 1,
+                                          "spatial dim " + std::to_string(i) + ": the dilated kernel extent");
     ctx.check(padded >= extent, "spatial dim " + std::to_string(i) + ": the dilated kernel extent " +
                                     std::to_string(extent) + " exceeds the padded input extent " +
                                     std::to_string(padded) + " (input " + x.to_string() +
                                     "), so the output size would be non-positive");
     const int64_t s = win.strides[u];
-    int64_t out = (padded - extent + (ceil_mode ? s - 1 : 0)) / s + 1;
+    int64_t out = static_cast<int64_t>((__int128{padded} - extent + (ceil_mode ? s - 1 : 0)) / s + 1);
     // ceil_mode: a last window that would start in the right padding is dropped.
-    if (ceil_mode && (out - 1) * s >= x[i + 2] + win.pads_begin[u]) --out;
+    if (ceil_mode && __int128{out - 1} * s >= __int128{x[i + 2]} + win.pads_begin[u]) --out;
     y.push_back(out);
   }
   ctx.set_output(0, type, y);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -88,7 +89,10 @@ Dims permute(const ShapeContext& ctx, const Dims& in, const std::vector<int64_t>
 Dims reshape_dims(const ShapeContext& ctx, const Dims& in, std::vector<int64_t> target) {
   const bool zero_copies = attr_int(ctx.layer(), "zero_is_placeholder") != 0;
   int infer_at = -1;
-  int64_t known = 1;
+  // Product of the given extents, saturated at 2^64 (above any volume) so that huge requested
+  // extents cannot wrap around to a plausible product; a 0 extent still makes it 0.
+  __int128 known = 1;
+  const __int128 kSaturated = __int128{1} << 64;
   for (size_t i = 0; i < target.size(); ++i) {
     int64_t& t = target[i];
     if (t == 0 && zero_copies) {
@@ -103,7 +107,7 @@ Dims reshape_dims(const ShapeContext& ctx, const Dims& in, std::vector<int64_t> 
       continue;
     }
     ctx.check(t >= 0, "reshape to " + join(target) + ": extents must be >= -1");
-    known *= t;
+    known = std::min(known * t, kSaturated);
   }
   const int64_t volume = in.volume();
   const auto impossible = [&] {
@@ -112,7 +116,7 @@ Dims reshape_dims(const ShapeContext& ctx, const Dims& in, std::vector<int64_t> 
   };
   if (infer_at >= 0) {
     if (known == 0 || volume % known != 0) impossible();
-    target[static_cast<size_t>(infer_at)] = volume / known;
+    target[static_cast<size_t>(infer_at)] = static_cast<int64_t>(volume / known);
   } else if (known != volume) {
     impossible();
   }
@@ -168,10 +172,13 @@ Dims shuffle_dims(const ShapeContext& ctx, Dims d) {
                                                          " to " + std::to_string(d.rank()) + ")");
     if (axis < 0) axis += d.rank();
     int64_t outer = 1, inner = 1;
-    for (int i = 0; i < d.rank(); ++i) (i < axis ? outer : inner) *= d[i];
+    for (int i = 0; i < d.rank(); ++i) {
+      int64_t& part = i < axis ? outer : inner;
+      ctx.check(!mul_overflows(part, d[i], part), "flattening " + d.to_string() + " overflows 64-bit extents");
+    }
     return Dims{outer, inner};
   }
-  ctx.fail("unknown reshape_mode '" + mode + "' (expected none, dims, squeeze, unsqueeze or flatten)");
+  ctx.fail("unknown reshape_mode " + quote(mode) + " (expected none, dims, squeeze, unsqueeze or flatten)");
 }
 
 void infer_shuffle(ShapeContext& ctx) {
@@ -203,7 +210,8 @@ void infer_concatenation(ShapeContext& ctx) {
                       d.to_string() + ", expected " + expected.to_string() + " (equal to input 0 " + first.to_string() +
                       " except on the axis)");
     check_same_type(ctx, i, "a concatenated tensor");
-    out[static_cast<int>(axis)] += d[static_cast<int>(axis)];
+    out[static_cast<int>(axis)] = checked_extent(ctx, __int128{out[static_cast<int>(axis)]} + d[static_cast<int>(axis)],
+                                                 "the concatenated extent on axis " + std::to_string(axis));
   }
   ctx.set_output(0, ctx.input_type(0), out);
 }
@@ -217,21 +225,22 @@ void infer_split(ShapeContext& ctx) {
   std::vector<int64_t> sizes = ctx.has_input(1) ? int_values(ctx, 1, "split") : attr_ints(ctx.layer(), "split");
   if (sizes.empty()) {
     // ONNX-18: equal chunks of ceil(extent / n), the last one smaller.
-    const int64_t chunk = (extent + n - 1) / n;
+    const int64_t chunk = static_cast<int64_t>((__int128{extent} + n - 1) / n);
     sizes.assign(static_cast<size_t>(n), chunk);
-    sizes.back() = extent - chunk * (n - 1);
+    sizes.back() = static_cast<int64_t>(__int128{extent} - __int128{chunk} * (n - 1));
     ctx.check(sizes.back() >= 0, "cannot split extent " + std::to_string(extent) + " of axis " + std::to_string(axis) +
                                      " into " + std::to_string(n) + " chunks of " + std::to_string(chunk) +
                                      "; give explicit split sizes");
   }
   ctx.check(static_cast<int>(sizes.size()) == n, "split sizes " + join(sizes) + " give " + std::to_string(sizes.size()) +
                                                      " parts but the layer has " + std::to_string(n) + " outputs");
-  int64_t sum = 0;
+  __int128 sum = 0;
   for (int64_t s : sizes) {
     ctx.check(s >= 0, "split sizes " + join(sizes) + " must be >= 0");
     sum += s;
   }
-  ctx.check(sum == extent, "split sizes " + join(sizes) + " sum to " + std::to_string(sum) + " but axis " +
+  const std::string sum_text = sum <= kInt64Max ? std::to_string(static_cast<int64_t>(sum)) : "more than 2^63";
+  ctx.check(sum == extent, "split sizes " + join(sizes) + " sum to " + sum_text + " but axis " +
                                std::to_string(axis) + " of " + x.to_string() + " has extent " + std::to_string(extent));
   for (int i = 0; i < n; ++i) {
     Dims d = x;
@@ -273,11 +282,12 @@ void infer_slice(ShapeContext& ctx) {
     if (step > 0) {
       start = std::clamp<int64_t>(start, 0, d);
       end = std::clamp<int64_t>(end, 0, d);
-      out[k] = end > start ? (end - start + step - 1) / step : 0;
+      // In 128 bits: a step near INT64_MAX (or INT64_MIN below) overflows 64-bit arithmetic.
+      out[k] = end > start ? static_cast<int64_t>((__int128{end} - start + step - 1) / step) : 0;
     } else {
       start = std::clamp<int64_t>(start, 0, d - 1);
       end = std::clamp<int64_t>(end, -1, d - 1);
-      out[k] = start > end ? (start - end - step - 1) / -step : 0;
+      out[k] = start > end ? static_cast<int64_t>((__int128{start} - end - step - 1) / -__int128{step}) : 0;
     }
   }
   ctx.set_output(0, ctx.input_type(0), out);
@@ -337,7 +347,7 @@ void infer_gather(ShapeContext& ctx) {
   for (const auto& [name, fn] : kModes) {
     if (name == mode) return fn(ctx, ctx.input_dims(0), ctx.input_dims(1));
   }
-  ctx.fail("unknown mode '" + mode + "' (expected default, elements or nd)");
+  ctx.fail("unknown mode " + quote(mode) + " (expected default, elements or nd)");
 }
 
 // ---- Padding -----------------------------------------------------------------------------------
@@ -350,7 +360,7 @@ void infer_padding(ShapeContext& ctx) {
                 x.to_string() + " ([x1_begin, x2_begin, ..., x1_end, x2_end, ...])");
   const std::string mode = attr_string(ctx.layer(), "mode");
   ctx.check(mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap",
-            "unknown mode '" + mode + "' (expected constant, reflect, edge or wrap)");
+            "unknown mode " + quote(mode) + " (expected constant, reflect, edge or wrap)");
   if (ctx.has_input(2)) {
     check_same_type(ctx, 2, "value");
     ctx.check(ctx.input_dims(2).volume() == 1, "input 2 (value) must hold one value, got dims " +
@@ -358,12 +368,13 @@ void infer_padding(ShapeContext& ctx) {
   }
   Dims out = x;
   for (int i = 0; i < x.rank(); ++i) {
-    out[i] = x[i] + pads[static_cast<size_t>(i)] + pads[static_cast<size_t>(i + x.rank())];
+    out[i] = checked_extent(ctx, __int128{x[i]} + pads[static_cast<size_t>(i)] + pads[static_cast<size_t>(i + x.rank())],
+                            "pads " + join(pads) + " on axis " + std::to_string(i) + " of " + x.to_string());
     ctx.check(out[i] >= 0, "pads " + join(pads) + " crop axis " + std::to_string(i) + " of " + x.to_string() +
                                " below zero");
-    if (mode != "constant" && x[i] + std::min<int64_t>(pads[static_cast<size_t>(i)], 0) +
+    if (mode != "constant" && __int128{x[i]} + std::min<int64_t>(pads[static_cast<size_t>(i)], 0) +
                                       std::min<int64_t>(pads[static_cast<size_t>(i + x.rank())], 0) <= 0) {
-      ctx.check(out[i] == 0, "mode '" + mode + "' cannot pad axis " + std::to_string(i) + " of " + x.to_string() +
+      ctx.check(out[i] == 0, "mode " + quote(mode) + " cannot pad axis " + std::to_string(i) + " of " + x.to_string() +
                                  ": nothing is left to repeat after cropping");
     }
   }
@@ -412,16 +423,26 @@ void infer_fill_range(ShapeContext& ctx) {
                  delta = ctx.required_value(2).to_double()[0];
     ctx.check(delta != 0 && std::isfinite(start) && std::isfinite(limit) && std::isfinite(delta),
               "range needs finite start/limit and a finite non-zero delta");
-    count = static_cast<int64_t>(std::max(std::ceil((limit - start) / delta), 0.0));
+    const double n = std::max(std::ceil((limit - start) / delta), 0.0);
+    // 2^63 is the first double beyond int64 (converting it would be undefined).
+    ctx.check(n < 9223372036854775808.0, "range(" + std::to_string(start) + ", " + std::to_string(limit) + ", " +
+                                             std::to_string(delta) + ") has more than 2^63 elements");
+    count = static_cast<int64_t>(n);
   } else {
     ctx.check(type != DataType::kBool, "range does not apply to bool");
     const int64_t start = ctx.required_value(0).to_int64()[0], limit = ctx.required_value(1).to_int64()[0],
                   delta = ctx.required_value(2).to_int64()[0];
     ctx.check(delta != 0, "range delta is 0");
-    const int64_t span = limit - start;
+    // In 128 bits: limit - start of two int64 values can overflow int64, and INT64_MIN / -1
+    // traps (SIGFPE).
+    const __int128 span = static_cast<__int128>(limit) - start;
     // ceil(span / delta) for integers of either sign.
-    const int64_t q = span / delta, r = span % delta;
-    count = std::max<int64_t>(q + ((r != 0 && ((r > 0) == (delta > 0))) ? 1 : 0), 0);
+    const __int128 q = span / delta, r = span % delta;
+    const __int128 n = std::max<__int128>(q + ((r != 0 && ((r > 0) == (delta > 0))) ? 1 : 0), 0);
+    ctx.check(n <= std::numeric_limits<int64_t>::max(), "range(" + std::to_string(start) + ", " +
+                                                            std::to_string(limit) + ", " + std::to_string(delta) +
+                                                            ") has more than 2^63 - 1 elements");
+    count = static_cast<int64_t>(n);
   }
   ctx.set_output(0, type, Dims{count});
 }
@@ -434,7 +455,7 @@ void infer_fill(ShapeContext& ctx) {
   for (const auto& [name, fn] : kModes) {
     if (name == mode) return fn(ctx);
   }
-  ctx.fail("unknown mode '" + mode + "' (expected constant or range)");
+  ctx.fail("unknown mode " + quote(mode) + " (expected constant or range)");
 }
 
 void infer_expand(ShapeContext& ctx) {
@@ -451,7 +472,8 @@ void infer_tile(ShapeContext& ctx) {
   Dims out = x;
   for (int i = 0; i < x.rank(); ++i) {
     ctx.check(repeats[static_cast<size_t>(i)] >= 0, "repeats " + join(repeats) + " must be >= 0");
-    out[i] = x[i] * repeats[static_cast<size_t>(i)];
+    ctx.check(!mul_overflows(x[i], repeats[static_cast<size_t>(i)], out[i]),
+              "repeats " + join(repeats) + " of " + x.to_string() + " overflow 64-bit extents on axis " + std::to_string(i));
   }
   ctx.set_output(0, ctx.input_type(0), out);
 }

@@ -7,6 +7,7 @@
 
 #include "kiln/error.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -26,7 +27,7 @@ class LineParser {
       : where_(where), line_(line), index_(index), num_defined_(num_defined), words_(split_words(line)) {}
 
   [[noreturn]] void fail(const std::string& why) const {
-    throw Error(where_ + ": program instruction " + std::to_string(index_) + " '" + line_ + "': " + why +
+    throw Error(where_ + ": program instruction " + std::to_string(index_) + " " + quote(line_) + ": " + why +
                 " (the FusedElementWise program format is documented in src/ir/ops_fused.h)");
   }
   size_t size() const { return words_.size(); }
@@ -37,9 +38,9 @@ class LineParser {
   int reg(size_t i) const {
     const std::string& w = words_.at(i);
     int value = -1;
-    if (w.size() < 2 || w[0] != 'r') fail("'" + w + "' is not a register (r<index>)");
+    if (w.size() < 2 || w[0] != 'r') fail("" + quote(w) + " is not a register (r<index>)");
     const auto [ptr, ec] = std::from_chars(w.data() + 1, w.data() + w.size(), value);
-    if (ec != std::errc() || ptr != w.data() + w.size() || value < 0) fail("'" + w + "' is not a register (r<index>)");
+    if (ec != std::errc() || ptr != w.data() + w.size() || value < 0) fail("" + quote(w) + " is not a register (r<index>)");
     if (value >= num_defined_) fail("register " + w + " is used before it is defined");
     return value;
   }
@@ -47,7 +48,7 @@ class LineParser {
     const std::string& w = words_.at(i);
     double value = 0.0;
     const auto [ptr, ec] = std::from_chars(w.data(), w.data() + w.size(), value);
-    if (ec != std::errc() || ptr != w.data() + w.size()) fail("'" + w + "' is not a number");
+    if (ec != std::errc() || ptr != w.data() + w.size()) fail("" + quote(w) + " is not a number");
     return value;
   }
   template <typename Fn>
@@ -87,7 +88,7 @@ void infer_fused(ShapeContext& ctx) {
                                                  " or a single element");
   }
   parse_fused_program(ctx.attrs().get_strings("program"), n,
-                      "layer '" + ctx.layer().name() + "' (" + kLayerFusedElementWise + ")");
+                      "layer " + quote(ctx.layer().name()) + " (" + kLayerFusedElementWise + ")");
   ctx.set_output(0, ctx.input_type(0), out);  // computed in float32 registers, stored in the input type
 }
 
@@ -145,14 +146,14 @@ FusedProgram parse_fused_program(const std::vector<std::string>& text, int num_i
       p.expect_words(3);
       ins.code = FusedOpCode::kUnary;
       const UnaryOp op = p.parse_name(1, [](const std::string& s) { return parse_unary_op(s); });
-      if (!fused_unary_supported(op)) p.fail("unary op '" + p.word(1) + "' does not produce a float");
+      if (!fused_unary_supported(op)) p.fail("unary op " + quote(p.word(1)) + " does not produce a float");
       ins.op = static_cast<int32_t>(op);
       ins.a = p.reg(2);
     } else if (opcode == "binary") {
       p.expect_words(4);
       ins.code = FusedOpCode::kBinary;
       const ElementWiseOp op = p.parse_name(1, [](const std::string& s) { return parse_elementwise_op(s); });
-      if (!fused_binary_supported(op)) p.fail("element-wise op '" + p.word(1) + "' is not supported in programs");
+      if (!fused_binary_supported(op)) p.fail("element-wise op " + quote(p.word(1)) + " is not supported in programs");
       ins.op = static_cast<int32_t>(op);
       ins.a = p.reg(2);
       ins.b = p.reg(3);
@@ -164,7 +165,7 @@ FusedProgram parse_fused_program(const std::vector<std::string>& text, int num_i
       ins.p1 = p.number(3);
       ins.p2 = p.number(4);
     } else {
-      p.fail("unknown instruction '" + opcode + "' (expected const, act, unary, binary or scale)");
+      p.fail("unknown instruction " + quote(opcode) + " (expected const, act, unary, binary or scale)");
     }
     program.instrs.push_back(ins);
   }

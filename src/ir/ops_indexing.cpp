@@ -9,6 +9,7 @@
 
 #include "kiln/error.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -30,7 +31,7 @@ void require_single(const ShapeContext& ctx, int i, const std::string& what) {
 
 void infer_arg_reduce(ShapeContext& ctx) {
   const std::string op = attr_string(ctx.layer(), "op");
-  ctx.check(op == "max" || op == "min", "attribute 'op' is '" + op + "'; valid values: max, min");
+  ctx.check(op == "max" || op == "min", "attribute 'op' is " + quote(op) + "; valid values: max, min");
   ctx.check(ctx.input_type(0) != DataType::kBool, "cannot take the arg" + op + " of a bool tensor; Cast it first");
   const Dims& x = ctx.input_dims(0);
   ctx.check(x.rank() >= 1, "x must have rank >= 1");
@@ -108,6 +109,8 @@ void infer_one_hot(ShapeContext& ctx) {
             "values " + describe(ctx, 2) + " must be a 1-D tensor [off_value, on_value]");
   const double depth = ctx.required_value(1).to_double().at(0);
   ctx.check(depth >= 1, "depth must be >= 1, got " + std::to_string(depth));
+  // 2^63 is the first double beyond int64 (converting it would be undefined).
+  ctx.check(depth < 9223372036854775808.0, "depth " + std::to_string(depth) + " does not fit in a 64-bit extent");
   const Dims& idx = ctx.input_dims(0);
   ctx.check(idx.rank() < kMaxDims, "indices " + idx.to_string() + " have too many dims to add one");
   const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), idx.rank() + 1);
@@ -146,7 +149,8 @@ void infer_max_unpool(ShapeContext& ctx) {
   Dims out{x[0], x[1]};
   for (int i = 0; i < k; ++i) {
     const auto u = static_cast<size_t>(i);
-    out.push_back((x[i + 2] - 1) * strides[u] - pads[u] - pads[u + kernel.size()] + kernel[u]);
+    out.push_back(checked_extent(ctx, __int128{x[i + 2] - 1} * strides[u] - pads[u] - pads[u + kernel.size()] + kernel[u],
+                                 "the unpooled extent of spatial dim " + std::to_string(i)));
   }
   if (ctx.has_input(2)) {
     const auto shape = ctx.required_value(2).to_int64();

@@ -8,6 +8,7 @@
 
 #include "kiln/error.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -34,7 +35,7 @@ auto parse_attr(const ShapeContext& ctx, const std::string& attr, Fn parse) {
   try {
     return parse(value);
   } catch (const Error& e) {
-    ctx.fail("attribute '" + attr + "': " + e.what());
+    ctx.fail("attribute " + quote(attr) + ": " + e.what());
   }
 }
 
@@ -75,7 +76,7 @@ void infer_scale(ShapeContext& ctx) {
     const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "channel_axis"), x.rank());
     channels = x[static_cast<int>(axis)];
   } else if (mode != "uniform" && mode != "elementwise") {
-    ctx.fail("attribute 'mode' is '" + mode + "'; valid values: uniform, channel, elementwise");
+    ctx.fail("attribute 'mode' is " + quote(mode) + "; valid values: uniform, channel, elementwise");
   }
   static const char* const kTerms[] = {"", "scale", "shift", "power"};
   for (int i = 1; i < 4; ++i) {

@@ -7,6 +7,7 @@
 
 #include "kiln/error.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -50,7 +51,7 @@ void check_affine(const ShapeContext& ctx, bool per_channel) {
 }
 
 void require_no_affine(const ShapeContext& ctx, const std::string& mode) {
-  ctx.check(!ctx.has_input(1) && !ctx.has_input(2), "mode '" + mode + "' takes no scale or bias inputs");
+  ctx.check(!ctx.has_input(1) && !ctx.has_input(2), "mode " + quote(mode) + " takes no scale or bias inputs");
 }
 
 void infer_normalization(ShapeContext& ctx) {
@@ -69,7 +70,7 @@ void infer_normalization(ShapeContext& ctx) {
     for (int i = 0; i < rank; ++i) stats.push_back(i < axis ? x[i] : 1);
     for (int i = 1; i < ctx.num_outputs(); ++i) ctx.set_output(i, DataType::kFloat32, stats);
   } else if (mode == "instance" || mode == "group") {
-    ctx.check(rank >= 2, "mode '" + mode + "' needs x of rank >= 2 ([N, C, ...]), got " + describe(ctx, 0));
+    ctx.check(rank >= 2, "mode " + quote(mode) + " needs x of rank >= 2 ([N, C, ...]), got " + describe(ctx, 0));
     check_affine(ctx, true);
     if (mode == "group") {
       const int64_t groups = attr_int(ctx.layer(), "num_groups");
@@ -91,7 +92,7 @@ void infer_normalization(ShapeContext& ctx) {
     const int64_t p = attr_int(ctx.layer(), "p");
     ctx.check(p == 1 || p == 2, "attribute 'p' is " + std::to_string(p) + "; mode 'lp' supports 1 and 2");
   } else {
-    ctx.fail("attribute 'mode' is '" + mode + "'; valid values: layer, instance, group, mvn, lp");
+    ctx.fail("attribute 'mode' is " + quote(mode) + "; valid values: layer, instance, group, mvn, lp");
   }
   ctx.set_output(0, ctx.input_type(0), x);
 }

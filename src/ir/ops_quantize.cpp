@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -34,7 +35,7 @@ void check_quant_param(const ShapeContext& ctx, int i, const char* what, const D
   }
   const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), x.rank());
   Dims expected = x;
-  expected[static_cast<int>(axis)] = (x[static_cast<int>(axis)] + block - 1) / block;
+  expected[static_cast<int>(axis)] = static_cast<int64_t>((__int128{x[static_cast<int>(axis)]} + block - 1) / block);
   ctx.check(p == expected, std::string(what) + " has dims " + p.to_string() + "; blocked quantization with block_size " +
                                std::to_string(block) + " along axis " + std::to_string(axis) + " of " + x.to_string() +
                                " needs " + expected.to_string());
@@ -61,7 +62,7 @@ void infer_quantize(ShapeContext& ctx) {
   try {
     out = parse_data_type(out_name);
   } catch (const Error&) {
-    ctx.fail("attribute output_type '" + out_name + "' is not a data type name (int8 or uint8)");
+    ctx.fail("attribute output_type " + quote(out_name) + " is not a data type name (int8 or uint8)");
   }
   if (ctx.has_input(2)) out = ctx.input_type(2);
   ctx.check(is_quantized_type(out), std::string("the quantized type must be int8 or uint8, got ") + to_string(out) +

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -24,7 +25,7 @@ void check_modes(const ShapeContext& ctx) {
   const std::string mode = attr_string(layer, "mode");
   const std::string ctm = attr_string(layer, "coordinate_transformation_mode");
   const std::string nearest = attr_string(layer, "nearest_mode");
-  ctx.check(one_of(mode, {"nearest", "linear", "cubic"}), "unknown mode '" + mode + "' (expected nearest, linear or cubic)");
+  ctx.check(one_of(mode, {"nearest", "linear", "cubic"}), "unknown mode " + quote(mode) + " (expected nearest, linear or cubic)");
   ctx.check(ctm != "tf_crop_and_resize",
             "coordinate_transformation_mode 'tf_crop_and_resize' needs an roi input, which kiln's Resize does not take");
   ctx.check(one_of(ctm, {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -33,9 +34,9 @@ void check_modes(const ShapeContext& ctx) {
                 "' (expected half_pixel, half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric or "
                 "tf_half_pixel_for_nn)");
   ctx.check(one_of(nearest, {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}),
-            "unknown nearest_mode '" + nearest + "' (expected round_prefer_floor, round_prefer_ceil, floor or ceil)");
+            "unknown nearest_mode " + quote(nearest) + " (expected round_prefer_floor, round_prefer_ceil, floor or ceil)");
   ctx.check(mode == "nearest" || is_floating_point(ctx.input_type(0)),
-            "mode '" + mode + "' interpolates and needs a floating-point input, got " +
+            "mode " + quote(mode) + " interpolates and needs a floating-point input, got " +
                 std::string(to_string(ctx.input_type(0))) + "; insert a Cast");
 }
 
@@ -64,7 +65,11 @@ void infer_resize(ShapeContext& ctx) {
       ctx.check(s > 0 && std::isfinite(s), "scales must be positive and finite, got " + std::to_string(s) +
                                                " for axis " + std::to_string(i));
       // The scale is a float32 in ONNX; ONNX Runtime multiplies in float.
-      out[i] = static_cast<int64_t>(std::floor(static_cast<float>(x[i]) * static_cast<float>(s)));
+      const float scaled = std::floor(static_cast<float>(x[i]) * static_cast<float>(s));
+      // 2^63 is the first float beyond int64 (converting it would be undefined).
+      ctx.check(scaled < 9223372036854775808.0f, "scale " + std::to_string(s) + " of axis " + std::to_string(i) +
+                                                     " gives an extent that does not fit in 64 bits");
+      out[i] = static_cast<int64_t>(scaled);
     }
   } else {
     const HostTensor& t = ctx.required_value(2);

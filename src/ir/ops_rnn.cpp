@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -37,13 +38,15 @@ void infer_rnn(ShapeContext& ctx) {
   for (const auto& c : kCells) {
     if (cell == c.name) info = &c;
   }
-  ctx.check(info != nullptr, "unknown cell '" + cell + "' (valid: rnn, gru, lstm)");
+  ctx.check(info != nullptr, "unknown cell " + quote(cell) + " (valid: rnn, gru, lstm)");
   const std::string direction = attr_string(layer, "direction");
   ctx.check(direction == "forward" || direction == "reverse" || direction == "bidirectional",
-            "unknown direction '" + direction + "' (valid: forward, reverse, bidirectional)");
+            "unknown direction " + quote(direction) + " (valid: forward, reverse, bidirectional)");
   const int64_t dirs = direction == "bidirectional" ? 2 : 1;
   const int64_t hidden = attr_int(layer, "hidden_size");
   ctx.check(hidden >= 1, "hidden_size must be >= 1, got " + std::to_string(hidden));
+  // The weight extents below are up to 8 * hidden_size (LSTM's B).
+  (void)checked_extent(ctx, __int128{hidden} * 8, "8 * hidden_size " + std::to_string(hidden));
   const int64_t layout = attr_int(layer, "layout");
   ctx.check(layout == 0 || layout == 1, "layout must be 0 or 1");
   ctx.check(ctx.num_outputs() >= 1 && ctx.num_outputs() <= info->max_outputs,
@@ -62,7 +65,7 @@ void infer_rnn(ShapeContext& ctx) {
   for (const auto& a : acts) {
     bool known = false;
     for (const auto& k : kActivations) known |= a == k;
-    ctx.check(known, "unknown activation '" + a + "'");
+    ctx.check(known, "unknown activation " + quote(a));
   }
 
   const DataType t = ctx.input_type(0);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -19,7 +20,7 @@ void check_one_of(const ShapeContext& ctx, const char* attr, const std::vector<s
     if (n == v) return;
     list += (list.empty() ? "" : ", ") + n;
   }
-  ctx.fail(std::string("attribute '") + attr + "' is '" + v + "' (valid: " + list + ")");
+  ctx.fail(std::string("attribute '") + attr + "' is " + quote(v) + " (valid: " + list + ")");
 }
 
 void check_float(const ShapeContext& ctx, int i, const char* what) {

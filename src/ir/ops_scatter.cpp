@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -31,8 +32,8 @@ std::string listed(const std::vector<std::string>& names) {
 void infer_scatter(ShapeContext& ctx) {
   const std::string mode = attr_string(ctx.layer(), "mode");
   const std::string reduction = attr_string(ctx.layer(), "reduction");
-  ctx.check(one_of(kModes, mode), "unknown mode '" + mode + "' (valid: " + listed(kModes) + ")");
-  ctx.check(one_of(kReductions, reduction), "unknown reduction '" + reduction + "' (valid: " + listed(kReductions) + ")");
+  ctx.check(one_of(kModes, mode), "unknown mode " + quote(mode) + " (valid: " + listed(kModes) + ")");
+  ctx.check(one_of(kReductions, reduction), "unknown reduction " + quote(reduction) + " (valid: " + listed(kReductions) + ")");
   const Dims& data = ctx.input_dims(0);
   const Dims& indices = ctx.input_dims(1);
   const Dims& updates = ctx.input_dims(2);
@@ -42,7 +43,7 @@ void infer_scatter(ShapeContext& ctx) {
   ctx.check(ctx.input_type(2) == ctx.input_type(0), std::string("updates have type ") + to_string(ctx.input_type(2)) +
                                                         " but data has " + to_string(ctx.input_type(0)));
   ctx.check(reduction == "none" || ctx.input_type(0) != DataType::kBool,
-            "reduction '" + reduction + "' is not defined for bool data");
+            "reduction " + quote(reduction) + " is not defined for bool data");
   if (mode == "elements") {
     ctx.check(data.rank() >= 1, "data must have rank >= 1");
     normalize_axis(ctx, attr_int(ctx.layer(), "axis"), data.rank());

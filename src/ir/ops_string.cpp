@@ -9,6 +9,7 @@
 
 #include "src/ir/op_schema.h"
 #include "src/ir/string_locale.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -18,10 +19,10 @@ void infer_string_normalizer(ShapeContext& ctx) {
                                         " outputs; StringNormalizer has the strings and their count");
   const std::string action = attr_string(ctx.layer(), "case_change_action");
   ctx.check(action == "NONE" || action == "LOWER" || action == "UPPER",
-            "attribute 'case_change_action' is '" + action + "'; valid values: NONE, LOWER, UPPER");
+            "attribute 'case_change_action' is " + quote(action) + "; valid values: NONE, LOWER, UPPER");
   const std::string locale = attr_string(ctx.layer(), "locale");
   const std::string why = string_locale_problem(locale);
-  ctx.check(why.empty(), "attribute 'locale' '" + locale + "': " + why);
+  ctx.check(why.empty(), "attribute 'locale' " + quote(locale) + ": " + why);
   ctx.check(ctx.input_type(0) == DataType::kString,
             "input 0 is " + std::string(to_string(ctx.input_type(0))) + "; StringNormalizer takes a string tensor");
   const Dims& x = ctx.input_dims(0);

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <new>
 
 #include "kiln/error.h"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/plugin_hooks.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -17,9 +19,10 @@ namespace {
 
 // Prefixes errors that do not name a layer yet.
 [[noreturn]] void rethrow_for_layer(const Layer& layer, const std::exception& e) {
-  const std::string msg = e.what();
+  // std::bad_alloc from a container says only "std::bad_alloc".
+  const std::string msg = dynamic_cast<const std::bad_alloc*>(&e) ? std::string("out of memory") : e.what();
   if (msg.rfind("layer '", 0) == 0) throw Error(msg);
-  throw Error("layer '" + layer.name() + "' (" + layer.type() + "): " + msg);
+  throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): " + msg);
 }
 
 HostTensor shape_value(const Layer& layer, const Dims& dims) {
@@ -82,7 +85,7 @@ std::vector<std::pair<DataType, Dims>> infer_layer(const Layer& layer, const std
     plugin_infer_shapes(ctx);
   } else {
     const OpSchema* schema = OpSchemaRegistry::instance().find(layer.type());
-    if (!schema) ctx.fail("unknown layer type '" + layer.type() + "'");
+    if (!schema) ctx.fail("unknown layer type " + quote(layer.type()));
     const int n = layer.num_inputs();
     if (n < schema->min_inputs || (schema->max_inputs >= 0 && n > schema->max_inputs)) {
       ctx.fail("has " + std::to_string(n) + " inputs, expected " + std::to_string(schema->min_inputs) +
@@ -130,7 +133,7 @@ std::vector<HostTensor> evaluate_on_host(const Layer& layer, const std::vector<c
   const KernelEntry* entry = KernelRegistry::instance().find(DeviceType::kCPU, layer.type(), "reference");
   if (!entry) {
     const auto all = KernelRegistry::instance().find(DeviceType::kCPU, layer.type());
-    if (all.empty()) throw Error("layer '" + layer.name() + "' (" + layer.type() + "): no CPU kernel to evaluate it on the host");
+    if (all.empty()) throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): no CPU kernel to evaluate it on the host");
     entry = all.back();
   }
   std::vector<HostTensor> outputs;
@@ -184,7 +187,7 @@ std::vector<HostTensor> evaluate_on_host(const Layer& layer, const std::vector<c
       for (size_t k = 0; k < outputs.size(); ++k) {
         if (actual[k].second == outputs[k].dims()) continue;
         // from_bytes copies the leading elements (and, for strings, their characters).
-        const size_t nbytes = static_cast<size_t>(actual[k].second.volume()) * data_type_size(actual[k].first);
+        const size_t nbytes = static_cast<size_t>(tensor_byte_size(actual[k].first, actual[k].second));
         outputs[k] = HostTensor::from_bytes(actual[k].first, actual[k].second, outputs[k].data(), nbytes);
       }
     }
@@ -204,19 +207,24 @@ TensorStates infer_shapes(const Network& network, const std::map<std::string, Di
     if (it != input_dims.end()) {
       dims = it->second;
       if (dims.rank() != t->dims().rank()) {
-        throw Error("input '" + t->name() + "': dims " + dims.to_string() + " have rank " + std::to_string(dims.rank()) +
+        throw Error("input " + quote(t->name()) + ": dims " + dims.to_string() + " have rank " + std::to_string(dims.rank()) +
                     ", the network declares " + t->dims().to_string() + " (rank " + std::to_string(t->dims().rank()) + ")");
       }
       for (int k = 0; k < dims.rank(); ++k) {
         if (t->dims()[k] >= 0 && dims[k] != t->dims()[k]) {
-          throw Error("input '" + t->name() + "': dims " + dims.to_string() + " do not match the declared " +
+          throw Error("input " + quote(t->name()) + ": dims " + dims.to_string() + " do not match the declared " +
                       t->dims().to_string() + " at axis " + std::to_string(k));
         }
       }
     }
     if (dims.is_dynamic()) {
-      throw Error("input '" + t->name() + "' has dynamic dims " + dims.to_string() +
+      throw Error("input " + quote(t->name()) + " has dynamic dims " + dims.to_string() +
                   " and no concrete dims were given (set an optimization profile or the input shape)");
+    }
+    try {
+      (void)tensor_byte_size(t->type(), dims);
+    } catch (const Error& e) {
+      throw Error("input " + quote(t->name()) + " is too large: " + e.what());
     }
     TensorState s;
     s.type = t->type();
@@ -250,7 +258,7 @@ TensorStates infer_shapes(const Network& network, const std::map<std::string, Di
         }
         auto it = states.find(t);
         if (it == states.end()) {
-          throw Error("input '" + t->name() + "' is not produced by any layer and is not a network input");
+          throw Error("input " + quote(t->name()) + " is not produced by any layer and is not a network input");
         }
         ins.push_back(&it->second);
         if (!it->second.value) all_known = false;

@@ -1,6 +1,8 @@
 // Helpers shared by the shape inference functions of all layer types (declared at the end of
-// src/ir/op_schema.h): numpy broadcasting of two shapes and axis normalization. Failures go
+// src/ir/op_schema.h): numpy broadcasting of two shapes, axis normalization and overflow-checked
+// extents. Failures go
 // through ShapeContext::fail so that the message names the layer.
+#include <limits>
 #include <string>
 
 #include "src/ir/op_schema.h"
@@ -32,6 +34,13 @@ int64_t normalize_axis(const ShapeContext& ctx, int64_t axis, int rank) {
              " (valid: " + std::to_string(-rank) + " to " + std::to_string(rank - 1) + ")");
   }
   return axis < 0 ? axis + rank : axis;
+}
+
+int64_t checked_extent(const ShapeContext& ctx, __int128 value, const std::string& what) {
+  if (value > std::numeric_limits<int64_t>::max() || value < std::numeric_limits<int64_t>::min()) {
+    ctx.fail(what + " overflows 64-bit extents");
+  }
+  return static_cast<int64_t>(value);
 }
 
 }  // namespace kiln

@@ -9,6 +9,8 @@
 #include <cctype>
 #include <string>
 
+#include "src/core/text.h"
+
 namespace kiln {
 
 // Empty when `locale` is accepted, else why not (for an error message).
@@ -36,7 +38,7 @@ inline std::string string_locale_problem(const std::string& locale) {
   std::string language = name.substr(0, i);
   for (char& ch : language) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (language == "tr" || language == "az" || language == "lt") {
-    return "language '" + language + "' has special casing rules, which kiln does not implement";
+    return "language " + quote(language) + " has special casing rules, which kiln does not implement";
   }
   return "";
 }

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "src/onnx/onnx_tensor.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -52,7 +53,7 @@ Tensor* NodeContext::input(int i) {
   Tensor* t = state_.tensor(node_.input(i));
   if (!t) {
     if (state_.sequences.count(node_.input(i))) {
-      unsupported("input '" + node_.input(i) + "' is a sequence; kiln resolves ONNX sequences while importing and only "
+      unsupported("input " + quote(node_.input(i)) + " is a sequence; kiln resolves ONNX sequences while importing and only "
                   "SequenceAt, SequenceInsert, SequenceErase, SequenceLength and ConcatFromSequence can read one");
     }
     fail("input '" + node_.input(i) +
@@ -76,7 +77,7 @@ const HostTensor& NodeContext::constant_input(int i, const std::string& what) co
   if (!has_input(i)) fail("required input " + std::to_string(i) + " (" + what + ") is missing");
   const HostTensor* value = constant(i);
   if (!value) {
-    fail("input '" + node_.input(i) + "' (" + what +
+    fail("input " + quote(node_.input(i)) + " (" + what +
          ") must be an initializer or constant; kiln needs its value when importing this node");
   }
   return *value;
@@ -107,7 +108,7 @@ void NodeContext::set_output(int i, Tensor* tensor) {
   if (!has_output(i)) return;
   const std::string& name = node_.output(i);
   if (state_.tensors.count(name) || state_.constants.count(name)) {
-    fail("output '" + name + "' is already defined by an earlier node, initializer or graph input");
+    fail("output " + quote(name) + " is already defined by an earlier node, initializer or graph input");
   }
   state_.claim_tensor_name(tensor, name);
   state_.tensors[name] = tensor;
@@ -117,7 +118,7 @@ void NodeContext::set_output_constant(int i, const HostTensor& value) {
   if (!has_output(i)) return;
   const std::string& name = node_.output(i);
   if (state_.tensors.count(name) || state_.constants.count(name)) {
-    fail("output '" + name + "' is already defined by an earlier node, initializer or graph input");
+    fail("output " + quote(name) + " is already defined by an earlier node, initializer or graph input");
   }
   state_.constants[name] = {value, name_};
 }
@@ -144,7 +145,7 @@ onnx::AttributeProto::AttributeType attr_kind(const onnx::AttributeProto& a) {
 const onnx::AttributeProto* NodeContext::find_attr(const std::string& name) const {
   for (const auto& a : node_.attribute()) {
     if (a.name() == name) {
-      if (!a.ref_attr_name().empty()) unsupported("attribute '" + name + "' refers to a function attribute");
+      if (!a.ref_attr_name().empty()) unsupported("attribute " + quote(name) + " refers to a function attribute");
       return &a;
     }
   }
@@ -154,7 +155,7 @@ const onnx::AttributeProto* NodeContext::find_attr(const std::string& name) cons
 int64_t NodeContext::attr_int(const std::string& name, int64_t def) const {
   const auto* a = find_attr(name);
   if (!a) return def;
-  if (attr_kind(*a) != onnx::AttributeProto::INT) fail("attribute '" + name + "' must be an INT");
+  if (attr_kind(*a) != onnx::AttributeProto::INT) fail("attribute " + quote(name) + " must be an INT");
   return a->i();
 }
 
@@ -163,14 +164,14 @@ double NodeContext::attr_float(const std::string& name, double def) const {
   if (!a) return def;
   const auto kind = attr_kind(*a);
   if (kind == onnx::AttributeProto::INT) return static_cast<double>(a->i());
-  if (kind != onnx::AttributeProto::FLOAT) fail("attribute '" + name + "' must be a FLOAT");
+  if (kind != onnx::AttributeProto::FLOAT) fail("attribute " + quote(name) + " must be a FLOAT");
   return a->f();
 }
 
 std::string NodeContext::attr_string(const std::string& name, const std::string& def) const {
   const auto* a = find_attr(name);
   if (!a) return def;
-  if (attr_kind(*a) != onnx::AttributeProto::STRING) fail("attribute '" + name + "' must be a STRING");
+  if (attr_kind(*a) != onnx::AttributeProto::STRING) fail("attribute " + quote(name) + " must be a STRING");
   return a->s();
 }
 
@@ -179,7 +180,7 @@ std::vector<int64_t> NodeContext::attr_ints(const std::string& name, const std::
   if (!a) return def;
   const auto kind = attr_kind(*a);
   if (kind == onnx::AttributeProto::UNDEFINED) return {};  // an empty list has no field set
-  if (kind != onnx::AttributeProto::INTS) fail("attribute '" + name + "' must be INTS");
+  if (kind != onnx::AttributeProto::INTS) fail("attribute " + quote(name) + " must be INTS");
   return {a->ints().begin(), a->ints().end()};
 }
 
@@ -188,16 +189,16 @@ std::vector<double> NodeContext::attr_floats(const std::string& name, const std:
   if (!a) return def;
   const auto kind = attr_kind(*a);
   if (kind == onnx::AttributeProto::UNDEFINED) return {};
-  if (kind != onnx::AttributeProto::FLOATS) fail("attribute '" + name + "' must be FLOATS");
+  if (kind != onnx::AttributeProto::FLOATS) fail("attribute " + quote(name) + " must be FLOATS");
   return {a->floats().begin(), a->floats().end()};
 }
 
 HostTensor NodeContext::attr_tensor(const std::string& name) const {
   const auto* a = find_attr(name);
-  if (!a) fail("attribute '" + name + "' is missing");
-  if (attr_kind(*a) != onnx::AttributeProto::TENSOR) fail("attribute '" + name + "' must be a TENSOR");
+  if (!a) fail("attribute " + quote(name) + " is missing");
+  if (attr_kind(*a) != onnx::AttributeProto::TENSOR) fail("attribute " + quote(name) + " must be a TENSOR");
   try {
-    return tensor_from_proto(a->t(), state_.base_dir, "attribute '" + name + "'");
+    return tensor_from_proto(a->t(), state_.base_dir, "attribute " + quote(name));
   } catch (const Error& e) {
     fail(e.what());
   }
@@ -236,7 +237,7 @@ Tensor* NodeContext::add_float_constant(const std::vector<float>& values, const 
 }
 
 void NodeContext::fail(const std::string& message) const {
-  throw Error("node '" + name_ + "' (" + node_.op_type() + "): " + message);
+  throw Error("node " + quote(name_) + " (" + node_.op_type() + "): " + message);
 }
 
 void NodeContext::unsupported(const std::string& reason) const { throw OnnxUnsupported{reason}; }
@@ -256,7 +257,7 @@ void OnnxImporterRegistry::add(const std::string& domain, const std::string& op_
                                const OnnxImporterInfo& info) {
   auto key = std::make_pair(normalize_domain(domain), op_type);
   if (importers_.count(key)) {
-    throw Error("ONNX importer for '" + op_type + "' (domain '" + domain + "') is registered twice");
+    throw Error("ONNX importer for " + quote(op_type) + " (domain " + quote(domain) + ") is registered twice");
   }
   importers_[key] = fn;
   infos_[key] = info;
@@ -312,7 +313,7 @@ std::vector<int64_t> resolve_auto_pad(NodeContext& ctx, const std::vector<int64_
     return pads;
   }
   if (auto_pad == "VALID") return std::vector<int64_t>(2 * k, 0);
-  if (auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER") ctx.fail("unknown auto_pad value '" + auto_pad + "'");
+  if (auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER") ctx.fail("unknown auto_pad value " + quote(auto_pad));
 
   // SAME: output = ceil(in / stride); total padding = (out - 1) * stride + kernel - in. With
   // stride 1 that is kernel - 1 whatever the input size, so only strided dims need static dims.

@@ -19,6 +19,8 @@
 #include "kiln/error.h"
 #include "kiln/logger.h"
 #include "kiln/onnx_parser.h"
+#include "src/core/file_io.h"
+#include "src/core/text.h"
 #include "src/onnx/onnx_import_context.h"
 #include "src/onnx/onnx_tensor.h"
 
@@ -53,17 +55,16 @@ onnx::ModelProto read_model_bytes(const void* data, size_t size, const std::stri
 
 // Streams the file through protobuf without a second in-memory copy of the bytes.
 onnx::ModelProto read_model_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error("cannot read ONNX model '" + path + "': it is a directory");
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) throw Error("cannot open ONNX model '" + path + "': " + ec.message());
-  if (size > static_cast<uintmax_t>(std::numeric_limits<int>::max())) {
-    throw Error(path + ": the model is larger than protobuf's 2 GB limit; save its weights as external data "
-                       "(onnx.save_model(..., save_as_external_data=True))");
+  // A regular file of a size protobuf can parse, read whole (file_io.h): a device, FIFO or
+  // folder gives an error naming the file.
+  const uint64_t size = check_regular_file(path, "ONNX model");
+  if (size > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+    throw Error(quote(path) + ": the model is larger than protobuf's 2 GB limit; save its weights as external data "
+                               "(onnx.save_model(..., save_as_external_data=True))");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot open ONNX model '" + path + "': not readable");
-  google::protobuf::io::IstreamInputStream stream(&in);
+  const std::vector<uint8_t> bytes =
+      read_whole_file(path, "ONNX model", static_cast<uint64_t>(std::numeric_limits<int>::max()));
+  google::protobuf::io::ArrayInputStream stream(bytes.data(), static_cast<int>(bytes.size()));
   return read_model(stream, path);
 }
 
@@ -72,9 +73,15 @@ std::string base_dir_of(const std::string& path) {
   return parent.empty() ? "." : parent.string();
 }
 
+// The name of node `i` as messages show it (its name, else op type and index).
+std::string node_label(const onnx::GraphProto& graph, int i) {
+  const auto& node = graph.node(i);
+  return quote(node.name().empty() ? node.op_type() + "_" + std::to_string(i) : node.name());
+}
+
 // Node indices in a topological order; ties keep the file order (exporters already sort, and
-// then this is the identity). Nodes on a cycle or reading unknown names keep their place.
-std::vector<int> topological_node_order(const onnx::GraphProto& graph) {
+// then this is the identity). A cycle is a ParseError naming the nodes on it.
+std::vector<int> topological_node_order(const onnx::GraphProto& graph, const std::string& source) {
   const int n = graph.node_size();
   std::unordered_map<std::string, int> producer;
   for (int i = 0; i < n; ++i) {
@@ -108,10 +115,36 @@ std::vector<int> topological_node_order(const onnx::GraphProto& graph) {
       if (--pending[static_cast<size_t>(u)] == 0) ready.push(u);
     }
   }
-  for (int i = 0; i < n; ++i) {
-    if (!done[static_cast<size_t>(i)]) order.push_back(i);
+  if (static_cast<int>(order.size()) == n) return order;
+  // Every node left waits for another node left, so walking from one to a node it waits for
+  // must come back to a node already seen: the nodes from there on form a cycle.
+  std::vector<std::vector<int>> deps(static_cast<size_t>(n));
+  for (int d = 0; d < n; ++d) {
+    for (int u : users[static_cast<size_t>(d)]) deps[static_cast<size_t>(u)].push_back(d);
   }
-  return order;
+  int at = 0;
+  while (done[static_cast<size_t>(at)]) ++at;
+  std::vector<int> path;
+  std::vector<int> seen_at(static_cast<size_t>(n), -1);
+  while (seen_at[static_cast<size_t>(at)] < 0) {
+    seen_at[static_cast<size_t>(at)] = static_cast<int>(path.size());
+    path.push_back(at);
+    for (int d : deps[static_cast<size_t>(at)]) {
+      if (!done[static_cast<size_t>(d)]) {
+        at = d;
+        break;
+      }
+    }
+  }
+  std::vector<int> cycle(path.begin() + seen_at[static_cast<size_t>(at)], path.end());
+  std::reverse(cycle.begin(), cycle.end());  // in data-flow order
+  std::string names;
+  constexpr size_t kShown = 8;
+  for (size_t k = 0; k < cycle.size() && k < kShown; ++k) names += (k ? " -> " : "") + node_label(graph, cycle[k]);
+  if (cycle.size() > kShown) names += " -> ... (" + std::to_string(cycle.size()) + " nodes)";
+  names += " -> " + node_label(graph, cycle[0]);
+  throw ParseError(source + ": the graph has a cycle: " + names +
+                   " (each node reads an output of the one before it); ONNX graphs must be acyclic");
 }
 
 Dims dims_from_type(const onnx::TypeProto& type) {
@@ -129,6 +162,9 @@ bool has_shape(const onnx::TypeProto& type) {
 
 constexpr int64_t kMinTestedOpset = 7;
 constexpr int64_t kMaxTestedOpset = 18;
+// The newest default-domain opset the ONNX standard defines (ONNX 1.23); a larger version is
+// not a real opset, and a model claiming one is refused rather than imported by guesswork.
+constexpr int64_t kNewestOnnxOpset = 28;
 
 class ModelImporter {
  public:
@@ -149,7 +185,7 @@ class ModelImporter {
       for (const auto& in : node.input()) state_.consumed.insert(in);
     }
     for (const auto& out : graph_.output()) state_.consumed.insert(out.name());
-    for (int index : topological_node_order(graph_)) import_node(graph_.node(index), index);
+    for (int index : topological_node_order(graph_, state_.source)) import_node(graph_.node(index), index);
     mark_graph_outputs();
     return std::move(problems_);
   }
@@ -160,7 +196,14 @@ class ModelImporter {
  private:
   void read_opsets() {
     for (const auto& op : model_.opset_import()) {
-      state_.opsets[op.domain() == "ai.onnx" ? "" : op.domain()] = op.version();
+      const bool standard = op.domain().empty() || op.domain() == "ai.onnx";
+      if (op.version() < 1 || (standard && op.version() > kNewestOnnxOpset)) {
+        throw ParseError(state_.source + ": opset_import of domain " +
+                         (standard ? std::string("'' (ai.onnx)") : quote(op.domain())) + " has version " +
+                         std::to_string(op.version()) + ", which is not an opset " +
+                         (standard ? "of ONNX (1 to " + std::to_string(kNewestOnnxOpset) + ")" : "version (>= 1)"));
+      }
+      state_.opsets[standard ? "" : op.domain()] = op.version();
     }
     const int64_t opset = state_.opset_of("");
     if (opset < kMinTestedOpset || opset > kMaxTestedOpset) {
@@ -186,7 +229,7 @@ class ModelImporter {
     }
     for (const auto& init : graph_.initializer()) {
       if (init.name().empty()) throw ParseError(state_.source + ": an initializer has no name");
-      HostTensor value = tensor_from_proto(init, state_.base_dir, state_.source + ": initializer '" + init.name() + "'");
+      HostTensor value = tensor_from_proto(init, state_.base_dir, state_.source + ": initializer " + quote(init.name()));
       state_.constants[init.name()] = {std::move(value), init.name()};
     }
   }
@@ -194,7 +237,7 @@ class ModelImporter {
   void add_graph_inputs() {
     for (const auto& input : graph_.input()) {
       if (state_.constants.count(input.name())) continue;  // IR < 4 lists initializers as inputs
-      const std::string what = state_.source + ": graph input '" + input.name() + "'";
+      const std::string what = state_.source + ": graph input " + quote(input.name());
       if (!input.type().has_tensor_type()) throw ParseError(what + " is not a tensor (sequences and maps are not supported)");
       const int32_t elem = input.type().tensor_type().elem_type();
       const auto type = data_type_from_onnx(elem);
@@ -228,7 +271,7 @@ class ModelImporter {
         const std::string& out = node.output(i);
         if (!out.empty() && state_.consumed.count(out) && !state_.tensors.count(out) && !state_.constants.count(out) &&
             !state_.sequences.count(out)) {
-          throw Error("node '" + layer_name + "' (" + node.op_type() + "): the importer did not produce output '" + out +
+          throw Error("node " + quote(layer_name) + " (" + node.op_type() + "): the importer did not produce output '" + out +
                       "' (kiln bug)");
         }
       }
@@ -242,7 +285,7 @@ class ModelImporter {
     } catch (const Error& e) {
       if (!reads_placeholder) {
         problem = e.what();
-        const std::string prefix = "node '" + layer_name + "' (" + node.op_type() + "): ";
+        const std::string prefix = "node " + quote(layer_name) + " (" + node.op_type() + "): ";
         if (problem.rfind(prefix, 0) == 0) problem = problem.substr(prefix.size());
       }
     } catch (const std::exception& e) {
@@ -259,9 +302,9 @@ class ModelImporter {
       }
     }
     const bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
-    const std::string plugin = "no registered plugin '" + node.op_type() + "'";
+    const std::string plugin = "no registered plugin " + quote(node.op_type());
     return default_domain ? "no importer for this op and " + plugin
-                          : "no importer for domain '" + node.domain() + "' and " + plugin;
+                          : "no importer for domain " + quote(node.domain()) + " and " + plugin;
   }
 
   // Stand-ins for the outputs of a node that was not imported; the network is discarded anyway.
@@ -282,7 +325,7 @@ class ModelImporter {
       if (auto seq = state_.sequences.find(name); seq != state_.sequences.end()) {
         // A node-level problem (listed with the others), charged to the node that made the value.
         problems_.push_back({seq->second.op_type, "", seq->second.node, state_.opset_of(""),
-                             "its output '" + name + "' is a graph output, but it is a sequence: kiln resolves ONNX "
+                             "its output " + quote(name) + " is a graph output, but it is a sequence: kiln resolves ONNX "
                              "sequences while importing and its networks output tensors only; output the tensors "
                              "(SequenceAt) or one tensor (ConcatFromSequence) instead"});
         continue;
@@ -290,7 +333,7 @@ class ModelImporter {
       const bool is_constant = state_.constants.count(name) > 0;
       Tensor* t = state_.tensor(name);
       if (!t) {
-        throw ParseError(state_.source + ": graph output '" + name + "' is not produced by any node, initializer or input");
+        throw ParseError(state_.source + ": graph output " + quote(name) + " is not produced by any node, initializer or input");
       }
       if (t->is_network_input() || is_constant) {
         // An output must be computed by a layer: copy the input/constant through an Identity.
@@ -298,7 +341,7 @@ class ModelImporter {
         Tensor* copy = state_.network->add_layer(kLayerIdentity, {t}, 1, {}, layer)->output(0);
         if (t->is_network_input()) {
           copy->set_name(state_.network->unique_name(name + "_output"));
-          log(Severity::kWarning, state_.source + ": graph output '" + name + "' is also a graph input; the output is named '" +
+          log(Severity::kWarning, state_.source + ": graph output " + quote(name) + " is also a graph input; the output is named '" +
                                       copy->name() + "'");
         } else {
           state_.claim_tensor_name(copy, name);
@@ -324,7 +367,7 @@ std::string format_problems(const std::string& source, int64_t opset, int num_no
     const std::string domain = p.domain.empty() ? "ai.onnx" : p.domain;
     // Only nodes for which no plugin is registered: a found plugin whose fields were wrong says so itself.
     plugin_missing |= p.reason.find("no registered plugin") != std::string::npos;
-    msg += "\n  - node '" + p.node_name + "': op " + p.op_type + ", domain " + domain + ", opset " + std::to_string(p.opset) +
+    msg += "\n  - node " + quote(p.node_name) + ": op " + p.op_type + ", domain " + domain + ", opset " + std::to_string(p.opset) +
            ": " + p.reason;
   }
   msg += "\nhint: ";

@@ -13,6 +13,7 @@
 #include "src/onnx/onnx_import_context.h"
 #include "src/onnx/onnx_tensor.h"
 #include "src/plugins/plugin_layer.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -34,8 +35,8 @@ const char* onnx_attr_type_name(int t) {
 PluginField field_from_attr(const onnx::AttributeProto& a, const PluginFieldSpec& spec, const std::string& where,
                             const std::string& base_dir) {
   auto mismatch = [&]() -> OnnxUnsupported {
-    return OnnxUnsupported{where + ": attribute '" + a.name() + "' is " + onnx_attr_type_name(a.type()) +
-                           " but plugin field '" + spec.name + "' is " + to_string(spec.type)};
+    return OnnxUnsupported{where + ": attribute " + quote(a.name()) + " is " + onnx_attr_type_name(a.type()) +
+                           " but plugin field " + quote(spec.name) + " is " + to_string(spec.type)};
   };
   PluginField f;
   f.name = spec.name;
@@ -73,8 +74,8 @@ PluginField field_from_attr(const onnx::AttributeProto& a, const PluginFieldSpec
       } else {
         for (int64_t x : v) {
           if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
-            throw OnnxUnsupported{where + ": attribute '" + a.name() + "' value " + std::to_string(x) +
-                                  " does not fit the int32 plugin field '" + spec.name + "'"};
+            throw OnnxUnsupported{where + ": attribute " + quote(a.name()) + " value " + std::to_string(x) +
+                                  " does not fit the int32 plugin field " + quote(spec.name)};
           }
           f.i32.push_back(static_cast<int32_t>(x));
         }
@@ -92,7 +93,7 @@ PluginField field_from_attr(const onnx::AttributeProto& a, const PluginFieldSpec
       break;
     case PluginFieldType::kTensor:
       if (a.type() != onnx::AttributeProto::TENSOR) throw mismatch();
-      f.tensor = tensor_from_proto(a.t(), base_dir, where + " attribute '" + a.name() + "'");
+      f.tensor = tensor_from_proto(a.t(), base_dir, where + " attribute " + quote(a.name()));
       break;
   }
   return f;
@@ -105,7 +106,7 @@ bool try_import_plugin_node(NodeContext& ctx) {
   const std::string ns = ctx.attr_string("plugin_namespace", "");
   const PluginCreator* creator = PluginRegistry::instance().find(ctx.op_type(), version, ns);
   if (!creator) return false;  // the driver reports the node as unsupported
-  const std::string where = "node '" + ctx.name() + "' (" + (ctx.node().domain().empty() ? "" : ctx.node().domain() + "::") +
+  const std::string where = "node " + quote(ctx.name()) + " (" + (ctx.node().domain().empty() ? "" : ctx.node().domain() + "::") +
                             ctx.op_type() + ")";
   const auto schema = creator->field_schema();
   PluginFieldCollection fields;
@@ -118,7 +119,7 @@ bool try_import_plugin_node(NodeContext& ctx) {
     if (!spec) {
       std::string names;
       for (const auto& s : schema) names += (names.empty() ? "" : ", ") + s.name;
-      throw OnnxUnsupported{where + ": attribute '" + a.name() + "' is not a field of plugin '" + creator->name() +
+      throw OnnxUnsupported{where + ": attribute " + quote(a.name()) + " is not a field of plugin '" + creator->name() +
                             "' (its fields: " + (names.empty() ? "none" : names) + ")"};
     }
     fields.add(field_from_attr(a, *spec, where, ctx.state().base_dir));

@@ -8,10 +8,12 @@
 #include <bit>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
+#include <utility>
 
 #include "kiln/error.h"
+#include "src/core/file_io.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -95,22 +97,6 @@ void copy_field(const Field& field, HostTensor& out, const std::string& what, co
   }
 }
 
-// Rejects locations that would read outside the model's folder (absolute paths, "..").
-std::filesystem::path external_path(const std::string& location, const std::string& base_dir, const std::string& what) {
-  const std::filesystem::path rel(location);
-  if (location.empty()) throw Error(what + ": external data has no 'location'");
-  if (rel.is_absolute() || rel.has_root_name()) {
-    throw Error(what + ": external data location '" + location +
-                "' is an absolute path; ONNX requires a path relative to the model's folder");
-  }
-  for (const auto& part : rel) {
-    if (part == "..") {
-      throw Error(what + ": external data location '" + location + "' leaves the model's folder ('..')");
-    }
-  }
-  return std::filesystem::path(base_dir.empty() ? "." : base_dir) / rel;
-}
-
 int64_t parse_nonnegative(const std::string& text, const std::string& key, const std::string& what) {
   size_t used = 0;
   long long v = -1;
@@ -119,11 +105,21 @@ int64_t parse_nonnegative(const std::string& text, const std::string& key, const
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || v < 0) throw Error(what + ": external data '" + key + "' is not a non-negative integer: '" + text + "'");
+  if (used != text.size() || v < 0) {
+    throw Error(what + ": external data " + quote(key) + " is not a non-negative integer: " + quote(text));
+  }
   return v;
 }
 
-void read_external(const onnx::TensorProto& proto, HostTensor& out, const std::string& base_dir, const std::string& what) {
+// Where an external tensor's bytes are: checked (the file inside the model's folder, also
+// through links; the range inside the file) before anything is allocated for them.
+struct ExternalData {
+  std::string path;
+  uint64_t offset = 0;
+};
+
+ExternalData locate_external(const onnx::TensorProto& proto, uint64_t need, const DataType type, const Dims& dims,
+                             const std::string& base_dir, const std::string& what) {
   std::string location;
   int64_t offset = 0;
   int64_t length = -1;
@@ -133,24 +129,42 @@ void read_external(const onnx::TensorProto& proto, HostTensor& out, const std::s
     else if (kv.key() == "length") length = parse_nonnegative(kv.value(), "length", what);
     // "checksum" and unknown keys are informational.
   }
-  const std::filesystem::path path = external_path(location, base_dir, what);
-  std::error_code ec;
-  const auto file_size = std::filesystem::file_size(path, ec);
-  if (ec) throw Error(what + ": cannot open external data file '" + path.string() + "': " + ec.message());
-  const auto need = static_cast<int64_t>(out.nbytes());
-  if (length >= 0 && length != need) {
-    throw Error(what + ": external data length " + std::to_string(length) + " does not match " + to_string(out.type()) +
-                " dims " + out.dims().to_string() + " (" + std::to_string(need) + " bytes)");
+  if (location.empty()) throw Error(what + ": external data has no 'location'");
+  // Absolute paths, '..' and symbolic links that lead out of the model's folder are refused: a
+  // model must not make kiln read (and copy into an engine or an output) files elsewhere.
+  const std::string path =
+      resolve_inside_folder(base_dir.empty() ? "." : base_dir, location, what + ": external data location").string();
+  const uint64_t file_size = check_regular_file(path, what + ": external data file");
+  if (length >= 0 && static_cast<uint64_t>(length) != need) {
+    throw Error(what + ": external data length " + std::to_string(length) + " does not match " + to_string(type) +
+                " dims " + dims.to_string() + " (" + std::to_string(need) + " bytes)");
   }
-  if (offset > static_cast<int64_t>(file_size) || need > static_cast<int64_t>(file_size) - offset) {
+  if (static_cast<uint64_t>(offset) > file_size || need > file_size - static_cast<uint64_t>(offset)) {
     throw Error(what + ": external data at offset " + std::to_string(offset) + " with length " + std::to_string(need) +
-                " runs past the end of '" + path.string() + "' (" + std::to_string(file_size) + " bytes)");
+                " runs past the end of " + quote(path) + " (" + std::to_string(file_size) + " bytes)");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(what + ": cannot open external data file '" + path.string() + "'");
-  in.seekg(offset);
-  in.read(static_cast<char*>(out.data()), need);
-  if (!in || in.gcount() != need) throw Error(what + ": reading external data file '" + path.string() + "' failed");
+  return {path, static_cast<uint64_t>(offset)};
+}
+
+// The typed repeated field that holds elements of `proto`'s type: its name and size.
+std::pair<const char*, int64_t> typed_field(const onnx::TensorProto& proto) {
+  switch (proto.data_type()) {
+    case onnx::TensorProto::FLOAT: return {"float_data", proto.float_data_size()};
+    case onnx::TensorProto::DOUBLE: return {"double_data", proto.double_data_size()};
+    case onnx::TensorProto::INT64: return {"int64_data", proto.int64_data_size()};
+    case onnx::TensorProto::UINT32:
+    case onnx::TensorProto::UINT64: return {"uint64_data", proto.uint64_data_size()};
+    default: return {"int32_data", proto.int32_data_size()};
+  }
+}
+
+// The tensor's memory; a failed allocation names the tensor.
+HostTensor allocate(DataType type, const Dims& dims, const std::string& what) {
+  try {
+    return HostTensor(type, dims);
+  } catch (const Error& e) {
+    throw Error(what + ": " + e.what());
+  }
 }
 
 }  // namespace
@@ -181,14 +195,16 @@ HostTensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& 
     dims.push_back(d);
   }
   int64_t count = 0;
+  uint64_t nbytes = 0;
   try {
     count = dims.volume();
+    nbytes = tensor_byte_size(*type, dims);
   } catch (const Error&) {
     throw Error(what + ": dims " + dims.to_string() + " are too large");
   }
   if (count > (int64_t{1} << 40)) throw Error(what + ": dims " + dims.to_string() + " are too large");
-  HostTensor out(*type, dims);
-
+  // Every check of the data against the dims comes before the tensor is allocated: a small file
+  // can claim dims of 2^40 elements.
   if (*type == DataType::kString) {
     // ONNX stores strings only in string_data (raw_data and external data hold fixed-size elements).
     if (proto.data_location() == onnx::TensorProto::EXTERNAL || proto.has_raw_data()) {
@@ -199,22 +215,31 @@ HostTensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& 
       throw Error(what + ": string_data has " + std::to_string(proto.string_data_size()) + " values but dims " +
                   dims.to_string() + " need " + std::to_string(count));
     }
+    HostTensor out = allocate(*type, dims, what);
     for (int64_t i = 0; i < count; ++i) out.set_string(i, proto.string_data(static_cast<int>(i)));
     return out;
   }
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
-    read_external(proto, out, base_dir, what);
+    const ExternalData ext = locate_external(proto, nbytes, *type, dims, base_dir, what);
+    HostTensor out = allocate(*type, dims, what);
+    read_file_range(ext.path, what + ": external data file", ext.offset, nbytes, out.data());
     return out;
   }
   if (proto.has_raw_data()) {
     const std::string& raw = proto.raw_data();
-    if (raw.size() != out.nbytes()) {
+    if (raw.size() != nbytes) {
       throw Error(what + ": raw_data has " + std::to_string(raw.size()) + " bytes but " + to_string(*type) + " dims " +
-                  dims.to_string() + " need " + std::to_string(out.nbytes()));
+                  dims.to_string() + " need " + std::to_string(nbytes));
     }
+    HostTensor out = allocate(*type, dims, what);
     if (!raw.empty()) std::memcpy(out.data(), raw.data(), raw.size());
     return out;
   }
+  if (const auto [field, size] = typed_field(proto); size != count) {
+    throw Error(what + ": " + field + " has " + std::to_string(size) + " values but dims " + dims.to_string() +
+                " need " + std::to_string(count));
+  }
+  HostTensor out = allocate(*type, dims, what);
   switch (proto.data_type()) {
     case onnx::TensorProto::FLOAT: copy_field(proto.float_data(), out, what, "float_data"); break;
     case onnx::TensorProto::DOUBLE: copy_field(proto.double_data(), out, what, "double_data"); break;

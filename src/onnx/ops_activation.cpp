@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "src/onnx/onnx_import_context.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -69,7 +70,7 @@ KILN_REGISTER_ONNX_IMPORTER("Mish", import_activation, {.min_opset = 18, .types 
 // Gelu (opset 20): exact (erf) or tanh approximation.
 void import_gelu(NodeContext& ctx) {
   const std::string approximate = ctx.attr_string("approximate", "none");
-  if (approximate != "none" && approximate != "tanh") ctx.fail("unknown approximate value '" + approximate + "'");
+  if (approximate != "none" && approximate != "tanh") ctx.fail("unknown approximate value " + quote(approximate));
   const char* kind = approximate == "tanh" ? "gelu_tanh" : "gelu_erf";
   ctx.set_output(0, ctx.add_layer(kLayerActivation, {ctx.required_input(0, "X")}, 1, activation_attrs(kind))->output(0));
 }

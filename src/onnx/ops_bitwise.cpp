@@ -3,13 +3,14 @@
 #include <string>
 
 #include "src/onnx/onnx_import_context.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
 
 void import_bit_shift(NodeContext& ctx) {
   const std::string direction = ctx.attr_string("direction", "");
-  if (direction != "LEFT" && direction != "RIGHT") ctx.fail("attribute 'direction' must be LEFT or RIGHT, got '" + direction + "'");
+  if (direction != "LEFT" && direction != "RIGHT") ctx.fail("attribute 'direction' must be LEFT or RIGHT, got " + quote(direction));
   Attributes a;
   a.set("direction", std::string(direction == "LEFT" ? "left" : "right"));
   ctx.set_output(0, ctx.add_layer(kLayerBitShift, {ctx.required_input(0, "X"), ctx.required_input(1, "Y")}, 1, std::move(a))->output(0));

@@ -20,6 +20,7 @@
 #include "src/ir/ops_fused.h"
 #include "src/onnx/onnx_import_context.h"
 #include "src/onnx/onnx_tensor.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -61,7 +62,7 @@ int64_t block_size(NodeContext& ctx) {
 void import_depth_to_space(NodeContext& ctx) {
   const int64_t b = block_size(ctx);
   const std::string mode = ctx.attr_string("mode", "DCR");
-  if (mode != "DCR" && mode != "CRD") ctx.fail("unknown mode '" + mode + "' (expected DCR or CRD)");
+  if (mode != "DCR" && mode != "CRD") ctx.fail("unknown mode " + quote(mode) + " (expected DCR or CRD)");
   Tensor* x = ctx.required_input(0, "input");
   const bool dcr = mode == "DCR";
   // [N,H,W,C] -> DCR: [N,H,W,b1,b2,C'] / CRD: [N,H,W,C',b1,b2] -> [N,C',H,b1,W,b2]
@@ -210,7 +211,7 @@ KILN_REGISTER_ONNX_IMPORTER("Shrink", import_shrink, {.min_opset = 9, .types = "
 std::vector<int64_t> lp_pool_list(NodeContext& ctx, const std::string& name, size_t k, int64_t def) {
   std::vector<int64_t> v = ctx.attr_ints(name);
   if (v.empty()) return std::vector<int64_t>(k, def);
-  if (v.size() != k) ctx.fail("attribute '" + name + "' has " + std::to_string(v.size()) + " values, expected " + std::to_string(k));
+  if (v.size() != k) ctx.fail("attribute " + quote(name) + " has " + std::to_string(v.size()) + " values, expected " + std::to_string(k));
   return v;
 }
 

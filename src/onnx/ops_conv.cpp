@@ -5,6 +5,7 @@
 
 #include "src/core/half.h"
 #include "src/onnx/onnx_import_context.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -17,11 +18,11 @@ std::vector<int64_t> spatial_attr(NodeContext& ctx, const std::string& name, siz
   std::vector<int64_t> v = ctx.attr_ints(name);
   if (v.empty()) return std::vector<int64_t>(k, def);
   if (v.size() != k) {
-    ctx.fail("attribute '" + name + "' has " + std::to_string(v.size()) + " values, expected " + std::to_string(k) +
+    ctx.fail("attribute " + quote(name) + " has " + std::to_string(v.size()) + " values, expected " + std::to_string(k) +
              " (one per spatial dim)");
   }
   for (int64_t x : v) {
-    if (x < 0 || (def == 1 && x == 0)) ctx.fail("attribute '" + name + "' has an invalid value " + std::to_string(x));
+    if (x < 0 || (def == 1 && x == 0)) ctx.fail("attribute " + quote(name) + " has an invalid value " + std::to_string(x));
   }
   return v;
 }
@@ -33,10 +34,10 @@ std::vector<int64_t> kernel_shape(NodeContext& ctx) {
     const auto wd = ctx.input_dims(1);
     if (!wd || wd->rank() < 3) {
       (void)ctx.constant_input(1, "W");  // fails naming the weights
-      ctx.fail("weights '" + ctx.input_name(1) + "' must have rank >= 3");
+      ctx.fail("weights " + quote(ctx.input_name(1)) + " must have rank >= 3");
     }
     for (int i = 2; i < wd->rank(); ++i) {
-      if ((*wd)[i] == kDynamic) ctx.fail("kernel_shape is absent and weights '" + ctx.input_name(1) + "' have unknown dims");
+      if ((*wd)[i] == kDynamic) ctx.fail("kernel_shape is absent and weights " + quote(ctx.input_name(1)) + " have unknown dims");
       kernel.push_back((*wd)[i]);
     }
   }
@@ -123,7 +124,7 @@ void import_conv_transpose(NodeContext& ctx) {
     pads = or_zeros(ctx.attr_ints("pads"), k);
     if (pads.size() != 2 * k) ctx.fail("attribute 'pads' must have " + std::to_string(2 * k) + " values");
   } else if (auto_pad != "VALID") {
-    ctx.fail("unknown auto_pad value '" + auto_pad + "'");
+    ctx.fail("unknown auto_pad value " + quote(auto_pad));
   }
   Attributes a;
   a.set("strides", strides);
@@ -189,7 +190,7 @@ std::vector<double> channel_values(NodeContext& ctx, int input, const char* what
   const HostTensor& t = ctx.constant_input(input, what);
   if (!is_floating_point(t.type())) ctx.fail(std::string(what) + " must be a floating-point tensor");
   if (t.count() != channels) {
-    ctx.fail(std::string(what) + " '" + ctx.input_name(input) + "' has " + std::to_string(t.count()) +
+    ctx.fail(std::string(what) + " " + quote(ctx.input_name(input)) + " has " + std::to_string(t.count()) +
              " values, expected " + std::to_string(channels) + " (one per channel)");
   }
   return t.to_double();

@@ -24,6 +24,7 @@
 
 #include "src/onnx/onnx_import_context.h"
 #include "src/onnx/onnx_tensor.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -83,7 +84,7 @@ LossReduction loss_reduction(NodeContext& ctx) {
   if (r == "none") return LossReduction::kNone;
   if (r == "sum") return LossReduction::kSum;
   if (r == "mean") return LossReduction::kMean;
-  ctx.fail("attribute 'reduction' is '" + r + "'; valid values: none, sum, mean");
+  ctx.fail("attribute 'reduction' is " + quote(r) + "; valid values: none, sum, mean");
 }
 
 // Checks what the model records of the ranks: x [N,C,d..] (rank >= 2), target [N,d..], weight [C].
@@ -91,17 +92,17 @@ void check_loss_ranks(NodeContext& ctx) {
   const auto x = ctx.input_dims(0);
   const auto target = ctx.input_dims(1);
   if (x && x->rank() < 2) {
-    ctx.fail("input '" + ctx.input_name(0) + "' has dims " + x->to_string() +
+    ctx.fail("input " + quote(ctx.input_name(0)) + " has dims " + x->to_string() +
              "; it must be [N, C, d1..dk] (rank >= 2)");
   }
   if (x && target && target->rank() != x->rank() - 1) {
-    ctx.fail("target '" + ctx.input_name(1) + "' has dims " + target->to_string() + " but input '" + ctx.input_name(0) +
+    ctx.fail("target " + quote(ctx.input_name(1)) + " has dims " + target->to_string() + " but input '" + ctx.input_name(0) +
              "' has dims " + x->to_string() + "; the target must be [N, d1..dk] (rank one less)");
   }
   if (ctx.has_input(2)) {
     const auto weight = ctx.input_dims(2);
     if (weight && weight->rank() != 1) {
-      ctx.fail("weight '" + ctx.input_name(2) + "' has dims " + weight->to_string() + "; it must be 1-D [C]");
+      ctx.fail("weight " + quote(ctx.input_name(2)) + " has dims " + weight->to_string() + "; it must be 1-D [C]");
     }
   }
 }

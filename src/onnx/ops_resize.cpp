@@ -4,6 +4,7 @@
 // is how they are mapped. The roi input only matters for tf_crop_and_resize, which is not
 // supported, so it is dropped.
 #include "src/onnx/onnx_import_context.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -11,7 +12,7 @@ namespace {
 std::string interpolation_mode(NodeContext& ctx) {
   std::string mode = ctx.attr_string("mode", "nearest");
   if (mode == "bilinear" || mode == "trilinear") mode = "linear";  // spellings of old exporters
-  if (mode != "nearest" && mode != "linear" && (mode != "cubic" || ctx.opset() < 11)) ctx.fail("unknown mode '" + mode + "'");
+  if (mode != "nearest" && mode != "linear" && (mode != "cubic" || ctx.opset() < 11)) ctx.fail("unknown mode " + quote(mode));
   return mode;
 }
 
@@ -47,16 +48,16 @@ void import_resize(NodeContext& ctx) {
   if (ctm == "tf_crop_and_resize") ctx.unsupported("coordinate_transformation_mode 'tf_crop_and_resize' (roi)");
   if (ctm != "half_pixel" && ctm != "pytorch_half_pixel" && ctm != "align_corners" && ctm != "asymmetric" &&
       ctm != "tf_half_pixel_for_nn" && ctm != "half_pixel_symmetric") {
-    ctx.fail("unknown coordinate_transformation_mode '" + ctm + "'");
+    ctx.fail("unknown coordinate_transformation_mode " + quote(ctm));
   }
   if (ctx.attr_int("antialias", 0) != 0) ctx.unsupported("antialias=1");
   if (ctx.has_attr("axes")) ctx.unsupported("the 'axes' attribute (opset 18)");
   const std::string policy = ctx.attr_string("keep_aspect_ratio_policy", "stretch");
-  if (policy != "stretch") ctx.unsupported("keep_aspect_ratio_policy '" + policy + "'");
+  if (policy != "stretch") ctx.unsupported("keep_aspect_ratio_policy " + quote(policy));
   const std::string nearest_mode = ctx.attr_string("nearest_mode", "round_prefer_floor");
   if (nearest_mode != "round_prefer_floor" && nearest_mode != "round_prefer_ceil" && nearest_mode != "floor" &&
       nearest_mode != "ceil") {
-    ctx.fail("unknown nearest_mode '" + nearest_mode + "'");
+    ctx.fail("unknown nearest_mode " + quote(nearest_mode));
   }
   Attributes a;
   a.set("mode", interpolation_mode(ctx));

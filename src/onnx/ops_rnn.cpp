@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "src/onnx/onnx_import_context.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -87,7 +88,7 @@ void import_recurrent(NodeContext& ctx) {
     for (const auto& a : kActivations) {
       if (lower == a.onnx_lower) info = &a;
     }
-    if (!info) ctx.unsupported("activation '" + name + "' in " + ctx.op_type());
+    if (!info) ctx.unsupported("activation " + quote(name) + " in " + ctx.op_type());
     kiln_names.emplace_back(info->kiln);
     alpha.push_back(info->uses_alpha && next_alpha < alphas.size() ? alphas[next_alpha++] : info->alpha);
     beta.push_back(info->uses_beta && next_beta < betas.size() ? betas[next_beta++] : info->beta);

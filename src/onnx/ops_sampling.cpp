@@ -7,6 +7,7 @@
 #include <string>
 
 #include "src/onnx/onnx_import_context.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -17,7 +18,7 @@ void import_grid_sample(NodeContext& ctx) {
   std::string mode = ctx.attr_string("mode", ctx.opset() < 20 ? "bilinear" : "linear");
   if (mode == "bilinear") mode = "linear";
   if (mode == "bicubic") mode = "cubic";
-  if (mode != "linear" && mode != "nearest" && mode != "cubic") ctx.fail("unknown mode '" + mode + "'");
+  if (mode != "linear" && mode != "nearest" && mode != "cubic") ctx.fail("unknown mode " + quote(mode));
   if (ctx.opset() < 20) {
     const auto dims = ctx.input_dims(0);
     if (dims && dims->rank() != 4) ctx.fail("GridSample-" + std::to_string(ctx.opset()) + " takes 4-D input, got " + dims->to_string());

@@ -12,6 +12,7 @@
 
 #include "src/ir/shape_inference.h"
 #include "src/onnx/onnx_import_context.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -34,9 +35,9 @@ const Elements& input_sequence(NodeContext& ctx, int i) {
   auto it = state.sequences.find(name);
   if (it != state.sequences.end()) return it->second.elements;
   if (state.tensors.count(name) || state.constants.count(name)) {
-    ctx.fail("input '" + name + "' is a tensor, but this op reads a sequence");
+    ctx.fail("input " + quote(name) + " is a tensor, but this op reads a sequence");
   }
-  ctx.fail("input '" + name + "' is not produced by any earlier node (is the graph topologically sorted?)");
+  ctx.fail("input " + quote(name) + " is not produced by any earlier node (is the graph topologically sorted?)");
 }
 
 void set_output_sequence(NodeContext& ctx, Elements elements) {
@@ -44,7 +45,7 @@ void set_output_sequence(NodeContext& ctx, Elements elements) {
   const std::string& name = ctx.output_name(0);
   OnnxImportState& state = ctx.state();
   if (state.tensors.count(name) || state.constants.count(name) || state.sequences.count(name)) {
-    ctx.fail("output '" + name + "' is already defined by an earlier node, initializer or graph input");
+    ctx.fail("output " + quote(name) + " is already defined by an earlier node, initializer or graph input");
   }
   state.sequences[name] = {std::move(elements), ctx.name(), ctx.op_type()};
 }
@@ -66,7 +67,7 @@ Tensor* element_tensor(NodeContext& ctx, const SequenceElement& e) {
 int64_t position_input(NodeContext& ctx, int i, int64_t n, bool inserting) {
   const HostTensor& value = ctx.constant_input(i, "position");
   if (value.count() != 1 || (value.type() != DataType::kInt32 && value.type() != DataType::kInt64)) {
-    ctx.fail("input '" + ctx.input_name(i) + "' (position) must be one int32 or int64 value, got " +
+    ctx.fail("input " + quote(ctx.input_name(i)) + " (position) must be one int32 or int64 value, got " +
              to_string(value.type()) + " " + value.dims().to_string());
   }
   const int64_t p = value.to_int64()[0];
@@ -130,7 +131,7 @@ void import_sequence_length(NodeContext& ctx) {
 std::optional<int64_t> static_extent(NodeContext& ctx, int64_t axis) {
   auto extent_in = [&](const Dims& d) -> std::optional<int64_t> {
     if (axis < -d.rank() || axis >= d.rank()) {
-      ctx.fail("axis " + str(axis) + " is out of range for input '" + ctx.input_name(0) + "' of dims " + d.to_string());
+      ctx.fail("axis " + str(axis) + " is out of range for input " + quote(ctx.input_name(0)) + " of dims " + d.to_string());
     }
     const int64_t e = d[static_cast<int>(axis < 0 ? axis + d.rank() : axis)];
     return e == kDynamic ? std::nullopt : std::optional<int64_t>(e);
@@ -178,7 +179,7 @@ void import_split_to_sequence(NodeContext& ctx) {
     squeeze = ctx.attr_int("keepdims", 1) == 0;
   } else if (const HostTensor* split = ctx.constant(1)) {
     if (split->type() != DataType::kInt32 && split->type() != DataType::kInt64) {
-      ctx.fail("input '" + ctx.input_name(1) + "' (split) must be int32 or int64, got " + to_string(split->type()));
+      ctx.fail("input " + quote(ctx.input_name(1)) + " (split) must be int32 or int64, got " + to_string(split->type()));
     }
     const std::vector<int64_t> values = split->to_int64();
     if (split->dims().rank() == 0) {
@@ -200,7 +201,7 @@ void import_split_to_sequence(NodeContext& ctx) {
                  "' has extent " + str(*extent));
       }
     } else {
-      ctx.fail("input '" + ctx.input_name(1) + "' (split) must be a scalar or 1-D, got dims " + split->dims().to_string());
+      ctx.fail("input " + quote(ctx.input_name(1)) + " (split) must be a scalar or 1-D, got dims " + split->dims().to_string());
     }
   } else {
     // The element count must be known now; a 1-D split of recorded length keeps its values dynamic.
@@ -241,7 +242,7 @@ void import_concat_from_sequence(NodeContext& ctx) {
   const int64_t axis = ctx.attr_int("axis", 0);
   const int64_t new_axis = ctx.attr_int("new_axis", 0);
   if (new_axis != 0 && new_axis != 1) ctx.fail("attribute 'new_axis' must be 0 or 1, got " + str(new_axis));
-  if (elements.empty()) ctx.fail("the sequence '" + ctx.input_name(0) + "' is empty; there is nothing to concatenate");
+  if (elements.empty()) ctx.fail("the sequence " + quote(ctx.input_name(0)) + " is empty; there is nothing to concatenate");
   std::vector<Tensor*> inputs;
   for (size_t k = 0; k < elements.size(); ++k) {
     Tensor* t = element_tensor(ctx, elements[k]);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "src/onnx/onnx_import_context.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -160,7 +161,7 @@ KILN_REGISTER_ONNX_IMPORTER("Tile", import_tile, {.min_opset = 6, .types = kAllT
 void import_pad(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "data");
   const std::string mode = ctx.attr_string("mode", "constant");
-  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") ctx.unsupported("mode '" + mode + "'");
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") ctx.unsupported("mode " + quote(mode));
   Attributes a;
   a.set("mode", mode);
   Tensor* pads = nullptr;
@@ -174,7 +175,7 @@ void import_pad(NodeContext& ctx) {
     const auto axes = ctx.constant_input(3, "axes").to_int64();
     const auto partial = ctx.constant_input(1, "pads (with axes)").to_int64();
     const auto dims = ctx.input_dims(0);
-    if (!dims) ctx.fail("the 'axes' input needs the rank of input '" + ctx.input_name(0) + "', which the model does not record");
+    if (!dims) ctx.fail("the 'axes' input needs the rank of input " + quote(ctx.input_name(0)) + ", which the model does not record");
     const int rank = dims->rank();
     if (partial.size() != 2 * axes.size()) ctx.fail("'pads' must have twice as many values as 'axes'");
     std::vector<int64_t> full(2 * static_cast<size_t>(rank), 0);

@@ -7,6 +7,7 @@
 
 #include "src/ir/string_locale.h"
 #include "src/onnx/onnx_import_context.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -15,13 +16,13 @@ void import_string_normalizer(NodeContext& ctx) {
   Attributes a;
   const std::string action = ctx.attr_string("case_change_action", "NONE");
   if (action != "NONE" && action != "LOWER" && action != "UPPER") {
-    ctx.fail("attribute 'case_change_action' is '" + action + "'; valid values: NONE, LOWER, UPPER");
+    ctx.fail("attribute 'case_change_action' is " + quote(action) + "; valid values: NONE, LOWER, UPPER");
   }
   a.set("case_change_action", action);
   a.set("is_case_sensitive", int64_t{ctx.attr_int("is_case_sensitive", 0) != 0 ? 1 : 0});
   const std::string locale = ctx.attr_string("locale", "");
   const std::string why = string_locale_problem(locale);
-  if (!why.empty()) ctx.unsupported("attribute 'locale' '" + locale + "': " + why);
+  if (!why.empty()) ctx.unsupported("attribute 'locale' " + quote(locale) + ": " + why);
   a.set("locale", locale);
   std::vector<std::string> stopwords;
   if (const onnx::AttributeProto* attr = ctx.find_attr("stopwords")) {

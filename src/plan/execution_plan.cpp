@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "src/plan/memory_planner.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -75,7 +76,7 @@ struct ElisionState {
   std::unordered_set<const Tensor*> group_outputs;             // outputs of elided concatenations
 };
 
-std::string quoted(const Tensor* t) { return "'" + t->name() + "'"; }
+std::string quoted(const Tensor* t) { return quote(t->name()); }
 
 // The axes of a tensor in memory order, outermost first (channels-last stores dim 1 innermost).
 std::vector<int> memory_order(int rank, TensorFormat format) {
@@ -171,7 +172,22 @@ std::string alias_blocker(const Layer& l, size_t s, const Tensor* in, const Tens
 
 }  // namespace
 
-uint64_t tensor_bytes(const TensorState& st) { return static_cast<uint64_t>(st.dims.volume()) * data_type_size(st.type); }
+uint64_t tensor_bytes(const TensorState& st) { return tensor_byte_size(st.type, st.dims); }
+
+std::string describe_plan_memory(const ActivationPlan& plan, const std::string& what) {
+  const Tensor* largest = nullptr;
+  uint64_t largest_bytes = 0;
+  for (const auto& [t, bytes] : plan.bytes) {
+    if (!largest || bytes > largest_bytes || (bytes == largest_bytes && t->name() < largest->name())) {
+      largest = t;
+      largest_bytes = bytes;
+    }
+  }
+  if (!largest) return what;
+  return what + " (" + std::to_string(plan.peak) + " bytes; largest tensor " + quote(largest->name()) +
+         (largest->producer() ? ", output of layer " + quote(largest->producer()->name()) : std::string()) + ": " +
+         std::to_string(largest_bytes) + " bytes)";
+}
 
 ActivationPlan plan_activations(const Network& network, const std::vector<Layer*>& steps, const TensorStates& states,
                                 const ActivationPlanOptions& options,

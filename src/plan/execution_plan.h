@@ -71,6 +71,11 @@ struct ActivationPlan {
   std::vector<InPlaceDecision> in_place;
 };
 
+// "optimization profile 0 (largest tensor 'y', output of layer 'expand': 4398046511104 bytes)"
+// style text for messages about the plan's memory (out of memory): `what` and the tensor that
+// needs the most.
+std::string describe_plan_memory(const ActivationPlan& plan, const std::string& what);
+
 // Layers in execution order, excluding Constant layers (their outputs are weights).
 std::vector<Layer*> execution_steps(const Network& network);
 

@@ -7,6 +7,7 @@
 
 #include "kiln/error.h"
 #include "src/plan/execution_plan.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -96,7 +97,7 @@ void configure_kernel_for_profile(Kernel& kernel, const Layer& layer, const Prof
   try {
     kernel.configure_profile(layer, in, out);
   } catch (const std::exception& e) {
-    throw Error("layer '" + layer.name() + "' (" + layer.type() + "): configuring its kernel for the optimization "
+    throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): configuring its kernel for the optimization "
                 "profile failed: " + e.what());
   }
 }

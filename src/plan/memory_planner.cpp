@@ -7,24 +7,82 @@
 #include "src/plan/memory_planner.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "kiln/error.h"
+#include "src/core/checked_math.h"
 
 namespace kiln {
 namespace {
 
-uint64_t align_up(uint64_t value, uint64_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
-
-bool lifetimes_overlap(const BufferRequest& a, const BufferRequest& b) {
-  return a.first_use <= b.last_use && b.first_use <= a.last_use;
+uint64_t align_up(uint64_t value, uint64_t alignment, size_t index) {
+  uint64_t r = 0;
+  if (__builtin_add_overflow(value, alignment - 1, &r)) {
+    throw Error("memory planner: buffer " + std::to_string(index) + " of " + std::to_string(value) +
+                " bytes overflows 64-bit sizes when aligned");
+  }
+  return r / alignment * alignment;
 }
 
 struct Placed {
   uint64_t offset;
   uint64_t end;  // offset + aligned size
+};
+
+// The placed buffers whose lifetimes overlap a query lifetime [f, l], found without scanning
+// every placed buffer (which made planning quadratic in the number of layers): those alive at
+// step f come from a segment tree over the steps (each lifetime stored at O(log steps) nodes),
+// those that start inside (f, l] from a map by first step. Cost per query: O(log steps + the
+// number of overlapping buffers).
+class LifetimeIndex {
+ public:
+  LifetimeIndex(int first_step, int last_step)
+      : base_(first_step), steps_(static_cast<size_t>(last_step - first_step) + 1), nodes_(4 * steps_) {}
+
+  void insert(size_t id, int first, int last) {
+    insert(1, 0, steps_ - 1, pos(first), pos(last), id);
+    by_start_.emplace(first, id);
+  }
+
+  // Appends the ids overlapping [first, last] to `out` (each once).
+  void query(int first, int last, std::vector<size_t>& out) const {
+    const size_t f = pos(first);
+    size_t node = 1, lo = 0, hi = steps_ - 1;
+    for (;;) {
+      out.insert(out.end(), nodes_[node].begin(), nodes_[node].end());
+      if (lo == hi) break;
+      const size_t mid = lo + (hi - lo) / 2;
+      if (f <= mid) {
+        node = 2 * node;
+        hi = mid;
+      } else {
+        node = 2 * node + 1;
+        lo = mid + 1;
+      }
+    }
+    for (auto it = by_start_.upper_bound(first); it != by_start_.end() && it->first <= last; ++it) {
+      out.push_back(it->second);
+    }
+  }
+
+ private:
+  size_t pos(int step) const { return static_cast<size_t>(step - base_); }
+  void insert(size_t node, size_t lo, size_t hi, size_t a, size_t b, size_t id) {
+    if (b < lo || hi < a) return;
+    if (a <= lo && hi <= b) {
+      nodes_[node].push_back(id);
+      return;
+    }
+    const size_t mid = lo + (hi - lo) / 2;
+    insert(2 * node, lo, mid, a, b, id);
+    insert(2 * node + 1, mid + 1, hi, a, b, id);
+  }
+
+  int base_;
+  size_t steps_;
+  std::vector<std::vector<size_t>> nodes_;
+  std::multimap<int, size_t> by_start_;
 };
 
 }  // namespace
@@ -37,15 +95,19 @@ MemoryPlan plan_memory(const std::vector<BufferRequest>& requests, uint64_t alig
   const size_t n = requests.size();
   MemoryPlan plan;
   plan.offsets.assign(n, 0);
+  if (n == 0) return plan;
   std::vector<uint64_t> sizes(n);
+  int first_step = requests[0].first_use, last_step = requests[0].last_use;
   for (size_t i = 0; i < n; ++i) {
     const BufferRequest& r = requests[i];
     if (r.last_use < r.first_use) {
       throw Error("memory planner: buffer " + std::to_string(i) + " is read (step " + std::to_string(r.last_use) +
                   ") before it is written (step " + std::to_string(r.first_use) + ")");
     }
-    sizes[i] = align_up(r.size, alignment);
-    plan.naive += sizes[i];
+    sizes[i] = align_up(r.size, alignment, i);
+    plan.naive = checked_add_bytes(plan.naive, sizes[i], "memory planner: the sum of the activation sizes");
+    first_step = std::min(first_step, r.first_use);
+    last_step = std::max(last_step, r.last_use);
   }
 
   std::vector<size_t> order(n);
@@ -56,8 +118,8 @@ MemoryPlan plan_memory(const std::vector<BufferRequest>& requests, uint64_t alig
     return a < b;
   });
 
-  std::vector<size_t> placed;  // request indices already given an offset
-  placed.reserve(n);
+  LifetimeIndex placed(first_step, last_step);  // request indices already given an offset
+  std::vector<size_t> overlapping;
   std::vector<Placed> live;
   for (size_t idx : order) {
     const uint64_t size = sizes[idx];
@@ -66,10 +128,10 @@ MemoryPlan plan_memory(const std::vector<BufferRequest>& requests, uint64_t alig
       continue;
     }
     // The placed buffers that are alive at the same time, by offset.
+    overlapping.clear();
+    placed.query(requests[idx].first_use, requests[idx].last_use, overlapping);
     live.clear();
-    for (size_t p : placed) {
-      if (lifetimes_overlap(requests[idx], requests[p])) live.push_back({plan.offsets[p], plan.offsets[p] + sizes[p]});
-    }
+    for (size_t p : overlapping) live.push_back({plan.offsets[p], plan.offsets[p] + sizes[p]});
     std::sort(live.begin(), live.end(), [](const Placed& a, const Placed& b) {
       return a.offset != b.offset ? a.offset < b.offset : a.end < b.end;
     });
@@ -90,8 +152,8 @@ MemoryPlan plan_memory(const std::vector<BufferRequest>& requests, uint64_t alig
       cursor = std::max(cursor, b.end);
     }
     plan.offsets[idx] = found ? best_offset : cursor;
-    plan.peak = std::max(plan.peak, plan.offsets[idx] + size);
-    placed.push_back(idx);
+    plan.peak = std::max(plan.peak, checked_add_bytes(plan.offsets[idx], size, "memory planner: the arena size"));
+    placed.insert(idx, requests[idx].first_use, requests[idx].last_use);
   }
   return plan;
 }

@@ -8,6 +8,7 @@
 #include "kiln/error.h"
 #include "kiln/logger.h"
 #include "src/plan/kernel_config.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -22,7 +23,7 @@ void log_concat_elision(const ShapePlan& plan, const std::vector<Layer*>& steps)
   os << " (" << plan.memory.peak << " bytes" << (plan.uses_profile_plan ? ", the profile plan" : "") << "): ";
   std::string elided, kept;
   for (const ConcatDecision& d : plan.memory.concats) {
-    const std::string name = "'" + steps[static_cast<size_t>(d.step)]->name() + "'";
+    const std::string name = quote(steps[static_cast<size_t>(d.step)]->name());
     if (d.elided) {
       elided += (elided.empty() ? "" : ", ") + name;
     } else {
@@ -60,7 +61,7 @@ bool fits(const ActivationPlan& plan, const TensorStates& states, std::string* f
     auto b = plan.bytes.find(t);
     if (b == plan.bytes.end() || need > b->second) {
       if (first_misfit) {
-        *first_misfit = "tensor '" + t->name() + "' needs " + std::to_string(need) + " bytes for dims " +
+        *first_misfit = "tensor " + quote(t->name()) + " needs " + std::to_string(need) + " bytes for dims " +
                         it->second.dims.to_string() + ", the profile plan reserves " +
                         std::to_string(b == plan.bytes.end() ? 0 : b->second);
       }
@@ -93,7 +94,7 @@ TensorLocation locate(const PlanEnvironment& env, const ShapePlan& plan,
     return loc;
   }
   auto o = plan.memory.offsets.find(t);
-  if (o == plan.memory.offsets.end()) throw Error("internal: tensor '" + t->name() + "' has no memory assigned");
+  if (o == plan.memory.offsets.end()) throw Error("internal: tensor " + quote(t->name()) + " has no memory assigned");
   loc.kind = TensorLocation::Kind::kArena;
   loc.offset = o->second;
   return loc;
@@ -139,7 +140,7 @@ void prepare_steps(const PlanEnvironment& env, ShapePlan& plan, size_t first, co
     } catch (const std::exception& ex) {
       const std::string msg = ex.what();
       if (msg.rfind("layer '", 0) == 0) throw Error(msg);
-      throw Error("layer '" + l.name() + "' (" + l.type() + "): preparing its kernel for input shapes failed: " + msg);
+      throw Error("layer " + quote(l.name()) + " (" + l.type() + "): preparing its kernel for input shapes failed: " + msg);
     }
     plan.workspace_bytes = std::max(plan.workspace_bytes, kernel->workspace_size());
     plan.reports_errors[s] = kernel->reports_device_errors();
@@ -357,7 +358,7 @@ void retarget_plan(const PlanEnvironment& env, ShapePlan& plan, size_t after,
                                                       : (plan.memory.bytes.count(t) ? plan.memory.bytes.at(t) : 0);
       if (need <= planned) continue;
       if (t->is_network_output()) {
-        throw Error("output '" + t->name() + "' needs " + std::to_string(need) + " bytes for dims " +
+        throw Error("output " + quote(t->name()) + " needs " + std::to_string(need) + " bytes for dims " +
                     plan.states.at(t).dims.to_string() + " after layer '" + steps[after]->name() +
                     "' wrote its data-dependent size, more than the " + std::to_string(planned) +
                     " bytes of its upper bound " + plan.base_states.at(t).dims.to_string() +

@@ -17,6 +17,7 @@
 
 #include "kiln/error.h"
 #include "src/plugins/plugin_check_runner.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -236,11 +237,11 @@ bool Checker::setup() {
   }
   Plugin& p = *main_.plugin;
   std::string identity;
-  if (p.type() != creator_.name()) identity += "type() is '" + p.type() + "' but the creator is '" + creator_.name() + "'; ";
+  if (p.type() != creator_.name()) identity += "type() is " + quote(p.type()) + " but the creator is " + quote(creator_.name()) + "; ";
   if (p.version() != creator_.version())
-    identity += "version() is '" + p.version() + "' but the creator's is '" + creator_.version() + "'; ";
+    identity += "version() is " + quote(p.version()) + " but the creator's is " + quote(creator_.version()) + "; ";
   if (p.plugin_namespace() != creator_.plugin_namespace())
-    identity += "plugin_namespace() is '" + p.plugin_namespace() + "' but the creator's is '" + creator_.plugin_namespace() + "'; ";
+    identity += "plugin_namespace() is " + quote(p.plugin_namespace()) + " but the creator's is " + quote(creator_.plugin_namespace()) + "; ";
   num_outputs_ = p.num_outputs();
   if (num_outputs_ < 1) identity += "num_outputs() is " + std::to_string(num_outputs_) + "; ";
   if (!identity.empty()) {
@@ -822,7 +823,8 @@ void Checker::report_aggregates() {
 }
 
 PluginCheckReport Checker::run() {
-  report_.plugin = "'" + creator_.name() + "' version '" + creator_.version() + "' namespace '" + creator_.plugin_namespace() + "'";
+  report_.plugin = quote(creator_.name()) + " version " + quote(creator_.version()) + " namespace " +
+                   quote(creator_.plugin_namespace());
   report_.library = PluginRegistry::instance().library_of(creator_.name(), creator_.version(), creator_.plugin_namespace());
   report_.device = options_.device;
   if (!setup()) return report_;
@@ -863,9 +865,9 @@ PluginCheckReport check_plugin(const PluginCheckOptions& options) {
   if (creator == nullptr) {
     std::string known;
     for (const PluginInfo& p : PluginRegistry::instance().list()) {
-      if (p.name == options.name) known += " '" + p.version + "'/'" + p.plugin_namespace + "'";
+      if (p.name == options.name) known += " " + quote(p.version) + "/" + quote(p.plugin_namespace);
     }
-    throw Error("plugin '" + options.name + "' version '" + options.version + "' namespace '" + options.plugin_namespace +
+    throw Error("plugin " + quote(options.name) + " version " + quote(options.version) + " namespace '" + options.plugin_namespace +
                 "' is not registered" +
                 (known.empty() ? std::string("; load its library with --plugins LIB.so (see `kiln plugin list`)")
                                : "; registered versions/namespaces:" + known));

@@ -10,6 +10,7 @@
 
 #include "kiln/error.h"
 #include "src/plugins/plugin_check.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -58,7 +59,7 @@ double parse_number(const std::string& text, const std::string& field) {
     if (used == text.size()) return v;
   } catch (const std::exception&) {
   }
-  throw Error("--fields: field '" + field + "' needs numbers, got '" + text + "'");
+  throw Error("--fields: field " + quote(field) + " needs numbers, got " + quote(text));
 }
 
 }  // namespace
@@ -94,7 +95,7 @@ PluginFieldCollection parse_plugin_fields(const std::string& text, const PluginC
     } else if (!items.empty()) {
       items.back().second += "," + piece;
     } else {
-      throw Error("--fields: expected NAME=VALUE, got '" + piece + "'");
+      throw Error("--fields: expected NAME=VALUE, got " + quote(piece));
     }
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -106,7 +107,7 @@ PluginFieldCollection parse_plugin_fields(const std::string& text, const PluginC
     if (spec == schema.end()) {
       std::string names;
       for (const auto& s : schema) names += (names.empty() ? "" : ", ") + s.name;
-      throw Error("--fields: plugin '" + creator.name() + "' has no field '" + name + "' (its fields: " +
+      throw Error("--fields: plugin " + quote(creator.name()) + " has no field " + quote(name) + " (its fields: " +
                   (names.empty() ? "none" : names) + ")");
     }
     std::vector<double> numbers;
@@ -127,7 +128,7 @@ PluginFieldCollection parse_plugin_fields(const std::string& text, const PluginC
       case PluginFieldType::kInt64: {
         std::vector<int64_t> ints;
         for (const double d : numbers) {
-          if (d != std::floor(d)) throw Error("--fields: field '" + name + "' needs integers, got " + value);
+          if (d != std::floor(d)) throw Error("--fields: field " + quote(name) + " needs integers, got " + value);
           ints.push_back(static_cast<int64_t>(d));
         }
         f = spec->type == PluginFieldType::kInt64 ? PluginField::int64(name, ints)
@@ -136,7 +137,7 @@ PluginFieldCollection parse_plugin_fields(const std::string& text, const PluginC
       }
       case PluginFieldType::kString: f = PluginField::string(name, value); break;
       case PluginFieldType::kTensor:
-        throw Error("--fields: field '" + name + "' is a tensor; tensor fields cannot be given on the command line");
+        throw Error("--fields: field " + quote(name) + " is a tensor; tensor fields cannot be given on the command line");
     }
     fields.add(std::move(f));
   }
@@ -145,7 +146,7 @@ PluginFieldCollection parse_plugin_fields(const std::string& text, const PluginC
 
 void print_plugin_check_report(const PluginCheckReport& report, std::ostream& out) {
   out << "plugin " << report.plugin << " from "
-      << (report.library.empty() ? "this program (built in or linked in)" : "'" + report.library + "'")
+      << (report.library.empty() ? "this program (built in or linked in)" : quote(report.library))
       << ", checked on " << to_string(report.device) << "\n";
   out << "fields: " << (report.fields.empty() ? "(none)" : report.fields) << "; inputs: " << report.num_inputs
       << ", outputs: " << report.num_outputs << "\n\n";

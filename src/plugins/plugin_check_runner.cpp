@@ -378,7 +378,7 @@ RunResult run_plugin(Plugin& plugin, CheckDevice& device, const RunSpec& spec) {
     ins.back()->fill(in_bytes.back(), spec.poison);
   }
   for (size_t o = 0; o < nout; ++o) {
-    const size_t b = static_cast<size_t>(spec.out_dims[o].volume()) * data_type_size(spec.combo[nin + o].type);
+    const size_t b = static_cast<size_t>(tensor_byte_size(spec.combo[nin + o].type, spec.out_dims[o]));
     largest = std::max(largest, b);
     outs.push_back(std::make_unique<Fenced>(device, kLeadGuard, b, 8 * b + kLeadGuard));
     outs.back()->fill({}, spec.poison);

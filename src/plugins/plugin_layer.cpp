@@ -21,6 +21,7 @@
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/plugin_hooks.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -29,7 +30,7 @@ namespace {
 constexpr const char* kFieldPrefix = "field.";
 
 std::string plugin_label(const Layer& layer) {
-  return "plugin layer '" + layer.name() + "' (" + layer.attrs().get_string("plugin_name") + ")";
+  return "plugin layer " + quote(layer.name()) + " (" + layer.attrs().get_string("plugin_name") + ")";
 }
 
 void store_fields(Attributes& attrs, const PluginFieldCollection& fields) {
@@ -89,7 +90,7 @@ void store_aliases(Attributes& attrs, const Plugin& plugin, int num_outputs, siz
 
 Layer* add_plugin(Network& network, const std::vector<Tensor*>& inputs, const Plugin& plugin, const std::string& name) {
   const int n = plugin.num_outputs();
-  if (n < 1) throw Error("plugin '" + plugin.type() + "' declares " + std::to_string(n) + " outputs; it needs at least one");
+  if (n < 1) throw Error("plugin " + quote(plugin.type()) + " declares " + std::to_string(n) + " outputs; it needs at least one");
   Attributes attrs;
   const auto bytes = plugin.serialize();
   if (!bytes.empty()) {
@@ -111,11 +112,11 @@ Layer* add_plugin_layer(Network& network, const std::vector<Tensor*>& inputs, co
   try {
     plugin = creator.create(layer_name, resolved);
   } catch (const std::exception& e) {
-    throw Error(where + ": plugin '" + creator.name() + "' rejected its fields: " + e.what());
+    throw Error(where + ": plugin " + quote(creator.name()) + " rejected its fields: " + e.what());
   }
-  if (!plugin) throw Error(where + ": plugin creator '" + creator.name() + "' returned no plugin");
+  if (!plugin) throw Error(where + ": plugin creator " + quote(creator.name()) + " returned no plugin");
   const int n = plugin->num_outputs();
-  if (n < 1) throw Error(where + ": plugin '" + creator.name() + "' declares " + std::to_string(n) + " outputs");
+  if (n < 1) throw Error(where + ": plugin " + quote(creator.name()) + " declares " + std::to_string(n) + " outputs");
   Attributes attrs;
   store_fields(attrs, resolved);
   store_aliases(attrs, *plugin, n, inputs.size(), where);
@@ -142,7 +143,7 @@ PluginFieldCollection plugin_fields_of(const Layer& layer, const PluginCreator& 
         const auto d = layer.attrs().get_ints(key);
         for (int64_t x : d) {
           if (x < INT32_MIN || x > INT32_MAX) {
-            throw Error(plugin_label(layer) + ": field '" + spec.name + "' value " + std::to_string(x) + " does not fit int32");
+            throw Error(plugin_label(layer) + ": field " + quote(spec.name) + " value " + std::to_string(x) + " does not fit int32");
           }
           f.i32.push_back(static_cast<int32_t>(x));
         }
@@ -174,8 +175,8 @@ std::unique_ptr<Plugin> plugin_from_layer(const Layer& layer, DeviceType device)
   const PluginCreator* creator = PluginRegistry::instance().find(name, version, ns);
   if (!creator) {
     const std::string lib = layer.attrs().get_string("plugin_library", "");
-    throw Error(plugin_label(layer) + ": plugin '" + name + "' version '" + version + "' namespace '" + ns +
-                "' is not registered" + (lib.empty() ? std::string() : " (it came from library '" + lib + "')") +
+    throw Error(plugin_label(layer) + ": plugin " + quote(name) + " version " + quote(version) + " namespace '" + ns +
+                "' is not registered" + (lib.empty() ? std::string() : " (it came from library " + quote(lib) + ")") +
                 "; load its library first (kiln ... --plugins LIB.so, or kiln::load_plugin_library)");
   }
   std::unique_ptr<Plugin> plugin;
@@ -255,7 +256,7 @@ void load_engine_plugins_from_search_path(const EngineData& data, const std::str
       const std::string candidate = dir + "/" + name;
       if (!file_exists(candidate)) continue;
       load_plugin_library(candidate);
-      log(Severity::kInfo, source + ": loaded plugin library '" + candidate + "' (KILN_PLUGIN_PATH) for plugin '" +
+      log(Severity::kInfo, source + ": loaded plugin library " + quote(candidate) + " (KILN_PLUGIN_PATH) for plugin '" +
                                p.name + "'");
       break;
     }
@@ -267,9 +268,9 @@ void check_engine_plugins(const EngineData& data, const std::string& source) {
   std::vector<std::string> found;
   for (const auto& p : data.plugins) {
     if (PluginRegistry::instance().find(p.name, p.version, p.plugin_namespace)) continue;
-    missing += "\n  - plugin '" + p.name + "' version '" + p.version + "' namespace '" + p.plugin_namespace + "'" +
+    missing += "\n  - plugin " + quote(p.name) + " version " + quote(p.version) + " namespace " + quote(p.plugin_namespace) +
                (p.library.empty() ? std::string(" (built into the kiln that made the engine)")
-                                  : " from library '" + p.library + "'");
+                                  : " from library " + quote(p.library));
     if (p.library.empty()) continue;
     // Where the library may be: next to the engine, on KILN_PLUGIN_PATH.
     const std::string name = library_file_name(p.library);
@@ -315,7 +316,7 @@ struct TempLibrary {
 };
 
 void load_embedded_library(const EngineData::PluginLibrary& lib, const std::string& source) {
-  const std::string where = source + ": embedded plugin library '" + lib.path + "'";
+  const std::string where = source + ": embedded plugin library " + quote(lib.path);
   const char* env = std::getenv("TMPDIR");
   TempLibrary tmp;
   std::string dir = std::string(env && *env ? env : "/tmp") + "/kiln-plugins-XXXXXX";
@@ -326,7 +327,7 @@ void load_embedded_library(const EngineData::PluginLibrary& lib, const std::stri
   tmp.dir = dir;
   std::string file = dir + "/libXXXXXX";
   const int fd = ::mkstemp(file.data());  // mode 0600
-  if (fd < 0) throw Error(where + ": cannot create a temporary file in '" + dir + "' (" + std::strerror(errno) + ")");
+  if (fd < 0) throw Error(where + ": cannot create a temporary file in " + quote(dir) + " (" + std::strerror(errno) + ")");
   tmp.file = file;
   size_t done = 0;
   while (done < lib.bytes.size()) {
@@ -335,17 +336,17 @@ void load_embedded_library(const EngineData::PluginLibrary& lib, const std::stri
     if (n <= 0) {
       const std::string why = std::strerror(errno);
       ::close(fd);
-      throw Error(where + ": cannot write '" + file + "' (" + why + ")");
+      throw Error(where + ": cannot write " + quote(file) + " (" + why + ")");
     }
     done += static_cast<size_t>(n);
   }
-  if (::close(fd) != 0) throw Error(where + ": cannot write '" + file + "' (" + std::strerror(errno) + ")");
+  if (::close(fd) != 0) throw Error(where + ": cannot write " + quote(file) + " (" + std::strerror(errno) + ")");
   // What the loader will map is what the engine holds.
   std::vector<uint8_t> written;
   const std::string err = read_whole_file(file, written);
   const uint64_t want = engine_checksum(lib.bytes.data(), lib.bytes.size());
   if (!err.empty() || written.size() != lib.bytes.size() || engine_checksum(written.data(), written.size()) != want) {
-    throw Error(where + ": the copy written to '" + file + "' does not match the engine's checksum" +
+    throw Error(where + ": the copy written to " + quote(file) + " does not match the engine's checksum" +
                 (err.empty() ? std::string() : " (" + err + ")"));
   }
   try {
@@ -368,8 +369,8 @@ void load_embedded_plugins(const EngineData& data, const std::string& source, bo
     auto lib = std::find_if(data.plugin_libraries.begin(), data.plugin_libraries.end(),
                             [&](const EngineData::PluginLibrary& l) { return !p.library.empty() && l.path == p.library; });
     if (lib == data.plugin_libraries.end()) continue;  // check_engine_plugins names it
-    missing += "\n  - plugin '" + p.name + "' version '" + p.version + "' namespace '" + p.plugin_namespace +
-               "' from library '" + p.library + "' (embedded in the engine, " + std::to_string(lib->bytes.size()) +
+    missing += "\n  - plugin " + quote(p.name) + " version " + quote(p.version) + " namespace '" + p.plugin_namespace +
+               "' from library " + quote(p.library) + " (embedded in the engine, " + std::to_string(lib->bytes.size()) +
                " bytes)";
     if (std::find(needed.begin(), needed.end(), &*lib) == needed.end()) needed.push_back(&*lib);
   }
@@ -397,7 +398,7 @@ std::vector<EngineData::PluginLibrary> read_plugin_libraries(const std::vector<E
     if (file.empty()) file = p.library;
     const std::string err = read_whole_file(file, lib.bytes);
     if (!err.empty() || lib.bytes.empty()) {
-      throw Error("cannot embed plugin library '" + file + "' (of plugin '" + p.name + "'): " +
+      throw Error("cannot embed plugin library " + quote(file) + " (of plugin " + quote(p.name) + "): " +
                   (err.empty() ? std::string("the file is empty") : err));
     }
     libraries.push_back(std::move(lib));

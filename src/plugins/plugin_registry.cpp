@@ -7,12 +7,15 @@
 #include <climits>
 #include <cstdlib>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
 
 #include "kiln/error.h"
 #include "kiln/logger.h"
 #include "kiln/plugin.h"
+#include "src/core/checked_math.h"
+#include "src/core/text.h"
 
 namespace kiln {
 
@@ -25,6 +28,10 @@ const char* op_symbol(DimOp op) {
 }
 int64_t floor_div(int64_t a, int64_t b) {
   if (b == 0) throw Error("plugin dimension expression divides by zero");
+  // INT64_MIN / -1 traps (SIGFPE).
+  if (a == std::numeric_limits<int64_t>::min() && b == -1) {
+    throw Error("plugin dimension expression overflows 64-bit integers (" + std::to_string(a) + " / -1)");
+  }
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
@@ -70,12 +77,13 @@ int64_t DimExpr::evaluate(const std::vector<Dims>& inputs, const std::vector<int
       return static_cast<size_t>(input_) < sizes.size() ? sizes[static_cast<size_t>(input_)] : value_;
     case Kind::kOp: {
       const int64_t a = a_->evaluate(inputs, sizes, values), b = b_->evaluate(inputs, sizes, values);
+      const std::string what = "plugin dimension expression " + to_string();
       switch (op_) {
-        case DimOp::kSum: return a + b;
-        case DimOp::kSub: return a - b;
-        case DimOp::kProd: return a * b;
+        case DimOp::kSum: return checked_add(a, b, what);
+        case DimOp::kSub: return checked_sub(a, b, what);
+        case DimOp::kProd: return checked_mul(a, b, what);
         case DimOp::kFloorDiv: return floor_div(a, b);
-        case DimOp::kCeilDiv: return -floor_div(-a, b);
+        case DimOp::kCeilDiv: return checked_sub(0, floor_div(checked_sub(0, a, what), b), what);
         case DimOp::kMin: return std::min(a, b);
         case DimOp::kMax: return std::max(a, b);
         case DimOp::kEqual: return a == b;
@@ -272,11 +280,11 @@ namespace {
 const PluginField& typed_field(const PluginFieldCollection& c, const std::string& name,
                                std::initializer_list<PluginFieldType> types, const char* wanted) {
   const PluginField* f = c.find(name);
-  if (!f) throw Error("plugin field '" + name + "' is missing (give the creator resolve_fields()' output, which fills defaults)");
+  if (!f) throw Error("plugin field " + quote(name) + " is missing (give the creator resolve_fields()' output, which fills defaults)");
   if (std::find(types.begin(), types.end(), f->type) == types.end()) {
-    throw Error("plugin field '" + name + "' has type " + to_string(f->type) + ", expected " + wanted);
+    throw Error("plugin field " + quote(name) + " has type " + to_string(f->type) + ", expected " + wanted);
   }
-  if (f->count() < 1) throw Error("plugin field '" + name + "' is empty");
+  if (f->count() < 1) throw Error("plugin field " + quote(name) + " is empty");
   return *f;
 }
 
@@ -294,7 +302,7 @@ double PluginFieldCollection::get_float64(const std::string& name) const {
 int32_t PluginFieldCollection::get_int32(const std::string& name) const {
   const int64_t v = first_int(typed_field(*this, name, {PluginFieldType::kInt32, PluginFieldType::kInt64}, "int32 or int64"));
   if (v < INT32_MIN || v > INT32_MAX) {
-    throw Error("plugin field '" + name + "' value " + std::to_string(v) + " does not fit int32");
+    throw Error("plugin field " + quote(name) + " value " + std::to_string(v) + " does not fit int32");
   }
   return static_cast<int32_t>(v);
 }
@@ -306,7 +314,7 @@ std::string PluginFieldCollection::get_string(const std::string& name) const {
 }
 
 std::unique_ptr<Plugin> PluginCreator::deserialize(const std::string& layer_name, const void*, size_t) const {
-  throw Error("plugin '" + name() + "' (layer '" + layer_name +
+  throw Error("plugin " + quote(name()) + " (layer '" + layer_name +
               "'): the engine holds the plugin's own bytes but its creator does not implement deserialize()");
 }
 
@@ -342,7 +350,7 @@ PluginRegistry& PluginRegistry::instance() {
 
 namespace {
 std::string plugin_id(const std::string& name, const std::string& version, const std::string& ns) {
-  return "'" + name + "' version '" + version + "'" + (ns.empty() ? std::string() : " namespace '" + ns + "'");
+  return "" + quote(name) + " version " + quote(version) + (ns.empty() ? std::string() : " namespace " + quote(ns));
 }
 }  // namespace
 
@@ -424,7 +432,7 @@ PluginField converted_field(const PluginField& f, PluginFieldType to, const std:
     } else {
       for (int64_t x : v) {
         if (x < INT32_MIN || x > INT32_MAX) {
-          throw Error(where + " field '" + f.name + "' is int32; the value " + std::to_string(x) + " does not fit it");
+          throw Error(where + " field " + quote(f.name) + " is int32; the value " + std::to_string(x) + " does not fit it");
         }
         r.i32.push_back(static_cast<int32_t>(x));
       }
@@ -439,7 +447,7 @@ PluginField converted_field(const PluginField& f, PluginFieldType to, const std:
     }
     return r;
   }
-  throw Error(where + " field '" + f.name + "' has type " + to_string(f.type) + ", expected " + to_string(to));
+  throw Error(where + " field " + quote(f.name) + " has type " + to_string(f.type) + ", expected " + to_string(to));
 }
 
 }  // namespace
@@ -453,7 +461,7 @@ PluginFieldCollection PluginRegistry::resolve_fields(const PluginCreator& creato
     if (!known) {
       std::string names;
       for (const auto& s : schema) names += (names.empty() ? "" : ", ") + s.name;
-      throw Error(where + ": plugin '" + creator.name() + "' has no field '" + f.name + "' (its fields: " +
+      throw Error(where + ": plugin " + quote(creator.name()) + " has no field " + quote(f.name) + " (its fields: " +
                   (names.empty() ? "none" : names) + ")");
     }
   }
@@ -461,7 +469,7 @@ PluginFieldCollection PluginRegistry::resolve_fields(const PluginCreator& creato
     const PluginField* f = given.find(spec.name);
     if (!f) {
       if (spec.required) {
-        throw Error(where + ": plugin '" + creator.name() + "' needs field '" + spec.name + "' (" + to_string(spec.type) +
+        throw Error(where + ": plugin " + quote(creator.name()) + " needs field " + quote(spec.name) + " (" + to_string(spec.type) +
                     (spec.description.empty() ? "" : ": " + spec.description) + ")");
       }
       PluginField d = spec.default_value;
@@ -470,9 +478,9 @@ PluginFieldCollection PluginRegistry::resolve_fields(const PluginCreator& creato
       continue;
     }
     PluginField value = *f;
-    if (value.type != spec.type) value = converted_field(value, spec.type, where + ": plugin '" + creator.name() + "'");
+    if (value.type != spec.type) value = converted_field(value, spec.type, where + ": plugin " + quote(creator.name()));
     if (spec.count >= 0 && value.count() != spec.count) {
-      throw Error(where + ": plugin '" + creator.name() + "' field '" + spec.name + "' has " +
+      throw Error(where + ": plugin " + quote(creator.name()) + " field " + quote(spec.name) + " has " +
                   std::to_string(value.count()) + " value(s), expected " + std::to_string(spec.count));
     }
     out.add(std::move(value));
@@ -490,7 +498,7 @@ detail::PluginRegistrar::PluginRegistrar(std::unique_ptr<PluginCreator> creator,
     const std::string msg = "a plugin creator was compiled against kiln's plugin interface version " +
                             std::to_string(interface_version) + ", this kiln has version " +
                             std::to_string(kPluginInterfaceVersion) + " (include/kiln/plugin.h); rebuild " +
-                            (m.loading.empty() ? std::string("it") : "'" + m.loading + "'") + " against this kiln";
+                            (m.loading.empty() ? std::string("it") : quote(m.loading)) + " against this kiln";
     if (!m.loading.empty()) {
       m.load_errors.push_back(msg);
     } else {
@@ -509,7 +517,7 @@ detail::PluginRegistrar::PluginRegistrar(std::unique_ptr<PluginCreator> creator,
 std::vector<std::string> load_plugin_library(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
-    throw Error("plugin library '" + path + "' does not exist (check the --plugins path)");
+    throw Error("plugin library " + quote(path) + " does not exist (check the --plugins path)");
   }
   // One library, whatever path names it (relative, absolute, through a symbolic link).
   std::string canonical = path;
@@ -534,7 +542,7 @@ std::vector<std::string> load_plugin_library(const std::string& path) {
       if (e.library == canonical) names.push_back(e.creator->name() + " v" + e.creator->version());
     }
     m.loaded[canonical] = names;
-    log(Severity::kInfo, "plugin library '" + path + "' is already in this process (linked into the program or opened "
+    log(Severity::kInfo, "plugin library " + quote(path) + " is already in this process (linked into the program or opened "
                          "elsewhere); its plugins registered when it was first loaded");
     return names;
   }
@@ -556,12 +564,12 @@ std::vector<std::string> load_plugin_library(const std::string& path) {
   }
   if (!handle) {
     const char* why = dlerror();
-    throw Error("cannot load plugin library '" + path + "': " + (why ? why : "unknown loader error") +
+    throw Error("cannot load plugin library " + quote(path) + ": " + (why ? why : "unknown loader error") +
                 " (an 'undefined symbol' means the library needs another library loaded first or was built "
                 "against another kiln version)");
   }
   if (!errors.empty()) {
-    std::string msg = "plugin library '" + path + "':";
+    std::string msg = "plugin library " + quote(path) + ":";
     for (const auto& e : errors) msg += " " + e + ";";
     throw Error(msg);
   }

@@ -1,4 +1,5 @@
 // The CPU backend: host memory (64-byte aligned), synchronous copies, no streams.
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -15,9 +16,8 @@ class CpuBackend : public Backend {
   bool available(std::string*) const override { return true; }
   void* allocate(size_t bytes) override {
     count_allocation();
-    const size_t n = (bytes + 255) / 256 * 256;
-    void* p = std::aligned_alloc(256, n ? n : 256);
-    if (!p) throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    void* p = bytes <= SIZE_MAX - 255 ? std::aligned_alloc(256, bytes ? (bytes + 255) / 256 * 256 : 256) : nullptr;
+    if (!p) throw Error("out of memory: cannot allocate " + std::to_string(bytes) + " bytes of host memory");
     return p;
   }
   void release(void* ptr) override { std::free(ptr); }

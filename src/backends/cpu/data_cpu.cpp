@@ -20,6 +20,7 @@
 #include "src/backends/cpu/data_copy.h"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -353,7 +354,7 @@ void gather_execute(const KernelContext& ctx) {
   for (const auto& [name, fn] : kModes) {
     if (name == mode) return fn(ctx, idx);
   }
-  throw Error("Gather: unknown mode '" + mode + "'");
+  throw Error("Gather: unknown mode " + quote(mode));
 }
 
 // ---- Shape / Fill ------------------------------------------------------------------------------

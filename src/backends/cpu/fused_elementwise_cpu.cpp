@@ -13,6 +13,7 @@
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
 #include "src/ir/ops_fused.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -111,12 +112,12 @@ class FusedElementWiseRef : public Kernel {
  public:
   explicit FusedElementWiseRef(const Layer& layer)
       : program_(parse_fused_program(layer.attrs().get_strings("program"), layer.num_inputs(),
-                                     "layer '" + layer.name() + "' (" + kLayerFusedElementWise + ")")) {
+                                     "layer " + quote(layer.name()) + " (" + kLayerFusedElementWise + ")")) {
     for (const FusedInstr& ins : program_.instrs) {
       const bool bad = (ins.code == FusedOpCode::kActivation && (ins.op < 0 || ins.op >= kNumActivations)) ||
                        (ins.code == FusedOpCode::kUnary && (ins.op < 0 || ins.op >= kNumUnary)) ||
                        (ins.code == FusedOpCode::kBinary && (ins.op < 0 || ins.op >= kNumBinary));
-      if (bad) throw Error("layer '" + layer.name() + "' (FusedElementWise): op out of range in program");
+      if (bad) throw Error("layer " + quote(layer.name()) + " (FusedElementWise): op out of range in program");
     }
   }
 

@@ -19,6 +19,7 @@
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -168,7 +169,7 @@ struct ScaleParams {
         {"elementwise", ScaleModeKind::kElementWise}};
     const auto it = kModes.find(attr_string(layer, "mode"));
     if (it == kModes.end()) {
-      throw Error("Scale layer '" + layer.name() + "': unknown mode '" + attr_string(layer, "mode") + "'");
+      throw Error("Scale layer " + quote(layer.name()) + ": unknown mode '" + attr_string(layer, "mode") + "'");
     }
     mode = it->second;
   }

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "kiln/error.h"
+#include "src/core/text.h"
 
 namespace kiln::onednn {
 
@@ -174,7 +175,7 @@ void* workspace_at(const KernelContext& ctx, size_t offset, size_t needed, const
 }
 
 std::string where(const Layer& layer) {
-  return "layer '" + layer.name() + "' (" + layer.type() + ") onednn: ";
+  return "layer " + quote(layer.name()) + " (" + layer.type() + ") onednn: ";
 }
 
 std::string shape_key(const std::vector<TensorDesc>& inputs) {

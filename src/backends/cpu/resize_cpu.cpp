@@ -29,6 +29,7 @@
 #include "src/backends/cpu/data_copy.h"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -80,7 +81,7 @@ Fn find_mode(const std::vector<std::pair<std::string, Fn>>& table, const std::st
   for (const auto& [n, fn] : table) {
     if (n == name) return fn;
   }
-  throw Error(std::string("Resize: unsupported ") + attr + " '" + name + "'");
+  throw Error(std::string("Resize: unsupported ") + attr + " " + quote(name));
 }
 
 struct ResizeAttrs {

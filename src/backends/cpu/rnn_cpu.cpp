@@ -22,6 +22,7 @@
 #include "src/backends/cpu/data_copy.h"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -55,7 +56,7 @@ typename Act<C>::Fn activation_fn(const std::string& name) {
   for (const auto& [n, fn] : kTable) {
     if (name == n) return fn;
   }
-  throw Error("RNN: unknown activation '" + name + "'");
+  throw Error("RNN: unknown activation " + quote(name));
 }
 
 template <typename C>

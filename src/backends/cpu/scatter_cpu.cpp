@@ -13,6 +13,7 @@
 #include "src/backends/cpu/data_copy.h"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -26,7 +27,7 @@ Reduction parse_reduction(const std::string& name) {
   for (const auto& [n, r] : kTable) {
     if (name == n) return r;
   }
-  throw Error("Scatter: unknown reduction '" + name + "'");
+  throw Error("Scatter: unknown reduction " + quote(name));
 }
 
 // One update combined into the current value. half goes through float (its arithmetic is

@@ -12,6 +12,7 @@
 // The fused layer's output takes over the name of the removed layer's output.
 #include "src/builder/passes/pass_utils.h"
 #include "src/builder/passes/passes.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -51,8 +52,8 @@ int fuse_silu(Network& network, PassContext& ctx) {
     editor.remove_layer(mul);
     editor.remove_layer(sigmoid);
     silu->set_name(network.find_layer(mul_name) ? network.unique_name(mul_name) : mul_name);
-    passes::log_change(ctx, "activation_fusion: replaced '" + sigmoid_name + "' * x ('" + mul_name +
-                                "') by silu '" + silu->name() + "'");
+    passes::log_change(ctx, "activation_fusion: replaced " + quote(sigmoid_name) + " * x ('" + mul_name +
+                                "') by silu " + quote(silu->name()));
     ++changes;
   }
   return changes;
@@ -80,7 +81,7 @@ int fuse_residual(Network& network, PassContext& ctx) {
     const std::string sum_name = sum->name();
     editor.take_over(sum->output(0), out);
     editor.remove_layer(sum);
-    passes::log_change(ctx, "activation_fusion: fused residual sum '" + sum_name + "' into '" + conv->name() + "'");
+    passes::log_change(ctx, "activation_fusion: fused residual sum " + quote(sum_name) + " into " + quote(conv->name()));
     ++changes;
   }
   return changes;
@@ -105,7 +106,7 @@ int fuse_post_ops(Network& network, PassContext& ctx) {
     const std::string act_name = act->name();
     editor.take_over(act->output(0), out);
     editor.remove_layer(act);
-    passes::log_change(ctx, "activation_fusion: fused '" + act_name + "' (" + kind + ") into '" + layer->name() + "'");
+    passes::log_change(ctx, "activation_fusion: fused " + quote(act_name) + " (" + kind + ") into " + quote(layer->name()));
     ++changes;
   }
   return changes;

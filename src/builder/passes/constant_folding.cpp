@@ -17,6 +17,7 @@
 #include "src/builder/passes/pass_utils.h"
 #include "src/builder/passes/passes.h"
 #include "src/ir/shape_inference.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -89,13 +90,13 @@ int fold_constant_layers(Network& network, PassContext& ctx) {
     if (!all_constant || present == 0) continue;
     bool foldable = true;  // not too large, and not empty (a Constant cannot hold an empty tensor)
     for (const auto& [type, dims] : infer_layer(*layer, state_ptrs)) {
-      const uint64_t bytes = static_cast<uint64_t>(dims.volume()) * data_type_size(type);
+      const uint64_t bytes = tensor_byte_size(type, dims);
       if (bytes > kMaxFoldBytes || bytes == 0) foldable = false;
     }
     if (!foldable) continue;
     const std::vector<HostTensor> results = evaluate_on_host(*layer, values);
     if (static_cast<int>(results.size()) != layer->num_outputs()) {
-      throw Error("constant folding: evaluating layer '" + layer->name() + "' gave " +
+      throw Error("constant folding: evaluating layer " + quote(layer->name()) + " gave " +
                   std::to_string(results.size()) + " outputs, expected " + std::to_string(layer->num_outputs()));
     }
     const std::string name = layer->name(), type = layer->type();
@@ -103,7 +104,7 @@ int fold_constant_layers(Network& network, PassContext& ctx) {
     const std::vector<Tensor*> inputs = inputs_of(layer);
     editor.remove_layer(layer);
     editor.drop_unused_constants(inputs);
-    passes::log_change(ctx, "constant_folding: folded '" + name + "' (" + type + ") into a constant");
+    passes::log_change(ctx, "constant_folding: folded " + quote(name) + " (" + type + ") into a constant");
     ++changes;
   }
   return changes;
@@ -174,7 +175,7 @@ int fold_known_values(Network& network, PassContext& ctx) {
         if (reaches_output(layer->output(i))) live.insert(layer);
       }
     }
-    passes::log_change(ctx, "constant_folding: replaced " + folded_names + " of '" + name + "' (" + type +
+    passes::log_change(ctx, "constant_folding: replaced " + folded_names + " of " + quote(name) + " (" + type +
                                 ") by a constant (same value at every shape point)");
     ++changes;
   }

@@ -13,6 +13,7 @@
 #include "src/builder/passes/pass_utils.h"
 #include "src/builder/passes/passes.h"
 #include "src/ir/op_schema.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -153,7 +154,7 @@ bool fold_once(passes::GraphEditor& editor, Layer* conv, PassContext& ctx) {
   affine.constants.push_back(old_w_tensor);
   affine.constants.push_back(bias_tensor);
   editor.drop_unused_constants(affine.constants);
-  passes::log_change(ctx, "conv_bn_folding: folded '" + next_name + "' into '" + conv->name() + "'");
+  passes::log_change(ctx, "conv_bn_folding: folded " + quote(next_name) + " into " + quote(conv->name()));
   return true;
 }
 

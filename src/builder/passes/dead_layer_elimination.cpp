@@ -7,6 +7,7 @@
 
 #include "src/builder/passes/pass_utils.h"
 #include "src/builder/passes/passes.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -27,7 +28,7 @@ int bypass_identities(Network& network, PassContext& ctx) {
       network.replace_all_uses(y, x);  // x keeps its own name
     }
     editor.remove_layer(layer);
-    passes::log_change(ctx, "dead_layer_elimination: bypassed identity '" + name + "'");
+    passes::log_change(ctx, "dead_layer_elimination: bypassed identity " + quote(name));
     ++changes;
   }
   return changes;
@@ -42,7 +43,7 @@ int remove_dead_layers(Network& network, PassContext& ctx) {
     if (live.count(*it)) continue;
     const std::string name = (*it)->name(), type = (*it)->type();
     network.remove_layer(*it);
-    passes::log_change(ctx, "dead_layer_elimination: removed '" + name + "' (" + type + ")");
+    passes::log_change(ctx, "dead_layer_elimination: removed " + quote(name) + " (" + type + ")");
     ++changes;
   }
   return changes;

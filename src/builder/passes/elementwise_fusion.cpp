@@ -23,16 +23,25 @@
 // is a tree rooted at the layer whose output leaves it. Groups of one layer are left alone. The
 // group's external tensors (deduplicated, in order of first use) become the new layer's inputs;
 // the new layer's output keeps the root's output name.
+//
+// A group holds at most kMaxGroupLayers layers (long chains become several fused layers, each
+// program of bounded length), and the walk over a group is iterative with set lookups, so a
+// chain of 100,000 activations neither overflows the stack nor costs quadratic time.
 #include <algorithm>
 #include <functional>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "src/builder/passes/pass_utils.h"
 #include "src/builder/passes/passes.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/ops_fused.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
+
+constexpr size_t kMaxGroupLayers = 256;
 
 // A single-element float32 constant's value, or false.
 bool scalar_constant(const Tensor* t, double* value) {
@@ -55,14 +64,22 @@ class ElementWiseFusion {
     }
     passes::GraphEditor editor(network_);
     int changes = 0;
-    for (Layer* root : order) {
-      if (editor.removed(root) || !fusible_[root] || merges_into_consumer(root)) continue;
-      std::vector<Layer*> group;
-      collect(root, group);
-      if (group.size() < 2) continue;
-      std::sort(group.begin(), group.end(), [&](Layer* a, Layer* b) { return position_[a] < position_[b]; });
-      fuse(editor, group, root);
-      ++changes;
+    for (Layer* first_root : order) {
+      if (editor.removed(first_root) || !fusible_[first_root] || merges_into_consumer(first_root)) continue;
+      // A group cut at kMaxGroupLayers leaves producers that merged into it: once it is fused
+      // they feed the fused layer (not fusible here), so each roots a group of its own.
+      std::vector<Layer*> roots{first_root};
+      while (!roots.empty()) {
+        Layer* root = roots.back();
+        roots.pop_back();
+        std::vector<Layer*> group, left_out;
+        collect(root, group, left_out);
+        if (group.size() < 2) continue;
+        std::sort(group.begin(), group.end(), [&](Layer* a, Layer* b) { return position_[a] < position_[b]; });
+        fuse(editor, group, root);
+        ++changes;
+        roots.insert(roots.end(), left_out.begin(), left_out.end());
+      }
     }
     if (changes > 0) network_.sort_topologically();
     return changes;
@@ -113,21 +130,31 @@ class ElementWiseFusion {
   }
   bool merges_into_consumer(const Layer* layer) { return fusible_consumer(layer) != nullptr; }
 
-  // The tree of layers that merge into `layer`, `layer` included.
-  void collect(Layer* layer, std::vector<Layer*>& group) {
-    if (std::find(group.begin(), group.end(), layer) != group.end()) return;
-    group.push_back(layer);
-    for (int i = 0; i < layer->num_inputs(); ++i) {
-      const Tensor* in = layer->input(i);
-      Layer* producer = in ? in->producer() : nullptr;
-      if (producer && fusible_.count(producer) && fusible_consumer(producer) == layer) collect(producer, group);
+  // The tree of layers that merge into `root`, `root` included (depth first, inputs in order),
+  // up to kMaxGroupLayers; the producers that would have come next go to `left_out`.
+  void collect(Layer* root, std::vector<Layer*>& group, std::vector<Layer*>& left_out) {
+    std::unordered_set<const Layer*> seen;
+    std::vector<Layer*> stack{root};
+    while (!stack.empty()) {
+      Layer* layer = stack.back();
+      stack.pop_back();
+      if (!seen.insert(layer).second) continue;
+      if (group.size() == kMaxGroupLayers) {
+        left_out.push_back(layer);
+        continue;
+      }
+      group.push_back(layer);
+      for (int i = layer->num_inputs() - 1; i >= 0; --i) {
+        const Tensor* in = layer->input(i);
+        Layer* producer = in ? in->producer() : nullptr;
+        if (producer && fusible_.count(producer) && fusible_consumer(producer) == layer) stack.push_back(producer);
+      }
     }
   }
 
   void fuse(passes::GraphEditor& editor, const std::vector<Layer*>& group, Layer* root) {
-    auto in_group = [&](const Tensor* t) {
-      return t && t->producer() && std::find(group.begin(), group.end(), t->producer()) != group.end();
-    };
+    const std::unordered_set<const Layer*> members(group.begin(), group.end());
+    auto in_group = [&](const Tensor* t) { return t && t->producer() && members.count(t->producer()); };
     // Operands that are not registers: single-element constants of ElementWise layers (they become
     // `const` instructions; is_fusible guarantees the other operand is full-sized) and the
     // scale/shift/power of Scale layers (numbers in the `scale` instruction).
@@ -145,15 +172,14 @@ class ElementWiseFusion {
         if (std::find(inputs.begin(), inputs.end(), t) == inputs.end()) inputs.push_back(t);
       }
     }
-    std::vector<std::pair<const Tensor*, int>> reg_of;  // tensor -> register
-    for (size_t i = 0; i < inputs.size(); ++i) reg_of.emplace_back(inputs[i], static_cast<int>(i));
+    std::unordered_map<const Tensor*, int> reg_of;  // tensor -> register
+    for (size_t i = 0; i < inputs.size(); ++i) reg_of.emplace(inputs[i], static_cast<int>(i));
     std::vector<std::string> program;
     auto next_reg = [&] { return static_cast<int>(inputs.size() + program.size()); };
     auto reg = [&](const Tensor* t) {
-      for (const auto& [tensor, r] : reg_of) {
-        if (tensor == t) return r;
-      }
-      throw Error("elementwise_fusion: internal error: no register for tensor '" + t->name() + "'");
+      const auto it = reg_of.find(t);
+      if (it == reg_of.end()) throw Error("elementwise_fusion: internal error: no register for tensor " + quote(t->name()));
+      return it->second;
     };
     auto operand = [&](const Layer* layer, int i) {
       double v = 0.0;
@@ -185,7 +211,7 @@ class ElementWiseFusion {
         const int b = operand(layer, 1);
         program.push_back(fused_binary(parse_elementwise_op(layer->attrs().get_string("op")), a, b));
       }
-      reg_of.emplace_back(layer->output(0), next_reg() - 1);
+      reg_of.emplace(layer->output(0), next_reg() - 1);
     }
 
     Attributes attrs;
@@ -213,7 +239,7 @@ class ElementWiseFusion {
     }
     editor.drop_unused_constants(constants);
     passes::log_change(ctx_, "elementwise_fusion: fused " + std::to_string(group.size()) + " layers (" + names +
-                                 ") into '" + fused_name + "'");
+                                 ") into " + quote(fused_name));
   }
 
   Network& network_;

@@ -28,6 +28,7 @@
 #include "src/builder/passes/pass_utils.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/shape_inference.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -239,7 +240,7 @@ class LayoutAssigner {
     for (Tensor* out : outputs_to_fix) {
       Layer* r = editor_.append_to_output(out, kLayerReformat, {}, ".nchw", ".nhwc");
       r->output(0)->set_format(TensorFormat::kLinear);
-      passes::log_change(ctx_, "layout: output '" + r->output(0)->name() + "' reformatted back to linear");
+      passes::log_change(ctx_, "layout: output " + quote(r->output(0)->name()) + " reformatted back to linear");
       ++changes;
     }
     return changes;

@@ -29,6 +29,7 @@
 #include "src/core/half.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/shape_inference.h"
+#include "src/core/text.h"
 
 namespace kiln {
 namespace {
@@ -210,7 +211,7 @@ class PrecisionAssigner {
     if (accepted.empty()) return DataType::kFloat32;
     if (accepted.size() == 1) return accepted.front();
     if (ctx_.config.device != DeviceType::kCUDA || !ctx_.config.time_tactics) {
-      passes::log_change(ctx_, "precision: plugin layer '" + layer.name() + "' accepts float16 and float32; float16 " +
+      passes::log_change(ctx_, "precision: plugin layer " + quote(layer.name()) + " accepts float16 and float32; float16 " +
                                    "(first in the preference order; not timed on " + to_string(ctx_.config.device) + ")");
       return accepted.front();
     }
@@ -219,7 +220,7 @@ class PrecisionAssigner {
     for (DataType t : accepted) variants.push_back(variant_as(layer, data_inputs, t, scratch));
     bool cached = false;
     const DataType chosen = accepted[choose_fastest_variant(variants, ctx_.config, "plugin_precision", &cached)];
-    passes::log_change(ctx_, "precision: plugin layer '" + layer.name() + "' runs in " + to_string(chosen) +
+    passes::log_change(ctx_, "precision: plugin layer " + quote(layer.name()) + " runs in " + to_string(chosen) +
                                  " (timed against " + to_string(chosen == accepted[0] ? accepted[1] : accepted[0]) +
                                  ", casts in front included" + (cached ? "; from the timing cache)" : ")"));
     return chosen;
@@ -333,7 +334,7 @@ class PrecisionAssigner {
       result = editor_.add_constant(convert_float(*value, to, &clamped),
                                     t->name() + (to == DataType::kFloat16 ? ".fp16" : ".fp32"));
       converted_constants_[t] = result;
-      passes::log_change(ctx_, "precision: constant '" + t->name() + "' stored as " + to_string(to) +
+      passes::log_change(ctx_, "precision: constant " + quote(t->name()) + " stored as " + to_string(to) +
                                    (clamped ? " (" + std::to_string(clamped) +
                                                   " value(s) beyond float16's range clamped to +-65504)"
                                             : std::string()));
@@ -342,7 +343,7 @@ class PrecisionAssigner {
       a.set("to", std::string(to_string(to)));
       Layer* cast = net_.add_layer(kLayerCast, {t}, 1, a, net_.unique_name(t->name() + ".to_" + to_string(to)));
       result = cast->output(0);
-      passes::log_change(ctx_, "precision: cast '" + t->name() + "' to " + to_string(to) + " for its " +
+      passes::log_change(ctx_, "precision: cast " + quote(t->name()) + " to " + to_string(to) + " for its " +
                                    to_string(to) + " readers");
     }
     types_[result] = to;
@@ -362,7 +363,7 @@ class PrecisionAssigner {
     Layer* cast = editor_.append_to_output(out, kLayerCast, a, ".to_" + std::string(to_string(declared)),
                                            "." + std::string(to_string(computed)));
     types_[cast->output(0)] = declared;
-    passes::log_change(ctx_, "precision: output '" + name + "' computed in " + to_string(computed) +
+    passes::log_change(ctx_, "precision: output " + quote(name) + " computed in " + to_string(computed) +
                                  ", cast back to its declared " + to_string(declared));
     ++changes_;
   }
