@@ -146,6 +146,28 @@ def route_logging_to_python(logger: str | _logging.Logger = "kiln") -> _logging.
     return target
 
 
+class Logger:
+    """A logger in TensorRT's style: kiln calls ``log(severity, message)`` for every message at or above
+    ``min_severity`` (``Severity.error`` is the most severe). The default prints to stderr; subclass it
+    and override ``log`` to send messages elsewhere, then install it with ``kiln.set_logger``."""
+
+    def __init__(self, min_severity: Severity = Severity.warning):
+        self.min_severity = min_severity
+
+    def log(self, severity: Severity, message: str) -> None:
+        import sys
+        print(f"[kiln {severity.name}] {message}", file=sys.stderr)
+
+    def _dispatch(self, severity: Severity, message: str) -> None:
+        if int(severity.value) <= int(self.min_severity.value):
+            self.log(severity, message)
+
+
+def set_logger(logger: "Logger | None") -> None:
+    """Makes ``logger`` kiln's process-wide logger (None: the default stderr logger)."""
+    set_log_callback(None if logger is None else logger._dispatch)
+
+
 def dtype(value) -> DataType:
     """A kiln DataType from a DataType, a name ('float16') or a numpy/torch dtype."""
     if isinstance(value, DataType):

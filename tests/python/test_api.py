@@ -583,3 +583,20 @@ def test_every_public_function_and_class_has_a_docstring():
             if len([line for line in (obj.__doc__ or "").splitlines() if line.strip()]) <= 1:
                 missing.append(name)
     assert not missing, f"without a docstring: {missing}"
+
+
+def test_tensorrt_style_logger_subclass():
+    got = []
+
+    class Collect(kiln.Logger):
+        def log(self, severity, message):
+            got.append((severity, message))
+
+    kiln.set_logger(Collect(kiln.Severity.info))
+    try:
+        kiln._kiln._log(kiln.Severity.info, "built")
+        kiln._kiln._log(kiln.Severity.verbose, "detail")
+        kiln._kiln._log(kiln.Severity.error, "bad")
+    finally:
+        kiln.set_logger(None)
+    assert got == [(kiln.Severity.info, "built"), (kiln.Severity.error, "bad")]
