@@ -102,7 +102,10 @@ PluginFieldCollection parse_plugin_fields(const std::string& text, const PluginC
   }
   const auto schema = creator.field_schema();
   PluginFieldCollection fields;
-  for (const auto& [name, value] : items) {
+  for (const auto& item : items) {
+    // Not a structured binding: clang 14 cannot capture one in the lambda below.
+    const std::string& name = item.first;
+    const std::string& value = item.second;
     const auto spec = std::find_if(schema.begin(), schema.end(), [&](const PluginFieldSpec& s) { return s.name == name; });
     if (spec == schema.end()) {
       std::string names;

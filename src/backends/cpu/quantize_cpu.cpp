@@ -89,6 +89,10 @@ void quantize_loop(const KernelContext& ctx) {
     for (int64_t i = b; i < e; ++i) {
       const auto p = static_cast<size_t>(pidx(i));
       C v = std::nearbyint(static_cast<C>(in[i]) / scale[p]) + static_cast<C>(zp[p]);
+      // NaN (a NaN input, or 0 / a zero scale) would survive the clamp, and converting it to an
+      // integer is undefined behaviour (UBSan, found by tests/fuzz engine_load): it becomes the
+      // zero point.
+      if (std::isnan(v)) v = static_cast<C>(zp[p]);
       v = std::min(std::max(v, lo), hi);
       out[i] = static_cast<Q>(v);
     }
