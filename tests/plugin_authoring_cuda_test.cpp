@@ -16,6 +16,7 @@
 #include "engine/engine_format.h"
 #include "kiln/kiln.h"
 #include "kiln/plugin.h"
+#include "plugin_test_util.h"
 
 #ifdef KILN_TEST_CUDA
 #include <cuda_runtime.h>
@@ -40,14 +41,7 @@ int device_copy(const PluginExecContext& exec, void* dst, const void* src, size_
 }
 
 template <class P>
-struct Creator : PluginCreator {
-  std::string name() const override { return P().type(); }
-  std::string plugin_namespace() const override { return kNamespace; }
-  std::vector<PluginFieldSpec> field_schema() const override { return {}; }
-  std::unique_ptr<Plugin> create(const std::string&, const PluginFieldCollection&) const override {
-    return std::make_unique<P>();
-  }
-};
+using Creator = test::FieldlessCreator<P>;
 
 // y = x's elements with the dims that input 1's host value holds (a shape input).
 class CudaReshapeTo : public Plugin {

@@ -31,22 +31,14 @@
 #include "onnx/onnx_proto.h"
 #include "engine/engine_format.h"
 #include "plugins/plugin_check.h"
+#include "plugin_test_util.h"
 
 namespace kiln {
 namespace {
 
 constexpr const char* kNamespace = "kiln_authoring_test";
 
-// The creator of a plugin without fields (P's type, in kNamespace).
-template <class P>
-struct FieldlessCreator : PluginCreator {
-  std::string name() const override { return P().type(); }
-  std::string plugin_namespace() const override { return kNamespace; }
-  std::vector<PluginFieldSpec> field_schema() const override { return {}; }
-  std::unique_ptr<Plugin> create(const std::string&, const PluginFieldCollection&) const override {
-    return std::make_unique<P>();
-  }
-};
+using test::FieldlessCreator;
 
 // y = a * sigmoid(b) * alpha + beta (mode 0) or a * sigmoid(b) (mode 1), a and b broadcast
 // (or, with `equal_batch`, of equal dims checked through require_equal). CPU, float32.

@@ -93,7 +93,6 @@ class Session:
         if threads:
             self.context.num_threads = threads
         self._cuda = engine.device == _kiln.DeviceType.cuda
-        self._info = {t.name: t for t in engine.io_tensors}
         self.input_names = list(engine.input_names)
         self.output_names = list(engine.output_names)
         self._staging: dict[str, Any] = {}
@@ -215,10 +214,7 @@ class Session:
 
     def _torch_tensor(self, name, t, writes):
         """The address of a torch tensor for `name`, checked (device, type, layout) without a DLPack round trip."""
-        import torch  # noqa: PLC0415
-        want = self._torch_dtype.get(name)
-        if want is None:
-            want = self._torch_dtype[name] = getattr(torch, "bool" if self._np_dtype[name] == "bool" else self._np_dtype[name])
+        want = self._torch_dtype.get(name) or self._torch_dtype_of(name)
         if not t.is_cuda:
             raise _kiln.Error(f"'{name}' is a CPU tensor and the engine runs on CUDA: pass t.cuda()")
         if t.dtype != want:
@@ -294,7 +290,7 @@ class Session:
     def _run_staged(self, inputs, outputs):
         ctx = self.context
         for name, value in inputs.items():
-            arr = np.ascontiguousarray(value, dtype=self._info[name].dtype.name)
+            arr = np.ascontiguousarray(value, dtype=self._np_dtype[name])
             ctx.set_input_shape(name, list(arr.shape))
             buf = self._buffer(name, arr.nbytes)
             buf.upload(arr)

@@ -255,6 +255,23 @@ struct CreatorHandle {
   const PluginCreator* creator = nullptr;
 };
 
+// creator.create / create_plugin: fields checked against the schema (Python numbers converted to
+// its types), then the creator's plugin.
+PluginObject* create_plugin(const CreatorHandle& c, const std::string& layer_name, nb::handle fields) {
+  const PluginFieldCollection resolved =
+      PluginRegistry::instance().resolve_fields(*c.creator, collection_from(fields, c.creator), "plugin '" + layer_name + "'");
+  auto p = c.creator->create(layer_name, resolved);
+  if (!p) throw Error("the creator of '" + c.creator->name() + "' returned no plugin for '" + layer_name + "'");
+  return new PluginObject{std::move(p)};
+}
+
+// registry.get_creator / get_plugin_creator: the creator, or None.
+nb::object find_creator(const RegistryHandle&, const std::string& name, const std::string& version, const std::string& ns) {
+  const PluginCreator* c = PluginRegistry::instance().find(name, version, ns);
+  if (!c) return nb::none();
+  return nb::cast(CreatorHandle{c});
+}
+
 nb::dict check_report_dict(const PluginCheckReport& r) {
   nb::dict d;
   d["plugin"] = r.plugin;
@@ -330,43 +347,18 @@ void bind_plugins(nb::module_& m) {
             return PluginRegistry::instance().library_of(c.creator->name(), c.creator->version(), c.creator->plugin_namespace());
           }, "The library it came from ('' when built in; 'python:<module>' for Python plugins).")
       .def_prop_ro("field_names", [](const CreatorHandle& c) { return c.creator->field_schema(); }, "The field schema.")
-      .def("create",
-           [](const CreatorHandle& c, const std::string& layer_name, nb::handle fields) {
-             const PluginFieldCollection resolved =
-                 PluginRegistry::instance().resolve_fields(*c.creator, collection_from(fields, c.creator), "plugin '" + layer_name + "'");
-             auto p = c.creator->create(layer_name, resolved);
-             if (!p) throw Error("the creator of '" + c.creator->name() + "' returned no plugin for '" + layer_name + "'");
-             return new PluginObject{std::move(p)};
-           },
-           "name"_a, "fields"_a = nb::none(), nb::rv_policy::take_ownership,
+      .def("create", &create_plugin, "name"_a, "fields"_a = nb::none(), nb::rv_policy::take_ownership,
            "A plugin from fields (a dict {name: value}, a list of PluginField or a PluginFieldCollection), checked "
            "against the schema with defaults filled in; raises naming the field when one is missing or mistyped.")
-      .def("create_plugin",
-           [](const CreatorHandle& c, const std::string& layer_name, nb::handle fields) {
-             const PluginFieldCollection resolved =
-                 PluginRegistry::instance().resolve_fields(*c.creator, collection_from(fields, c.creator), "plugin '" + layer_name + "'");
-             return new PluginObject{c.creator->create(layer_name, resolved)};
-           },
-           "name"_a, "field_collection"_a, nb::rv_policy::take_ownership, "create() under TensorRT's name.")
+      .def("create_plugin", &create_plugin, "name"_a, "field_collection"_a, nb::rv_policy::take_ownership,
+           "create() under TensorRT's name.")
       .def("__repr__", [](const CreatorHandle& c) {
         return "<kiln.PluginCreator '" + c.creator->name() + "' v" + c.creator->version() + " ns='" + c.creator->plugin_namespace() + "'>";
       });
 
   nb::class_<RegistryHandle>(m, "PluginRegistry", "The process-wide plugin registry (kiln.plugin_registry()).")
-      .def("get_creator",
-           [](const RegistryHandle&, const std::string& name, const std::string& version, const std::string& ns) -> nb::object {
-             const PluginCreator* c = PluginRegistry::instance().find(name, version, ns);
-             if (!c) return nb::none();
-             return nb::cast(CreatorHandle{c});
-           },
-           "name"_a, "version"_a = "1", "namespace"_a = "", "The creator, or None when not registered.")
-      .def("get_plugin_creator",
-           [](const RegistryHandle&, const std::string& name, const std::string& version, const std::string& ns) -> nb::object {
-             const PluginCreator* c = PluginRegistry::instance().find(name, version, ns);
-             if (!c) return nb::none();
-             return nb::cast(CreatorHandle{c});
-           },
-           "type"_a, "version"_a = "1", "plugin_namespace"_a = "", "get_creator under TensorRT's name.")
+      .def("get_creator", &find_creator, "name"_a, "version"_a = "1", "namespace"_a = "", "The creator, or None when not registered.")
+      .def("get_plugin_creator", &find_creator, "type"_a, "version"_a = "1", "plugin_namespace"_a = "", "get_creator under TensorRT's name.")
       .def_prop_ro("plugin_creator_list", [](const RegistryHandle&) {
             std::vector<CreatorHandle> out;
             for (const PluginInfo& p : PluginRegistry::instance().list()) {

@@ -156,6 +156,14 @@ void set_tensor(PyContext& c, const std::string& name, nb::handle obj) {
   c.bound[name] = nb::borrow(obj);
 }
 
+std::vector<std::string> io_names(const Engine& e, TensorIOMode mode) {
+  std::vector<std::string> v;
+  for (const auto& t : e.io_tensors()) {
+    if (t.mode == mode) v.push_back(t.name);
+  }
+  return v;
+}
+
 nb::dict stats_dict(const ContextStats& s) {
   nb::dict d;
   d["inferences"] = s.inferences;
@@ -224,6 +232,9 @@ struct PyRuntime {
     import_python_plugins(bytes, size, source, allow_python_plugins);
     nb::gil_scoped_release release;
     return runtime.deserialize(bytes, size, source);
+  }
+  std::shared_ptr<Engine> load_bytes(nb::bytes data) {
+    return load(reinterpret_cast<const uint8_t*>(data.c_str()), data.size(), "<memory>");
   }
 };
 
@@ -375,14 +386,10 @@ void bind_runtime(nb::module_& m) {
           }, "allow_embedded_plugins"_a = false, "allow_python_plugins"_a = false,
           "allow_embedded_plugins: load plugin libraries embedded in engine files (runs their code); "
           "allow_python_plugins: import the modules of Python plugins an engine names (runs their code).")
-      .def("deserialize_cuda_engine",
-           [](PyRuntime& r, nb::bytes data) {
-             return r.load(reinterpret_cast<const uint8_t*>(data.c_str()), data.size(), "<memory>");
-           },
-           "data"_a, "An engine from bytes (the name TensorRT users know; works for CPU engines too).")
-      .def("deserialize",
-           [](PyRuntime& r, nb::bytes data) { return r.load(reinterpret_cast<const uint8_t*>(data.c_str()), data.size(), "<memory>"); },
-           "data"_a, "An engine from bytes. Raises kiln.EngineFormatError for corrupt or foreign data.")
+      .def("deserialize_cuda_engine", &PyRuntime::load_bytes, "data"_a,
+           "An engine from bytes (the name TensorRT users know; works for CPU engines too).")
+      .def("deserialize", &PyRuntime::load_bytes, "data"_a,
+           "An engine from bytes. Raises kiln.EngineFormatError for corrupt or foreign data.")
       .def("load",
            [](PyRuntime& r, const std::string& path) {
              const auto bytes = read_file(path);
@@ -396,16 +403,8 @@ void bind_runtime(nb::module_& m) {
   nb::class_<Engine>(m, "Engine", "A loaded engine; make one ExecutionContext per concurrent job.")
       .def_prop_ro("device", &Engine::device)
       .def_prop_ro("io_tensors", &Engine::io_tensors, "Inputs first, then outputs.")
-      .def_prop_ro("input_names", [](const Engine& e) {
-            std::vector<std::string> v;
-            for (const auto& t : e.io_tensors()) if (t.mode == TensorIOMode::kInput) v.push_back(t.name);
-            return v;
-          })
-      .def_prop_ro("output_names", [](const Engine& e) {
-            std::vector<std::string> v;
-            for (const auto& t : e.io_tensors()) if (t.mode == TensorIOMode::kOutput) v.push_back(t.name);
-            return v;
-          })
+      .def_prop_ro("input_names", [](const Engine& e) { return io_names(e, TensorIOMode::kInput); })
+      .def_prop_ro("output_names", [](const Engine& e) { return io_names(e, TensorIOMode::kOutput); })
       .def("get_tensor_info", &Engine::io_tensor, "name"_a, nb::rv_policy::copy, "The TensorInfo of an input or output; raises listing the engine's tensors for an unknown name.")
       .def_prop_ro("num_optimization_profiles", &Engine::num_profiles)
       .def("get_profile", &Engine::profile, "index"_a, nb::rv_policy::copy, "Optimization profile `index` (min/opt/max per input).")

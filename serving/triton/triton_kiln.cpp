@@ -15,7 +15,6 @@
 //   threads                 CPU threads per instance (default: the cores divided among instances)
 //   min_batch / opt_batch   the batch range ONNX models are built for (max: max_batch_size)
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -140,7 +139,6 @@ struct ModelState {
   int max_batch = 0;  // Triton's max_batch_size: 0 = no batch dim in requests
   std::vector<TensorInfo> inputs, outputs;
   int threads = 0;
-  std::atomic<int> instances{0};
 };
 
 // The engine of a model: an engine file, or an ONNX file built now (and cached beside it).
@@ -619,16 +617,13 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
     for (Staging& st : state->out) st.backend = state->device;
   });
   if (e) return e;
-  m->instances.fetch_add(1);
   return TRITONBACKEND_ModelInstanceSetState(instance, state.release());
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* instance) {
   void* p = nullptr;
   if (TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceState(instance, &p)) return e;
-  auto* s = static_cast<InstanceState*>(p);
-  if (s) s->model->instances.fetch_sub(1);
-  delete s;
+  delete static_cast<InstanceState*>(p);
   return nullptr;
 }
 
