@@ -128,12 +128,28 @@ def test_http_and_grpc_match_onnx_runtime(demo):
     assert config["output"][0]["name"] == "scores" and config["max_batch_size"] == 8
 
 
+def settled_counts(server, model="demo"):
+    """(inference_count, execution_count) once they stop changing.
+
+    The backend reports a request's statistics just after it sends the response, so a client can
+    see its answer before the counters include it: read until two reads 0.2 s apart agree."""
+    deadline = time.time() + 10
+    last = None
+    while True:
+        stats = server.client.get_inference_statistics(model)["model_stats"][0]
+        now = (int(stats["inference_count"]), int(stats["execution_count"]))
+        if now == last or time.time() > deadline:
+            return now
+        last = now
+        time.sleep(0.2)
+
+
 def test_concurrent_clients_under_dynamic_batching(demo):
     server = demo["server"]
     rng = np.random.default_rng(5)
     singles = rng.standard_normal((24, 3, 64, 64)).astype(np.float32)
     expect = np.concatenate([infer_http(server, singles[i:i + 1]) for i in range(len(singles))])
-    before = server.client.get_inference_statistics("demo")["model_stats"][0]
+    before = settled_counts(server)
     results, errors = {}, []
 
     def client(k):
@@ -153,15 +169,13 @@ def test_concurrent_clients_under_dynamic_batching(demo):
     assert not errors, errors
     got = np.concatenate([results[j] for j in range(len(singles))])
     np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-6)
-    # The backend reports statistics right after it sends the responses: wait for the last ones.
+    # Wait for the last responses' statistics (see settled_counts).
     deadline = time.time() + 10
     while True:
-        after = server.client.get_inference_statistics("demo")["model_stats"][0]
-        inferences = int(after["inference_count"]) - int(before["inference_count"])
-        executions = int(after["execution_count"]) - int(before["execution_count"])
-        if inferences >= 3 * len(singles) or time.time() > deadline:
+        after = settled_counts(server)
+        if after[0] - before[0] >= 3 * len(singles) or time.time() > deadline:
             break
-        time.sleep(0.05)
+    inferences, executions = after[0] - before[0], after[1] - before[1]
     assert inferences == 3 * len(singles)
     assert executions < inferences, f"no request was batched ({executions} executions for {inferences} inferences)"
 
@@ -284,12 +298,10 @@ def test_two_servers_behind_nginx(demo):
                 if time.time() > deadline or proc.poll() is not None:
                     raise
             time.sleep(0.2)
-        counts = [int(s.client.get_inference_statistics("demo")["model_stats"][0]["inference_count"]) for s in (first, second)]
+        counts = [settled_counts(s)[0] for s in (first, second)]
         for _ in range(20):
             np.testing.assert_allclose(infer_http(first, demo["x"], client=client), demo["ref"], rtol=1e-4, atol=1e-5)
-        time.sleep(0.5)
-        served = [int(s.client.get_inference_statistics("demo")["model_stats"][0]["inference_count"]) - c
-                  for s, c in zip((first, second), counts)]
+        served = [settled_counts(s)[0] - c for s, c in zip((first, second), counts)]
         assert sum(served) == 20 * len(demo["x"]) and min(served) > 0, f"requests per server: {served}"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
