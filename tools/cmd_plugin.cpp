@@ -13,6 +13,7 @@
 #include "common.h"
 #include "kiln/error.h"
 #include "kiln/plugin.h"
+#include "plugins/plugin_calls.h"
 #include "plugins/plugin_check.h"
 
 namespace kiln::cli {
@@ -53,7 +54,7 @@ int run_list(const PluginListOptions& o) {
               << (p.library.empty() ? "kiln (built in)" : p.library) << "\n";
     const PluginCreator* creator = PluginRegistry::instance().find(p.name, p.version, p.plugin_namespace);
     if (creator == nullptr) continue;
-    for (const PluginFieldSpec& f : creator->field_schema()) {
+    for (const PluginFieldSpec& f : creator_field_schema(*creator, "kiln plugin list")) {
       std::cout << "    " << f.name << ": " << to_string(f.type)
                 << (f.count == 1 ? "" : f.count < 0 ? "[]" : "[" + std::to_string(f.count) + "]") << ", "
                 << default_text(f) << (f.description.empty() ? "" : " -- " + f.description) << "\n";

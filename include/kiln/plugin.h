@@ -23,8 +23,19 @@ namespace kiln {
 // (KILN_REGISTER_PLUGIN passes it), and kiln refuses creators of another version, naming both,
 // before it calls anything in them: rebuild the library against this kiln. History: 1 (kiln
 // 0.1.0), 2 (ExprBuilder::require_equal/broadcast, PluginExecContext::fail,
-// PluginCreator::example_fields, int32/float64 field getters), 3 (Plugin::aliased_input).
-inline constexpr uint32_t kPluginInterfaceVersion = 3;
+// PluginCreator::example_fields, int32/float64 field getters), 3 (Plugin::aliased_input), 4
+// (calls go through the library's own noexcept entry points, detail::PluginEntryPoints).
+inline constexpr uint32_t kPluginInterfaceVersion = 4;
+
+}  // namespace kiln
+
+// The same version as an extern "C" symbol of every library (and program) compiled with this
+// header: load_plugin_library reads a library's own copy and refuses a library of another
+// version, naming both. (A weak definition: one per library, whatever the number of files.)
+extern "C" __attribute__((weak, visibility("default"))) const uint32_t kiln_plugin_interface_version =
+    kiln::kPluginInterfaceVersion;
+
+namespace kiln {
 
 // ---- symbolic dimensions ------------------------------------------------------------------
 
@@ -192,6 +203,13 @@ struct PluginExecContext {
   }
 };
 
+class PluginCreator;
+namespace detail {
+class PluginEntryPoints;
+template <class Local>
+class LibraryEntryPoints;
+}  // namespace detail
+
 class Plugin {
  public:
   virtual ~Plugin() = default;
@@ -270,8 +288,16 @@ class Plugin {
   DeviceType target_device() const { return device_; }
   void set_target_device(DeviceType device) { device_ = device; }
 
+  // Used by kiln: the entry points of the library whose creator made this plugin (set when a
+  // registered creator creates, deserializes or clones it); null for an object the program
+  // constructed itself, which kiln calls through its own.
+  const detail::PluginEntryPoints* entry_points() const { return entry_points_; }
+
  private:
+  template <class Local>
+  friend class detail::LibraryEntryPoints;
   DeviceType device_ = DeviceType::kCPU;
+  const detail::PluginEntryPoints* entry_points_ = nullptr;
 };
 
 class PluginCreator {
@@ -290,6 +316,223 @@ class PluginCreator {
   // that names it and --fields.
   virtual PluginFieldCollection example_fields() const { return {}; }
 };
+
+// ---- the library boundary ---------------------------------------------------------------
+//
+// kiln never calls a plugin's or a creator's methods itself, and no exception crosses between
+// kiln and a plugin library. Every call goes through the entry points of the library that
+// registered the creator (detail::PluginEntryPoints): noexcept functions that
+// KILN_REGISTER_PLUGIN compiles into that library, which call the method, catch anything it
+// throws (a std::exception, or anything else) and hand kiln a PluginStatus. A plugin may
+// therefore throw from any method, also through kiln's own helpers that throw (the field
+// getters, ExprBuilder), and kiln reports the failure with the layer's name, the method and the
+// message. Destructors must not throw. The classes cross the boundary as C++ types
+// (std::string, std::vector): build the library with a compiler whose C++ library is
+// compatible with kiln's (the same GCC/Clang family and libstdc++), and against the same
+// include/kiln (the interface version above).
+
+// The outcome of a call into a plugin library: ok, or failed with a message.
+class PluginStatus {
+ public:
+  PluginStatus() = default;
+  static PluginStatus failure(std::string message) {
+    PluginStatus s;
+    s.failed_ = true;
+    s.message_ = message.empty() ? std::string("failed without a message") : std::move(message);
+    return s;
+  }
+  bool ok() const noexcept { return !failed_; }
+  const std::string& message() const noexcept { return message_; }
+
+ private:
+  bool failed_ = false;
+  std::string message_;
+};
+
+namespace detail {
+
+// The calls kiln makes into a plugin library. Results come back through the out-parameters,
+// which are only written when the status is ok. Implemented by LibraryEntryPoints below,
+// instantiated in each registering library.
+class PluginEntryPoints {
+ public:
+  // Creators.
+  virtual PluginStatus creator_identity(const PluginCreator& c, std::string* name, std::string* version,
+                                        std::string* plugin_namespace) const noexcept = 0;
+  virtual PluginStatus field_schema(const PluginCreator& c, std::vector<PluginFieldSpec>* out) const noexcept = 0;
+  virtual PluginStatus example_fields(const PluginCreator& c, PluginFieldCollection* out) const noexcept = 0;
+  virtual PluginStatus create(const PluginCreator& c, const std::string& layer_name, const PluginFieldCollection& fields,
+                              std::unique_ptr<Plugin>* out) const noexcept = 0;
+  virtual PluginStatus deserialize(const PluginCreator& c, const std::string& layer_name, const void* data, size_t size,
+                                   std::unique_ptr<Plugin>* out) const noexcept = 0;
+  // Plugins.
+  virtual PluginStatus identity(const Plugin& p, std::string* type, std::string* version,
+                                std::string* plugin_namespace) const noexcept = 0;
+  virtual PluginStatus num_outputs(const Plugin& p, int* out) const noexcept = 0;
+  virtual PluginStatus output_types(const Plugin& p, const std::vector<DataType>& inputs,
+                                    std::vector<DataType>* out) const noexcept = 0;
+  virtual PluginStatus output_dims(const Plugin& p, int index, const std::vector<DimsExprs>& inputs, ExprBuilder& exprs,
+                                   DimsExprs* out) const noexcept = 0;
+  virtual PluginStatus supports_format_combination(const Plugin& p, int pos, const std::vector<PluginTensorDesc>& in_out,
+                                                   int num_inputs, int num_outputs, bool* out) const noexcept = 0;
+  virtual PluginStatus configure(Plugin& p, const std::vector<DynamicPluginTensorDesc>& inputs,
+                                 const std::vector<DynamicPluginTensorDesc>& outputs) const noexcept = 0;
+  virtual PluginStatus workspace_size(const Plugin& p, const std::vector<PluginTensorDesc>& inputs,
+                                      const std::vector<PluginTensorDesc>& outputs, size_t* out) const noexcept = 0;
+  // A non-zero return of Plugin::enqueue is a failure, with the message given to exec.fail (or
+  // the code).
+  virtual PluginStatus enqueue(Plugin& p, const std::vector<PluginTensorDesc>& input_descs,
+                               const std::vector<PluginTensorDesc>& output_descs, const void* const* inputs,
+                               void* const* outputs, void* workspace, const PluginExecContext& exec) const noexcept = 0;
+  virtual PluginStatus tactics(const Plugin& p, const std::vector<PluginTensorDesc>& inputs,
+                               const std::vector<PluginTensorDesc>& outputs, std::vector<std::string>* out) const noexcept = 0;
+  virtual PluginStatus set_tactic(Plugin& p, const std::string& name) const noexcept = 0;
+  virtual PluginStatus aliased_input(const Plugin& p, int output_index, int* out) const noexcept = 0;
+  virtual PluginStatus clone(const Plugin& p, std::unique_ptr<Plugin>* out) const noexcept = 0;
+  // A non-zero return of Plugin::initialize is a failure naming the code.
+  virtual PluginStatus initialize(Plugin& p) const noexcept = 0;
+  virtual PluginStatus terminate(Plugin& p) const noexcept = 0;
+  virtual PluginStatus fields(const Plugin& p, PluginFieldCollection* out) const noexcept = 0;
+  virtual PluginStatus serialize(const Plugin& p, std::vector<uint8_t>* out) const noexcept = 0;
+
+ protected:
+  ~PluginEntryPoints() = default;
+};
+
+// The entry points, compiled into whichever library instantiates them: `Local` is a type of
+// that library with internal linkage (KILN_REGISTER_PLUGIN declares one in an unnamed
+// namespace), so this code, and its catch clauses, are the library's own copy.
+template <class Local>
+class LibraryEntryPoints final : public PluginEntryPoints {
+ public:
+  static const PluginEntryPoints& instance() {
+    static const LibraryEntryPoints entry_points;
+    return entry_points;
+  }
+  PluginStatus creator_identity(const PluginCreator& c, std::string* name, std::string* version,
+                                std::string* ns) const noexcept override {
+    return guarded([&] {
+      std::string n = c.name(), v = c.version(), s = c.plugin_namespace();
+      *name = std::move(n);
+      *version = std::move(v);
+      *ns = std::move(s);
+    });
+  }
+  PluginStatus field_schema(const PluginCreator& c, std::vector<PluginFieldSpec>* out) const noexcept override {
+    return guarded([&] { *out = c.field_schema(); });
+  }
+  PluginStatus example_fields(const PluginCreator& c, PluginFieldCollection* out) const noexcept override {
+    return guarded([&] { *out = c.example_fields(); });
+  }
+  PluginStatus create(const PluginCreator& c, const std::string& layer_name, const PluginFieldCollection& fields,
+                      std::unique_ptr<Plugin>* out) const noexcept override {
+    return guarded([&] { *out = adopt(c.create(layer_name, fields)); });
+  }
+  PluginStatus deserialize(const PluginCreator& c, const std::string& layer_name, const void* data, size_t size,
+                           std::unique_ptr<Plugin>* out) const noexcept override {
+    return guarded([&] { *out = adopt(c.deserialize(layer_name, data, size)); });
+  }
+  PluginStatus identity(const Plugin& p, std::string* type, std::string* version, std::string* ns) const noexcept override {
+    return guarded([&] {
+      std::string t = p.type(), v = p.version(), s = p.plugin_namespace();
+      *type = std::move(t);
+      *version = std::move(v);
+      *ns = std::move(s);
+    });
+  }
+  PluginStatus num_outputs(const Plugin& p, int* out) const noexcept override {
+    return guarded([&] { *out = p.num_outputs(); });
+  }
+  PluginStatus output_types(const Plugin& p, const std::vector<DataType>& inputs,
+                            std::vector<DataType>* out) const noexcept override {
+    return guarded([&] { *out = p.output_types(inputs); });
+  }
+  PluginStatus output_dims(const Plugin& p, int index, const std::vector<DimsExprs>& inputs, ExprBuilder& exprs,
+                           DimsExprs* out) const noexcept override {
+    return guarded([&] { *out = p.output_dims(index, inputs, exprs); });
+  }
+  PluginStatus supports_format_combination(const Plugin& p, int pos, const std::vector<PluginTensorDesc>& in_out,
+                                           int num_inputs, int num_outputs, bool* out) const noexcept override {
+    return guarded([&] { *out = p.supports_format_combination(pos, in_out, num_inputs, num_outputs); });
+  }
+  PluginStatus configure(Plugin& p, const std::vector<DynamicPluginTensorDesc>& inputs,
+                         const std::vector<DynamicPluginTensorDesc>& outputs) const noexcept override {
+    return guarded([&] { p.configure(inputs, outputs); });
+  }
+  PluginStatus workspace_size(const Plugin& p, const std::vector<PluginTensorDesc>& inputs,
+                              const std::vector<PluginTensorDesc>& outputs, size_t* out) const noexcept override {
+    return guarded([&] { *out = p.workspace_size(inputs, outputs); });
+  }
+  PluginStatus enqueue(Plugin& p, const std::vector<PluginTensorDesc>& input_descs,
+                       const std::vector<PluginTensorDesc>& output_descs, const void* const* inputs, void* const* outputs,
+                       void* workspace, const PluginExecContext& exec) const noexcept override {
+    int code = 0;
+    PluginStatus s = guarded([&] { code = p.enqueue(input_descs, output_descs, inputs, outputs, workspace, exec); });
+    if (!s.ok() || code == 0) return s;
+    return code_failure("returned code", code, exec.message);
+  }
+  PluginStatus tactics(const Plugin& p, const std::vector<PluginTensorDesc>& inputs,
+                       const std::vector<PluginTensorDesc>& outputs, std::vector<std::string>* out) const noexcept override {
+    return guarded([&] { *out = p.tactics(inputs, outputs); });
+  }
+  PluginStatus set_tactic(Plugin& p, const std::string& name) const noexcept override {
+    return guarded([&] { p.set_tactic(name); });
+  }
+  PluginStatus aliased_input(const Plugin& p, int output_index, int* out) const noexcept override {
+    return guarded([&] { *out = p.aliased_input(output_index); });
+  }
+  PluginStatus clone(const Plugin& p, std::unique_ptr<Plugin>* out) const noexcept override {
+    return guarded([&] { *out = adopt(p.clone()); });
+  }
+  PluginStatus initialize(Plugin& p) const noexcept override {
+    int code = 0;
+    PluginStatus s = guarded([&] { code = p.initialize(); });
+    if (!s.ok() || code == 0) return s;
+    return code_failure("returned", code, nullptr);
+  }
+  PluginStatus terminate(Plugin& p) const noexcept override {
+    return guarded([&] { p.terminate(); });
+  }
+  PluginStatus fields(const Plugin& p, PluginFieldCollection* out) const noexcept override {
+    return guarded([&] { *out = p.fields(); });
+  }
+  PluginStatus serialize(const Plugin& p, std::vector<uint8_t>* out) const noexcept override {
+    return guarded([&] { *out = p.serialize(); });
+  }
+
+ private:
+  std::unique_ptr<Plugin> adopt(std::unique_ptr<Plugin> p) const {
+    if (p) p->entry_points_ = this;
+    return p;
+  }
+  template <class F>
+  static PluginStatus guarded(F&& call) noexcept {
+    try {
+      call();
+      return PluginStatus();
+    } catch (const std::exception& e) {
+      return PluginStatus::failure(std::string("threw: ") + e.what());
+    } catch (...) {
+      return PluginStatus::failure("threw an exception that is not a std::exception");
+    }
+  }
+  static PluginStatus code_failure(const char* what, int code, const std::string* message) noexcept {
+    try {
+      std::string text = std::string(what) + " " + std::to_string(code);
+      if (message && !message->empty()) text += ": " + *message;
+      return PluginStatus::failure(std::move(text));
+    } catch (...) {
+      return PluginStatus::failure("");
+    }
+  }
+};
+
+// kiln's own instance: for creators registered with PluginRegistry::register_creator and
+// plugin objects the program constructed itself (code compiled with the program, not a
+// library kiln loads).
+const PluginEntryPoints& in_process_entry_points();
+
+}  // namespace detail
 
 std::vector<std::string> load_plugin_library(const std::string& path);
 
@@ -319,6 +562,10 @@ class PluginRegistry {
   PluginFieldCollection resolve_fields(const PluginCreator& creator, const PluginFieldCollection& given,
                                        const std::string& where) const;
 
+  // Used by kiln: the entry points of the library that registered `creator`
+  // (detail::in_process_entry_points() for one registered by the program or not registered).
+  const detail::PluginEntryPoints& entry_points(const PluginCreator& creator) const;
+
  private:
   friend std::vector<std::string> load_plugin_library(const std::string& path);
   friend struct detail::PluginRegistrar;
@@ -342,8 +589,16 @@ Layer* add_plugin(Network& network, const std::vector<Tensor*>& inputs, const Pl
 
 namespace detail {
 struct PluginRegistrar {
-  // `interface_version`: the kPluginInterfaceVersion the creator was compiled with.
+  // `interface_version`: the kPluginInterfaceVersion the creator was compiled with;
+  // `entry_points`: the registering library's own (LibraryEntryPoints<a type local to it>).
+  PluginRegistrar(std::unique_ptr<PluginCreator> creator, uint32_t interface_version,
+                  const PluginEntryPoints& entry_points);
+  // What KILN_REGISTER_PLUGIN of interface versions 1-3 called: always refused, naming both
+  // versions (nothing of the creator is called).
   PluginRegistrar(std::unique_ptr<PluginCreator> creator, uint32_t interface_version);
+
+ private:
+  static void refuse(std::unique_ptr<PluginCreator> creator, uint32_t interface_version);
 };
 }  // namespace detail
 
@@ -356,5 +611,9 @@ struct PluginRegistrar {
 // kiln_plugin_anchor_<Creator>() so the linker keeps it.
 #define KILN_REGISTER_PLUGIN(Creator)                                                                \
   extern "C" int kiln_plugin_anchor_##Creator() { return 1; }                                        \
-  static ::kiln::detail::PluginRegistrar KILN_PLUGIN_CONCAT(kiln_plugin_registrar_, __LINE__)(       \
-      std::make_unique<Creator>(), ::kiln::kPluginInterfaceVersion)
+  namespace {                                                                                          \
+  struct KILN_PLUGIN_CONCAT(KilnLibraryLocal_, Creator) {};                                           \
+  ::kiln::detail::PluginRegistrar KILN_PLUGIN_CONCAT(kiln_plugin_registrar_, Creator)(                 \
+      std::make_unique<Creator>(), ::kiln::kPluginInterfaceVersion,                                    \
+      ::kiln::detail::LibraryEntryPoints<KILN_PLUGIN_CONCAT(KilnLibraryLocal_, Creator)>::instance());  \
+  }

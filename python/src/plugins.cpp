@@ -82,6 +82,29 @@ nb::object field_value(const PluginField& f) {
   return nb::none();
 }
 
+// Calls into plugins and creators go through the entry points of the library that made them
+// (include/kiln/plugin.h, "the library boundary"); a failure raises kiln.Error with the call.
+void check_call(const PluginStatus& s, const std::string& what) {
+  if (!s.ok()) throw Error(what + " " + s.message());
+}
+const detail::PluginEntryPoints& entry_of(const PluginCreator& c) { return PluginRegistry::instance().entry_points(c); }
+const detail::PluginEntryPoints& entry_of(const Plugin& p) {
+  return p.entry_points() ? *p.entry_points() : detail::in_process_entry_points();
+}
+struct CreatorId {
+  std::string name, version, plugin_namespace;
+};
+CreatorId creator_id(const PluginCreator& c) {
+  CreatorId id;
+  check_call(entry_of(c).creator_identity(c, &id.name, &id.version, &id.plugin_namespace), "PluginCreator name()");
+  return id;
+}
+std::vector<PluginFieldSpec> schema_of(const PluginCreator& c) {
+  std::vector<PluginFieldSpec> schema;
+  check_call(entry_of(c).field_schema(c, &schema), "plugin '" + creator_id(c).name + "' field_schema()");
+  return schema;
+}
+
 nb::dict fields_dict(const PluginFieldCollection& c) {
   nb::dict d;
   for (const PluginField& f : c.all()) d[f.name.c_str()] = field_value(f);
@@ -95,7 +118,7 @@ PluginFieldCollection collection_from(nb::handle fields, const PluginCreator* cr
   if (fields.is_none()) return c;
   if (nb::isinstance<nb::dict>(fields)) {
     std::vector<PluginFieldSpec> schema;
-    if (creator) schema = creator->field_schema();
+    if (creator) schema = schema_of(*creator);
     for (auto [k, v] : nb::borrow<nb::dict>(fields)) {
       const std::string name = nb::cast<std::string>(k);
       if (nb::isinstance<PluginField>(v)) {
@@ -260,8 +283,10 @@ struct CreatorHandle {
 PluginObject* create_plugin(const CreatorHandle& c, const std::string& layer_name, nb::handle fields) {
   const PluginFieldCollection resolved =
       PluginRegistry::instance().resolve_fields(*c.creator, collection_from(fields, c.creator), "plugin '" + layer_name + "'");
-  auto p = c.creator->create(layer_name, resolved);
-  if (!p) throw Error("the creator of '" + c.creator->name() + "' returned no plugin for '" + layer_name + "'");
+  std::unique_ptr<Plugin> p;
+  const std::string name = creator_id(*c.creator).name;
+  check_call(entry_of(*c.creator).create(*c.creator, layer_name, resolved, &p), "plugin '" + name + "' create()");
+  if (!p) throw Error("the creator of '" + name + "' returned no plugin for '" + layer_name + "'");
   return new PluginObject{std::move(p)};
 }
 
@@ -336,24 +361,34 @@ void bind_plugins(nb::module_& m) {
       });
 
   nb::class_<PluginObject>(m, "Plugin", "A plugin object, for Network.add_plugin.")
-      .def_prop_ro("type", [](const PluginObject& p) { return p.plugin->type(); })
-      .def_prop_ro("fields", [](const PluginObject& p) { return fields_dict(p.plugin->fields()); });
+      .def_prop_ro("type", [](const PluginObject& p) {
+        std::string type, version, ns;
+        check_call(entry_of(*p.plugin).identity(*p.plugin, &type, &version, &ns), "Plugin type()");
+        return type;
+      })
+      .def_prop_ro("fields", [](const PluginObject& p) {
+        PluginFieldCollection fields;
+        check_call(entry_of(*p.plugin).fields(*p.plugin, &fields), "Plugin fields()");
+        return fields_dict(fields);
+      });
 
   nb::class_<CreatorHandle>(m, "PluginCreator", "A registered plugin creator (TensorRT's IPluginCreator).")
-      .def_prop_ro("name", [](const CreatorHandle& c) { return c.creator->name(); })
-      .def_prop_ro("plugin_version", [](const CreatorHandle& c) { return c.creator->version(); })
-      .def_prop_ro("plugin_namespace", [](const CreatorHandle& c) { return c.creator->plugin_namespace(); })
+      .def_prop_ro("name", [](const CreatorHandle& c) { return creator_id(*c.creator).name; })
+      .def_prop_ro("plugin_version", [](const CreatorHandle& c) { return creator_id(*c.creator).version; })
+      .def_prop_ro("plugin_namespace", [](const CreatorHandle& c) { return creator_id(*c.creator).plugin_namespace; })
       .def_prop_ro("library", [](const CreatorHandle& c) {
-            return PluginRegistry::instance().library_of(c.creator->name(), c.creator->version(), c.creator->plugin_namespace());
+            const CreatorId id = creator_id(*c.creator);
+            return PluginRegistry::instance().library_of(id.name, id.version, id.plugin_namespace);
           }, "The library it came from ('' when built in; 'python:<module>' for Python plugins).")
-      .def_prop_ro("field_names", [](const CreatorHandle& c) { return c.creator->field_schema(); }, "The field schema.")
+      .def_prop_ro("field_names", [](const CreatorHandle& c) { return schema_of(*c.creator); }, "The field schema.")
       .def("create", &create_plugin, "name"_a, "fields"_a = nb::none(), nb::rv_policy::take_ownership,
            "A plugin from fields (a dict {name: value}, a list of PluginField or a PluginFieldCollection), checked "
            "against the schema with defaults filled in; raises naming the field when one is missing or mistyped.")
       .def("create_plugin", &create_plugin, "name"_a, "field_collection"_a, nb::rv_policy::take_ownership,
            "create() under TensorRT's name.")
       .def("__repr__", [](const CreatorHandle& c) {
-        return "<kiln.PluginCreator '" + c.creator->name() + "' v" + c.creator->version() + " ns='" + c.creator->plugin_namespace() + "'>";
+        const CreatorId id = creator_id(*c.creator);
+        return "<kiln.PluginCreator '" + id.name + "' v" + id.version + " ns='" + id.plugin_namespace + "'>";
       });
 
   nb::class_<RegistryHandle>(m, "PluginRegistry", "The process-wide plugin registry (kiln.plugin_registry()).")

@@ -26,6 +26,7 @@
 #include "src/core/file_io.h"
 #include "src/plan/execution_plan.h"
 #include "src/plan/kernel_config.h"
+#include "src/plugins/plugin_calls.h"
 #include "src/plugins/plugin_layer.h"
 #include "src/core/text.h"
 
@@ -373,7 +374,7 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
     if (layer->type() != kLayerPlugin || is_host_known(*layer, states.front())) continue;
     std::vector<std::string> names;
     {
-      const std::unique_ptr<Plugin> plugin = plugin_from_layer(*layer, config.device);
+      const std::unique_ptr<GuardedPlugin> plugin = plugin_from_layer(*layer, config.device);
       std::vector<PluginTensorDesc> in, out;
       for (const TensorDesc& d : input_descs(*layer, states.front())) in.push_back(PluginTensorDesc{d.type, d.format, d.dims});
       for (const TensorDesc& d : output_descs(*layer, states.front())) out.push_back(PluginTensorDesc{d.type, d.format, d.dims});

@@ -12,6 +12,7 @@
 #include "kiln/plugin.h"
 #include "src/onnx/onnx_import_context.h"
 #include "src/onnx/onnx_tensor.h"
+#include "src/plugins/plugin_calls.h"
 #include "src/plugins/plugin_layer.h"
 #include "src/core/text.h"
 
@@ -108,7 +109,13 @@ bool try_import_plugin_node(NodeContext& ctx) {
   if (!creator) return false;  // the driver reports the node as unsupported
   const std::string where = "node " + quote(ctx.name()) + " (" + (ctx.node().domain().empty() ? "" : ctx.node().domain() + "::") +
                             ctx.op_type() + ")";
-  const auto schema = creator->field_schema();
+  std::vector<PluginFieldSpec> schema;
+  try {
+    schema = creator_field_schema(*creator, where);
+  } catch (const Error& e) {
+    throw OnnxUnsupported{e.what()};
+  }
+  const std::string creator_name = ctx.op_type();  // found under that name
   PluginFieldCollection fields;
   for (const auto& a : ctx.node().attribute()) {
     if (a.name() == "plugin_version" || a.name() == "plugin_namespace") continue;
@@ -119,7 +126,7 @@ bool try_import_plugin_node(NodeContext& ctx) {
     if (!spec) {
       std::string names;
       for (const auto& s : schema) names += (names.empty() ? "" : ", ") + s.name;
-      throw OnnxUnsupported{where + ": attribute " + quote(a.name()) + " is not a field of plugin '" + creator->name() +
+      throw OnnxUnsupported{where + ": attribute " + quote(a.name()) + " is not a field of plugin '" + creator_name +
                             "' (its fields: " + (names.empty() ? "none" : names) + ")"};
     }
     fields.add(field_from_attr(a, *spec, where, ctx.state().base_dir));
@@ -135,7 +142,7 @@ bool try_import_plugin_node(NodeContext& ctx) {
   }
   if (layer->num_outputs() < ctx.num_outputs()) {
     throw OnnxUnsupported{where + ": the node has " + std::to_string(ctx.num_outputs()) + " outputs but plugin '" +
-                          creator->name() + "' produces " + std::to_string(layer->num_outputs())};
+                          creator_name + "' produces " + std::to_string(layer->num_outputs())};
   }
   for (int i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, layer->output(i));
   return true;

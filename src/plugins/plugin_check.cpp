@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "kiln/error.h"
+#include "src/plugins/plugin_calls.h"
 #include "src/plugins/plugin_check_runner.h"
 #include "src/core/text.h"
 
@@ -60,7 +61,7 @@ std::string dims_list(const std::vector<Dims>& dims) {
 
 // A created plugin, terminated when dropped (if initialize() succeeded).
 struct Instance {
-  std::unique_ptr<Plugin> plugin;
+  std::unique_ptr<GuardedPlugin> plugin;
   bool initialized = false;
   Instance() = default;
   Instance(Instance&&) = default;
@@ -78,15 +79,13 @@ struct Instance {
     plugin.reset();
   }
   // Takes a made plugin, sets the device and initializes it; "" or what went wrong.
-  std::string adopt(std::unique_ptr<Plugin> p, DeviceType device) {
+  std::string adopt(std::unique_ptr<GuardedPlugin> p, DeviceType device) {
     reset();
     if (!p) return "returned no plugin";
     plugin = std::move(p);
-    plugin->set_target_device(device);
-    int rc = 0;
-    const std::string problem = plugin_check::run_guarded([&] { rc = plugin->initialize(); });
+    plugin->object().set_target_device(device);
+    const std::string problem = plugin_check::run_guarded([&] { plugin->initialize(); });
     if (!problem.empty()) return "initialize() " + problem;
-    if (rc != 0) return "initialize() returned " + std::to_string(rc);
     initialized = true;
     return "";
   }
@@ -129,12 +128,12 @@ class Checker {
   }
   std::string create_into(Instance& instance, const PluginFieldCollection& fields, DeviceType device);
   bool setup();
-  int detect_inputs(Plugin& plugin);
+  int detect_inputs(GuardedPlugin& plugin);
   ShapeCase make_case(const Dims& shape);
-  std::vector<Combination> claimed(const Plugin& plugin, const ShapeCase& c) const;
+  std::vector<Combination> claimed(const GuardedPlugin& plugin, const ShapeCase& c) const;
   std::vector<std::vector<double>> inputs_for(const ShapeCase& c, const Combination& combo, uint64_t seed) const;
   RunSpec spec_for(const ShapeCase& c, const Combination& combo, const std::vector<std::vector<double>>& inputs) const;
-  Observed observe(Plugin& plugin, const ShapeCase& c, const Combination& combo,
+  Observed observe(GuardedPlugin& plugin, const ShapeCase& c, const Combination& combo,
                    const std::vector<std::vector<double>>& inputs, const std::string& label);
   Comparison compare_with_reference(const ShapeCase& c, const Combination& combo,
                                     const std::vector<std::vector<double>>& inputs, const RunResult& run);
@@ -169,13 +168,13 @@ class Checker {
 // ---- setup -----------------------------------------------------------------------------------
 
 std::string Checker::create_into(Instance& instance, const PluginFieldCollection& fields, DeviceType device) {
-  std::unique_ptr<Plugin> plugin;
-  const std::string problem = plugin_check::run_guarded([&] { plugin = creator_.create("plugin_check", fields); });
+  std::unique_ptr<GuardedPlugin> plugin;
+  const std::string problem = plugin_check::run_guarded([&] { plugin = creator_create(creator_, "plugin_check", fields, "");  });
   if (!problem.empty()) return "create() " + problem;
   return instance.adopt(std::move(plugin), device);
 }
 
-int Checker::detect_inputs(Plugin& plugin) {
+int Checker::detect_inputs(GuardedPlugin& plugin) {
   for (int n = 1; n <= 4; ++n) {
     for (const DataType type : kTypes) {
       bool ok = false;
@@ -199,7 +198,7 @@ bool Checker::setup() {
   // Required fields the user gave no value take the creator's example values (example_fields);
   // --fields overrides them.
   PluginFieldCollection given = options_.fields;
-  const PluginFieldCollection examples = creator_.example_fields();
+  const PluginFieldCollection examples = creator_example_fields(creator_, "kiln plugin check");
   for (const PluginField& f : examples.all()) {
     if (!given.find(f.name)) given.add(f);
   }
@@ -235,14 +234,23 @@ bool Checker::setup() {
     add("create", CheckStatus::kFail, "the creator could not make the plugin from fields {" + report_.fields + "}: " + problem);
     return false;
   }
-  Plugin& p = *main_.plugin;
+  GuardedPlugin& p = *main_.plugin;
   std::string identity;
-  if (p.type() != creator_.name()) identity += "type() is " + quote(p.type()) + " but the creator is " + quote(creator_.name()) + "; ";
-  if (p.version() != creator_.version())
-    identity += "version() is " + quote(p.version()) + " but the creator's is " + quote(creator_.version()) + "; ";
-  if (p.plugin_namespace() != creator_.plugin_namespace())
-    identity += "plugin_namespace() is " + quote(p.plugin_namespace()) + " but the creator's is " + quote(creator_.plugin_namespace()) + "; ";
-  num_outputs_ = p.num_outputs();
+  GuardedPlugin::Identity id;
+  std::string problem_asking = plugin_check::run_guarded([&] {
+    id = p.identity();
+    num_outputs_ = p.num_outputs();
+  });
+  if (!problem_asking.empty()) {
+    add("create", CheckStatus::kFail, "type()/version()/plugin_namespace()/num_outputs() " + problem_asking);
+    return false;
+  }
+  const CreatorIdentity made_by = creator_identity(creator_);
+  if (id.type != made_by.name) identity += "type() is " + quote(id.type) + " but the creator is " + quote(made_by.name) + "; ";
+  if (id.version != made_by.version)
+    identity += "version() is " + quote(id.version) + " but the creator's is " + quote(made_by.version) + "; ";
+  if (id.plugin_namespace != made_by.plugin_namespace)
+    identity += "plugin_namespace() is " + quote(id.plugin_namespace) + " but the creator's is " + quote(made_by.plugin_namespace) + "; ";
   if (num_outputs_ < 1) identity += "num_outputs() is " + std::to_string(num_outputs_) + "; ";
   if (!identity.empty()) {
     add("create", CheckStatus::kFail,
@@ -266,7 +274,7 @@ bool Checker::setup() {
 
 // ---- what the plugin accepts -------------------------------------------------------------------
 
-std::vector<Combination> Checker::claimed(const Plugin& plugin, const ShapeCase& c) const {
+std::vector<Combination> Checker::claimed(const GuardedPlugin& plugin, const ShapeCase& c) const {
   const int total = num_inputs_ + num_outputs_;
   std::vector<Combination> found;
   std::vector<PluginTensorDesc> io;
@@ -373,7 +381,7 @@ RunSpec Checker::spec_for(const ShapeCase& c, const Combination& combo, const st
 // Runs twice (different poison, 1 then 2 threads): an element still holding the poison in both
 // runs was not written. Records NaN/Inf, run-to-run differences and scratch use for the
 // aggregate rows; returns the shape/bounds problem for this row.
-Observed Checker::observe(Plugin& plugin, const ShapeCase& c, const Combination& combo,
+Observed Checker::observe(GuardedPlugin& plugin, const ShapeCase& c, const Combination& combo,
                           const std::vector<std::vector<double>>& inputs, const std::string& label) {
   Observed ob;
   RunSpec spec = spec_for(c, combo, inputs);
@@ -707,8 +715,8 @@ void Checker::check_bytes_round_trip() {
   auto* base = static_cast<uint8_t*>(fence->allocate(span));
   uint8_t* bytes = base + (span - first.size());
   std::memcpy(bytes, first.data(), first.size());
-  std::unique_ptr<Plugin> made;
-  problem = plugin_check::run_guarded([&] { made = creator_.deserialize("plugin_check", bytes, first.size()); });
+  std::unique_ptr<GuardedPlugin> made;
+  problem = plugin_check::run_guarded([&] { made = creator_deserialize(creator_, "plugin_check", bytes, first.size(), ""); });
   if (problem.rfind("crashed", 0) == 0) {
     add(name, CheckStatus::kFail,
         "deserialize() read past the " + size + " serialize() wrote (" + problem +
@@ -756,7 +764,7 @@ void Checker::check_clone() {
   }
   const auto spec = spec_for(*main_case_, main_case_->device_combos.front(), main_inputs_);
   {
-    std::unique_ptr<Plugin> cloned;
+    std::unique_ptr<GuardedPlugin> cloned;
     std::string problem = plugin_check::run_guarded([&] { cloned = main_.plugin->clone(); });
     Instance copy;
     if (problem.empty()) problem = copy.adopt(std::move(cloned), options_.device);
@@ -823,9 +831,9 @@ void Checker::report_aggregates() {
 }
 
 PluginCheckReport Checker::run() {
-  report_.plugin = quote(creator_.name()) + " version " + quote(creator_.version()) + " namespace " +
-                   quote(creator_.plugin_namespace());
-  report_.library = PluginRegistry::instance().library_of(creator_.name(), creator_.version(), creator_.plugin_namespace());
+  const CreatorIdentity id = creator_identity(creator_);
+  report_.plugin = quote(id.name) + " version " + quote(id.version) + " namespace " + quote(id.plugin_namespace);
+  report_.library = PluginRegistry::instance().library_of(id.name, id.version, id.plugin_namespace);
   report_.device = options_.device;
   if (!setup()) return report_;
   check_shapes();

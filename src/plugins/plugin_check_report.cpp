@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kiln/error.h"
+#include "src/plugins/plugin_calls.h"
 #include "src/plugins/plugin_check.h"
 #include "src/core/text.h"
 
@@ -100,7 +101,7 @@ PluginFieldCollection parse_plugin_fields(const std::string& text, const PluginC
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  const auto schema = creator.field_schema();
+  const auto schema = creator_field_schema(creator, "--fields");
   PluginFieldCollection fields;
   for (const auto& item : items) {
     // Not a structured binding: clang 14 cannot capture one in the lambda below.
@@ -110,7 +111,7 @@ PluginFieldCollection parse_plugin_fields(const std::string& text, const PluginC
     if (spec == schema.end()) {
       std::string names;
       for (const auto& s : schema) names += (names.empty() ? "" : ", ") + s.name;
-      throw Error("--fields: plugin " + quote(creator.name()) + " has no field " + quote(name) + " (its fields: " +
+      throw Error("--fields: plugin " + quote(creator_identity(creator).name) + " has no field " + quote(name) + " (its fields: " +
                   (names.empty() ? "none" : names) + ")");
     }
     std::vector<double> numbers;

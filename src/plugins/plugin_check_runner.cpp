@@ -102,6 +102,8 @@ const char* signal_name(int sig) {
 __attribute__((noinline)) void call_catching(const std::function<void()>& fn, std::string* exception) {
   try {
     fn();
+  } catch (const PluginCallError& e) {
+    *exception = e.status_message();  // "threw: ..." as the plugin's library reported it
   } catch (const std::exception& e) {
     *exception = std::string("threw: ") + e.what();
   } catch (...) {
@@ -346,7 +348,7 @@ std::vector<PluginTensorDesc> descs(const std::vector<Dims>& dims, const Combina
 
 }  // namespace
 
-RunResult run_plugin(Plugin& plugin, CheckDevice& device, const RunSpec& spec) {
+RunResult run_plugin(GuardedPlugin& plugin, CheckDevice& device, const RunSpec& spec) {
   RunResult r;
   const size_t nin = spec.in_dims.size(), nout = spec.out_dims.size();
   const auto in_descs = descs(spec.in_dims, spec.combo, 0);
@@ -395,8 +397,12 @@ RunResult run_plugin(Plugin& plugin, CheckDevice& device, const RunSpec& spec) {
   std::string message;
   const PluginExecContext exec{device.device(), device.stream(), spec.num_threads, &message};
   int rc = 0;
+  std::string failed;  // the status of a failed enqueue ("returned 3: ...", "threw: ...")
   const auto enqueue = [&] {
-    return plugin.enqueue(in_descs, out_descs, in_ptrs.data(), out_ptrs.data(), workspace.data(), exec);
+    const PluginStatus s = plugin.enqueue(in_descs, out_descs, in_ptrs.data(), out_ptrs.data(), workspace.data(), exec);
+    if (s.ok()) return 0;
+    failed = s.message();
+    return 1;
   };
   if (spec.capture) {
 #ifdef KILN_HAVE_CUDA
@@ -424,8 +430,7 @@ RunResult run_plugin(Plugin& plugin, CheckDevice& device, const RunSpec& spec) {
   }
   const std::string sync = device.synchronize();
   if (rc != 0) {
-    r.error = "enqueue() returned " + std::to_string(rc) + (message.empty() ? "" : ": " + message) +
-              (sync.empty() ? "" : " (the device reports " + sync + ")");
+    r.error = "enqueue() " + failed + (sync.empty() ? "" : " (the device reports " + sync + ")");
     return r;
   }
   if (!sync.empty()) {

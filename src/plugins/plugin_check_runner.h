@@ -17,6 +17,7 @@
 
 #include "kiln/plugin.h"
 #include "kiln/types.h"
+#include "src/plugins/plugin_calls.h"
 
 namespace kiln::plugin_check {
 
@@ -126,6 +127,6 @@ struct RunResult {
 
 // configure() (min = opt = max = the dims), workspace_size() and one enqueue of `plugin` on
 // `device` with the layout described above. Never throws for the plugin's faults.
-RunResult run_plugin(Plugin& plugin, CheckDevice& device, const RunSpec& spec);
+RunResult run_plugin(GuardedPlugin& plugin, CheckDevice& device, const RunSpec& spec);
 
 }  // namespace kiln::plugin_check

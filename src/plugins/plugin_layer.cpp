@@ -22,6 +22,7 @@
 #include "src/ir/op_schema.h"
 #include "src/ir/plugin_hooks.h"
 #include "src/core/text.h"
+#include "src/plugins/plugin_calls.h"
 
 namespace kiln {
 
@@ -70,17 +71,17 @@ uint64_t plugin_bytes_checksum(const void* data, size_t size) {
 
 // The plugin's in-place outputs (Plugin::aliased_input) as the layer attribute
 // plugin_aliased_inputs (one input index or -1 per output), when it declares any.
-void store_aliases(Attributes& attrs, const Plugin& plugin, int num_outputs, size_t num_inputs, const std::string& where) {
+void store_aliases(Attributes& attrs, const GuardedPlugin& plugin, int num_outputs, size_t num_inputs, const std::string& where) {
   std::vector<int64_t> aliases;
   bool any = false;
   for (int o = 0; o < num_outputs; ++o) {
     const int i = plugin.aliased_input(o);
     if (i < -1 || i >= static_cast<int>(num_inputs)) {
-      throw Error(where + ": plugin '" + plugin.type() + "' says output " + std::to_string(o) + " reuses input " +
+      throw Error(where + ": plugin '" + plugin.identity().type + "' says output " + std::to_string(o) + " reuses input " +
                   std::to_string(i) + ", but the layer has " + std::to_string(num_inputs) + " inputs");
     }
     if (i >= 0 && std::find(aliases.begin(), aliases.end(), i) != aliases.end()) {
-      throw Error(where + ": plugin '" + plugin.type() + "' says two outputs reuse input " + std::to_string(i));
+      throw Error(where + ": plugin '" + plugin.identity().type + "' says two outputs reuse input " + std::to_string(i));
     }
     any |= i >= 0;
     aliases.push_back(i);
@@ -88,9 +89,17 @@ void store_aliases(Attributes& attrs, const Plugin& plugin, int num_outputs, siz
   if (any) attrs.set("plugin_aliased_inputs", aliases);
 }
 
-Layer* add_plugin(Network& network, const std::vector<Tensor*>& inputs, const Plugin& plugin, const std::string& name) {
+Layer* add_plugin(Network& network, const std::vector<Tensor*>& inputs, const Plugin& object, const std::string& name) {
+  // kiln keeps its own copy, called through the entry points of the library that made it.
+  const std::string where = "plugin layer " + quote(name);
+  std::unique_ptr<Plugin> copy;
+  const PluginStatus cloned = entry_points_of(object).clone(object, &copy);
+  if (!cloned.ok()) throw Error(where + ": clone() " + cloned.message());
+  if (!copy) throw Error(where + ": clone() returned no plugin");
+  const GuardedPlugin plugin(std::move(copy), where);
+  const GuardedPlugin::Identity id = plugin.identity();
   const int n = plugin.num_outputs();
-  if (n < 1) throw Error("plugin " + quote(plugin.type()) + " declares " + std::to_string(n) + " outputs; it needs at least one");
+  if (n < 1) throw Error("plugin " + quote(id.type) + " declares " + std::to_string(n) + " outputs; it needs at least one");
   Attributes attrs;
   const auto bytes = plugin.serialize();
   if (!bytes.empty()) {
@@ -101,32 +110,26 @@ Layer* add_plugin(Network& network, const std::vector<Tensor*>& inputs, const Pl
   } else {
     store_fields(attrs, plugin.fields());
   }
-  store_aliases(attrs, plugin, n, inputs.size(), "plugin layer '" + name + "'");
-  return add_layer_with(network, inputs, plugin.type(), plugin.version(), plugin.plugin_namespace(), n, std::move(attrs), name);
+  store_aliases(attrs, plugin, n, inputs.size(), where);
+  return add_layer_with(network, inputs, id.type, id.version, id.plugin_namespace, n, std::move(attrs), name);
 }
 
 Layer* add_plugin_layer(Network& network, const std::vector<Tensor*>& inputs, const PluginCreator& creator,
                         const PluginFieldCollection& fields, const std::string& layer_name, const std::string& where) {
   const PluginFieldCollection resolved = PluginRegistry::instance().resolve_fields(creator, fields, where);
-  std::unique_ptr<Plugin> plugin;
-  try {
-    plugin = creator.create(layer_name, resolved);
-  } catch (const std::exception& e) {
-    throw Error(where + ": plugin " + quote(creator.name()) + " rejected its fields: " + e.what());
-  }
-  if (!plugin) throw Error(where + ": plugin creator " + quote(creator.name()) + " returned no plugin");
+  const CreatorIdentity id = creator_identity(creator);
+  const std::unique_ptr<GuardedPlugin> plugin = creator_create(creator, layer_name, resolved, where);
   const int n = plugin->num_outputs();
-  if (n < 1) throw Error(where + ": plugin " + quote(creator.name()) + " declares " + std::to_string(n) + " outputs");
+  if (n < 1) throw Error(where + ": plugin " + quote(id.name) + " declares " + std::to_string(n) + " outputs");
   Attributes attrs;
   store_fields(attrs, resolved);
   store_aliases(attrs, *plugin, n, inputs.size(), where);
-  return add_layer_with(network, inputs, creator.name(), creator.version(), creator.plugin_namespace(), n, std::move(attrs),
-                        layer_name);
+  return add_layer_with(network, inputs, id.name, id.version, id.plugin_namespace, n, std::move(attrs), layer_name);
 }
 
 PluginFieldCollection plugin_fields_of(const Layer& layer, const PluginCreator& creator) {
   PluginFieldCollection given;
-  for (const auto& spec : creator.field_schema()) {
+  for (const auto& spec : creator_field_schema(creator, plugin_label(layer))) {
     const std::string key = kFieldPrefix + spec.name;
     if (!layer.attrs().has(key)) continue;
     PluginField f;
@@ -168,7 +171,7 @@ PluginFieldCollection plugin_fields_of(const Layer& layer, const PluginCreator& 
   return PluginRegistry::instance().resolve_fields(creator, given, plugin_label(layer));
 }
 
-std::unique_ptr<Plugin> plugin_from_layer(const Layer& layer, DeviceType device) {
+std::unique_ptr<GuardedPlugin> plugin_from_layer(const Layer& layer, DeviceType device) {
   const std::string name = layer.attrs().get_string("plugin_name");
   const std::string version = layer.attrs().get_string("plugin_version", "1");
   const std::string ns = layer.attrs().get_string("plugin_namespace", "");
@@ -179,7 +182,7 @@ std::unique_ptr<Plugin> plugin_from_layer(const Layer& layer, DeviceType device)
                 "' is not registered" + (lib.empty() ? std::string() : " (it came from library " + quote(lib) + ")") +
                 "; load its library first (kiln ... --plugins LIB.so, or kiln::load_plugin_library)");
   }
-  std::unique_ptr<Plugin> plugin;
+  std::unique_ptr<GuardedPlugin> plugin;
   if (layer.attrs().has("plugin_bytes")) {
     const HostTensor& bytes = layer.attrs().get_tensor("plugin_bytes");
     const auto size = static_cast<size_t>(layer.attrs().get_int("plugin_bytes_size", -1));
@@ -189,22 +192,18 @@ std::unique_ptr<Plugin> plugin_from_layer(const Layer& layer, DeviceType device)
                   "(recorded " + std::to_string(size) + " bytes, found " + std::to_string(bytes.nbytes()) +
                   "); the engine is corrupt");
     }
-    plugin = creator->deserialize(layer.name(), bytes.data(), bytes.nbytes());
+    plugin = creator_deserialize(*creator, layer.name(), bytes.data(), bytes.nbytes(), plugin_label(layer));
   } else {
     const PluginFieldCollection fields = plugin_fields_of(layer, *creator);
-    try {
-      plugin = creator->create(layer.name(), fields);
-    } catch (const std::exception& e) {
-      throw Error(plugin_label(layer) + ": the creator's create() failed: " + e.what());
-    }
+    plugin = creator_create(*creator, layer.name(), fields, plugin_label(layer));
   }
-  if (!plugin) throw Error(plugin_label(layer) + ": the creator returned no plugin");
-  plugin->set_target_device(device);
+  plugin->object().set_target_device(device);
   // The implementation the builder chose (Plugin::tactics), before anything that depends on it.
   if (layer.attrs().has("plugin_tactic")) plugin->set_tactic(layer.attrs().get_string("plugin_tactic"));
-  if (plugin->num_outputs() != layer.num_outputs()) {
-    throw Error(plugin_label(layer) + ": the plugin declares " + std::to_string(plugin->num_outputs()) +
-                " outputs but the layer has " + std::to_string(layer.num_outputs()));
+  const int n = plugin->num_outputs();
+  if (n != layer.num_outputs()) {
+    throw Error(plugin_label(layer) + ": the plugin declares " + std::to_string(n) + " outputs but the layer has " +
+                std::to_string(layer.num_outputs()));
   }
   return plugin;
 }
@@ -409,7 +408,7 @@ std::vector<EngineData::PluginLibrary> read_plugin_libraries(const std::vector<E
 // ---- shape inference ----------------------------------------------------------------------
 
 void plugin_infer_shapes(ShapeContext& ctx) {
-  std::unique_ptr<Plugin> plugin;
+  std::unique_ptr<GuardedPlugin> plugin;
   try {
     plugin = plugin_from_layer(ctx.layer(), DeviceType::kCPU);
   } catch (const Error& e) {
@@ -422,7 +421,12 @@ void plugin_infer_shapes(ShapeContext& ctx) {
     in_types.push_back(ctx.input_type(i));
     in_dims.push_back(ctx.input_dims(i));
   }
-  const auto out_types = plugin->output_types(in_types);
+  std::vector<DataType> out_types;
+  try {
+    out_types = plugin->output_types(in_types);
+  } catch (const Error& e) {
+    ctx.fail(e.what());
+  }
   if (static_cast<int>(out_types.size()) != ctx.num_outputs()) {
     ctx.fail("output_types() returned " + std::to_string(out_types.size()) + " types for " +
              std::to_string(ctx.num_outputs()) + " outputs");
@@ -445,8 +449,8 @@ void plugin_infer_shapes(ShapeContext& ctx) {
   for (int o = 0; o < ctx.num_outputs(); ++o) {
     try {
       out_exprs.push_back(plugin->output_dims(o, in_exprs, exprs));
-    } catch (const std::exception& e) {
-      ctx.fail("output_dims(" + std::to_string(o) + ") failed: " + e.what());
+    } catch (const Error& e) {
+      ctx.fail(e.what());
     }
   }
   // Host values of shape inputs (ExprBuilder::input_value), where known.
@@ -546,7 +550,7 @@ std::vector<DynamicPluginTensorDesc> dynamic_descs(const std::vector<TensorRange
 // configured once per profile, shared by the kernels the context prepares for each input shape
 // (used by one thread at a time, as the context), terminate()d when the last goes.
 struct PluginInstance {
-  std::unique_ptr<Plugin> plugin;
+  std::unique_ptr<GuardedPlugin> plugin;
   bool initialized = false;
   bool configured = false;  // configure_profile ran: prepare() leaves configure alone
   ~PluginInstance() {
@@ -559,8 +563,7 @@ class PluginKernel : public Kernel {
   PluginKernel(const Layer& layer, DeviceType device) : layer_(layer), device_(device) {
     shared_ = std::make_shared<PluginInstance>();
     shared_->plugin = plugin_from_layer(layer, device);
-    const int rc = shared_->plugin->initialize();
-    if (rc != 0) throw Error(plugin_label(layer) + ": initialize() returned " + std::to_string(rc));
+    shared_->plugin->initialize();
     shared_->initialized = true;
   }
   PluginKernel(const PluginKernel& other) : layer_(other.layer_), device_(other.device_), shared_(other.shared_) {}
@@ -596,10 +599,9 @@ class PluginKernel : public Kernel {
     for (size_t i = 0; i < ctx.outputs.size(); ++i) outs_[i] = ctx.outputs[i].data;
     std::string message;
     PluginExecContext exec{device_, ctx.stream, ctx.num_threads ? ctx.num_threads : num_threads_, &message};
-    const int rc = shared_->plugin->enqueue(in_, out_, ins_.data(), outs_.data(), ctx.workspace, exec);
-    if (rc != 0) {
-      throw Error(plugin_label(layer_) + ": enqueue() failed with code " + std::to_string(rc) + " on " +
-                  to_string(device_) + (message.empty() ? std::string() : ": " + message));
+    const PluginStatus status = shared_->plugin->enqueue(in_, out_, ins_.data(), outs_.data(), ctx.workspace, exec);
+    if (!status.ok()) {
+      throw Error(plugin_label(layer_) + ": enqueue() on " + to_string(device_) + " failed: it " + status.message());
     }
   }
 
@@ -617,7 +619,7 @@ class PluginKernel : public Kernel {
 // A plugin is usable on a device when it accepts the layer's input types and formats with its
 // declared output types in the formats of the layer's outputs (as the layout pass asks).
 bool plugin_supports(const Layer& layer, const std::vector<TensorDesc>& inputs, DeviceType device) {
-  std::unique_ptr<Plugin> plugin = plugin_from_layer(layer, device);
+  const std::unique_ptr<GuardedPlugin> plugin = plugin_from_layer(layer, device);
   std::vector<PluginTensorDesc> io;
   std::vector<DataType> types;
   for (const auto& d : inputs) {
@@ -629,8 +631,9 @@ bool plugin_supports(const Layer& layer, const std::vector<TensorDesc>& inputs, 
     const int o = static_cast<int>(i);
     io.push_back(PluginTensorDesc{out_types[i], o < layer.num_outputs() ? layer.output(o)->format() : TensorFormat::kLinear, Dims{}});
   }
+  const int num_outputs = plugin->num_outputs();
   for (int pos = 0; pos < static_cast<int>(io.size()); ++pos) {
-    if (!plugin->supports_format_combination(pos, io, static_cast<int>(inputs.size()), plugin->num_outputs())) return false;
+    if (!plugin->supports_format_combination(pos, io, static_cast<int>(inputs.size()), num_outputs)) return false;
   }
   return true;
 }

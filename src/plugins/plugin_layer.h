@@ -25,7 +25,8 @@ Layer* add_plugin_layer(Network& network, const std::vector<Tensor*>& inputs, co
 // Re-creates the plugin of a Plugin layer for `device`. Throws a clear error when its creator is
 // not registered (naming the plugin, version, namespace, recorded library and --plugins) or when
 // its stored bytes do not match their recorded size or checksum.
-std::unique_ptr<Plugin> plugin_from_layer(const Layer& layer, DeviceType device);
+class GuardedPlugin;
+std::unique_ptr<GuardedPlugin> plugin_from_layer(const Layer& layer, DeviceType device);
 
 // The fields stored on a Plugin layer, converted back by the creator's schema.
 PluginFieldCollection plugin_fields_of(const Layer& layer, const PluginCreator& creator);

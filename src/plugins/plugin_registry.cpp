@@ -16,6 +16,7 @@
 #include "kiln/plugin.h"
 #include "src/core/checked_math.h"
 #include "src/core/text.h"
+#include "src/plugins/plugin_calls.h"
 
 namespace kiln {
 
@@ -324,7 +325,12 @@ struct PluginRegistry::Impl {
   mutable std::mutex mutex;
   struct Entry {
     std::unique_ptr<PluginCreator> creator;
+    const detail::PluginEntryPoints* entry_points = nullptr;  // of the library that registered it
+    std::string name, version, plugin_namespace;              // asked once, at registration
     std::string library;
+    bool is(const std::string& n, const std::string& v, const std::string& ns) const {
+      return name == n && version == v && plugin_namespace == ns;
+    }
   };
   std::vector<Entry> entries;
   // Libraries loaded by load_plugin_library (canonical path -> the creators they registered).
@@ -333,6 +339,10 @@ struct PluginRegistry::Impl {
   std::string loading;
   std::vector<std::string> loaded_names;
   std::vector<std::string> load_errors;
+
+  // Registers through `entry_points` (the registering library's own).
+  void add(std::unique_ptr<PluginCreator> creator, const detail::PluginEntryPoints& entry_points,
+           const std::string& library, bool replace);
 };
 
 PluginRegistry::Impl& PluginRegistry::impl() const {
@@ -354,52 +364,76 @@ std::string plugin_id(const std::string& name, const std::string& version, const
 }
 }  // namespace
 
-void PluginRegistry::register_creator(std::unique_ptr<PluginCreator> creator, const std::string& library, bool replace) {
+void PluginRegistry::Impl::add(std::unique_ptr<PluginCreator> creator, const detail::PluginEntryPoints& entry_points,
+                               const std::string& library, bool replace) {
   if (!creator) throw Error("register_creator: null creator");
-  Impl& m = impl();
-  std::lock_guard<std::mutex> lock(m.mutex);
-  const std::string lib = library.empty() ? m.loading : library;
-  const std::string name = creator->name(), version = creator->version(), ns = creator->plugin_namespace();
-  for (auto& e : m.entries) {
-    if (e.creator->name() == name && e.creator->version() == version && e.creator->plugin_namespace() == ns) {
+  Entry entry;
+  entry.entry_points = &entry_points;
+  const PluginStatus status =
+      entry_points.creator_identity(*creator, &entry.name, &entry.version, &entry.plugin_namespace);
+  std::lock_guard<std::mutex> lock(mutex);
+  const std::string lib = library.empty() ? loading : library;
+  entry.library = lib;
+  if (!status.ok()) {
+    const std::string msg = "a plugin creator" + (lib.empty() ? std::string() : " of " + quote(lib)) +
+                            " failed in name()/version()/plugin_namespace(): " + status.message();
+    if (!loading.empty()) {
+      load_errors.push_back(msg);
+      return;
+    }
+    throw Error(msg);
+  }
+  for (auto& e : entries) {
+    if (e.is(entry.name, entry.version, entry.plugin_namespace)) {
       if (replace) {
-        e.creator = std::move(creator);
-        e.library = lib;
+        entry.creator = std::move(creator);
+        e = std::move(entry);
         return;
       }
-      const std::string msg = "plugin " + plugin_id(name, version, ns) + " is registered twice (first from " +
+      const std::string msg = "plugin " + plugin_id(entry.name, entry.version, entry.plugin_namespace) +
+                              " is registered twice (first from " +
                               (e.library.empty() ? std::string("kiln's built-ins") : e.library) + ", again from " +
                               (lib.empty() ? std::string("the program") : lib) +
                               "); give one a different version or namespace";
-      if (!m.loading.empty()) {
-        m.load_errors.push_back(msg);
+      if (!loading.empty()) {
+        load_errors.push_back(msg);
         return;
       }
       throw Error(msg);
     }
   }
-  m.entries.push_back(Impl::Entry{std::move(creator), lib});
-  if (!m.loading.empty()) m.loaded_names.push_back(name + " v" + version);
+  if (!loading.empty()) loaded_names.push_back(entry.name + " v" + entry.version);
+  entry.creator = std::move(creator);
+  entries.push_back(std::move(entry));
+}
+
+void PluginRegistry::register_creator(std::unique_ptr<PluginCreator> creator, const std::string& library, bool replace) {
+  impl().add(std::move(creator), detail::in_process_entry_points(), library, replace);
 }
 
 const PluginCreator* PluginRegistry::find(const std::string& name, const std::string& version, const std::string& ns) const {
   Impl& m = impl();
   std::lock_guard<std::mutex> lock(m.mutex);
   for (const auto& e : m.entries) {
-    if (e.creator->name() == name && e.creator->version() == version && e.creator->plugin_namespace() == ns) {
-      return e.creator.get();
-    }
+    if (e.is(name, version, ns)) return e.creator.get();
   }
   return nullptr;
+}
+
+const detail::PluginEntryPoints& PluginRegistry::entry_points(const PluginCreator& creator) const {
+  Impl& m = impl();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  for (const auto& e : m.entries) {
+    if (e.creator.get() == &creator) return *e.entry_points;
+  }
+  return detail::in_process_entry_points();
 }
 
 std::vector<PluginInfo> PluginRegistry::list() const {
   Impl& m = impl();
   std::lock_guard<std::mutex> lock(m.mutex);
   std::vector<PluginInfo> r;
-  for (const auto& e : m.entries) {
-    r.push_back(PluginInfo{e.creator->name(), e.creator->version(), e.creator->plugin_namespace(), e.library});
-  }
+  for (const auto& e : m.entries) r.push_back(PluginInfo{e.name, e.version, e.plugin_namespace, e.library});
   std::sort(r.begin(), r.end(), [](const PluginInfo& a, const PluginInfo& b) {
     return std::tie(a.name, a.version, a.plugin_namespace) < std::tie(b.name, b.version, b.plugin_namespace);
   });
@@ -410,7 +444,7 @@ std::string PluginRegistry::library_of(const std::string& name, const std::strin
   Impl& m = impl();
   std::lock_guard<std::mutex> lock(m.mutex);
   for (const auto& e : m.entries) {
-    if (e.creator->name() == name && e.creator->version() == version && e.creator->plugin_namespace() == ns) return e.library;
+    if (e.is(name, version, ns)) return e.library;
   }
   return "";
 }
@@ -454,14 +488,15 @@ PluginField converted_field(const PluginField& f, PluginFieldType to, const std:
 
 PluginFieldCollection PluginRegistry::resolve_fields(const PluginCreator& creator, const PluginFieldCollection& given,
                                                      const std::string& where) const {
-  const auto schema = creator.field_schema();
+  const auto schema = creator_field_schema(creator, where);
+  const std::string cname = creator_identity(creator).name;
   PluginFieldCollection out;
   for (const auto& f : given.all()) {
     const bool known = std::any_of(schema.begin(), schema.end(), [&](const PluginFieldSpec& s) { return s.name == f.name; });
     if (!known) {
       std::string names;
       for (const auto& s : schema) names += (names.empty() ? "" : ", ") + s.name;
-      throw Error(where + ": plugin " + quote(creator.name()) + " has no field " + quote(f.name) + " (its fields: " +
+      throw Error(where + ": plugin " + quote(cname) + " has no field " + quote(f.name) + " (its fields: " +
                   (names.empty() ? "none" : names) + ")");
     }
   }
@@ -469,7 +504,7 @@ PluginFieldCollection PluginRegistry::resolve_fields(const PluginCreator& creato
     const PluginField* f = given.find(spec.name);
     if (!f) {
       if (spec.required) {
-        throw Error(where + ": plugin " + quote(creator.name()) + " needs field " + quote(spec.name) + " (" + to_string(spec.type) +
+        throw Error(where + ": plugin " + quote(cname) + " needs field " + quote(spec.name) + " (" + to_string(spec.type) +
                     (spec.description.empty() ? "" : ": " + spec.description) + ")");
       }
       PluginField d = spec.default_value;
@@ -478,9 +513,9 @@ PluginFieldCollection PluginRegistry::resolve_fields(const PluginCreator& creato
       continue;
     }
     PluginField value = *f;
-    if (value.type != spec.type) value = converted_field(value, spec.type, where + ": plugin " + quote(creator.name()));
+    if (value.type != spec.type) value = converted_field(value, spec.type, where + ": plugin " + quote(cname));
     if (spec.count >= 0 && value.count() != spec.count) {
-      throw Error(where + ": plugin " + quote(creator.name()) + " field " + quote(spec.name) + " has " +
+      throw Error(where + ": plugin " + quote(cname) + " field " + quote(spec.name) + " has " +
                   std::to_string(value.count()) + " value(s), expected " + std::to_string(spec.count));
     }
     out.add(std::move(value));
@@ -488,26 +523,36 @@ PluginFieldCollection PluginRegistry::resolve_fields(const PluginCreator& creato
   return out;
 }
 
+// Nothing of a creator of another interface version may be called (its classes have another
+// layout): not even its destructor, so it is leaked on purpose.
+void detail::PluginRegistrar::refuse(std::unique_ptr<PluginCreator> creator, uint32_t interface_version) {
+  (void)creator.release();
+  PluginRegistry::Impl& m = PluginRegistry::instance().impl();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  const std::string msg = "a plugin creator was compiled against kiln's plugin interface version " +
+                          std::to_string(interface_version) + ", this kiln has version " +
+                          std::to_string(kPluginInterfaceVersion) + " (include/kiln/plugin.h); rebuild " +
+                          (m.loading.empty() ? std::string("it") : quote(m.loading)) + " against this kiln";
+  if (!m.loading.empty()) {
+    m.load_errors.push_back(msg);
+  } else {
+    log(Severity::kError, msg);
+  }
+}
+
 detail::PluginRegistrar::PluginRegistrar(std::unique_ptr<PluginCreator> creator, uint32_t interface_version) {
+  // Only libraries of interface versions 1-3 call this constructor.
+  refuse(std::move(creator), interface_version);
+}
+
+detail::PluginRegistrar::PluginRegistrar(std::unique_ptr<PluginCreator> creator, uint32_t interface_version,
+                                         const PluginEntryPoints& entry_points) {
   if (interface_version != kPluginInterfaceVersion) {
-    // Nothing of the creator may be called (its classes have another layout): not even its
-    // destructor, so it is leaked on purpose.
-    (void)creator.release();
-    PluginRegistry::Impl& m = PluginRegistry::instance().impl();
-    std::lock_guard<std::mutex> lock(m.mutex);
-    const std::string msg = "a plugin creator was compiled against kiln's plugin interface version " +
-                            std::to_string(interface_version) + ", this kiln has version " +
-                            std::to_string(kPluginInterfaceVersion) + " (include/kiln/plugin.h); rebuild " +
-                            (m.loading.empty() ? std::string("it") : quote(m.loading)) + " against this kiln";
-    if (!m.loading.empty()) {
-      m.load_errors.push_back(msg);
-    } else {
-      log(Severity::kError, msg);
-    }
+    refuse(std::move(creator), interface_version);
     return;
   }
   try {
-    PluginRegistry::instance().register_creator(std::move(creator));
+    PluginRegistry::instance().impl().add(std::move(creator), entry_points, "", false);
   } catch (const std::exception& e) {
     // Static initialization must not throw; report and keep the first registration.
     log(Severity::kError, e.what());
@@ -539,7 +584,7 @@ std::vector<std::string> load_plugin_library(const std::string& path) {
     std::lock_guard<std::mutex> lock(m.mutex);
     std::vector<std::string> names;
     for (const auto& e : m.entries) {
-      if (e.library == canonical) names.push_back(e.creator->name() + " v" + e.creator->version());
+      if (e.library == canonical) names.push_back(e.name + " v" + e.version);
     }
     m.loaded[canonical] = names;
     log(Severity::kInfo, "plugin library " + quote(path) + " is already in this process (linked into the program or opened "
@@ -561,6 +606,32 @@ std::vector<std::string> load_plugin_library(const std::string& path) {
     errors = m.load_errors;
     m.loading.clear();
     if (handle && errors.empty() && !names.empty()) m.loaded[canonical] = names;
+  }
+  if (handle) {
+    // The library's own kiln_plugin_interface_version (plugin.h defines it in every library
+    // compiled with it; a library of interface version 3 or older has none, and its registrars
+    // were refused above).
+    const auto* version = static_cast<const uint32_t*>(::dlsym(handle, "kiln_plugin_interface_version"));
+    Dl_info info{};
+    if (version && ::dladdr(version, &info) != 0 && info.dli_fname) {
+      char* real = ::realpath(info.dli_fname, nullptr);
+      const bool own = real && canonical == real;
+      std::free(real);
+      if (own && *version != kPluginInterfaceVersion) {
+        errors.push_back("it was compiled against kiln's plugin interface version " + std::to_string(*version) +
+                         ", this kiln has version " + std::to_string(kPluginInterfaceVersion) +
+                         " (include/kiln/plugin.h); rebuild it against this kiln");
+        // Its creators leave the registry unused (and undestroyed: nothing of it is called).
+        std::lock_guard<std::mutex> lock(m.mutex);
+        for (auto& e : m.entries) {
+          if (e.library == canonical) (void)e.creator.release();
+        }
+        m.entries.erase(std::remove_if(m.entries.begin(), m.entries.end(),
+                                       [](const PluginRegistry::Impl::Entry& e) { return !e.creator; }),
+                        m.entries.end());
+        m.loaded.erase(canonical);
+      }
+    }
   }
   if (!handle) {
     const char* why = dlerror();
