@@ -1,6 +1,8 @@
 // The backend registry and DeviceBuffer.
 #include "src/backends/backend.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <chrono>
 
@@ -48,7 +50,34 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
+namespace {
+std::atomic<uint64_t> g_fault_at{0};  // 0: no fault armed
+std::atomic<uint64_t> g_allocations_seen{0};
+
+void allocation_fault_point(size_t bytes, const char* memory) {
+  const uint64_t n = g_allocations_seen.fetch_add(1, std::memory_order_relaxed) + 1;
+  const uint64_t at = g_fault_at.load(std::memory_order_relaxed);
+  if (at != 0 && n == at) {
+    throw Error(std::string("out of memory: cannot allocate ") + std::to_string(bytes) + " bytes of " + memory +
+                " memory (a fault injected by a test: allocation " + std::to_string(n) + ")");
+  }
+}
+}  // namespace
+
+uint64_t inject_allocation_fault(uint64_t k) {
+  g_fault_at.store(k, std::memory_order_relaxed);
+  return g_allocations_seen.exchange(0, std::memory_order_relaxed);
+}
+
+void Backend::count_allocation(size_t bytes) {
+  allocations_.fetch_add(1, std::memory_order_relaxed);
+  allocation_fault_point(bytes, device() == DeviceType::kCUDA ? "CUDA device" : "host");
+}
+
+void Backend::check_host_allocation_fault(size_t bytes) { allocation_fault_point(bytes, "pinned host"); }
+
 void* Backend::allocate_host(size_t bytes) {
+  check_host_allocation_fault(bytes);
   void* p = bytes <= SIZE_MAX - 255 ? std::aligned_alloc(256, bytes ? (bytes + 255) / 256 * 256 : 256) : nullptr;
   if (!p) throw Error("out of memory: cannot allocate " + std::to_string(bytes) + " bytes of host memory");
   return p;

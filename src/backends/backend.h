@@ -109,13 +109,23 @@ class Backend {
   virtual double elapsed_ms(void* start, void* end);
 
  protected:
-  void count_allocation() { allocations_.fetch_add(1, std::memory_order_relaxed); }
+  // Every allocate() calls this first: counts the call, and throws the out-of-memory error of an
+  // injected fault (inject_allocation_fault) naming `bytes`.
+  void count_allocation(size_t bytes);
+  // allocate_host() calls this first (an injected fault; not counted as an allocate() call).
+  void check_host_allocation_fault(size_t bytes);
   void count_synchronization() { synchronizations_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   std::atomic<uint64_t> allocations_{0};
   std::atomic<uint64_t> synchronizations_{0};
 };
+
+// Fault injection, for tests: from now on, the k-th allocation (allocate() or allocate_host() of
+// any backend, counting from 1) fails as if memory were exhausted, with kiln's out-of-memory
+// error; k = 0 disarms. Returns the number of allocations seen since the previous call, so a test
+// can count a scenario's allocations (k = 0) and then fail each one in turn. Process-wide.
+uint64_t inject_allocation_fault(uint64_t k);
 
 // One process-wide lock that kiln holds while it does what must not overlap another thread's
 // CUDA graph capture: allocating and freeing device memory (cudaFree waits for the whole device,

@@ -16,6 +16,7 @@
 #include "src/plan/execution_plan.h"
 #include "src/plugins/plugin_layer.h"
 #include "src/ir/shape_inference.h"
+#include "src/core/out_of_memory.h"
 #include "src/core/text.h"
 
 namespace kiln {
@@ -211,7 +212,7 @@ void reject_cpu_only_types(const Network& net, const TensorStates& states, Devic
 
 }  // namespace
 
-std::vector<uint8_t> Builder::build_serialized(const Network& network, const BuilderConfig& config, BuildReport* report_out) {
+std::vector<uint8_t> Builder::build_serialized(const Network& network, const BuilderConfig& config, BuildReport* report_out) try {
   const auto t0 = std::chrono::steady_clock::now();
   // Checked here so that no engine is written that Runtime::deserialize would reject.
   if (config.num_threads < 0 || config.num_threads > kMaxThreads) {
@@ -282,6 +283,8 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   report.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (report_out) *report_out = report;
   return bytes;
+} catch (const std::bad_alloc&) {
+  throw_out_of_host_memory("building the engine");
 }
 
 }  // namespace kiln

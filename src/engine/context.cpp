@@ -20,6 +20,7 @@
 #include "kiln/runtime.h"
 #include "src/engine/context_impl.h"
 #include "src/plan/kernel_config.h"
+#include "src/core/out_of_memory.h"
 #include "src/core/text.h"
 
 namespace kiln {
@@ -230,7 +231,7 @@ void run_steps(ContextImpl& c, ShapePlan& plan, void* stream) {
       if (plan.dd_step[s]) resolve_data_dependent_sizes(c, plan, s, stream);
     } catch (const std::exception& ex) {
       const Layer& l = *e.steps[s];
-      const std::string msg = ex.what();
+      const std::string msg = exception_text(ex);
       if (msg.rfind("layer '", 0) == 0 || msg.rfind("output '", 0) == 0) throw Error(msg);
       throw Error("layer " + quote(l.name()) + " (" + l.type() + ", kernel " + quote(e.kernels[s]->tactic) + ") failed: " + msg);
     }
@@ -378,7 +379,7 @@ void ExecutionContext::set_optimization_profile(int index) {
 
 int ExecutionContext::optimization_profile() const { return impl_->profile; }
 
-void ExecutionContext::set_input_shape(const std::string& name, const Dims& dims) {
+void ExecutionContext::set_input_shape(const std::string& name, const Dims& dims) try {
   ContextImpl& c = *impl_;
   const int index = c.engine->binding(name);
   const TensorInfo& info = c.engine->io[static_cast<size_t>(index)];
@@ -398,6 +399,8 @@ void ExecutionContext::set_input_shape(const std::string& name, const Dims& dims
   current = dims;
   c.input_dims[name] = dims;
   c.current = nullptr;
+} catch (const std::bad_alloc&) {
+  throw_out_of_host_memory("setting the shape of input " + quote(name));
 }
 
 Dims ExecutionContext::tensor_shape(const std::string& name) {
@@ -587,7 +590,7 @@ void ExecutionContext::check_device_errors() {
   }
 }
 
-void ExecutionContext::enqueue(void* stream) {
+void ExecutionContext::enqueue(void* stream) try {
   ContextImpl& c = *impl_;
   EngineImpl& e = *c.engine;
   if (!stream) stream = c.own_stream;
@@ -665,6 +668,8 @@ void ExecutionContext::enqueue(void* stream) {
   ++c.stats.plain_inferences;
   LifecycleLock lock(device_lifecycle_mutex());  // fresh kernels: their first run
   run_steps(c, *plan, stream);
+} catch (const std::bad_alloc&) {
+  throw_out_of_host_memory("running an inference");
 }
 
 }  // namespace kiln

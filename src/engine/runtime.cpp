@@ -20,13 +20,14 @@
 #include "src/plan/execution_plan.h"
 #include "src/plan/kernel_config.h"
 #include "src/plugins/plugin_layer.h"
+#include "src/core/out_of_memory.h"
 #include "src/core/text.h"
 
 namespace kiln {
 
 // ---- Runtime ------------------------------------------------------------------------------
 
-std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, const std::string& source) {
+std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, const std::string& source) try {
   auto impl = std::make_unique<EngineImpl>();
   impl->source = source;
   impl->data = engine_deserialize(static_cast<const uint8_t*>(data), size, source);
@@ -99,6 +100,8 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
   env.num_bindings = impl->io.size();
   env.backend = impl->backend;
   return std::make_shared<Engine>(std::move(impl));
+} catch (const std::bad_alloc&) {
+  throw_out_of_host_memory("loading engine " + quote(source));
 }
 
 std::shared_ptr<Engine> Runtime::deserialize_file(const std::string& path) {
@@ -194,11 +197,13 @@ std::string Engine::describe() const {
   return os.str();
 }
 
-std::unique_ptr<ExecutionContext> Engine::create_execution_context(ContextMemory memory) {
+std::unique_ptr<ExecutionContext> Engine::create_execution_context(ContextMemory memory) try {
   auto ctx = std::make_unique<ContextImpl>(*impl_, memory);
   auto result = std::make_unique<ExecutionContext>(shared_from_this(), std::move(ctx));
   result->set_optimization_profile(0);
   return result;
+} catch (const std::bad_alloc&) {
+  throw_out_of_host_memory("creating an execution context");
 }
 
 uint64_t Engine::device_memory_size(int profile_index) const {

@@ -7,6 +7,7 @@
 
 #include "kiln/error.h"
 #include "src/plan/execution_plan.h"
+#include "src/core/out_of_memory.h"
 #include "src/core/text.h"
 
 namespace kiln {
@@ -98,7 +99,7 @@ void configure_kernel_for_profile(Kernel& kernel, const Layer& layer, const Prof
     kernel.configure_profile(layer, in, out);
   } catch (const std::exception& e) {
     throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): configuring its kernel for the optimization "
-                "profile failed: " + e.what());
+                "profile failed: " + exception_text(e));
   }
 }
 

@@ -8,6 +8,7 @@
 #include "kiln/error.h"
 #include "kiln/logger.h"
 #include "src/plan/kernel_config.h"
+#include "src/core/out_of_memory.h"
 #include "src/core/text.h"
 
 namespace kiln {
@@ -138,7 +139,7 @@ void prepare_steps(const PlanEnvironment& env, ShapePlan& plan, size_t first, co
     try {
       kernel->prepare(l, input_descs(l, plan.states), output_descs(l, plan.states), options.num_threads);
     } catch (const std::exception& ex) {
-      const std::string msg = ex.what();
+      const std::string msg = exception_text(ex);
       if (msg.rfind("layer '", 0) == 0) throw Error(msg);
       throw Error("layer " + quote(l.name()) + " (" + l.type() + "): preparing its kernel for input shapes failed: " + msg);
     }

@@ -39,7 +39,7 @@ class CudaBackend : public Backend {
   // device, which would invalidate another thread's capture in progress.
   void* allocate(size_t bytes) override {
     std::lock_guard<std::recursive_mutex> lifecycle(device_lifecycle_mutex());
-    count_allocation();
+    count_allocation(bytes);
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes ? (bytes + 255) / 256 * 256 : 256);
     if (e != cudaSuccess) {
@@ -78,6 +78,7 @@ class CudaBackend : public Backend {
     return peak_;
   }
   void* allocate_host(size_t bytes) override {
+    check_host_allocation_fault(bytes);
     std::lock_guard<std::recursive_mutex> lifecycle(device_lifecycle_mutex());
     void* p = nullptr;
     KILN_CUDA_CHECK(cudaMallocHost(&p, bytes ? bytes : 1));
