@@ -369,9 +369,11 @@ std::string describe_output_types(const Layer& layer, const TensorStates& states
 }
 
 // Plugin::configure at build time, once per profile with its ranges (the chosen kernel of every
-// Plugin layer; other kernels have nothing to learn from a profile at build time).
+// Plugin layer; other kernels have nothing to learn from a profile at build time); the configured
+// plugin's workspace at the profile's points goes into report.workspace_bytes.
 void configure_plugins_per_profile(const std::vector<Layer*>& steps, const BuilderConfig& config,
-                                   const std::vector<TensorStates>& states, const std::map<std::string, std::string>& tactics) {
+                                   const std::vector<TensorStates>& states, const std::map<std::string, std::string>& tactics,
+                                   BuildReport& report) {
   for (const Layer* layer : steps) {
     if (layer->type() != kLayerPlugin || is_host_known(*layer, states.front())) continue;
     const KernelEntry* entry = KernelRegistry::instance().find(config.device, layer->type(), tactics.at(layer->name()));
@@ -385,6 +387,16 @@ void configure_plugins_per_profile(const std::vector<Layer*>& steps, const Build
       } catch (const std::exception& e) {
         throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): configure() for optimization profile " +
                     std::to_string(p / 3) + " failed: " + e.what());
+      }
+      for (size_t point = p; point < p + 3 && point < states.size(); ++point) {
+        try {
+          kernel->prepare(*layer, input_descs(*layer, states[point]), output_descs(*layer, states[point]), 1);
+          report.workspace_bytes = std::max<uint64_t>(report.workspace_bytes, kernel->workspace_size());
+        } catch (const std::exception& e) {
+          if (config.verbose) {
+            log(Severity::kVerbose, "  " + layer->name() + ": workspace known at run time only (" + e.what() + ")");
+          }
+        }
       }
     }
   }
@@ -760,7 +772,8 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     }
     // The workspace of the kernel chosen for the layer, for BuildReport::workspace_bytes.
     const auto note_workspace = [&](const std::string& tactic) {
-      if (host_known) return;
+      // Plugins: configure_plugins_per_profile notes theirs (configuring each once per profile).
+      if (host_known || layer->type() == kLayerPlugin) return;
       const KernelEntry* e = KernelRegistry::instance().find(config.device, layer->type(), tactic);
       if (!e) return;
       try {
@@ -882,7 +895,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
   }
   r.timing_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   cache.save();
-  configure_plugins_per_profile(steps, config, states, tactics);
+  configure_plugins_per_profile(steps, config, states, tactics, r);
   (void)network;
   return tactics;
 }
