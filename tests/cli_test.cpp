@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/tensor_io.h"
+#include "kiln/builder.h"
 #include "kiln/types.h"
 #include "onnx/onnx_proto.h"
 #include "tests/cli_runner.h"
@@ -262,6 +263,52 @@ TEST_F(CliTest, BadShapeTextIsAUsageError) {
     EXPECT_NE(r.err.find(c.mention), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(path("e.kiln")));
   }
+}
+
+// ---- builder optimization levels, workspace limit, pass names (issue 18) ---------------------
+
+TEST_F(CliTest, BuildOptimizationLevelAndWorkspaceLimitFlags) {
+  const std::string help = kiln("build --help").out;
+  for (const char* flag : {"--builder-optimization-level", "--workspace-limit", "--no-timing", "--disable-pass"})
+    EXPECT_NE(help.find(flag), std::string::npos) << flag << " missing from:\n" << help;
+  write_small_model(path("small.onnx"), false);
+  const std::string base = "build --onnx " + path("small.onnx") + " --save-engine " + path("e.kiln") + " ";
+  for (const char* level : {"6", "-1", "three"}) {
+    SCOPED_TRACE(level);
+    CommandResult r = kiln(base + "--builder-optimization-level " + level);
+    expect_one_error_line(r, "--builder-optimization-level");
+    EXPECT_EQ(r.code, 64);
+    if (std::string(level) != "three") {
+      EXPECT_NE(r.err.find("range 0 to 5"), std::string::npos) << r.err;
+    }
+    EXPECT_FALSE(fs::exists(path("e.kiln")));
+  }
+  CommandResult bad_size = kiln(base + "--workspace-limit 12Q");
+  expect_one_error_line(bad_size, "12Q");
+  EXPECT_EQ(bad_size.code, 64);
+  // An unknown pass name is a usage error listing the valid names.
+  CommandResult bad_pass = kiln(base + "--disable-pass no_such_pass");
+  expect_one_error_line(bad_pass, "no_such_pass");
+  for (const std::string& name : builder_pass_names()) EXPECT_NE(bad_pass.err.find(name), std::string::npos) << bad_pass.err;
+
+  for (const char* level : {"0", "5"}) {
+    SCOPED_TRACE(level);
+    CommandResult r = kiln(base + "--shapes x:1x3x8x8 --builder-optimization-level " + level + " --workspace-limit 64M");
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find(std::string("optimization level: ") + level), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("workspace limit: 64.0 MiB"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("kernel workspace"), std::string::npos) << r.out;
+    CommandResult info = kiln("inspect --engine " + path("e.kiln"));
+    ASSERT_EQ(info.code, 0) << info.err;
+    EXPECT_NE(info.out.find(std::string("optimization_level: ") + level), std::string::npos) << info.out;
+    EXPECT_NE(info.out.find("workspace_bytes: "), std::string::npos) << info.out;
+    EXPECT_NE(info.out.find("workspace_limit_bytes: 67108864"), std::string::npos) << info.out;
+  }
+  CommandResult untimed = kiln(base + "--shapes x:1x3x8x8 --no-timing");
+  ASSERT_EQ(untimed.code, 0) << untimed.err;
+  EXPECT_NE(untimed.out.find("with --no-timing"), std::string::npos) << untimed.out;
+  EXPECT_NE(untimed.out.find("kernel timing: none"), std::string::npos) << untimed.out;
+  EXPECT_NE(kiln("inspect --engine " + path("e.kiln")).out.find("optimization_level: 3 (timing off"), std::string::npos);
 }
 
 // ---- inspect --------------------------------------------------------------------------------

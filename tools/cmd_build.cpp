@@ -36,6 +36,8 @@ struct BuildOptions {
   std::vector<std::string> plugins;
   std::string timing_cache;
   bool no_timing = false;
+  int optimization_level = 3;
+  std::string workspace_limit;
   bool embed_plugins = false;
   std::vector<std::string> layer_precisions;
 };
@@ -57,7 +59,8 @@ void print_profile(const OptimizationProfile& profile, std::ostream& out) {
 
 int run_build(const BuildOptions& o) {
   std::ostream& out = std::cout;
-  if (o.verbose) default_logger().set_min_severity(Severity::kVerbose);
+  // kInfo: the builder's progress on long builds (layers timed, time left) every 1.5 s or so.
+  default_logger().set_min_severity(o.verbose ? Severity::kVerbose : Severity::kInfo);
 
   BuilderConfig config;
   config.device = parse_device_type(o.device);
@@ -68,6 +71,8 @@ int run_build(const BuildOptions& o) {
   config.disabled_passes = o.disabled_passes;
   config.timing_cache_path = o.timing_cache;
   config.time_tactics = !o.no_timing;
+  config.optimization_level = o.optimization_level;
+  if (!o.workspace_limit.empty()) config.workspace_limit = parse_byte_size(o.workspace_limit, "--workspace-limit");
   config.embed_plugin_libraries = o.embed_plugins;
   if (!o.memory_limit.empty()) config.memory_limit = parse_byte_size(o.memory_limit, "--memory-limit");
 
@@ -89,7 +94,9 @@ int run_build(const BuildOptions& o) {
 
   out << "building for " << to_string(config.device) << " (threads: "
       << (o.threads > 0 ? std::to_string(o.threads) : std::string("all")) << ", fp16: " << (o.fp16 ? "on" : "off")
-      << (o.no_optimizations ? ", optimizations: off" : "") << ")\n"
+      << (o.no_optimizations ? ", optimizations: off" : "") << ", optimization level: " << o.optimization_level
+      << (o.no_timing ? " with --no-timing" : "")
+      << (config.workspace_limit ? ", workspace limit: " + format_bytes(config.workspace_limit) : std::string()) << ")\n"
       << std::flush;
   Builder builder;
   BuildReport report;
@@ -103,15 +110,27 @@ int run_build(const BuildOptions& o) {
   } else if (!report.pass_log.empty()) {
     out << "  " << report.pass_log.size() << " pass(es) changed the network (--verbose lists them)\n";
   }
-  if (config.device != DeviceType::kCPU && config.time_tactics) {
-    out << "kernel timing: " << report.layers_timed << " layer(s) timed in " << report.timing_seconds << " s, "
-        << report.timing_cache_hits << " from the timing cache"
-        << (o.timing_cache.empty() ? std::string() : " " + quote(o.timing_cache)) << "\n";
+  if ((config.device != DeviceType::kCPU && config.time_tactics && config.optimization_level > 0) ||
+      report.tactics_timed || report.layers_reused || report.timing_cache_hits) {
+    out << "kernel timing: " << report.layers_timed << " layer(s) timed (" << report.tactics_timed << " kernel(s), "
+        << report.tactics_stopped_early << " stopped early) in " << report.timing_seconds << " s, "
+        << report.layers_reused << " reused an identical layer's timing, " << report.timing_cache_hits
+        << " from the timing cache" << (o.timing_cache.empty() ? std::string() : " " + quote(o.timing_cache)) << "\n";
+  } else {
+    out << "kernel timing: none (" << (config.device == DeviceType::kCPU ? "CPU kernels are chosen by priority"
+                                                                         : "highest-priority kernels")
+        << (config.optimization_level == 0 || o.no_timing ? "; nothing is timed at level 0 or with --no-timing" : "")
+        << ")\n";
+  }
+  if (report.tactics_over_workspace) {
+    out << "workspace limit: " << report.tactics_over_workspace << " kernel(s) left out for needing more than "
+        << format_bytes(config.workspace_limit) << "\n";
   }
   out << "memory: activations peak " << format_bytes(report.activation_peak_bytes);
   if (report.activation_naive_bytes)
     out << " (" << format_bytes(report.activation_naive_bytes) << " without reuse)";
-  out << ", weights " << format_bytes(report.weights_bytes) << "\n";
+  out << ", weights " << format_bytes(report.weights_bytes) << ", kernel workspace "
+      << format_bytes(report.workspace_bytes) << "\n";
 
   if (o.embed_plugins) {
     const EngineData data = engine_deserialize(bytes.data(), bytes.size(), o.engine);
@@ -169,7 +188,19 @@ void setup_build_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_option("--timing-cache", o->timing_cache,
                   "CUDA: kernel timing cache file, read and updated (rebuilds skip timing layers seen before)")
       ->type_name("FILE");
-  sub->add_flag("--no-timing", o->no_timing, "CUDA: take each layer's highest-priority kernel instead of timing them");
+  sub->add_flag("--no-timing", o->no_timing,
+                "Take each layer's highest-priority kernel (a plugin's first implementation) instead of timing "
+                "them: the kernels --builder-optimization-level 0 takes, whatever the level");
+  sub->add_option("--builder-optimization-level", o->optimization_level,
+                  "How hard to search for the fastest kernels, 0..5 (trtexec's name; docs/cli.md lists each level): "
+                  "0 times nothing (highest-priority kernels), 1-2 time fewer kernels and runs, 3 is the default, "
+                  "4-5 time more runs and 5 also the kernels that are slow to try")
+      ->check(CLI::Range(0, 5))
+      ->type_name("N")
+      ->capture_default_str();
+  add_byte_size_option(*sub, "--workspace-limit", o->workspace_limit,
+                       "Most scratch memory one kernel may use (suffixes K, M, G; trtexec --memPoolSize=workspace:...): "
+                       "kernels needing more are not considered; the build fails naming the layer when none fits");
   add_byte_size_option(*sub, "--memory-limit", o->memory_limit,
                        "Fail when activation memory would exceed this many bytes (suffixes K, M, G)");
   sub->add_flag("--no-optimizations", o->no_optimizations, "Skip every optimization pass (for debugging)");

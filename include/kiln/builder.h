@@ -57,8 +57,39 @@ class BuilderConfig {
   // CUDA: a file of measured kernel timings (created when absent, updated after the build).
   // Layers already timed on this GPU with the same shapes and attributes are not timed again.
   std::string timing_cache_path;
-  // CUDA: time every kernel that supports a layer and keep the fastest (false: highest priority).
+  // Time the kernels (and plugin implementations) that support a layer and keep the fastest
+  // (false: each layer takes its highest-priority kernel and a plugin its first implementation,
+  // nothing is timed: the same choice as optimization_level 0, whatever the level says).
+  // CUDA times kernels on the device; on the CPU only plugin implementations are timed (on the
+  // host), CPU kernels are chosen by priority.
   bool time_tactics = true;
+  // How hard the builder searches for the fastest kernels (TensorRT's builder optimization
+  // level): 0..5, default 3; higher builds take longer and usually run faster. Out of range
+  // fails the build, naming the range. Every level runs the same passes (builder_pass_names(),
+  // minus disabled_passes) and reuses the timing of an identical layer configuration within the
+  // build (BuildReport::layers_reused) and from timing_cache_path. Per level:
+  //   0: nothing is timed: each layer takes its highest-priority supporting kernel (a plugin its
+  //      first implementation), like time_tactics = false. Fastest build.
+  //   1: the 2 highest-priority supporting kernels per layer are timed, one measurement each
+  //      (about 0.25 ms of device work).
+  //   2: the 4 highest-priority kernels, median of 3 measurements of about 0.5 ms each; a kernel
+  //      is dropped after its first measurement when it is over 1.25x the best so far.
+  //   3: every kernel registered for the default search (all cuDNN legacy algorithms and the
+  //      enabled cuDNN graph engines, cuBLASLt's first 3 heuristic results, kiln's own kernels),
+  //      median of 3 measurements of about 1 ms; early stop at 1.25x the best so far.
+  //   4: the same kernels, median of 5 measurements of about 1 ms; early stop at 1.5x.
+  //   5: also the kernels that are slow to try (KernelEntry::min_optimization_level 5: cuBLASLt's
+  //      heuristic results 4 to 8), median of 5 measurements of about 2 ms, no early stop.
+  // No level searches layouts or precisions jointly with kernels: the fp16 and layout passes
+  // decide per layer before kernels are chosen (the fp16 pass times a plugin's type
+  // combinations at levels 1-5 on CUDA, and takes the first at level 0).
+  int optimization_level = 3;
+  // The most scratch memory (bytes) one kernel may use; 0: no limit. Kernels (and plugin
+  // implementations) that need more at any profile point are not considered; when none of a
+  // layer's kernels fits, the build fails naming the layer and the smallest workspace that
+  // would do. Checked on the CPU and on CUDA (TensorRT's workspace memory pool limit). The
+  // engine's workspace is in BuildReport::workspace_bytes and its build_info.
+  uint64_t workspace_limit = 0;
   // Store the file of every plugin library the engine's plugins came from in the engine (LIBS
   // section, docs/engine-format.md), for deployment without the library: a runtime loads the
   // embedded copy of a plugin that is not registered only after Runtime::
@@ -75,8 +106,20 @@ struct BuildReport {
   uint64_t activation_naive_bytes = 0;    // sum of all activation sizes without reuse
   uint64_t weights_bytes = 0;
   double build_seconds = 0.0;
-  int layers_timed = 0;          // CUDA: layers whose kernels were timed on the device
-  int timing_cache_hits = 0;     // CUDA: layers whose choice came from the timing cache
+  int layers_timed = 0;          // layers whose kernels (or plugin implementations) were timed
+  int timing_cache_hits = 0;     // layers whose choice came from the timing cache file
+  // Layers whose choice reused the timing of an identical configuration earlier in the same
+  // build (same layer type, attributes, input and output types, dims and formats; weights
+  // values may differ), instead of timing again.
+  int layers_reused = 0;
+  int tactics_timed = 0;         // kernels and plugin implementations timed, over all layers
+  int tactics_stopped_early = 0; // of those, stopped once clearly slower than the best so far
+  int tactics_over_workspace = 0;  // candidates left out for needing more than workspace_limit
+  int optimization_level = 3;    // the level the engine was built at
+  // The largest workspace (bytes) a chosen kernel needs at the profiles' points: what an
+  // execution context reserves for kernel scratch besides activations. Layers whose shapes are
+  // known only at run time size theirs then.
+  uint64_t workspace_bytes = 0;
   double timing_seconds = 0.0;   // time spent timing kernels
 };
 

@@ -293,7 +293,12 @@ void bind_runtime(nb::module_& m) {
       .def_rw("disabled_passes", &BuilderConfig::disabled_passes, "Passes turned off by name (kiln.builder_pass_names()).")
       .def_rw("verbose", &BuilderConfig::verbose)
       .def_rw("timing_cache_path", &BuilderConfig::timing_cache_path, "A file of measured kernel timings (CUDA).")
-      .def_rw("time_tactics", &BuilderConfig::time_tactics, "Time every kernel of a layer and keep the fastest.")
+      .def_rw("time_tactics", &BuilderConfig::time_tactics,
+              "Time the kernels of a layer and keep the fastest (False: highest priority, like level 0).")
+      .def_rw("optimization_level", &BuilderConfig::optimization_level,
+              "How hard the builder searches for fast kernels, 0..5 (default 3; docs/cli.md lists each level).")
+      .def_rw("workspace_limit", &BuilderConfig::workspace_limit,
+              "Most scratch bytes one kernel may use (0: no limit); kernels needing more are not considered.")
       .def_rw("embed_plugin_libraries", &BuilderConfig::embed_plugin_libraries)
       .def("add_optimization_profile", [](BuilderConfig& c, const OptimizationProfile& p) {
             c.profiles.push_back(p);
@@ -310,7 +315,14 @@ void bind_runtime(nb::module_& m) {
       .def_ro("weights_bytes", &BuildReport::weights_bytes)
       .def_ro("build_seconds", &BuildReport::build_seconds)
       .def_ro("layers_timed", &BuildReport::layers_timed)
-      .def_ro("timing_cache_hits", &BuildReport::timing_cache_hits);
+      .def_ro("timing_cache_hits", &BuildReport::timing_cache_hits)
+      .def_ro("layers_reused", &BuildReport::layers_reused)
+      .def_ro("tactics_timed", &BuildReport::tactics_timed)
+      .def_ro("tactics_stopped_early", &BuildReport::tactics_stopped_early)
+      .def_ro("tactics_over_workspace", &BuildReport::tactics_over_workspace)
+      .def_ro("optimization_level", &BuildReport::optimization_level)
+      .def_ro("workspace_bytes", &BuildReport::workspace_bytes)
+      .def_ro("timing_seconds", &BuildReport::timing_seconds);
 
   struct PyBuilder {
     BuildReport last_report;

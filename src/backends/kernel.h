@@ -111,6 +111,10 @@ struct KernelEntry {
   int priority = 0;        // higher wins on the CPU; reference is 0
   KernelSupportsFn supports;  // null: supports everything the schema allows
   KernelFactory create;
+  // The lowest BuilderConfig::optimization_level at which the builder tries this kernel: 0 for
+  // most; 5 for those that are slow to try and rarely win (more library heuristic results).
+  // A kernel with a level above 0 must not be the only one for its layer type.
+  int min_optimization_level = 0;
 };
 
 class KernelRegistry {

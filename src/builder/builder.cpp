@@ -219,6 +219,7 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
     throw Error("BuilderConfig::num_threads is " + std::to_string(config.num_threads) + ", expected 0.." +
                 std::to_string(kMaxThreads) + " (0: all hardware threads)");
   }
+  (void)timing_policy(config.optimization_level);  // throws naming the range 0..5
   for (const std::string& name : config.disabled_passes) {
     const auto& known = builder_pass_names();
     if (std::find(known.begin(), known.end(), name) != known.end()) continue;
@@ -278,6 +279,12 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   data.build_info["kiln_version"] = version();
   data.build_info["layers_before_optimization"] = std::to_string(report.layers_before);
   data.build_info["optimizations"] = config.disable_optimizations ? "disabled" : "enabled";
+  data.build_info["optimization_level"] = std::to_string(config.optimization_level) +
+                                          (config.time_tactics ? "" : " (timing off: highest-priority kernels)");
+  // The largest kernel scratch of the chosen kernels at the profiles' points (what a context
+  // reserves besides activations), and the limit the kernels were chosen under.
+  data.build_info["workspace_bytes"] = std::to_string(report.workspace_bytes);
+  if (config.workspace_limit) data.build_info["workspace_limit_bytes"] = std::to_string(config.workspace_limit);
   data.network = std::move(net);
   auto bytes = engine_serialize(data);
   report.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

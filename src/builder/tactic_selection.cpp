@@ -4,7 +4,11 @@
 // inputs stay in range) and the fastest is kept; a kernel that throws while preparing or running
 // is skipped with its reason logged. Timings are keyed by the device, layer type, attributes
 // and input/output types, dims and formats, and kept in the timing cache file between builds.
-// Also the timing of alternative ways to run a layer for the passes (choose_fastest_variant).
+// How many kernels are timed and how long follows BuilderConfig::optimization_level
+// (timing_policy); a kernel clearly slower than the best so far stops after one measurement;
+// a layer identical to one timed earlier in the build (weights aside) reuses its choice; kernels
+// over BuilderConfig::workspace_limit are left out. Also the timing of alternative ways to run a
+// layer for the passes (choose_fastest_variant).
 #include "src/builder/tactic_selection.h"
 
 #include <algorithm>
@@ -69,7 +73,15 @@ uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ULL) 
   return h;
 }
 
-std::string attr_text(const AttrValue& v) {
+// Whether a constant's values go into a key: always for the timing cache file (exact); for the
+// in-build reuse of identical configurations (not exact), not for large floating-point tensors
+// (weights: their values do not change which kernel is fastest, and identical layers of a
+// network differ only there). Small and integer constants (shape inputs, axes) stay in.
+bool values_in_key(const HostTensor& t, bool exact) {
+  return exact || !is_floating_point(t.type()) || t.dims().volume() <= 64;
+}
+
+std::string attr_text(const AttrValue& v, bool exact = true) {
   std::ostringstream os;
   std::visit(
       [&](const auto& x) {
@@ -79,7 +91,8 @@ std::string attr_text(const AttrValue& v) {
         } else if constexpr (std::is_same_v<T, double>) {
           os << std::setprecision(17) << x;
         } else if constexpr (std::is_same_v<T, HostTensor>) {
-          os << to_string(x.type()) << x.dims().to_string() << "#" << std::hex << fnv1a(x.data(), x.nbytes());
+          os << to_string(x.type()) << x.dims().to_string();
+          if (values_in_key(x, exact)) os << "#" << std::hex << fnv1a(x.data(), x.nbytes());
         } else {
           os << "[";
           for (const auto& e : x) os << std::setprecision(17) << e << ",";
@@ -90,11 +103,13 @@ std::string attr_text(const AttrValue& v) {
   return os.str();
 }
 
+// exact: the timing cache file's key (every constant's values); otherwise the key of identical
+// configurations within one build (values_in_key).
 std::string timing_key(const std::string& device, const Layer& layer, const std::vector<TensorDesc>& in,
-                       const TensorStates& states) {
+                       const TensorStates& states, bool exact = true) {
   std::ostringstream os;
   os << device << "|" << layer.type() << "|";
-  for (const auto& [name, v] : layer.attrs().all()) os << name << "=" << attr_text(v) << ";";
+  for (const auto& [name, v] : layer.attrs().all()) os << name << "=" << attr_text(v, exact) << ";";
   os << "|";
   for (const auto& d : in) {
     if (!d.present) {
@@ -103,7 +118,7 @@ std::string timing_key(const std::string& device, const Layer& layer, const std:
     }
     os << to_string(d.type) << d.dims.to_string() << to_string(d.format);
     // Constant inputs' values matter to some kernels (weights layout, shape inputs).
-    if (d.value) os << "#" << std::hex << fnv1a(d.value->data(), d.value->nbytes()) << std::dec;
+    if (d.value && values_in_key(*d.value, exact)) os << "#" << std::hex << fnv1a(d.value->data(), d.value->nbytes()) << std::dec;
     os << ",";
   }
   os << "|";
@@ -202,8 +217,15 @@ class TimingStream {
 };
 
 // Runs `entry` for `layer` at `states` on the device; returns the times per run, or throws.
+// The median of policy.measurements measurements of about policy.target_ms each; after a
+// measurement, a kernel whose fastest measurement so far is above `stop_above_ms` is clearly
+// slower than the best kernel so far and is not measured further (`stopped` set; its time is
+// the fastest measurement taken).
 KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const TensorStates& states, Backend& backend,
-                   void* stream, const std::vector<TensorRange>& in_ranges, const std::vector<TensorRange>& out_ranges) {
+                       void* stream, const std::vector<TensorRange>& in_ranges, const std::vector<TensorRange>& out_ranges,
+                       const TimingPolicy& policy, double stop_above_ms = std::numeric_limits<double>::infinity(),
+                       bool* stopped = nullptr, uint64_t* workspace_bytes = nullptr) {
+  if (stopped) *stopped = false;
   std::vector<DeviceBuffer> buffers;
   KernelContext kc;
   kc.layer = &layer;
@@ -239,22 +261,90 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
   if (!in_ranges.empty() || !out_ranges.empty()) kernel->configure_profile(layer, in_ranges, out_ranges);
   kernel->prepare(layer, in, out, 1);
   const size_t ws = kernel->workspace_size();
+  if (workspace_bytes) *workspace_bytes = ws;
   DeviceBuffer workspace(backend, ws);
   kc.workspace = workspace.data();
   kc.workspace_size = ws;
   kernel->execute(kc);  // warm-up (lazy library initialization, caches)
   backend.synchronize(stream);
-  // Runs enough for about 1 ms of device work (at least 3, at most 50) per measurement, and the
-  // median of 3 measurements: one preempted or throttled measurement must not decide the choice
-  // (single measurements made choices differ by 2x between builds of the same network).
+  // Runs enough for about policy.target_ms of device work (at least 3, at most 50) per
+  // measurement, and the median of the measurements (3 from level 2 up): one preempted or
+  // throttled measurement must not decide the choice (single measurements made choices differ
+  // by 2x between builds of the same network).
   const auto enqueue = [&] { kernel->execute(kc); };
   const double once = backend.time_runs(stream, 1, enqueue);
-  const int runs = std::max(3, std::min(50, static_cast<int>(1.0 / std::max(once, 1e-3))));
-  double t[3], h[3];
-  for (int i = 0; i < 3; ++i) t[i] = backend.time_runs(stream, runs, enqueue, &h[i]);
-  std::sort(t, t + 3);
-  std::sort(h, h + 3);
-  return KernelTime{t[1], h[1]};
+  const int runs = std::max(3, std::min(50, static_cast<int>(policy.target_ms / std::max(once, 1e-3))));
+  std::vector<double> t, h;
+  for (int i = 0; i < policy.measurements; ++i) {
+    double host = 0;
+    t.push_back(backend.time_runs(stream, runs, enqueue, &host));
+    h.push_back(host);
+    if (i + 1 < policy.measurements && *std::min_element(t.begin(), t.end()) > stop_above_ms) {
+      if (stopped) *stopped = true;
+      return KernelTime{*std::min_element(t.begin(), t.end()), *std::min_element(h.begin(), h.end())};
+    }
+  }
+  std::sort(t.begin(), t.end());
+  std::sort(h.begin(), h.end());
+  return KernelTime{t[t.size() / 2], h[h.size() / 2]};
+}
+
+// The largest workspace `entry` needs for `layer` at the given states (three per profile: opt,
+// min, max), each profile's ranges configured first (plugins). Throws what prepare() throws.
+uint64_t kernel_workspace(const KernelEntry& entry, const Layer& layer, const std::vector<TensorStates>& states) {
+  uint64_t most = 0;
+  for (size_t p = 0; p < states.size(); p += 3) {
+    const std::unique_ptr<Kernel> kernel = entry.create(layer);
+    std::vector<TensorRange> in_ranges, out_ranges;
+    const TensorStates& opt = states[p];
+    const TensorStates& mn = p + 1 < states.size() ? states[p + 1] : opt;
+    const TensorStates& mx = p + 2 < states.size() ? states[p + 2] : opt;
+    layer_ranges(layer, opt, mn, mx, in_ranges, out_ranges);
+    kernel->configure_profile(layer, in_ranges, out_ranges);
+    std::vector<std::string> seen;  // the points' input dims, so that equal points prepare once
+    for (const TensorStates* st : {&opt, &mn, &mx}) {
+      const auto in = input_descs(layer, *st);
+      std::string dims;
+      for (const auto& d : in) dims += d.dims.to_string() + to_string(d.type) + to_string(d.format) + ";";
+      if (std::find(seen.begin(), seen.end(), dims) != seen.end()) continue;
+      seen.push_back(dims);
+      kernel->prepare(layer, in, output_descs(layer, *st), 1);
+      most = std::max<uint64_t>(most, kernel->workspace_size());
+    }
+  }
+  return most;
+}
+
+// Progress of a long build on the terminal (the logger at kInfo), at most every 1.5 s: layers
+// done, timed and reused, and the time left at the pace so far.
+class TimingProgress {
+ public:
+  TimingProgress(const char* what, size_t total) : what_(what), total_(total) {}
+  void update(size_t done, const BuildReport& r) {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_).count() < 1.5 || done >= total_) return;
+    last_ = now;
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const double left = done ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - done) : 0.0;
+    std::ostringstream os;
+    os << std::fixed << std::setprecision(0) << what_ << ": layer " << done << " of " << total_ << " ("
+       << r.layers_timed << " timed, " << r.layers_reused << " reused an identical layer's timing, "
+       << r.timing_cache_hits << " from the timing cache), about " << std::max(1.0, left) << " s left";
+    log(Severity::kInfo, os.str());
+  }
+
+ private:
+  const char* what_;
+  size_t total_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_ = start_;
+};
+
+std::string workspace_error(const Layer& layer, const std::string& what, uint64_t limit, uint64_t smallest,
+                            const std::string& smallest_name) {
+  return "layer " + quote(layer.name()) + " (" + layer.type() + "): " + what + " needs more workspace than the limit of " +
+         std::to_string(limit) + " bytes (BuilderConfig::workspace_limit, kiln build --workspace-limit); the smallest, " +
+         smallest_name + ", needs " + std::to_string(smallest) + " bytes: raise the limit to at least that";
 }
 
 std::string describe_types(const Layer& layer, const TensorStates& states) {
@@ -280,9 +370,11 @@ std::string describe_output_types(const Layer& layer, const TensorStates& states
 }
 
 // Plugin::configure at build time, once per profile with its ranges (the chosen kernel of every
-// Plugin layer; other kernels have nothing to learn from a profile at build time).
+// Plugin layer; other kernels have nothing to learn from a profile at build time); the configured
+// plugin's workspace at the profile's points goes into report.workspace_bytes.
 void configure_plugins_per_profile(const std::vector<Layer*>& steps, const BuilderConfig& config,
-                                   const std::vector<TensorStates>& states, const std::map<std::string, std::string>& tactics) {
+                                   const std::vector<TensorStates>& states, const std::map<std::string, std::string>& tactics,
+                                   BuildReport& report) {
   for (const Layer* layer : steps) {
     if (layer->type() != kLayerPlugin || is_host_known(*layer, states.front())) continue;
     const KernelEntry* entry = KernelRegistry::instance().find(config.device, layer->type(), tactics.at(layer->name()));
@@ -297,11 +389,41 @@ void configure_plugins_per_profile(const std::vector<Layer*>& steps, const Build
         throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): configure() for optimization profile " +
                     std::to_string(p / 3) + " failed: " + e.what());
       }
+      for (size_t point = p; point < p + 3 && point < states.size(); ++point) {
+        try {
+          kernel->prepare(*layer, input_descs(*layer, states[point]), output_descs(*layer, states[point]), 1);
+          report.workspace_bytes = std::max<uint64_t>(report.workspace_bytes, kernel->workspace_size());
+        } catch (const std::exception& e) {
+          if (config.verbose) {
+            log(Severity::kVerbose, "  " + layer->name() + ": workspace known at run time only (" + e.what() + ")");
+          }
+        }
+      }
     }
   }
 }
 
 }  // namespace
+
+TimingPolicy timing_policy(int level) {
+  constexpr size_t kAll = std::numeric_limits<size_t>::max();
+  switch (level) {
+    case 0: return TimingPolicy{false, 1, 0, 0.0, 0.0};
+    case 1: return TimingPolicy{true, 2, 1, 0.25, 0.0};
+    case 2: return TimingPolicy{true, 4, 3, 0.5, 1.25};
+    case 3: return TimingPolicy{true, kAll, 3, 1.0, 1.25};
+    case 4: return TimingPolicy{true, kAll, 5, 1.0, 1.5};
+    case 5: return TimingPolicy{true, kAll, 5, 2.0, 0.0};
+    default:
+      throw Error("BuilderConfig::optimization_level is " + std::to_string(level) +
+                  ", expected 0..5 (kiln build --builder-optimization-level; 0: no timing, 3: the default, 5: the "
+                  "slowest build)");
+  }
+}
+
+bool builder_times_kernels(const BuilderConfig& config) {
+  return config.time_tactics && timing_policy(config.optimization_level).time;
+}
 
 size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const BuilderConfig& config,
                               const std::string& purpose, bool* from_cache) {
@@ -321,6 +443,8 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
   }
   TimingStream timing_stream(&backend);
   void* stream = timing_stream.get();
+  TimingPolicy policy = timing_policy(config.optimization_level);
+  policy.measurements = std::max(policy.measurements, 1);
   // The fastest kernel of one layer, or infinity when none runs.
   auto best_time = [&](const Layer& layer, const TensorStates& states, std::string& failures) {
     double best = std::numeric_limits<double>::infinity();
@@ -328,7 +452,8 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
     for (const KernelEntry* e : KernelRegistry::instance().find(config.device, layer.type())) {
       if (e->supports && !e->supports(layer, in)) continue;
       try {
-        best = std::min(best, time_kernel(*e, layer, states, backend, stream, {}, {}).device_ms);
+        if (e->min_optimization_level > config.optimization_level) continue;
+        best = std::min(best, time_kernel(*e, layer, states, backend, stream, {}, {}, policy).device_ms);
       } catch (const std::exception& ex) {
         failures += "\n  " + layer.name() + " (" + e->tactic + "): " + ex.what();
         try {
@@ -362,15 +487,83 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
   return chosen;
 }
 
-// Plugin layers whose plugin offers several implementations (Plugin::tactics): each is run at
-// the layer's first state (device time on CUDA, host time on the CPU) and the fastest is recorded
-// on the layer (attribute plugin_tactic, stored in the engine) and in the timing cache.
+namespace {
+
+// What the builder learned earlier in the same build: the choices of configurations it timed
+// (by the in-build key, timing_key(..., exact = false)) and the workspace of kernels it prepared.
+struct ChoiceMemo {
+  std::map<std::string, std::string> plugin_tactic;
+  std::map<std::string, std::pair<std::string, std::string>> kernel;  // tactic, launch tactic
+  std::map<std::string, uint64_t> workspace;
+  std::map<std::string, std::string> workspace_failure;
+};
+
+// The input dims, types and formats at every state: with the in-build key, what identifies a
+// layer's configuration over all profile points (the workspace depends on all of them).
+std::string points_text(const Layer& layer, const std::vector<TensorStates>& states) {
+  std::string text;
+  for (const TensorStates& st : states) {
+    for (const auto& d : input_descs(layer, st)) text += d.present ? d.dims.to_string() : std::string("-");
+    text += ";";
+  }
+  return text;
+}
+
+// kernel_workspace, once per configuration and kernel in a build; throws what prepare throws
+// (again, from the memo, for a repeated configuration).
+std::string workspace_memo_key(const std::string& key, const std::string& tactic, const Layer& layer) {
+  return key + "|" + tactic + "|" + layer.attrs().get_string("plugin_tactic", "");
+}
+
+// Whether every state gives the layer the same inputs (a static shape): then the workspace a
+// kernel needs when timed at the first state is its workspace at every point.
+bool one_point(const Layer& layer, const std::vector<TensorStates>& states) {
+  std::string first;
+  for (const auto& d : input_descs(layer, states.front())) first += d.present ? d.dims.to_string() : std::string("-");
+  for (const TensorStates& st : states) {
+    std::string text;
+    for (const auto& d : input_descs(layer, st)) text += d.present ? d.dims.to_string() : std::string("-");
+    if (text != first) return false;
+  }
+  return true;
+}
+
+uint64_t memo_workspace(ChoiceMemo& memo, const std::string& key, const KernelEntry& entry, const Layer& layer,
+                        const std::vector<TensorStates>& states) {
+  const std::string k = workspace_memo_key(key, entry.tactic, layer);
+  if (const auto it = memo.workspace.find(k); it != memo.workspace.end()) return it->second;
+  if (const auto it = memo.workspace_failure.find(k); it != memo.workspace_failure.end()) throw Error(it->second);
+  try {
+    const uint64_t ws = kernel_workspace(entry, layer, states);
+    memo.workspace[k] = ws;
+    return ws;
+  } catch (const std::exception& e) {
+    memo.workspace_failure[k] = e.what();
+    throw;
+  }
+}
+
+double stop_above(const TimingPolicy& policy, double best) {
+  return policy.stop_ratio > 0 ? best * policy.stop_ratio : std::numeric_limits<double>::infinity();
+}
+
+// Plugin layers whose plugin offers several implementations (Plugin::tactics): the ones within
+// the workspace limit are run at the layer's first state (device time on CUDA, host time on the
+// CPU; at most policy.max_candidates, in the order the plugin lists them) and the fastest is
+// recorded on the layer (attribute plugin_tactic, stored in the engine) and in the timing cache.
+// Without timing (level 0, time_tactics false) the first implementation within the limit.
 void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig& config,
-                           const std::vector<TensorStates>& states, BuildReport* report) {
+                           const std::vector<TensorStates>& states, BuildReport& report, ChoiceMemo& memo) {
+  TimingProgress progress("timing plugin implementations", steps.size());
+  const TimingPolicy policy = timing_policy(config.optimization_level);
+  const bool timing = builder_times_kernels(config);
   Backend& backend = get_backend(config.device);
-  TimingCache cache(config.device == DeviceType::kCUDA ? config.timing_cache_path : std::string());
+  TimingCache cache(timing && config.device == DeviceType::kCUDA ? config.timing_cache_path : std::string());
   TimingStream stream(&backend);  // made for the first layer timed, shared by the others
+  const KernelEntry* entry = KernelRegistry::instance().find(config.device, kLayerPlugin, "plugin");
+  size_t index = 0;
   for (Layer* layer : steps) {
+    ++index;
     if (layer->type() != kLayerPlugin || is_host_known(*layer, states.front())) continue;
     std::vector<std::string> names;
     {
@@ -380,30 +573,91 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
       for (const TensorDesc& d : output_descs(*layer, states.front())) out.push_back(PluginTensorDesc{d.type, d.format, d.dims});
       names = plugin->tactics(in, out);
     }
-    if (names.size() < 2) {
-      if (names.size() == 1) layer->attrs().set("plugin_tactic", names[0]);
+    if (names.empty()) continue;
+    const auto in_descs = input_descs(*layer, states.front());
+    const std::string key =
+        "plugin_tactic|" + backend.describe() + "|" + timing_key(backend.describe(), *layer, in_descs, states.front());
+    const std::string reuse_key = timing_key(backend.describe(), *layer, in_descs, states.front(), false);
+    const std::string ws_key = reuse_key + "|" + points_text(*layer, states);
+    if (config.workspace_limit && entry) {
+      std::vector<std::string> fit;
+      uint64_t smallest = std::numeric_limits<uint64_t>::max();
+      std::string smallest_name, failures;
+      for (const std::string& name : names) {
+        layer->attrs().set("plugin_tactic", name);
+        uint64_t ws = 0;
+        try {
+          ws = memo_workspace(memo, ws_key, *entry, *layer, states);
+        } catch (const std::exception& e) {
+          failures += "\n  " + name + ": " + e.what();
+          continue;
+        }
+        if (ws <= config.workspace_limit) {
+          fit.push_back(name);
+          continue;
+        }
+        ++report.tactics_over_workspace;
+        if (config.verbose) {
+          log(Severity::kVerbose, "  " + layer->name() + ": plugin tactic " + name + " needs " + std::to_string(ws) +
+                                      " bytes of workspace, over the limit");
+        }
+        if (ws < smallest) {
+          smallest = ws;
+          smallest_name = "implementation " + quote(name);
+        }
+      }
+      if (fit.empty() && smallest_name.empty()) {
+        throw Error("layer " + quote(layer->name()) + " (plugin): every implementation the plugin offers failed:" + failures);
+      }
+      if (fit.empty()) {
+        throw Error(workspace_error(*layer, "every implementation the plugin offers", config.workspace_limit, smallest,
+                                    smallest_name));
+      }
+      names = fit;
+    }
+    if (names.size() < 2 || !timing || !entry) {
+      layer->attrs().set("plugin_tactic", names[0]);
       continue;
     }
-    const KernelEntry* entry = KernelRegistry::instance().find(config.device, kLayerPlugin, "plugin");
-    if (!entry) continue;
-    const std::string key = "plugin_tactic|" + backend.describe() + "|" +
-                            timing_key(backend.describe(), *layer, input_descs(*layer, states.front()), states.front());
+    // An identical layer earlier in this build first (its choice is in the cache too, and counts as
+    // reused, not as a hit), then the timing cache file.
+    if (const auto it = memo.plugin_tactic.find(reuse_key);
+        it != memo.plugin_tactic.end() && std::find(names.begin(), names.end(), it->second) != names.end()) {
+      layer->attrs().set("plugin_tactic", it->second);
+      cache.put(key, it->second);
+      ++report.layers_reused;
+      if (config.verbose) {
+        log(Severity::kVerbose, "  " + layer->name() + ": plugin tactic " + it->second +
+                                    " (the choice of an identical layer in this build)");
+      }
+      continue;
+    }
     if (const std::string* hit = cache.find(key); hit && std::find(names.begin(), names.end(), *hit) != names.end()) {
       layer->attrs().set("plugin_tactic", *hit);
-      if (report) ++report->timing_cache_hits;
+      memo.plugin_tactic[reuse_key] = *hit;
+      ++report.timing_cache_hits;
       continue;
     }
+    if (names.size() > policy.max_candidates) names.resize(policy.max_candidates);
     std::vector<TensorRange> in_ranges, out_ranges;
     layer_ranges(*layer, states[0], states.size() > 1 ? states[1] : states[0], states.size() > 2 ? states[2] : states[0],
                  in_ranges, out_ranges);
     double best = std::numeric_limits<double>::infinity();
     std::string chosen, failures;
+    const bool single = one_point(*layer, states);
     for (const std::string& name : names) {
       layer->attrs().set("plugin_tactic", name);
       try {
-        const KernelTime t = time_kernel(*entry, *layer, states.front(), backend, stream.get(), in_ranges, out_ranges);
+        bool stopped = false;
+        uint64_t ws = 0;
+        const KernelTime t = time_kernel(*entry, *layer, states.front(), backend, stream.get(), in_ranges, out_ranges,
+                                         policy, stop_above(policy, best), &stopped, &ws);
+        if (single) memo.workspace.emplace(workspace_memo_key(ws_key, entry->tactic, *layer), ws);
+        ++report.tactics_timed;
+        if (stopped) ++report.tactics_stopped_early;
         if (config.verbose) {
-          log(Severity::kVerbose, "  " + layer->name() + ": plugin tactic " + name + " " + std::to_string(t.device_ms) + " ms");
+          log(Severity::kVerbose, "  " + layer->name() + ": plugin tactic " + name + " " + std::to_string(t.device_ms) +
+                                      " ms" + (stopped ? " (stopped early: slower than the best so far)" : ""));
         }
         if (t.device_ms < best) {
           best = t.device_ms;
@@ -422,27 +676,36 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
     }
     layer->attrs().set("plugin_tactic", chosen);
     cache.put(key, chosen);
-    if (report) ++report->layers_timed;
+    memo.plugin_tactic[reuse_key] = chosen;
+    ++report.layers_timed;
     log(Severity::kVerbose, "  " + layer->name() + ": plugin tactic " + chosen + " (fastest of " +
                                 std::to_string(names.size()) + ")");
+    progress.update(index, report);
   }
   cache.save();
 }
+
+}  // namespace
 
 std::map<std::string, std::string> select_tactics(const Network& network, const std::vector<Layer*>& steps,
                                                   const BuilderConfig& config, const std::vector<TensorStates>& states,
                                                   BuildReport* report,
                                                   std::map<std::string, std::string>* launch_tactics) {
+  const TimingPolicy policy = timing_policy(config.optimization_level);
+  BuildReport local;
+  BuildReport& r = report ? *report : local;
+  r.optimization_level = config.optimization_level;
+  const auto start = std::chrono::steady_clock::now();
+  ChoiceMemo memo;
   std::map<std::string, std::string> tactics;
-  if (config.time_tactics) choose_plugin_tactics(steps, config, states, report);
-  const bool timing = config.device == DeviceType::kCUDA && config.time_tactics;
+  choose_plugin_tactics(steps, config, states, r, memo);
+  TimingProgress progress("timing kernels", steps.size());
+  const bool timing = config.device == DeviceType::kCUDA && builder_times_kernels(config);
   Backend* backend = timing ? &get_backend(config.device) : nullptr;
   TimingStream timing_stream(backend);
   void* stream = backend ? timing_stream.get() : nullptr;
-  const std::string device_name = backend ? backend->describe() : std::string();
+  const std::string device_name = backend ? backend->describe() : std::string(to_string(config.device));
   TimingCache cache(timing ? config.timing_cache_path : std::string());
-  const auto start = std::chrono::steady_clock::now();
-  auto last_progress = start;
   size_t index = 0;
   for (const Layer* layer : steps) {
     ++index;
@@ -453,7 +716,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     }
     std::vector<const KernelEntry*> ok;
     for (const KernelEntry* e : candidates) {
-      if (tactic_disabled(e->tactic)) continue;
+      if (tactic_disabled(e->tactic) || e->min_optimization_level > config.optimization_level) continue;
       bool all = true;
       for (const auto& st : states) {
         if (e->supports && !e->supports(*layer, input_descs(*layer, st))) {
@@ -469,44 +732,125 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
                   describe_output_types(*layer, states.front()) + ")");
     }
     const bool host_known = is_host_known(*layer, states.front());
-    if (!timing || ok.size() == 1 || host_known) {
+    const auto in_descs = input_descs(*layer, states.front());
+    const std::string reuse_key = timing_key(device_name, *layer, in_descs, states.front(), false);
+    const std::string ws_key = reuse_key + "|" + points_text(*layer, states);
+    if (config.workspace_limit && !host_known) {
+      std::vector<const KernelEntry*> fit;
+      uint64_t smallest = std::numeric_limits<uint64_t>::max();
+      std::string smallest_name, failures;
+      for (const KernelEntry* e : ok) {
+        uint64_t ws = 0;
+        try {
+          ws = memo_workspace(memo, ws_key, *e, *layer, states);
+        } catch (const std::exception& ex) {
+          failures += "\n  " + e->tactic + ": " + ex.what();
+          continue;
+        }
+        if (ws <= config.workspace_limit) {
+          fit.push_back(e);
+          continue;
+        }
+        ++r.tactics_over_workspace;
+        if (config.verbose) {
+          log(Severity::kVerbose, "  " + layer->name() + ": " + e->tactic + " needs " + std::to_string(ws) +
+                                      " bytes of workspace, over the limit");
+        }
+        if (ws < smallest) {
+          smallest = ws;
+          smallest_name = "kernel " + e->tactic;
+        }
+      }
+      if (fit.empty() && smallest_name.empty()) {
+        throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): every " + to_string(config.device) +
+                    " kernel that accepts it failed to prepare:" + failures);
+      }
+      if (fit.empty()) {
+        throw Error(workspace_error(*layer, "every " + std::string(to_string(config.device)) + " kernel that supports it",
+                                    config.workspace_limit, smallest, smallest_name));
+      }
+      ok = fit;
+    }
+    // The workspace of the kernel chosen for the layer, for BuildReport::workspace_bytes.
+    const auto note_workspace = [&](const std::string& tactic) {
+      // Plugins: configure_plugins_per_profile notes theirs (configuring each once per profile).
+      if (host_known || layer->type() == kLayerPlugin) return;
+      const KernelEntry* e = KernelRegistry::instance().find(config.device, layer->type(), tactic);
+      if (!e) return;
+      try {
+        r.workspace_bytes = std::max(r.workspace_bytes, memo_workspace(memo, ws_key, *e, *layer, states));
+      } catch (const std::exception& ex) {
+        if (config.verbose) {
+          log(Severity::kVerbose, "  " + layer->name() + ": workspace known at run time only (" + ex.what() + ")");
+        }
+      }
+    };
+    if (!timing || ok.size() == 1 || host_known || policy.max_candidates < 2) {
       tactics[layer->name()] = ok.front()->tactic;
+      note_workspace(ok.front()->tactic);
       continue;
     }
-    const std::string key = timing_key(device_name, *layer, input_descs(*layer, states.front()), states.front());
+    const std::string key = timing_key(device_name, *layer, in_descs, states.front());
     const std::string launch_key = key + "|launch";
-    if (const std::string* hit = cache.find(key)) {
-      bool known = false;
-      const std::string* launch_hit = cache.find(launch_key);
-      bool launch_known = false;
-      for (const KernelEntry* e : ok) {
-        known = known || e->tactic == *hit;
-        launch_known = launch_known || (launch_hit && e->tactic == *launch_hit);
+    const auto in_ok = [&](const std::string& tactic) {
+      return std::any_of(ok.begin(), ok.end(), [&](const KernelEntry* e) { return e->tactic == tactic; });
+    };
+    // An identical layer earlier in this build first, then the timing cache file.
+    if (const auto it = memo.kernel.find(reuse_key);
+        it != memo.kernel.end() && in_ok(it->second.first) && in_ok(it->second.second)) {
+      const auto& [tactic, launch] = it->second;
+      tactics[layer->name()] = tactic;
+      if (launch_tactics && launch != tactic) (*launch_tactics)[layer->name()] = launch;
+      cache.put(key, tactic);
+      cache.put(launch_key, launch);
+      ++r.layers_reused;
+      if (config.verbose) {
+        log(Severity::kVerbose, "  " + layer->name() + ": " + tactic + " (the choice of an identical layer in this build)");
       }
-      if (known) {
-        tactics[layer->name()] = *hit;
-        if (launch_tactics && launch_known && *launch_hit != *hit) (*launch_tactics)[layer->name()] = *launch_hit;
-        if (report) ++report->timing_cache_hits;
-        continue;
-      }
+      note_workspace(tactic);
+      progress.update(index, r);
+      continue;
     }
+    if (const std::string* hit = cache.find(key); hit && in_ok(*hit)) {
+      tactics[layer->name()] = *hit;
+      const std::string* launch_hit = cache.find(launch_key);
+      if (launch_tactics && launch_hit && in_ok(*launch_hit) && *launch_hit != *hit) {
+        (*launch_tactics)[layer->name()] = *launch_hit;
+      }
+      memo.kernel[reuse_key] = {*hit, launch_hit && in_ok(*launch_hit) ? *launch_hit : *hit};
+      ++r.timing_cache_hits;
+      note_workspace(*hit);
+      progress.update(index, r);
+      continue;
+    }
+    if (ok.size() > policy.max_candidates) ok.resize(policy.max_candidates);
     // The first profile's ranges, for kernels that configure themselves by profile (plugins).
     std::vector<TensorRange> in_ranges, out_ranges;
     layer_ranges(*layer, states[0], states.size() > 1 ? states[1] : states[0], states.size() > 2 ? states[2] : states[0],
                  in_ranges, out_ranges);
     double best_plain = std::numeric_limits<double>::infinity();
+    double best_device = std::numeric_limits<double>::infinity();
     const KernelEntry* chosen = nullptr;
     const KernelEntry* chosen_plain = nullptr;
     std::vector<std::pair<const KernelEntry*, KernelTime>> timed;
     std::string failures;
+    const bool single = one_point(*layer, states);
     for (const KernelEntry* e : ok) {
       try {
-        const KernelTime t = time_kernel(*e, *layer, states.front(), *backend, stream, in_ranges, out_ranges);
+        bool stopped = false;
+        uint64_t ws = 0;
+        const KernelTime t = time_kernel(*e, *layer, states.front(), *backend, stream, in_ranges, out_ranges, policy,
+                                         stop_above(policy, best_device), &stopped, &ws);
+        if (single) memo.workspace.emplace(workspace_memo_key(ws_key, e->tactic, *layer), ws);
+        ++r.tactics_timed;
+        if (stopped) ++r.tactics_stopped_early;
         if (config.verbose) {
           log(Severity::kVerbose, "  " + layer->name() + ": " + e->tactic + " " + std::to_string(t.device_ms) +
-                                      " ms on the device, " + std::to_string(t.host_ms) + " ms to launch");
+                                      " ms on the device, " + std::to_string(t.host_ms) + " ms to launch" +
+                                      (stopped ? " (stopped early: slower than the best so far)" : ""));
         }
         timed.emplace_back(e, t);
+        best_device = std::min(best_device, t.device_ms);
         if (t.plain_ms() < best_plain) {
           best_plain = t.plain_ms();
           chosen_plain = e;
@@ -524,11 +868,9 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     // The fastest on the device; among kernels within kDeviceTimeTie of it (the same cuDNN engine
     // behind two APIs differs by noise), the cheapest to launch: graphs do not care, and the
     // warm-up run, a failed capture's plain run and first calls at new shapes do.
-    double best = std::numeric_limits<double>::infinity();
-    for (const auto& [e, t] : timed) best = std::min(best, t.device_ms);
     double cheapest_launch = std::numeric_limits<double>::infinity();
     for (const auto& [e, t] : timed) {
-      if (t.device_ms <= best * (1.0 + kDeviceTimeTie) && t.host_ms < cheapest_launch) {
+      if (t.device_ms <= best_device * (1.0 + kDeviceTimeTie) && t.host_ms < cheapest_launch) {
         cheapest_launch = t.host_ms;
         chosen = e;
       }
@@ -540,6 +882,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     tactics[layer->name()] = chosen->tactic;
     cache.put(key, chosen->tactic);
     cache.put(launch_key, chosen_plain->tactic);
+    memo.kernel[reuse_key] = {chosen->tactic, chosen_plain->tactic};
     if (launch_tactics && chosen_plain != chosen) {
       (*launch_tactics)[layer->name()] = chosen_plain->tactic;
       if (config.verbose) {
@@ -547,17 +890,13 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
                                     chosen_plain->tactic + " (" + chosen->tactic + " costs more to launch than to run)");
       }
     }
-    if (report) ++report->layers_timed;
-    const auto now = std::chrono::steady_clock::now();
-    if (std::chrono::duration<double>(now - last_progress).count() > 2.0) {
-      log(Severity::kInfo, "timing kernels: layer " + std::to_string(index) + " of " + std::to_string(steps.size()) +
-                               " (" + layer->name() + ")");
-      last_progress = now;
-    }
+    ++r.layers_timed;
+    note_workspace(chosen->tactic);
+    progress.update(index, r);
   }
-  if (report) report->timing_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.timing_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   cache.save();
-  configure_plugins_per_profile(steps, config, states, tactics);
+  configure_plugins_per_profile(steps, config, states, tactics, r);
   (void)network;
   return tactics;
 }

@@ -16,8 +16,22 @@
 
 namespace kiln {
 
-// Returns layer name -> tactic. Throws naming the layer when no kernel supports it. On CUDA
-// (config.time_tactics) every supporting kernel is timed at the first state (the opt point of
+// How BuilderConfig::optimization_level times kernels (builder.h documents the levels).
+struct TimingPolicy {
+  bool time = true;           // false (level 0): nothing is timed, the highest priority wins
+  size_t max_candidates = 0;  // kernels timed per layer, highest priority first
+  int measurements = 3;       // the median of this many
+  double target_ms = 1.0;     // device work per measurement
+  double stop_ratio = 0.0;    // early stop above best-so-far x ratio after a measurement; 0: never
+};
+// Throws naming the valid range when `level` is not 0..5.
+TimingPolicy timing_policy(int level);
+// Whether a build with `config` times anything (time_tactics and a level above 0).
+bool builder_times_kernels(const BuilderConfig& config);
+
+// Returns layer name -> tactic. Throws naming the layer when no kernel supports it, or when
+// every kernel needs more than config.workspace_limit (naming the smallest). On CUDA
+// (builder_times_kernels) the supporting kernels the level allows are timed at the first state (the opt point of
 // the first profile): its device time, and the host's time to launch it. The fastest on the
 // device is kept; where another kernel is faster launched layer by layer without a CUDA graph
 // (max(device, launch) lower: cuDNN's legacy API costs ~200 us of host time per call),

@@ -184,3 +184,20 @@ def test_builder_settings_and_errors():
     kiln.set_log_severity(kiln.Severity.error)
     kiln.set_log_severity(kiln.Severity.warning)
     assert kiln.data_type_size(kiln.float16) == 2
+
+
+def test_builder_optimization_level_and_workspace_limit():
+    config = kiln.BuilderConfig()
+    assert config.optimization_level == 3 and config.workspace_limit == 0
+    net = kiln.Network()
+    x = net.add_input("x", kiln.float32, [2])
+    out(net, net.add_identity(x).get_output(0))
+    builder = kiln.Builder()
+    config.optimization_level, config.workspace_limit = 0, 1 << 20
+    assert len(builder.build_serialized_network(net, config)) > 0
+    report = builder.last_report
+    assert report.optimization_level == 0 and report.tactics_timed == 0 and report.workspace_bytes == 0
+    assert report.layers_reused == 0 and report.tactics_stopped_early == 0 and report.tactics_over_workspace == 0
+    config.optimization_level = 6
+    with pytest.raises(kiln.Error, match="0..5"):
+        builder.build_serialized_network(net, config)

@@ -3,7 +3,8 @@
 //
 // Tactics: "cublaslt" takes cuBLASLt's best heuristic, "cublaslt_h1" / "cublaslt_h2" its second
 // and third (the builder times all three; where the heuristic returns fewer, the last one is
-// used). Algorithms are chosen in prepare().
+// used); "cublaslt_h3" .. "cublaslt_h7" its 4th to 8th, tried at builder optimization level 5
+// only (KernelEntry::min_optimization_level). Algorithms are chosen in prepare().
 //
 // Row-major trick: kiln's row-major y[M,N] is the column-major matrix y^T[N,M], so we compute
 // y^T = op(b)^T op(a)^T: cuBLASLt's "A" is kiln's b and its "B" kiln's a, both used as stored
@@ -40,7 +41,7 @@ namespace kiln::cuda {
 namespace {
 
 constexpr size_t kMaxWorkspace = size_t{32} << 20;
-constexpr int kHeuristics = 3;
+constexpr int kHeuristics = 8;  // results asked of the heuristic: "cublaslt" .. "cublaslt_h7"
 constexpr size_t kAlignLevels[] = {256, 16};
 
 using DescPtr = LtDescPtr;
@@ -392,7 +393,9 @@ bool lt_supports(const Layer& layer, const std::vector<TensorDesc>& inputs, bool
   return true;
 }
 
-KernelEntry lt_entry(const char* layer_type, const char* tactic, int priority, int heuristic) {
+// min_level: the builder optimization level from which the builder tries the tactic (5 for the
+// heuristic's 4th to 8th results: slow to try, rarely faster).
+KernelEntry lt_entry(const char* layer_type, const char* tactic, int priority, int heuristic, int min_level = 0) {
   const bool gemm = std::string(layer_type) == kLayerGemm;
   return KernelEntry{DeviceType::kCUDA, layer_type, tactic, priority,
                      [gemm](const Layer& layer, const std::vector<TensorDesc>& inputs) {
@@ -400,7 +403,8 @@ KernelEntry lt_entry(const char* layer_type, const char* tactic, int priority, i
                      },
                      [gemm, heuristic](const Layer& layer) {
                        return std::make_unique<LtMatmul>(layer, gemm, heuristic);
-                     }};
+                     },
+                     min_level};
 }
 
 }  // namespace
@@ -411,5 +415,16 @@ KILN_REGISTER_KERNEL(lt_entry(kLayerMatrixMultiply, "cublaslt_h2", 80, 2));
 KILN_REGISTER_KERNEL(lt_entry(kLayerGemm, "cublaslt", 100, 0));
 KILN_REGISTER_KERNEL(lt_entry(kLayerGemm, "cublaslt_h1", 90, 1));
 KILN_REGISTER_KERNEL(lt_entry(kLayerGemm, "cublaslt_h2", 80, 2));
+// Builder optimization level 5 only.
+KILN_REGISTER_KERNEL(lt_entry(kLayerMatrixMultiply, "cublaslt_h3", 79, 3, 5));
+KILN_REGISTER_KERNEL(lt_entry(kLayerMatrixMultiply, "cublaslt_h4", 78, 4, 5));
+KILN_REGISTER_KERNEL(lt_entry(kLayerMatrixMultiply, "cublaslt_h5", 77, 5, 5));
+KILN_REGISTER_KERNEL(lt_entry(kLayerMatrixMultiply, "cublaslt_h6", 76, 6, 5));
+KILN_REGISTER_KERNEL(lt_entry(kLayerMatrixMultiply, "cublaslt_h7", 75, 7, 5));
+KILN_REGISTER_KERNEL(lt_entry(kLayerGemm, "cublaslt_h3", 79, 3, 5));
+KILN_REGISTER_KERNEL(lt_entry(kLayerGemm, "cublaslt_h4", 78, 4, 5));
+KILN_REGISTER_KERNEL(lt_entry(kLayerGemm, "cublaslt_h5", 77, 5, 5));
+KILN_REGISTER_KERNEL(lt_entry(kLayerGemm, "cublaslt_h6", 76, 6, 5));
+KILN_REGISTER_KERNEL(lt_entry(kLayerGemm, "cublaslt_h7", 75, 7, 5));
 
 }  // namespace kiln::cuda

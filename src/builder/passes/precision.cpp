@@ -210,9 +210,12 @@ class PrecisionAssigner {
     }
     if (accepted.empty()) return DataType::kFloat32;
     if (accepted.size() == 1) return accepted.front();
-    if (ctx_.config.device != DeviceType::kCUDA || !ctx_.config.time_tactics) {
+    if (ctx_.config.device != DeviceType::kCUDA || !builder_times_kernels(ctx_.config)) {
       passes::log_change(ctx_, "precision: plugin layer " + quote(layer.name()) + " accepts float16 and float32; float16 " +
-                                   "(first in the preference order; not timed on " + to_string(ctx_.config.device) + ")");
+                                   "(first in the preference order; not timed" +
+                                   (ctx_.config.device != DeviceType::kCUDA ? " on " + std::string(to_string(ctx_.config.device))
+                                                                            : std::string(" at this optimization level")) +
+                                   ")");
       return accepted.front();
     }
     std::vector<std::unique_ptr<Network>> scratch;  // the casts' own networks, alive while timing
