@@ -268,5 +268,36 @@ TEST(PoolGeometry, CeilModeGlobalAndAutoPad) {
   expect_contains(error_of([&] { pool_geometry(PoolParams{}, Dims{1, 2, 5, 5}); }), {"'kernel'", "global=1"});
 }
 
+// ---- the schema traits the passes read -----------------------------------------------------
+
+TEST(OpTraits, PassListsAreSchemaFlags) {
+  const auto traits = [](const char* type) { return OpSchemaRegistry::instance().find(type)->traits; };
+  EXPECT_TRUE(traits(kLayerConvolution).channels_last_seed);
+  EXPECT_TRUE(traits(kLayerDeconvolution).channels_last_seed);
+  EXPECT_FALSE(traits(kLayerPooling).channels_last_seed);
+  for (const char* t : {kLayerConvolution, kLayerDeconvolution, kLayerPooling, kLayerActivation, kLayerParametricReLU,
+                        kLayerScale, kLayerElementWise, kLayerFusedElementWise, kLayerConcatenation, kLayerResize,
+                        kLayerIdentity, kLayerCast}) {
+    EXPECT_TRUE(traits(t).channels_last) << t;
+  }
+  EXPECT_FALSE(traits(kLayerSoftMax).channels_last);
+  for (const char* t : {kLayerActivation, kLayerUnary, kLayerScale, kLayerElementWise}) {
+    EXPECT_TRUE(traits(t).elementwise_fusible) << t;
+  }
+  EXPECT_FALSE(traits(kLayerConvolution).elementwise_fusible);
+
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{2, 4});
+  Layer* ln = net.add_layer(kLayerNormalization, {x}, 1, attrs({{"mode", std::string("layer")}}), "ln");
+  Layer* in = net.add_layer(kLayerNormalization, {x}, 1, attrs({{"mode", std::string("instance")}}), "in");
+  Layer* sum = net.add_layer(kLayerElementWise, {x, x}, 1, attrs({{"op", std::string("sum")}}), "sum");
+  Layer* prod = net.add_layer(kLayerElementWise, {x, x}, 1, attrs({{"op", std::string("prod")}}), "prod");
+  const auto role = [](const Layer* l) { return OpSchemaRegistry::instance().find(l->type())->traits.accuracy_role(*l); };
+  EXPECT_EQ(role(ln), AccuracyRole::kAnchor);
+  EXPECT_EQ(role(in), AccuracyRole::kNone);
+  EXPECT_EQ(role(sum), AccuracyRole::kStream);
+  EXPECT_EQ(role(prod), AccuracyRole::kNone);
+}
+
 }  // namespace
 }  // namespace kiln
