@@ -38,6 +38,22 @@ int64_t window_extent(__int128 value, const std::string& what) {
   return static_cast<int64_t>(value);
 }
 
+int64_t window_output(const Dims& x, size_t i, int64_t pad_begin, int64_t pad_end, int64_t kernel, int64_t dilation,
+                      int64_t stride, bool ceil_mode) {
+  const int64_t in = x[static_cast<int>(i) + 2];
+  const std::string dim = "spatial dim " + std::to_string(i);
+  const int64_t padded = window_extent(__int128{in} + pad_begin + pad_end, dim + ": the padded input extent");
+  const int64_t extent = window_extent(__int128{dilation} * (kernel - 1) + 1, dim + ": the dilated kernel extent");
+  if (padded < extent) {
+    throw Error(dim + ": the dilated kernel extent " + std::to_string(extent) + " exceeds the padded input extent " +
+                std::to_string(padded) + " (input " + x.to_string() + "), so the output size would be non-positive");
+  }
+  int64_t out = static_cast<int64_t>((__int128{padded} - extent + (ceil_mode ? stride - 1 : 0)) / stride + 1);
+  // ceil_mode: a last window that would start in the right padding is dropped.
+  if (ceil_mode && __int128{out - 1} * stride >= __int128{in} + pad_begin) --out;
+  return out;
+}
+
 void same_padding(AutoPad auto_pad, int64_t in, int64_t kernel, int64_t stride, int64_t* begin, int64_t* end) {
   *begin = *end = 0;
   if (auto_pad != AutoPad::kSameUpper && auto_pad != AutoPad::kSameLower) return;
@@ -194,14 +210,7 @@ ConvGeometry conv_geometry(const ConvParams& p, const Dims& x, const Dims& w) {
     g.pad_end = std::move(r.pad_end);
     g.output_padding.assign(k, 0);
     for (size_t i = 0; i < k; ++i) {
-      const std::string dim = "spatial dim " + std::to_string(i);
-      const int64_t padded = window_extent(__int128{g.in[i]} + g.pad_begin[i] + g.pad_end[i], dim + ": the padded input extent");
-      const int64_t extent = window_extent(__int128{g.dilation[i]} * (g.kernel[i] - 1) + 1, dim + ": the dilated kernel extent");
-      if (padded < extent) {
-        throw Error(dim + ": the dilated kernel extent " + std::to_string(extent) + " exceeds the padded input extent " +
-                    std::to_string(padded) + " (input " + x.to_string() + "), so the output size would be non-positive");
-      }
-      g.out.push_back((padded - extent) / g.stride[i] + 1);
+      g.out.push_back(window_output(x, i, g.pad_begin[i], g.pad_end[i], g.kernel[i], g.dilation[i], g.stride[i], false));
     }
     return g;
   }

@@ -49,6 +49,12 @@ struct AttrSpec;
 std::vector<AttrSpec> window_attr_specs();
 // An extent computed in 128 bits: returned when it fits in an int64, else kiln::Error naming `what`.
 int64_t window_extent(__int128 value, const std::string& what);
+// The output size of a forward window (convolution, pooling) along spatial dim `dim` of input
+// `x`: floor((in + pb + pe - d*(k-1) - 1) / s) + 1, or with ceil_mode rounded up, a last window
+// starting in the end padding being dropped (ONNX Runtime's rule). Throws kiln::Error when the
+// dilated kernel exceeds the padded input or an extent overflows.
+int64_t window_output(const Dims& x, size_t dim, int64_t pad_begin, int64_t pad_end, int64_t kernel, int64_t dilation,
+                      int64_t stride, bool ceil_mode);
 
 struct ConvParams {
   bool deconv = false;  // Deconvolution (weights [C, M/group, k..]) rather than Convolution

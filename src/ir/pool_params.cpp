@@ -48,18 +48,7 @@ PoolGeometry pool_geometry(const PoolParams& p, const Dims& x) {
   g.pad_begin = std::move(r.pad_begin);
   g.pad_end = std::move(r.pad_end);
   for (size_t i = 0; i < k; ++i) {
-    const std::string dim = "spatial dim " + std::to_string(i);
-    const int64_t padded = window_extent(__int128{g.in[i]} + g.pad_begin[i] + g.pad_end[i], dim + ": the padded input extent");
-    const int64_t extent = window_extent(__int128{g.dilation[i]} * (g.kernel[i] - 1) + 1, dim + ": the dilated kernel extent");
-    if (padded < extent) {
-      throw Error(dim + ": the dilated kernel extent " + std::to_string(extent) + " exceeds the padded input extent " +
-                  std::to_string(padded) + " (input " + x.to_string() + "), so the output size would be non-positive");
-    }
-    const int64_t s = g.stride[i];
-    int64_t out = static_cast<int64_t>((__int128{padded} - extent + (p.ceil_mode ? s - 1 : 0)) / s + 1);
-    // ceil_mode: a last window that would start in the right padding is dropped.
-    if (p.ceil_mode && __int128{out - 1} * s >= __int128{g.in[i]} + g.pad_begin[i]) --out;
-    g.out.push_back(out);
+    g.out.push_back(window_output(x, i, g.pad_begin[i], g.pad_end[i], g.kernel[i], g.dilation[i], g.stride[i], p.ceil_mode));
   }
   return g;
 }
