@@ -325,6 +325,46 @@ TEST(OpsConvInfer, PoolingSizes) {
 
 // ---- hand-computed kernel cases -----------------------------------------------------------
 
+// auto_pad is resolved by conv_geometry / pool_geometry (src/ir), which shape inference and the
+// kernels share: a layer with auto_pad infers the same dims and computes the same values as one
+// with the explicit pads that auto_pad stands for.
+TEST(OpsConvKernel, AutoPadMatchesExplicitPads) {
+  const Array x = iota({1, 2, 7, 8}, -20.0f);
+  const Array w = iota({3, 2, 3, 3}, -9.0f);
+  const Array b = iota({3}, 0.25f);
+  // SAME_UPPER, strides 2: H 7 -> 4 (pads 1/1), W 8 -> 4 (pads 0/1).
+  EXPECT_EQ(infer_dims("Convolution", {Dims{1, 2, 7, 8}, Dims{3, 2, 3, 3}},
+                       make_attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}})),
+            (Dims{1, 3, 4, 4}));
+  expect_near(run_reference("Convolution", {x, w, b},
+                            make_attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}})),
+              run_reference("Convolution", {x, w, b}, make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 1, 1}}})),
+              0.0f, 0.0f, "conv SAME_UPPER");
+  expect_near(run_reference("Convolution", {x, w, b},
+                            make_attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_LOWER")}})),
+              run_reference("Convolution", {x, w, b}, make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 0}}})),
+              0.0f, 0.0f, "conv SAME_LOWER");
+  expect_near(run_reference("Convolution", {x, w, b},
+                            make_attrs({{"pads", Ints{5, 5, 5, 5}}, {"auto_pad", std::string("VALID")}})),
+              run_reference("Convolution", {x, w, b}, {}), 0.0f, 0.0f, "conv VALID ignores pads");
+  // Deconvolution SAME: out = in * stride (W: 8 * 2 = 16; total pad 3 - 2 = 1, at the end for UPPER).
+  const Array wt = iota({2, 3, 3, 3}, -4.0f);
+  expect_near(run_reference("Deconvolution", {x, wt}, make_attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}})),
+              run_reference("Deconvolution", {x, wt}, make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{0, 0, 1, 1}}})),
+              0.0f, 0.0f, "deconv SAME_UPPER");
+  // Pooling SAME_LOWER, kernel 2, strides 2: H 7 -> 4 (total 1, at the beginning), W 8 -> 4 (none).
+  const Array px = iota({1, 2, 7, 8}, -20.0f);
+  for (const char* mode : {"max", "average"}) {
+    expect_near(run_reference("Pooling", {px},
+                              make_attrs({{"mode", std::string(mode)}, {"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}},
+                                          {"auto_pad", std::string("SAME_LOWER")}})),
+                run_reference("Pooling", {px},
+                              make_attrs({{"mode", std::string(mode)}, {"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}},
+                                          {"pads", Ints{1, 0, 0, 0}}})),
+                0.0f, 0.0f, std::string("pool SAME_LOWER ") + mode);
+  }
+}
+
 TEST(OpsConvKernel, ConvolutionHand) {
   // x = [[1 2 3] [4 5 6] [7 8 9]], 2x2 ones kernel, bias 0.5: window sums + 0.5.
   Array y = run_reference("Convolution", {iota({1, 1, 3, 3}), filled({1, 1, 2, 2}, 1.0f), filled({1}, 0.5f)}, {});

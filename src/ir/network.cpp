@@ -12,7 +12,10 @@
 #include <unordered_set>
 
 #include "kiln/error.h"
+#include "src/ir/conv_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/pool_params.h"
 #include "src/core/text.h"
 
 namespace kiln {
@@ -114,7 +117,11 @@ void Layer::set_input(int i, Tensor* tensor) {
 }
 
 Network::Network() = default;
-Network::~Network() = default;
+Network::~Network() {
+  for (const auto& l : layers_) {
+    if (l) forget_params(*l);
+  }
+}
 
 std::unique_ptr<Network> Network::clone() const {
   compact();
@@ -236,6 +243,9 @@ Layer* Network::add_layer(const std::string& type, const std::vector<Tensor*>& i
   layer->name_ = name.empty() ? unique_name(type) : name;
   layer->inputs_ = inputs;
   layer->attrs_ = std::move(attrs);
+  // Typed parameters are decoded and checked once here, before the layer joins the graph (a bad
+  // enum value or range fails now, naming the layer and attribute); validate() checks later edits.
+  decode_params(*layer);
   layer->network_ = this;
   layer->index_ = layers_.size();
   for (Tensor* t : inputs) {
@@ -253,26 +263,6 @@ Layer* Network::add_layer(const std::string& type, const std::vector<Tensor*>& i
   layers_.push_back(std::move(layer));
   return layers_.back().get();
 }
-
-namespace {
-std::vector<int64_t> or_default(const std::vector<int64_t>& v, size_t n, int64_t def) {
-  return v.empty() ? std::vector<int64_t>(n, def) : v;
-}
-
-Attributes conv_attrs(const ConvolutionDesc& desc, bool deconv) {
-  const size_t k = desc.kernel.size();
-  Attributes a;
-  a.set("strides", or_default(desc.strides, k, 1));
-  std::vector<int64_t> pads = or_default(desc.pads_begin, k, 0);
-  const auto end = or_default(desc.pads_end, k, 0);
-  pads.insert(pads.end(), end.begin(), end.end());
-  a.set("pads", pads);
-  a.set("dilations", or_default(desc.dilations, k, 1));
-  a.set("group", desc.groups);
-  if (deconv) a.set("output_padding", or_default(desc.output_padding, k, 0));
-  return a;
-}
-}  // namespace
 
 Layer* Network::add_constant(const HostTensor& value, const std::string& name) {
   if (value.empty()) throw Error("add_constant: empty tensor");
@@ -297,7 +287,7 @@ Layer* Network::add_convolution(Tensor* input, const ConvolutionDesc& desc, cons
   Tensor* b = bias.empty() ? nullptr : add_constant(bias)->output(0);
   std::vector<Tensor*> ins{input, w};
   if (b) ins.push_back(b);
-  return add_layer(kLayerConvolution, ins, 1, conv_attrs(desc, false));
+  return add_layer(kLayerConvolution, ins, 1, conv_attributes(desc, false));
 }
 
 Layer* Network::add_deconvolution(Tensor* input, const ConvolutionDesc& desc, const HostTensor& weights,
@@ -308,24 +298,11 @@ Layer* Network::add_deconvolution(Tensor* input, const ConvolutionDesc& desc, co
   Tensor* b = bias.empty() ? nullptr : add_constant(bias)->output(0);
   std::vector<Tensor*> ins{input, w};
   if (b) ins.push_back(b);
-  return add_layer(kLayerDeconvolution, ins, 1, conv_attrs(desc, true));
+  return add_layer(kLayerDeconvolution, ins, 1, conv_attributes(desc, true));
 }
 
 Layer* Network::add_pooling(Tensor* input, const PoolingDesc& desc) {
-  Attributes a;
-  const size_t k = desc.kernel.size();
-  a.set("mode", std::string(desc.type == PoolingType::kMax ? "max" : "average"));
-  a.set("kernel", desc.kernel);
-  a.set("strides", or_default(desc.strides, k, 1));
-  std::vector<int64_t> pads = or_default(desc.pads_begin, k, 0);
-  const auto end = or_default(desc.pads_end, k, 0);
-  pads.insert(pads.end(), end.begin(), end.end());
-  a.set("pads", pads);
-  a.set("dilations", or_default(desc.dilations, k, 1));
-  a.set("ceil_mode", int64_t{desc.ceil_mode});
-  a.set("count_include_pad", int64_t{desc.count_include_pad});
-  a.set("global", int64_t{desc.global});
-  return add_layer(kLayerPooling, {input}, 1, std::move(a));
+  return add_layer(kLayerPooling, {input}, 1, pool_attributes(desc));
 }
 
 Layer* Network::add_activation(Tensor* input, ActivationType type, double alpha, double beta) {
@@ -484,6 +461,7 @@ void Network::remove_layer(Layer* layer) {
     touched.push_back(out);
   }
   index_remove(layer_names_, layer, layer->name_);
+  forget_params(*layer);
   layers_[layer->index_].reset();
   ++holes_;
   // The tensors that nothing produces, reads or exposes any more go with the layer.
@@ -614,6 +592,7 @@ void Network::validate() const {
     }
     try {
       check_attributes(*schema, *l);
+      decode_params(*l);
     } catch (const Error& e) {
       problems.push_back(e.what());
     }

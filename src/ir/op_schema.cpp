@@ -2,8 +2,13 @@
 // checking against schemas.
 #include "src/ir/op_schema.h"
 #include "src/core/text.h"
+#include "src/ir/op_params.h"
 
 #include <algorithm>
+#include <mutex>
+#include <type_traits>
+#include <unordered_map>
+#include <variant>
 
 namespace kiln {
 
@@ -169,6 +174,160 @@ std::vector<int64_t> attr_ints(const Layer& layer, const std::string& name) {
 }
 std::vector<double> attr_floats(const Layer& layer, const std::string& name) {
   return attr_get<std::vector<double>>(layer, name);
+}
+
+// ---- typed parameters (op_params.h) --------------------------------------------------------
+
+void ParamReader::fail(const std::string& name, const std::string& message) const {
+  throw Error("layer " + quote(layer_.name()) + " (" + layer_.type() + "): attribute " + quote(name) + " " + message);
+}
+
+namespace {
+// A required attribute that is absent fails here rather than reading as its (empty) default.
+void check_present(const ParamReader& r, const std::string& name) {
+  if (r.layer().attrs().has(name)) return;
+  const OpSchema* schema = OpSchemaRegistry::instance().find(r.layer().type());
+  const AttrSpec* spec = schema ? schema->find_attr(name) : nullptr;
+  if (spec && spec->required) r.fail(name, "is required (" + spec->doc + ")");
+}
+}  // namespace
+
+int64_t ParamReader::get_int(const std::string& name) const {
+  check_present(*this, name);
+  return attr_int(layer_, name);
+}
+double ParamReader::get_float(const std::string& name) const {
+  check_present(*this, name);
+  return attr_float(layer_, name);
+}
+std::string ParamReader::get_string(const std::string& name) const {
+  check_present(*this, name);
+  return attr_string(layer_, name);
+}
+std::vector<int64_t> ParamReader::get_ints(const std::string& name) const {
+  check_present(*this, name);
+  return attr_ints(layer_, name);
+}
+
+int64_t ParamReader::int_in(const std::string& name, int64_t lo, int64_t hi) const {
+  const int64_t v = get_int(name);
+  if (v < lo || v > hi) {
+    fail(name, "is " + std::to_string(v) + "; allowed range: " + std::to_string(lo) + " to " + std::to_string(hi));
+  }
+  return v;
+}
+
+std::vector<int64_t> ParamReader::ints_at_least(const std::string& name, int64_t min) const {
+  std::vector<int64_t> v = get_ints(name);
+  for (int64_t x : v) {
+    if (x < min) {
+      std::string list;
+      for (int64_t y : v) list += (list.empty() ? "" : ", ") + std::to_string(y);
+      fail(name, "is [" + list + "]; every value must be >= " + std::to_string(min));
+    }
+  }
+  return v;
+}
+
+namespace {
+
+// Params are a pure function of (layer type, attributes), so the cache is keyed by the layer's
+// address and an entry is used only while the layer's type and attributes are those it was
+// decoded from: an edited layer, or another layer at a freed layer's address, decodes anew.
+// Network forgets its layers' entries when they are removed or the network is destroyed.
+struct ParamsEntry {
+  std::string type;
+  Attributes attrs;
+  std::shared_ptr<const void> params;
+};
+
+bool same_value(const AttrValue& a, const AttrValue& b) {
+  if (a.index() != b.index()) return false;
+  if (const auto* ta = std::get_if<HostTensor>(&a)) {
+    const auto& tb = std::get<HostTensor>(b);
+    return ta->data() == tb.data() && ta->type() == tb.type() && ta->dims() == tb.dims();
+  }
+  return std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, HostTensor>) {
+          return false;
+        } else {
+          return x == std::get<T>(b);
+        }
+      },
+      a);
+}
+
+bool same_attributes(const Attributes& a, const Attributes& b) {
+  if (a.all().size() != b.all().size()) return false;
+  auto ib = b.all().begin();
+  for (const auto& [name, value] : a.all()) {
+    if (name != ib->first || !same_value(value, ib->second)) return false;
+    ++ib;
+  }
+  return true;
+}
+
+struct ParamsCache {
+  std::mutex mutex;
+  std::unordered_map<const Layer*, ParamsEntry> entries;
+};
+
+// Never destroyed: networks in static storage may outlive a function-local static.
+ParamsCache& params_cache() {
+  static ParamsCache* cache = new ParamsCache;
+  return *cache;
+}
+
+const OpSchema* params_schema(const Layer& layer) {
+  const OpSchema* schema = OpSchemaRegistry::instance().find(layer.type());
+  return schema && schema->decode_params ? schema : nullptr;
+}
+
+// Decodes outside the lock (a decoder may be slow or throw), then stores.
+const void* store_params(const Layer& layer, const OpSchema& schema) {
+  std::shared_ptr<const void> decoded = schema.decode_params(layer);
+  ParamsCache& cache = params_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  ParamsEntry& e = cache.entries[&layer];
+  e.type = layer.type();
+  e.attrs = layer.attrs();
+  e.params = std::move(decoded);
+  return e.params.get();
+}
+
+}  // namespace
+
+namespace detail {
+const void* params_ptr(const Layer& layer, const std::type_info& type) {
+  const OpSchema* schema = params_schema(layer);
+  if (!schema) {
+    throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): its layer type has no typed parameters");
+  }
+  if (*schema->params_type != type) {
+    throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): its parameters are read as another type");
+  }
+  {
+    ParamsCache& cache = params_cache();
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    auto it = cache.entries.find(&layer);
+    if (it != cache.entries.end() && it->second.type == layer.type() && same_attributes(it->second.attrs, layer.attrs())) {
+      return it->second.params.get();
+    }
+  }
+  return store_params(layer, *schema);
+}
+}  // namespace detail
+
+void decode_params(const Layer& layer) {
+  if (const OpSchema* schema = params_schema(layer)) (void)store_params(layer, *schema);
+}
+
+void forget_params(const Layer& layer) {
+  ParamsCache& cache = params_cache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  cache.entries.erase(&layer);
 }
 
 }  // namespace kiln

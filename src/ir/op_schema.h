@@ -6,7 +6,9 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <typeinfo>
 #include <unordered_map>
 #include <vector>
 
@@ -89,6 +91,27 @@ class ShapeContext {
 
 using ShapeInferFn = std::function<void(ShapeContext&)>;
 
+// What a layer contributes to the float32 "stream" kept for accuracy under fp16 (the precision
+// pass's find_accuracy_sensitive): an anchor stays float32 (layer normalization), a stream layer
+// joins an anchor's float32 inputs and passes that on to its own inputs (residual additions), a
+// leaf joins without passing it on (lookups in constant tables).
+enum class AccuracyRole : int32_t { kNone, kAnchor, kStream, kLeaf };
+
+// Properties of a layer type that graph passes ask for, instead of keeping lists of layer types
+// of their own (src/builder/passes/).
+struct OpTraits {
+  // Its kernels may run in channels-last formats (the layout pass puts it into channels-last
+  // regions; a kernel's supports() still decides per layer).
+  bool channels_last = false;
+  // Channels-last regions form around it (convolutions, which gain from NHWC/NDHWC kernels).
+  bool channels_last_seed = false;
+  // May merge into a FusedElementWise program (elementwise_fusion checks each layer's operands
+  // and translates it).
+  bool elementwise_fusible = false;
+  // The layer's part in the fp16 pass's float32 stream (null: none).
+  AccuracyRole (*accuracy_role)(const Layer& layer) = nullptr;
+};
+
 struct OpSchema {
   std::string type;  // the layer type name (kLayer*)
   int min_inputs = 1;
@@ -101,8 +124,27 @@ struct OpSchema {
   // Whether the layer type takes or produces kString tensors. Shape inference rejects string
   // tensors on every other layer type (their kernels compute on numbers).
   bool takes_strings = false;
+  // Typed parameters (src/ir/op_params.h), set by with_params<P>(): decodes and validates the
+  // layer's attributes (P::decode(const Layer&)); null for layer types read by string keys.
+  std::shared_ptr<const void> (*decode_params)(const Layer& layer) = nullptr;
+  const std::type_info* params_type = nullptr;
+  OpTraits traits = {};
 
   const AttrSpec* find_attr(const std::string& name) const;
+
+  // Usage: KILN_REGISTER_OP(OpSchema{...}.with_params<ConvParams>().with_traits({...}));
+  template <typename P>
+  OpSchema with_params() && {
+    decode_params = [](const Layer& layer) -> std::shared_ptr<const void> {
+      return std::make_shared<const P>(P::decode(layer));
+    };
+    params_type = &typeid(P);
+    return std::move(*this);
+  }
+  OpSchema with_traits(OpTraits t) && {
+    traits = t;
+    return std::move(*this);
+  }
 };
 
 class OpSchemaRegistry {

@@ -481,6 +481,15 @@ void infer_tile(ShapeContext& ctx) {
 using A = AttrType;
 const std::vector<int64_t> kNoInts;
 
+// Lookups in constant tables (embeddings) join the float32 stream the fp16 pass keeps for
+// accuracy (OpTraits).
+AccuracyRole gather_accuracy_role(const Layer& layer) {
+  const Tensor* table = layer.num_inputs() > 0 ? layer.input(0) : nullptr;
+  const Layer* producer = table ? table->producer() : nullptr;
+  const bool constant = producer && producer->type() == kLayerConstant && producer->attrs().has("value");
+  return constant ? AccuracyRole::kLeaf : AccuracyRole::kNone;
+}
+
 }  // namespace
 
 KILN_REGISTER_OP(OpSchema{kLayerConstant, 0, 0, 1,
@@ -507,7 +516,7 @@ KILN_REGISTER_OP(OpSchema{kLayerConcatenation, 1, -1, 1,
                           {{"axis", A::kInt, int64_t{0}, true, "concatenation axis"}},
                           {},
                           infer_concatenation,
-                          "Joins its inputs along `axis`; other extents must match."});
+                          "Joins its inputs along `axis`; other extents must match."}.with_traits({.channels_last = true}));
 
 KILN_REGISTER_OP(OpSchema{kLayerSplit, 1, 2, -1,
                           {{"axis", A::kInt, int64_t{0}, false, "split axis"},
@@ -528,7 +537,7 @@ KILN_REGISTER_OP(OpSchema{kLayerGather, 2, 2, 1,
                           {},
                           infer_gather,
                           "ONNX Gather / GatherElements / GatherND; negative indices wrap, out-of-range indices "
-                          "are an error."});
+                          "are an error."}.with_traits({.accuracy_role = gather_accuracy_role}));
 
 KILN_REGISTER_OP(OpSchema{kLayerPadding, 2, 3, 1,
                           {{"mode", A::kString, std::string("constant"), false, "constant, reflect, edge or wrap"}},

@@ -99,7 +99,7 @@ KILN_REGISTER_OP(OpSchema{
     {}, infer_fused,
     "A chain of element-wise layers fused by the element-wise fusion pass, computed per element in "
     "float32 by a small register program (attribute `program`, format in src/ir/ops_fused.h). Inputs are "
-    "shaped like the output or hold one element."});
+    "shaped like the output or hold one element."}.with_traits({.channels_last = true}));
 
 }  // namespace
 

@@ -252,34 +252,39 @@ std::vector<AttrSpec> concat(std::vector<AttrSpec> a, const std::vector<AttrSpec
   return a;
 }
 
+// Residual additions join the float32 stream the fp16 pass keeps for accuracy (OpTraits).
+AccuracyRole elementwise_accuracy_role(const Layer& layer) {
+  return attr_string(layer, "op") == "sum" ? AccuracyRole::kStream : AccuracyRole::kNone;
+}
+
 }  // namespace
 
 KILN_REGISTER_OP(OpSchema{kLayerActivation, 1, 1, 1,
                           {attr("kind", AttrType::kString, std::string(), "activation kind (docs/layers.md)", true),
                            attr("alpha", AttrType::kFloat, 0.0, "first parameter of the kind"),
                            attr("beta", AttrType::kFloat, 0.0, "second parameter of the kind")},
-                          {}, infer_activation, "Element-wise activation function of the given kind."});
+                          {}, infer_activation, "Element-wise activation function of the given kind."}.with_traits({.channels_last = true, .elementwise_fusible = true}));
 
 KILN_REGISTER_OP(OpSchema{kLayerParametricReLU, 2, 2, 1, {}, {}, infer_parametric_relu,
-                          "y = x >= 0 ? x : slope * x, with slope broadcast to x."});
+                          "y = x >= 0 ? x : slope * x, with slope broadcast to x."}.with_traits({.channels_last = true}));
 
 KILN_REGISTER_OP(OpSchema{kLayerScale, 1, 4, 1,
                           {attr("mode", AttrType::kString, std::string("uniform"),
                                 "how scale/shift/power map to x: uniform, channel or elementwise"),
                            attr("channel_axis", AttrType::kInt, int64_t{1}, "the channel axis of mode 'channel'")},
                           {}, infer_scale,
-                          "y = (x * scale + shift) ^ power; omitted terms are the identity (1, 0, 1)."});
+                          "y = (x * scale + shift) ^ power; omitted terms are the identity (1, 0, 1)."}.with_traits({.channels_last = true, .elementwise_fusible = true}));
 
 KILN_REGISTER_OP(OpSchema{kLayerElementWise, 2, 2, 1,
                           {attr("op", AttrType::kString, std::string(), "binary op (docs/layers.md)", true),
                            attr("fmod", AttrType::kInt, int64_t{0},
                                 "mod only: 1 = sign of the dividend (C fmod), 0 = sign of the divisor")},
                           {}, infer_elementwise,
-                          "Binary op with numpy broadcasting; comparisons and logic ops output bool."});
+                          "Binary op with numpy broadcasting; comparisons and logic ops output bool."}.with_traits({.channels_last = true, .elementwise_fusible = true, .accuracy_role = elementwise_accuracy_role}));
 
 KILN_REGISTER_OP(OpSchema{kLayerUnary, 1, 1, 1,
                           {attr("op", AttrType::kString, std::string(), "unary op (docs/layers.md)", true)}, {},
-                          infer_unary, "Element-wise unary op; not, isnan and isinf output bool."});
+                          infer_unary, "Element-wise unary op; not, isnan and isinf output bool."}.with_traits({.elementwise_fusible = true}));
 
 KILN_REGISTER_OP(OpSchema{kLayerSelect, 3, 3, 1, {}, {}, infer_select,
                           "where(condition, a, b) with numpy broadcasting of all three inputs."});
@@ -289,10 +294,10 @@ KILN_REGISTER_OP(OpSchema{kLayerCast, 1, 1, 1,
                           infer_cast,
                           "Element-wise conversion; float->int truncates toward zero, ->bool is != 0; to and from "
                           "string: shortest round-trip decimal text, and parsing (docs/layers.md).",
-                          /*takes_strings=*/true});
+                          /*takes_strings=*/true}.with_traits({.channels_last = true}));
 
 KILN_REGISTER_OP(OpSchema{kLayerIdentity, 1, 1, 1, {}, {}, infer_same_as_input, "Copies its input.",
-                          /*takes_strings=*/true});
+                          /*takes_strings=*/true}.with_traits({.channels_last = true}));
 
 KILN_REGISTER_OP(OpSchema{kLayerSoftMax, 1, 1, 1,
                           {attr("axis", AttrType::kInt, int64_t{-1}, "the axis normalized over"),

@@ -109,6 +109,11 @@ AttrSpec attr(std::string name, AttrType type, AttrValue def, std::string doc, b
   return AttrSpec{std::move(name), type, std::move(def), required, std::move(doc)};
 }
 
+// Layer normalizations stay float32 under fp16 for accuracy (OpTraits; the precision pass says why).
+AccuracyRole normalization_accuracy_role(const Layer& layer) {
+  return attr_string(layer, "mode") == "layer" ? AccuracyRole::kAnchor : AccuracyRole::kNone;
+}
+
 }  // namespace
 
 KILN_REGISTER_OP(OpSchema{
@@ -123,7 +128,7 @@ KILN_REGISTER_OP(OpSchema{
     {},
     infer_normalization,
     "y = (x - mean) / sqrt(var + epsilon) * scale + bias, with mean and variance over the elements the mode "
-    "selects; mode lp divides by the Lp norm instead."});
+    "selects; mode lp divides by the Lp norm instead."}.with_traits({.accuracy_role = normalization_accuracy_role}));
 
 KILN_REGISTER_OP(OpSchema{kLayerLRN, 1, 1, 1,
                           {attr("size", AttrType::kInt, int64_t{1}, "channels in the window", true),

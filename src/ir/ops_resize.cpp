@@ -108,6 +108,6 @@ KILN_REGISTER_OP(OpSchema{
     {1, 2},
     infer_resize,
     "ONNX Resize (opset 11+, no roi): nearest, (multi)linear or cubic over every resized axis; output dims from "
-    "sizes or floor(in * scales)."});
+    "sizes or floor(in * scales)."}.with_traits({.channels_last = true}));
 
 }  // namespace kiln

@@ -6,6 +6,7 @@
 
 #include <limits>
 
+#include "src/ir/conv_params.h"
 #include "src/onnx/onnx_tensor.h"
 #include "src/core/text.h"
 
@@ -331,16 +332,12 @@ std::vector<int64_t> resolve_auto_pad(NodeContext& ctx, const std::vector<int64_
     }
   }
   std::vector<int64_t> pads(2 * k, 0);
+  const AutoPad same = auto_pad == "SAME_UPPER" ? AutoPad::kSameUpper : AutoPad::kSameLower;
   for (size_t i = 0; i < k; ++i) {
-    int64_t total = kernel[i] - 1;
-    if (strides[i] > 1) {
-      const int64_t in = (*dims)[static_cast<int>(i) + 2];
-      const int64_t out = (in + strides[i] - 1) / strides[i];
-      total = std::max<int64_t>(0, (out - 1) * strides[i] + kernel[i] - in);
-    }
-    const int64_t small = total / 2, large = total - total / 2;
-    pads[i] = auto_pad == "SAME_UPPER" ? small : large;
-    pads[i + k] = auto_pad == "SAME_UPPER" ? large : small;
+    // The rule kiln's IR uses (src/ir/conv_params.h); with stride 1 the total is kernel - 1
+    // whatever the input size, so an unknown size reads as 0.
+    const int64_t in = strides[i] > 1 ? (*dims)[static_cast<int>(i) + 2] : 0;
+    same_padding(same, in, kernel[i], strides[i], &pads[i], &pads[i + k]);
   }
   return pads;
 }

@@ -16,6 +16,8 @@
 #include "src/backends/cpu/spatial_layout.h"
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
+#include "src/ir/conv_params.h"
+#include "src/ir/op_params.h"
 
 namespace kiln {
 namespace {
@@ -24,32 +26,18 @@ using cpu::kMaxSpatial;
 using cpu::Layout;
 using cpu::Spatial;
 
-// Attributes of a (de)convolution layer; spatial lists are padded to 3 dims (stride 1, pad 0,
-// dilation 1) so that one loop nest serves 1-D, 2-D and 3-D.
-struct ConvAttrs {
-  std::vector<int64_t> strides, pads, dilations, output_padding;
-  int64_t group = 1;
-  PostOp post;
-
-  explicit ConvAttrs(const Layer& layer)
-      : strides(layer.attrs().get_ints("strides")),
-        pads(layer.attrs().get_ints("pads")),
-        dilations(layer.attrs().get_ints("dilations")),
-        output_padding(layer.attrs().get_ints("output_padding")),
-        group(layer.attrs().get_int("group", 1)),
-        post(read_post_op(layer)) {}
-};
-
-// Geometry of one execution, from the views (shapes) and the attributes.
-struct ConvGeometry {
+// Geometry of one execution in the reference's fixed 3-D form: spatial lists padded to 3 dims
+// (stride 1, pad 0, dilation 1) so that one loop nest serves 1-D, 2-D and 3-D.
+struct RefGeometry {
   int64_t batch = 0, in_channels = 0, out_channels = 0, group = 1;
   Spatial in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, pad{0, 0, 0}, dilation{1, 1, 1};
 
   int64_t kernel_volume() const { return kernel[0] * kernel[1] * kernel[2]; }
 };
 
-
-ConvGeometry make_geometry(const char* what, const ConvAttrs& attrs, const KernelContext& ctx) {
+// From the layer's ConvParams and the views' shapes (conv_geometry, as shape inference computes
+// it); y must have the shape that geometry gives.
+RefGeometry make_geometry(const char* what, const ConvParams& params, const KernelContext& ctx) {
   const Dims& x = ctx.inputs.at(0).dims;
   const Dims& w = ctx.inputs.at(1).dims;
   const Dims& y = ctx.outputs.at(0).dims;
@@ -63,19 +51,28 @@ ConvGeometry make_geometry(const char* what, const ConvAttrs& attrs, const Kerne
       throw Error(std::string(what) + " reference: weights and bias must be in the linear format");
     }
   }
-  ConvGeometry g;
-  g.batch = x[0];
-  g.in_channels = x[1];
-  g.out_channels = y[1];
-  g.group = attrs.group;
+  const kiln::ConvGeometry cg = conv_geometry(params, x, w);
+  RefGeometry g;
+  g.batch = cg.batch;
+  g.in_channels = cg.in_channels;
+  g.out_channels = cg.out_channels;
+  g.group = cg.group;
+  if (y[0] != g.batch || y[1] != g.out_channels) {
+    throw Error(std::string(what) + " reference: y " + y.to_string() + " does not match x " + x.to_string() +
+                " and w " + w.to_string());
+  }
   for (int i = 0; i < k; ++i) {
     const auto u = static_cast<size_t>(i);
-    g.in[u] = x[i + 2];
-    g.out[u] = y[i + 2];
-    g.kernel[u] = w[i + 2];
-    if (!attrs.strides.empty()) g.stride[u] = attrs.strides.at(u);
-    if (!attrs.dilations.empty()) g.dilation[u] = attrs.dilations.at(u);
-    if (!attrs.pads.empty()) g.pad[u] = attrs.pads.at(u);  // begin pads; end pads only shape the output
+    if (y[i + 2] != cg.out[u]) {
+      throw Error(std::string(what) + " reference: y " + y.to_string() + " does not have the output size " +
+                  std::to_string(cg.out[u]) + " of spatial dim " + std::to_string(i));
+    }
+    g.in[u] = cg.in[u];
+    g.out[u] = cg.out[u];
+    g.kernel[u] = cg.kernel[u];
+    g.stride[u] = cg.stride[u];
+    g.dilation[u] = cg.dilation[u];
+    g.pad[u] = cg.pad_begin[u];  // end pads (and output_padding) only shape the output
   }
   return g;
 }
@@ -92,7 +89,7 @@ T store(double v, const PostOp& post) {
 
 // y[n, m, o] = post(b[m] + sum_{c in group(m), k} x[n, c, o*s - p + k*d] * w[m, c % Cg, k] + r[n, m, o])
 template <typename T>
-void convolution_ref(const ConvGeometry& g, const PostOp& post, const KernelContext& ctx) {
+void convolution_ref(const RefGeometry& g, const PostOp& post, const KernelContext& ctx) {
   const T* x = ctx.inputs[0].as<const T>();
   const T* w = ctx.inputs[1].as<const T>();
   const T* b = ctx.inputs.size() > 2 ? ctx.inputs[2].as<const T>() : nullptr;
@@ -141,7 +138,7 @@ void convolution_ref(const ConvGeometry& g, const PostOp& post, const KernelCont
 // Transposed convolution as a gather: input position i feeds output o = i*s - p + k*d, so
 // y[n, m, o] = post(b[m] + sum_{c in group(m), k : (o + p - k*d) = i*s, 0 <= i < in} x[n, c, i] * w[c, m % Mg, k]).
 template <typename T>
-void deconvolution_ref(const ConvGeometry& g, const PostOp& post, const KernelContext& ctx) {
+void deconvolution_ref(const RefGeometry& g, const PostOp& post, const KernelContext& ctx) {
   const T* x = ctx.inputs[0].as<const T>();
   const T* w = ctx.inputs[1].as<const T>();
   const T* b = ctx.inputs.size() > 2 ? ctx.inputs[2].as<const T>() : nullptr;
@@ -194,26 +191,26 @@ void deconvolution_ref(const ConvGeometry& g, const PostOp& post, const KernelCo
 
 class ConvolutionRef : public Kernel {
  public:
-  explicit ConvolutionRef(const Layer& layer) : attrs_(layer) {}
+  explicit ConvolutionRef(const ConvParams& params) : params_(params) {}
   void execute(const KernelContext& ctx) override {
-    const ConvGeometry g = make_geometry("Convolution", attrs_, ctx);
-    KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "Convolution reference", convolution_ref<T>(g, attrs_.post, ctx));
+    const RefGeometry g = make_geometry("Convolution", params_, ctx);
+    KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "Convolution reference", convolution_ref<T>(g, params_.post, ctx));
   }
 
  private:
-  ConvAttrs attrs_;
+  ConvParams params_;
 };
 
 class DeconvolutionRef : public Kernel {
  public:
-  explicit DeconvolutionRef(const Layer& layer) : attrs_(layer) {}
+  explicit DeconvolutionRef(const ConvParams& params) : params_(params) {}
   void execute(const KernelContext& ctx) override {
-    const ConvGeometry g = make_geometry("Deconvolution", attrs_, ctx);
-    KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "Deconvolution reference", deconvolution_ref<T>(g, attrs_.post, ctx));
+    const RefGeometry g = make_geometry("Deconvolution", params_, ctx);
+    KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "Deconvolution reference", deconvolution_ref<T>(g, params_.post, ctx));
   }
 
  private:
-  ConvAttrs attrs_;
+  ConvParams params_;
 };
 
 // One floating-point type for every present input; weights and bias (inputs 1, 2) plain.
@@ -231,8 +228,12 @@ bool supports_conv_ref(const Layer&, const std::vector<TensorDesc>& inputs) {
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerConvolution, "reference", 0, supports_conv_ref,
-                                 [](const Layer& layer) { return std::make_unique<ConvolutionRef>(layer); }});
+                                 [](const Layer& layer) {
+                                   return std::make_unique<ConvolutionRef>(params_of<ConvParams>(layer));
+                                 }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerDeconvolution, "reference", 0, supports_conv_ref,
-                                 [](const Layer& layer) { return std::make_unique<DeconvolutionRef>(layer); }});
+                                 [](const Layer& layer) {
+                                   return std::make_unique<DeconvolutionRef>(params_of<ConvParams>(layer));
+                                 }});
 
 }  // namespace kiln

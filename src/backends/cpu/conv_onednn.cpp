@@ -19,29 +19,21 @@
 
 #include "kiln/error.h"
 #include "src/backends/cpu/onednn_common.h"
+#include "src/ir/conv_params.h"
+#include "src/ir/op_params.h"
 
 namespace kiln {
 namespace {
 
 using dnnl::memory;
 
-// Attributes of a (de)convolution layer.
+// A (de)convolution layer's parameters, and whether oneDNN has its post-op.
 struct ConvAttrs {
+  ConvParams params;
   bool deconv = false;
-  std::vector<int64_t> strides, pads, dilations, output_padding;
-  int64_t group = 1;
   PostOp post;
-  bool post_known = true;  // false: `activation` names no known kind
 
-  ConvAttrs(const Layer& layer, bool is_deconv)
-      : deconv(is_deconv),
-        strides(layer.attrs().get_ints("strides")),
-        pads(layer.attrs().get_ints("pads")),
-        dilations(layer.attrs().get_ints("dilations")),
-        output_padding(layer.attrs().get_ints("output_padding")),
-        group(layer.attrs().get_int("group", 1)) {
-    post_known = onednn::read_post_op_safe(layer, &post);
-  }
+  explicit ConvAttrs(const ConvParams& p) : params(p), deconv(p.deconv), post(p.post) {}
 };
 
 // oneDNN-side geometry of one input shape.
@@ -53,33 +45,17 @@ struct ConvGeometry {
 // Computes the geometry from x and w; returns false with `why` when the shapes or attributes
 // do not fit (then supports() declines and prepare() throws).
 bool make_geometry(const ConvAttrs& a, const Dims& x, const Dims& w, ConvGeometry* g, std::string* why) {
-  const int k = x.rank() - 2;
-  if (k < 1 || k > 3 || w.rank() != x.rank()) {
-    *why = "expects x and w of equal rank 3..5, got x " + x.to_string() + ", w " + w.to_string();
+  kiln::ConvGeometry cg;
+  try {
+    cg = conv_geometry(a.params, x, w);
+  } catch (const Error& e) {
+    *why = e.what();
     return false;
   }
-  const auto ku = static_cast<size_t>(k);
-  if ((!a.strides.empty() && a.strides.size() != ku) || (!a.dilations.empty() && a.dilations.size() != ku) ||
-      (!a.pads.empty() && a.pads.size() != 2 * ku) ||
-      (!a.output_padding.empty() && a.output_padding.size() != ku)) {
-    *why = "strides/dilations/output_padding need one value and pads two values per spatial dim";
-    return false;
-  }
-  const int64_t groups = a.group, c = x[1];
-  if (groups < 1 || c % groups != 0) {
-    *why = "group " + std::to_string(groups) + " does not divide the " + std::to_string(c) + " input channels";
-    return false;
-  }
-  // kiln's w: conv [M, C/g, k...]; deconv [C, M/g, k...] (ONNX ConvTranspose).
-  const int64_t m = a.deconv ? w[1] * groups : w[0];
-  if (a.deconv ? w[0] != c : (w[1] * groups != c || m % groups != 0)) {
-    *why = "weights " + w.to_string() + " do not match input channels " + std::to_string(c) + " with group " +
-           std::to_string(groups);
-    return false;
-  }
-  memory::dims spatial_k;
-  for (int i = 0; i < k; ++i) spatial_k.push_back(w[i + 2]);
-  const memory::dims ks = onednn::plain_strides(memory::dims(spatial_k.begin(), spatial_k.end()));
+  const int k = cg.spatial_rank;
+  const int64_t groups = cg.group, c = cg.in_channels, m = cg.out_channels;
+  memory::dims spatial_k(cg.kernel.begin(), cg.kernel.end());
+  const memory::dims ks = onednn::plain_strides(spatial_k);
   const int64_t kvol = ks.empty() ? 1 : ks[0] * spatial_k[0];
 
   // oneDNN weights dims are (g,) o, i, k... ; strides describe kiln's physical layout.
@@ -112,33 +88,12 @@ bool make_geometry(const ConvAttrs& a, const Dims& x, const Dims& w, ConvGeometr
   g->pad_r.clear();
   for (int i = 0; i < k; ++i) {
     const auto u = static_cast<size_t>(i);
-    const int64_t s = a.strides.empty() ? 1 : a.strides[u];
-    const int64_t d = a.dilations.empty() ? 1 : a.dilations[u];
-    const int64_t pb = a.pads.empty() ? 0 : a.pads[u];
-    const int64_t pe = a.pads.empty() ? 0 : a.pads[u + ku];
-    const int64_t op = a.output_padding.empty() ? 0 : a.output_padding[u];
-    if (s < 1 || d < 1 || pb < 0 || pe < 0 || op < 0) {
-      *why = "strides and dilations must be >= 1, pads and output_padding >= 0";
-      return false;
-    }
-    const int64_t in = x[i + 2], span = d * (spatial_k[u] - 1) + 1;
-    int64_t out;
-    if (a.deconv) {
-      out = (in - 1) * s - pb - pe + span + op;
-    } else {
-      const int64_t num = in + pb + pe - span;
-      out = num < 0 ? 0 : num / s + 1;
-    }
-    if (out < 1) {
-      *why = "the output would be empty along spatial dim " + std::to_string(i);
-      return false;
-    }
-    g->dst.push_back(out);
-    g->strides.push_back(s);
-    g->dilates.push_back(d - 1);
-    g->pad_l.push_back(pb);
+    g->dst.push_back(cg.out[u]);
+    g->strides.push_back(cg.stride[u]);
+    g->dilates.push_back(cg.dilation[u] - 1);
+    g->pad_l.push_back(cg.pad_begin[u]);
     // output_padding extends the output's end: oneDNN sees it as less end padding.
-    g->pad_r.push_back(a.deconv ? pe - op : pe);
+    g->pad_r.push_back(a.deconv ? cg.pad_end[u] - cg.output_padding[u] : cg.pad_end[u]);
   }
   return true;
 }
@@ -234,7 +189,7 @@ ConvPlan build_plan(const ConvAttrs& a, const ConvGeometry& g, const ConvFormats
 
 class ConvOneDnn : public Kernel {
  public:
-  ConvOneDnn(const Layer& layer, bool deconv) : attrs_(layer, deconv), stream_(onednn::engine()) {}
+  explicit ConvOneDnn(const ConvParams& params) : attrs_(params), stream_(onednn::engine()) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int num_threads) override {
@@ -347,8 +302,8 @@ class ConvOneDnn : public Kernel {
 bool supports_conv(const Layer& layer, const std::vector<TensorDesc>& inputs, bool deconv) {
   if (inputs.size() < 2 || !inputs[0].present || !inputs[1].present) return false;
   if (!onednn::all_float32(inputs)) return false;
-  const ConvAttrs attrs(layer, deconv);
-  if (!attrs.post_known || !onednn::activation_supported(attrs.post)) return false;
+  const ConvAttrs attrs(params_of<ConvParams>(layer));
+  if (!onednn::activation_supported(attrs.post)) return false;
   if (!inputs[0].dims.is_dynamic() && inputs[0].dims.volume() == 0) return false;
   if (inputs[1].format != TensorFormat::kLinear) return false;
   if (inputs.size() > 2 && inputs[2].present && (inputs[2].dims.rank() != 1 || inputs[2].format != TensorFormat::kLinear)) {
@@ -379,11 +334,11 @@ bool supports_conv(const Layer& layer, const std::vector<TensorDesc>& inputs, bo
 KILN_REGISTER_KERNEL(KernelEntry{
     DeviceType::kCPU, kLayerConvolution, onednn::kTactic, onednn::kPriority,
     [](const Layer& layer, const std::vector<TensorDesc>& inputs) { return supports_conv(layer, inputs, false); },
-    [](const Layer& layer) { return std::make_unique<ConvOneDnn>(layer, false); }});
+    [](const Layer& layer) { return std::make_unique<ConvOneDnn>(params_of<ConvParams>(layer)); }});
 
 KILN_REGISTER_KERNEL(KernelEntry{
     DeviceType::kCPU, kLayerDeconvolution, onednn::kTactic, onednn::kPriority,
     [](const Layer& layer, const std::vector<TensorDesc>& inputs) { return supports_conv(layer, inputs, true); },
-    [](const Layer& layer) { return std::make_unique<ConvOneDnn>(layer, true); }});
+    [](const Layer& layer) { return std::make_unique<ConvOneDnn>(params_of<ConvParams>(layer)); }});
 
 }  // namespace kiln

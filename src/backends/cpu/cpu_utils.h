@@ -9,25 +9,16 @@
 #include "kiln/error.h"
 #include "kiln/types.h"
 #include "src/core/half.h"
+#include "src/core/int_math.h"  // row_major_strides, int_pow (shared with the CUDA backend)
 
 namespace kiln::cpu {
 
-// Row-major strides (in elements) of dims.
-inline std::vector<int64_t> strides_of(const Dims& dims) {
-  std::vector<int64_t> s(static_cast<size_t>(dims.rank()));
-  int64_t acc = 1;
-  for (int i = dims.rank() - 1; i >= 0; --i) {
-    s[static_cast<size_t>(i)] = acc;
-    acc *= dims[i];
-  }
-  return s;
-}
 
 // Strides of `in` broadcast to `out` (rank(out) >= rank(in), trailing alignment): 0 where the
 // input extent is 1 and the output's is not.
 inline std::vector<int64_t> broadcast_strides(const Dims& in, const Dims& out) {
   std::vector<int64_t> s(static_cast<size_t>(out.rank()), 0);
-  const auto in_strides = strides_of(in);
+  const auto in_strides = row_major_strides(in);
   const int offset = out.rank() - in.rank();
   for (int i = 0; i < in.rank(); ++i) {
     s[static_cast<size_t>(i + offset)] = in[i] == 1 ? 0 : in_strides[static_cast<size_t>(i)];

@@ -188,7 +188,7 @@ void slice_execute(const KernelContext& ctx) {
     start[k] = s;
     step[k] = steps[i];
   }
-  const auto stride = cpu::strides_of(x.dims);
+  const auto stride = row_major_strides(x.dims);
   Maps maps(static_cast<size_t>(rank));
   for (int k = 0; k < rank; ++k) {
     const auto u = static_cast<size_t>(k);
@@ -229,7 +229,7 @@ void padding_execute(const KernelContext& ctx) {
   const std::string mode = attr_string(*ctx.layer, "mode");
   const void* fill = ctx.inputs.size() > 2 && ctx.inputs[2].data ? ctx.inputs[2].data : nullptr;
   if (fill && ctx.inputs[2].type != x.type) throw Error("Padding: the value's type differs from the input's");
-  const auto stride = cpu::strides_of(x.dims);
+  const auto stride = row_major_strides(x.dims);
   Maps maps(static_cast<size_t>(rank));
   for (int k = 0; k < rank; ++k) {
     const auto u = static_cast<size_t>(k);
@@ -244,7 +244,7 @@ void padding_execute(const KernelContext& ctx) {
 void tile_execute(const KernelContext& ctx) {
   const TensorView& x = ctx.inputs.at(0);
   const TensorView& y = ctx.outputs.at(0);
-  const auto stride = cpu::strides_of(x.dims);
+  const auto stride = row_major_strides(x.dims);
   Maps maps(static_cast<size_t>(x.dims.rank()));
   for (int k = 0; k < x.dims.rank(); ++k) {
     for (int64_t o = 0; o < y.dims[k]; ++o) maps[static_cast<size_t>(k)].push_back((o % x.dims[k]) * stride[static_cast<size_t>(k)]);
@@ -302,7 +302,7 @@ void gather_elements(const KernelContext& ctx, const std::vector<int64_t>& idx) 
   const TensorView& y = ctx.outputs.at(0);
   const int64_t axis = norm_axis(attr_int(*ctx.layer, "axis"), data.dims.rank());
   const int64_t extent = data.dims[static_cast<int>(axis)];
-  const auto stride = cpu::strides_of(data.dims);
+  const auto stride = row_major_strides(data.dims);
   dispatch_width(data.type, "Gather", [&](auto tag) {
     using E = typename decltype(tag)::type;
     Coords c{};
@@ -327,7 +327,7 @@ void gather_nd(const KernelContext& ctx, const std::vector<int64_t>& idx) {
   for (int i = 0; i < b; ++i) batches *= data.dims[i];
   for (int i = b; i < q - 1; ++i) tuples *= indices.dims[i];
   for (int i = b + k; i < data.dims.rank(); ++i) slice *= data.dims[i];
-  const auto stride = cpu::strides_of(data.dims);
+  const auto stride = row_major_strides(data.dims);
   const int64_t batch_stride = b > 0 ? stride[static_cast<size_t>(b - 1)] : data.count();
   dispatch_width(data.type, "Gather", [&](auto tag) {
     using E = typename decltype(tag)::type;

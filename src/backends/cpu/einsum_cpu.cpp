@@ -23,7 +23,7 @@ namespace {
 // (broadcast) or the tensor lacks the label (the sum runs over it).
 std::vector<int64_t> label_strides(const std::vector<int>& labels, const Dims& dims, size_t num_labels) {
   std::vector<int64_t> s(num_labels, 0);
-  const auto strides = cpu::strides_of(dims);
+  const auto strides = row_major_strides(dims);
   for (size_t axis = 0; axis < labels.size(); ++axis) {
     if (dims[static_cast<int>(axis)] != 1) s[static_cast<size_t>(labels[axis])] += strides[axis];
   }

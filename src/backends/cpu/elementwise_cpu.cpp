@@ -18,6 +18,7 @@
 
 #include "kiln/error.h"
 #include "src/backends/cpu/cpu_utils.h"
+#include "src/core/int_math.h"
 #include "src/backends/cpu/string_cpu.h"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
@@ -75,25 +76,6 @@ C int_floor_div(C a, C b) {
   } else {
     return static_cast<C>(a / b);
   }
-}
-
-// Exact integer power (wrapping on overflow); a negative exponent gives the truncated 1/a^|b|.
-template <typename C>
-C int_pow(C a, C b) {
-  if constexpr (std::is_signed_v<C>) {
-    if (b < 0) {
-      if (a == 1) return 1;
-      if (a == -1) return (b % 2 == 0) ? 1 : -1;
-      return 0;
-    }
-  }
-  using U = std::make_unsigned_t<C>;
-  U result = 1, base = static_cast<U>(a);
-  for (auto e = static_cast<U>(b); e != 0; e >>= 1) {
-    if (e & 1u) result = static_cast<U>(result * base);
-    base = static_cast<U>(base * base);
-  }
-  return static_cast<C>(result);
 }
 
 // ---- binary ops (docs/layers.md "Element-wise ops") -----------------------------------------

@@ -215,7 +215,7 @@ void reverse_sequence(const KernelContext& ctx) {
                   std::to_string(d[time_axis]) + "] (the time axis extent)");
     }
   }
-  const auto strides = cpu::strides_of(d);
+  const auto strides = row_major_strides(d);
   const size_t es = data_type_size(xv.type);
   const auto* x = static_cast<const uint8_t*>(xv.data);
   auto* y = static_cast<uint8_t*>(ctx.outputs[0].data);
@@ -246,8 +246,8 @@ void max_unpool(const KernelContext& ctx) {
   for (size_t i = 0; i < k; ++i) {
     unpooled.push_back((xv.dims[static_cast<int>(i) + 2] - 1) * strides[i] - pads[i] - pads[i + k] + kernel[i]);
   }
-  const auto unpooled_strides = cpu::strides_of(unpooled);
-  const auto out_strides = cpu::strides_of(out.dims);
+  const auto unpooled_strides = row_major_strides(unpooled);
+  const auto out_strides = row_major_strides(out.dims);
   const int64_t total = unpooled.volume();
   const size_t es = data_type_size(xv.type);
   std::memset(out.data, 0, static_cast<size_t>(out.count()) * es);

@@ -405,7 +405,7 @@ template <typename T, typename Op>
 void reduce_loop(const KernelContext& ctx, const std::vector<bool>& reduced) {
   const TensorView& xv = ctx.inputs[0];
   const Dims& in = xv.dims;
-  const auto in_strides = cpu::strides_of(in);
+  const auto in_strides = row_major_strides(in);
   // keep_shape: the input with reduced axes set to 1 (same layout as the output either way).
   Dims keep_shape, red_dims;
   std::vector<int64_t> red_strides;

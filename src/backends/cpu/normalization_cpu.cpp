@@ -97,7 +97,7 @@ void moments_normalize(const KernelContext& ctx, const std::string& mode) {
     if (affine.bias) affine.bias_strides = cpu::broadcast_strides(affine.bias->dims, x_dims);
   }
 
-  const auto strides = cpu::strides_of(view.dims);
+  const auto strides = row_major_strides(view.dims);
   Dims keep, red_dims;
   std::vector<int64_t> red_strides;
   for (int i = 0; i < view.dims.rank(); ++i) {

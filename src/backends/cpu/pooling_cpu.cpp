@@ -18,6 +18,8 @@
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/cpu/spatial_layout.h"
 #include "src/backends/kernel.h"
+#include "src/ir/op_params.h"
+#include "src/ir/pool_params.h"
 
 namespace kiln {
 namespace {
@@ -26,59 +28,44 @@ using cpu::kMaxSpatial;
 using cpu::Layout;
 using cpu::Spatial;
 
-struct PoolAttrs {
-  bool is_max = true, global = false, count_include_pad = false;
-  std::vector<int64_t> kernel, strides, pads, dilations;
-
-  explicit PoolAttrs(const Layer& layer)
-      : is_max(layer.attrs().get_string("mode", "max") == "max"),
-        global(layer.attrs().get_int("global", 0) != 0),
-        count_include_pad(layer.attrs().get_int("count_include_pad", 0) != 0),
-        kernel(layer.attrs().get_ints("kernel")),
-        strides(layer.attrs().get_ints("strides")),
-        pads(layer.attrs().get_ints("pads")),
-        dilations(layer.attrs().get_ints("dilations")) {}
-};
-
 // Spatial lists padded to 3 dims (kernel 1, stride 1, pad 0, dilation 1) so that one loop
 // nest serves 1-D, 2-D and 3-D.
-struct PoolGeometry {
+struct RefGeometry {
   int64_t planes = 0, channels = 0;  // planes: N * C
   Spatial in{1, 1, 1}, out{1, 1, 1}, kernel{1, 1, 1}, stride{1, 1, 1}, pad_begin{0, 0, 0}, pad_end{0, 0, 0},
       dilation{1, 1, 1};
 };
 
-PoolGeometry make_geometry(const PoolAttrs& a, const KernelContext& ctx) {
-  const TensorView& xv = ctx.inputs.at(0);
-  const Dims& x = xv.dims;
+// From the layer's PoolParams and x's shape (pool_geometry, as shape inference computes it); y
+// must have the shape that geometry gives.
+RefGeometry make_geometry(const PoolParams& params, const KernelContext& ctx) {
+  const Dims& x = ctx.inputs.at(0).dims;
   const Dims& y = ctx.outputs.at(0).dims;
   const int k = x.rank() - 2;
   if (k < 1 || k > kMaxSpatial || y.rank() != x.rank() || y[0] != x[0] || y[1] != x[1]) {
     throw Error("Pooling reference: expects x and y of rank 3..5 with equal N and C, got x " + x.to_string() +
                 ", y " + y.to_string());
   }
-  PoolGeometry g;
+  const PoolGeometry pg = pool_geometry(params, x);
+  RefGeometry g;
   g.channels = x[1];
   g.planes = x[0] * x[1];
   for (int i = 0; i < k; ++i) {
     const auto u = static_cast<size_t>(i);
-    g.in[u] = x[i + 2];
-    g.out[u] = y[i + 2];
-    if (a.global) {
-      g.kernel[u] = x[i + 2];
-      continue;
+    if (y[i + 2] != pg.out[u]) {
+      throw Error("Pooling reference: y " + y.to_string() + " does not have the output size " +
+                  std::to_string(pg.out[u]) + " of spatial dim " + std::to_string(i));
     }
-    g.kernel[u] = a.kernel.at(u);
-    if (!a.strides.empty()) g.stride[u] = a.strides.at(u);
-    if (!a.dilations.empty()) g.dilation[u] = a.dilations.at(u);
-    if (!a.pads.empty()) {
-      g.pad_begin[u] = a.pads.at(u);
-      g.pad_end[u] = a.pads.at(u + static_cast<size_t>(k));
-    }
+    g.in[u] = pg.in[u];
+    g.out[u] = pg.out[u];
+    g.kernel[u] = pg.kernel[u];
+    g.stride[u] = pg.stride[u];
+    g.dilation[u] = pg.dilation[u];
+    g.pad_begin[u] = pg.pad_begin[u];
+    g.pad_end[u] = pg.pad_end[u];
   }
   return g;
 }
-
 
 // The value a max over no element yields (ONNX Runtime's: the lowest finite value).
 template <typename T>
@@ -91,7 +78,7 @@ double lowest_value() {
 }
 
 template <typename T>
-void pooling_ref(const PoolGeometry& g, const PoolAttrs& a, const KernelContext& ctx) {
+void pooling_ref(const RefGeometry& g, const PoolParams& a, const KernelContext& ctx) {
   const T* x = ctx.inputs[0].as<const T>();
   T* y = ctx.outputs[0].as<T>();
   const Layout xl(ctx.inputs[0].format, g.channels, g.in), yl(ctx.outputs[0].format, g.channels, g.out);
@@ -133,7 +120,7 @@ void pooling_ref(const PoolGeometry& g, const PoolAttrs& a, const KernelContext&
                   }
                 }
                 double result;
-                if (a.is_max) {
+                if (a.is_max()) {
                   result = in_bounds ? max : lowest_value<T>();
                 } else {
                   const int64_t divisor = a.count_include_pad ? padded_taps(0, first[0]) * padded_taps(1, first[1]) *
@@ -152,11 +139,11 @@ void pooling_ref(const PoolGeometry& g, const PoolAttrs& a, const KernelContext&
 
 class PoolingRef : public Kernel {
  public:
-  explicit PoolingRef(const Layer& layer) : attrs_(layer) {}
+  explicit PoolingRef(const PoolParams& params) : attrs_(params) {}
   void execute(const KernelContext& ctx) override {
-    const PoolGeometry g = make_geometry(attrs_, ctx);
+    const RefGeometry g = make_geometry(attrs_, ctx);
     const DataType type = ctx.inputs[0].type;
-    if (!attrs_.is_max && !is_floating_point(type)) {
+    if (!attrs_.is_max() && !is_floating_point(type)) {
       throw Error(std::string("Pooling reference: average pooling expects a floating-point input, got ") +
                   to_string(type));
     }
@@ -168,19 +155,21 @@ class PoolingRef : public Kernel {
   }
 
  private:
-  PoolAttrs attrs_;
+  PoolParams attrs_;
 };
 
 bool supports_pooling(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (inputs.empty()) return false;
   const DataType t = inputs[0].type;
-  const bool is_max = layer.attrs().get_string("mode", "max") == "max";
+  const bool is_max = params_of<PoolParams>(layer).is_max();
   return is_floating_point(t) || (is_max && (t == DataType::kInt8 || t == DataType::kUInt8));
 }
 
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerPooling, "reference", 0, supports_pooling,
-                                 [](const Layer& layer) { return std::make_unique<PoolingRef>(layer); }});
+                                 [](const Layer& layer) {
+                                   return std::make_unique<PoolingRef>(params_of<PoolParams>(layer));
+                                 }});
 
 }  // namespace kiln

@@ -13,6 +13,8 @@
 
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
+#include "src/ir/op_params.h"
+#include "src/ir/pool_params.h"
 
 namespace kiln {
 namespace {
@@ -21,23 +23,19 @@ struct Pool2d {
   int64_t kh, kw, sh, sw, ph, pw;
 };
 
-Pool2d params(const Layer& l) {
-  const auto k = l.attrs().get_ints("kernel");
-  const auto s = l.attrs().get_ints("strides", {1, 1});
-  const auto p = l.attrs().get_ints("pads", {0, 0, 0, 0});
-  return Pool2d{k.at(0), k.at(1), s.empty() ? 1 : s.at(0), s.empty() ? 1 : s.at(1), p.empty() ? 0 : p.at(0),
-                p.empty() ? 0 : p.at(1)};
+// The window of x's shape (pool_geometry: the padding and sizes shape inference uses).
+Pool2d window_of(const PoolParams& params, const Dims& x) {
+  const PoolGeometry g = pool_geometry(params, x);
+  return Pool2d{g.kernel.at(0), g.kernel.at(1), g.stride.at(0), g.stride.at(1), g.pad_begin.at(0), g.pad_begin.at(1)};
 }
 
 bool supports(const Layer& l, const std::vector<TensorDesc>& in) {
   if (in.empty() || in[0].type != DataType::kFloat32) return false;
   const TensorFormat y_format = l.num_outputs() > 0 ? l.output(0)->format() : TensorFormat::kLinear;
   if (in[0].format != y_format) return false;
-  if (in[0].dims.rank() != 4 || l.attrs().get_string("mode", "") != "max" || l.attrs().get_int("global", 0)) {
-    return false;
-  }
-  if (l.attrs().get_ints("kernel").size() != 2) return false;
-  for (int64_t d : l.attrs().get_ints("dilations", {1, 1})) {
+  const PoolParams& p = params_of<PoolParams>(l);
+  if (in[0].dims.rank() != 4 || !p.is_max() || p.global || p.kernel.size() != 2) return false;
+  for (int64_t d : p.window.dilations) {
     if (d != 1) return false;
   }
   return true;
@@ -76,8 +74,7 @@ void execute_channels_last(const KernelContext& ctx, const Pool2d& p) {
       std::max<int64_t>(1, 4096 / std::max<int64_t>(OW * C, 1)));
 }
 
-void execute(const KernelContext& ctx) {
-  const Pool2d p = params(*ctx.layer);
+void run_max_pool(const KernelContext& ctx, const Pool2d& p) {
   if (ctx.inputs[0].format == TensorFormat::kChannelsLast) {
     execute_channels_last(ctx, p);
     return;
@@ -118,7 +115,22 @@ void execute(const KernelContext& ctx) {
       1);
 }
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerPooling, "fast", 150, supports, function_kernel(execute)});
+class PoolingFast : public Kernel {
+ public:
+  explicit PoolingFast(const PoolParams& params) : params_(params) {}
+  void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&, int) override {
+    window_ = window_of(params_, inputs.at(0).dims);
+  }
+  void execute(const KernelContext& ctx) override { run_max_pool(ctx, window_); }
+
+ private:
+  PoolParams params_;
+  Pool2d window_{};
+};
+
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerPooling, "fast", 150, supports, [](const Layer& layer) {
+                                   return std::make_unique<PoolingFast>(params_of<PoolParams>(layer));
+                                 }});
 
 }  // namespace
 }  // namespace kiln

@@ -17,82 +17,43 @@
 
 #include "kiln/error.h"
 #include "src/backends/cpu/onednn_common.h"
+#include "src/ir/op_params.h"
+#include "src/ir/pool_params.h"
 
 namespace kiln {
 namespace {
 
 using dnnl::memory;
 
-struct PoolAttrs {
-  bool is_max = true, global = false, count_include_pad = false, ceil_mode = false;
-  bool mode_known = true;
-  std::vector<int64_t> kernel, strides, pads, dilations;
-
-  explicit PoolAttrs(const Layer& layer)
-      : global(layer.attrs().get_int("global", 0) != 0),
-        count_include_pad(layer.attrs().get_int("count_include_pad", 0) != 0),
-        ceil_mode(layer.attrs().get_int("ceil_mode", 0) != 0),
-        kernel(layer.attrs().get_ints("kernel")),
-        strides(layer.attrs().get_ints("strides")),
-        pads(layer.attrs().get_ints("pads")),
-        dilations(layer.attrs().get_ints("dilations")) {
-    const std::string mode = layer.attrs().get_string("mode", "max");
-    is_max = mode == "max";
-    mode_known = is_max || mode == "average";
-  }
-};
-
-struct PoolGeometry {
+struct OneDnnPool {
   memory::dims src, dst, kernel, strides, dilates, pad_l, pad_r;  // dilates are oneDNN's (d - 1)
   dnnl::algorithm alg = dnnl::algorithm::pooling_max;
 };
 
-// Output extent along one dim when shape inference is not at hand (supports()): ONNX's floor or
-// ceil rule, a ceil window having to start inside the input or the begin padding.
-int64_t pooled_extent(int64_t in, int64_t pb, int64_t pe, int64_t span, int64_t s, bool ceil_mode) {
-  const int64_t num = in + pb + pe - span;
-  if (num < 0) return 0;
-  int64_t out = (ceil_mode ? (num + s - 1) / s : num / s) + 1;
-  if (ceil_mode && (out - 1) * s >= in + pb) --out;
-  return out;
-}
-
 // Geometry for input dims x; `y` gives the output dims when known (prepare), else they are
 // computed. False with `why` when the layer does not fit oneDNN's pooling.
-bool make_geometry(const PoolAttrs& a, const Dims& x, const Dims* y, PoolGeometry* g, std::string* why) {
-  const int k = x.rank() - 2;
-  const auto ku = static_cast<size_t>(k);
-  if (k < 1 || k > 3) {
-    *why = "expects x of rank 3..5, got " + x.to_string();
-    return false;
-  }
-  if (!a.global && (a.kernel.size() != ku || (!a.strides.empty() && a.strides.size() != ku) ||
-                    (!a.dilations.empty() && a.dilations.size() != ku) || (!a.pads.empty() && a.pads.size() != 2 * ku))) {
-    *why = "kernel/strides/dilations need one value and pads two values per spatial dim";
+bool make_geometry(const PoolParams& a, const Dims& x, const Dims* y, OneDnnPool* g, std::string* why) {
+  PoolGeometry pg;
+  try {
+    pg = pool_geometry(a, x);
+  } catch (const Error& e) {
+    *why = e.what();
     return false;
   }
   if (y && (y->rank() != x.rank() || (*y)[0] != x[0] || (*y)[1] != x[1])) {
     *why = "output dims " + y->to_string() + " do not match input " + x.to_string();
     return false;
   }
-  *g = PoolGeometry{};
+  *g = OneDnnPool{};
   g->src = onednn::to_dnnl(x);
   g->dst = {x[0], x[1]};
   bool overhang = false, any_pad = false;
-  for (int i = 0; i < k; ++i) {
+  for (int i = 0; i < pg.spatial_rank; ++i) {
     const auto u = static_cast<size_t>(i);
-    const int64_t in = x[i + 2];
-    const int64_t kk = a.global ? in : a.kernel[u];
-    const int64_t s = a.global || a.strides.empty() ? 1 : a.strides[u];
-    const int64_t d = a.global || a.dilations.empty() ? 1 : a.dilations[u];
-    const int64_t pb = a.global || a.pads.empty() ? 0 : a.pads[u];
-    const int64_t pe = a.global || a.pads.empty() ? 0 : a.pads[u + ku];
-    if (kk < 1 || s < 1 || d < 1 || pb < 0 || pe < 0) {
-      *why = "kernel, strides and dilations must be >= 1 and pads >= 0";
-      return false;
-    }
+    const int64_t in = pg.in[u], kk = pg.kernel[u], s = pg.stride[u], d = pg.dilation[u];
+    const int64_t pb = pg.pad_begin[u], pe = pg.pad_end[u];
     const int64_t span = d * (kk - 1) + 1;
-    const int64_t out = y ? (*y)[i + 2] : pooled_extent(in, pb, pe, span, s, a.ceil_mode);
+    const int64_t out = y ? (*y)[i + 2] : pg.out[u];
     if (out < 1) {
       *why = "the output would be empty along spatial dim " + std::to_string(i);
       return false;
@@ -114,7 +75,7 @@ bool make_geometry(const PoolAttrs& a, const Dims& x, const Dims* y, PoolGeometr
     g->pad_l.push_back(pb);
     g->pad_r.push_back(pr);
   }
-  if (a.is_max) {
+  if (a.is_max()) {
     g->alg = dnnl::algorithm::pooling_max;
   } else if (!a.count_include_pad || !any_pad) {
     // Without pads, ONNX's include-pad divisor is the in-bounds count too.
@@ -137,7 +98,7 @@ struct PoolPlan {
   int num_threads = 1;
 };
 
-PoolPlan build_plan(const PoolGeometry& g, TensorFormat x_format, TensorFormat y_format, int num_threads) {
+PoolPlan build_plan(const OneDnnPool& g, TensorFormat x_format, TensorFormat y_format, int num_threads) {
   PoolPlan p;
   p.num_threads = num_threads;
   p.src = onednn::activation_desc(g.src, x_format);
@@ -164,7 +125,7 @@ PoolPlan build_plan(const PoolGeometry& g, TensorFormat x_format, TensorFormat y
 
 class PoolingOneDnn : public Kernel {
  public:
-  explicit PoolingOneDnn(const Layer& layer) : attrs_(layer), stream_(onednn::engine()) {}
+  explicit PoolingOneDnn(const PoolParams& params) : attrs_(params), stream_(onednn::engine()) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int num_threads) override {
@@ -172,7 +133,7 @@ class PoolingOneDnn : public Kernel {
     const std::string key = onednn::shape_key(inputs) + onednn::shape_key(outputs) + "t" + std::to_string(num_threads);
     auto it = plans_.find(key);
     if (it == plans_.end()) {
-      PoolGeometry g;
+      OneDnnPool g;
       std::string why;
       if (!make_geometry(attrs_, inputs[0].dims, &outputs[0].dims, &g, &why)) throw Error(onednn::where(layer) + why);
       onednn::ScopedOmpThreads threads(num_threads);
@@ -206,7 +167,7 @@ class PoolingOneDnn : public Kernel {
   }
 
  private:
-  PoolAttrs attrs_;
+  PoolParams attrs_;
   dnnl::stream stream_;
   std::unordered_map<std::string, PoolPlan> plans_;
   const PoolPlan* current_ = nullptr;
@@ -214,11 +175,10 @@ class PoolingOneDnn : public Kernel {
 
 bool supports_pooling(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (inputs.size() != 1 || !inputs[0].present || inputs[0].type != DataType::kFloat32) return false;
-  const PoolAttrs attrs(layer);
-  if (!attrs.mode_known) return false;
+  const PoolParams& attrs = params_of<PoolParams>(layer);
   if (inputs[0].dims.is_dynamic()) return inputs[0].dims.rank() >= 3 && inputs[0].dims.rank() <= 5;
   if (inputs[0].dims.volume() == 0) return false;
-  PoolGeometry g;
+  OneDnnPool g;
   std::string why;
   if (!make_geometry(attrs, inputs[0].dims, nullptr, &g, &why)) return false;
   try {
@@ -232,6 +192,8 @@ bool supports_pooling(const Layer& layer, const std::vector<TensorDesc>& inputs)
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerPooling, onednn::kTactic, onednn::kPriority, supports_pooling,
-                                 [](const Layer& layer) { return std::make_unique<PoolingOneDnn>(layer); }});
+                                 [](const Layer& layer) {
+                                   return std::make_unique<PoolingOneDnn>(params_of<PoolParams>(layer));
+                                 }});
 
 }  // namespace kiln

@@ -138,7 +138,7 @@ std::vector<std::vector<int64_t>> nearest_maps(const ResizeAttrs& a, const Kerne
   const Dims& y = ctx.outputs.at(0).dims;
   const auto scales = axis_scales(ctx);
   const bool given = scales_given(ctx);
-  const auto stride = cpu::strides_of(x);
+  const auto stride = row_major_strides(x);
   std::vector<std::vector<int64_t>> maps(static_cast<size_t>(x.rank()));
   for (int k = 0; k < x.rank(); ++k) {
     const auto u = static_cast<size_t>(k);
@@ -169,7 +169,7 @@ std::vector<AxisTaps> interpolation_taps(const ResizeAttrs& a, const KernelConte
   const Dims& y = ctx.outputs.at(0).dims;
   const auto scales = axis_scales(ctx);
   const bool given = scales_given(ctx);
-  const auto stride = cpu::strides_of(x);
+  const auto stride = row_major_strides(x);
   const bool cubic = a.mode == "cubic";
   std::vector<AxisTaps> taps(static_cast<size_t>(x.rank()));
   for (int k = 0; k < x.rank(); ++k) {
@@ -295,7 +295,7 @@ class ResizeNearestFast : public Kernel {
     const int r = x.dims.rank();
     auto maps = nearest_maps(attrs_, ctx);
     bool leading_identity = r >= 2;
-    const auto stride = cpu::strides_of(x.dims);
+    const auto stride = row_major_strides(x.dims);
     for (int k = 0; leading_identity && k < r - 2; ++k) {
       leading_identity = x.dims[k] == y.dims[k];
       for (int64_t j = 0; leading_identity && j < y.dims[k]; ++j) {

@@ -110,7 +110,7 @@ void grid_sample(const KernelContext& ctx) {
     in_plane *= x.dims[i + 2];
     out_plane *= y.dims[i + 2];
   }
-  const auto in_stride = cpu::strides_of(Dims::from(size));
+  const auto in_stride = row_major_strides(Dims::from(size));
   const T* xin = x.as<const T>();
   const T* g = grid.as<const T>();
   T* out = y.as<T>();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "src/ir/scatter_params.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/cpu/data_copy.h"
 #include "src/backends/kernel.h"
@@ -18,17 +19,7 @@
 namespace kiln {
 namespace {
 
-enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
-
-Reduction parse_reduction(const std::string& name) {
-  static const std::pair<const char*, Reduction> kTable[] = {{"none", Reduction::kNone}, {"add", Reduction::kAdd},
-                                                              {"mul", Reduction::kMul},   {"max", Reduction::kMax},
-                                                              {"min", Reduction::kMin}};
-  for (const auto& [n, r] : kTable) {
-    if (name == n) return r;
-  }
-  throw Error("Scatter: unknown reduction " + quote(name));
-}
+using Reduction = ScatterReduction;
 
 // One update combined into the current value. half goes through float (its arithmetic is
 // float's, rounded back on assignment); integers wrap as ONNX Runtime's do.
@@ -65,7 +56,7 @@ void scatter_elements(const KernelContext& ctx, const std::vector<int64_t>& idx,
   const int rank = y.dims.rank();
   int64_t axis = attr_int(*ctx.layer, "axis");
   if (axis < 0) axis += rank;
-  const auto stride = cpu::strides_of(y.dims);
+  const auto stride = row_major_strides(y.dims);
   const Dims& ud = updates.dims;
   std::array<int64_t, kMaxDims> c{};
   T* out = y.as<T>();
@@ -98,7 +89,7 @@ void scatter_nd(const KernelContext& ctx, const std::vector<int64_t>& idx, Reduc
   const TensorView& y = ctx.outputs.at(0);
   const int q = indices.dims.rank();
   const int k = static_cast<int>(indices.dims[q - 1]);
-  const auto stride = cpu::strides_of(y.dims);
+  const auto stride = row_major_strides(y.dims);
   int64_t slice = 1;
   for (int i = k; i < y.dims.rank(); ++i) slice *= y.dims[i];
   const int64_t tuples = k > 0 ? indices.count() / k : 0;
@@ -118,7 +109,7 @@ void scatter_execute(const KernelContext& ctx) {
   const TensorView& y = ctx.outputs.at(0);
   if (data.count()) std::memcpy(y.data, data.data, static_cast<size_t>(data.count()) * data_type_size(data.type));
   const auto idx = cpu::read_ints(ctx.inputs.at(1), "Scatter indices");
-  const Reduction r = parse_reduction(attr_string(*ctx.layer, "reduction"));
+  const Reduction r = parse_scatter_reduction(attr_string(*ctx.layer, "reduction"));
   const bool nd = attr_string(*ctx.layer, "mode") == "nd";
   KILN_DISPATCH_NUMERIC(data.type, "Scatter", {
     if (nd) {

@@ -79,9 +79,10 @@ bool is_pointwise(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   for (int i = 2; i < w.rank(); ++i) {
     if (w[i] != 1) return false;
   }
-  const Attributes& a = layer.attrs();
-  return a.get_int("group", 1) == 1 && all_equal(a.get_ints("strides"), 1) && all_equal(a.get_ints("pads"), 0) &&
-         all_equal(a.get_ints("dilations"), 1);
+  // A 1x1 window with unit strides: auto_pad (SAME or VALID) pads nothing, explicit pads must be 0.
+  const ConvParams& p = params_of<ConvParams>(layer);
+  return p.group == 1 && all_equal(p.window.strides, 1) && all_equal(p.window.dilations, 1) &&
+         (p.window.auto_pad != AutoPad::kNotSet || all_equal(p.window.pads, 0));
 }
 
 bool supports_lt_conv(const Layer& layer, const std::vector<TensorDesc>& inputs) {

@@ -23,6 +23,8 @@
 #include "src/backends/cuda/conv_cuda.h"
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/device_math.cuh"
+#include "src/ir/conv_params.h"
+#include "src/ir/op_params.h"
 
 namespace kiln::cuda {
 namespace {
@@ -161,51 +163,32 @@ ConvShape make_conv_shape(const Layer& layer, const std::vector<TensorDesc>& inp
   s.batch = x[0];
   s.in_channels = x[1];
   s.out_channels = y[1];
-  s.group = layer.attrs().get_int("group", 1);
-  if (s.group < 1 || s.in_channels % s.group != 0 || s.out_channels % s.group != 0) {
-    fail("group " + std::to_string(s.group) + " must divide the input channels " + std::to_string(s.in_channels) +
-         " and output channels " + std::to_string(s.out_channels));
+  kiln::ConvGeometry g;
+  try {
+    g = conv_geometry(params_of<ConvParams>(layer), x, w);
+  } catch (const Error& e) {
+    fail(e.what());
   }
-  const bool weights_match = deconv ? (w[0] == s.in_channels && w[1] * s.group == s.out_channels)
-                                    : (w[0] == s.out_channels && w[1] * s.group == s.in_channels);
-  if (!weights_match || y[0] != x[0]) {
+  s.group = g.group;
+  if (y[0] != x[0] || y[1] != g.out_channels) {
     fail("weights " + w.to_string() + " do not match x " + x.to_string() + ", y " + y.to_string() + " with group " +
          std::to_string(s.group));
-  }
-  const auto strides = layer.attrs().get_ints("strides");
-  const auto dilations = layer.attrs().get_ints("dilations");
-  const auto pads = layer.attrs().get_ints("pads");
-  const auto output_padding = deconv ? layer.attrs().get_ints("output_padding") : std::vector<int64_t>{};
-  const auto ku = static_cast<size_t>(k);
-  if ((!strides.empty() && strides.size() != ku) || (!dilations.empty() && dilations.size() != ku) ||
-      (!pads.empty() && pads.size() != 2 * ku) || (!output_padding.empty() && output_padding.size() != ku)) {
-    fail("strides/dilations/output_padding need one value and pads two values per spatial dim");
   }
   for (int i = 0; i < k; ++i) {
     const auto u = static_cast<size_t>(i);
     const auto slot = static_cast<size_t>(3 - k + i);
-    s.in[slot] = x[i + 2];
-    s.out[slot] = y[i + 2];
-    s.kernel[slot] = w[i + 2];
-    if (!strides.empty()) s.stride[slot] = strides[u];
-    if (!dilations.empty()) s.dilation[slot] = dilations[u];
-    if (!pads.empty()) {
-      s.pad_begin[slot] = pads[u];
-      s.pad_end[slot] = pads[u + ku];
+    if (y[i + 2] != g.out[u]) {
+      fail("output spatial dim " + std::to_string(i) + " is " + std::to_string(y[i + 2]) + " but the attributes give " +
+           std::to_string(g.out[u]) + " (x " + x.to_string() + ", w " + w.to_string() + ")");
     }
-    if (!output_padding.empty()) s.output_padding[slot] = output_padding[u];
-    if (s.stride[slot] < 1 || s.dilation[slot] < 1 || s.pad_begin[slot] < 0 || s.pad_end[slot] < 0 ||
-        s.output_padding[slot] < 0) {
-      fail("strides and dilations must be >= 1, pads and output_padding >= 0");
-    }
-    const int64_t span = s.dilation[slot] * (s.kernel[slot] - 1) + 1;
-    const int64_t expect =
-        deconv ? (s.in[slot] - 1) * s.stride[slot] - s.pad_begin[slot] - s.pad_end[slot] + span + s.output_padding[slot]
-               : (s.in[slot] + s.pad_begin[slot] + s.pad_end[slot] - span) / s.stride[slot] + 1;
-    if (expect != s.out[slot] || s.out[slot] < 1) {
-      fail("output spatial dim " + std::to_string(i) + " is " + std::to_string(s.out[slot]) + " but the attributes give " +
-           std::to_string(expect) + " (x " + x.to_string() + ", w " + w.to_string() + ")");
-    }
+    s.in[slot] = g.in[u];
+    s.out[slot] = g.out[u];
+    s.kernel[slot] = g.kernel[u];
+    s.stride[slot] = g.stride[u];
+    s.dilation[slot] = g.dilation[u];
+    s.pad_begin[slot] = g.pad_begin[u];
+    s.pad_end[slot] = g.pad_end[u];
+    s.output_padding[slot] = g.output_padding[u];
   }
   return s;
 }
@@ -225,25 +208,15 @@ bool conv_operands_supported(const Layer& layer, const std::vector<TensorDesc>& 
     if (i <= 2 && d.format != TensorFormat::kLinear) return false;
     if (i == 3 && d.format != x.format) return false;
   }
-  if (layer.attrs().get_int("group", 1) < 1) return false;
-  const std::string kind = layer.attrs().get_string("activation", "");
-  if (!kind.empty()) {
-    try {
-      (void)parse_activation_type(kind);
-    } catch (const Error&) {
-      return false;
-    }
+  try {
+    (void)params_of<ConvParams>(layer);  // attributes the schema rejects: not supported
+  } catch (const Error&) {
+    return false;
   }
   return true;
 }
 
-PostOp conv_post_op(const Layer& layer) {
-  try {
-    return read_post_op(layer);
-  } catch (const Error&) {
-    return PostOp{};
-  }
-}
+PostOp conv_post_op(const Layer& layer) { return params_of<ConvParams>(layer).post; }
 
 void launch_conv_direct(const ConvShape& s, const void* x, const void* w, const void* bias, const void* residual,
                         void* y, const PostOp& post, cudaStream_t stream) {

@@ -18,6 +18,8 @@
 #include "kiln/types.h"
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
+#include "src/ir/conv_params.h"
+#include "src/ir/op_params.h"
 #include "src/backends/cuda/epilogue_cuda.h"
 
 namespace kiln::cuda {
@@ -54,18 +56,18 @@ inline EpilogueArgs output_epilogue(const ConvShape& s, void* y) {
   return e;
 }
 
-// Reads the layer's attributes and the shapes of x (input 0), w (input 1) and y (output 0).
-// Throws kiln::Error naming the layer when they are inconsistent.
+// The layer's ConvParams and conv_geometry (src/ir/conv_params.h) for the shapes of x (input 0)
+// and w (input 1), checked against y (output 0). Throws kiln::Error naming the layer when they are
+// inconsistent.
 ConvShape make_conv_shape(const Layer& layer, const std::vector<TensorDesc>& inputs,
                           const std::vector<TensorDesc>& outputs, bool deconv);
 
 // The checks every CUDA (de)convolution tactic shares: x of rank 3..5; every present input
 // float32 or float16 of x's type; w and b kLinear; x kLinear, or kChannelsLast when
-// allow_channels_last; the residual (Convolution input 3) in x's format; a known activation.
+// allow_channels_last; the residual (Convolution input 3) in x's format; valid ConvParams.
 bool conv_operands_supported(const Layer& layer, const std::vector<TensorDesc>& inputs, bool allow_channels_last);
 
-// The layer's fused post-op, or a disabled one when `activation` names no known kind (the
-// schema rejects that earlier; supports() declines it).
+// The layer's fused post-op (its ConvParams').
 PostOp conv_post_op(const Layer& layer);
 
 // kiln's direct kernel: one thread per output element gathering over its input channels and

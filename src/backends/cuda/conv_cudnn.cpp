@@ -472,8 +472,9 @@ bool all_ones(const std::vector<int64_t>& v) {
 }
 
 bool meets(const AlgoNeeds& n, const Layer& layer, const std::vector<TensorDesc>& inputs) {
-  if (n.unit_stride && !all_ones(layer.attrs().get_ints("strides"))) return false;
-  if (n.unit_dilation && !all_ones(layer.attrs().get_ints("dilations"))) return false;
+  const WindowParams& window = params_of<ConvParams>(layer).window;
+  if (n.unit_stride && !all_ones(window.strides)) return false;
+  if (n.unit_dilation && !all_ones(window.dilations)) return false;
   const Dims& w = inputs[1].dims;
   if (n.two_d && w.rank() == 5) return false;
   if (!n.square_kernels.empty()) {

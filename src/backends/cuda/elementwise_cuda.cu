@@ -299,7 +299,7 @@ struct PowMixedFn {
   }
   __device__ __forceinline__ B operator()(B a, E b) const {
     if constexpr (std::is_integral_v<B> && std::is_integral_v<E>) {
-      return static_cast<B>(cuda::int_pow<int64_t>(static_cast<int64_t>(a), static_cast<int64_t>(b)));
+      return static_cast<B>(int_pow<int64_t>(static_cast<int64_t>(a), static_cast<int64_t>(b)));
     } else {
       const double r = pow(as_double(a), as_double(b));
       if constexpr (std::is_integral_v<B>) {

@@ -27,12 +27,8 @@
 #include "kiln/error.h"
 #include "kiln/types.h"
 #include "src/ir/ops_fused.h"
+#include "src/core/int_math.h"  // row_major_strides, int_pow, KILN_HOST_DEVICE (shared with the CPU backend)
 
-#if defined(__CUDACC__)
-#define KILN_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define KILN_HOST_DEVICE inline
-#endif
 #ifndef KILN_UNROLL  // also defined, identically, by index_cuda.h
 #if defined(__CUDA_ARCH__)
 #define KILN_UNROLL _Pragma("unroll")
@@ -96,17 +92,6 @@ inline bool format_irrelevant(const Dims& dims) {
   int big = 0;
   for (int i = 0; i < dims.rank(); ++i) big += dims[i] > 1 ? 1 : 0;
   return big <= 1;
-}
-
-// Row-major strides (in elements) of dims.
-inline std::vector<int64_t> row_major_strides(const Dims& dims) {
-  std::vector<int64_t> s(static_cast<size_t>(dims.rank()));
-  int64_t acc = 1;
-  for (int i = dims.rank() - 1; i >= 0; --i) {
-    s[static_cast<size_t>(i)] = acc;
-    acc *= dims[i];
-  }
-  return s;
 }
 
 // Strides of `in` broadcast to `out` (numpy: trailing alignment, rank(in) <= rank(out)): 0 on
@@ -796,24 +781,6 @@ __device__ __forceinline__ C int_floor_div(C a, C b) {
   } else {
     return static_cast<C>(a / b);
   }
-}
-
-template <typename C>
-__device__ __forceinline__ C int_pow(C a, C b) {
-  if constexpr (std::is_signed_v<C>) {
-    if (b < 0) {
-      if (a == 1) return 1;
-      if (a == -1) return (b % 2 == 0) ? 1 : -1;
-      return 0;
-    }
-  }
-  using U = std::make_unsigned_t<C>;
-  U result = 1, base = static_cast<U>(a);
-  for (auto e = static_cast<U>(b); e != 0; e >>= 1) {
-    if (e & 1u) result = static_cast<U>(result * base);
-    base = static_cast<U>(base * base);
-  }
-  return static_cast<C>(result);
 }
 
 // pow as the CPU's std::pow(float, float), with exact fast cases for the common exponents.

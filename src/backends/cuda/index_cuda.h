@@ -35,6 +35,7 @@
 
 #include "kiln/error.h"
 #include "kiln/types.h"
+#include "src/core/int_math.h"  // row_major_strides, int_pow (shared with the CPU backend)
 #include "src/backends/cuda/cuda_common.h"
 
 // `#pragma unroll` for __host__ __device__ code (the host compiler does not know it).
@@ -199,17 +200,6 @@ void launch_for_each_part(const Body& body, int parts, int64_t max_count, cudaSt
   for_each_part_kernel<Body><<<dim3(grid_for(max_count), static_cast<unsigned>(parts)), kBlock, 0, stream>>>(body);
   KILN_CUDA_CHECK_LAUNCH();
 #endif
-}
-
-// Row-major strides (elements) of a list of extents.
-inline std::vector<int64_t> row_major_strides(const std::vector<int64_t>& dims) {
-  std::vector<int64_t> s(dims.size());
-  int64_t acc = 1;
-  for (size_t i = dims.size(); i-- > 0;) {
-    s[i] = acc;
-    acc *= dims[i];
-  }
-  return s;
 }
 
 // Memory order of a tensor's logical axes: identity for kLinear; N, spatial..., C for

@@ -46,7 +46,7 @@ class BroadcastCopyCuda : public Kernel {
     elem_ = data_type_size(inputs[0].type);
     map_ = cuda::StridedMap{};
     if (y.volume() == 0) return;
-    const auto stride = cuda::row_major_strides(x.to_vector());
+    const auto stride = row_major_strides(x.to_vector());
     if (tile_) {
       if (x.rank() != y.rank()) throw Error("Tile (CUDA): input and output ranks differ");
       for (int k = 0; k < x.rank(); ++k) {
@@ -187,7 +187,7 @@ class PaddingCuda : public Kernel {
     }
     elem_ = data_type_size(inputs[0].type);
     count_ = y.volume();
-    const auto stride = cuda::row_major_strides(x.to_vector());
+    const auto stride = row_major_strides(x.to_vector());
     // Axes in order; an unpadded axis after an unpadded axis merges into it.
     struct Axis {
       int64_t out, lead, crop, kept, stride;

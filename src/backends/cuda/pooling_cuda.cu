@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "src/backends/cuda/cuda_common.h"
+#include "src/ir/op_params.h"
+#include "src/ir/pool_params.h"
 
 namespace kiln::cuda {
 namespace {
@@ -234,14 +236,8 @@ __global__ void global_pool_channels_last_kernel(const T* __restrict__ x, T* __r
 
 class PoolingCuda : public Kernel {
  public:
-  explicit PoolingCuda(const Layer& layer)
-      : is_max_(layer.attrs().get_string("mode", "max") == "max"),
-        global_(layer.attrs().get_int("global", 0) != 0),
-        count_include_pad_(layer.attrs().get_int("count_include_pad", 0) != 0),
-        kernel_(layer.attrs().get_ints("kernel")),
-        strides_(layer.attrs().get_ints("strides")),
-        pads_(layer.attrs().get_ints("pads")),
-        dilations_(layer.attrs().get_ints("dilations")) {}
+  explicit PoolingCuda(const PoolParams& params)
+      : is_max_(params.is_max()), global_(params.global), count_include_pad_(params.count_include_pad), params_(params) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {
@@ -254,10 +250,11 @@ class PoolingCuda : public Kernel {
     if (k < 1 || k > 3 || y.rank() != x.rank() || y[0] != x[0] || y[1] != x[1]) {
       fail("expects x and y of rank 3..5 with equal N and C, got x " + x.to_string() + ", y " + y.to_string());
     }
-    const auto ku = static_cast<size_t>(k);
-    if (!global_ && (kernel_.size() != ku || (!strides_.empty() && strides_.size() != ku) ||
-                     (!dilations_.empty() && dilations_.size() != ku) || (!pads_.empty() && pads_.size() != 2 * ku))) {
-      fail("kernel/strides/dilations need one value and pads two values per spatial dim");
+    kiln::PoolGeometry pg;
+    try {
+      pg = pool_geometry(params_, x);
+    } catch (const Error& e) {
+      fail(e.what());
     }
     type_ = inputs[0].type;
     g_ = PoolGeometry{};
@@ -268,24 +265,17 @@ class PoolingCuda : public Kernel {
     for (int i = 0; i < k; ++i) {
       const auto u = static_cast<size_t>(i);
       const auto slot = static_cast<size_t>(3 - k + i);
-      g_.in[slot] = x[i + 2];
-      g_.out[slot] = y[i + 2];
-      if (global_) {
-        g_.kernel[slot] = x[i + 2];
-        if (y[i + 2] != 1) fail("global pooling expects output spatial dims of 1, got y " + y.to_string());
-        continue;
+      if (y[i + 2] != pg.out[u]) {
+        fail("y " + y.to_string() + " does not have the output size " + std::to_string(pg.out[u]) + " of spatial dim " +
+             std::to_string(i));
       }
-      g_.kernel[slot] = kernel_[u];
-      if (!strides_.empty()) g_.stride[slot] = strides_[u];
-      if (!dilations_.empty()) g_.dilation[slot] = dilations_[u];
-      if (!pads_.empty()) {
-        g_.pad_begin[slot] = pads_[u];
-        g_.pad_end[slot] = pads_[u + ku];
-      }
-      if (g_.kernel[slot] < 1 || g_.stride[slot] < 1 || g_.dilation[slot] < 1 || g_.pad_begin[slot] < 0 ||
-          g_.pad_end[slot] < 0) {
-        fail("kernel, strides and dilations must be >= 1 and pads >= 0");
-      }
+      g_.in[slot] = pg.in[u];
+      g_.out[slot] = pg.out[u];
+      g_.kernel[slot] = pg.kernel[u];
+      g_.stride[slot] = pg.stride[u];
+      g_.dilation[slot] = pg.dilation[u];
+      g_.pad_begin[slot] = pg.pad_begin[u];
+      g_.pad_end[slot] = pg.pad_end[u];
     }
     g_.count = y.volume();
     in_count_ = x.volume();
@@ -354,7 +344,7 @@ class PoolingCuda : public Kernel {
   }
 
   bool is_max_, global_, count_include_pad_;
-  std::vector<int64_t> kernel_, strides_, pads_, dilations_;
+  PoolParams params_;
   DataType type_ = DataType::kFloat32;
   PoolGeometry g_;
   int64_t batch_ = 0, in_count_ = 0, spatial_ = 1;
@@ -365,15 +355,15 @@ bool supports_pooling_cuda(const Layer& layer, const std::vector<TensorDesc>& in
   const TensorDesc& x = inputs[0];
   if (x.dims.rank() < 3 || x.dims.rank() > 5) return false;
   if (x.format != TensorFormat::kLinear && x.format != TensorFormat::kChannelsLast) return false;
-  const std::string mode = layer.attrs().get_string("mode", "max");
-  if (mode == "average") return is_cuda_float(x.type);
-  if (mode != "max") return false;
+  if (!params_of<PoolParams>(layer).is_max()) return is_cuda_float(x.type);
   return is_cuda_float(x.type) || x.type == DataType::kInt8 || x.type == DataType::kUInt8;
 }
 
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerPooling, "cuda", 100, supports_pooling_cuda,
-                                 [](const Layer& layer) { return std::make_unique<PoolingCuda>(layer); }});
+                                 [](const Layer& layer) {
+                                   return std::make_unique<PoolingCuda>(params_of<PoolParams>(layer));
+                                 }});
 
 }  // namespace kiln::cuda

@@ -418,7 +418,7 @@ class ResizeCuda : public Kernel {
       geo_.in.push_back(x.dims[a]);
       geo_.scale.push_back(scales[static_cast<size_t>(a)]);
     }
-    geo_.in_stride = cuda::row_major_strides(geo_.in);
+    geo_.in_stride = row_major_strides(geo_.in);
     geo_.scales_given = given;
     for (int m = 0; m < rank; ++m) {
       const auto u = static_cast<size_t>(m);

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/ir/scatter_params.h"
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/element_types_cuda.cuh"
 #include "src/backends/cuda/op_helpers_cuda.cuh"
@@ -44,17 +45,7 @@ constexpr int64_t kSerialMinGroups = 256;   // float add/mul: serial with at lea
 constexpr int64_t kSerialShortChain = 64;   // or with chains this short
 constexpr int64_t kNoneSerialGroups = 4096; // reduction none, elements mode: serial above this
 
-enum class Reduction : int { kNone, kAdd, kMul, kMax, kMin };
-
-Reduction parse_reduction(const std::string& name) {
-  static const std::pair<const char*, Reduction> kTable[] = {{"none", Reduction::kNone}, {"add", Reduction::kAdd},
-                                                              {"mul", Reduction::kMul},   {"max", Reduction::kMax},
-                                                              {"min", Reduction::kMin}};
-  for (const auto& [n, r] : kTable) {
-    if (name == n) return r;
-  }
-  throw Error("Scatter: unknown reduction '" + name + "'");
-}
+using Reduction = ScatterReduction;
 
 // ---- combining values ---------------------------------------------------------------------------
 
@@ -284,7 +275,7 @@ void dispatch_scatter_type(DataType t, Fn&& fn) {
 class ScatterCuda : public Kernel {
  public:
   explicit ScatterCuda(const Layer& layer)
-      : nd_(attr_string(layer, "mode") == "nd"), reduction_(parse_reduction(attr_string(layer, "reduction"))) {}
+      : nd_(attr_string(layer, "mode") == "nd"), reduction_(parse_scatter_reduction(attr_string(layer, "reduction"))) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&,
                int) override {

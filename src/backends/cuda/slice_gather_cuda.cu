@@ -80,7 +80,7 @@ class SliceCuda : public Kernel {
       start[k] = s;
       step[k] = steps[i];
     }
-    const auto stride = cuda::row_major_strides(x.to_vector());
+    const auto stride = row_major_strides(x.to_vector());
     map_ = cuda::StridedMap{};
     for (int k = 0; k < rank; ++k) {
       const auto u = static_cast<size_t>(k);
@@ -351,7 +351,7 @@ class GatherCuda : public Kernel {
     p.rank = out_.rank();
     p.axis = axis_;
     p.extent = data_[axis_];
-    const auto stride = cuda::row_major_strides(data_.to_vector());
+    const auto stride = row_major_strides(data_.to_vector());
     p.axis_stride = stride[static_cast<size_t>(axis_)];
     for (int k = 0; k < p.rank; ++k) {
       p.div[k] = IndexDiv(out_[k]);
@@ -378,7 +378,7 @@ class GatherCuda : public Kernel {
     for (int i = 0; i < b; ++i) batches *= data_[i];
     for (int i = b; i < q - 1; ++i) tuples *= idx_[i];
     for (int i = b + k; i < data_.rank(); ++i) slice *= data_[i];
-    const auto stride = cuda::row_major_strides(data_.to_vector());
+    const auto stride = row_major_strides(data_.to_vector());
     const size_t w = cuda::vector_bytes(elem_, {slice}, {data, out});
     const int64_t f = static_cast<int64_t>(w / elem_);
     GatherNdParams p;

@@ -92,6 +92,8 @@ class ElementWiseFusion {
     if (layer->num_outputs() != 1 || !is_float(layer->output(0))) return false;
     if (layer->has_precision() && layer->precision() != DataType::kFloat32) return false;
     const std::string& type = layer->type();
+    const OpSchema* schema = OpSchemaRegistry::instance().find(type);
+    if (!schema || !schema->traits.elementwise_fusible) return false;
     const Tensor* out = layer->output(0);
     if (type == kLayerActivation || type == kLayerUnary) {
       if (layer->num_inputs() != 1 || !is_float(layer->input(0)) || !table_.same_dims(layer->input(0), out)) return false;

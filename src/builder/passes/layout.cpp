@@ -33,14 +33,13 @@
 namespace kiln {
 namespace {
 
-// Layer types whose kernels may run in channels-last (each still has to be accepted by a
-// kernel's supports() with channels-last inputs).
-const std::set<std::string>& format_capable_types() {
-  static const std::set<std::string> kTypes = {
-      kLayerConvolution, kLayerDeconvolution, kLayerPooling, kLayerActivation, kLayerParametricReLU,
-      kLayerScale,       kLayerElementWise,   kLayerFusedElementWise, kLayerConcatenation, kLayerResize,
-      kLayerPlugin,      kLayerIdentity,      kLayerCast};
-  return kTypes;
+// Whether the layer type's kernels may run in channels-last (its schema's OpTraits; plugins,
+// which have no schema, are asked through their format combinations). Each layer still has to be
+// accepted by a kernel's supports() with channels-last inputs.
+bool format_capable_type(const Layer& l) {
+  if (l.type() == kLayerPlugin) return true;
+  const OpSchema* schema = OpSchemaRegistry::instance().find(l.type());
+  return schema && schema->traits.channels_last;
 }
 
 class LayoutAssigner {
@@ -119,7 +118,8 @@ class LayoutAssigner {
   // Convolutions that gain from channels-last: float16 ones on CUDA (tensor cores), float32 ones
   // on the CPU (oneDNN's NHWC kernels; the CPU has no fast float16 convolution).
   bool is_seed(const Layer& l) const {
-    if (l.type() != kLayerConvolution && l.type() != kLayerDeconvolution) return false;
+    const OpSchema* schema = OpSchemaRegistry::instance().find(l.type());
+    if (!schema || !schema->traits.channels_last_seed) return false;
     const DataType seed_type = ctx_.config.device == DeviceType::kCUDA ? DataType::kFloat16 : DataType::kFloat32;
     auto it = states_.find(l.input(0));
     return it != states_.end() && it->second.type == seed_type && (rank_of(l.input(0)) == 4 || rank_of(l.input(0)) == 5);
@@ -132,7 +132,7 @@ class LayoutAssigner {
   }
 
   bool can_run_channels_last(const Layer& l) const {
-    if (!format_capable_types().count(l.type())) return false;
+    if (!format_capable_type(l)) return false;
     const auto acts = activation_inputs(l);
     if (acts.empty()) return false;
     for (int i = 0; i < l.num_outputs(); ++i) {

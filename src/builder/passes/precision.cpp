@@ -288,7 +288,7 @@ class PrecisionAssigner {
   void find_accuracy_sensitive() {
     int layer_norms = 0;
     for (Layer* layer : editor_.snapshot()) {
-      if (layer->type() != kLayerNormalization || layer->attrs().get_string("mode") != "layer") continue;
+      if (accuracy_role(*layer) != AccuracyRole::kAnchor) continue;
       if (pinned_fp16(*layer)) continue;
       keep_fp32_.insert(layer);
       ++layer_norms;
@@ -298,11 +298,10 @@ class PrecisionAssigner {
         pending.pop_back();
         Layer* producer = x ? x->producer() : nullptr;
         if (!producer || pinned_fp16(*producer) || keep_fp32_.count(producer)) continue;
-        const bool sum = producer->type() == kLayerElementWise && producer->attrs().get_string("op") == "sum";
-        const bool table_lookup = producer->type() == kLayerGather && passes::constant_value(producer->input(0));
-        if (!sum && !table_lookup) continue;
+        const AccuracyRole role = accuracy_role(*producer);
+        if (role != AccuracyRole::kStream && role != AccuracyRole::kLeaf) continue;
         keep_fp32_.insert(producer);
-        if (sum) {
+        if (role == AccuracyRole::kStream) {
           for (int i = 0; i < producer->num_inputs(); ++i) pending.push_back(producer->input(i));
         }
       }
@@ -313,6 +312,12 @@ class PrecisionAssigner {
                                    " residual addition(s) and table lookup(s) feeding them kept in float32 for "
                                    "accuracy (Layer::set_precision(kFloat16) overrides)");
     }
+  }
+
+  // The layer's part in the float32 stream, from its schema's OpTraits.
+  static AccuracyRole accuracy_role(const Layer& layer) {
+    const OpSchema* schema = OpSchemaRegistry::instance().find(layer.type());
+    return schema && schema->traits.accuracy_role ? schema->traits.accuracy_role(layer) : AccuracyRole::kNone;
   }
 
   static bool pinned_fp16(const Layer& layer) {

@@ -1,0 +1,303 @@
+// Typed op parameters (src/ir/op_params.h): decoded and checked once when a layer is created,
+// validated or loaded, with messages naming the layer, the attribute and the allowed values;
+// cached per layer and decoded again after an edit; and the shared geometry functions
+// (conv_geometry, pool_geometry) that shape inference and every kernel use.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kiln/error.h"
+#include "kiln/network.h"
+#include "src/engine/network_codec.h"
+#include "src/ir/conv_params.h"
+#include "src/ir/op_params.h"
+#include "src/ir/op_schema.h"
+#include "src/ir/pool_params.h"
+
+namespace kiln {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+// The message of the kiln::Error `fn` throws ("" when it throws none).
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_contains(const std::string& message, const std::vector<std::string>& needles) {
+  ASSERT_FALSE(message.empty()) << "expected an error";
+  for (const auto& n : needles) EXPECT_NE(message.find(n), std::string::npos) << "'" << n << "' not in: " << message;
+}
+
+Attributes attrs(std::initializer_list<std::pair<const std::string, AttrValue>> values) {
+  Attributes a;
+  for (const auto& [k, v] : values) a.set(k, v);
+  return a;
+}
+
+// ---- decoded once, when the layer is created ------------------------------------------------
+
+TEST(OpParams, BadEnumFailsWhenCreatedNamingLayerAttributeAndAllowedValues) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 2, 5, 5});
+  const std::string msg = error_of([&] {
+    net.add_layer(kLayerPooling, {x}, 1, attrs({{"mode", std::string("min")}, {"kernel", Ints{2, 2}}}), "pool1");
+  });
+  expect_contains(msg, {"'pool1'", "Pooling", "'mode'", "\"min\"", "\"max\"", "\"average\""});
+  EXPECT_EQ(net.num_layers(), 0) << "a layer that fails to decode is not added";
+
+  const std::string pad = error_of([&] {
+    net.add_layer(kLayerPooling, {x}, 1,
+                  attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}, {"auto_pad", std::string("SAME")}}),
+                  "pool2");
+  });
+  expect_contains(pad, {"'pool2'", "'auto_pad'", "\"SAME\"", "\"SAME_UPPER\"", "\"SAME_LOWER\"", "\"VALID\"",
+                        "\"NOTSET\""});
+
+  Tensor* w = net.add_constant(HostTensor(DataType::kFloat32, Dims{2, 2, 3, 3}), "w")->output(0);
+  const std::string act = error_of([&] {
+    net.add_layer(kLayerConvolution, {x, w}, 1, attrs({{"activation", std::string("sigmoidal")}}), "conv1");
+  });
+  expect_contains(act, {"'conv1'", "'activation'", "sigmoidal"});
+}
+
+TEST(OpParams, OutOfRangeAndMissingFailWhenCreated) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 2, 5, 5});
+  Tensor* w = net.add_constant(HostTensor(DataType::kFloat32, Dims{2, 2, 3, 3}), "w")->output(0);
+  expect_contains(error_of([&] { net.add_layer(kLayerConvolution, {x, w}, 1, attrs({{"group", int64_t{0}}}), "g0"); }),
+                  {"'g0'", "'group'", "is 0", "allowed range: 1 to"});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerConvolution, {x, w}, 1, attrs({{"strides", Ints{0, 1}}}), "s0"); }),
+      {"'s0'", "'strides'", "[0, 1]", ">= 1"});
+  expect_contains(error_of([&] { net.add_layer(kLayerConvolution, {x, w}, 1, attrs({{"pads", Ints{0, -1, 0, 0}}}), "p"); }),
+                  {"'p'", "'pads'", ">= 0"});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerDeconvolution, {x, w}, 1, attrs({{"output_padding", Ints{-1, 0}}}), "op");
+                  }),
+                  {"'op'", "'output_padding'", ">= 0"});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerPooling, {x}, 1,
+                                  attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}, {"ceil_mode", int64_t{2}}}),
+                                  "c");
+                  }),
+                  {"'c'", "'ceil_mode'", "is 2", "allowed range: 0 to 1"});
+  // mode is required in one place, the schema: no kernel defaults it.
+  expect_contains(error_of([&] { net.add_layer(kLayerPooling, {x}, 1, attrs({{"kernel", Ints{2, 2}}}), "nomode"); }),
+                  {"'nomode'", "'mode'", "required"});
+  // The wrong attribute type is named too.
+  expect_contains(error_of([&] { net.add_layer(kLayerConvolution, {x, w}, 1, attrs({{"group", std::string("2")}}), "t"); }),
+                  {"'t'", "'group'", "expected int"});
+  // The typed helpers go through the same decoding.
+  ConvolutionDesc desc;
+  desc.num_output_maps = 2;
+  desc.kernel = {3, 3};
+  desc.strides = {1, -2};
+  expect_contains(error_of([&] { net.add_convolution(x, desc, HostTensor(DataType::kFloat32, Dims{2, 2, 3, 3})); }),
+                  {"'strides'", ">= 1"});
+}
+
+TEST(OpParams, EditedAttributesAreDecodedAgainAndValidateNamesTheLayer) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 2, 6, 6});
+  Layer* pool = net.add_layer(kLayerPooling, {x}, 1, attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}}), "p");
+  net.mark_output(pool->output(0));
+  const PoolParams& first = params_of<PoolParams>(*pool);
+  EXPECT_TRUE(first.is_max());
+  EXPECT_EQ(first.kernel, (Ints{2, 2}));
+  EXPECT_EQ(&params_of<PoolParams>(*pool), &first) << "cached: decoded once";
+
+  pool->attrs().set("mode", std::string("average"));
+  EXPECT_FALSE(params_of<PoolParams>(*pool).is_max()) << "an edit is seen";
+
+  pool->attrs().set("mode", std::string("median"));
+  expect_contains(error_of([&] { net.validate(); }), {"'p'", "'mode'", "\"median\"", "\"max\"", "\"average\""});
+  expect_contains(error_of([&] { (void)params_of<PoolParams>(*pool); }), {"'p'", "'mode'"});
+  // Another params type than the schema's is refused.
+  pool->attrs().set("mode", std::string("max"));
+  expect_contains(error_of([&] { (void)params_of<ConvParams>(*pool); }), {"'p'", "another type"});
+}
+
+// An engine's graph whose stored attributes do not decode fails to load, naming the layer and
+// the attribute (the params come from the stored attributes; the format is unchanged).
+TEST(OpParams, LoadingABadAttributeFailsNamingLayerAndAttribute) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 2, 6, 6});
+  Layer* pool = net.add_layer(kLayerPooling, {x}, 1, attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}}), "pool");
+  net.mark_output(pool->output(0));
+
+  auto load = [&] {
+    engine_codec::ByteWriter w;
+    engine_codec::WeightsWriter weights;
+    engine_codec::encode_graph(net, w, weights);
+    engine_codec::ByteReader r(w.bytes(), "graph");
+    return engine_codec::decode_graph(r, weights.bytes);
+  };
+  std::unique_ptr<Network> loaded = load();
+  EXPECT_TRUE(params_of<PoolParams>(*loaded->find_layer("pool")).is_max());
+
+  pool->attrs().set("count_include_pad", int64_t{7});  // edited after creation: the file stores it
+  expect_contains(error_of([&] { (void)load(); }), {"'pool'", "'count_include_pad'", "is 7", "0 to 1"});
+}
+
+// ---- conv_geometry: the one definition of output sizes and padding ---------------------------
+
+ConvParams conv_params(Ints strides, Ints pads, Ints dilations, AutoPad auto_pad = AutoPad::kNotSet,
+                       int64_t group = 1) {
+  ConvParams p;
+  p.window.strides = std::move(strides);
+  p.window.pads = std::move(pads);
+  p.window.dilations = std::move(dilations);
+  p.window.auto_pad = auto_pad;
+  p.group = group;
+  return p;
+}
+
+TEST(ConvGeometry, ExplicitAsymmetricPadsStridesDilations) {
+  // H: (9 + 1 + 2 - (2*(3-1)+1)) / 2 + 1 = 4; W: (8 + 0 + 1 - 3) / 1 + 1 = 7.
+  const ConvGeometry g =
+      conv_geometry(conv_params({2, 1}, {1, 0, 2, 1}, {2, 1}), Dims{2, 4, 9, 8}, Dims{6, 4, 3, 3});
+  EXPECT_EQ(g.spatial_rank, 2);
+  EXPECT_EQ(g.batch, 2);
+  EXPECT_EQ(g.out_channels, 6);
+  EXPECT_EQ(g.out, (Ints{4, 7}));
+  EXPECT_EQ(g.pad_begin, (Ints{1, 0}));
+  EXPECT_EQ(g.pad_end, (Ints{2, 1}));
+  EXPECT_EQ(g.dilation, (Ints{2, 1}));
+  EXPECT_EQ(g.kernel_volume(), 9);
+  EXPECT_FALSE(g.pointwise());
+  // Empty lists are the defaults.
+  const ConvGeometry d = conv_geometry(ConvParams{}, Dims{1, 3, 5}, Dims{2, 3, 1});
+  EXPECT_EQ(d.out, (Ints{5}));
+  EXPECT_EQ(d.stride, (Ints{1}));
+  EXPECT_TRUE(d.pointwise());
+}
+
+TEST(ConvGeometry, AutoPad) {
+  const Dims w{1, 1, 3, 3};
+  // SAME: out = ceil(in / s); total pad = (out-1)*s + k - in, the odd cell at the end (UPPER) or
+  // the beginning (LOWER). H: in 7, s 2 -> out 4, total 2 -> 1/1; W: in 8, s 2 -> out 4, total 1.
+  ConvGeometry up = conv_geometry(conv_params({2, 2}, {9, 9, 9, 9}, {}, AutoPad::kSameUpper), Dims{1, 1, 7, 8}, w);
+  EXPECT_EQ(up.out, (Ints{4, 4}));
+  EXPECT_EQ(up.pad_begin, (Ints{1, 0}));
+  EXPECT_EQ(up.pad_end, (Ints{1, 1}));  // explicit pads are ignored under auto_pad
+  ConvGeometry low = conv_geometry(conv_params({2, 2}, {}, {}, AutoPad::kSameLower), Dims{1, 1, 7, 8}, w);
+  EXPECT_EQ(low.out, (Ints{4, 4}));
+  EXPECT_EQ(low.pad_begin, (Ints{1, 1}));
+  EXPECT_EQ(low.pad_end, (Ints{1, 0}));
+  // Stride 1 keeps the size; dilation 2 makes the kernel extent 5 (total pad 4).
+  ConvGeometry dil = conv_geometry(conv_params({}, {}, {2, 2}, AutoPad::kSameUpper), Dims{1, 1, 6, 6}, w);
+  EXPECT_EQ(dil.out, (Ints{6, 6}));
+  EXPECT_EQ(dil.pad_begin, (Ints{2, 2}));
+  EXPECT_EQ(dil.pad_end, (Ints{2, 2}));
+  ConvGeometry valid = conv_geometry(conv_params({2, 2}, {1, 1, 1, 1}, {}, AutoPad::kValid), Dims{1, 1, 7, 8}, w);
+  EXPECT_EQ(valid.out, (Ints{3, 3}));
+  EXPECT_EQ(valid.pad_begin, (Ints{0, 0}));
+  // The same helper the ONNX importer uses.
+  int64_t b = -1, e = -1;
+  same_padding(AutoPad::kSameLower, 5, 4, 1, &b, &e);
+  EXPECT_EQ(b, 2);
+  EXPECT_EQ(e, 1);
+}
+
+TEST(ConvGeometry, GroupsAndChannelChecks) {
+  // Depthwise: C = 4, group 4, w [8, 1, 3, 3].
+  const ConvGeometry g = conv_geometry(conv_params({}, {1, 1, 1, 1}, {}, AutoPad::kNotSet, 4), Dims{1, 4, 5, 5},
+                                       Dims{8, 1, 3, 3});
+  EXPECT_EQ(g.group, 4);
+  EXPECT_EQ(g.out_channels, 8);
+  EXPECT_EQ(g.out, (Ints{5, 5}));
+  expect_contains(error_of([&] {
+                    conv_geometry(conv_params({}, {}, {}, AutoPad::kNotSet, 2), Dims{1, 4, 5, 5}, Dims{3, 2, 3, 3});
+                  }),
+                  {"divisible by group 2"});
+  expect_contains(error_of([&] { conv_geometry(ConvParams{}, Dims{1, 4, 5, 5}, Dims{4, 3, 3, 3}); }), {"channels"});
+  expect_contains(error_of([&] { conv_geometry(ConvParams{}, Dims{1, 3, 2, 5}, Dims{4, 3, 3, 3}); }), {"non-positive"});
+  expect_contains(error_of([&] { conv_geometry(conv_params({1, 1, 1}, {}, {}), Dims{1, 3, 5, 5}, Dims{4, 3, 3, 3}); }),
+                  {"'strides' has 3 values", "2 spatial dims"});
+}
+
+TEST(ConvGeometry, Deconvolution) {
+  ConvParams p = conv_params({2, 2}, {1, 0, 0, 1}, {});
+  p.deconv = true;
+  p.output_padding = {1, 0};
+  // out = (in-1)*s - pb - pe + d*(k-1) + op + 1: H (4-1)*2 - 1 - 0 + 2 + 1 + 1 = 9, W (5-1)*2 - 0 - 1 + 2 + 0 + 1 = 10.
+  const ConvGeometry g = conv_geometry(p, Dims{2, 3, 4, 5}, Dims{3, 2, 3, 3});
+  EXPECT_EQ(g.out_channels, 2);
+  EXPECT_EQ(g.out, (Ints{9, 10}));
+  // SAME: out = in * stride.
+  ConvParams same = conv_params({2}, {}, {}, AutoPad::kSameUpper);
+  same.deconv = true;
+  const ConvGeometry s = conv_geometry(same, Dims{1, 2, 5}, Dims{2, 3, 3});
+  EXPECT_EQ(s.out, (Ints{10}));
+  EXPECT_EQ(s.pad_begin, (Ints{0}));
+  EXPECT_EQ(s.pad_end, (Ints{1}));
+  // Grouped: w [C, M/group, k]; M = 3 * 2.
+  ConvParams grouped = conv_params({}, {}, {}, AutoPad::kNotSet, 2);
+  grouped.deconv = true;
+  EXPECT_EQ(conv_geometry(grouped, Dims{1, 4, 6}, Dims{4, 3, 2}).out_channels, 6);
+}
+
+TEST(PoolGeometry, CeilModeGlobalAndAutoPad) {
+  PoolParams p;
+  p.kernel = {2, 2};
+  p.window.strides = {2, 2};
+  p.window.pads = {1, 1, 1, 1};
+  p.ceil_mode = true;
+  // ceil((5+2-2)/2)+1 = 4 windows, but the 4th would start in the right padding only: 3.
+  EXPECT_EQ(pool_geometry(p, Dims{1, 2, 5, 5}).out, (Ints{3, 3}));
+  p.ceil_mode = false;
+  EXPECT_EQ(pool_geometry(p, Dims{1, 2, 5, 5}).out, (Ints{3, 3}));
+  p.window.auto_pad = AutoPad::kSameUpper;
+  const PoolGeometry same = pool_geometry(p, Dims{1, 2, 5, 6});
+  EXPECT_EQ(same.out, (Ints{3, 3}));
+  EXPECT_EQ(same.pad_begin, (Ints{0, 0}));
+  EXPECT_EQ(same.pad_end, (Ints{1, 0}));
+  PoolParams global;
+  global.global = true;
+  const PoolGeometry g = pool_geometry(global, Dims{2, 3, 4, 5, 6});
+  EXPECT_EQ(g.out, (Ints{1, 1, 1}));
+  EXPECT_EQ(g.kernel, (Ints{4, 5, 6}));
+  expect_contains(error_of([&] { pool_geometry(PoolParams{}, Dims{1, 2, 5, 5}); }), {"'kernel'", "global=1"});
+}
+
+// ---- the schema traits the passes read -----------------------------------------------------
+
+TEST(OpTraits, PassListsAreSchemaFlags) {
+  const auto traits = [](const char* type) { return OpSchemaRegistry::instance().find(type)->traits; };
+  EXPECT_TRUE(traits(kLayerConvolution).channels_last_seed);
+  EXPECT_TRUE(traits(kLayerDeconvolution).channels_last_seed);
+  EXPECT_FALSE(traits(kLayerPooling).channels_last_seed);
+  for (const char* t : {kLayerConvolution, kLayerDeconvolution, kLayerPooling, kLayerActivation, kLayerParametricReLU,
+                        kLayerScale, kLayerElementWise, kLayerFusedElementWise, kLayerConcatenation, kLayerResize,
+                        kLayerIdentity, kLayerCast}) {
+    EXPECT_TRUE(traits(t).channels_last) << t;
+  }
+  EXPECT_FALSE(traits(kLayerSoftMax).channels_last);
+  for (const char* t : {kLayerActivation, kLayerUnary, kLayerScale, kLayerElementWise}) {
+    EXPECT_TRUE(traits(t).elementwise_fusible) << t;
+  }
+  EXPECT_FALSE(traits(kLayerConvolution).elementwise_fusible);
+
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{2, 4});
+  Layer* ln = net.add_layer(kLayerNormalization, {x}, 1, attrs({{"mode", std::string("layer")}}), "ln");
+  Layer* in = net.add_layer(kLayerNormalization, {x}, 1, attrs({{"mode", std::string("instance")}}), "in");
+  Layer* sum = net.add_layer(kLayerElementWise, {x, x}, 1, attrs({{"op", std::string("sum")}}), "sum");
+  Layer* prod = net.add_layer(kLayerElementWise, {x, x}, 1, attrs({{"op", std::string("prod")}}), "prod");
+  const auto role = [](const Layer* l) { return OpSchemaRegistry::instance().find(l->type())->traits.accuracy_role(*l); };
+  EXPECT_EQ(role(ln), AccuracyRole::kAnchor);
+  EXPECT_EQ(role(in), AccuracyRole::kNone);
+  EXPECT_EQ(role(sum), AccuracyRole::kStream);
+  EXPECT_EQ(role(prod), AccuracyRole::kNone);
+}
+
+}  // namespace
+}  // namespace kiln
