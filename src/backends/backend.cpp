@@ -76,6 +76,31 @@ void Backend::count_allocation(size_t bytes) {
 
 void Backend::check_host_allocation_fault(size_t bytes) { allocation_fault_point(bytes, "pinned host"); }
 
+void Backend::record_allocation(void* ptr, size_t bytes) {
+  std::lock_guard<std::mutex> lock(ledger_mutex_);
+  ledger_[ptr] = bytes;
+  in_use_ += bytes;
+  peak_ = std::max(peak_, in_use_);
+}
+
+void Backend::record_release(void* ptr) {
+  std::lock_guard<std::mutex> lock(ledger_mutex_);
+  auto it = ledger_.find(ptr);
+  if (it == ledger_.end()) return;
+  in_use_ -= it->second;
+  ledger_.erase(it);
+}
+
+uint64_t Backend::bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(ledger_mutex_);
+  return in_use_;
+}
+
+uint64_t Backend::peak_bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(ledger_mutex_);
+  return peak_;
+}
+
 void* Backend::allocate_host(size_t bytes) {
   check_host_allocation_fault(bytes);
   void* p = bytes <= SIZE_MAX - 255 ? std::aligned_alloc(256, bytes ? (bytes + 255) / 256 * 256 : 256) : nullptr;

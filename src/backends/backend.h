@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "kiln/types.h"
 
@@ -27,9 +28,9 @@ class Backend {
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* ptr) = 0;
   // Bytes of device memory this backend has handed out and not released, and the most at
-  // once since the process started (0 when the backend does not count).
-  virtual uint64_t bytes_in_use() const { return 0; }
-  virtual uint64_t peak_bytes_in_use() const { return 0; }
+  // once since the process started (what allocate() recorded with record_allocation).
+  uint64_t bytes_in_use() const;
+  uint64_t peak_bytes_in_use() const;
   // Calls of allocate(), and host waits for the device (synchronize(), copies and memsets with
   // a null stream), since the process started: what tests read to check that a hot path
   // neither allocates nor synchronizes. Thread-safe.
@@ -114,11 +115,17 @@ class Backend {
   void count_allocation(size_t bytes);
   // allocate_host() calls this first (an injected fault; not counted as an allocate() call).
   void check_host_allocation_fault(size_t bytes);
+  // allocate() and release() keep the books of bytes_in_use with these. Thread-safe.
+  void record_allocation(void* ptr, size_t bytes);
+  void record_release(void* ptr);
   void count_synchronization() { synchronizations_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   std::atomic<uint64_t> allocations_{0};
   std::atomic<uint64_t> synchronizations_{0};
+  mutable std::mutex ledger_mutex_;
+  std::unordered_map<void*, uint64_t> ledger_;  // live allocation -> bytes asked for
+  uint64_t in_use_ = 0, peak_ = 0;
 };
 
 // Fault injection, for tests: from now on, the k-th allocation (allocate() or allocate_host() of

@@ -50,32 +50,14 @@ class CudaBackend : public Backend {
                   std::to_string(free_bytes >> 20) + " MiB free of " + std::to_string(total >> 20) +
                   " MiB); lower the profile's max shapes or the batch");
     }
-    std::lock_guard<std::mutex> lock(mutex_);
-    sizes_[p] = bytes;
-    in_use_ += bytes;
-    peak_ = std::max(peak_, in_use_);
+    record_allocation(p, bytes);
     return p;
   }
   void release(void* ptr) override {
     if (!ptr) return;
     std::lock_guard<std::recursive_mutex> lifecycle(device_lifecycle_mutex());
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = sizes_.find(ptr);
-      if (it != sizes_.end()) {
-        in_use_ -= it->second;
-        sizes_.erase(it);
-      }
-    }
+    record_release(ptr);
     cudaFree(ptr);
-  }
-  uint64_t bytes_in_use() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return in_use_;
-  }
-  uint64_t peak_bytes_in_use() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return peak_;
   }
   void* allocate_host(size_t bytes) override {
     check_host_allocation_fault(bytes);
@@ -266,10 +248,6 @@ class CudaBackend : public Backend {
       KILN_CUDA_CHECK(cudaStreamSynchronize(s));
     }
   }
-  mutable std::mutex mutex_;
-  std::unordered_map<void*, uint64_t> sizes_;
-  uint64_t in_use_ = 0;
-  uint64_t peak_ = 0;
 
   // One non-blocking stream per host thread for "synchronous" (null-stream) operations.
   static cudaStream_t private_stream() {
