@@ -27,6 +27,7 @@
 #include "kiln/plugin.h"
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
+#include "src/builder/timing_cache.h"
 #include "src/core/file_io.h"
 #include "src/plan/execution_plan.h"
 #include "src/plan/kernel_config.h"
@@ -132,55 +133,6 @@ std::string timing_key(const std::string& device, const Layer& layer, const std:
   }
   return key;
 }
-
-class TimingCache {
- public:
-  explicit TimingCache(std::string path) : path_(std::move(path)) {
-    if (path_.empty()) return;
-    std::error_code ec;
-    if (!std::filesystem::exists(std::filesystem::symlink_status(path_, ec))) return;  // a new cache
-    std::istringstream f(read_whole_file_text(path_, "timing cache", kMaxTimingCacheBytes));
-    std::string line;
-    int n = 0;
-    while (std::getline(f, line)) {
-      ++n;
-      if (n == 1) {
-        if (line != kHeader) {
-          log(Severity::kWarning, "timing cache " + quote(path_) + " is not a kiln timing cache (first line '" + line +
-                                      "'); it will be rewritten");
-          return;
-        }
-        continue;
-      }
-      const auto tab = line.rfind('\t');
-      if (tab == std::string::npos) continue;
-      entries_[line.substr(0, tab)] = line.substr(tab + 1);
-    }
-  }
-  const std::string* find(const std::string& key) const {
-    auto it = entries_.find(key);
-    return it == entries_.end() ? nullptr : &it->second;
-  }
-  void put(const std::string& key, const std::string& tactic) {
-    entries_[key] = tactic;
-    dirty_ = true;
-  }
-  void save() const {
-    if (path_.empty() || !dirty_) return;
-    std::ostringstream f;
-    f << kHeader << "\n";
-    for (const auto& [k, v] : entries_) f << k << "\t" << v << "\n";
-    const std::string text = f.str();
-    write_file_atomically(path_, text.data(), text.size(), "timing cache");
-  }
-
- private:
-  static constexpr const char* kHeader = "kiln timing cache v1";
-  static constexpr uint64_t kMaxTimingCacheBytes = 256u << 20;
-  std::string path_;
-  std::map<std::string, std::string> entries_;
-  bool dirty_ = false;
-};
 
 // ---- timing one kernel ---------------------------------------------------------------------
 
