@@ -434,10 +434,16 @@ void gather(TRITONBACKEND_Input* in, uint8_t* dst, uint64_t bytes) {
   if (done != bytes) throw Error("an input has fewer bytes than its shape says");
 }
 
+// When the phases of one group's execution ended (now_ns()): inputs gathered and bound, kiln's
+// inference done; for Triton's compute_input / compute_infer / compute_output statistics.
+struct GroupTimes {
+  uint64_t inputs_done = 0, infer_done = 0;
+};
+
 // Runs requests that share their non-batch dims as one inference and sends their responses.
 // Everything that can fail runs before the first response is sent; a failure there throws
 // (the caller answers every request of the group with the error).
-void run_group(InstanceState& s, std::vector<Pending>& group) {
+void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times) {
   ModelState& m = *s.model;
   int64_t total = 0;
   for (const Pending& p : group) total += p.batch;
@@ -474,7 +480,9 @@ void run_group(InstanceState& s, std::vector<Pending>& group) {
     s.ctx->set_tensor_address(m.outputs[o].name,
                               s.out[o].reserve(static_cast<uint64_t>(most.volume()) * data_type_size(m.outputs[o].type)));
   }
+  times.inputs_done = now_ns();
   s.ctx->execute();
+  times.infer_done = now_ns();
   std::vector<Dims> out_dims(m.outputs.size());
   std::vector<const uint8_t*> out_host(m.outputs.size());
   std::vector<std::vector<uint8_t>> copies(m.outputs.size());
@@ -674,14 +682,18 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     }
     const uint64_t start = now_ns();
     try {
-      run_group(s, group);
+      GroupTimes times;
+      run_group(s, group, times);
       const uint64_t end = now_ns();
+      // compute_input: gathering and binding the inputs; compute_infer: kiln's inference;
+      // compute_output: the outputs copied into the responses and sent.
       for (Pending& g : group) {
-        TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceReportStatistics(instance, g.request, true, start, start, end, end);
+        TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceReportStatistics(instance, g.request, true, start,
+                                                                            times.inputs_done, times.infer_done, end);
         if (e) TRITONSERVER_ErrorDelete(e);
       }
-      TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceReportBatchStatistics(instance, static_cast<uint64_t>(total), start,
-                                                                              start, end, end);
+      TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceReportBatchStatistics(
+          instance, static_cast<uint64_t>(total), start, times.inputs_done, times.infer_done, end);
       if (e) TRITONSERVER_ErrorDelete(e);
     } catch (const std::exception& ex) {
       for (Pending& g : group) {
