@@ -12,7 +12,7 @@ before and after the timed requests), so neither the network nor the client coun
 The baseline is `kiln bench` on the engine the backend built (the same file), batch 1, the same
 thread count. Overhead = server mean per request - kiln bench mean. The model has no dynamic
 batcher (its queue delay would be the only thing measured) and one instance; requests are sent
-one at a time over gRPC (tritonclient). Server and kiln bench alternate for --rounds rounds; the
+one at a time over gRPC (or HTTP with --protocol http; tritonclient). Server and kiln bench alternate for --rounds rounds; the
 client-observed latency is printed too, for reference (it includes the Python client).
 
 perf_analyzer is not used: PyPI's perf-analyzer is a placeholder (0.1.0, no program).
@@ -42,7 +42,9 @@ PHASES = ["success", "queue", "compute_input", "compute_infer", "compute_output"
 
 
 def stats(client, model):
-    s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]["inference_stats"]
+    got = client.get_inference_statistics(model, as_json=True) if hasattr(client, "get_server_metadata") and \
+        "grpc" in type(client).__module__ else client.get_inference_statistics(model)
+    s = got["model_stats"][0]["inference_stats"]
     return {p: (int(s.get(p, {}).get("count", 0)), int(s.get(p, {}).get("ns", 0))) for p in PHASES}
 
 
@@ -63,10 +65,14 @@ def main():
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import pytriton
-    import tritonclient.grpc as grpc
+    if args.protocol == "grpc":
+        import tritonclient.grpc as tc
+    else:
+        import tritonclient.http as tc
     server_bin = Path(pytriton.__file__).parent / "tritonserver" / "bin" / "tritonserver"
     work = Path(tempfile.mkdtemp(prefix="kiln_triton_overhead_"))
     subprocess.run([sys.executable, str(ROOT / "scripts" / "make_demo_model.py"), str(work / "m")], check=True,
@@ -86,9 +92,9 @@ def main():
     rows = []
     try:
         wait_ready(f"127.0.0.1:{ports[0]}", proc)
-        client = grpc.InferenceServerClient(f"127.0.0.1:{ports[1]}")
+        client = tc.InferenceServerClient(f"127.0.0.1:{ports[1] if args.protocol == 'grpc' else ports[0]}")
         x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
-        inp = grpc.InferInput("image", list(x.shape), "FP32")
+        inp = tc.InferInput("image", list(x.shape), "FP32")
         inp.set_data_from_numpy(x)
         for _ in range(300):  # warm-up
             client.infer("demo", [inp])
@@ -112,30 +118,35 @@ def main():
             row = {"round": r + 1, "requests": n, **per, "client_p50_us": float(np.percentile(lat, 50)) * 1e6,
                    "bench_mean_us": kb["mean"] * 1e3, "bench_median_us": kb["median"] * 1e3}
             row["overhead_us"] = row["success"] - row["bench_mean_us"]
+            row["around_us"] = row["success"] - row["compute_infer"]
             rows.append(row)
             print(f"round {r + 1}: server {row['success']:.1f} us/request (queue {row['queue']:.1f}, input "
                   f"{row['compute_input']:.1f}, infer {row['compute_infer']:.1f}, output {row['compute_output']:.1f}); "
-                  f"kiln bench mean {row['bench_mean_us']:.1f} us; overhead {row['overhead_us']:.1f} us; "
+                  f"kiln bench mean {row['bench_mean_us']:.1f} us; overhead {row['overhead_us']:.1f} us "
+                  f"({row['around_us']:.1f} us around kiln's inference); "
                   f"client p50 {row['client_p50_us']:.1f} us", flush=True)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
     lines = [f"# What Triton + kiln's backend adds per request over kiln bench ({platform.node()}, "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores)", "",
-             f"The demo CNN (custom layers), batch-1 requests one at a time over gRPC, no dynamic batcher, 1 instance x "
+             f"The demo CNN (custom layers), batch-1 requests one at a time over {args.protocol}, no dynamic batcher, 1 instance x "
              f"{args.threads} CPU thread; {args.requests} requests per round. Server times are Triton's own statistics "
              "(microseconds per request, mean); kiln bench runs the engine the backend built, same threads. "
-             "overhead = server request - kiln bench mean (target: under 100 us).", "",
+             "overhead = server request - kiln bench mean (target: under 100 us); around = server request - compute_infer "
+             "(what Triton and the backend add around kiln's inference in the same request; the difference between "
+             "compute_infer and kiln bench is the server's threads and the client sharing the cores with the inference).", "",
              "| round | server request us | queue | compute_input | compute_infer | compute_output | kiln bench mean us | "
-             "kiln bench median us | **overhead us** | client p50 us |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "kiln bench median us | **overhead us** | around us | client p50 us |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         lines.append(f"| {r['round']} | {r['success']:.1f} | {r['queue']:.1f} | {r['compute_input']:.1f} | "
                      f"{r['compute_infer']:.1f} | {r['compute_output']:.1f} | {r['bench_mean_us']:.1f} | "
-                     f"{r['bench_median_us']:.1f} | **{r['overhead_us']:.1f}** | {r['client_p50_us']:.1f} |")
+                     f"{r['bench_median_us']:.1f} | **{r['overhead_us']:.1f}** | {r['around_us']:.1f} | {r['client_p50_us']:.1f} |")
     if rows:
         med = float(np.median([r["overhead_us"] for r in rows]))
-        lines += ["", f"Median overhead over the rounds: **{med:.1f} us per request**."]
+        around = float(np.median([r["around_us"] for r in rows]))
+        lines += ["", f"Median over the rounds: overhead **{med:.1f} us per request**; around kiln's inference {around:.1f} us."]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
