@@ -19,9 +19,9 @@ fi
 # (nanobind and scikit-build-core; python3-dev's headers come with the interpreter or the apt
 # package below) and its ONNX helpers use (onnx-graphsurgeon).
 # nvidia-pytriton ships a working tritonserver (the Triton backend's tests and scripts/serve.sh;
-# 55 MB) and brings tritonclient.
-PY_PKGS="onnx onnxruntime numpy pytest nanobind scikit-build-core onnx-graphsurgeon nvidia-pytriton"
-if ! python3 -c "import onnx, onnxruntime, numpy, pytest, nanobind, scikit_build_core, onnx_graphsurgeon, pytriton, tritonclient.http, tritonclient.grpc" >/dev/null 2>&1; then
+# 55 MB) and brings tritonclient. PyYAML reads the deployment manifests in their test.
+PY_PKGS="onnx onnxruntime numpy pytest nanobind scikit-build-core onnx-graphsurgeon nvidia-pytriton pyyaml"
+if ! python3 -c "import onnx, onnxruntime, numpy, pytest, nanobind, scikit_build_core, onnx_graphsurgeon, pytriton, tritonclient.http, tritonclient.grpc, yaml" >/dev/null 2>&1; then
   echo "kiln: installing Python packages $PY_PKGS"
   python3 -m pip install -q $PY_PKGS 2>/dev/null || python3 -m pip install -q --break-system-packages $PY_PKGS
 fi

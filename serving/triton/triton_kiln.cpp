@@ -15,6 +15,7 @@
 //   threads                 CPU threads per instance (default: the cores divided among instances)
 //   min_batch / opt_batch   the batch range ONNX models are built for (max: max_batch_size)
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -165,7 +166,16 @@ std::shared_ptr<Engine> load_engine(ModelState& m) {
   if (path.extension() != ".onnx") return runtime.deserialize_file(path.string());
 
   const std::string device = parameter(m.config, "device", "cpu");
-  const fs::path cache = path.string() + "." + version() + "." + device + ".kiln";
+  // The cache is per kiln version and per device, and on CUDA per GPU model: a model folder
+  // shared by servers on several GPU types (a volume in a cluster) keeps one engine per type.
+  std::string tag = device;
+  if (device == "cuda") {
+    tag = "cuda-" + get_backend(DeviceType::kCUDA).describe();  // "NVIDIA H200 sm_90"
+    for (char& c : tag) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
+    }
+  }
+  const fs::path cache = path.string() + "." + version() + "." + tag + ".kiln";
   if (fs::exists(cache) && fs::last_write_time(cache) >= fs::last_write_time(path)) {
     try {
       return runtime.deserialize_file(cache.string());
