@@ -1,7 +1,8 @@
 """The deployment files (deploy/: the Dockerfile, the Kubernetes manifest, the KServe runtime) are
 consistent with kiln and with each other, and their tritonserver command lines work: each is run
 here, as written (only the ports and the model folder substituted), with the tritonserver of
-PyPI's nvidia-pytriton and kiln's backend from the build, and its probes' paths must answer. The
+PyPI's nvidia-pytriton and kiln's backend from the build tree and from an install of it (as the
+image installs it), and its probes' paths must answer. The
 files themselves are not deployed on a cluster or built into an image by this test (no cluster,
 no Docker in CI); the Dockerfile's build steps are mirrored: every folder it copies exists and the
 top-level CMakeLists.txt needs no other. Skipped without PyYAML or nvidia-pytriton."""
@@ -88,12 +89,22 @@ def run_server(args, http_port, probe_paths, log):
         proc.wait(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def backend_dir():
+@pytest.fixture(scope="module", params=["build tree", "installed"])
+def backend_dir(request, tmp_path_factory):
+    """The backend folder of the build tree, and of the build installed into a fresh prefix as the
+    image does (cmake --install; the backend must find libkiln through its RUNPATH there)."""
     d = os.environ.get("KILN_TRITON_BACKEND_DIR")
     if not d or not (Path(d) / "kiln" / "libtriton_kiln.so").exists():
         pytest.skip("KILN_TRITON_BACKEND_DIR (<build>/triton) is not set or holds no kiln/libtriton_kiln.so")
-    return d
+    if request.param == "build tree":
+        return d
+    prefix = tmp_path_factory.mktemp("prefix")
+    done = subprocess.run(["cmake", "--install", str(Path(d).parent), "--prefix", str(prefix)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    found = list(prefix.glob("lib*/**/triton/backends/kiln/libtriton_kiln.so"))
+    assert len(found) == 1, found
+    return str(found[0].parent.parent)
 
 
 def test_the_dockerfile_copies_what_the_build_needs_and_installs_the_backend_where_the_manifests_look():
