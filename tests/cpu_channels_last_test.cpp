@@ -240,8 +240,21 @@ TEST(CpuChannelsLast, KernelsDeclineFormatsTheyCannotIndex) {
   EXPECT_FALSE(supports_with("vectorized", *add, {cl, cl}, lin));
   Layer* add_scalar = net.add_elementwise(a, s, ElementWiseOp::kProd);
   EXPECT_TRUE(supports_with("vectorized", *add_scalar, {cl, lin}, cl)) << "a single element has no layout";
+  // A per-channel operand ([1, C, 1, 1]) reads the same memory in either format; the full-size
+  // operand must still be in the output's format.
   Layer* add_bias = net.add_elementwise(a, bias, ElementWiseOp::kSum);
-  EXPECT_FALSE(supports_with("vectorized", *add_bias, {cl, lin}, cl)) << "per-channel broadcast";
+  EXPECT_TRUE(supports_with("vectorized", *add_bias, {cl, lin}, cl)) << "per-channel broadcast";
+  EXPECT_TRUE(supports_with("vectorized", *add_bias, {cl, cl}, cl));
+  EXPECT_TRUE(supports_with("vectorized", *add_bias, {lin, lin}, lin));
+  EXPECT_FALSE(supports_with("vectorized", *add_bias, {lin, lin}, cl));
+  EXPECT_FALSE(supports_with("vectorized", *add_bias, {cl, lin}, lin));
+  Layer* scale_first = net.add_elementwise(bias, a, ElementWiseOp::kDiv);
+  EXPECT_TRUE(supports_with("vectorized", *scale_first, {cl, cl}, cl)) << "per-channel operand first";
+  EXPECT_FALSE(supports_with("vectorized", *scale_first, {cl, lin}, cl));
+  Tensor* row = net.add_input("row", DataType::kFloat32, Dims{1, 1, 1, 5});
+  Layer* add_row = net.add_elementwise(a, row, ElementWiseOp::kSum);
+  EXPECT_FALSE(supports_with("vectorized", *add_row, {cl, lin}, cl)) << "a broadcast along W is not per-channel";
+  EXPECT_FALSE(supports_with("vectorized", *add_row, {cl, cl}, cl));
 
   Layer* relu = net.add_activation(a, ActivationType::kRelu);
   EXPECT_TRUE(supports_with("vectorized", *relu, {cl}, cl));
@@ -265,6 +278,57 @@ HostTensor random_f32(const Dims& dims, uint32_t seed, float scale = 0.5f) {
   std::uniform_real_distribution<float> u(-scale, scale);
   for (int64_t i = 0; i < t.count(); ++i) t.as<float>()[i] = u(rng);
   return t;
+}
+
+TEST(CpuChannelsLast, PerChannelElementWiseMatchesReferenceInBothFormats) {
+  // y = op(full, per_channel) and op(per_channel, full), the per-channel operand [1 or N, C, 1, ...]
+  // (squeeze-excitation's scale, a per-channel bias), against the reference kernel on linear
+  // tensors: the vectorized kernel on linear and on channels-last tensors (full converted, the
+  // per-channel operand as is), 1 and 2 threads, odd sizes, ranks 3-5, a size that splits into
+  // several chunks per thread. One float operation per element: the results are bit-identical.
+  const auto lin = TensorFormat::kLinear, cl = TensorFormat::kChannelsLast;
+  struct Shapes {
+    Dims full, small;
+  };
+  const std::vector<Shapes> shapes = {
+      {{2, 13, 7, 9}, {1, 13, 1, 1}}, {{2, 13, 7, 9}, {2, 13, 1, 1}}, {{2, 13, 5, 5}, {13, 1, 1}},
+      {{1, 13, 3, 4, 5}, {1, 13, 1, 1, 1}}, {{3, 5, 11}, {3, 5, 1}}, {{1, 127, 57, 57}, {1, 127, 1, 1}}};
+  uint32_t seed = 100;
+  for (const auto& sh : shapes) {
+    for (ElementWiseOp op : {ElementWiseOp::kSum, ElementWiseOp::kSub, ElementWiseOp::kProd, ElementWiseOp::kDiv,
+                             ElementWiseOp::kMax}) {
+      for (bool small_first : {false, true}) {
+        Network net;
+        const HostTensor full = random_f32(sh.full, ++seed, 3.0f);
+        HostTensor small = random_f32(sh.small, ++seed, 3.0f);
+        for (int64_t i = 0; i < small.count(); ++i) small.as<float>()[i] += small.as<float>()[i] >= 0 ? 0.5f : -0.5f;
+        Tensor* tf = net.add_input("full", DataType::kFloat32, sh.full);
+        Tensor* ts = net.add_input("small", DataType::kFloat32, sh.small);
+        Layer* l = small_first ? net.add_elementwise(ts, tf, op) : net.add_elementwise(tf, ts, op);
+        const std::string what = sh.full.to_string() + " " + to_string(op) + " " + sh.small.to_string() +
+                                 (small_first ? " (per-channel first)" : "");
+        auto ins = [&](const HostTensor& f, TensorFormat ff) {
+          std::vector<std::pair<const HostTensor*, TensorFormat>> v = {{&f, ff}, {&small, lin}};
+          if (small_first) std::swap(v[0], v[1]);
+          return v;
+        };
+        HostTensor want(DataType::kFloat32, sh.full);
+        run_kernel(kLayerElementWise, "reference", *l, ins(full, lin), &want, lin, 1);
+        EXPECT_TRUE(supports_with("vectorized", *l, {lin, lin}, lin)) << what;
+        for (int threads : {1, 2}) {
+          HostTensor got(DataType::kFloat32, sh.full);
+          run_kernel(kLayerElementWise, "vectorized", *l, ins(full, lin), &got, lin, threads);
+          EXPECT_TRUE(same_bytes(got, want)) << what << ", linear, " << threads << " thread(s)";
+          const HostTensor full_cl = convert(full, true);
+          EXPECT_TRUE(supports_with("vectorized", *l, small_first ? std::vector{lin, cl} : std::vector{cl, lin}, cl))
+              << what;
+          HostTensor got_cl(DataType::kFloat32, sh.full);
+          run_kernel(kLayerElementWise, "vectorized", *l, ins(full_cl, cl), &got_cl, cl, threads);
+          EXPECT_TRUE(same_bytes(convert(got_cl, false), want)) << what << ", channels-last, " << threads << " thread(s)";
+        }
+      }
+    }
+  }
 }
 
 Tensor* conv(Network& net, Tensor* x, int64_t in, int64_t out, int64_t k, uint32_t seed) {
@@ -367,6 +431,71 @@ TEST(CpuChannelsLast, ChannelsLastEngineMatchesLinearEngine) {
       EXPECT_TRUE(test::compare_tensors(got[i], want[i], 1e-4, 1e-5, &stats, &msg)) << "output " << i << ": " << msg;
     }
   }
+}
+
+// MobileNetV3's squeeze-excitation on [1, 8, 13, 13]: conv3x3 (8->16) -> {global average pool ->
+// conv1x1 (16->8) + relu -> conv1x1 (8->16) -> hard sigmoid} -> scale * features -> conv1x1
+// (16->8) -> y.
+std::unique_ptr<Network> squeeze_excitation_net() {
+  auto net = std::make_unique<Network>();
+  Tensor* x = net->add_input("x", DataType::kFloat32, Dims{1, 8, 13, 13});
+  Tensor* features = conv(*net, x, 8, 16, 3, 31);
+  PoolingDesc g;
+  g.type = PoolingType::kAverage;
+  g.kernel = {13, 13};
+  Tensor* pooled = net->add_pooling(features, g)->output(0);
+  Tensor* squeezed = conv(*net, pooled, 16, 8, 1, 33);
+  ConvolutionDesc d;
+  d.num_output_maps = 16;
+  d.kernel = {1, 1};
+  Layer* excite = net->add_convolution(squeezed, d, random_f32(Dims{16, 8, 1, 1}, 35), random_f32(Dims{16}, 36));
+  Tensor* scale = net->add_activation(excite->output(0), ActivationType::kHardSigmoid, 1.0 / 6.0, 0.5)->output(0);
+  Tensor* scaled = net->add_elementwise(scale, features, ElementWiseOp::kProd)->output(0);
+  Tensor* y = conv(*net, scaled, 16, 8, 1, 37);
+  y->set_name("y");
+  net->mark_output(y);
+  return net;
+}
+
+TEST(CpuChannelsLast, SqueezeExcitationStaysInTheChannelsLastRegion) {
+  // The per-channel Mul joins the region: no reformats around it, only at the network's edges.
+  auto net = squeeze_excitation_net();
+  BuilderConfig config;
+  config.device = DeviceType::kCPU;
+  PassContext ctx{config, {{{"x", Dims{1, 8, 13, 13}}}}, nullptr};
+  EXPECT_GT(pass_layout(*net, ctx), 0);
+  net->validate();
+  EXPECT_EQ(count_type(*net, kLayerReformat), 2) << "x in, y out";
+  int muls = 0;
+  for (int i = 0; i < net->num_layers(); ++i) {
+    const Layer* l = net->layer(i);
+    if (l->type() != kLayerElementWise) continue;
+    ++muls;
+    EXPECT_EQ(l->input(1)->format(), TensorFormat::kChannelsLast) << l->name();
+    EXPECT_EQ(l->output(0)->format(), TensorFormat::kChannelsLast) << l->name();
+  }
+  EXPECT_EQ(muls, 1);
+
+  // And the engine computes what the linear one does.
+  const HostTensor x = random_f32(Dims{1, 8, 13, 13}, 43, 2.0f);
+  std::vector<HostTensor> outs;
+  for (bool layout : {true, false}) {
+    BuilderConfig c;
+    c.device = DeviceType::kCPU;
+    c.num_threads = 2;
+    if (!layout) c.disabled_passes = {"layout"};
+    const auto bytes = Builder().build_serialized(*squeeze_excitation_net(), c);
+    auto engine = Runtime().deserialize(bytes.data(), bytes.size());
+    auto ectx = engine->create_execution_context();
+    HostTensor out(DataType::kFloat32, ectx->tensor_shape("y"));
+    ectx->set_tensor_address("x", const_cast<void*>(x.data()));
+    ectx->set_tensor_address("y", out.data());
+    ectx->execute();
+    outs.push_back(out);
+  }
+  std::string msg;
+  test::ErrorStats stats;
+  EXPECT_TRUE(test::compare_tensors(outs[0], outs[1], 1e-4, 1e-5, &stats, &msg)) << msg;
 }
 
 TEST(CpuChannelsLast, LayerThatBroadcastsAtAnotherProfilePointStaysLinear) {

@@ -552,16 +552,41 @@ TEST(MathVectorized, ElementWiseMatchesReferenceOnOddSizes) {
   }
 }
 
+TEST(MathVectorized, ElementWisePerChannelMatchesReference) {
+  // One operand [1 or N, C, 1, ...] against a full one (squeeze-excitation's Mul, a per-channel
+  // bias), in either order, odd channel and spatial sizes (channels-last runs: cpu_channels_last_test).
+  const std::vector<std::pair<Dims, Dims>> shapes = {{{1, 13, 1, 1}, {1, 13, 7, 9}}, {{2, 13, 7, 9}, {2, 13, 1, 1}},
+                                                     {{13, 1, 1}, {2, 13, 5, 5}}, {{1, 127, 1, 1}, {1, 127, 57, 57}},
+                                                     {{1, 5, 3, 4, 5}, {1, 5, 1, 1, 1}}};
+  for (const std::string op : {"sum", "sub", "prod", "div", "max", "min"}) {
+    for (const auto& [a, b] : shapes) {
+      test::OpCase c;
+      c.name = "ew_" + op + "_per_channel_" + a.to_string() + "_" + b.to_string();
+      c.layer_type = kLayerElementWise;
+      const double low = op == "div" ? 0.5 : -3.0;  // no divisor near zero
+      c.inputs = {random_input(a, low, 3.0), random_input(b, low, 3.0)};
+      c.attrs = attrs_of({{"op", op}});
+      c.rtol = 1e-6;
+      c.atol = 1e-7;
+      expect_vectorized_matches(c);
+    }
+  }
+}
+
 TEST(MathVectorized, ElementWiseDeclinesGeneralBroadcastAndOtherTypes) {
   const KernelEntry* vec = KernelRegistry::instance().find(DeviceType::kCPU, kLayerElementWise, "vectorized");
   ASSERT_NE(vec, nullptr);
   ASSERT_TRUE(vec->supports);
   Network net;
   Tensor* a = net.add_input("a", kF32, {2, 3, 4});
-  Tensor* b = net.add_input("b", kF32, {3, 1});
+  Tensor* b = net.add_input("b", kF32, {2, 1, 4});
   Layer* sum = net.add_layer(kLayerElementWise, {a, b}, 1, attrs_of({{"op", std::string("sum")}}));
   auto desc = [](DataType t, Dims d) { return TensorDesc{t, d, TensorFormat::kLinear, true, nullptr}; };
-  EXPECT_FALSE(vec->supports(*sum, {desc(kF32, {2, 3, 4}), desc(kF32, {3, 1})}));
+  EXPECT_FALSE(vec->supports(*sum, {desc(kF32, {2, 3, 4}), desc(kF32, {2, 1, 4})}));
+  EXPECT_FALSE(vec->supports(*sum, {desc(kF32, {2, 3, 4}), desc(kF32, {4})}));
+  EXPECT_FALSE(vec->supports(*sum, {desc(kF32, {2, 1, 4}), desc(kF32, {1, 3, 1})})) << "neither operand is y-shaped";
+  // [3, 1] against [2, 3, 4] broadcasts over the last extent only: the per-channel case.
+  EXPECT_TRUE(vec->supports(*sum, {desc(kF32, {2, 3, 4}), desc(kF32, {3, 1})}));
   EXPECT_TRUE(vec->supports(*sum, {desc(kF32, {2, 3, 4}), desc(kF32, {2, 3, 4})}));
   EXPECT_TRUE(vec->supports(*sum, {desc(kF32, {1, 1}), desc(kF32, {2, 3, 4})}));
   EXPECT_FALSE(vec->supports(*sum, {desc(DataType::kInt32, {4}), desc(DataType::kInt32, {4})}));
@@ -571,7 +596,7 @@ TEST(MathVectorized, ElementWiseDeclinesGeneralBroadcastAndOtherTypes) {
   test::OpCase c;
   c.name = "ew_bcast_general";
   c.layer_type = kLayerElementWise;
-  c.inputs = {random_input({2, 3, 4}), random_input({3, 1})};
+  c.inputs = {random_input({2, 3, 4}), random_input({2, 1, 4})};
   c.attrs = attrs_of({{"op", std::string("sum")}});
   for (const auto& r : test::run_op_case(c)) {
     if (r.tactic == "vectorized") {

@@ -8,7 +8,12 @@
 // Layout: all tensors are dense row-major (TensorFormat::kLinear); no alignment is assumed. The
 // "vectorized" ElementWise also runs channels-last tensors: its cases (same shape, or one
 // single-element operand) are the same in any memory order, so it only asks that the full-size
-// operands share the output's format.
+// operands share the output's format. Its per-channel case (one operand [N or 1, C, 1, ...], the
+// other y-shaped: squeeze-excitation's scale, a per-channel bias) reads the small operand as
+// [N][C] in either format (with every spatial extent 1 both orders are the same memory) and walks
+// the full one in its own order: rows of spatial extent in linear memory, rows of C channels in
+// channels-last memory, so a channels-last region keeps it instead of reformatting around it.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -239,7 +244,50 @@ class ElementWiseReference : public Kernel {
 
 // ---- vectorized float32 ElementWise ----------------------------------------------------------
 
-enum class Operands { kSameShape, kScalarA, kScalarB };
+enum class Operands { kSameShape, kScalarA, kScalarB, kChannelA, kChannelB };
+
+// Per-channel case: y[n, c, s] = op(full[n, c, s], per_channel[n or 0, c]) (operands swapped when
+// the per-channel one is a), for y of extents [n, c, spatial] in linear or channels-last memory.
+struct ChannelShape {
+  int64_t batch = 0, channels = 0, spatial = 0;
+  bool per_channel_batched = false;  // the small operand has N rows, not 1
+};
+
+template <typename Op, bool kSmallIsA>
+void per_channel_loop(const float* full, const float* small, float* y, const ChannelShape& sh, bool channels_last,
+                      int num_threads) {
+  const int64_t C = sh.channels, S = sh.spatial;
+  const int64_t small_batch_stride = sh.per_channel_batched ? C : 0;
+  if (!channels_last) {
+    // Rows of S contiguous elements, one per (n, c).
+    cpu::parallel_for(sh.batch * C, num_threads, [=](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float v = small[(r / C) * small_batch_stride + r % C];
+        const float* x = full + r * S;
+        float* out = y + r * S;
+        if constexpr (kSmallIsA) {
+          for (int64_t i = 0; i < S; ++i) out[i] = Op::apply(v, x[i], false);
+        } else {
+          for (int64_t i = 0; i < S; ++i) out[i] = Op::apply(x[i], v, false);
+        }
+      }
+    }, std::max<int64_t>(1, 4096 / std::max<int64_t>(S, 1)));
+    return;
+  }
+  // Rows of C contiguous channels, one per (n, spatial position).
+  cpu::parallel_for(sh.batch * S, num_threads, [=](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* v = small + (r / S) * small_batch_stride;
+      const float* x = full + r * C;
+      float* out = y + r * C;
+      if constexpr (kSmallIsA) {
+        for (int64_t c = 0; c < C; ++c) out[c] = Op::apply(v[c], x[c], false);
+      } else {
+        for (int64_t c = 0; c < C; ++c) out[c] = Op::apply(x[c], v[c], false);
+      }
+    }
+  }, std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)));
+}
 
 // The three loops have compile-time strides so that the compiler emits SIMD code.
 template <typename Op, Operands kMode>
@@ -258,13 +306,15 @@ void vectorized_loop(const float* a, const float* b, float* y, int64_t n, int nu
 }
 
 using VectorizedFn = void (*)(const float*, const float*, float*, int64_t, int);
+using PerChannelFn = void (*)(const float* full, const float* small, float*, const ChannelShape&, bool, int);
 struct VectorizedEntry {
   VectorizedFn same, scalar_a, scalar_b;
+  PerChannelFn channel_a, channel_b;
 };
 template <typename Op>
 constexpr VectorizedEntry vectorized_entry() {
   return {&vectorized_loop<Op, Operands::kSameShape>, &vectorized_loop<Op, Operands::kScalarA>,
-          &vectorized_loop<Op, Operands::kScalarB>};
+          &vectorized_loop<Op, Operands::kScalarB>, &per_channel_loop<Op, true>, &per_channel_loop<Op, false>};
 }
 
 // Ops worth a fast path; the rest (mod, floor_div, comparisons, logic) stay on the reference.
@@ -278,17 +328,65 @@ const std::map<ElementWiseOp, VectorizedEntry>& vectorized_table() {
   return kTable;
 }
 
-// Which contiguous case applies, or false when the shapes need general broadcasting.
-bool classify_operands(const Dims& a, const Dims& b, Operands* mode) {
+// numpy broadcasting of two static shapes; false when they do not broadcast.
+bool static_broadcast(const Dims& a, const Dims& b, Dims* y) {
+  const int rank = std::max(a.rank(), b.rank());
+  Dims out;
+  for (int i = 0; i < rank; ++i) {
+    const int ia = i - (rank - a.rank()), ib = i - (rank - b.rank());
+    const int64_t ea = ia >= 0 ? a[ia] : 1, eb = ib >= 0 ? b[ib] : 1;
+    if (ea != eb && ea != 1 && eb != 1) return false;
+    out.push_back(ea == 1 ? eb : ea);
+  }
+  *y = out;
+  return true;
+}
+
+// Whether `small` broadcasts against `full` only over the spatial extents: full is [N, C, ...]
+// of rank >= 3, small (right-aligned, missing leading extents 1) is [N or 1, C, 1, ...].
+bool per_channel_shape(const Dims& full, const Dims& small, ChannelShape* sh) {
+  if (full.is_dynamic() || small.is_dynamic() || full.rank() < 3 || small.rank() > full.rank()) return false;
+  const int offset = full.rank() - small.rank();
+  auto small_at = [&](int i) { return i < offset ? int64_t{1} : small[i - offset]; };
+  if (small_at(0) != 1 && small_at(0) != full[0]) return false;
+  if (small_at(1) != full[1]) return false;
+  int64_t spatial = 1;
+  for (int i = 2; i < full.rank(); ++i) {
+    if (small_at(i) != 1) return false;
+    spatial *= full[i];
+  }
+  *sh = ChannelShape{full[0], full[1], spatial, small_at(0) != 1 && full[0] != 1};
+  return true;
+}
+
+// Which contiguous case applies, or false when the shapes need general broadcasting. `y` is the
+// output's dims (the per-channel cases need the full operand to be y-shaped).
+bool classify_operands(const Dims& a, const Dims& b, Operands* mode, const Dims* y = nullptr,
+                       ChannelShape* sh = nullptr) {
+  ChannelShape unused;
+  if (!sh) sh = &unused;
   if (a == b) {
     *mode = Operands::kSameShape;
   } else if (!a.is_dynamic() && a.volume() == 1) {
     *mode = Operands::kScalarA;
   } else if (!b.is_dynamic() && b.volume() == 1) {
     *mode = Operands::kScalarB;
+  } else if (y && b == *y && per_channel_shape(b, a, sh)) {
+    *mode = Operands::kChannelA;
+  } else if (y && a == *y && per_channel_shape(a, b, sh)) {
+    *mode = Operands::kChannelB;
   } else {
     return false;
   }
+  return true;
+}
+
+// Whether operand `d` is read in y's memory order in `mode` (and so must be in y's format):
+// single elements and the per-channel operand read the same memory in either format.
+bool operand_needs_y_format(const TensorDesc& d, int index, Operands mode) {
+  if (!d.dims.is_dynamic() && d.dims.volume() == 1) return false;
+  if (mode == Operands::kChannelA && index == 0) return false;
+  if (mode == Operands::kChannelB && index == 1) return false;
   return true;
 }
 
@@ -298,16 +396,25 @@ bool elementwise_vectorized_supports(const Layer& layer, const std::vector<Tenso
   }
   const ElementWiseOp op = parse_elementwise_op(attr_string(layer, "op"));
   if (!vectorized_table().count(op)) return false;
-  // Operands that are not single elements are read in memory order: they must be in y's format.
   const TensorFormat y_format = layer.num_outputs() > 0 ? layer.output(0)->format() : TensorFormat::kLinear;
-  for (const TensorDesc& d : inputs) {
-    const bool single = !d.dims.is_dynamic() && d.dims.volume() == 1;
-    if (!single && d.format != y_format) return false;
+  // With dynamic dims the case is only known at run time; execute() falls back to the reference
+  // for linear tensors (operands that are not single elements then must be in y's format).
+  if (inputs[0].dims.is_dynamic() || inputs[1].dims.is_dynamic()) {
+    for (const TensorDesc& d : inputs) {
+      if (operand_needs_y_format(d, -1, Operands::kSameShape) && d.format != y_format) return false;
+    }
+    return true;
   }
-  // With dynamic dims the case is only known at run time; execute() falls back if needed.
-  if (inputs[0].dims.is_dynamic() || inputs[1].dims.is_dynamic()) return true;
+  Dims y;
+  if (!static_broadcast(inputs[0].dims, inputs[1].dims, &y)) return false;
   Operands mode;
-  return classify_operands(inputs[0].dims, inputs[1].dims, &mode);
+  if (!classify_operands(inputs[0].dims, inputs[1].dims, &mode, &y)) return false;
+  // Operands read in memory order must be in y's format.
+  for (int i = 0; i < 2; ++i) {
+    const TensorDesc& d = inputs[static_cast<size_t>(i)];
+    if (operand_needs_y_format(d, i, mode) && d.format != y_format) return false;
+  }
+  return true;
 }
 
 class ElementWiseVectorized : public Kernel {
@@ -319,12 +426,22 @@ class ElementWiseVectorized : public Kernel {
     const TensorView& b = ctx.inputs[1];
     const TensorView& y = ctx.outputs[0];
     Operands mode;
-    if (!classify_operands(a.dims, b.dims, &mode)) {
+    ChannelShape sh;
+    if (!classify_operands(a.dims, b.dims, &mode, &y.dims, &sh)) {
       if (a.format != TensorFormat::kLinear || b.format != TensorFormat::kLinear || y.format != TensorFormat::kLinear) {
         throw Error("ElementWise vectorized: broadcasting " + a.dims.to_string() + " with " + b.dims.to_string() +
                     " needs linear tensors; rebuild the engine with these shapes in its profile");
       }
       binary_reference_fn<float>(op_)(ctx, false);
+      return;
+    }
+    if (mode == Operands::kChannelA || mode == Operands::kChannelB) {
+      const bool small_is_a = mode == Operands::kChannelA;
+      const TensorView& full = small_is_a ? b : a;
+      const TensorView& small = small_is_a ? a : b;
+      (small_is_a ? entry_.channel_a : entry_.channel_b)(full.as<const float>(), small.as<const float>(),
+                                                          y.as<float>(), sh,
+                                                          y.format == TensorFormat::kChannelsLast, ctx.num_threads);
       return;
     }
     const VectorizedFn fn = mode == Operands::kSameShape ? entry_.same
