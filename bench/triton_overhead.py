@@ -87,9 +87,11 @@ def main():
     proc = subprocess.Popen(
         [str(server_bin), f"--model-repository={repo}", f"--backend-directory={Path(args.build) / 'triton'}",
          "--http-address=127.0.0.1", f"--http-port={ports[0]}", "--grpc-address=127.0.0.1", f"--grpc-port={ports[1]}",
-         "--metrics-address=127.0.0.1", f"--metrics-port={ports[2]}", "--allow-gpu-metrics=false"],
+         "--metrics-address=127.0.0.1", f"--metrics-port={ports[2]}", "--allow-gpu-metrics=false",
+         "--exit-timeout-secs=5"],
         stdout=open(work / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
     rows = []
+    client = None
     try:
         wait_ready(f"127.0.0.1:{ports[0]}", proc)
         client = tc.InferenceServerClient(f"127.0.0.1:{ports[1] if args.protocol == 'grpc' else ports[0]}")
@@ -126,8 +128,14 @@ def main():
                   f"({row['around_us']:.1f} us around kiln's inference); "
                   f"client p50 {row['client_p50_us']:.1f} us", flush=True)
     finally:
+        if client is not None:
+            client.close()
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
     lines = [f"# What Triton + kiln's backend adds per request over kiln bench ({platform.node()}, "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores)", "",
              f"The demo CNN (custom layers), batch-1 requests one at a time over {args.protocol}, no dynamic batcher, 1 instance x "
