@@ -25,6 +25,10 @@
 #include <string>
 #include <vector>
 
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/lsan_interface.h>
+#endif
+
 #include "backends/backend.h"
 #include "kiln/kiln.h"
 #include "onnx_model_builder.h"
@@ -179,7 +183,7 @@ TEST_P(FaultInjection, EveryAllocationOfBuildLoadAndFirstInferencesFailsCleanly)
   Outcome reference = scenario(device, io);
   const uint64_t total = inject_allocation_fault(0);
   ASSERT_EQ(reference.error, "");
-  ASSERT_GE(total, 2u) << "the scenario should allocate (activations, constants)";
+  ASSERT_GE(total, 1u) << "the scenario should allocate (activations; constants with oneDNN)";
   reference.context.reset();
   reference.engine.reset();
   EXPECT_EQ(backend.bytes_in_use(), in_use_before);
@@ -292,6 +296,14 @@ TEST(FaultInjectionHost, EveryHostAllocationOfBuildLoadAndFirstInferencesFailsCl
         ++bad;
       }
     }
+#ifdef __SANITIZE_ADDRESS__
+    // Under the asan preset: whatever the failed scenarios allocated and lost (their objects are
+    // gone by now) is a leak.
+    if (__lsan_do_recoverable_leak_check() != 0) {
+      std::fprintf(out, "BAD: LeakSanitizer found leaks after the failed allocations (see its report)\n");
+      ++bad;
+    }
+#endif
     std::fprintf(out, "done %d failed (%d in the test's own code) %d bad\n", failed, bare, bad);
     std::fclose(out);
     std::_Exit(bad == 0 ? 0 : 1);

@@ -339,6 +339,9 @@ struct PluginRegistry::Impl {
   std::string loading;
   std::vector<std::string> loaded_names;
   std::vector<std::string> load_errors;
+  // Creators of another interface version, or of a library refused at load: kept and never
+  // destroyed (their destructors are code of another layout).
+  std::vector<PluginCreator*> refused;
 
   // Registers through `entry_points` (the registering library's own).
   void add(std::unique_ptr<PluginCreator> creator, const detail::PluginEntryPoints& entry_points,
@@ -526,9 +529,9 @@ PluginFieldCollection PluginRegistry::resolve_fields(const PluginCreator& creato
 // Nothing of a creator of another interface version may be called (its classes have another
 // layout): not even its destructor, so it is leaked on purpose.
 void detail::PluginRegistrar::refuse(std::unique_ptr<PluginCreator> creator, uint32_t interface_version) {
-  (void)creator.release();
   PluginRegistry::Impl& m = PluginRegistry::instance().impl();
   std::lock_guard<std::mutex> lock(m.mutex);
+  m.refused.push_back(creator.release());
   const std::string msg = "a plugin creator was compiled against kiln's plugin interface version " +
                           std::to_string(interface_version) + ", this kiln has version " +
                           std::to_string(kPluginInterfaceVersion) + " (include/kiln/plugin.h); rebuild " +
@@ -624,7 +627,7 @@ std::vector<std::string> load_plugin_library(const std::string& path) {
         // Its creators leave the registry unused (and undestroyed: nothing of it is called).
         std::lock_guard<std::mutex> lock(m.mutex);
         for (auto& e : m.entries) {
-          if (e.library == canonical) (void)e.creator.release();
+          if (e.library == canonical) m.refused.push_back(e.creator.release());
         }
         m.entries.erase(std::remove_if(m.entries.begin(), m.entries.end(),
                                        [](const PluginRegistry::Impl::Entry& e) { return !e.creator; }),

@@ -18,7 +18,12 @@ class CpuBackend : public Backend {
     count_allocation(bytes);
     void* p = bytes <= SIZE_MAX - 255 ? std::aligned_alloc(256, bytes ? (bytes + 255) / 256 * 256 : 256) : nullptr;
     if (!p) throw Error("out of memory: cannot allocate " + std::to_string(bytes) + " bytes of host memory");
-    record_allocation(p, bytes);
+    try {
+      record_allocation(p, bytes);  // the books may fail to grow
+    } catch (...) {
+      std::free(p);
+      throw;
+    }
     return p;
   }
   void release(void* ptr) override {

@@ -50,7 +50,12 @@ class CudaBackend : public Backend {
                   std::to_string(free_bytes >> 20) + " MiB free of " + std::to_string(total >> 20) +
                   " MiB); lower the profile's max shapes or the batch");
     }
-    record_allocation(p, bytes);
+    try {
+      record_allocation(p, bytes);  // the books may fail to grow
+    } catch (...) {
+      cudaFree(p);
+      throw;
+    }
     return p;
   }
   void release(void* ptr) override {
