@@ -9,8 +9,8 @@
 #              and the serving runtime on CUDA (ServingRuntime.*: shape schedules, rotating
 #              buffers, N threads x N streams bit-identical, user-managed memory; CudaGraphAuto.*:
 #              capture failure recovery, lazy set-up, graph updates)
-#   sanitizer  compute-sanitizer --tool memcheck over the model tests (kernel timing off), and
-#              memcheck and racecheck over the multi-stream serving test
+#   sanitizer  compute-sanitizer memcheck, racecheck, synccheck and initcheck over the model tests
+#              (kernel timing off) and over the multi-stream serving test
 #   bench      bench/plugin_bandwidth (plugins vs a device copy) and bench/gpu_vs_pytorch.py
 #              (needs --torch-models: $KILN_TORCH_MODELS, a folder with torch_models.py)
 #   serving    bench/serving_vs_pytorch.py (kiln bench vs PyTorch under serving patterns; needs
@@ -57,15 +57,19 @@ if has plugins; then
   grep -E "PASS|FAIL|plugin" "$OUT/plugin_check_cuda.log" | tail -20
 fi
 if has sanitizer; then
-  KILN_TEST_NO_TIMING=1 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    "$B/tests/kiln_tests" --gtest_filter='CudaModels.Squeezenet*:CudaModels.TinyYoloTemperatureSwishFp16' \
-    > "$OUT/sanitizer.log" 2>&1 || rc=1
-  for tool in memcheck racecheck; do
-    echo "== compute-sanitizer --tool $tool: ServingRuntime.ParallelContexts*" >> "$OUT/sanitizer.log"
-    KILN_TEST_NO_TIMING=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$B/tests/kiln_tests" --gtest_filter='ServingRuntime.ParallelContexts*' >> "$OUT/sanitizer.log" 2>&1 || rc=1
+  : > "$OUT/sanitizer.log"
+  for tool in memcheck racecheck synccheck initcheck; do
+    for filter in 'CudaModels.Squeezenet*:CudaModels.TinyYoloTemperatureSwishFp16' 'ServingRuntime.ParallelContexts*'; do
+      echo "== compute-sanitizer --tool $tool: $filter" >> "$OUT/sanitizer.log"
+      t1=$(date +%s)
+      KILN_TEST_NO_TIMING=1 timeout "${KILN_SANITIZER_TIMEOUT:-240}" compute-sanitizer --tool $tool --error-exitcode 9 \
+        "$B/tests/kiln_tests" --gtest_filter="$filter" >> "$OUT/sanitizer.log" 2>&1
+      st=$?
+      [[ $st == 0 ]] || { rc=1; echo "== exit status $st ($tool; 124 = timed out)" >> "$OUT/sanitizer.log"; }
+      echo "== $tool took $(( $(date +%s) - t1 )) s" >> "$OUT/sanitizer.log"
+    done
   done
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)" "$OUT/sanitizer.log"
+  grep -E "^== |ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)" "$OUT/sanitizer.log"
 fi
 if has bench; then
   "$B/bench/kiln_plugin_bandwidth" > "$OUT/plugin_bandwidth.log" 2>&1 || rc=1
