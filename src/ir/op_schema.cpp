@@ -285,12 +285,15 @@ const OpSchema* params_schema(const Layer& layer) {
   return schema && schema->decode_params ? schema : nullptr;
 }
 
-// Decodes outside the lock (a decoder may be slow or throw), then stores.
+// Decodes outside the lock (a decoder may be slow or throw), then stores. When another thread
+// stored params of the same attributes meanwhile, those stay (other threads may hold references
+// to them) and this decode is dropped.
 const void* store_params(const Layer& layer, const OpSchema& schema) {
   std::shared_ptr<const void> decoded = schema.decode_params(layer);
   ParamsCache& cache = params_cache();
   std::lock_guard<std::mutex> lock(cache.mutex);
   ParamsEntry& e = cache.entries[&layer];
+  if (e.params && e.type == layer.type() && same_attributes(e.attrs, layer.attrs())) return e.params.get();
   e.type = layer.type();
   e.attrs = layer.attrs();
   e.params = std::move(decoded);
