@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything scripts/demo.sh does, then kiln's test suite (unit, op harness, ONNX import, engine
 # format, plugins, CLI and model tests). Slow suites run only with KILN_SLOW_TESTS=1.
+# Then the same tests again under ASan + UBSan (scripts/asan.sh; KILN_SKIP_ASAN=1 skips it).
 # Usage: scripts/test.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,5 +10,8 @@ BUILD=${1:-build}
 # keeps the 2-core run short (the default build is the sm_80 + sm_90 + PTX fat binary).
 export KILN_CMAKE_ARGS=${KILN_CMAKE_ARGS:--DCMAKE_CUDA_ARCHITECTURES=90-real}
 scripts/demo.sh "$BUILD"
-cd "$BUILD"
-ctest -j"$(nproc)" --output-on-failure --timeout 900
+(cd "$BUILD" && ctest -j"$(nproc)" --output-on-failure --timeout 900)
+# The same tests again under AddressSanitizer + UBSan (issue 16): a second, instrumented build.
+if [[ "${KILN_SKIP_ASAN:-0}" != 1 ]]; then
+  scripts/asan.sh
+fi

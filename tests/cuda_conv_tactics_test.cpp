@@ -59,7 +59,9 @@ inline size_t prepared_weights_live_bytes() { return 0; }
 namespace kiln {
 namespace {
 
-const char* const kGraphTactics[] = {"cudnn_graph", "cudnn_graph_1", "cudnn_graph_2"};
+// Ranks 3-7 are builder optimization level 5 candidates only; the kernel-level test runs them all.
+const char* const kGraphTactics[] = {"cudnn_graph",   "cudnn_graph_1", "cudnn_graph_2", "cudnn_graph_3",
+                                     "cudnn_graph_4", "cudnn_graph_5", "cudnn_graph_6", "cudnn_graph_7"};
 
 // ---- environment ----------------------------------------------------------------------------
 

@@ -958,12 +958,15 @@ struct GraphTactic {
   // microseconds to launch, capture-safe) over the legacy call (40-150 us of host time each).
   int priority;
   int rank;      // which buildable engine config of the heuristic's list
+  int min_optimization_level;  // the builder level from which the tactic is a candidate
 };
 
+// Ranks 3-7 (cuDNN's 4th to 8th buildable engine configs) are slow to try (each builds and
+// checks a plan per shape): builder optimization level 5 only.
 const GraphTactic kGraphTactics[] = {
-    {"cudnn_graph", 101, 0},
-    {"cudnn_graph_1", 42, 1},
-    {"cudnn_graph_2", 41, 2},
+    {"cudnn_graph", 101, 0, 0},  {"cudnn_graph_1", 42, 1, 0}, {"cudnn_graph_2", 41, 2, 0},
+    {"cudnn_graph_3", 39, 3, 5}, {"cudnn_graph_4", 38, 4, 5}, {"cudnn_graph_5", 37, 5, 5},
+    {"cudnn_graph_6", 36, 6, 5}, {"cudnn_graph_7", 35, 7, 5},
 };
 
 // KILN_CUDNN_GRAPH=1 / =0 turn the tactics on / off; unset, kGraphTacticsByDefault decides. Opt-in
@@ -985,9 +988,11 @@ struct Registrar {
     for (const GraphTactic& t : kGraphTactics) {
       const std::string name = t.name;
       const int rank = t.rank;
-      KernelRegistry::instance().add(KernelEntry{
+      KernelEntry entry{
           DeviceType::kCUDA, kLayerConvolution, name, t.priority, supports_graph_conv,
-          [name, rank](const Layer& layer) { return std::make_unique<CudnnGraphConvolution>(layer, name, rank); }});
+          [name, rank](const Layer& layer) { return std::make_unique<CudnnGraphConvolution>(layer, name, rank); }};
+      entry.min_optimization_level = t.min_optimization_level;
+      KernelRegistry::instance().add(std::move(entry));
     }
   }
 } registrar;
