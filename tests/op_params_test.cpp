@@ -1,7 +1,8 @@
 // Typed op parameters (src/ir/op_params.h): decoded and checked once when a layer is created,
 // validated or loaded, with messages naming the layer, the attribute and the allowed values;
 // cached per layer and decoded again after an edit; and the shared geometry functions
-// (conv_geometry, pool_geometry) that shape inference and every kernel use.
+// (conv_geometry, pool_geometry, resize_output_dims, reduce_output_dims, check_scatter_shapes, ...)
+// that shape inference and every kernel use.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -14,6 +15,7 @@
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/pool_params.h"
+#include "src/ir/resize_params.h"
 
 namespace kiln {
 namespace {
@@ -297,6 +299,67 @@ TEST(OpTraits, PassListsAreSchemaFlags) {
   EXPECT_EQ(role(in), AccuracyRole::kNone);
   EXPECT_EQ(role(sum), AccuracyRole::kStream);
   EXPECT_EQ(role(prod), AccuracyRole::kNone);
+}
+
+// ---- Resize: ResizeParams, resize_output_dims, resize_axes ----------------------------------
+
+TEST(OpParams, ResizeAttributesFailWhenCreated) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 2, 4, 4});
+  Tensor* scales = net.add_constant(HostTensor::from_vector(DataType::kFloat32, Dims{4}, std::vector<float>{1, 1, 2, 2}),
+                                    "scales")->output(0);
+  const auto add = [&](Attributes a, const std::string& name) { net.add_layer(kLayerResize, {x, scales}, 1, std::move(a), name); };
+  expect_contains(error_of([&] { add(attrs({{"mode", std::string("bicubic")}}), "r1"); }),
+                  {"'r1'", "Resize", "'mode'", "\"bicubic\"", "\"nearest\"", "\"linear\"", "\"cubic\""});
+  expect_contains(error_of([&] { add(attrs({{"coordinate_transformation_mode", std::string("half")}}), "r2"); }),
+                  {"'r2'", "'coordinate_transformation_mode'", "\"half\"", "\"half_pixel\"", "\"half_pixel_symmetric\"",
+                   "\"pytorch_half_pixel\"", "\"align_corners\"", "\"asymmetric\"", "\"tf_half_pixel_for_nn\""});
+  expect_contains(
+      error_of([&] { add(attrs({{"coordinate_transformation_mode", std::string("tf_crop_and_resize")}}), "r3"); }),
+      {"'r3'", "'coordinate_transformation_mode'", "tf_crop_and_resize", "roi"});
+  expect_contains(error_of([&] { add(attrs({{"nearest_mode", std::string("round")}}), "r4"); }),
+                  {"'r4'", "'nearest_mode'", "\"round\"", "\"round_prefer_floor\"", "\"round_prefer_ceil\"", "\"floor\"",
+                   "\"ceil\""});
+  expect_contains(error_of([&] { add(attrs({{"exclude_outside", int64_t{2}}}), "r5"); }),
+                  {"'r5'", "'exclude_outside'", "is 2", "0 to 1"});
+  EXPECT_EQ(net.num_layers(), 1) << "only the constant";
+
+  Layer* ok = net.add_layer(kLayerResize, {x, scales}, 1,
+                            attrs({{"mode", std::string("cubic")}, {"coordinate_transformation_mode", std::string("align_corners")},
+                                   {"cubic_coeff_a", -0.5}, {"exclude_outside", int64_t{1}}}),
+                            "r");
+  const ResizeParams& p = params_of<ResizeParams>(*ok);
+  EXPECT_EQ(p.mode, ResizeMode::kCubic);
+  EXPECT_EQ(p.coord, ResizeCoordMode::kAlignCorners);
+  EXPECT_EQ(p.nearest, ResizeNearestMode::kRoundPreferFloor) << "the schema's default";
+  EXPECT_EQ(p.cubic_a, -0.5);
+  EXPECT_TRUE(p.exclude_outside);
+}
+
+TEST(ResizeGeometry, OutputDimsAndAxes) {
+  // floor(in * scale) in float: 7 * 1.5 = 10.5 -> 10; 5 * 0.3 = 1.5 -> 1.
+  EXPECT_EQ(resize_output_dims(Dims{1, 3, 5, 7}, {1, 1, 0.3, 1.5}, {}), (Dims{1, 3, 1, 10}));
+  EXPECT_EQ(resize_output_dims(Dims{1, 3, 5, 7}, {}, {2, 3, 9, 4}), (Dims{2, 3, 9, 4}));
+  expect_contains(error_of([] { resize_output_dims(Dims{2, 3}, {}, {}); }), {"needs scales", "or sizes"});
+  expect_contains(error_of([] { resize_output_dims(Dims{2, 3}, {1, 1}, {2, 3}); }), {"not both"});
+  expect_contains(error_of([] { resize_output_dims(Dims{2, 3}, {1}, {}); }), {"scales has 1 values", "rank 2"});
+  expect_contains(error_of([] { resize_output_dims(Dims{2, 3}, {1, 0}, {}); }), {"positive and finite", "axis 1"});
+  expect_contains(error_of([] { resize_output_dims(Dims{2, 3}, {}, {2, -1}); }), {"sizes must be >= 0"});
+  expect_contains(error_of([] { resize_output_dims(Dims{0, 3}, {}, {2, 3}); }), {"axis 0 of extent 0"});
+
+  // With scales: the given scale, resized length in * scale (fractional); else out / in and out.
+  const std::vector<ResizeAxis> given = resize_axes(Dims{1, 5, 7}, Dims{1, 1, 10}, {1, 0.3, 1.5});
+  EXPECT_TRUE(given[0].identity());
+  EXPECT_FLOAT_EQ(given[1].scale, 0.3f);
+  EXPECT_DOUBLE_EQ(given[1].resized_len, static_cast<double>(0.3f) * 5);
+  EXPECT_FALSE(given[1].identity());
+  EXPECT_DOUBLE_EQ(given[2].resized_len, 10.5);
+  const std::vector<ResizeAxis> sized = resize_axes(Dims{4, 6}, Dims{4, 9}, {});
+  EXPECT_TRUE(sized[0].identity());
+  EXPECT_EQ(sized[1].scale, 9.0f / 6.0f);
+  EXPECT_EQ(sized[1].resized_len, 9.0);
+  expect_contains(error_of([] { resize_axes(Dims{4, 6}, Dims{4}, {}); }), {"ranks differ"});
+  expect_contains(error_of([] { resize_axes(Dims{4, 6}, Dims{4, 6}, {1}); }), {"one value per axis"});
 }
 
 }  // namespace
