@@ -15,6 +15,7 @@
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/pool_params.h"
+#include "src/ir/reduce_params.h"
 #include "src/ir/resize_params.h"
 
 namespace kiln {
@@ -360,6 +361,65 @@ TEST(ResizeGeometry, OutputDimsAndAxes) {
   EXPECT_EQ(sized[1].resized_len, 9.0);
   expect_contains(error_of([] { resize_axes(Dims{4, 6}, Dims{4}, {}); }), {"ranks differ"});
   expect_contains(error_of([] { resize_axes(Dims{4, 6}, Dims{4, 6}, {1}); }), {"one value per axis"});
+}
+
+// ---- Reduce and ArgReduce: ReduceParams, ArgReduceParams and their axis rules ------------------
+
+TEST(OpParams, ReduceAndArgReduceAttributesFailWhenCreated) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{2, 3, 4});
+  expect_contains(error_of([&] { net.add_layer(kLayerReduce, {x}, 1, attrs({{"op", std::string("average")}}), "red"); }),
+                  {"'red'", "Reduce", "'op'", "\"average\"", "\"sum\"", "\"mean\"", "\"log_sum_exp\""});
+  expect_contains(error_of([&] { net.add_layer(kLayerReduce, {x}, 1, attrs({}), "red0"); }),
+                  {"'red0'", "'op'", "required"});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerReduce, {x}, 1, attrs({{"op", std::string("sum")}, {"keep_dims", int64_t{-1}}}), "k");
+                  }),
+                  {"'k'", "'keep_dims'", "is -1", "0 to 1"});
+  expect_contains(error_of([&] { net.add_layer(kLayerArgReduce, {x}, 1, attrs({{"op", std::string("mean")}}), "arg"); }),
+                  {"'arg'", "ArgReduce", "'op'", "\"mean\"", "\"max\"", "\"min\""});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerArgReduce, {x}, 1,
+                                  attrs({{"op", std::string("max")}, {"select_last_index", int64_t{3}}}), "arg2");
+                  }),
+                  {"'arg2'", "'select_last_index'", "is 3", "0 to 1"});
+
+  Layer* r = net.add_layer(kLayerReduce, {x}, 1,
+                           attrs({{"op", std::string("log_sum_exp")}, {"axes", Ints{-1, 0}}, {"keep_dims", int64_t{0}}}), "r");
+  EXPECT_EQ(params_of<ReduceParams>(*r).op, ReduceOp::kLogSumExp);
+  EXPECT_EQ(params_of<ReduceParams>(*r).axes, (Ints{-1, 0}));
+  EXPECT_FALSE(params_of<ReduceParams>(*r).keep_dims);
+  Layer* a = net.add_layer(kLayerArgReduce, {x}, 1, attrs({{"op", std::string("min")}, {"axis", int64_t{-2}}}), "a");
+  EXPECT_FALSE(params_of<ArgReduceParams>(*a).is_max);
+  EXPECT_EQ(params_of<ArgReduceParams>(*a).axis, -2);
+  EXPECT_TRUE(params_of<ArgReduceParams>(*a).keep_dims) << "the schema's default";
+}
+
+TEST(ReduceGeometry, AxesAndOutputDims) {
+  ReduceParams p;
+  p.axes = {-1, 0};
+  EXPECT_EQ(reduced_axes(p, 3), (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(reduce_output_dims(p, Dims{2, 3, 4}), (Dims{1, 3, 1}));
+  p.keep_dims = false;
+  EXPECT_EQ(reduce_output_dims(p, Dims{2, 3, 4}), (Dims{3}));
+  p.axes = {};
+  EXPECT_EQ(reduced_axes(p, 2), (std::vector<bool>{true, true})) << "no axes: all";
+  EXPECT_EQ(reduce_output_dims(p, Dims{2, 3}), (Dims{}));
+  p.axes = {1, -1};
+  expect_contains(error_of([&] { reduced_axes(p, 2); }), {"'axes' names axis 1 twice"});
+  p.axes = {3};
+  expect_contains(error_of([&] { reduced_axes(p, 3); }), {"axis 3 is out of range", "rank 3", "-3 to 2"});
+
+  ArgReduceParams a;
+  a.axis = -1;
+  EXPECT_EQ(arg_reduce_axis(a, 3), 2);
+  EXPECT_EQ(arg_reduce_output_dims(a, Dims{2, 3, 4}), (Dims{2, 3, 1}));
+  a.keep_dims = false;
+  EXPECT_EQ(arg_reduce_output_dims(a, Dims{2, 3, 4}), (Dims{2, 3}));
+  a.one_hot = true;
+  EXPECT_EQ(arg_reduce_output_dims(a, Dims{2, 3, 4}), (Dims{2, 3, 4})) << "one_hot: x's dims";
+  a.axis = -4;
+  expect_contains(error_of([&] { arg_reduce_axis(a, 3); }), {"axis -4 is out of range"});
 }
 
 }  // namespace
