@@ -17,6 +17,7 @@
 #include "src/ir/pool_params.h"
 #include "src/ir/reduce_params.h"
 #include "src/ir/resize_params.h"
+#include "src/ir/scatter_params.h"
 
 namespace kiln {
 namespace {
@@ -420,6 +421,46 @@ TEST(ReduceGeometry, AxesAndOutputDims) {
   EXPECT_EQ(arg_reduce_output_dims(a, Dims{2, 3, 4}), (Dims{2, 3, 4})) << "one_hot: x's dims";
   a.axis = -4;
   expect_contains(error_of([&] { arg_reduce_axis(a, 3); }), {"axis -4 is out of range"});
+}
+
+// ---- Scatter: ScatterParams and check_scatter_shapes ---------------------------------------
+
+TEST(OpParams, ScatterAttributesFailWhenCreated) {
+  Network net;
+  Tensor* data = net.add_input("data", DataType::kFloat32, Dims{4, 5});
+  Tensor* idx = net.add_input("idx", DataType::kInt64, Dims{2, 5});
+  Tensor* upd = net.add_input("upd", DataType::kFloat32, Dims{2, 5});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerScatter, {data, idx, upd}, 1, attrs({{"mode", std::string("slices")}}), "s1"); }),
+      {"'s1'", "Scatter", "'mode'", "\"slices\"", "\"elements\"", "\"nd\""});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerScatter, {data, idx, upd}, 1, attrs({{"reduction", std::string("sum")}}), "s2"); }),
+      {"'s2'", "'reduction'", "\"sum\"", "\"none\"", "\"add\"", "\"mul\"", "\"max\"", "\"min\""});
+  Layer* s = net.add_layer(kLayerScatter, {data, idx, upd}, 1,
+                           attrs({{"mode", std::string("nd")}, {"reduction", std::string("max")}}), "s");
+  EXPECT_TRUE(params_of<ScatterParams>(*s).nd);
+  EXPECT_EQ(params_of<ScatterParams>(*s).reduction, ScatterReduction::kMax);
+  EXPECT_EQ(params_of<ScatterParams>(*s).axis, 0) << "the schema's default";
+}
+
+TEST(ScatterGeometry, ShapeRules) {
+  ScatterParams e;
+  e.axis = -1;
+  EXPECT_EQ(scatter_axis(e, 2), 1);
+  EXPECT_NO_THROW(check_scatter_shapes(e, Dims{4, 5}, Dims{2, 5}, Dims{2, 5}));
+  expect_contains(error_of([&] { check_scatter_shapes(e, Dims{4, 5}, Dims{2, 5}, Dims{2, 4}); }),
+                  {"updates 2x4", "dims of indices 2x5"});
+  expect_contains(error_of([&] { check_scatter_shapes(e, Dims{4, 5}, Dims{5}, Dims{5}); }), {"rank of data"});
+  e.axis = 2;
+  expect_contains(error_of([&] { check_scatter_shapes(e, Dims{4, 5}, Dims{2, 5}, Dims{2, 5}); }),
+                  {"axis 2 is out of range"});
+  ScatterParams nd;
+  nd.nd = true;
+  EXPECT_NO_THROW(check_scatter_shapes(nd, Dims{4, 5, 6}, Dims{3, 2}, Dims{3, 6}));
+  expect_contains(error_of([&] { check_scatter_shapes(nd, Dims{4, 5}, Dims{2, 3}, Dims{2}); }), {"1..2"});
+  expect_contains(error_of([&] { check_scatter_shapes(nd, Dims{4, 5}, Dims{2, 1}, Dims{2, 4}); }),
+                  {"must have dims 2x5"});
+  EXPECT_STREQ(to_string(ScatterReduction::kMul), "mul");
 }
 
 }  // namespace
