@@ -18,6 +18,7 @@
 #include "src/ir/reduce_params.h"
 #include "src/ir/resize_params.h"
 #include "src/ir/scatter_params.h"
+#include "src/ir/string_params.h"
 
 namespace kiln {
 namespace {
@@ -461,6 +462,31 @@ TEST(ScatterGeometry, ShapeRules) {
   expect_contains(error_of([&] { check_scatter_shapes(nd, Dims{4, 5}, Dims{2, 1}, Dims{2, 4}); }),
                   {"must have dims 2x5"});
   EXPECT_STREQ(to_string(ScatterReduction::kMul), "mul");
+}
+
+// ---- StringNormalizer: case_change_action and locale checked in one place -----------------------
+
+TEST(OpParams, StringNormalizerAttributesFailWhenCreated) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kString, Dims{3});
+  const auto add = [&](Attributes a, const std::string& name) {
+    return net.add_layer(kLayerStringNormalizer, {x}, 2, std::move(a), name);
+  };
+  expect_contains(error_of([&] { add(attrs({{"case_change_action", std::string("lower")}}), "n1"); }),
+                  {"'n1'", "StringNormalizer", "'case_change_action'", "\"lower\"", "\"NONE\"", "\"LOWER\"", "\"UPPER\""});
+  expect_contains(error_of([&] { add(attrs({{"locale", std::string("tr_TR")}}), "n2"); }),
+                  {"'n2'", "'locale'", "tr_TR", "special casing"});
+  expect_contains(error_of([&] { add(attrs({{"is_case_sensitive", int64_t{2}}}), "n3"); }),
+                  {"'n3'", "'is_case_sensitive'", "is 2", "0 to 1"});
+  Layer* n = add(attrs({{"case_change_action", std::string("UPPER")},
+                        {"stopwords", std::vector<std::string>{"a", "the"}},
+                        {"locale", std::string("en_US.UTF-8")}}),
+                 "n");
+  const StringNormalizerParams& p = params_of<StringNormalizerParams>(*n);
+  EXPECT_EQ(p.case_change, StringCaseAction::kUpper);
+  EXPECT_FALSE(p.case_sensitive);
+  EXPECT_EQ(p.stopwords, (std::vector<std::string>{"a", "the"}));
+  EXPECT_EQ(p.locale, "en_US.UTF-8");
 }
 
 }  // namespace
