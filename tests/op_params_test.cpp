@@ -12,6 +12,7 @@
 #include "kiln/network.h"
 #include "src/engine/network_codec.h"
 #include "src/ir/conv_params.h"
+#include "src/ir/normalization_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/pool_params.h"
@@ -487,6 +488,66 @@ TEST(OpParams, StringNormalizerAttributesFailWhenCreated) {
   EXPECT_FALSE(p.case_sensitive);
   EXPECT_EQ(p.stopwords, (std::vector<std::string>{"a", "the"}));
   EXPECT_EQ(p.locale, "en_US.UTF-8");
+}
+
+// ---- Normalization and LRN: NormalizationParams, LrnParams, normalization_stats_view ----------
+
+TEST(OpParams, NormalizationAttributesFailWhenCreated) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{2, 6, 4});
+  const auto add = [&](const std::string& type, Attributes a, const std::string& name) {
+    return net.add_layer(type, {x}, 1, std::move(a), name);
+  };
+  expect_contains(error_of([&] { add(kLayerNormalization, attrs({{"mode", std::string("batch")}}), "n1"); }),
+                  {"'n1'", "Normalization", "'mode'", "\"batch\"", "\"layer\"", "\"instance\"", "\"group\"", "\"mvn\"",
+                   "\"lp\""});
+  expect_contains(error_of([&] { add(kLayerNormalization, attrs({}), "n0"); }), {"'n0'", "'mode'", "required"});
+  expect_contains(
+      error_of([&] { add(kLayerNormalization, attrs({{"mode", std::string("lp")}, {"p", int64_t{3}}}), "n2"); }),
+      {"'n2'", "'p'", "is 3", "supports 1 and 2"});
+  expect_contains(
+      error_of([&] { add(kLayerNormalization, attrs({{"mode", std::string("group")}, {"num_groups", int64_t{0}}}), "n3"); }),
+      {"'n3'", "'num_groups'", "is 0", ">= 1"});
+  expect_contains(error_of([&] { add(kLayerLRN, attrs({{"size", int64_t{0}}}), "lrn"); }), {"'lrn'", "LRN", "'size'", ">= 1"});
+  // p and num_groups only matter to their modes.
+  Layer* n = add(kLayerNormalization, attrs({{"mode", std::string("mvn")}, {"p", int64_t{3}}, {"normalize_variance", int64_t{0}}}),
+                 "mvn");
+  EXPECT_EQ(params_of<NormalizationParams>(*n).mode, NormMode::kMvn);
+  EXPECT_FALSE(params_of<NormalizationParams>(*n).normalize_variance);
+  EXPECT_EQ(params_of<NormalizationParams>(*n).axes, (Ints{0, 2, 3})) << "the schema's default";
+  Layer* lrn = add(kLayerLRN, attrs({{"size", int64_t{5}}, {"beta", 0.5}}), "lrn_ok");
+  EXPECT_EQ(params_of<LrnParams>(*lrn).size, 5);
+  EXPECT_EQ(params_of<LrnParams>(*lrn).beta, 0.5);
+  EXPECT_EQ(params_of<LrnParams>(*lrn).alpha, 1e-4);
+}
+
+TEST(NormalizationGeometry, StatsViews) {
+  NormalizationParams p;
+  p.mode = NormMode::kLayer;
+  p.axis = -2;
+  NormStatsView v = normalization_stats_view(p, Dims{2, 3, 4});
+  EXPECT_EQ(v.dims, (Ints{2, 3, 4}));
+  EXPECT_EQ(v.reduced, (std::vector<bool>{false, true, true}));
+  p.mode = NormMode::kInstance;
+  EXPECT_EQ(normalization_stats_view(p, Dims{2, 3, 4, 5}).reduced, (std::vector<bool>{false, false, true, true}));
+  expect_contains(error_of([&] { normalization_stats_view(p, Dims{3}); }), {"'instance'", "rank >= 2"});
+  p.mode = NormMode::kGroup;
+  p.num_groups = 3;
+  v = normalization_stats_view(p, Dims{2, 6, 4, 5});
+  EXPECT_EQ(v.dims, (Ints{2, 3, 40}));
+  EXPECT_EQ(v.reduced, (std::vector<bool>{false, false, true}));
+  p.num_groups = 4;
+  expect_contains(error_of([&] { normalization_stats_view(p, Dims{2, 6, 4}); }), {"divide the channel count 6"});
+  p.mode = NormMode::kMvn;
+  p.axes = {0, -1};
+  EXPECT_EQ(normalization_stats_view(p, Dims{2, 3, 4}).reduced, (std::vector<bool>{true, false, true}));
+  p.axes = {1, -2};
+  expect_contains(error_of([&] { normalization_stats_view(p, Dims{2, 3, 4}); }), {"names axis 1 twice"});
+  p.mode = NormMode::kLp;
+  p.axis = 1;
+  EXPECT_EQ(normalization_stats_view(p, Dims{2, 3, 4}).reduced, (std::vector<bool>{false, true, false}));
+  p.axis = 3;
+  expect_contains(error_of([&] { normalization_stats_view(p, Dims{2, 3, 4}); }), {"axis 3 is out of range"});
 }
 
 }  // namespace
