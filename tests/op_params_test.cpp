@@ -18,6 +18,7 @@
 #include "src/ir/pool_params.h"
 #include "src/ir/reduce_params.h"
 #include "src/ir/resize_params.h"
+#include "src/ir/sampling_params.h"
 #include "src/ir/scatter_params.h"
 #include "src/ir/string_params.h"
 
@@ -548,6 +549,73 @@ TEST(NormalizationGeometry, StatsViews) {
   EXPECT_EQ(normalization_stats_view(p, Dims{2, 3, 4}).reduced, (std::vector<bool>{false, true, false}));
   p.axis = 3;
   expect_contains(error_of([&] { normalization_stats_view(p, Dims{2, 3, 4}); }), {"axis 3 is out of range"});
+}
+
+// ---- Sampling: GridSampleParams, RoiAlignParams, MaxRoiPoolParams and their output sizes --------
+
+TEST(OpParams, SamplingAttributesFailWhenCreated) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 2, 8, 8});
+  Tensor* grid = net.add_input("grid", DataType::kFloat32, Dims{1, 4, 4, 2});
+  Tensor* rois = net.add_input("rois", DataType::kFloat32, Dims{3, 4});
+  Tensor* bi = net.add_input("bi", DataType::kInt64, Dims{3});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerGridSample, {x, grid}, 1, attrs({{"mode", std::string("bilinear")}}), "g1"); }),
+      {"'g1'", "GridSample", "'mode'", "\"bilinear\"", "\"linear\"", "\"nearest\"", "\"cubic\""});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerGridSample, {x, grid}, 1, attrs({{"padding_mode", std::string("mirror")}}), "g2");
+                  }),
+                  {"'g2'", "'padding_mode'", "\"zeros\"", "\"border\"", "\"reflection\""});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerGridSample, {x, grid}, 1, attrs({{"align_corners", int64_t{-1}}}), "g3");
+                  }),
+                  {"'g3'", "'align_corners'", "is -1", "0 to 1"});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1, attrs({{"mode", std::string("mean")}}), "r1"); }),
+      {"'r1'", "RoiAlign", "'mode'", "\"avg\"", "\"max\""});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1,
+                                  attrs({{"coordinate_transformation_mode", std::string("align_corners")}}), "r2");
+                  }),
+                  {"'r2'", "'coordinate_transformation_mode'", "\"half_pixel\"", "\"output_half_pixel\""});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1, attrs({{"output_width", int64_t{0}}}), "r3"); }),
+      {"'r3'", "'output_width'", "is 0", "allowed range: 1 to"});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1, attrs({{"sampling_ratio", int64_t{-1}}}), "r4"); }),
+      {"'r4'", "'sampling_ratio'", "is -1", "allowed range: 0 to"});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerMaxRoiPool, {x, rois}, 1, attrs({{"pooled_shape", Ints{2, 0}}}), "m1"); }),
+      {"'m1'", "MaxRoiPool", "'pooled_shape'", "[2, 0]", "two positive values"});
+
+  Layer* r = net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1,
+                           attrs({{"mode", std::string("max")}, {"output_height", int64_t{3}}, {"spatial_scale", 0.25}}), "r");
+  EXPECT_TRUE(params_of<RoiAlignParams>(*r).max_mode);
+  EXPECT_EQ(params_of<RoiAlignParams>(*r).output_height, 3);
+  EXPECT_EQ(params_of<RoiAlignParams>(*r).output_width, 1) << "the schema's default";
+  EXPECT_TRUE(params_of<RoiAlignParams>(*r).half_pixel);
+  EXPECT_EQ(params_of<RoiAlignParams>(*r).spatial_scale, 0.25);
+  Layer* g = net.add_layer(kLayerGridSample, {x, grid}, 1,
+                           attrs({{"mode", std::string("cubic")}, {"padding_mode", std::string("reflection")}}), "g");
+  EXPECT_EQ(params_of<GridSampleParams>(*g).mode, GridSampleMode::kCubic);
+  EXPECT_EQ(params_of<GridSampleParams>(*g).padding, GridSamplePadding::kReflection);
+}
+
+TEST(SamplingGeometry, OutputDims) {
+  EXPECT_EQ(grid_sample_output_dims(Dims{2, 3, 5, 7}, Dims{2, 4, 6, 2}), (Dims{2, 3, 4, 6}));
+  expect_contains(error_of([] { grid_sample_output_dims(Dims{2, 3, 5, 7}, Dims{2, 4, 6, 3}); }), {"must be [N, O1..2, 2]"});
+  expect_contains(error_of([] { grid_sample_output_dims(Dims{2, 3}, Dims{2, 3}); }), {"at least one spatial dim"});
+  RoiAlignParams ra;
+  ra.output_height = 2;
+  ra.output_width = 3;
+  EXPECT_EQ(roi_align_output_dims(ra, Dims{2, 4, 9, 9}, Dims{5, 4}, Dims{5}), (Dims{5, 4, 2, 3}));
+  expect_contains(error_of([&] { roi_align_output_dims(ra, Dims{2, 4, 9, 9}, Dims{5, 4}, Dims{4}); }), {"one per roi"});
+  expect_contains(error_of([&] { roi_align_output_dims(ra, Dims{2, 4, 9}, Dims{5, 4}, Dims{5}); }), {"[N, C, H, W]"});
+  MaxRoiPoolParams mp;
+  mp.pooled_height = 6;
+  mp.pooled_width = 7;
+  EXPECT_EQ(max_roi_pool_output_dims(mp, Dims{1, 4, 8, 8}, Dims{3, 5}), (Dims{3, 4, 6, 7}));
+  expect_contains(error_of([&] { max_roi_pool_output_dims(mp, Dims{1, 4, 8, 8}, Dims{3, 4}); }), {"[num_rois, 5]"});
 }
 
 }  // namespace
