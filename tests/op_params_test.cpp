@@ -12,6 +12,7 @@
 #include "kiln/network.h"
 #include "src/engine/network_codec.h"
 #include "src/ir/conv_params.h"
+#include "src/ir/gather_params.h"
 #include "src/ir/normalization_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
@@ -616,6 +617,44 @@ TEST(SamplingGeometry, OutputDims) {
   mp.pooled_width = 7;
   EXPECT_EQ(max_roi_pool_output_dims(mp, Dims{1, 4, 8, 8}, Dims{3, 5}), (Dims{3, 4, 6, 7}));
   expect_contains(error_of([&] { max_roi_pool_output_dims(mp, Dims{1, 4, 8, 8}, Dims{3, 4}); }), {"[num_rois, 5]"});
+}
+
+// ---- Gather: GatherParams and gather_output_dims -----------------------------------------------
+
+TEST(OpParams, GatherAttributesFailWhenCreated) {
+  Network net;
+  Tensor* data = net.add_input("data", DataType::kFloat32, Dims{4, 5});
+  Tensor* idx = net.add_input("idx", DataType::kInt64, Dims{2});
+  expect_contains(error_of([&] { net.add_layer(kLayerGather, {data, idx}, 1, attrs({{"mode", std::string("take")}}), "g1"); }),
+                  {"'g1'", "Gather", "'mode'", "\"take\"", "\"default\"", "\"elements\"", "\"nd\""});
+  Layer* g = net.add_layer(kLayerGather, {data, idx}, 1, attrs({{"axis", int64_t{-1}}}), "g");
+  EXPECT_EQ(params_of<GatherParams>(*g).mode, GatherMode::kDefault) << "the schema's default";
+  EXPECT_EQ(params_of<GatherParams>(*g).axis, -1);
+}
+
+TEST(GatherGeometry, OutputDims) {
+  GatherParams p;
+  p.axis = -1;
+  EXPECT_EQ(gather_axis(p, 3), 2);
+  EXPECT_EQ(gather_output_dims(p, Dims{4, 5, 6}, Dims{2, 3}), (Dims{4, 5, 2, 3}));
+  EXPECT_EQ(gather_output_dims(p, Dims{4}, Dims{}), (Dims{})) << "a scalar index drops the axis";
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{}, Dims{2}); }), {"scalar"});
+  EXPECT_EQ(gather_output_dims(p, Dims{2, 2, 2, 2, 2, 2, 2}, Dims{2, 2}).rank(), 8) << "kMaxDims is allowed";
+  p.axis = 0;
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{2, 2, 2, 2, 2, 2, 2, 2}, Dims{2, 2}); }),
+                  {"would have rank 9", "at most 8"});
+  p.mode = GatherMode::kElements;
+  p.axis = 1;
+  EXPECT_EQ(gather_output_dims(p, Dims{4, 5}, Dims{3, 9}), (Dims{3, 9}));
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{4, 5}, Dims{5, 2}); }), {"exceed data", "axis 0"});
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{4, 5}, Dims{5}); }), {"same rank as data"});
+  p.mode = GatherMode::kNd;
+  p.batch_dims = 1;
+  EXPECT_EQ(gather_output_dims(p, Dims{2, 3, 4, 5}, Dims{2, 7, 2}), (Dims{2, 7, 5}));
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{2, 3, 4}, Dims{3, 7, 2}); }), {"batch dim 0 differs"});
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{2, 3}, Dims{2, 3}); }), {"[1, rank(data) - batch_dims] = [1, 1]"});
+  p.batch_dims = -1;
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{2, 3}, Dims{2, 1}); }), {"batch_dims -1 must be in"});
 }
 
 }  // namespace
