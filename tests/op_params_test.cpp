@@ -366,6 +366,7 @@ TEST(ResizeGeometry, OutputDimsAndAxes) {
   EXPECT_EQ(sized[1].resized_len, 9.0);
   expect_contains(error_of([] { resize_axes(Dims{4, 6}, Dims{4}, {}); }), {"ranks differ"});
   expect_contains(error_of([] { resize_axes(Dims{4, 6}, Dims{4, 6}, {1}); }), {"one value per axis"});
+  EXPECT_STREQ(to_string(ResizeMode::kCubic), "cubic") << "messages use the decoding's names";
 }
 
 // ---- Reduce and ArgReduce: ReduceParams, ArgReduceParams and their axis rules ------------------
@@ -550,6 +551,7 @@ TEST(NormalizationGeometry, StatsViews) {
   EXPECT_EQ(normalization_stats_view(p, Dims{2, 3, 4}).reduced, (std::vector<bool>{false, true, false}));
   p.axis = 3;
   expect_contains(error_of([&] { normalization_stats_view(p, Dims{2, 3, 4}); }), {"axis 3 is out of range"});
+  EXPECT_STREQ(to_string(NormMode::kMvn), "mvn");
 }
 
 // ---- Sampling: GridSampleParams, RoiAlignParams, MaxRoiPoolParams and their output sizes --------

@@ -1,34 +1,29 @@
 // NormalizationParams / LrnParams decoding and the statistics view (see normalization_params.h).
 #include "src/ir/normalization_params.h"
 
-#include <limits>
 #include <string>
 
 #include "kiln/error.h"
+#include "src/ir/enum_names.h"
 #include "src/ir/op_params.h"
 #include "src/ir/reduce_params.h"
 
 namespace kiln {
+namespace {
 
-const char* to_string(NormMode mode) {
-  switch (mode) {
-    case NormMode::kLayer: return "layer";
-    case NormMode::kInstance: return "instance";
-    case NormMode::kGroup: return "group";
-    case NormMode::kMvn: return "mvn";
-    case NormMode::kLp: return "lp";
-  }
-  return "?";
-}
+// The names of `mode`, for decoding and for messages.
+const EnumNames<NormMode> kModes = {
+    {"layer", NormMode::kLayer}, {"instance", NormMode::kInstance}, {"group", NormMode::kGroup},
+    {"mvn", NormMode::kMvn},     {"lp", NormMode::kLp}};
+
+}  // namespace
+
+const char* to_string(NormMode mode) { return name_in(kModes, mode); }
 
 NormalizationParams NormalizationParams::decode(const Layer& layer) {
   const ParamReader r(layer);
   NormalizationParams p;
-  p.mode = r.get_enum<NormMode>("mode", {{"layer", NormMode::kLayer},
-                                         {"instance", NormMode::kInstance},
-                                         {"group", NormMode::kGroup},
-                                         {"mvn", NormMode::kMvn},
-                                         {"lp", NormMode::kLp}});
+  p.mode = r.get_enum<NormMode>("mode", kModes);
   p.axis = r.get_int("axis");
   p.axes = r.get_ints("axes");
   p.num_groups = r.get_int("num_groups");

@@ -5,24 +5,24 @@
 #include <string>
 
 #include "kiln/error.h"
+#include "src/ir/enum_names.h"
 #include "src/ir/op_params.h"
 
 namespace kiln {
+namespace {
 
-const char* to_string(ResizeMode mode) {
-  switch (mode) {
-    case ResizeMode::kNearest: return "nearest";
-    case ResizeMode::kLinear: return "linear";
-    case ResizeMode::kCubic: return "cubic";
-  }
-  return "?";
-}
+// The names of `mode`, for decoding and for messages.
+const EnumNames<ResizeMode> kModes = {
+    {"nearest", ResizeMode::kNearest}, {"linear", ResizeMode::kLinear}, {"cubic", ResizeMode::kCubic}};
+
+}  // namespace
+
+const char* to_string(ResizeMode mode) { return name_in(kModes, mode); }
 
 ResizeParams ResizeParams::decode(const Layer& layer) {
   const ParamReader r(layer);
   ResizeParams p;
-  p.mode = r.get_enum<ResizeMode>(
-      "mode", {{"nearest", ResizeMode::kNearest}, {"linear", ResizeMode::kLinear}, {"cubic", ResizeMode::kCubic}});
+  p.mode = r.get_enum<ResizeMode>("mode", kModes);
   const char* ctm = "coordinate_transformation_mode";
   if (r.get_string(ctm) == "tf_crop_and_resize") {
     r.fail(ctm, "is \"tf_crop_and_resize\", which needs an roi input that kiln's Resize does not take");

@@ -2,32 +2,28 @@
 #include "src/ir/scatter_params.h"
 
 #include "kiln/error.h"
+#include "src/ir/enum_names.h"
 #include "src/ir/op_params.h"
 #include "src/ir/reduce_params.h"
 
 namespace kiln {
+namespace {
 
-const char* to_string(ScatterReduction reduction) {
-  switch (reduction) {
-    case ScatterReduction::kNone: return "none";
-    case ScatterReduction::kAdd: return "add";
-    case ScatterReduction::kMul: return "mul";
-    case ScatterReduction::kMax: return "max";
-    case ScatterReduction::kMin: return "min";
-  }
-  return "?";
-}
+// The names of `reduction`, for decoding and for messages.
+const EnumNames<ScatterReduction> kReductions = {
+    {"none", ScatterReduction::kNone}, {"add", ScatterReduction::kAdd}, {"mul", ScatterReduction::kMul},
+    {"max", ScatterReduction::kMax},   {"min", ScatterReduction::kMin}};
+
+}  // namespace
+
+const char* to_string(ScatterReduction reduction) { return name_in(kReductions, reduction); }
 
 ScatterParams ScatterParams::decode(const Layer& layer) {
   const ParamReader r(layer);
   ScatterParams p;
   p.nd = r.get_enum<bool>("mode", {{"elements", false}, {"nd", true}});
   p.axis = r.get_int("axis");
-  p.reduction = r.get_enum<ScatterReduction>("reduction", {{"none", ScatterReduction::kNone},
-                                                           {"add", ScatterReduction::kAdd},
-                                                           {"mul", ScatterReduction::kMul},
-                                                           {"max", ScatterReduction::kMax},
-                                                           {"min", ScatterReduction::kMin}});
+  p.reduction = r.get_enum<ScatterReduction>("reduction", kReductions);
   return p;
 }
 
