@@ -1,7 +1,8 @@
 // Typed op parameters (src/ir/op_params.h): decoded and checked once when a layer is created,
 // validated or loaded, with messages naming the layer, the attribute and the allowed values;
 // cached per layer and decoded again after an edit; and the shared geometry functions
-// (conv_geometry, pool_geometry) that shape inference and every kernel use.
+// (conv_geometry, pool_geometry, resize_output_dims, reduce_output_dims, check_scatter_shapes, ...)
+// that shape inference and every kernel use.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -11,9 +12,16 @@
 #include "kiln/network.h"
 #include "src/engine/network_codec.h"
 #include "src/ir/conv_params.h"
+#include "src/ir/gather_params.h"
+#include "src/ir/normalization_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/pool_params.h"
+#include "src/ir/reduce_params.h"
+#include "src/ir/resize_params.h"
+#include "src/ir/sampling_params.h"
+#include "src/ir/scatter_params.h"
+#include "src/ir/string_params.h"
 
 namespace kiln {
 namespace {
@@ -297,6 +305,358 @@ TEST(OpTraits, PassListsAreSchemaFlags) {
   EXPECT_EQ(role(in), AccuracyRole::kNone);
   EXPECT_EQ(role(sum), AccuracyRole::kStream);
   EXPECT_EQ(role(prod), AccuracyRole::kNone);
+}
+
+// ---- Resize: ResizeParams, resize_output_dims, resize_axes ----------------------------------
+
+TEST(OpParams, ResizeAttributesFailWhenCreated) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 2, 4, 4});
+  Tensor* scales = net.add_constant(HostTensor::from_vector(DataType::kFloat32, Dims{4}, std::vector<float>{1, 1, 2, 2}),
+                                    "scales")->output(0);
+  const auto add = [&](Attributes a, const std::string& name) { net.add_layer(kLayerResize, {x, scales}, 1, std::move(a), name); };
+  expect_contains(error_of([&] { add(attrs({{"mode", std::string("bicubic")}}), "r1"); }),
+                  {"'r1'", "Resize", "'mode'", "\"bicubic\"", "\"nearest\"", "\"linear\"", "\"cubic\""});
+  expect_contains(error_of([&] { add(attrs({{"coordinate_transformation_mode", std::string("half")}}), "r2"); }),
+                  {"'r2'", "'coordinate_transformation_mode'", "\"half\"", "\"half_pixel\"", "\"half_pixel_symmetric\"",
+                   "\"pytorch_half_pixel\"", "\"align_corners\"", "\"asymmetric\"", "\"tf_half_pixel_for_nn\""});
+  expect_contains(
+      error_of([&] { add(attrs({{"coordinate_transformation_mode", std::string("tf_crop_and_resize")}}), "r3"); }),
+      {"'r3'", "'coordinate_transformation_mode'", "tf_crop_and_resize", "roi"});
+  expect_contains(error_of([&] { add(attrs({{"nearest_mode", std::string("round")}}), "r4"); }),
+                  {"'r4'", "'nearest_mode'", "\"round\"", "\"round_prefer_floor\"", "\"round_prefer_ceil\"", "\"floor\"",
+                   "\"ceil\""});
+  expect_contains(error_of([&] { add(attrs({{"exclude_outside", int64_t{2}}}), "r5"); }),
+                  {"'r5'", "'exclude_outside'", "is 2", "0 to 1"});
+  EXPECT_EQ(net.num_layers(), 1) << "only the constant";
+
+  Layer* ok = net.add_layer(kLayerResize, {x, scales}, 1,
+                            attrs({{"mode", std::string("cubic")}, {"coordinate_transformation_mode", std::string("align_corners")},
+                                   {"cubic_coeff_a", -0.5}, {"exclude_outside", int64_t{1}}}),
+                            "r");
+  const ResizeParams& p = params_of<ResizeParams>(*ok);
+  EXPECT_EQ(p.mode, ResizeMode::kCubic);
+  EXPECT_EQ(p.coord, ResizeCoordMode::kAlignCorners);
+  EXPECT_EQ(p.nearest, ResizeNearestMode::kRoundPreferFloor) << "the schema's default";
+  EXPECT_EQ(p.cubic_a, -0.5);
+  EXPECT_TRUE(p.exclude_outside);
+}
+
+TEST(ResizeGeometry, OutputDimsAndAxes) {
+  // floor(in * scale) in float: 7 * 1.5 = 10.5 -> 10; 5 * 0.3 = 1.5 -> 1.
+  EXPECT_EQ(resize_output_dims(Dims{1, 3, 5, 7}, {1, 1, 0.3, 1.5}, {}), (Dims{1, 3, 1, 10}));
+  EXPECT_EQ(resize_output_dims(Dims{1, 3, 5, 7}, {}, {2, 3, 9, 4}), (Dims{2, 3, 9, 4}));
+  expect_contains(error_of([] { resize_output_dims(Dims{2, 3}, {}, {}); }), {"needs scales", "or sizes"});
+  expect_contains(error_of([] { resize_output_dims(Dims{2, 3}, {1, 1}, {2, 3}); }), {"not both"});
+  expect_contains(error_of([] { resize_output_dims(Dims{2, 3}, {1}, {}); }), {"scales has 1 values", "rank 2"});
+  expect_contains(error_of([] { resize_output_dims(Dims{2, 3}, {1, 0}, {}); }), {"positive and finite", "axis 1"});
+  expect_contains(error_of([] { resize_output_dims(Dims{2, 3}, {}, {2, -1}); }), {"sizes must be >= 0"});
+  expect_contains(error_of([] { resize_output_dims(Dims{0, 3}, {}, {2, 3}); }), {"axis 0 of extent 0"});
+
+  // With scales: the given scale, resized length in * scale (fractional); else out / in and out.
+  const std::vector<ResizeAxis> given = resize_axes(Dims{1, 5, 7}, Dims{1, 1, 10}, {1, 0.3, 1.5});
+  EXPECT_TRUE(given[0].identity());
+  EXPECT_FLOAT_EQ(given[1].scale, 0.3f);
+  EXPECT_DOUBLE_EQ(given[1].resized_len, static_cast<double>(0.3f) * 5);
+  EXPECT_FALSE(given[1].identity());
+  EXPECT_DOUBLE_EQ(given[2].resized_len, 10.5);
+  const std::vector<ResizeAxis> sized = resize_axes(Dims{4, 6}, Dims{4, 9}, {});
+  EXPECT_TRUE(sized[0].identity());
+  EXPECT_EQ(sized[1].scale, 9.0f / 6.0f);
+  EXPECT_EQ(sized[1].resized_len, 9.0);
+  expect_contains(error_of([] { resize_axes(Dims{4, 6}, Dims{4}, {}); }), {"ranks differ"});
+  expect_contains(error_of([] { resize_axes(Dims{4, 6}, Dims{4, 6}, {1}); }), {"one value per axis"});
+  EXPECT_STREQ(to_string(ResizeMode::kCubic), "cubic") << "messages use the decoding's names";
+}
+
+// ---- Reduce and ArgReduce: ReduceParams, ArgReduceParams and their axis rules ------------------
+
+TEST(OpParams, ReduceAndArgReduceAttributesFailWhenCreated) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{2, 3, 4});
+  expect_contains(error_of([&] { net.add_layer(kLayerReduce, {x}, 1, attrs({{"op", std::string("average")}}), "red"); }),
+                  {"'red'", "Reduce", "'op'", "\"average\"", "\"sum\"", "\"mean\"", "\"log_sum_exp\""});
+  expect_contains(error_of([&] { net.add_layer(kLayerReduce, {x}, 1, attrs({}), "red0"); }),
+                  {"'red0'", "'op'", "required"});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerReduce, {x}, 1, attrs({{"op", std::string("sum")}, {"keep_dims", int64_t{-1}}}), "k");
+                  }),
+                  {"'k'", "'keep_dims'", "is -1", "0 to 1"});
+  expect_contains(error_of([&] { net.add_layer(kLayerArgReduce, {x}, 1, attrs({{"op", std::string("mean")}}), "arg"); }),
+                  {"'arg'", "ArgReduce", "'op'", "\"mean\"", "\"max\"", "\"min\""});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerArgReduce, {x}, 1,
+                                  attrs({{"op", std::string("max")}, {"select_last_index", int64_t{3}}}), "arg2");
+                  }),
+                  {"'arg2'", "'select_last_index'", "is 3", "0 to 1"});
+
+  Layer* r = net.add_layer(kLayerReduce, {x}, 1,
+                           attrs({{"op", std::string("log_sum_exp")}, {"axes", Ints{-1, 0}}, {"keep_dims", int64_t{0}}}), "r");
+  EXPECT_EQ(params_of<ReduceParams>(*r).op, ReduceOp::kLogSumExp);
+  EXPECT_EQ(params_of<ReduceParams>(*r).axes, (Ints{-1, 0}));
+  EXPECT_FALSE(params_of<ReduceParams>(*r).keep_dims);
+  Layer* a = net.add_layer(kLayerArgReduce, {x}, 1, attrs({{"op", std::string("min")}, {"axis", int64_t{-2}}}), "a");
+  EXPECT_FALSE(params_of<ArgReduceParams>(*a).is_max);
+  EXPECT_EQ(params_of<ArgReduceParams>(*a).axis, -2);
+  EXPECT_TRUE(params_of<ArgReduceParams>(*a).keep_dims) << "the schema's default";
+}
+
+TEST(ReduceGeometry, AxesAndOutputDims) {
+  ReduceParams p;
+  p.axes = {-1, 0};
+  EXPECT_EQ(reduced_axes(p, 3), (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(reduce_output_dims(p, Dims{2, 3, 4}), (Dims{1, 3, 1}));
+  p.keep_dims = false;
+  EXPECT_EQ(reduce_output_dims(p, Dims{2, 3, 4}), (Dims{3}));
+  p.axes = {};
+  EXPECT_EQ(reduced_axes(p, 2), (std::vector<bool>{true, true})) << "no axes: all";
+  EXPECT_EQ(reduce_output_dims(p, Dims{2, 3}), (Dims{}));
+  p.axes = {1, -1};
+  expect_contains(error_of([&] { reduced_axes(p, 2); }), {"'axes' names axis 1 twice"});
+  p.axes = {3};
+  expect_contains(error_of([&] { reduced_axes(p, 3); }), {"axis 3 is out of range", "rank 3", "-3 to 2"});
+
+  ArgReduceParams a;
+  a.axis = -1;
+  EXPECT_EQ(arg_reduce_axis(a, 3), 2);
+  EXPECT_EQ(arg_reduce_output_dims(a, Dims{2, 3, 4}), (Dims{2, 3, 1}));
+  a.keep_dims = false;
+  EXPECT_EQ(arg_reduce_output_dims(a, Dims{2, 3, 4}), (Dims{2, 3}));
+  a.one_hot = true;
+  EXPECT_EQ(arg_reduce_output_dims(a, Dims{2, 3, 4}), (Dims{2, 3, 4})) << "one_hot: x's dims";
+  a.axis = -4;
+  expect_contains(error_of([&] { arg_reduce_axis(a, 3); }), {"axis -4 is out of range"});
+}
+
+// ---- Scatter: ScatterParams and check_scatter_shapes ---------------------------------------
+
+TEST(OpParams, ScatterAttributesFailWhenCreated) {
+  Network net;
+  Tensor* data = net.add_input("data", DataType::kFloat32, Dims{4, 5});
+  Tensor* idx = net.add_input("idx", DataType::kInt64, Dims{2, 5});
+  Tensor* upd = net.add_input("upd", DataType::kFloat32, Dims{2, 5});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerScatter, {data, idx, upd}, 1, attrs({{"mode", std::string("slices")}}), "s1"); }),
+      {"'s1'", "Scatter", "'mode'", "\"slices\"", "\"elements\"", "\"nd\""});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerScatter, {data, idx, upd}, 1, attrs({{"reduction", std::string("sum")}}), "s2"); }),
+      {"'s2'", "'reduction'", "\"sum\"", "\"none\"", "\"add\"", "\"mul\"", "\"max\"", "\"min\""});
+  Layer* s = net.add_layer(kLayerScatter, {data, idx, upd}, 1,
+                           attrs({{"mode", std::string("nd")}, {"reduction", std::string("max")}}), "s");
+  EXPECT_TRUE(params_of<ScatterParams>(*s).nd);
+  EXPECT_EQ(params_of<ScatterParams>(*s).reduction, ScatterReduction::kMax);
+  EXPECT_EQ(params_of<ScatterParams>(*s).axis, 0) << "the schema's default";
+}
+
+TEST(ScatterGeometry, ShapeRules) {
+  ScatterParams e;
+  e.axis = -1;
+  EXPECT_EQ(scatter_axis(e, 2), 1);
+  EXPECT_NO_THROW(check_scatter_shapes(e, Dims{4, 5}, Dims{2, 5}, Dims{2, 5}));
+  expect_contains(error_of([&] { check_scatter_shapes(e, Dims{4, 5}, Dims{2, 5}, Dims{2, 4}); }),
+                  {"updates 2x4", "dims of indices 2x5"});
+  expect_contains(error_of([&] { check_scatter_shapes(e, Dims{4, 5}, Dims{5}, Dims{5}); }), {"rank of data"});
+  e.axis = 2;
+  expect_contains(error_of([&] { check_scatter_shapes(e, Dims{4, 5}, Dims{2, 5}, Dims{2, 5}); }),
+                  {"axis 2 is out of range"});
+  ScatterParams nd;
+  nd.nd = true;
+  EXPECT_NO_THROW(check_scatter_shapes(nd, Dims{4, 5, 6}, Dims{3, 2}, Dims{3, 6}));
+  expect_contains(error_of([&] { check_scatter_shapes(nd, Dims{4, 5}, Dims{2, 3}, Dims{2}); }), {"1..2"});
+  expect_contains(error_of([&] { check_scatter_shapes(nd, Dims{4, 5}, Dims{2, 1}, Dims{2, 4}); }),
+                  {"must have dims 2x5"});
+  EXPECT_STREQ(to_string(ScatterReduction::kMul), "mul");
+}
+
+// ---- StringNormalizer: case_change_action and locale checked in one place -----------------------
+
+TEST(OpParams, StringNormalizerAttributesFailWhenCreated) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kString, Dims{3});
+  const auto add = [&](Attributes a, const std::string& name) {
+    return net.add_layer(kLayerStringNormalizer, {x}, 2, std::move(a), name);
+  };
+  expect_contains(error_of([&] { add(attrs({{"case_change_action", std::string("lower")}}), "n1"); }),
+                  {"'n1'", "StringNormalizer", "'case_change_action'", "\"lower\"", "\"NONE\"", "\"LOWER\"", "\"UPPER\""});
+  expect_contains(error_of([&] { add(attrs({{"locale", std::string("tr_TR")}}), "n2"); }),
+                  {"'n2'", "'locale'", "tr_TR", "special casing"});
+  expect_contains(error_of([&] { add(attrs({{"is_case_sensitive", int64_t{2}}}), "n3"); }),
+                  {"'n3'", "'is_case_sensitive'", "is 2", "0 to 1"});
+  Layer* n = add(attrs({{"case_change_action", std::string("UPPER")},
+                        {"stopwords", std::vector<std::string>{"a", "the"}},
+                        {"locale", std::string("en_US.UTF-8")}}),
+                 "n");
+  const StringNormalizerParams& p = params_of<StringNormalizerParams>(*n);
+  EXPECT_EQ(p.case_change, StringCaseAction::kUpper);
+  EXPECT_FALSE(p.case_sensitive);
+  EXPECT_EQ(p.stopwords, (std::vector<std::string>{"a", "the"}));
+  EXPECT_EQ(p.locale, "en_US.UTF-8");
+}
+
+// ---- Normalization and LRN: NormalizationParams, LrnParams, normalization_stats_view ----------
+
+TEST(OpParams, NormalizationAttributesFailWhenCreated) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{2, 6, 4});
+  const auto add = [&](const std::string& type, Attributes a, const std::string& name) {
+    return net.add_layer(type, {x}, 1, std::move(a), name);
+  };
+  expect_contains(error_of([&] { add(kLayerNormalization, attrs({{"mode", std::string("batch")}}), "n1"); }),
+                  {"'n1'", "Normalization", "'mode'", "\"batch\"", "\"layer\"", "\"instance\"", "\"group\"", "\"mvn\"",
+                   "\"lp\""});
+  expect_contains(error_of([&] { add(kLayerNormalization, attrs({}), "n0"); }), {"'n0'", "'mode'", "required"});
+  expect_contains(
+      error_of([&] { add(kLayerNormalization, attrs({{"mode", std::string("lp")}, {"p", int64_t{3}}}), "n2"); }),
+      {"'n2'", "'p'", "is 3", "supports 1 and 2"});
+  expect_contains(
+      error_of([&] { add(kLayerNormalization, attrs({{"mode", std::string("group")}, {"num_groups", int64_t{0}}}), "n3"); }),
+      {"'n3'", "'num_groups'", "is 0", ">= 1"});
+  expect_contains(error_of([&] { add(kLayerLRN, attrs({{"size", int64_t{0}}}), "lrn"); }), {"'lrn'", "LRN", "'size'", ">= 1"});
+  // p and num_groups only matter to their modes.
+  Layer* n = add(kLayerNormalization, attrs({{"mode", std::string("mvn")}, {"p", int64_t{3}}, {"normalize_variance", int64_t{0}}}),
+                 "mvn");
+  EXPECT_EQ(params_of<NormalizationParams>(*n).mode, NormMode::kMvn);
+  EXPECT_FALSE(params_of<NormalizationParams>(*n).normalize_variance);
+  EXPECT_EQ(params_of<NormalizationParams>(*n).axes, (Ints{0, 2, 3})) << "the schema's default";
+  Layer* lrn = add(kLayerLRN, attrs({{"size", int64_t{5}}, {"beta", 0.5}}), "lrn_ok");
+  EXPECT_EQ(params_of<LrnParams>(*lrn).size, 5);
+  EXPECT_EQ(params_of<LrnParams>(*lrn).beta, 0.5);
+  EXPECT_EQ(params_of<LrnParams>(*lrn).alpha, 1e-4);
+}
+
+TEST(NormalizationGeometry, StatsViews) {
+  NormalizationParams p;
+  p.mode = NormMode::kLayer;
+  p.axis = -2;
+  NormStatsView v = normalization_stats_view(p, Dims{2, 3, 4});
+  EXPECT_EQ(v.dims, (Ints{2, 3, 4}));
+  EXPECT_EQ(v.reduced, (std::vector<bool>{false, true, true}));
+  p.mode = NormMode::kInstance;
+  EXPECT_EQ(normalization_stats_view(p, Dims{2, 3, 4, 5}).reduced, (std::vector<bool>{false, false, true, true}));
+  expect_contains(error_of([&] { normalization_stats_view(p, Dims{3}); }), {"'instance'", "rank >= 2"});
+  p.mode = NormMode::kGroup;
+  p.num_groups = 3;
+  v = normalization_stats_view(p, Dims{2, 6, 4, 5});
+  EXPECT_EQ(v.dims, (Ints{2, 3, 40}));
+  EXPECT_EQ(v.reduced, (std::vector<bool>{false, false, true}));
+  p.num_groups = 4;
+  expect_contains(error_of([&] { normalization_stats_view(p, Dims{2, 6, 4}); }), {"divide the channel count 6"});
+  p.mode = NormMode::kMvn;
+  p.axes = {0, -1};
+  EXPECT_EQ(normalization_stats_view(p, Dims{2, 3, 4}).reduced, (std::vector<bool>{true, false, true}));
+  p.axes = {1, -2};
+  expect_contains(error_of([&] { normalization_stats_view(p, Dims{2, 3, 4}); }), {"names axis 1 twice"});
+  p.mode = NormMode::kLp;
+  p.axis = 1;
+  EXPECT_EQ(normalization_stats_view(p, Dims{2, 3, 4}).reduced, (std::vector<bool>{false, true, false}));
+  p.axis = 3;
+  expect_contains(error_of([&] { normalization_stats_view(p, Dims{2, 3, 4}); }), {"axis 3 is out of range"});
+  EXPECT_STREQ(to_string(NormMode::kMvn), "mvn");
+}
+
+// ---- Sampling: GridSampleParams, RoiAlignParams, MaxRoiPoolParams and their output sizes --------
+
+TEST(OpParams, SamplingAttributesFailWhenCreated) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 2, 8, 8});
+  Tensor* grid = net.add_input("grid", DataType::kFloat32, Dims{1, 4, 4, 2});
+  Tensor* rois = net.add_input("rois", DataType::kFloat32, Dims{3, 4});
+  Tensor* bi = net.add_input("bi", DataType::kInt64, Dims{3});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerGridSample, {x, grid}, 1, attrs({{"mode", std::string("bilinear")}}), "g1"); }),
+      {"'g1'", "GridSample", "'mode'", "\"bilinear\"", "\"linear\"", "\"nearest\"", "\"cubic\""});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerGridSample, {x, grid}, 1, attrs({{"padding_mode", std::string("mirror")}}), "g2");
+                  }),
+                  {"'g2'", "'padding_mode'", "\"zeros\"", "\"border\"", "\"reflection\""});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerGridSample, {x, grid}, 1, attrs({{"align_corners", int64_t{-1}}}), "g3");
+                  }),
+                  {"'g3'", "'align_corners'", "is -1", "0 to 1"});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1, attrs({{"mode", std::string("mean")}}), "r1"); }),
+      {"'r1'", "RoiAlign", "'mode'", "\"avg\"", "\"max\""});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1,
+                                  attrs({{"coordinate_transformation_mode", std::string("align_corners")}}), "r2");
+                  }),
+                  {"'r2'", "'coordinate_transformation_mode'", "\"half_pixel\"", "\"output_half_pixel\""});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1, attrs({{"output_width", int64_t{0}}}), "r3"); }),
+      {"'r3'", "'output_width'", "is 0", "allowed range: 1 to"});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1, attrs({{"sampling_ratio", int64_t{-1}}}), "r4"); }),
+      {"'r4'", "'sampling_ratio'", "is -1", "allowed range: 0 to"});
+  expect_contains(
+      error_of([&] { net.add_layer(kLayerMaxRoiPool, {x, rois}, 1, attrs({{"pooled_shape", Ints{2, 0}}}), "m1"); }),
+      {"'m1'", "MaxRoiPool", "'pooled_shape'", "[2, 0]", "two positive values"});
+
+  Layer* r = net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1,
+                           attrs({{"mode", std::string("max")}, {"output_height", int64_t{3}}, {"spatial_scale", 0.25}}), "r");
+  EXPECT_TRUE(params_of<RoiAlignParams>(*r).max_mode);
+  EXPECT_EQ(params_of<RoiAlignParams>(*r).output_height, 3);
+  EXPECT_EQ(params_of<RoiAlignParams>(*r).output_width, 1) << "the schema's default";
+  EXPECT_TRUE(params_of<RoiAlignParams>(*r).half_pixel);
+  EXPECT_EQ(params_of<RoiAlignParams>(*r).spatial_scale, 0.25);
+  Layer* g = net.add_layer(kLayerGridSample, {x, grid}, 1,
+                           attrs({{"mode", std::string("cubic")}, {"padding_mode", std::string("reflection")}}), "g");
+  EXPECT_EQ(params_of<GridSampleParams>(*g).mode, GridSampleMode::kCubic);
+  EXPECT_EQ(params_of<GridSampleParams>(*g).padding, GridSamplePadding::kReflection);
+}
+
+TEST(SamplingGeometry, OutputDims) {
+  EXPECT_EQ(grid_sample_output_dims(Dims{2, 3, 5, 7}, Dims{2, 4, 6, 2}), (Dims{2, 3, 4, 6}));
+  expect_contains(error_of([] { grid_sample_output_dims(Dims{2, 3, 5, 7}, Dims{2, 4, 6, 3}); }), {"must be [N, O1..2, 2]"});
+  expect_contains(error_of([] { grid_sample_output_dims(Dims{2, 3}, Dims{2, 3}); }), {"at least one spatial dim"});
+  RoiAlignParams ra;
+  ra.output_height = 2;
+  ra.output_width = 3;
+  EXPECT_EQ(roi_align_output_dims(ra, Dims{2, 4, 9, 9}, Dims{5, 4}, Dims{5}), (Dims{5, 4, 2, 3}));
+  expect_contains(error_of([&] { roi_align_output_dims(ra, Dims{2, 4, 9, 9}, Dims{5, 4}, Dims{4}); }), {"one per roi"});
+  expect_contains(error_of([&] { roi_align_output_dims(ra, Dims{2, 4, 9}, Dims{5, 4}, Dims{5}); }), {"[N, C, H, W]"});
+  MaxRoiPoolParams mp;
+  mp.pooled_height = 6;
+  mp.pooled_width = 7;
+  EXPECT_EQ(max_roi_pool_output_dims(mp, Dims{1, 4, 8, 8}, Dims{3, 5}), (Dims{3, 4, 6, 7}));
+  expect_contains(error_of([&] { max_roi_pool_output_dims(mp, Dims{1, 4, 8, 8}, Dims{3, 4}); }), {"[num_rois, 5]"});
+}
+
+// ---- Gather: GatherParams and gather_output_dims -----------------------------------------------
+
+TEST(OpParams, GatherAttributesFailWhenCreated) {
+  Network net;
+  Tensor* data = net.add_input("data", DataType::kFloat32, Dims{4, 5});
+  Tensor* idx = net.add_input("idx", DataType::kInt64, Dims{2});
+  expect_contains(error_of([&] { net.add_layer(kLayerGather, {data, idx}, 1, attrs({{"mode", std::string("take")}}), "g1"); }),
+                  {"'g1'", "Gather", "'mode'", "\"take\"", "\"default\"", "\"elements\"", "\"nd\""});
+  Layer* g = net.add_layer(kLayerGather, {data, idx}, 1, attrs({{"axis", int64_t{-1}}}), "g");
+  EXPECT_EQ(params_of<GatherParams>(*g).mode, GatherMode::kDefault) << "the schema's default";
+  EXPECT_EQ(params_of<GatherParams>(*g).axis, -1);
+}
+
+TEST(GatherGeometry, OutputDims) {
+  GatherParams p;
+  p.axis = -1;
+  EXPECT_EQ(gather_axis(p, 3), 2);
+  EXPECT_EQ(gather_output_dims(p, Dims{4, 5, 6}, Dims{2, 3}), (Dims{4, 5, 2, 3}));
+  EXPECT_EQ(gather_output_dims(p, Dims{4}, Dims{}), (Dims{})) << "a scalar index drops the axis";
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{}, Dims{2}); }), {"scalar"});
+  EXPECT_EQ(gather_output_dims(p, Dims{2, 2, 2, 2, 2, 2, 2}, Dims{2, 2}).rank(), 8) << "kMaxDims is allowed";
+  p.axis = 0;
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{2, 2, 2, 2, 2, 2, 2, 2}, Dims{2, 2}); }),
+                  {"would have rank 9", "at most 8"});
+  p.mode = GatherMode::kElements;
+  p.axis = 1;
+  EXPECT_EQ(gather_output_dims(p, Dims{4, 5}, Dims{3, 9}), (Dims{3, 9}));
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{4, 5}, Dims{5, 2}); }), {"exceed data", "axis 0"});
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{4, 5}, Dims{5}); }), {"same rank as data"});
+  p.mode = GatherMode::kNd;
+  p.batch_dims = 1;
+  EXPECT_EQ(gather_output_dims(p, Dims{2, 3, 4, 5}, Dims{2, 7, 2}), (Dims{2, 7, 5}));
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{2, 3, 4}, Dims{3, 7, 2}); }), {"batch dim 0 differs"});
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{2, 3}, Dims{2, 3}); }), {"[1, rank(data) - batch_dims] = [1, 1]"});
+  p.batch_dims = -1;
+  expect_contains(error_of([&] { gather_output_dims(p, Dims{2, 3}, Dims{2, 1}); }), {"batch_dims -1 must be in"});
 }
 
 }  // namespace

@@ -123,7 +123,7 @@ TEST(IndexingShapes, ErrorsNameTheProblem) {
   expect_error([] { infer(kLayerTopK, {{kF32, {3, 4}, {}}, {kI64, {1}, i64s({1}, {5})}}, {}, 2); }, "must lie in [0, 4]");
   expect_error([] { infer(kLayerTopK, {{kF32, {3, 4}, {}}, {kI64, {1}, {}}}, {}, 2); }, "must be known when shapes are inferred");
   expect_error([] { infer(kLayerArgReduce, {{DataType::kBool, {3}, {}}}, attrs_of({{"op", std::string("max")}})); }, "bool");
-  expect_error([] { infer(kLayerArgReduce, {{kF32, {3}, {}}}, attrs_of({{"op", std::string("mean")}})); }, "valid values");
+  expect_error([] { infer(kLayerArgReduce, {{kF32, {3}, {}}}, attrs_of({{"op", std::string("mean")}})); }, "allowed values");
   expect_error([] { infer(kLayerCumSum, {{kF32, {3, 4}, {}}, {kI64, {}, i64s({}, {2})}}, {}); }, "out of range");
   expect_error([] { infer(kLayerCumSum, {{kF32, {3, 4}, {}}, {kF32, {}, {}}}, {}); }, "int32 or int64");
   expect_error([] { infer(kLayerTrilu, {{kF32, {4}, {}}}, {}); }, "rank >= 2");

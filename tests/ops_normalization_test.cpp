@@ -89,7 +89,7 @@ TEST(NormalizationShapes, LayerModeStatisticsOutputs) {
 
 TEST(NormalizationShapes, ErrorsNameTheProblem) {
   auto mode = [](const char* m) { return std::string(m); };
-  expect_error([&] { infer(kLayerNormalization, {{kF32, {2, 3}}}, attrs_of({{"mode", mode("batch")}})); }, "valid values");
+  expect_error([&] { infer(kLayerNormalization, {{kF32, {2, 3}}}, attrs_of({{"mode", mode("batch")}})); }, "allowed values");
   expect_error([&] { infer(kLayerNormalization, {{DataType::kInt32, {2, 3}}}, attrs_of({{"mode", mode("layer")}})); },
                "floating-point");
   expect_error([&] { infer(kLayerNormalization, {{kF32, {2, 3}}, {kF32, {2}}}, attrs_of({{"mode", mode("layer")}})); },

@@ -52,10 +52,10 @@ TEST(SamplingShapes, ErrorsNameTheRule) {
                 .find("must be [N, O1..2, 2]"),
             std::string::npos);
   EXPECT_NE(infer_error(kLayerGridSample, {{kF32, {2, 3, 5, 7}}, {kF32, {2, 4, 6, 2}}}, grid_attrs("bilinear", "zeros", 0))
-                .find("'mode' is 'bilinear'"),
+                .find("'mode' is \"bilinear\"; allowed values: \"linear\", \"nearest\", \"cubic\""),
             std::string::npos);
   EXPECT_NE(infer_error(kLayerGridSample, {{kF32, {1, 1, 2, 2}}, {kF32, {1, 1, 1, 2}}}, grid_attrs("linear", "mirror", 0))
-                .find("valid: zeros, border, reflection"),
+                .find("allowed values: \"zeros\", \"border\", \"reflection\""),
             std::string::npos);
   EXPECT_NE(infer_error(kLayerRoiAlign, {{kF32, {2, 3, 12, 10}}, {kF32, {5, 4}}, {kI64, {4}}}, {}).find("one per roi"),
             std::string::npos);

@@ -56,7 +56,7 @@ TEST(ScatterShapes, ErrorsNameTheRule) {
                 .find("indices must be int32 or int64"),
             std::string::npos);
   EXPECT_NE(infer_error(kLayerScatter, {{kF32, {4}}, {kI64, {2}}, {kF32, {2}}}, scatter_attrs("elements", 0, "sum"))
-                .find("unknown reduction 'sum'"),
+                .find("attribute 'reduction' is \"sum\"; allowed values: \"none\", \"add\", \"mul\", \"max\", \"min\""),
             std::string::npos);
   EXPECT_NE(infer_error(kLayerScatter, {{DataType::kBool, {4}}, {kI64, {2}}, {DataType::kBool, {2}}},
                         scatter_attrs("elements", 0, "add"))

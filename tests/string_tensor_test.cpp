@@ -408,12 +408,25 @@ TEST(StringTensorErrors, CudaRejectsStringTensors) {
 }
 
 TEST(StringTensorErrors, BadAttributesAndInputs) {
-  std::string msg = build_error(*normalizer_network(Dims{3}, "TITLE", true, {}), DeviceType::kCPU);
-  EXPECT_NE(msg.find("case_change_action"), std::string::npos) << msg;
-  msg = build_error(*normalizer_network(Dims{3}, "UPPER", true, {}, "tr_TR"), DeviceType::kCPU);
+  // Attribute values fail when the layer is created (StringNormalizerParams), input dims at build.
+  const auto creation_error = [](const std::string& action, const std::string& locale) {
+    try {
+      (void)normalizer_network(Dims{3}, action, true, {}, locale);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "the layer was created";
+    return std::string();
+  };
+  std::string msg = creation_error("TITLE", "");
+  EXPECT_NE(msg.find("layer 'normalizer' (StringNormalizer): attribute 'case_change_action' is \"TITLE\"; allowed "
+                     "values: \"NONE\", \"LOWER\", \"UPPER\""),
+            std::string::npos)
+      << msg;
+  msg = creation_error("UPPER", "tr_TR");
   EXPECT_NE(msg.find("layer 'normalizer' (StringNormalizer)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("special casing"), std::string::npos) << msg;
-  msg = build_error(*normalizer_network(Dims{3}, "UPPER", true, {}, "not a locale!"), DeviceType::kCPU);
+  msg = creation_error("UPPER", "not a locale!");
   EXPECT_NE(msg.find("locale"), std::string::npos) << msg;
   msg = build_error(*normalizer_network(Dims{2, 3}, "UPPER", true, {}), DeviceType::kCPU);
   EXPECT_NE(msg.find("[C] or [1, C]"), std::string::npos) << msg;

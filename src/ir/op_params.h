@@ -28,6 +28,7 @@ class ParamReader {
   double get_float(const std::string& name) const;
   std::string get_string(const std::string& name) const;
   std::vector<int64_t> get_ints(const std::string& name) const;
+  std::vector<std::string> get_strings(const std::string& name) const;
 
   // An int in [lo, hi].
   int64_t int_in(const std::string& name, int64_t lo, int64_t hi) const;

@@ -209,6 +209,11 @@ std::vector<int64_t> ParamReader::get_ints(const std::string& name) const {
   return attr_ints(layer_, name);
 }
 
+std::vector<std::string> ParamReader::get_strings(const std::string& name) const {
+  check_present(*this, name);
+  return attr_get<std::vector<std::string>>(layer_, name);
+}
+
 int64_t ParamReader::int_in(const std::string& name, int64_t lo, int64_t hi) const {
   const int64_t v = get_int(name);
   if (v < lo || v > hi) {

@@ -13,8 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "src/ir/op_schema.h"
 #include "src/core/text.h"
+#include "src/ir/gather_params.h"
+#include "src/ir/op_params.h"
+#include "src/ir/op_schema.h"
 
 namespace kiln {
 namespace {
@@ -295,59 +297,17 @@ void infer_slice(ShapeContext& ctx) {
 
 // ---- Gather ------------------------------------------------------------------------------------
 
-void infer_gather_default(ShapeContext& ctx, const Dims& data, const Dims& idx) {
-  ctx.check(data.rank() >= 1, "cannot gather from a scalar");
-  const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), data.rank());
-  std::vector<int64_t> out;
-  for (int i = 0; i < axis; ++i) out.push_back(data[i]);
-  for (int i = 0; i < idx.rank(); ++i) out.push_back(idx[i]);
-  for (int i = static_cast<int>(axis) + 1; i < data.rank(); ++i) out.push_back(data[i]);
-  ctx.set_output(0, ctx.input_type(0), make_dims(ctx, out));
-}
-
-void infer_gather_elements(ShapeContext& ctx, const Dims& data, const Dims& idx) {
-  ctx.check(data.rank() >= 1 && idx.rank() == data.rank(), "gather elements needs indices of the same rank as data "
-                                                           "(>= 1), got data " + data.to_string() + ", indices " +
-                                                               idx.to_string());
-  const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), data.rank());
-  for (int i = 0; i < data.rank(); ++i) {
-    ctx.check(i == axis || idx[i] <= data[i], "gather elements: indices " + idx.to_string() + " exceed data " +
-                                                  data.to_string() + " on axis " + std::to_string(i) +
-                                                  " (only the gather axis may be larger)");
-  }
-  ctx.set_output(0, ctx.input_type(0), idx);
-}
-
-void infer_gather_nd(ShapeContext& ctx, const Dims& data, const Dims& idx) {
-  const int64_t b = attr_int(ctx.layer(), "batch_dims");
-  ctx.check(idx.rank() >= 1, "gather nd needs indices of rank >= 1");
-  ctx.check(b >= 0 && b < std::min(data.rank(), idx.rank()),
-            "batch_dims " + std::to_string(b) + " must be in [0, min(rank(data), rank(indices)) - 1]");
-  for (int i = 0; i < b; ++i) {
-    ctx.check(data[i] == idx[i], "gather nd: batch dim " + std::to_string(i) + " differs between data " +
-                                     data.to_string() + " and indices " + idx.to_string());
-  }
-  const int64_t k = idx[idx.rank() - 1];
-  ctx.check(k >= 1 && k <= data.rank() - b, "gather nd: the last indices dim (" + std::to_string(k) +
-                                                ") must be in [1, rank(data) - batch_dims] = [1, " +
-                                                std::to_string(data.rank() - b) + "]");
-  std::vector<int64_t> out;
-  for (int i = 0; i < idx.rank() - 1; ++i) out.push_back(idx[i]);
-  for (int i = static_cast<int>(b + k); i < data.rank(); ++i) out.push_back(data[i]);
-  ctx.set_output(0, ctx.input_type(0), make_dims(ctx, out));
-}
-
 void infer_gather(ShapeContext& ctx) {
-  using Fn = void (*)(ShapeContext&, const Dims&, const Dims&);
-  static const std::vector<std::pair<std::string, Fn>> kModes = {
-      {"default", infer_gather_default}, {"elements", infer_gather_elements}, {"nd", infer_gather_nd}};
+  const GatherParams& p = params_of<GatherParams>(ctx.layer());
   ctx.check(is_index_type(ctx.input_type(1)), "input 1 (indices) must be int32 or int64, got " +
                                                   std::string(to_string(ctx.input_type(1))));
-  const std::string mode = attr_string(ctx.layer(), "mode");
-  for (const auto& [name, fn] : kModes) {
-    if (name == mode) return fn(ctx, ctx.input_dims(0), ctx.input_dims(1));
+  Dims out;
+  try {
+    out = gather_output_dims(p, ctx.input_dims(0), ctx.input_dims(1));
+  } catch (const Error& e) {
+    ctx.fail(e.what());
   }
-  ctx.fail("unknown mode " + quote(mode) + " (expected default, elements or nd)");
+  ctx.set_output(0, ctx.input_type(0), out);
 }
 
 // ---- Padding -----------------------------------------------------------------------------------
@@ -537,7 +497,9 @@ KILN_REGISTER_OP(OpSchema{kLayerGather, 2, 2, 1,
                           {},
                           infer_gather,
                           "ONNX Gather / GatherElements / GatherND; negative indices wrap, out-of-range indices "
-                          "are an error."}.with_traits({.accuracy_role = gather_accuracy_role}));
+                          "are an error."}
+                     .with_params<GatherParams>()
+                     .with_traits({.accuracy_role = gather_accuracy_role}));
 
 KILN_REGISTER_OP(OpSchema{kLayerPadding, 2, 3, 1,
                           {{"mode", A::kString, std::string("constant"), false, "constant, reflect, edge or wrap"}},

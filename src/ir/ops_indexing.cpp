@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/reduce_params.h"
 #include "src/core/text.h"
 
 namespace kiln {
@@ -30,25 +32,22 @@ void require_single(const ShapeContext& ctx, int i, const std::string& what) {
 }
 
 void infer_arg_reduce(ShapeContext& ctx) {
-  const std::string op = attr_string(ctx.layer(), "op");
-  ctx.check(op == "max" || op == "min", "attribute 'op' is " + quote(op) + "; valid values: max, min");
-  ctx.check(ctx.input_type(0) != DataType::kBool, "cannot take the arg" + op + " of a bool tensor; Cast it first");
+  const ArgReduceParams& p = params_of<ArgReduceParams>(ctx.layer());
+  ctx.check(ctx.input_type(0) != DataType::kBool,
+            std::string("cannot take the arg") + (p.is_max ? "max" : "min") + " of a bool tensor; Cast it first");
   const Dims& x = ctx.input_dims(0);
   ctx.check(x.rank() >= 1, "x must have rank >= 1");
-  const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), x.rank());
+  Dims out;
+  int64_t axis = 0;
+  try {
+    axis = arg_reduce_axis(p, x.rank());
+    out = arg_reduce_output_dims(p, x);
+  } catch (const Error& e) {
+    ctx.fail(e.what());
+  }
   ctx.check(x[static_cast<int>(axis)] > 0, "the reduced axis " + std::to_string(axis) + " of x " + x.to_string() +
                                                 " is empty");
-  if (attr_int(ctx.layer(), "one_hot") != 0) {
-    ctx.set_output(0, ctx.input_type(0), x);
-    return;
-  }
-  const bool keep = attr_int(ctx.layer(), "keep_dims") != 0;
-  Dims out;
-  for (int i = 0; i < x.rank(); ++i) {
-    if (i != axis) out.push_back(x[i]);
-    else if (keep) out.push_back(1);
-  }
-  ctx.set_output(0, DataType::kInt64, out);
+  ctx.set_output(0, p.one_hot ? ctx.input_type(0) : DataType::kInt64, out);
 }
 
 // k known on the host (a constant or shape arithmetic) gives the extent directly. Otherwise the
@@ -183,7 +182,8 @@ KILN_REGISTER_OP(OpSchema{kLayerArgReduce, 1, 1, 1,
                                 "1: output x's type and dims, 1 at the selected index and 0 elsewhere (Hardmax)")},
                           {},
                           infer_arg_reduce,
-                          "int64 index of the largest (smallest) value along an axis, or its one-hot mask."});
+                          "int64 index of the largest (smallest) value along an axis, or its one-hot mask."}
+                     .with_params<ArgReduceParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerTopK, 2, 2, -1,
                           {attr("axis", AttrType::kInt, int64_t{-1}, "the axis searched"),

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/reduce_params.h"
 #include "src/core/text.h"
 
 namespace kiln {
@@ -163,25 +165,14 @@ void infer_softmax(ShapeContext& ctx) {
 }
 
 void infer_reduce(ShapeContext& ctx) {
-  parse_attr(ctx, "op", parse_reduce_op);
+  const ReduceParams& p = params_of<ReduceParams>(ctx.layer());
   const Dims& x = ctx.input_dims(0);
   ctx.check(ctx.input_type(0) != DataType::kBool, "cannot reduce a bool tensor; Cast it first");
-  std::vector<bool> reduced(static_cast<size_t>(x.rank()), false);
-  const std::vector<int64_t> axes = attr_ints(ctx.layer(), "axes");
-  for (int64_t a : axes) {
-    const auto axis = static_cast<size_t>(normalize_axis(ctx, a, x.rank()));
-    ctx.check(!reduced[axis], "attribute 'axes' names axis " + std::to_string(axis) + " twice");
-    reduced[axis] = true;
-  }
-  if (axes.empty()) std::fill(reduced.begin(), reduced.end(), true);
-  const bool keep_dims = attr_int(ctx.layer(), "keep_dims") != 0;
   Dims out;
-  for (int i = 0; i < x.rank(); ++i) {
-    if (!reduced[static_cast<size_t>(i)]) {
-      out.push_back(x[i]);
-    } else if (keep_dims) {
-      out.push_back(1);
-    }
+  try {
+    out = reduce_output_dims(p, x);
+  } catch (const Error& e) {
+    ctx.fail(e.what());
   }
   ctx.set_output(0, ctx.input_type(0), out);
 }
@@ -308,7 +299,8 @@ KILN_REGISTER_OP(OpSchema{kLayerReduce, 1, 1, 1,
                           {attr("op", AttrType::kString, std::string(), "reduce op (docs/layers.md)", true),
                            attr("axes", AttrType::kInts, std::vector<int64_t>{}, "axes reduced (empty: all)"),
                            attr("keep_dims", AttrType::kInt, int64_t{1}, "1: reduced axes stay as extent 1")},
-                          {}, infer_reduce, "Reduction over the given axes."});
+                          {}, infer_reduce, "Reduction over the given axes."}
+                     .with_params<ReduceParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerMatrixMultiply, 2, 2, 1,
                           {attr("transpose_a", AttrType::kInt, int64_t{0}, "swap the last two dims of a first"),

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/ir/normalization_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/core/text.h"
 
@@ -50,58 +52,47 @@ void check_affine(const ShapeContext& ctx, bool per_channel) {
   }
 }
 
-void require_no_affine(const ShapeContext& ctx, const std::string& mode) {
-  ctx.check(!ctx.has_input(1) && !ctx.has_input(2), "mode " + quote(mode) + " takes no scale or bias inputs");
+void require_no_affine(const ShapeContext& ctx, NormMode mode) {
+  ctx.check(!ctx.has_input(1) && !ctx.has_input(2), "mode " + quote(to_string(mode)) + " takes no scale or bias inputs");
 }
 
 void infer_normalization(ShapeContext& ctx) {
+  const NormalizationParams& p = params_of<NormalizationParams>(ctx.layer());
   require_floating(ctx, 0);
-  const std::string mode = attr_string(ctx.layer(), "mode");
   const Dims& x = ctx.input_dims(0);
   const int rank = x.rank();
-  ctx.check(mode == "layer" || ctx.num_outputs() == 1,
+  ctx.check(p.mode == NormMode::kLayer || ctx.num_outputs() == 1,
             "has " + std::to_string(ctx.num_outputs()) + " outputs; only mode 'layer' has the optional mean and "
             "inv_std_dev outputs");
   ctx.check(ctx.num_outputs() <= 3, "has " + std::to_string(ctx.num_outputs()) + " outputs, at most 3 are allowed");
-  if (mode == "layer") {
-    const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), rank);
+  if (p.per_channel_affine()) {
+    ctx.check(rank >= 2, "mode " + quote(to_string(p.mode)) + " needs x of rank >= 2 ([N, C, ...]), got " +
+                             describe(ctx, 0));
+  }
+  NormStatsView view;
+  try {
+    view = normalization_stats_view(p, x);
+  } catch (const Error& e) {
+    ctx.fail(e.what());
+  }
+  if (p.mode == NormMode::kLayer) {
     check_affine(ctx, false);
+    // The statistics have x's dims with the normalized axes as 1.
     Dims stats;
-    for (int i = 0; i < rank; ++i) stats.push_back(i < axis ? x[i] : 1);
+    for (int i = 0; i < rank; ++i) stats.push_back(view.reduced[static_cast<size_t>(i)] ? 1 : x[i]);
     for (int i = 1; i < ctx.num_outputs(); ++i) ctx.set_output(i, DataType::kFloat32, stats);
-  } else if (mode == "instance" || mode == "group") {
-    ctx.check(rank >= 2, "mode " + quote(mode) + " needs x of rank >= 2 ([N, C, ...]), got " + describe(ctx, 0));
+  } else if (p.per_channel_affine()) {
     check_affine(ctx, true);
-    if (mode == "group") {
-      const int64_t groups = attr_int(ctx.layer(), "num_groups");
-      ctx.check(groups >= 1 && x[1] % groups == 0, "num_groups " + std::to_string(groups) +
-                                                       " must be >= 1 and divide the channel count " +
-                                                       std::to_string(x[1]));
-    }
-  } else if (mode == "mvn") {
-    require_no_affine(ctx, mode);
-    std::vector<bool> seen(static_cast<size_t>(rank), false);
-    for (int64_t a : attr_ints(ctx.layer(), "axes")) {
-      const auto axis = static_cast<size_t>(normalize_axis(ctx, a, rank));
-      ctx.check(!seen[axis], "attribute 'axes' names axis " + std::to_string(axis) + " twice");
-      seen[axis] = true;
-    }
-  } else if (mode == "lp") {
-    require_no_affine(ctx, mode);
-    normalize_axis(ctx, attr_int(ctx.layer(), "axis"), rank);
-    const int64_t p = attr_int(ctx.layer(), "p");
-    ctx.check(p == 1 || p == 2, "attribute 'p' is " + std::to_string(p) + "; mode 'lp' supports 1 and 2");
   } else {
-    ctx.fail("attribute 'mode' is " + quote(mode) + "; valid values: layer, instance, group, mvn, lp");
+    require_no_affine(ctx, p.mode);
   }
   ctx.set_output(0, ctx.input_type(0), x);
 }
 
 void infer_lrn(ShapeContext& ctx) {
+  (void)params_of<LrnParams>(ctx.layer());  // size >= 1, checked when decoded
   require_floating(ctx, 0);
   ctx.check(ctx.input_dims(0).rank() >= 3, "x " + describe(ctx, 0) + " must have rank >= 3 ([N, C, D1, ...])");
-  const int64_t size = attr_int(ctx.layer(), "size");
-  ctx.check(size >= 1, "attribute 'size' must be >= 1, got " + std::to_string(size));
   ctx.set_output(0, ctx.input_type(0), ctx.input_dims(0));
 }
 
@@ -111,7 +102,7 @@ AttrSpec attr(std::string name, AttrType type, AttrValue def, std::string doc, b
 
 // Layer normalizations stay float32 under fp16 for accuracy (OpTraits; the precision pass says why).
 AccuracyRole normalization_accuracy_role(const Layer& layer) {
-  return attr_string(layer, "mode") == "layer" ? AccuracyRole::kAnchor : AccuracyRole::kNone;
+  return params_of<NormalizationParams>(layer).mode == NormMode::kLayer ? AccuracyRole::kAnchor : AccuracyRole::kNone;
 }
 
 }  // namespace
@@ -128,7 +119,9 @@ KILN_REGISTER_OP(OpSchema{
     {},
     infer_normalization,
     "y = (x - mean) / sqrt(var + epsilon) * scale + bias, with mean and variance over the elements the mode "
-    "selects; mode lp divides by the Lp norm instead."}.with_traits({.accuracy_role = normalization_accuracy_role}));
+    "selects; mode lp divides by the Lp norm instead."}
+                     .with_params<NormalizationParams>()
+                     .with_traits({.accuracy_role = normalization_accuracy_role}));
 
 KILN_REGISTER_OP(OpSchema{kLayerLRN, 1, 1, 1,
                           {attr("size", AttrType::kInt, int64_t{1}, "channels in the window", true),
@@ -137,6 +130,7 @@ KILN_REGISTER_OP(OpSchema{kLayerLRN, 1, 1, 1,
                            attr("bias", AttrType::kFloat, 1.0, "added to the scaled sum of squares")},
                           {},
                           infer_lrn,
-                          "Local response normalization across channels (ONNX LRN)."});
+                          "Local response normalization across channels (ONNX LRN)."}
+                     .with_params<LrnParams>());
 
 }  // namespace kiln

@@ -7,9 +7,10 @@
 #include <string>
 #include <utility>
 
-#include "src/ir/op_schema.h"
-#include "src/ir/string_locale.h"
 #include "src/core/text.h"
+#include "src/ir/op_params.h"
+#include "src/ir/op_schema.h"
+#include "src/ir/string_params.h"
 
 namespace kiln {
 namespace {
@@ -17,12 +18,7 @@ namespace {
 void infer_string_normalizer(ShapeContext& ctx) {
   ctx.check(ctx.num_outputs() == 2, "has " + std::to_string(ctx.num_outputs()) +
                                         " outputs; StringNormalizer has the strings and their count");
-  const std::string action = attr_string(ctx.layer(), "case_change_action");
-  ctx.check(action == "NONE" || action == "LOWER" || action == "UPPER",
-            "attribute 'case_change_action' is " + quote(action) + "; valid values: NONE, LOWER, UPPER");
-  const std::string locale = attr_string(ctx.layer(), "locale");
-  const std::string why = string_locale_problem(locale);
-  ctx.check(why.empty(), "attribute 'locale' " + quote(locale) + ": " + why);
+  (void)params_of<StringNormalizerParams>(ctx.layer());  // attributes checked when decoded
   ctx.check(ctx.input_type(0) == DataType::kString,
             "input 0 is " + std::string(to_string(ctx.input_type(0))) + "; StringNormalizer takes a string tensor");
   const Dims& x = ctx.input_dims(0);
@@ -57,6 +53,7 @@ KILN_REGISTER_OP(OpSchema{kLayerStringNormalizer, 1, 1, 2,
                           "changes the case of the words kept (Unicode simple case mappings of UTF-8 text); output "
                           "0 is [C'] or [1, C'], one empty string when no word is kept; output 1 is C' (a "
                           "data-dependent size).",
-                          /*takes_strings=*/true});
+                          /*takes_strings=*/true}
+                     .with_params<StringNormalizerParams>());
 
 }  // namespace kiln

@@ -1,27 +1,34 @@
-// Scatter's `reduction` attribute (ONNX ScatterElements / ScatterND): one enum and one parser for
-// shape inference and every backend. (The rest of Scatter's parameters are still read by key;
-// issue 13's later part gives the family a ScatterParams.)
+// The parameters of Scatter (ONNX ScatterElements in mode "elements", ScatterND in mode "nd",
+// with the reductions of opset 16/18): decoded once from a layer's attributes
+// (ScatterParams::decode, through the schema's with_params) and the shape rules that shape
+// inference and every kernel (CPU reference, CUDA) share.
 #pragma once
 
+#include <cstdint>
 #include <string>
-#include <utility>
 
-#include "kiln/error.h"
-#include "src/core/text.h"
+#include "kiln/network.h"
 
 namespace kiln {
 
 enum class ScatterReduction : int { kNone, kAdd, kMul, kMax, kMin };
+const char* to_string(ScatterReduction reduction);  // "none", "add", "mul", "max", "min"
 
-// Throws kiln::Error naming the value and the allowed ones.
-inline ScatterReduction parse_scatter_reduction(const std::string& name) {
-  static const std::pair<const char*, ScatterReduction> kTable[] = {
-      {"none", ScatterReduction::kNone}, {"add", ScatterReduction::kAdd}, {"mul", ScatterReduction::kMul},
-      {"max", ScatterReduction::kMax},   {"min", ScatterReduction::kMin}};
-  for (const auto& [n, r] : kTable) {
-    if (name == n) return r;
-  }
-  throw Error("Scatter: unknown reduction " + quote(name) + " (none, add, mul, max or min)");
-}
+struct ScatterParams {
+  bool nd = false;  // mode "nd" (ScatterND) rather than "elements" (ScatterElements)
+  int64_t axis = 0;  // elements: the scatter axis as stored (may be negative)
+  ScatterReduction reduction = ScatterReduction::kNone;
+  // Throws kiln::Error naming the layer, the attribute and the allowed values.
+  static ScatterParams decode(const Layer& layer);
+};
+
+// Elements mode: the scatter axis in [0, rank). Throws kiln::Error when it is out of range.
+int scatter_axis(const ScatterParams& params, int rank);
+
+// The shape rules of the ONNX operators for data, indices and updates (elements: indices and
+// updates have data's rank and equal dims, the axis is in range; nd: the last dim k of indices is
+// in 1..rank(data) and updates are indices' dims without the last, then data's dims after the
+// first k). Throws kiln::Error with the reason (without a layer name; callers add theirs).
+void check_scatter_shapes(const ScatterParams& params, const Dims& data, const Dims& indices, const Dims& updates);
 
 }  // namespace kiln

@@ -14,11 +14,8 @@ namespace {
 
 void import_string_normalizer(NodeContext& ctx) {
   Attributes a;
-  const std::string action = ctx.attr_string("case_change_action", "NONE");
-  if (action != "NONE" && action != "LOWER" && action != "UPPER") {
-    ctx.fail("attribute 'case_change_action' is " + quote(action) + "; valid values: NONE, LOWER, UPPER");
-  }
-  a.set("case_change_action", action);
+  // Checked with the layer's other attributes when it is added (StringNormalizerParams).
+  a.set("case_change_action", ctx.attr_string("case_change_action", "NONE"));
   a.set("is_case_sensitive", int64_t{ctx.attr_int("is_case_sensitive", 0) != 0 ? 1 : 0});
   const std::string locale = ctx.attr_string("locale", "");
   const std::string why = string_locale_problem(locale);

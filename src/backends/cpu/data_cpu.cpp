@@ -19,6 +19,8 @@
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/cpu/data_copy.h"
 #include "src/backends/kernel.h"
+#include "src/ir/gather_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/core/text.h"
 
@@ -276,10 +278,10 @@ int64_t checked_index(int64_t idx, int64_t extent, int64_t axis) {
   return idx < 0 ? idx + extent : idx;
 }
 
-void gather_default(const KernelContext& ctx, const std::vector<int64_t>& idx) {
+void gather_default(const GatherParams& p, const KernelContext& ctx, const std::vector<int64_t>& idx) {
   const TensorView& data = ctx.inputs.at(0);
   const TensorView& y = ctx.outputs.at(0);
-  const int64_t axis = norm_axis(attr_int(*ctx.layer, "axis"), data.dims.rank());
+  const int64_t axis = gather_axis(p, data.dims.rank());
   int64_t outer = 1, inner = 1;
   split_around(data.dims, axis, outer, inner);
   const int64_t extent = data.dims[static_cast<int>(axis)];
@@ -297,10 +299,10 @@ void gather_default(const KernelContext& ctx, const std::vector<int64_t>& idx) {
   });
 }
 
-void gather_elements(const KernelContext& ctx, const std::vector<int64_t>& idx) {
+void gather_elements(const GatherParams& p, const KernelContext& ctx, const std::vector<int64_t>& idx) {
   const TensorView& data = ctx.inputs.at(0);
   const TensorView& y = ctx.outputs.at(0);
-  const int64_t axis = norm_axis(attr_int(*ctx.layer, "axis"), data.dims.rank());
+  const int64_t axis = gather_axis(p, data.dims.rank());
   const int64_t extent = data.dims[static_cast<int>(axis)];
   const auto stride = row_major_strides(data.dims);
   dispatch_width(data.type, "Gather", [&](auto tag) {
@@ -316,11 +318,11 @@ void gather_elements(const KernelContext& ctx, const std::vector<int64_t>& idx) 
   });
 }
 
-void gather_nd(const KernelContext& ctx, const std::vector<int64_t>& idx) {
+void gather_nd(const GatherParams& p, const KernelContext& ctx, const std::vector<int64_t>& idx) {
   const TensorView& data = ctx.inputs.at(0);
   const TensorView& indices = ctx.inputs.at(1);
   const TensorView& y = ctx.outputs.at(0);
-  const int b = static_cast<int>(attr_int(*ctx.layer, "batch_dims"));
+  const int b = static_cast<int>(p.batch_dims);
   const int q = indices.dims.rank();
   const int k = static_cast<int>(indices.dims[q - 1]);
   int64_t batches = 1, tuples = 1, slice = 1;
@@ -345,17 +347,21 @@ void gather_nd(const KernelContext& ctx, const std::vector<int64_t>& idx) {
   });
 }
 
-void gather_execute(const KernelContext& ctx) {
-  using Fn = void (*)(const KernelContext&, const std::vector<int64_t>&);
-  static const std::vector<std::pair<std::string, Fn>> kModes = {
-      {"default", gather_default}, {"elements", gather_elements}, {"nd", gather_nd}};
-  const std::string mode = attr_string(*ctx.layer, "mode");
-  const auto idx = read_ints(ctx.inputs.at(1), "Gather indices");
-  for (const auto& [name, fn] : kModes) {
-    if (name == mode) return fn(ctx, idx);
+class GatherRef : public Kernel {
+ public:
+  explicit GatherRef(const GatherParams& params) : params_(params) {}
+  void execute(const KernelContext& ctx) override {
+    const auto idx = read_ints(ctx.inputs.at(1), "Gather indices");
+    switch (params_.mode) {
+      case GatherMode::kDefault: return gather_default(params_, ctx, idx);
+      case GatherMode::kElements: return gather_elements(params_, ctx, idx);
+      case GatherMode::kNd: return gather_nd(params_, ctx, idx);
+    }
   }
-  throw Error("Gather: unknown mode " + quote(mode));
-}
+
+ private:
+  GatherParams params_;
+};
 
 // ---- Shape / Fill ------------------------------------------------------------------------------
 
@@ -664,7 +670,8 @@ KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerShuffle, "fast", 10, al
                                  [](const Layer& layer) { return std::make_unique<ShuffleFast>(layer); }});
 KILN_REGISTER_KERNEL(reference(kLayerSplit, [](const KernelContext& ctx) { concat_or_split(ctx, true); }));
 KILN_REGISTER_KERNEL(reference(kLayerSlice, slice_execute));
-KILN_REGISTER_KERNEL(reference(kLayerGather, gather_execute));
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerGather, "reference", 0, all_linear,
+                                 [](const Layer& layer) { return std::make_unique<GatherRef>(params_of<GatherParams>(layer)); }});
 KILN_REGISTER_KERNEL(reference(kLayerPadding, padding_execute));
 KILN_REGISTER_KERNEL(reference(kLayerShape, shape_execute, nullptr));
 KILN_REGISTER_KERNEL(reference(kLayerFill, fill_execute, supports_fill));

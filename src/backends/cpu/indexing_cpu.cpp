@@ -16,7 +16,9 @@
 #include "kiln/error.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/reduce_params.h"
 
 namespace kiln {
 namespace {
@@ -50,13 +52,12 @@ using Cmp = std::conditional_t<std::is_same_v<T, half>, float, T>;
 // ---- ArgReduce ----------------------------------------------------------------------------------
 
 template <typename T>
-void arg_reduce(const KernelContext& ctx) {
-  const Layer& layer = *ctx.layer;
-  const bool is_max = attr_string(layer, "op") == "max";
-  const bool last = attr_int(layer, "select_last_index") != 0;
+void arg_reduce(const ArgReduceParams& params, const KernelContext& ctx) {
+  const bool is_max = params.is_max;
+  const bool last = params.select_last_index;
   const Dims& d = ctx.inputs[0].dims;
-  const AxisView v(d, normalized(attr_int(layer, "axis"), d.rank()));
-  const bool one_hot = attr_int(layer, "one_hot") != 0;
+  const AxisView v(d, arg_reduce_axis(params, d.rank()));
+  const bool one_hot = params.one_hot;
   const T* x = ctx.inputs[0].as<const T>();
   int64_t* y = one_hot ? nullptr : ctx.outputs[0].as<int64_t>();
   T* mask = one_hot ? ctx.outputs[0].as<T>() : nullptr;
@@ -82,6 +83,17 @@ void arg_reduce(const KernelContext& ctx) {
     }
   }
 }
+
+class ArgReduceRef : public Kernel {
+ public:
+  explicit ArgReduceRef(const ArgReduceParams& params) : params_(params) {}
+  void execute(const KernelContext& ctx) override {
+    KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "ArgReduce", arg_reduce<T>(params_, ctx));
+  }
+
+ private:
+  ArgReduceParams params_;
+};
 
 // ---- TopK ----------------------------------------------------------------------------------------
 
@@ -270,9 +282,8 @@ void max_unpool(const KernelContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerArgReduce, "reference", 0, nullptr, function_kernel([](const KernelContext& ctx) {
-                                   KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "ArgReduce", arg_reduce<T>(ctx));
-                                 })});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerArgReduce, "reference", 0, nullptr,
+                                 [](const Layer& layer) { return std::make_unique<ArgReduceRef>(params_of<ArgReduceParams>(layer)); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerTopK, "reference", 0, nullptr, function_kernel([](const KernelContext& ctx) {
                                    KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "TopK", top_k<T>(ctx));
                                  })});

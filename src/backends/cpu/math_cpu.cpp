@@ -18,7 +18,9 @@
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/reduce_params.h"
 #include "src/core/text.h"
 
 namespace kiln {
@@ -447,18 +449,14 @@ ReduceFn reduce_fn(ReduceOp op) {
 
 class ReduceReference : public Kernel {
  public:
-  explicit ReduceReference(const Layer& layer)
-      : op_(parse_reduce_op(attr_string(layer, "op"))), axes_(attr_ints(layer, "axes")) {}
+  explicit ReduceReference(const ReduceParams& params) : params_(params) {}
   void execute(const KernelContext& ctx) override {
-    const int rank = ctx.inputs[0].dims.rank();
-    std::vector<bool> reduced(static_cast<size_t>(rank), axes_.empty());
-    for (int64_t a : axes_) reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
-    KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "Reduce", reduce_fn<T>(op_)(ctx, reduced));
+    const std::vector<bool> reduced = reduced_axes(params_, ctx.inputs[0].dims.rank());
+    KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "Reduce", reduce_fn<T>(params_.op)(ctx, reduced));
   }
 
  private:
-  ReduceOp op_;
-  std::vector<int64_t> axes_;
+  ReduceParams params_;
 };
 
 // ---- MatrixMultiply, Gemm -----------------------------------------------------------------------
@@ -611,7 +609,7 @@ KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerSoftMax, "reference", 0
                                        [axis, log](const KernelContext& ctx) { softmax_reference(ctx, axis, log); });
                                  }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerReduce, "reference", 0, nullptr,
-                                 [](const Layer& layer) { return std::make_unique<ReduceReference>(layer); }});
+                                 [](const Layer& layer) { return std::make_unique<ReduceReference>(params_of<ReduceParams>(layer)); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerMatrixMultiply, "reference", 0, nullptr,
                                  [](const Layer& layer) {
                                    const bool ta = attr_int(layer, "transpose_a") != 0;

@@ -14,7 +14,10 @@
 #include "kiln/error.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
+#include "src/ir/normalization_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/reduce_params.h"
 
 namespace kiln {
 namespace {
@@ -23,34 +26,6 @@ int64_t product(const Dims& dims, int begin, int end) {
   int64_t p = 1;
   for (int i = begin; i < end; ++i) p *= dims[i];
   return p;
-}
-
-// The view of x whose `reduced` axes one statistics group spans.
-struct StatsView {
-  Dims dims;
-  std::vector<bool> reduced;
-};
-
-StatsView stats_view(const Layer& layer, const std::string& mode, const Dims& x) {
-  StatsView v;
-  const int rank = x.rank();
-  if (mode == "group") {
-    const int64_t groups = attr_int(layer, "num_groups");
-    v.dims = Dims{x[0], groups, x[1] / groups * product(x, 2, rank)};
-    v.reduced = {false, false, true};
-    return v;
-  }
-  v.dims = x;
-  v.reduced.assign(static_cast<size_t>(rank), false);
-  if (mode == "layer") {
-    const int64_t axis = attr_int(layer, "axis");
-    for (int i = static_cast<int>(axis < 0 ? axis + rank : axis); i < rank; ++i) v.reduced[static_cast<size_t>(i)] = true;
-  } else if (mode == "instance") {
-    for (int i = 2; i < rank; ++i) v.reduced[static_cast<size_t>(i)] = true;
-  } else {  // mvn
-    for (int64_t a : attr_ints(layer, "axes")) v.reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
-  }
-  return v;
 }
 
 // Where scale/bias values of an element come from: per channel (axis 1) or broadcast to x.
@@ -77,18 +52,20 @@ const TensorView* optional_input(const KernelContext& ctx, size_t i) {
 }
 
 template <typename T>
-void moments_normalize(const KernelContext& ctx, const std::string& mode) {
-  const Layer& layer = *ctx.layer;
+void moments_normalize(const KernelContext& ctx, const NormalizationParams& params) {
   const Dims& x_dims = ctx.inputs[0].dims;
-  const StatsView view = stats_view(layer, mode, x_dims);
-  const double epsilon = attr_float(layer, "epsilon");
-  const bool mvn = mode == "mvn";
-  const bool normalize_variance = !mvn || attr_int(layer, "normalize_variance") != 0;
+  // The view of x whose reduced axes one statistics group spans (shared with shape inference).
+  const NormStatsView stats = normalization_stats_view(params, x_dims);
+  const Dims view_dims = Dims::from(stats.dims);
+  const std::vector<bool>& reduced = stats.reduced;
+  const double epsilon = params.epsilon;
+  const bool mvn = params.mode == NormMode::kMvn;
+  const bool normalize_variance = !mvn || params.normalize_variance;
 
   Affine affine;
   affine.scale = optional_input(ctx, 1);
   affine.bias = optional_input(ctx, 2);
-  affine.per_channel = mode == "instance" || mode == "group";
+  affine.per_channel = params.per_channel_affine();
   if (affine.per_channel) {
     affine.channels = x_dims[1];
     affine.inner = product(x_dims, 2, x_dims.rank());
@@ -97,14 +74,14 @@ void moments_normalize(const KernelContext& ctx, const std::string& mode) {
     if (affine.bias) affine.bias_strides = cpu::broadcast_strides(affine.bias->dims, x_dims);
   }
 
-  const auto strides = row_major_strides(view.dims);
+  const auto strides = row_major_strides(view_dims);
   Dims keep, red_dims;
   std::vector<int64_t> red_strides;
-  for (int i = 0; i < view.dims.rank(); ++i) {
-    const bool r = view.reduced[static_cast<size_t>(i)];
-    keep.push_back(r ? 1 : view.dims[i]);
+  for (int i = 0; i < view_dims.rank(); ++i) {
+    const bool r = reduced[static_cast<size_t>(i)];
+    keep.push_back(r ? 1 : view_dims[i]);
     if (r) {
-      red_dims.push_back(view.dims[i]);
+      red_dims.push_back(view_dims[i]);
       red_strides.push_back(strides[static_cast<size_t>(i)]);
     }
   }
@@ -142,11 +119,10 @@ void moments_normalize(const KernelContext& ctx, const std::string& mode) {
 
 // Lp normalization along one axis: y = x / ||x||_p; a zero norm gives zeros (as ONNX Runtime).
 template <typename T>
-void lp_normalize(const KernelContext& ctx) {
+void lp_normalize(const KernelContext& ctx, const NormalizationParams& params) {
   const Dims& d = ctx.inputs[0].dims;
-  const int64_t a = attr_int(*ctx.layer, "axis");
-  const int axis = static_cast<int>(a < 0 ? a + d.rank() : a);
-  const int64_t p = attr_int(*ctx.layer, "p");
+  const int axis = normalized_axis_or_throw(params.axis, d.rank());
+  const int64_t p = params.p;
   const int64_t outer = product(d, 0, axis), n = d[axis], inner = product(d, axis + 1, d.rank());
   const T* x = ctx.inputs[0].as<const T>();
   T* y = ctx.outputs[0].as<T>();
@@ -168,16 +144,16 @@ void lp_normalize(const KernelContext& ctx) {
 
 class NormalizationReference : public Kernel {
  public:
-  explicit NormalizationReference(const Layer& layer) : mode_(attr_string(layer, "mode")) {}
+  explicit NormalizationReference(const NormalizationParams& params) : params_(params) {}
   void execute(const KernelContext& ctx) override {
     KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "Normalization", {
-      if (mode_ == "lp") lp_normalize<T>(ctx);
-      else moments_normalize<T>(ctx, mode_);
+      if (params_.mode == NormMode::kLp) lp_normalize<T>(ctx, params_);
+      else moments_normalize<T>(ctx, params_);
     });
   }
 
  private:
-  std::string mode_;
+  NormalizationParams params_;
 };
 
 // ---- LRN ------------------------------------------------------------------------------------
@@ -185,10 +161,9 @@ class NormalizationReference : public Kernel {
 // y = x / (bias + alpha / size * sum of x^2 over the channels [c - floor((size-1)/2),
 // c + ceil((size-1)/2)] clipped to [0, C)) ^ beta.
 template <typename T>
-void lrn(const KernelContext& ctx) {
-  const Layer& layer = *ctx.layer;
-  const int64_t size = attr_int(layer, "size");
-  const double alpha = attr_float(layer, "alpha"), beta = attr_float(layer, "beta"), bias = attr_float(layer, "bias");
+void lrn(const LrnParams& params, const KernelContext& ctx) {
+  const int64_t size = params.size;
+  const double alpha = params.alpha, beta = params.beta, bias = params.bias;
   const Dims& d = ctx.inputs[0].dims;
   const int64_t n_batch = d[0], channels = d[1], inner = product(d, 2, d.rank());
   const int64_t before = (size - 1) / 2, after = size - 1 - before;
@@ -211,12 +186,24 @@ void lrn(const KernelContext& ctx) {
   }, 1);
 }
 
+class LrnRef : public Kernel {
+ public:
+  explicit LrnRef(const LrnParams& params) : params_(params) {}
+  void execute(const KernelContext& ctx) override {
+    KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "LRN", lrn<T>(params_, ctx));
+  }
+
+ private:
+  LrnParams params_;
+};
+
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerNormalization, "reference", 0, nullptr,
-                                 [](const Layer& layer) { return std::make_unique<NormalizationReference>(layer); }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerLRN, "reference", 0, nullptr, function_kernel([](const KernelContext& ctx) {
-                                   KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "LRN", lrn<T>(ctx));
-                                 })});
+                                 [](const Layer& layer) {
+                                   return std::make_unique<NormalizationReference>(params_of<NormalizationParams>(layer));
+                                 }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerLRN, "reference", 0, nullptr,
+                                 [](const Layer& layer) { return std::make_unique<LrnRef>(params_of<LrnParams>(layer)); }});
 
 }  // namespace kiln

@@ -28,123 +28,80 @@
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/cpu/data_copy.h"
 #include "src/backends/kernel.h"
-#include "src/ir/op_schema.h"
-#include "src/core/text.h"
+#include "src/ir/op_params.h"
+#include "src/ir/resize_params.h"
 
 namespace kiln {
 namespace {
 
-// x_original = f(x_resized, scale, output extent, length_resized = in * scale, length_original),
-// float math as ONNX Runtime.
-using CoordFn = float (*)(float x, float scale, float out_len, double resized_len, float in_len);
-
-const std::vector<std::pair<std::string, CoordFn>>& coord_modes() {
-  static const std::vector<std::pair<std::string, CoordFn>> kModes = {
-      {"half_pixel", [](float x, float s, float, double, float) { return (x + 0.5f) / s - 0.5f; }},
-      {"half_pixel_symmetric",
-       [](float x, float s, float out_len, double, float in_len) {
-         const float adjustment = out_len / (s * in_len);
-         const float center = in_len / 2;
-         const float offset = center * (1 - adjustment);
-         return static_cast<float>(offset + (x + 0.5) / s - 0.5);  // in double, as ONNX Runtime
-       }},
-      {"pytorch_half_pixel",
-       [](float x, float s, float, double resized_len, float) { return resized_len > 1 ? (x + 0.5f) / s - 0.5f : 0.0f; }},
-      {"align_corners",
-       [](float x, float, float, double resized_len, float in_len) {
-         return resized_len == 1 ? 0.0f : static_cast<float>(x * (in_len - 1.0) / (resized_len - 1.0));
-       }},
-      {"asymmetric", [](float x, float s, float, double, float) { return x / s; }},
-      {"tf_half_pixel_for_nn", [](float x, float s, float, double, float) { return (x + 0.5f) / s; }},
-  };
-  return kModes;
-}
-
-using NearestFn = int64_t (*)(float x);
-
-const std::vector<std::pair<std::string, NearestFn>>& nearest_modes() {
-  static const std::vector<std::pair<std::string, NearestFn>> kModes = {
-      {"round_prefer_floor",
-       [](float x) {
-         const float f = std::floor(x);
-         return static_cast<int64_t>(x - f == 0.5f ? f : std::round(x));
-       }},
-      {"round_prefer_ceil", [](float x) { return static_cast<int64_t>(std::round(x)); }},
-      {"floor", [](float x) { return static_cast<int64_t>(std::floor(x)); }},
-      {"ceil", [](float x) { return static_cast<int64_t>(std::ceil(x)); }},
-  };
-  return kModes;
-}
-
-template <typename Fn>
-Fn find_mode(const std::vector<std::pair<std::string, Fn>>& table, const std::string& name, const char* attr) {
-  for (const auto& [n, fn] : table) {
-    if (n == name) return fn;
+// x_original of output coordinate x by coordinate_transformation_mode (float math as ONNX
+// Runtime); `resized_len` is ResizeAxis::resized_len.
+float transform_coord(ResizeCoordMode mode, float x, float s, float out_len, double resized_len, float in_len) {
+  switch (mode) {
+    case ResizeCoordMode::kHalfPixel: return (x + 0.5f) / s - 0.5f;
+    case ResizeCoordMode::kHalfPixelSymmetric: {
+      const float adjustment = out_len / (s * in_len);
+      const float center = in_len / 2;
+      const float offset = center * (1 - adjustment);
+      return static_cast<float>(offset + (x + 0.5) / s - 0.5);  // in double, as ONNX Runtime
+    }
+    case ResizeCoordMode::kPytorchHalfPixel: return resized_len > 1 ? (x + 0.5f) / s - 0.5f : 0.0f;
+    case ResizeCoordMode::kAlignCorners:
+      return resized_len == 1 ? 0.0f : static_cast<float>(x * (in_len - 1.0) / (resized_len - 1.0));
+    case ResizeCoordMode::kAsymmetric: return x / s;
+    case ResizeCoordMode::kTfHalfPixelForNn: return (x + 0.5f) / s;
   }
-  throw Error(std::string("Resize: unsupported ") + attr + " " + quote(name));
+  return x;
 }
 
-struct ResizeAttrs {
-  std::string mode;
-  CoordFn coord;
-  NearestFn nearest;
-  double cubic_a;
-  bool exclude_outside;
-
-  explicit ResizeAttrs(const Layer& layer)
-      : mode(attr_string(layer, "mode")),
-        coord(find_mode(coord_modes(), attr_string(layer, "coordinate_transformation_mode"),
-                        "coordinate_transformation_mode")),
-        nearest(find_mode(nearest_modes(), attr_string(layer, "nearest_mode"), "nearest_mode")),
-        cubic_a(attr_float(layer, "cubic_coeff_a")),
-        exclude_outside(attr_int(layer, "exclude_outside") != 0) {}
-};
+int64_t nearest_index(ResizeNearestMode mode, float x) {
+  switch (mode) {
+    case ResizeNearestMode::kRoundPreferFloor: {
+      const float f = std::floor(x);
+      return static_cast<int64_t>(x - f == 0.5f ? f : std::round(x));
+    }
+    case ResizeNearestMode::kRoundPreferCeil: return static_cast<int64_t>(std::round(x));
+    case ResizeNearestMode::kFloor: return static_cast<int64_t>(std::floor(x));
+    case ResizeNearestMode::kCeil: return static_cast<int64_t>(std::ceil(x));
+  }
+  return 0;
+}
 
 // ONNX Runtime leaves an axis of scale 1 untouched whatever the mode (it matters for
 // tf_half_pixel_for_nn, which would otherwise shift by half a pixel).
-// `scales_given`: the resized length is in * scale (fractional when the output was floored),
-// else exactly the output extent.
-float source_coord(const ResizeAttrs& a, int64_t j, float scale, int64_t out_len, int64_t in_len, bool scales_given) {
-  if (scale == 1.0f) return static_cast<float>(j);
-  const double resized_len = scales_given ? static_cast<double>(scale) * static_cast<double>(in_len)
-                                          : static_cast<double>(out_len);
-  return a.coord(static_cast<float>(j), scale, static_cast<float>(out_len), resized_len, static_cast<float>(in_len));
+float source_coord(const ResizeParams& p, int64_t j, const ResizeAxis& a) {
+  if (a.scale == 1.0f) return static_cast<float>(j);
+  return transform_coord(p.coord, static_cast<float>(j), a.scale, static_cast<float>(a.out), a.resized_len,
+                         static_cast<float>(a.in));
 }
 
-bool scales_given(const KernelContext& ctx) {
-  return ctx.inputs.size() > 1 && ctx.inputs[1].data && ctx.inputs[1].count() > 0;
-}
-
-// Per-axis scales: the given `scales`, else out / in (float, as ONNX Runtime).
-std::vector<float> axis_scales(const KernelContext& ctx) {
+// The shared per-axis geometry (resize_axes): the given `scales` (input 1, when non-empty), else
+// out / in.
+std::vector<ResizeAxis> axes_of(const KernelContext& ctx) {
   const Dims& x = ctx.inputs.at(0).dims;
   const Dims& y = ctx.outputs.at(0).dims;
-  std::vector<float> s(static_cast<size_t>(x.rank()));
-  const bool given = scales_given(ctx);
-  for (int i = 0; i < x.rank(); ++i) {
-    if (given) {
-      const TensorView& v = ctx.inputs[1];
-      KILN_DISPATCH_FLOAT(v.type, "Resize scales", s[static_cast<size_t>(i)] = static_cast<float>(v.as<const T>()[i]));
-    } else {
-      s[static_cast<size_t>(i)] = static_cast<float>(y[i]) / static_cast<float>(x[i]);
+  std::vector<double> scales;
+  if (ctx.inputs.size() > 1 && ctx.inputs[1].data && ctx.inputs[1].count() > 0) {
+    const TensorView& v = ctx.inputs[1];
+    for (int64_t i = 0; i < v.count(); ++i) {
+      KILN_DISPATCH_FLOAT(v.type, "Resize scales", scales.push_back(static_cast<double>(v.as<const T>()[i])));
     }
   }
-  return s;
+  return resize_axes(x, y, scales);
 }
 
 // Nearest source index per output index of every axis, scaled to element offsets.
-std::vector<std::vector<int64_t>> nearest_maps(const ResizeAttrs& a, const KernelContext& ctx) {
+std::vector<std::vector<int64_t>> nearest_maps(const ResizeParams& p, const KernelContext& ctx) {
   const Dims& x = ctx.inputs.at(0).dims;
   const Dims& y = ctx.outputs.at(0).dims;
-  const auto scales = axis_scales(ctx);
-  const bool given = scales_given(ctx);
+  const auto axes = axes_of(ctx);
   const auto stride = row_major_strides(x);
   std::vector<std::vector<int64_t>> maps(static_cast<size_t>(x.rank()));
   for (int k = 0; k < x.rank(); ++k) {
     const auto u = static_cast<size_t>(k);
     for (int64_t j = 0; j < y[k]; ++j) {
-      const float c = source_coord(a, j, scales[u], y[k], x[k], given);
-      const int64_t i = std::clamp<int64_t>(a.nearest(c), 0, x[k] - 1);
+      const float c = source_coord(p, j, axes[u]);
+      const int64_t i = std::clamp<int64_t>(nearest_index(p.nearest, c), 0, x[k] - 1);
       maps[u].push_back(i * stride[u]);
     }
   }
@@ -164,19 +121,18 @@ std::array<float, 4> cubic_coeffs(float s, float a) {
 }
 
 // Interpolation taps of every axis (zero weights dropped, so untouched axes cost nothing).
-std::vector<AxisTaps> interpolation_taps(const ResizeAttrs& a, const KernelContext& ctx) {
+std::vector<AxisTaps> interpolation_taps(const ResizeParams& a, const KernelContext& ctx) {
   const Dims& x = ctx.inputs.at(0).dims;
   const Dims& y = ctx.outputs.at(0).dims;
-  const auto scales = axis_scales(ctx);
-  const bool given = scales_given(ctx);
+  const auto axes = axes_of(ctx);
   const auto stride = row_major_strides(x);
-  const bool cubic = a.mode == "cubic";
+  const bool cubic = a.mode == ResizeMode::kCubic;
   std::vector<AxisTaps> taps(static_cast<size_t>(x.rank()));
   for (int k = 0; k < x.rank(); ++k) {
     const auto u = static_cast<size_t>(k);
     const int64_t n = x[k];
     for (int64_t j = 0; j < y[k]; ++j) {
-      float c = source_coord(a, j, scales[u], y[k], n, given);
+      float c = source_coord(a, j, axes[u]);
       std::vector<Tap> t;
       if (!cubic) {
         c = std::clamp(c, 0.0f, static_cast<float>(n - 1));
@@ -260,13 +216,13 @@ void interpolate(const T* src, T* dst, const Dims& out, const std::vector<AxisTa
 
 class ResizeRef : public Kernel {
  public:
-  explicit ResizeRef(const Layer& layer) : attrs_(layer) {}
+  explicit ResizeRef(const ResizeParams& params) : attrs_(params) {}
 
   void execute(const KernelContext& ctx) override {
     const TensorView& x = ctx.inputs.at(0);
     const TensorView& y = ctx.outputs.at(0);
     if (x.dims.rank() != y.dims.rank()) throw Error("Resize: input and output ranks differ");
-    if (attrs_.mode == "nearest") {
+    if (attrs_.is_nearest()) {
       cpu::table_copy(x, y, nearest_maps(attrs_, ctx), nullptr, ctx.num_threads, "Resize");
       return;
     }
@@ -275,19 +231,19 @@ class ResizeRef : public Kernel {
   }
 
  private:
-  ResizeAttrs attrs_;
+  ResizeParams attrs_;
 };
 
 bool supports_resize_ref(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (inputs.empty() || inputs[0].format != TensorFormat::kLinear) return false;
-  return attr_string(layer, "mode") == "nearest" || is_floating_point(inputs[0].type);
+  return params_of<ResizeParams>(layer).is_nearest() || is_floating_point(inputs[0].type);
 }
 
 // Nearest float32 over the last two axes: each output row copies (or, for exact 2x, doubles)
 // one input row; a row whose source equals the previous row's is a memcpy of that row.
 class ResizeNearestFast : public Kernel {
  public:
-  explicit ResizeNearestFast(const Layer& layer) : attrs_(layer) {}
+  explicit ResizeNearestFast(const ResizeParams& params) : attrs_(params) {}
 
   void execute(const KernelContext& ctx) override {
     const TensorView& x = ctx.inputs.at(0);
@@ -334,19 +290,19 @@ class ResizeNearestFast : public Kernel {
   }
 
  private:
-  ResizeAttrs attrs_;
+  ResizeParams attrs_;
 };
 
 bool supports_resize_fast(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   return !inputs.empty() && inputs[0].format == TensorFormat::kLinear && inputs[0].type == DataType::kFloat32 &&
-         inputs[0].dims.rank() >= 2 && attr_string(layer, "mode") == "nearest";
+         inputs[0].dims.rank() >= 2 && params_of<ResizeParams>(layer).is_nearest();
 }
 
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerResize, "reference", 0, supports_resize_ref,
-                                 [](const Layer& layer) { return std::make_unique<ResizeRef>(layer); }});
+                                 [](const Layer& layer) { return std::make_unique<ResizeRef>(params_of<ResizeParams>(layer)); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerResize, "fast", 10, supports_resize_fast,
-                                 [](const Layer& layer) { return std::make_unique<ResizeNearestFast>(layer); }});
+                                 [](const Layer& layer) { return std::make_unique<ResizeNearestFast>(params_of<ResizeParams>(layer)); }});
 
 }  // namespace kiln

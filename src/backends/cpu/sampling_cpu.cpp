@@ -16,13 +16,16 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/cpu/data_copy.h"
 #include "src/backends/kernel.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/sampling_params.h"
 
 namespace kiln {
 namespace {
@@ -76,13 +79,15 @@ struct GridSampleAttrs {
   bool align_corners = false;
 };
 
-GridSampleAttrs grid_sample_attrs(const Layer& layer) {
+GridSampleAttrs grid_sample_attrs(const GridSampleParams& p) {
   GridSampleAttrs a;
-  const std::string mode = attr_string(layer, "mode");
-  a.interp = mode == "nearest" ? Interp::kNearest : mode == "cubic" ? Interp::kCubic : Interp::kLinear;
-  const std::string pad = attr_string(layer, "padding_mode");
-  a.padding = pad == "border" ? Padding::kBorder : pad == "reflection" ? Padding::kReflection : Padding::kZeros;
-  a.align_corners = attr_int(layer, "align_corners") != 0;
+  a.interp = p.mode == GridSampleMode::kNearest ? Interp::kNearest
+             : p.mode == GridSampleMode::kCubic ? Interp::kCubic
+                                                 : Interp::kLinear;
+  a.padding = p.padding == GridSamplePadding::kBorder       ? Padding::kBorder
+              : p.padding == GridSamplePadding::kReflection ? Padding::kReflection
+                                                            : Padding::kZeros;
+  a.align_corners = p.align_corners;
   return a;
 }
 
@@ -95,9 +100,9 @@ struct AxisTaps {
 };
 
 template <typename T>
-void grid_sample(const KernelContext& ctx) {
+void grid_sample(const GridSampleParams& params, const KernelContext& ctx) {
   using C = typename ComputeOf<T>::type;
-  const GridSampleAttrs at = grid_sample_attrs(*ctx.layer);
+  const GridSampleAttrs at = grid_sample_attrs(params);
   const TensorView& x = ctx.inputs[0];
   const TensorView& grid = ctx.inputs[1];
   const TensorView& y = ctx.outputs[0];
@@ -193,12 +198,12 @@ void grid_sample(const KernelContext& ctx) {
   }, 64);
 }
 
-void grid_sample_execute(const KernelContext& ctx) {
+void grid_sample_execute(const GridSampleParams& params, const KernelContext& ctx) {
   if (ctx.inputs[1].type != ctx.inputs[0].type) {
     throw Error(std::string("GridSample: grid has type ") + to_string(ctx.inputs[1].type) + " but X has " +
                 to_string(ctx.inputs[0].type));
   }
-  KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "GridSample", grid_sample<T>(ctx));
+  KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "GridSample", grid_sample<T>(params, ctx));
 }
 
 // ---- RoiAlign ----------------------------------------------------------------------------------
@@ -210,17 +215,16 @@ struct Sample {
 };
 
 template <typename T>
-void roi_align(const KernelContext& ctx) {
+void roi_align(const RoiAlignParams& params, const KernelContext& ctx) {
   using C = typename ComputeOf<T>::type;
-  const Layer& layer = *ctx.layer;
   const TensorView& x = ctx.inputs[0];
   const TensorView& rois_v = ctx.inputs[1];
   const TensorView& y = ctx.outputs[0];
   const auto batch_idx = cpu::read_ints(ctx.inputs[2], "RoiAlign batch_indices");
-  const bool max_mode = attr_string(layer, "mode") == "max";
-  const bool half_pixel = attr_string(layer, "coordinate_transformation_mode") == "half_pixel";
-  const auto scale = static_cast<C>(attr_float(layer, "spatial_scale"));
-  const int64_t ratio = attr_int(layer, "sampling_ratio");
+  const bool max_mode = params.max_mode;
+  const bool half_pixel = params.half_pixel;
+  const auto scale = static_cast<C>(params.spatial_scale);
+  const int64_t ratio = params.sampling_ratio;
   const int64_t channels = x.dims[1], height = x.dims[2], width = x.dims[3];
   const int64_t ph_n = y.dims[2], pw_n = y.dims[3], num_rois = y.dims[0];
   const T* rois = rois_v.as<const T>();
@@ -311,23 +315,23 @@ void roi_align(const KernelContext& ctx) {
   }, 1);
 }
 
-void roi_align_execute(const KernelContext& ctx) {
+void roi_align_execute(const RoiAlignParams& params, const KernelContext& ctx) {
   if (ctx.inputs[1].type != ctx.inputs[0].type) {
     throw Error(std::string("RoiAlign: rois have type ") + to_string(ctx.inputs[1].type) + " but X has " +
                 to_string(ctx.inputs[0].type));
   }
-  KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "RoiAlign", roi_align<T>(ctx));
+  KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "RoiAlign", roi_align<T>(params, ctx));
 }
 
 // ---- MaxRoiPool --------------------------------------------------------------------------------
 
 template <typename T>
-void max_roi_pool(const KernelContext& ctx) {
+void max_roi_pool(const MaxRoiPoolParams& params, const KernelContext& ctx) {
   using C = typename ComputeOf<T>::type;
   const TensorView& x = ctx.inputs[0];
   const TensorView& y = ctx.outputs[0];
   const T* rois = ctx.inputs[1].as<const T>();
-  const auto scale = static_cast<C>(attr_float(*ctx.layer, "spatial_scale"));
+  const auto scale = static_cast<C>(params.spatial_scale);
   const int64_t channels = x.dims[1], height = x.dims[2], width = x.dims[3];
   const int64_t ph_n = y.dims[2], pw_n = y.dims[3];
   const T* xin = x.as<const T>();
@@ -367,12 +371,28 @@ void max_roi_pool(const KernelContext& ctx) {
   }, 1);
 }
 
-void max_roi_pool_execute(const KernelContext& ctx) {
+void max_roi_pool_execute(const MaxRoiPoolParams& params, const KernelContext& ctx) {
   if (ctx.inputs[1].type != ctx.inputs[0].type) {
     throw Error(std::string("MaxRoiPool: rois have type ") + to_string(ctx.inputs[1].type) + " but X has " +
                 to_string(ctx.inputs[0].type));
   }
-  KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "MaxRoiPool", max_roi_pool<T>(ctx));
+  KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "MaxRoiPool", max_roi_pool<T>(params, ctx));
+}
+
+// A kernel constructed from its layer's params (params_of<P>), running Run(params, ctx).
+template <typename P, void (*Run)(const P&, const KernelContext&)>
+class ParamsKernel : public Kernel {
+ public:
+  explicit ParamsKernel(const P& params) : params_(params) {}
+  void execute(const KernelContext& ctx) override { Run(params_, ctx); }
+
+ private:
+  P params_;
+};
+
+template <typename P, void (*Run)(const P&, const KernelContext&)>
+KernelFactory params_kernel() {
+  return [](const Layer& layer) { return std::make_unique<ParamsKernel<P, Run>>(params_of<P>(layer)); };
 }
 
 bool linear_only(const Layer&, const std::vector<TensorDesc>& inputs) {
@@ -385,10 +405,10 @@ bool linear_only(const Layer&, const std::vector<TensorDesc>& inputs) {
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerGridSample, "reference", 0, linear_only,
-                                 function_kernel(grid_sample_execute)});
+                                 params_kernel<GridSampleParams, grid_sample_execute>()});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerRoiAlign, "reference", 0, linear_only,
-                                 function_kernel(roi_align_execute)});
+                                 params_kernel<RoiAlignParams, roi_align_execute>()});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerMaxRoiPool, "reference", 0, linear_only,
-                                 function_kernel(max_roi_pool_execute)});
+                                 params_kernel<MaxRoiPoolParams, max_roi_pool_execute>()});
 
 }  // namespace kiln

@@ -6,9 +6,11 @@
 // type (bool only without a reduction); indices int32 or int64, negative values wrap.
 #include <array>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "src/ir/op_params.h"
 #include "src/ir/scatter_params.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/cpu/data_copy.h"
@@ -50,12 +52,12 @@ int64_t wrap_index(int64_t idx, int64_t extent, int axis) {
 }
 
 template <typename T>
-void scatter_elements(const KernelContext& ctx, const std::vector<int64_t>& idx, Reduction r) {
+void scatter_elements(const KernelContext& ctx, const std::vector<int64_t>& idx, const ScatterParams& p) {
+  const Reduction r = p.reduction;
   const TensorView& updates = ctx.inputs.at(2);
   const TensorView& y = ctx.outputs.at(0);
   const int rank = y.dims.rank();
-  int64_t axis = attr_int(*ctx.layer, "axis");
-  if (axis < 0) axis += rank;
+  const int axis = scatter_axis(p, rank);
   const auto stride = row_major_strides(y.dims);
   const Dims& ud = updates.dims;
   std::array<int64_t, kMaxDims> c{};
@@ -83,7 +85,8 @@ void scatter_elements(const KernelContext& ctx, const std::vector<int64_t>& idx,
 }
 
 template <typename T>
-void scatter_nd(const KernelContext& ctx, const std::vector<int64_t>& idx, Reduction r) {
+void scatter_nd(const KernelContext& ctx, const std::vector<int64_t>& idx, const ScatterParams& p) {
+  const Reduction r = p.reduction;
   const TensorView& indices = ctx.inputs.at(1);
   const TensorView& updates = ctx.inputs.at(2);
   const TensorView& y = ctx.outputs.at(0);
@@ -104,21 +107,26 @@ void scatter_nd(const KernelContext& ctx, const std::vector<int64_t>& idx, Reduc
   }
 }
 
-void scatter_execute(const KernelContext& ctx) {
-  const TensorView& data = ctx.inputs.at(0);
-  const TensorView& y = ctx.outputs.at(0);
-  if (data.count()) std::memcpy(y.data, data.data, static_cast<size_t>(data.count()) * data_type_size(data.type));
-  const auto idx = cpu::read_ints(ctx.inputs.at(1), "Scatter indices");
-  const Reduction r = parse_scatter_reduction(attr_string(*ctx.layer, "reduction"));
-  const bool nd = attr_string(*ctx.layer, "mode") == "nd";
-  KILN_DISPATCH_NUMERIC(data.type, "Scatter", {
-    if (nd) {
-      scatter_nd<T>(ctx, idx, r);
-    } else {
-      scatter_elements<T>(ctx, idx, r);
-    }
-  });
-}
+class ScatterRef : public Kernel {
+ public:
+  explicit ScatterRef(const ScatterParams& params) : params_(params) {}
+  void execute(const KernelContext& ctx) override {
+    const TensorView& data = ctx.inputs.at(0);
+    const TensorView& y = ctx.outputs.at(0);
+    if (data.count()) std::memcpy(y.data, data.data, static_cast<size_t>(data.count()) * data_type_size(data.type));
+    const auto idx = cpu::read_ints(ctx.inputs.at(1), "Scatter indices");
+    KILN_DISPATCH_NUMERIC(data.type, "Scatter", {
+      if (params_.nd) {
+        scatter_nd<T>(ctx, idx, params_);
+      } else {
+        scatter_elements<T>(ctx, idx, params_);
+      }
+    });
+  }
+
+ private:
+  ScatterParams params_;
+};
 
 bool linear_only(const Layer&, const std::vector<TensorDesc>& inputs) {
   for (const auto& d : inputs) {
@@ -130,6 +138,6 @@ bool linear_only(const Layer&, const std::vector<TensorDesc>& inputs) {
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerScatter, "reference", 0, linear_only,
-                                 function_kernel(scatter_execute)});
+                                 [](const Layer& layer) { return std::make_unique<ScatterRef>(params_of<ScatterParams>(layer)); }});
 
 }  // namespace kiln

@@ -18,7 +18,9 @@
 #include "kiln/error.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/cpu/string_case.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/string_params.h"
 
 namespace kiln::cpu {
 namespace {
@@ -34,11 +36,12 @@ StringArena& arena_of(const KernelContext& ctx, const char* what) {
 
 class StringNormalizerCpu : public Kernel {
  public:
-  explicit StringNormalizerCpu(const Layer& layer) {
-    const std::string action = attr_string(layer, "case_change_action");
-    change_ = action == "LOWER" ? CaseChange::kLower : action == "UPPER" ? CaseChange::kUpper : CaseChange::kNone;
-    case_sensitive_ = attr_int(layer, "is_case_sensitive") != 0;
-    for (const std::string& w : layer.attrs().get_strings("stopwords")) stopwords_.insert(key(w));
+  explicit StringNormalizerCpu(const StringNormalizerParams& p)
+      : change_(p.case_change == StringCaseAction::kLower   ? CaseChange::kLower
+                : p.case_change == StringCaseAction::kUpper ? CaseChange::kUpper
+                                                            : CaseChange::kNone),
+        case_sensitive_(p.case_sensitive) {
+    for (const std::string& w : p.stopwords) stopwords_.insert(key(w));
   }
 
   void execute(const KernelContext& ctx) override {
@@ -69,7 +72,9 @@ class StringNormalizerCpu : public Kernel {
 };
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerStringNormalizer, "reference", 0, nullptr,
-                                 [](const Layer& layer) { return std::make_unique<StringNormalizerCpu>(layer); }});
+                                 [](const Layer& layer) {
+                                   return std::make_unique<StringNormalizerCpu>(params_of<StringNormalizerParams>(layer));
+                                 }});
 
 // ---- number <-> text -------------------------------------------------------------------------------
 

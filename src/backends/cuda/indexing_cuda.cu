@@ -42,7 +42,9 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/indexing_cuda.cuh"
 #include "src/backends/cuda/op_helpers_cuda.cuh"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/reduce_params.h"
 
 namespace kiln::cuda {
 namespace {
@@ -176,17 +178,19 @@ __global__ void __launch_bounds__(kBlockThreads) arg_block_kernel(const T* __res
 
 class ArgReduceCuda : public Kernel {
  public:
-  void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&,
+  explicit ArgReduceCuda(const ArgReduceParams& params) : params_(params) {}
+
+  void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&,
                int) override {
     const Dims& d = inputs[0].dims;
-    const AxisView v(d, normalized_axis(attr_int(layer, "axis"), d.rank()));
+    const AxisView v(d, arg_reduce_axis(params_, d.rank()));
     a_ = ArgArgs{};
     a_.outer = v.outer;
     a_.n = v.n;
     a_.inner = v.inner;
-    a_.is_max = attr_string(layer, "op") == "max";
-    a_.last = attr_int(layer, "select_last_index") != 0;
-    a_.one_hot = attr_int(layer, "one_hot") != 0;
+    a_.is_max = params_.is_max;
+    a_.last = params_.select_last_index;
+    a_.one_hot = params_.one_hot;
     a_.col = column_index(v, d.volume());
   }
 
@@ -209,6 +213,7 @@ class ArgReduceCuda : public Kernel {
   }
 
  private:
+  ArgReduceParams params_;
   ArgArgs a_;
 };
 
@@ -801,7 +806,7 @@ bool max_unpool_supports(const Layer& layer, const std::vector<TensorDesc>& inpu
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerArgReduce, "cuda", 100, arg_reduce_supports,
-                                 [](const Layer&) { return std::make_unique<ArgReduceCuda>(); }});
+                                 [](const Layer& layer) { return std::make_unique<ArgReduceCuda>(params_of<ArgReduceParams>(layer)); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerCumSum, "cuda", 100, cum_sum_supports,
                                  [](const Layer&) { return std::make_unique<CumSumCuda>(); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerTrilu, "cuda", 100, trilu_supports,

@@ -36,6 +36,8 @@
 #include "kiln/error.h"
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/op_helpers_cuda.cuh"
+#include "src/ir/normalization_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln::cuda {
@@ -503,12 +505,11 @@ float* optional_output(const KernelContext& ctx, size_t i) {
 
 class NormalizationCuda : public Kernel {
  public:
-  explicit NormalizationCuda(const Layer& layer)
-      : mode_(attr_string(layer, "mode")), eps_(attr_float(layer, "epsilon")) {
-    if (mode_ == "lp") {
-      kind_ = attr_int(layer, "p") == 1 ? StatKind::kL1 : StatKind::kL2;
-    } else if (mode_ == "mvn") {
-      kind_ = attr_int(layer, "normalize_variance") != 0 ? StatKind::kMvn : StatKind::kMeanOnly;
+  explicit NormalizationCuda(const NormalizationParams& params) : params_(params), eps_(params.epsilon) {
+    if (params.mode == NormMode::kLp) {
+      kind_ = params.p == 1 ? StatKind::kL1 : StatKind::kL2;
+    } else if (params.mode == NormMode::kMvn) {
+      kind_ = params.normalize_variance ? StatKind::kMvn : StatKind::kMeanOnly;
     } else {
       kind_ = StatKind::kVar;
     }
@@ -517,40 +518,18 @@ class NormalizationCuda : public Kernel {
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&,
                int) override {
     const Dims& x = inputs[0].dims;
-    const int rank = x.rank();
     total_ = x.volume();
     k32_ = total_ < kFast32Limit;
 
-    // The view and its reduced axes (as the reference's stats_view; lp: the one axis).
-    std::vector<int64_t> view;
-    std::vector<bool> reduced;
-    if (mode_ == "group") {
-      const int64_t groups = attr_int(layer, "num_groups");
-      view = {x[0], groups, x[1] / groups * product(x, 2, rank)};
-      reduced = {false, false, true};
-    } else {
-      view = x.to_vector();
-      reduced.assign(static_cast<size_t>(rank), false);
-      auto mark = [&](int64_t a) {
-        const int64_t axis = a < 0 ? a + rank : a;
-        if (axis < 0 || axis >= rank) {
-          throw Error("Normalization layer '" + layer.name() + "': axis " + std::to_string(a) +
-                      " is out of range for x " + x.to_string());
-        }
-        reduced[static_cast<size_t>(axis)] = true;
-      };
-      if (mode_ == "layer") {
-        const int64_t a = attr_int(layer, "axis");
-        for (int64_t i = a < 0 ? a + rank : a; i < rank; ++i) mark(i);
-      } else if (mode_ == "instance") {
-        for (int i = 2; i < rank; ++i) mark(i);
-      } else if (mode_ == "mvn") {
-        for (int64_t a : attr_ints(layer, "axes")) mark(a);
-      } else {
-        mark(attr_int(layer, "axis"));
-      }
+    // The view and its reduced axes (normalization_stats_view, as shape inference and the
+    // reference; lp: the one axis).
+    NormStatsView stats;
+    try {
+      stats = normalization_stats_view(params_, x);
+    } catch (const Error& e) {
+      throw Error("Normalization layer '" + layer.name() + "': " + e.what());
     }
-    plan_layout(view, reduced);
+    plan_layout(stats.dims, stats.reduced);
     plan_affine(inputs, x);
     choose_path();
   }
@@ -619,7 +598,7 @@ class NormalizationCuda : public Kernel {
   }
 
   void plan_affine(const std::vector<TensorDesc>& inputs, const Dims& x) {
-    const bool per_channel = mode_ == "instance" || mode_ == "group";
+    const bool per_channel = params_.per_channel_affine();
     const std::vector<int64_t> xe = x.to_vector();
     auto plan = [&](size_t i) {
       AffineRef ref;
@@ -818,7 +797,7 @@ class NormalizationCuda : public Kernel {
     }
   }
 
-  std::string mode_;
+  NormalizationParams params_;
   double eps_;
   StatKind kind_ = StatKind::kVar;
   int64_t total_ = 0;
@@ -864,10 +843,12 @@ __global__ void lrn_kernel(const T* __restrict__ x, T* __restrict__ y, LrnArgs a
 
 class LrnCuda : public Kernel {
  public:
-  void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&,
+  explicit LrnCuda(const LrnParams& params) : params_(params) {}
+
+  void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&,
                int) override {
     const Dims& d = inputs[0].dims;
-    const int64_t size = attr_int(layer, "size");
+    const int64_t size = params_.size;
     a_ = LrnArgs{};
     a_.total = d.volume();
     a_.channels = d[1];
@@ -876,9 +857,9 @@ class LrnCuda : public Kernel {
     a_.channel_div = IndexDiv(a_.channels);
     a_.before = (size - 1) / 2;
     a_.after = size - 1 - a_.before;
-    a_.alpha_over_size = attr_float(layer, "alpha") / static_cast<double>(size);
-    a_.beta = attr_float(layer, "beta");
-    a_.bias = attr_float(layer, "bias");
+    a_.alpha_over_size = params_.alpha / static_cast<double>(size);
+    a_.beta = params_.beta;
+    a_.bias = params_.bias;
     a_.k32 = a_.total < kFast32Limit;
   }
 
@@ -896,6 +877,7 @@ class LrnCuda : public Kernel {
   }
 
  private:
+  LrnParams params_;
   LrnArgs a_;
 };
 
@@ -914,9 +896,6 @@ bool linear_io(const Layer& layer, const std::vector<TensorDesc>& inputs) {
 bool normalization_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (inputs.empty() || !is_cuda_float(inputs[0].type) || !linear_io(layer, inputs)) return false;
   if (inputs[0].dims.rank() > kMaxDims) return false;
-  const std::string mode = attr_string(layer, "mode");
-  if (mode != "layer" && mode != "instance" && mode != "group" && mode != "mvn" && mode != "lp") return false;
-  if (mode == "lp" && attr_int(layer, "p") != 1 && attr_int(layer, "p") != 2) return false;
   for (size_t i = 1; i < inputs.size(); ++i) {
     if (inputs[i].present && inputs[i].type != inputs[0].type) return false;
   }
@@ -933,8 +912,10 @@ bool lrn_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerNormalization, "cuda", 100, normalization_supports,
-                                 [](const Layer& layer) { return std::make_unique<NormalizationCuda>(layer); }});
+                                 [](const Layer& layer) {
+                                   return std::make_unique<NormalizationCuda>(params_of<NormalizationParams>(layer));
+                                 }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerLRN, "cuda", 100, lrn_supports,
-                                 [](const Layer&) { return std::make_unique<LrnCuda>(); }});
+                                 [](const Layer& layer) { return std::make_unique<LrnCuda>(params_of<LrnParams>(layer)); }});
 
 }  // namespace kiln::cuda

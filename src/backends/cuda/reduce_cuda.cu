@@ -31,7 +31,9 @@
 #include "kiln/error.h"
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/reduce_cuda.cuh"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/reduce_params.h"
 
 namespace kiln::cuda {
 namespace {
@@ -353,23 +355,22 @@ int sm_count() {
 
 class ReduceCuda : public Kernel {
  public:
-  explicit ReduceCuda(const Layer& layer)
-      : name_(layer.name()), op_(parse_reduce_op(attr_string(layer, "op"))), axes_(attr_ints(layer, "axes")) {}
+  ReduceCuda(const Layer& layer, const ReduceParams& params) : name_(layer.name()), params_(params) {}
 
   void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&, int) override {
-    const auto it = launchers().find(LauncherKey{inputs[0].type, op_});
+    const auto it = launchers().find(LauncherKey{inputs[0].type, params_.op});
     if (it == launchers().end()) {
-      throw Error("Reduce layer '" + name_ + "' (CUDA): op " + to_string(op_) + " on " + to_string(inputs[0].type) +
+      throw Error("Reduce layer '" + name_ + "' (CUDA): op " + to_string(params_.op) + " on " + to_string(inputs[0].type) +
                   " is not supported");
     }
     launch_ = it->second;
     const Dims& d = inputs[0].dims;
     const int rank = d.rank();
-    std::vector<bool> reduced(static_cast<size_t>(rank), axes_.empty());
-    for (int64_t a : axes_) {
-      const int64_t axis = a < 0 ? a + rank : a;
-      if (axis < 0 || axis >= rank) throw Error("Reduce layer '" + name_ + "': axis out of range");
-      reduced[static_cast<size_t>(axis)] = true;
+    std::vector<bool> reduced;
+    try {
+      reduced = reduced_axes(params_, rank);
+    } catch (const Error& e) {
+      throw Error("Reduce layer '" + name_ + "': " + e.what());
     }
     // Merged runs, outermost first: extent, reduced?, stride of the run's innermost dim.
     struct Run {
@@ -458,8 +459,7 @@ class ReduceCuda : public Kernel {
 
  private:
   std::string name_;
-  ReduceOp op_;
-  std::vector<int64_t> axes_;
+  ReduceParams params_;
   Launchers launch_{};
   bool rows_path_ = false;
   RowsArgs rows_{};
@@ -470,17 +470,12 @@ class ReduceCuda : public Kernel {
 
 bool reduce_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (inputs.empty() || inputs[0].format != TensorFormat::kLinear) return false;
-  try {
-    const ReduceOp op = parse_reduce_op(attr_string(layer, "op"));
-    return launchers().count(LauncherKey{inputs[0].type, op}) != 0;
-  } catch (const Error&) {
-    return false;
-  }
+  return launchers().count(LauncherKey{inputs[0].type, params_of<ReduceParams>(layer).op}) != 0;
 }
 
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerReduce, "cuda", 10, reduce_supports,
-                                 [](const Layer& layer) { return std::make_unique<ReduceCuda>(layer); }});
+                                 [](const Layer& layer) { return std::make_unique<ReduceCuda>(layer, params_of<ReduceParams>(layer)); }});
 
 }  // namespace kiln::cuda

@@ -31,33 +31,13 @@
 #include "src/backends/cuda/index_cuda.h"
 #include "src/backends/cuda/rounded_math_cuda.cuh"
 #include "src/backends/kernel.h"
-#include "src/ir/op_schema.h"
+#include "src/ir/op_params.h"
+#include "src/ir/resize_params.h"
 
 namespace kiln {
 namespace {
 
 using cuda::IndexDiv;
-
-enum ResizeMode : int { kResizeNearest, kResizeLinear, kResizeCubic };
-enum CoordMode : int { kHalfPixel, kHalfPixelSymmetric, kPytorchHalfPixel, kAlignCorners, kAsymmetric, kTfHalfPixelForNn };
-enum NearestMode : int { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil };
-
-template <typename E>
-E find_name(const std::vector<std::pair<std::string, E>>& table, const std::string& name, const char* attr) {
-  for (const auto& [n, e] : table) {
-    if (n == name) return e;
-  }
-  throw Error(std::string("Resize: unsupported ") + attr + " '" + name + "'");
-}
-
-const std::vector<std::pair<std::string, ResizeMode>> kResizeModes = {
-    {"nearest", kResizeNearest}, {"linear", kResizeLinear}, {"cubic", kResizeCubic}};
-const std::vector<std::pair<std::string, CoordMode>> kCoordModes = {
-    {"half_pixel", kHalfPixel},       {"half_pixel_symmetric", kHalfPixelSymmetric},
-    {"pytorch_half_pixel", kPytorchHalfPixel}, {"align_corners", kAlignCorners},
-    {"asymmetric", kAsymmetric},      {"tf_half_pixel_for_nn", kTfHalfPixelForNn}};
-const std::vector<std::pair<std::string, NearestMode>> kNearestModes = {
-    {"round_prefer_floor", kRoundPreferFloor}, {"round_prefer_ceil", kRoundPreferCeil}, {"floor", kFloor}, {"ceil", kCeil}};
 
 // ---- coordinate math (IEEE round-to-nearest on the device whatever the compile flags: the *_rn
 // helpers of rounded_math_cuda.cuh) ------------------------------------------------------------------
@@ -70,13 +50,13 @@ using cuda::sub_rn;
 // x_original of output index j (resize_cpu.cpp's coord_modes and source_coord). `resized_len` is
 // in * scale (double, possibly fractional) when `scales` was given, else the output extent:
 // align_corners and pytorch_half_pixel use it, not the output extent (ONNX's reference).
-__host__ __device__ __forceinline__ float source_coord(int mode, int64_t j, float s, float out_len, float in_len,
+__host__ __device__ __forceinline__ float source_coord(ResizeCoordMode mode, int64_t j, float s, float out_len, float in_len,
                                                        double resized_len) {
   const float x = static_cast<float>(j);
   if (s == 1.0f) return x;
   switch (mode) {
-    case kHalfPixel: return sub_rn(div_rn(add_rn(x, 0.5f), s), 0.5f);
-    case kHalfPixelSymmetric: {
+    case ResizeCoordMode::kHalfPixel: return sub_rn(div_rn(add_rn(x, 0.5f), s), 0.5f);
+    case ResizeCoordMode::kHalfPixelSymmetric: {
       const float adjustment = div_rn(out_len, mul_rn(s, in_len));
       const float center = div_rn(in_len, 2.0f);
       const float offset = mul_rn(center, sub_rn(1.0f, adjustment));
@@ -84,25 +64,25 @@ __host__ __device__ __forceinline__ float source_coord(int mode, int64_t j, floa
       return static_cast<float>(
           add_rn(add_rn(static_cast<double>(offset), div_rn(add_rn(static_cast<double>(x), 0.5), static_cast<double>(s))), -0.5));
     }
-    case kPytorchHalfPixel: return resized_len > 1 ? sub_rn(div_rn(add_rn(x, 0.5f), s), 0.5f) : 0.0f;
-    case kAlignCorners:
+    case ResizeCoordMode::kPytorchHalfPixel: return resized_len > 1 ? sub_rn(div_rn(add_rn(x, 0.5f), s), 0.5f) : 0.0f;
+    case ResizeCoordMode::kAlignCorners:
       // x * (in - 1.0) / (resized - 1.0) in double, as the CPU reference.
       return resized_len == 1 ? 0.0f
                               : static_cast<float>(div_rn(mul_rn(static_cast<double>(x), sub_rn(static_cast<double>(in_len), 1.0)),
                                                          sub_rn(resized_len, 1.0)));
-    case kAsymmetric: return div_rn(x, s);
+    case ResizeCoordMode::kAsymmetric: return div_rn(x, s);
     default: return div_rn(add_rn(x, 0.5f), s);  // tf_half_pixel_for_nn
   }
 }
 
-__host__ __device__ __forceinline__ int64_t nearest_round(int mode, float x) {
+__host__ __device__ __forceinline__ int64_t nearest_round(ResizeNearestMode mode, float x) {
   switch (mode) {
-    case kRoundPreferFloor: {
+    case ResizeNearestMode::kRoundPreferFloor: {
       const float f = floorf(x);
       return static_cast<int64_t>(sub_rn(x, f) == 0.5f ? f : roundf(x));
     }
-    case kRoundPreferCeil: return static_cast<int64_t>(roundf(x));
-    case kFloor: return static_cast<int64_t>(floorf(x));
+    case ResizeNearestMode::kRoundPreferCeil: return static_cast<int64_t>(roundf(x));
+    case ResizeNearestMode::kFloor: return static_cast<int64_t>(floorf(x));
     default: return static_cast<int64_t>(ceilf(x));
   }
 }
@@ -123,7 +103,9 @@ struct TableAxis {
 };
 
 struct TableParams {
-  int mode = 0, coord = 0, nearest = 0;
+  ResizeMode mode = ResizeMode::kNearest;
+  ResizeCoordMode coord = ResizeCoordMode::kHalfPixel;
+  ResizeNearestMode nearest = ResizeNearestMode::kRoundPreferFloor;
   float cubic_a = -0.75f;
   bool exclude_outside = false;
   int naxes = 0;
@@ -147,7 +129,7 @@ __host__ __device__ __forceinline__ void table_entry(const TableParams& p, int64
   const TableAxis ax = p.axis[a];
   const int64_t j = e - ax.first, n = ax.in_extent;
   float c = source_coord(p.coord, j, ax.scale, ax.out_len, ax.in_len, ax.resized_len);
-  if (p.mode == kResizeNearest) {
+  if (p.mode == ResizeMode::kNearest) {
     const int64_t i = nearest_round(p.nearest, c);
     offsets[e] = (i < 0 ? 0 : (i > n - 1 ? n - 1 : i)) * ax.stride;
     return;
@@ -157,7 +139,7 @@ __host__ __device__ __forceinline__ void table_entry(const TableParams& p, int64
     t.off[m] = 0;
     t.w[m] = 0.0f;
   }
-  if (p.mode == kResizeLinear) {
+  if (p.mode == ResizeMode::kLinear) {
     const float hi = static_cast<float>(n - 1);
     c = c < 0.0f ? 0.0f : (hi < c ? hi : c);
     int64_t i1 = static_cast<int64_t>(c);
@@ -366,63 +348,38 @@ void launch_interp_body(const T* src, T* dst, const InterpMap& m, int64_t n, cud
 
 // ---- host side ---------------------------------------------------------------------------------
 
-struct ResizeAttrs {
-  ResizeMode mode;
-  CoordMode coord;
-  NearestMode nearest;
-  float cubic_a;
-  bool exclude_outside;
-
-  explicit ResizeAttrs(const Layer& layer)
-      : mode(find_name(kResizeModes, attr_string(layer, "mode"), "mode")),
-        coord(find_name(kCoordModes, attr_string(layer, "coordinate_transformation_mode"),
-                        "coordinate_transformation_mode")),
-        nearest(find_name(kNearestModes, attr_string(layer, "nearest_mode"), "nearest_mode")),
-        cubic_a(static_cast<float>(attr_float(layer, "cubic_coeff_a"))),
-        exclude_outside(attr_int(layer, "exclude_outside") != 0) {}
-};
-
 // Everything prepare() derives from the shapes, in memory order.
 struct ResizeGeometry {
+  std::vector<ResizeAxis> axis;  // resize_axes, in memory order
   std::vector<int64_t> out, in, in_stride;
-  std::vector<float> scale;
   std::vector<int> active;  // memory axes that are resized
   int64_t count = 0;
   bool inner_passthrough = false;
-  bool scales_given = false;  // resized length in * scale (fractional) rather than the output extent
 };
 
 class ResizeCuda : public Kernel {
  public:
-  explicit ResizeCuda(const Layer& layer) : attrs_(layer) {}
+  explicit ResizeCuda(const ResizeParams& params) : attrs_(params) {}
 
   void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {
     const TensorDesc& x = inputs.at(0);
     const TensorDesc& y = outputs.at(0);
     const int rank = x.dims.rank();
-    if (y.dims.rank() != rank) throw Error("Resize: input and output ranks differ");
-    std::vector<float> scales(static_cast<size_t>(rank));
     const bool given = inputs.size() > 1 && inputs[1].present && inputs[1].dims.volume() > 0;
     if (given && !inputs[1].value) throw Error("Resize (CUDA): scales must be known on the host");
-    const std::vector<double> given_scales = given ? inputs[1].value->to_double() : std::vector<double>{};
-    if (given && static_cast<int>(given_scales.size()) != rank) throw Error("Resize: scales must have one value per axis");
-    for (int i = 0; i < rank; ++i) {
-      scales[static_cast<size_t>(i)] = given ? static_cast<float>(given_scales[static_cast<size_t>(i)])
-                                             : static_cast<float>(y.dims[i]) / static_cast<float>(x.dims[i]);
-    }
+    const std::vector<ResizeAxis> axes =
+        resize_axes(x.dims, y.dims, given ? inputs[1].value->to_double() : std::vector<double>{});
     geo_ = ResizeGeometry{};
     const auto order = cuda::memory_order(rank, x.format);
-    for (int a : order) {
-      geo_.out.push_back(y.dims[a]);
-      geo_.in.push_back(x.dims[a]);
-      geo_.scale.push_back(scales[static_cast<size_t>(a)]);
+    for (int a : order) geo_.axis.push_back(axes[static_cast<size_t>(a)]);
+    for (const ResizeAxis& a : geo_.axis) {
+      geo_.out.push_back(a.out);
+      geo_.in.push_back(a.in);
     }
     geo_.in_stride = row_major_strides(geo_.in);
-    geo_.scales_given = given;
     for (int m = 0; m < rank; ++m) {
-      const auto u = static_cast<size_t>(m);
-      if (geo_.scale[u] != 1.0f || geo_.out[u] != geo_.in[u]) geo_.active.push_back(m);
+      if (!geo_.axis[static_cast<size_t>(m)].identity()) geo_.active.push_back(m);
     }
     geo_.count = y.dims.volume();
     geo_.inner_passthrough = rank > 0 && (geo_.active.empty() || geo_.active.back() != rank - 1);
@@ -432,7 +389,7 @@ class ResizeCuda : public Kernel {
     for (int a : geo_.active) entries += geo_.out[static_cast<size_t>(a)];
     workspace_ = geo_.count == 0 || geo_.active.empty()
                      ? 0
-                     : static_cast<size_t>(entries) * (attrs_.mode == kResizeNearest ? sizeof(int64_t) : sizeof(Taps));
+                     : static_cast<size_t>(entries) * (attrs_.is_nearest() ? sizeof(int64_t) : sizeof(Taps));
   }
 
   size_t workspace_size() const override { return workspace_; }
@@ -447,7 +404,7 @@ class ResizeCuda : public Kernel {
       return;
     }
     if (!ctx.workspace || ctx.workspace_size < workspace_) throw Error("Resize (CUDA): missing workspace");
-    if (attrs_.mode == kResizeNearest) {
+    if (attrs_.is_nearest()) {
       run_nearest(src, dst, ctx.workspace, stream);
     } else {
       run_interp(src, dst, ctx.workspace, stream);
@@ -461,16 +418,15 @@ class ResizeCuda : public Kernel {
     p.mode = attrs_.mode;
     p.coord = attrs_.coord;
     p.nearest = attrs_.nearest;
-    p.cubic_a = attrs_.cubic_a;
+    p.cubic_a = static_cast<float>(attrs_.cubic_a);
     p.exclude_outside = attrs_.exclude_outside;
     for (int a : geo_.active) {
       const auto u = static_cast<size_t>(a);
       TableAxis& t = p.axis[p.naxes++];
-      t.scale = geo_.scale[u];
+      t.scale = geo_.axis[u].scale;
       t.out_len = static_cast<float>(geo_.out[u]);
       t.in_len = static_cast<float>(geo_.in[u]);
-      t.resized_len = geo_.scales_given ? static_cast<double>(geo_.scale[u]) * static_cast<double>(geo_.in[u])
-                                        : static_cast<double>(geo_.out[u]);
+      t.resized_len = geo_.axis[u].resized_len;
       t.in_extent = geo_.in[u];
       t.stride = geo_.in_stride[u] / unit;
       t.first = p.total;
@@ -546,7 +502,7 @@ class ResizeCuda : public Kernel {
       ++m.nactive;
     }
     const int64_t n = geo_.count / v;
-    const bool cubic = attrs_.mode == kResizeCubic;
+    const bool cubic = attrs_.mode == ResizeMode::kCubic;
     if (type_ == DataType::kFloat32) {
       launch_interp(static_cast<const float*>(src), static_cast<float*>(dst), m, n, v, cubic, stream);
     } else {
@@ -565,7 +521,7 @@ class ResizeCuda : public Kernel {
     launch_interp_body<T, 1, 2>(src, dst, m, n, stream);
   }
 
-  ResizeAttrs attrs_;
+  ResizeParams attrs_;
   ResizeGeometry geo_;
   size_t elem_ = 1;
   DataType type_ = DataType::kFloat32;
@@ -582,21 +538,16 @@ bool supports_resize(const Layer& layer, const std::vector<TensorDesc>& inputs) 
       (inputs[1].dims.is_dynamic() || inputs[1].dims.volume() > 0)) {
     return false;
   }
-  try {
-    const ResizeAttrs a(layer);
-    if (a.mode == kResizeNearest) {
-      const size_t e = data_type_size(x.type);
-      return e == 1 || e == 2 || e == 4 || e == 8;
-    }
-    return cuda::is_cuda_float(x.type);
-  } catch (const Error&) {
-    return false;  // an attribute value this kernel does not know
+  if (params_of<ResizeParams>(layer).is_nearest()) {
+    const size_t e = data_type_size(x.type);
+    return e == 1 || e == 2 || e == 4 || e == 8;
   }
+  return cuda::is_cuda_float(x.type);
 }
 
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerResize, "cuda", 10, supports_resize,
-                                 [](const Layer& layer) { return std::make_unique<ResizeCuda>(layer); }});
+                                 [](const Layer& layer) { return std::make_unique<ResizeCuda>(params_of<ResizeParams>(layer)); }});
 
 }  // namespace kiln

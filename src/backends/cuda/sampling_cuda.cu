@@ -28,7 +28,9 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/rounded_math_cuda.cuh"
 #include "src/backends/kernel.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/sampling_params.h"
 
 namespace kiln::cuda {
 namespace {
@@ -164,18 +166,22 @@ __global__ void grid_sample_kernel(const T* __restrict__ x, const T* __restrict_
 
 class GridSampleCuda : public Kernel {
  public:
-  void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
+  explicit GridSampleCuda(const GridSampleParams& params) : params_(params) {}
+
+  void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {
     const Dims& x = inputs.at(0).dims;
     const Dims& y = outputs.at(0).dims;
     p_ = GridArgs{};
     p_.k = x.rank() - 2;
     if (p_.k < 1 || p_.k > kMaxGridAxes) throw Error("GridSample (CUDA): input rank " + std::to_string(x.rank()));
-    const std::string mode = attr_string(layer, "mode");
-    p_.interp = mode == "nearest" ? kInterpNearest : mode == "cubic" ? kInterpCubic : kInterpLinear;
-    const std::string pad = attr_string(layer, "padding_mode");
-    p_.padding = pad == "border" ? kPadBorder : pad == "reflection" ? kPadReflection : kPadZeros;
-    p_.align = attr_int(layer, "align_corners") != 0;
+    p_.interp = params_.mode == GridSampleMode::kNearest ? kInterpNearest
+                : params_.mode == GridSampleMode::kCubic ? kInterpCubic
+                                                          : kInterpLinear;
+    p_.padding = params_.padding == GridSamplePadding::kBorder       ? kPadBorder
+                 : params_.padding == GridSamplePadding::kReflection ? kPadReflection
+                                                                     : kPadZeros;
+    p_.align = params_.align_corners;
     p_.channels = x[1];
     int64_t stride = 1;
     for (int d = p_.k - 1; d >= 0; --d) {
@@ -208,6 +214,7 @@ class GridSampleCuda : public Kernel {
     KILN_CUDA_CHECK_LAUNCH();
   }
 
+  GridSampleParams params_;
   GridArgs p_;
   DataType type_ = DataType::kFloat32;
 };
@@ -227,10 +234,7 @@ bool grid_sample_supports(const Layer& layer, const std::vector<TensorDesc>& inp
   if (!sampling_float(inputs[0].type) || inputs[1].type != inputs[0].type) return false;
   const int k = inputs[0].dims.rank() - 2;
   if (k < 1 || k > kMaxGridAxes || inputs[1].dims.rank() != k + 2) return false;
-  const std::string mode = attr_string(layer, "mode");
-  const std::string pad = attr_string(layer, "padding_mode");
-  return (mode == "linear" || mode == "nearest" || mode == "cubic") &&
-         (pad == "zeros" || pad == "border" || pad == "reflection");
+  return true;
 }
 
 // ---- RoiAlign ------------------------------------------------------------------------------------
@@ -336,6 +340,8 @@ __global__ void roi_align_kernel(const T* __restrict__ x, const T* __restrict__ 
 
 class RoiAlignCuda : public Kernel {
  public:
+  explicit RoiAlignCuda(const RoiAlignParams& params) : params_(params) {}
+
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {
     const Dims& x = inputs.at(0).dims;
@@ -348,10 +354,10 @@ class RoiAlignCuda : public Kernel {
     p_.width = x[3];
     p_.ph_n = y[2];
     p_.pw_n = y[3];
-    p_.ratio = attr_int(layer, "sampling_ratio");
-    p_.scale = attr_float(layer, "spatial_scale");
-    p_.max_mode = attr_string(layer, "mode") == "max";
-    p_.half_pixel = attr_string(layer, "coordinate_transformation_mode") == "half_pixel";
+    p_.ratio = params_.sampling_ratio;
+    p_.scale = params_.spatial_scale;
+    p_.max_mode = params_.max_mode;
+    p_.half_pixel = params_.half_pixel;
     p_.idx64 = inputs.at(2).type == DataType::kInt64;
     type_ = inputs[0].type;
     if (const HostTensor* bi = inputs[2].value) {
@@ -383,6 +389,7 @@ class RoiAlignCuda : public Kernel {
     KILN_CUDA_CHECK_LAUNCH();
   }
 
+  RoiAlignParams params_;
   RoiArgs p_;
   DataType type_ = DataType::kFloat32;
 };
@@ -391,17 +398,14 @@ bool roi_align_supports(const Layer& layer, const std::vector<TensorDesc>& input
   if (inputs.size() < 3 || !linear_io(layer, inputs)) return false;
   if (!sampling_float(inputs[0].type) || inputs[1].type != inputs[0].type) return false;
   if (inputs[2].type != DataType::kInt32 && inputs[2].type != DataType::kInt64) return false;
-  if (inputs[0].dims.rank() != 4 || inputs[1].dims.rank() != 2) return false;
-  const std::string mode = attr_string(layer, "mode");
-  const std::string ctm = attr_string(layer, "coordinate_transformation_mode");
-  return (mode == "avg" || mode == "max") && (ctm == "half_pixel" || ctm == "output_half_pixel");
+  return inputs[0].dims.rank() == 4 && inputs[1].dims.rank() == 2;
 }
 
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerGridSample, "cuda", 100, grid_sample_supports,
-                                 [](const Layer&) { return std::make_unique<GridSampleCuda>(); }});
+                                 [](const Layer& layer) { return std::make_unique<GridSampleCuda>(params_of<GridSampleParams>(layer)); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerRoiAlign, "cuda", 100, roi_align_supports,
-                                 [](const Layer&) { return std::make_unique<RoiAlignCuda>(); }});
+                                 [](const Layer& layer) { return std::make_unique<RoiAlignCuda>(params_of<RoiAlignParams>(layer)); }});
 
 }  // namespace kiln::cuda

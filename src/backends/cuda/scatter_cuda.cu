@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/ir/op_params.h"
 #include "src/ir/scatter_params.h"
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/element_types_cuda.cuh"
@@ -274,8 +275,7 @@ void dispatch_scatter_type(DataType t, Fn&& fn) {
 
 class ScatterCuda : public Kernel {
  public:
-  explicit ScatterCuda(const Layer& layer)
-      : nd_(attr_string(layer, "mode") == "nd"), reduction_(parse_scatter_reduction(attr_string(layer, "reduction"))) {}
+  explicit ScatterCuda(const ScatterParams& params) : params_(params), nd_(params.nd), reduction_(params.reduction) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&,
                int) override {
@@ -305,8 +305,7 @@ class ScatterCuda : public Kernel {
       a_.chain = a_.tuples;
       slots_ = a_.slice > 0 ? data_count_ / a_.slice : 0;
     } else {
-      const int64_t ax = attr_int(layer, "axis");
-      const int axis = static_cast<int>(ax < 0 ? ax + rank : ax);
+      const int axis = scatter_axis(params_, rank);
       axis_ = axis;
       std::vector<int64_t> ext, str;
       for (int i = 0; i < rank; ++i) {
@@ -428,6 +427,7 @@ class ScatterCuda : public Kernel {
     }
   }
 
+  ScatterParams params_;
   bool nd_;
   Reduction reduction_;
   int axis_ = 0;
@@ -446,17 +446,15 @@ bool scatter_supports(const Layer& layer, const std::vector<TensorDesc>& inputs)
   if (layer.output(0) && layer.output(0)->format() != TensorFormat::kLinear) return false;
   if (inputs[0].dims.rank() > kMaxDims || inputs[2].type != inputs[0].type) return false;
   if (inputs[1].type != DataType::kInt32 && inputs[1].type != DataType::kInt64) return false;
-  const std::string mode = attr_string(layer, "mode");
-  if (mode != "elements" && mode != "nd") return false;
-  const std::string red = attr_string(layer, "reduction");
-  if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min") return false;
-  if (red != "none" && inputs[0].type == DataType::kBool) return false;
+  if (params_of<ScatterParams>(layer).reduction != ScatterReduction::kNone && inputs[0].type == DataType::kBool) {
+    return false;
+  }
   return in_list(ScatterTypes{}, inputs[0].type);
 }
 
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerScatter, "cuda", 100, scatter_supports,
-                                 [](const Layer& layer) { return std::make_unique<ScatterCuda>(layer); }});
+                                 [](const Layer& layer) { return std::make_unique<ScatterCuda>(params_of<ScatterParams>(layer)); }});
 
 }  // namespace kiln::cuda

@@ -18,6 +18,8 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/index_cuda.h"
 #include "src/backends/kernel.h"
+#include "src/ir/gather_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln {
@@ -124,7 +126,7 @@ __host__ __device__ __forceinline__ void flag_error(int* error) {
 }
 
 // out[o, t, j] = data[o, idx[t], j] over [outer, n, inner] (inner in vector units).
-struct GatherParams {
+struct GatherDefaultParams {
   int64_t n = 0, inner = 0, extent = 0;
   IndexDiv inner_div, n_div;
 };
@@ -135,7 +137,7 @@ struct GatherDefaultBody {
   const I* idx;
   W* out;
   int* error;
-  GatherParams p;
+  GatherDefaultParams p;
   __host__ __device__ __forceinline__ void operator()(int64_t i) const {
     const int64_t q = p.inner_div.template div<k32>(i);
     const int64_t j = i - q * p.inner;
@@ -241,23 +243,10 @@ void check_index(int64_t idx, int64_t extent, int64_t axis) {
   }
 }
 
-enum class GatherMode { kDefault, kElements, kNd };
-
-GatherMode parse_mode(const std::string& mode) {
-  static const std::vector<std::pair<std::string, GatherMode>> kModes = {
-      {"default", GatherMode::kDefault}, {"elements", GatherMode::kElements}, {"nd", GatherMode::kNd}};
-  for (const auto& [name, m] : kModes) {
-    if (name == mode) return m;
-  }
-  throw Error("Gather: unknown mode '" + mode + "'");
-}
-
 class GatherCuda : public Kernel {
  public:
-  explicit GatherCuda(const Layer& layer)
-      : mode_(parse_mode(attr_string(layer, "mode"))),
-        axis_attr_(attr_int(layer, "axis")),
-        batch_dims_(attr_int(layer, "batch_dims")) {}
+  explicit GatherCuda(const GatherParams& params)
+      : params_(params), mode_(params.mode), batch_dims_(params.batch_dims) {}
 
   void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {
@@ -272,8 +261,7 @@ class GatherCuda : public Kernel {
     switch (mode_) {
       case GatherMode::kDefault:
       case GatherMode::kElements: {
-        axis_ = static_cast<int>(norm_axis(axis_attr_, rank));
-        if (axis_ < 0 || axis_ >= rank) throw Error("Gather: axis " + std::to_string(axis_attr_) + " out of range");
+        axis_ = gather_axis(params_, rank);
         for (int64_t v : known) check_index(v, data_[axis_], axis_);
         break;
       }
@@ -326,7 +314,7 @@ class GatherCuda : public Kernel {
     }
     const int64_t n = idx_.volume();
     const size_t w = cuda::vector_bytes(elem_, {inner}, {data, out});
-    GatherParams p;
+    GatherDefaultParams p;
     p.n = n;
     p.inner = inner / static_cast<int64_t>(w / elem_);
     p.extent = data_[axis_];
@@ -406,8 +394,9 @@ class GatherCuda : public Kernel {
     });
   }
 
+  GatherParams params_;
   GatherMode mode_;
-  int64_t axis_attr_, batch_dims_;
+  int64_t batch_dims_;
   int axis_ = 0;
   Dims data_, idx_, out_;
   size_t elem_ = 1;
@@ -418,12 +407,12 @@ class GatherCuda : public Kernel {
 bool supports_gather(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (inputs.size() < 2 || !linear_io(layer, {inputs[0]}) || inputs[1].format != TensorFormat::kLinear) return false;
   if (!is_index_type(inputs[1].type)) return false;
-  const std::string mode = attr_string(layer, "mode");
-  if (mode == "nd") {
+  const GatherParams& p = params_of<GatherParams>(layer);
+  if (p.mode == GatherMode::kNd) {
     const Dims& idx = inputs[1].dims;
-    if (idx.rank() < 1 || idx[idx.rank() - 1] > kMaxDims || attr_int(layer, "batch_dims") < 0) return false;
+    if (idx.rank() < 1 || idx[idx.rank() - 1] > kMaxDims || p.batch_dims < 0) return false;
   }
-  return mode == "default" || mode == "elements" || mode == "nd";
+  return true;
 }
 
 }  // namespace
@@ -431,6 +420,6 @@ bool supports_gather(const Layer& layer, const std::vector<TensorDesc>& inputs) 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerSlice, "cuda", 10, supports_slice,
                                  [](const Layer&) { return std::make_unique<SliceCuda>(); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerGather, "cuda", 10, supports_gather,
-                                 [](const Layer& layer) { return std::make_unique<GatherCuda>(layer); }});
+                                 [](const Layer& layer) { return std::make_unique<GatherCuda>(params_of<GatherParams>(layer)); }});
 
 }  // namespace kiln
