@@ -1,13 +1,13 @@
 // Tests of the BitShift layer: shape/type inference and its errors, the reference on signed
-// types and out-of-range shift amounts (by hand), the harness checks, and whole ONNX BitShift
-// models on uint8 against ONNX Runtime (tests/data/bitwise, made by its generate.py).
+// types and out-of-range shift amounts (by hand). Its op cases (whole ONNX BitShift models on
+// uint8 against ONNX Runtime, made by tests/data/bitwise/generate.py, and the harness cases of
+// every integer type) are in the op table, tests/data/bitwise/cases.json (tests/op_table.h).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "kiln/kiln.h"
-#include "tests/onnx_case.h"
 #include "tests/op_harness.h"
 
 namespace kiln {
@@ -66,36 +66,6 @@ TEST(BitShiftShapes, ErrorsNameTheProblem) {
     EXPECT_NE(msg.find("'op'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("integer"), std::string::npos) << msg;
   }
-}
-
-TEST(BitShiftReference, Harness) {
-  for (DataType type : {DataType::kUInt8, DataType::kInt8, DataType::kInt32, DataType::kInt64}) {
-    test::OpCase c;
-    c.name = std::string("harness_bitshift_") + to_string(type);
-    c.layer_type = kLayerBitShift;
-    test::InputSpec a, b;
-    a.type = b.type = type;
-    a.dims = {3, 13};
-    b.dims = {13};
-    b.low = 0;
-    b.high = 9;
-    c.inputs = {a, b};
-    c.attrs.set("direction", std::string("right"));
-    for (const auto& r : test::run_op_case(c)) EXPECT_EQ(r.outcome, test::Outcome::kPassed) << c.name << ": " << r.message;
-  }
-}
-
-const std::string kDataDir = std::string(KILN_SOURCE_DIR) + "/tests/data/bitwise";
-
-class BitShiftOnnx : public ::testing::TestWithParam<test::OnnxDataCase> {};
-
-TEST_P(BitShiftOnnx, MatchesOnnxRuntime) { test::run_onnx_data_case(GetParam()); }
-
-INSTANTIATE_TEST_SUITE_P(Data, BitShiftOnnx, ::testing::ValuesIn(test::load_onnx_data_cases(kDataDir)),
-                         [](const ::testing::TestParamInfo<test::OnnxDataCase>& info) { return info.param.name; });
-
-TEST(BitShiftOnnxData, CasesExist) {
-  EXPECT_GE(test::load_onnx_data_cases(kDataDir).size(), 4u) << kDataDir << "/cases.json missing or truncated";
 }
 
 }  // namespace

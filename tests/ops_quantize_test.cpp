@@ -2,8 +2,9 @@
 // importer composes from them and the math layers (MatMulInteger, ConvInteger, QLinearMatMul,
 // QLinearConv, DynamicQuantizeLinear): shape/type rules and their messages, the reference
 // kernels against hand-computed values (round half to even, saturation, per-axis and blocked
-// parameters), ONNX models against ONNX Runtime's outputs (tests/data/quantize, generate.py
-// there; integer outputs must match exactly) and the ONNX backend conformance tests.
+// parameters) and the ONNX backend conformance tests. The ONNX models against ONNX Runtime's
+// outputs (tests/data/quantize, generate.py there; integer outputs must match exactly) are cases
+// of the op table (tests/op_table.h).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -92,11 +93,6 @@ TEST(QuantizeReference, DequantizePerAxisByHand) {
   const std::vector<float> expected{-64.5f, 63.0f, 14.0f, 0.0f};
   for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(out.as<float>()[i], expected[static_cast<size_t>(i)]) << i;
 }
-
-class QuantizeOrt : public ::testing::TestWithParam<test::ortcase::ModelCase> {};
-TEST_P(QuantizeOrt, MatchesOnnxRuntime) { test::ortcase::check_case(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Cases, QuantizeOrt, ::testing::ValuesIn(test::ortcase::load_cases("quantize")),
-                         [](const ::testing::TestParamInfo<test::ortcase::ModelCase>& info) { return info.param.name; });
 
 class QuantizeConformance : public ::testing::TestWithParam<const char*> {};
 TEST_P(QuantizeConformance, MatchesTheOnnxBackendTest) { test::ortcase::check_node_test(GetParam(), 0.0, 1e-6); }

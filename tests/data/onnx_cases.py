@@ -104,6 +104,11 @@ class CaseWriter:
             f.write(model.SerializeToString())
 
     def write(self):
+        path = os.path.join(self.folder, "cases.json")
+        if os.path.exists(path):  # cases written by hand (tests/op_table.h: "source": "hand") stay
+            with open(path) as f:
+                self.cases += [c for c in json.load(f) if c.get("source") == "hand"]
         with open(os.path.join(self.folder, "cases.json"), "w") as f:
-            json.dump(self.cases, f, indent=1)
+            # One case per line (tests/op_table.h describes the entries).
+            f.write("[\n" + ",\n".join(json.dumps(c) for c in self.cases) + "\n]\n")
         print(f"{len(self.cases)} cases written to {self.folder}")
