@@ -295,6 +295,7 @@ std::vector<HostTensor> run_model_case(const TableCase& c, DeviceType device, bo
   config.device = device;
   config.fp16 = fp16;
   config.num_threads = 1;
+  config.time_tactics = false;  // each layer's highest-priority kernel: the runners compare, they do not tune
   OptimizationProfile profile;
   for (int i = 0; i < net.num_inputs(); ++i) {
     const Dims& d = inputs[static_cast<size_t>(i)].dims();

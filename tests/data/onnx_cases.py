@@ -3,9 +3,10 @@
 Each case is a small ONNX model (usually one node) run by ONNX Runtime's CPU provider (or, for
 the few cases ONNX Runtime rejects, by the onnx package's reference evaluator or numpy); the
 model, its inputs and the outputs are saved as <case>.onnx, <case>_in<i>.npy and
-<case>_out<i>.npy, and cases.json lists every case with its tolerances. The C++ side
-(tests/onnx_case_util.cpp) imports each model with kiln's ONNX parser, builds a CPU engine for
-the saved input shapes, runs it and compares every output.
+<case>_out<i>.npy, and cases.json (the family's op table, tests/op_table.h) lists every case with
+its tolerances. The table's runners import each model with kiln's ONNX parser, build an engine
+for the saved input shapes (CPU; CUDA, or the one layer when the model is one), run it and
+compare every output.
 """
 import json
 import os

@@ -1,8 +1,9 @@
 """Shared helper of the generators of ONNX-model op cases (tests/data/{scatter,quantize,sampling,rnn}/
 generate.py): builds a one-node (or small) ONNX model, runs it with ONNX Runtime (an implementation
 independent of kiln), and stores <name>.onnx, <name>_in<i>.npy and <name>_out<i>.npy next to the
-generator plus an entry of cases.json (name, tolerances). The C++ side is tests/onnx_case.h:
-it imports the model, builds a CPU engine, runs it on the inputs and compares every output.
+generator plus an entry of cases.json (name, tolerances), the family's op table (tests/op_table.h):
+its runners import the model, run it on the CPU (and on CUDA, as its one layer when it is one)
+and compare every output.
 """
 import json
 import os
