@@ -28,9 +28,11 @@
 //              and the others are constants (weights, shape inputs, as the ONNX importer makes
 //              them), and an input the schema lists as a shape input is always a constant
 //   expected:  "output": "x_out.npy" or "outputs": ["x_out0.npy", ...]: outputs computed
-//              independently of kiln (ONNX Runtime, numpy, the ONNX reference); the CPU reference
-//              must match them. Without them the CPU reference is the oracle (the "reference
-//              rule") and "num_outputs" says how many outputs the layer has (default 1).
+//              independently of kiln (ONNX Runtime, numpy, the ONNX reference), or
+//              "expected": [{"type": "uint8", "dims": [3], "value": [8, 10, 12]}, ...]: outputs
+//              computed by hand (say how in "note"); the CPU reference must match them. Without
+//              them the CPU reference is the oracle (the "reference rule") and "num_outputs" says
+//              how many outputs the layer has (default 1).
 //   "rtol", "atol": |got - expected| <= atol + rtol * |expected| (defaults 1e-4, 1e-5); against
 //              the expected files, and for every other kernel against the reference (the CUDA
 //              runner uses at least 1e-4 / 1e-5 there; fp16 runs use 1e-2 / 1e-2 of the
@@ -42,6 +44,7 @@
 //              that do not run the case, with the reason they print
 //   "source":  "hand" for a case written by hand (random or given inputs): the generators keep
 //              such entries when they rewrite the file
+//   "note":    free text (how hand-computed values were found); the loader ignores it
 //
 // Model case: a small ONNX model <name>.onnx with inputs <name>_in<i>.npy and ONNX Runtime's
 // outputs <name>_out<i>.npy, written by the family's generate.py (tests/data/onnx_cases.py,
@@ -85,8 +88,10 @@ struct TableCase {
   bool model = false;  // a model case (<name>.onnx); else a layer case
   // Layer cases: the harness case (inputs' values loaded from their files).
   OpCase op;
-  // Expected outputs: file names in the family folder (empty: the reference rule).
+  // Expected outputs: file names in the family folder, or values given in the table (both
+  // empty: the reference rule).
   std::vector<std::string> expected;
+  std::vector<HostTensor> expected_values;
   // Model cases.
   int num_inputs = 0, num_outputs = 0, sets = 0;
   double rtol = 1e-4, atol = 1e-5;

@@ -147,7 +147,19 @@ TableCase case_of(const json& j, const std::string& family, const std::string& d
   if (j.contains("outputs")) {
     for (const auto& o : j.at("outputs")) c.expected.push_back(o.get<std::string>());
   }
-  c.op.num_outputs = c.expected.empty() ? j.value("num_outputs", 1) : static_cast<int>(c.expected.size());
+  if (j.contains("expected")) {
+    for (const auto& e : j.at("expected")) {
+      Dims dims;
+      for (const auto& d : e.at("dims")) dims.push_back(d.get<int64_t>());
+      c.expected_values.push_back(given_values(parse_data_type(e.at("type").get<std::string>()), dims, e.at("value"),
+                                               where + ", \"expected\""));
+    }
+  }
+  if (!c.expected.empty() && !c.expected_values.empty()) {
+    throw Error(where + ": give the expected outputs as files or as values, not both");
+  }
+  const size_t n_expected = c.expected.size() + c.expected_values.size();
+  c.op.num_outputs = n_expected == 0 ? j.value("num_outputs", 1) : static_cast<int>(n_expected);
   c.num_outputs = c.op.num_outputs;
   c.num_inputs = static_cast<int>(c.op.inputs.size());
   return c;
@@ -206,6 +218,7 @@ std::vector<TableCase> load_op_table() {
 }
 
 std::vector<HostTensor> expected_outputs(const TableCase& c, int set) {
+  if (!c.expected_values.empty()) return c.expected_values;
   std::vector<HostTensor> out;
   if (c.model) {
     const std::string base = c.dir() + c.name + (c.sets > 0 ? "_set" + std::to_string(set) : std::string());
