@@ -23,7 +23,8 @@
 //                null or ""                           an omitted optional input
 //                {"type": "float32", "dims": [2, 3], "low": -2, "high": 2}
 //                                                     random values in [low, high) (defaults -2, 2)
-//                {"type": "int64", "dims": [1], "value": [6]}   the given values
+//                {"type": "int64", "dims": [1], "value": [6]}   the given values ("nan", "inf",
+//                                                     "-inf" as strings)
 //              an object may add "constant": true/false; by default input 0 is a network input
 //              and the others are constants (weights, shape inputs, as the ONNX importer makes
 //              them), and an input the schema lists as a shape input is always a constant

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "kiln/error.h"
@@ -61,7 +62,21 @@ HostTensor given_values(DataType type, const Dims& dims, const json& values, con
   HostTensor t(type, dims);
   for (int64_t i = 0; i < dims.volume(); ++i) {
     const json& v = values[static_cast<size_t>(i)];
-    const double d = v.is_boolean() ? static_cast<double>(v.get<bool>()) : v.get<double>();
+    double d = 0;
+    if (v.is_boolean()) {
+      d = static_cast<double>(v.get<bool>());
+    } else if (v.is_string()) {  // JSON has no NaN or infinities
+      const std::string s = v.get<std::string>();
+      if (s == "nan") {
+        d = std::numeric_limits<double>::quiet_NaN();
+      } else if (s == "inf" || s == "-inf") {
+        d = (s == "inf" ? 1 : -1) * std::numeric_limits<double>::infinity();
+      } else {
+        throw Error(where + ": value \"" + s + "\" is not a number (write \"nan\", \"inf\" or \"-inf\")");
+      }
+    } else {
+      d = v.get<double>();
+    }
     switch (type) {
       case DataType::kFloat32: t.as<float>()[i] = static_cast<float>(d); break;
       case DataType::kFloat64: t.as<double>()[i] = d; break;

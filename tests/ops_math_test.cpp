@@ -268,37 +268,9 @@ std::vector<T> values_of(const HostTensor& t) {
   return std::vector<T>(t.as<T>(), t.as<T>() + t.count());
 }
 
-TEST(MathReference, IntegerDivisionAndModuloSigns) {
-  const auto a = tensor<int32_t>(DataType::kInt32, {6}, {7, -7, 7, -7, 5, 0});
-  const auto b = tensor<int32_t>(DataType::kInt32, {6}, {2, 2, -2, -2, 5, 3});
-  auto op = [&](const std::string& name, int64_t fmod = 0) {
-    return values_of<int32_t>(
-        run_reference(kLayerElementWise, {given(a), given(b)}, attrs_of({{"op", name}, {"fmod", fmod}})));
-  };
-  EXPECT_EQ(op("div"), (std::vector<int32_t>{3, -3, -3, 3, 1, 0}));        // toward zero
-  EXPECT_EQ(op("mod"), (std::vector<int32_t>{1, 1, -1, -1, 0, 0}));        // sign of the divisor
-  EXPECT_EQ(op("mod", 1), (std::vector<int32_t>{1, -1, 1, -1, 0, 0}));     // sign of the dividend
-  EXPECT_EQ(op("floor_div"), (std::vector<int32_t>{3, -4, -4, 3, 1, 0}));  // toward -inf
-  // 7^-2 truncates to 0; 0^3 = 0.
-  EXPECT_EQ(op("pow"), (std::vector<int32_t>{49, 49, 0, 0, 3125, 0}));
-  const HostTensor eq = run_reference(kLayerElementWise, {given(a), given(b)}, attrs_of({{"op", std::string("less")}}));
-  EXPECT_EQ(eq.type(), DataType::kBool);
-  EXPECT_EQ(values_of<uint8_t>(eq), (std::vector<uint8_t>{0, 1, 0, 1, 0, 1}));
-}
-
-TEST(MathReference, ElementWiseBroadcastByHand) {
-  const auto a = tensor<float>(kF32, {2, 3}, {1, 2, 3, 4, 5, 6});
-  const auto b = tensor<float>(kF32, {2, 1}, {10, 20});
-  const HostTensor y = run_reference(kLayerElementWise, {given(a), given(b)}, attrs_of({{"op", std::string("sub")}}));
-  EXPECT_EQ(y.dims(), (Dims{2, 3}));
-  EXPECT_EQ(values_of<float>(y), (std::vector<float>{-9, -8, -7, -16, -15, -14}));
-  const float nan = std::nanf("");
-  const auto m = tensor<float>(kF32, {3}, {nan, 1, 2});
-  const auto n = tensor<float>(kF32, {3}, {0, nan, 1});
-  const HostTensor mx = run_reference(kLayerElementWise, {given(m), given(n)}, attrs_of({{"op", std::string("max")}}));
-  EXPECT_TRUE(std::isnan(mx.as<float>()[0]) && std::isnan(mx.as<float>()[1]));  // NaN propagates
-  EXPECT_EQ(mx.as<float>()[2], 2.0f);
-}
+// Integer division, modulo, floor division and pow signs, a comparison's bool output, a broadcast
+// by hand and NaN propagating through max are hand-computed cases of the op table
+// (tests/data/math/cases.json: int_div_toward_zero, ..., ew_max_nan_propagates).
 
 TEST(MathReference, SoftMaxByHand) {
   const auto x = tensor<float>(kF32, {2, 3}, {1, 2, 3, 1000, 1000, 1000});

@@ -157,8 +157,8 @@ INSTANTIATE_TEST_SUITE_P(OpTable, OpTableCase, ::testing::ValuesIn(all_cases()),
 TEST(OpTable, EveryFamilyHasItsCases) {
   // The counts when the table was made (issue 13); a family may grow, never shrink unnoticed.
   const std::map<std::string, size_t> kAtLeast = {
-      {"bitwise", 8},   {"composite", 40}, {"conv", 127}, {"data", 166},     {"data_dependent", 13},
-      {"einsum", 25},   {"indexing", 96},  {"math", 372}, {"normalization", 41}, {"quantize", 31},
+      {"bitwise", 11},  {"composite", 40}, {"conv", 127}, {"data", 166},     {"data_dependent", 13},
+      {"einsum", 25},   {"indexing", 96},  {"math", 380}, {"normalization", 41}, {"quantize", 31},
       {"rnn", 21},      {"sampling", 36},  {"scatter", 21}};
   for (const auto& family : test::op_families()) {
     ASSERT_TRUE(kAtLeast.count(family)) << family;
