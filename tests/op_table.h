@@ -1,14 +1,17 @@
 // The op test table: every op case of kiln, listed once, read by every backend's runner.
 //
-// One table per op family, tests/data/<family>/cases.json (the families: kOpFamilies below).
+// One table per op family, tests/data/<family>/cases.json (the families: op_families() below).
 // The runners that read it:
-//   - tests/ops_table_test.cpp, OpTable/Reference.*: the CPU reference against the expected
-//     outputs, and every other CPU kernel (fast, vectorized, ...) against the reference;
-//   - tests/ops_table_test.cpp, OpTable.Onednn*: the oneDNN tactics against the reference;
+//   - tests/ops_table_test.cpp, OpTable/OpTableCase.Reference/<family>_<case>: the CPU reference
+//     against the expected outputs, and every other CPU kernel (fast, vectorized, ...) against
+//     the reference;
+//   - tests/ops_table_test.cpp, OpTable.OnednnMatchesReference: the oneDNN tactics against the
+//     reference;
 //   - tests/cuda_ops_test.cpp, CudaOps.*: every CUDA kernel against the CPU reference, in fp32 and
 //     in fp16 (skipped without a GPU).
-// Each runner prints, per family, how many cases passed, were declined (no kernel of the backend
-// accepts them, or the table excludes the backend, with the reason) and failed.
+// The oneDNN and CUDA runners print, per family, how many cases passed, were declined (no kernel
+// of the backend accepts them, or the table excludes the backend, with the reason) and failed,
+// then every declined case and why. tests/README.md says the same in short.
 //
 // A cases.json file is a JSON array with one entry per case, in one of two forms.
 //
@@ -55,7 +58,8 @@
 //              tests/data_dependent_ops_test.cpp on every device, the table's runners skip them)
 // The CPU runner imports the model and runs a CPU engine. When the imported network is one
 // layer fed by network inputs and constants, every runner also runs that layer as a layer case
-// (lift(); its outputs may be more than the model's, e.g. an RNN's); otherwise the CUDA runner builds a CUDA engine of the whole model.
+// (lift(); its outputs may be more than the model's, e.g. an RNN's); otherwise the CUDA runner
+// builds a CUDA engine of the whole model.
 //
 // To add a case: append an entry to the family's cases.json (by hand with "source": "hand", or
 // in the family's generator for a case with expected outputs, then run the generator). It then
