@@ -1,24 +1,30 @@
-// The GPU suite's op tests (CI compiles them; they skip without a CUDA device): every case of
-// the shared op data (tests/data/{math,conv,data}/cases.json, the cases whose CPU reference is
-// checked against ONNX Runtime / numpy) runs through every CUDA kernel registered for its layer
-// type, in fp32 against the CPU reference on the same inputs, and again in fp16 (float data
-// inputs rounded to fp16, the reference in fp32 on the rounded values). A kernel that claims a
-// case (supports() accepts it) must pass it; every fp32 case must be claimed by some CUDA kernel.
+// The GPU suite's op tests (CI compiles them; they skip without a CUDA device): the CUDA runner
+// of the op test table (tests/op_table.h). Every case of every family's tests/data/<family>/
+// cases.json runs through every CUDA kernel registered for its layer type, in fp32 against the
+// CPU reference on the same inputs, and again in fp16 (float data inputs rounded to fp16, the
+// reference in fp32 on the rounded values). A model case that imports to one layer runs as that
+// layer; a larger model is built into a CUDA engine (fp16 kernels allowed in the fp16 run) and
+// compared with ONNX Runtime's outputs. A kernel that claims a case (supports() accepts it) must
+// pass it. Each run prints, per family, how many cases passed, were declined (no CUDA kernel
+// takes them, or the table skips CUDA, with the reason) and failed, then every declined case.
+// The cases the suite had before the table (the math, conv and data families' generated
+// cases) must each be claimed by some CUDA kernel in fp32.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <fstream>
+#include <cmath>
+#include <iostream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "cuda_test_util.h"
 #include "op_harness.h"
+#include "op_table.h"
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
-#include "src/core/tensor_io.h"
+#include "src/core/half.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln {
@@ -26,129 +32,185 @@ namespace {
 
 using test::cuda_usable;
 
-Attributes to_attributes(const nlohmann::json& j) {
-  Attributes a;
-  for (const auto& [k, v] : j.items()) {
-    if (v.is_string()) {
-      a.set(k, v.get<std::string>());
-    } else if (v.is_number_integer()) {
-      a.set(k, v.get<int64_t>());
-    } else if (v.is_number_float()) {
-      a.set(k, v.get<double>());
-    } else if (v.is_array()) {
-      bool floats = false;
-      bool strings = false;
-      for (const auto& e : v) {
-        floats = floats || e.is_number_float();
-        strings = strings || e.is_string();
-      }
-      if (strings) {
-        a.set(k, v.get<std::vector<std::string>>());
-      } else if (floats) {
-        a.set(k, v.get<std::vector<double>>());
-      } else {
-        a.set(k, v.get<std::vector<int64_t>>());
-      }
-    }
-  }
-  return a;
+HostTensor as_float32(const HostTensor& t) {
+  if (t.type() != DataType::kFloat16) return t;
+  HostTensor out(DataType::kFloat32, t.dims());
+  for (int64_t i = 0; i < t.count(); ++i) out.as<float>()[i] = static_cast<float>(t.as<half>()[i]);
+  return out;
 }
 
-// Every case of the three data folders, as op-harness cases: input 0 is a network input, the
-// others are constants (weights, shape inputs), as the importer makes them.
-std::vector<test::OpCase> load_cases() {
-  std::vector<test::OpCase> cases;
-  for (const std::string folder : {"math", "conv", "data"}) {
-    const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/data/" + folder + "/";
-    std::ifstream f(dir + "cases.json");
-    if (!f) continue;
-    const nlohmann::json all = nlohmann::json::parse(f);
-    for (const auto& j : all) {
-      test::OpCase c;
-      c.name = folder + "/" + j.at("name").get<std::string>();
-      c.layer_type = j.at("type").get<std::string>();
-      if (j.contains("attrs")) c.attrs = to_attributes(j.at("attrs"));
-      if (j.contains("outputs")) c.num_outputs = static_cast<int>(j.at("outputs").size());
-      if (j.contains("rtol")) c.rtol = std::max(j.at("rtol").get<double>(), 1e-4);
-      if (j.contains("atol")) c.atol = std::max(j.at("atol").get<double>(), 1e-5);
-      const OpSchema* schema = OpSchemaRegistry::instance().find(c.layer_type);
-      int index = 0;
-      for (const auto& in : j.at("inputs")) {
-        test::InputSpec s;
-        if (in.is_null() || in.get<std::string>().empty()) {
-          s.omitted = true;
-        } else {
-          s.value = load_npy(dir + in.get<std::string>());
-          s.type = s.value.type();
-          s.dims = s.value.dims();
-          const bool shape_input = schema && std::find(schema->shape_inputs.begin(), schema->shape_inputs.end(),
-                                                       index) != schema->shape_inputs.end();
-          s.constant = index > 0 || shape_input;
-        }
-        c.inputs.push_back(s);
-        ++index;
-      }
-      cases.push_back(c);
-    }
-  }
-  return cases;
-}
+bool is_float(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat16 || t == DataType::kFloat64; }
 
-struct Tally {
-  int passed = 0, unsupported = 0, failed = 0, cases = 0, unclaimed = 0;
-  std::map<std::string, int> per_type_failed;
+// What one case did on CUDA.
+struct CaseResult {
+  enum Kind { kPassed, kDeclined, kFailed, kNotRun } kind = kNotRun;
+  std::string message;  // why it was declined, or what failed
 };
+
+// A layer case through every CUDA kernel of its type.
+CaseResult run_layer(test::OpCase op, bool fp16, int* kernel_runs) {
+  CaseResult out;
+  // Kernels against the CPU reference on the same inputs: at least 1e-4 / 1e-5 (other summation
+  // orders, fused multiply-adds), tighter where the case asks.
+  op.rtol = std::max(op.rtol, 1e-4);
+  op.atol = std::max(op.atol, 1e-5);
+  if (KernelRegistry::instance().find(DeviceType::kCUDA, op.layer_type).empty()) {
+    out.kind = CaseResult::kDeclined;
+    out.message = "no CUDA kernel implements " + op.layer_type;
+    return out;
+  }
+  std::vector<test::KernelResult> results;
+  try {
+    results = fp16 ? test::run_op_case_fp16(op, DeviceType::kCUDA) : test::run_op_case(op, DeviceType::kCUDA);
+  } catch (const std::exception& e) {
+    out.kind = CaseResult::kFailed;
+    out.message = std::string("the case could not be set up: ") + e.what();
+    return out;
+  }
+  if (results.empty()) return out;  // fp16: no float data in this case
+  bool claimed = false, failed = false;
+  std::ostringstream failures;
+  for (const auto& r : results) {
+    ++*kernel_runs;
+    if (r.outcome == test::Outcome::kPassed) {
+      claimed = true;
+    } else if (r.outcome == test::Outcome::kUnsupported ||
+               r.message.find("CUDNN_STATUS_NOT_SUPPORTED") != std::string::npos) {
+      // A forced cuDNN algorithm that cuDNN refuses for these shapes throws from prepare():
+      // the builder's timing skips such a tactic, it never computes a wrong result.
+    } else {
+      claimed = failed = true;
+      failures << "[" << r.tactic << "] " << r.message << "; ";
+    }
+  }
+  if (failed) {
+    out.kind = CaseResult::kFailed;
+    out.message = failures.str();
+  } else if (claimed) {
+    out.kind = CaseResult::kPassed;
+  } else {
+    out.kind = CaseResult::kDeclined;
+    out.message = "every CUDA kernel of " + op.layer_type + " declines it (supports())";
+  }
+  return out;
+}
+
+// A model case that is not one layer: a CUDA engine of the whole model against ONNX Runtime.
+CaseResult run_model(const test::TableCase& c, bool fp16) {
+  CaseResult out;
+  const std::vector<HostTensor> want = test::expected_outputs(c);
+  if (fp16) {
+    for (const auto& w : want) {
+      if (!is_float(w.type())) {
+        out.kind = CaseResult::kDeclined;
+        out.message = "a whole-model fp16 run is compared only where every output is floating-point (the "
+                      "expected outputs come from fp32 inputs)";
+        return out;
+      }
+    }
+  }
+  std::vector<HostTensor> got;
+  try {
+    got = test::run_model_case(c, DeviceType::kCUDA, fp16);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    const bool no_kernel = what.find("kernel implements this layer type") != std::string::npos ||
+                           what.find("kernels supports it") != std::string::npos;
+    out.kind = no_kernel ? CaseResult::kDeclined : CaseResult::kFailed;
+    out.message = (no_kernel ? "the CUDA engine cannot be built: " : "threw: ") + what;
+    return out;
+  }
+  std::ostringstream failures;
+  if (got.size() != want.size()) failures << got.size() << " outputs, expected " << want.size() << "; ";
+  for (size_t k = 0; k < got.size() && k < want.size(); ++k) {
+    std::string msg;
+    bool ok;
+    if (fp16) {
+      double scale = 1.0;
+      const HostTensor ref = as_float32(want[k]);
+      for (int64_t i = 0; i < ref.count(); ++i) {
+        if (ref.type() == DataType::kFloat32 && std::isfinite(ref.as<float>()[i])) {
+          scale = std::max(scale, static_cast<double>(std::fabs(ref.as<float>()[i])));
+        }
+      }
+      ok = test::compare_tensors(as_float32(got[k]), ref, 1e-2, 1e-2 * scale, nullptr, &msg);
+    } else {
+      ok = test::compare_tensors(got[k], want[k], std::max(c.rtol, 1e-4), std::max(c.atol, 1e-5), nullptr, &msg);
+    }
+    if (!ok) failures << "output " << k << ": " << msg << "; ";
+  }
+  out.kind = failures.str().empty() ? CaseResult::kPassed : CaseResult::kFailed;
+  out.message = failures.str();
+  return out;
+}
+
+// The families whose generated cases the suite ran before the table: each must be claimed.
+bool must_be_claimed(const test::TableCase& c) {
+  return !c.hand && (c.family == "math" || c.family == "conv" || c.family == "data");
+}
 
 void check_all(bool fp16) {
   std::string why;
   if (!cuda_usable(&why)) GTEST_SKIP() << why;
-  const auto cases = load_cases();
-  ASSERT_GE(cases.size(), 200u) << "the op data folders are missing or truncated";
-  Tally t;
-  std::ostringstream failures;
+  const std::string runner = fp16 ? "cuda_fp16" : "cuda";
+  std::vector<test::TableCase> cases;
+  try {
+    cases = test::load_op_table();
+  } catch (const std::exception& e) {
+    FAIL() << e.what();
+  }
+  ASSERT_GE(cases.size(), 1008u) << "the op table is missing or truncated";
+  std::map<std::string, test::Tally> tallies;
+  std::ostringstream failures, declined;
+  int kernel_runs = 0, unclaimed = 0, engines = 0;
   for (const auto& c : cases) {
-    std::vector<test::KernelResult> results;
-    try {
-      results = fp16 ? test::run_op_case_fp16(c, DeviceType::kCUDA) : test::run_op_case(c, DeviceType::kCUDA);
-    } catch (const std::exception& e) {
-      ++t.cases;
-      ++t.failed;
-      ++t.per_type_failed[c.layer_type];
-      failures << "  " << c.name << " [" << c.layer_type << "]: the case could not be set up: " << e.what() << "\n";
-      continue;
-    }
-    if (results.empty()) continue;  // fp16: no float data in this case
-    ++t.cases;
-    bool claimed = false;
-    for (const auto& r : results) {
-      if (r.outcome == test::Outcome::kPassed) {
-        ++t.passed;
-        claimed = true;
-      } else if (r.outcome == test::Outcome::kUnsupported ||
-                 r.message.find("CUDNN_STATUS_NOT_SUPPORTED") != std::string::npos) {
-        // A forced cuDNN algorithm that cuDNN refuses for these shapes throws from prepare():
-        // the builder's timing skips such a tactic, it never computes a wrong result.
-        ++t.unsupported;
-      } else {
-        ++t.failed;
-        ++t.per_type_failed[c.layer_type];
-        claimed = true;
-        failures << "  " << c.name << " [" << c.layer_type << ", " << r.tactic << "]: " << r.message << "\n";
+    CaseResult r;
+    if (const std::string skip = c.skip_reason(runner); !skip.empty()) {
+      r.kind = CaseResult::kDeclined;
+      r.message = "skipped by the table: " + skip;
+    } else {
+      std::optional<test::LayerCase> lc;
+      try {
+        lc = test::lift(c);
+        if (lc) {
+          r = run_layer(lc->op, fp16, &kernel_runs);
+        } else {
+          ++engines;
+          r = run_model(c, fp16);
+        }
+      } catch (const std::exception& e) {
+        r.kind = CaseResult::kFailed;
+        r.message = std::string("threw: ") + e.what();
       }
     }
-    if (!claimed) {
-      ++t.unclaimed;
-      if (!fp16) failures << "  " << c.name << " [" << c.layer_type << "]: no CUDA kernel supports this case\n";
+    if (r.kind == CaseResult::kNotRun) continue;  // fp16: no float data
+    test::Tally& t = tallies[c.family];
+    ++t.cases;
+    switch (r.kind) {
+      case CaseResult::kPassed: ++t.passed; break;
+      case CaseResult::kDeclined:
+        ++t.declined;
+        declined << "  " << c.id() << ": " << r.message << "\n";
+        if (!fp16 && must_be_claimed(c)) {
+          ++unclaimed;
+          failures << "  " << c.id() << ": no CUDA kernel takes this case (" << r.message << ")\n";
+        }
+        break;
+      case CaseResult::kFailed:
+        ++t.failed;
+        failures << "  " << c.id() << ": " << r.message << "\n";
+        break;
+      case CaseResult::kNotRun: break;
     }
   }
-  std::cout << (fp16 ? "fp16" : "fp32") << ": " << t.cases << " cases, " << t.passed << " kernel runs passed, "
-            << t.failed << " failed, " << t.unsupported << " declined by supports(), " << t.unclaimed
-            << " cases no CUDA kernel takes\n";
-  for (const auto& [type, n] : t.per_type_failed) std::cout << "  failures in " << type << ": " << n << "\n";
-  EXPECT_EQ(t.failed, 0) << failures.str();
-  if (!fp16) {
-    EXPECT_EQ(t.unclaimed, 0) << failures.str();
-  }
+  test::print_tallies(std::cout, runner, tallies);
+  std::cout << "[op table] " << runner << ": " << kernel_runs << " kernel runs; " << engines
+            << " model cases of more than one layer ran as whole CUDA engines\n";
+  if (!declined.str().empty()) std::cout << "[op table] " << runner << " declined:\n" << declined.str();
+  int failed = 0;
+  for (const auto& [family, t] : tallies) failed += t.failed;
+  EXPECT_EQ(failed, 0) << failures.str();
+  EXPECT_EQ(unclaimed, 0) << failures.str();
 }
 
 TEST(CudaOps, EveryCaseFp32MatchesCpuReference) { check_all(false); }

@@ -5,8 +5,9 @@
 // through every CUDA kernel of the layer type in fp32, fp16 and fp64 against the CPU reference.
 // A few larger random cases add what the ONNX models are too small to reach: input and hidden
 // sizes above a warp's 32 lanes, batch-first layout with sequence lengths, every option at once.
-// The conversion of each model to an op case is itself checked on the CPU (it must reproduce
-// ONNX Runtime's stored outputs), so that the GPU comparison runs the intended layer.
+// The models are the rnn family of the op table (tests/op_table.h), lifted to their one RNN
+// layer; the table's CPU runner checks that layer against ONNX Runtime's stored outputs, so that
+// the GPU comparison runs the intended layer.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -15,65 +16,13 @@
 #include "cuda_test_util.h"
 #include "kiln/error.h"
 #include "kiln/network.h"
-#include "kiln/onnx_parser.h"
 #include "op_harness.h"
-#include "src/core/tensor_io.h"
-#include "tests/ort_model_case.h"
+#include "tests/op_table.h"
 
 namespace kiln {
 namespace {
 
-using test::ortcase::ModelCase;
 constexpr DataType kF32 = DataType::kFloat32;
-
-std::string rnn_dir() { return std::string(KILN_SOURCE_DIR) + "/tests/data/rnn/"; }
-
-// The RNN layer of the case's model as an op case: the layer's attributes and outputs, its
-// inputs read from the .npy file of the network input that feeds each one.
-test::OpCase op_case_of(const ModelCase& m) {
-  Network net;
-  OnnxParser(net).parse_file(rnn_dir() + m.name + ".onnx");
-  const Layer* rnn = nullptr;
-  for (int i = 0; i < net.num_layers(); ++i) {
-    if (net.layer(i)->type() == kLayerRNN) {
-      if (rnn) throw Error(m.name + ": more than one RNN layer");
-      rnn = net.layer(i);
-    }
-  }
-  if (!rnn) throw Error(m.name + ": the model imports without an RNN layer");
-  test::OpCase c;
-  c.name = "rnn/" + m.name;
-  c.layer_type = kLayerRNN;
-  c.attrs = rnn->attrs();
-  c.num_outputs = rnn->num_outputs();
-  c.rtol = m.rtol;
-  c.atol = m.atol;
-  for (int i = 0; i < rnn->num_inputs(); ++i) {
-    test::InputSpec s;
-    const Tensor* t = rnn->input(i);
-    if (!t) {
-      s.omitted = true;
-      c.inputs.push_back(s);
-      continue;
-    }
-    int k = 0;
-    while (k < net.num_inputs() && net.input(k) != t) ++k;
-    if (k == net.num_inputs()) throw Error(m.name + ": RNN input " + std::to_string(i) + " is not a network input");
-    s.value = load_npy(rnn_dir() + m.name + "_in" + std::to_string(k) + ".npy");
-    s.type = s.value.type();
-    s.dims = s.value.dims();
-    s.constant = i > 0;
-    c.inputs.push_back(s);
-  }
-  return c;
-}
-
-// ONNX Runtime's outputs, in the model's output order (outputs the node leaves out are absent).
-std::vector<HostTensor> stored_outputs(const ModelCase& m) {
-  std::vector<HostTensor> out;
-  for (int i = 0; i < m.outputs; ++i) out.push_back(load_npy(rnn_dir() + m.name + "_out" + std::to_string(i) + ".npy"));
-  return out;
-}
 
 // The case with its float32 inputs as float64 (same values), run by the reference in double.
 test::OpCase as_float64(test::OpCase c) {
@@ -107,40 +56,31 @@ void check_on_cuda(const test::OpCase& c) {
   }
 }
 
-class CudaRnnModel : public ::testing::TestWithParam<ModelCase> {};
+class CudaRnnModel : public ::testing::TestWithParam<test::TableCase> {};
 
-// On the CPU: the op case made from the model gives ONNX Runtime's outputs (every layer output
-// that is a network output, in order).
-TEST_P(CudaRnnModel, OpCaseReproducesOnnxRuntime) {
-  const ModelCase& m = GetParam();
-  const test::OpCase c = op_case_of(m);
-  const auto got = test::reference_outputs(c);
-  const auto expected = stored_outputs(m);
-  Network net;
-  OnnxParser(net).parse_file(rnn_dir() + m.name + ".onnx");
-  const Layer* rnn = nullptr;
-  for (int i = 0; i < net.num_layers(); ++i) {
-    if (net.layer(i)->type() == kLayerRNN) rnn = net.layer(i);
-  }
-  ASSERT_NE(rnn, nullptr);
-  ASSERT_EQ(net.num_outputs(), static_cast<int>(expected.size()));
-  for (int o = 0; o < net.num_outputs(); ++o) {
-    int k = 0;
-    while (k < rnn->num_outputs() && rnn->output(k) != net.output(o)) ++k;
-    ASSERT_LT(k, rnn->num_outputs()) << m.name << ": network output " << o << " is not an RNN output";
-    std::string message;
-    EXPECT_TRUE(test::compare_tensors(got.at(static_cast<size_t>(k)), expected[static_cast<size_t>(o)], m.rtol, m.atol,
-                                      nullptr, &message))
-        << m.name << " output " << o << ": " << message;
+// The model's RNN layer (the op table's lift(); the table's CPU runner checks it against ONNX
+// Runtime's outputs).
+TEST_P(CudaRnnModel, CudaMatchesCpuReference) {
+  const auto lc = test::lift(GetParam());
+  ASSERT_TRUE(lc.has_value()) << GetParam().id() << ": the model does not import as one RNN layer";
+  ASSERT_EQ(lc->op.layer_type, kLayerRNN);
+  test::OpCase c = lc->op;
+  c.name = GetParam().id();
+  check_on_cuda(c);
+}
+
+std::vector<test::TableCase> rnn_cases() {
+  try {
+    return test::load_op_table("rnn");
+  } catch (const std::exception&) {
+    return {};  // TheRnnDataIsThere says so
   }
 }
 
-TEST_P(CudaRnnModel, CudaMatchesCpuReference) { check_on_cuda(op_case_of(GetParam())); }
+INSTANTIATE_TEST_SUITE_P(Cases, CudaRnnModel, ::testing::ValuesIn(rnn_cases()),
+                         [](const ::testing::TestParamInfo<test::TableCase>& info) { return info.param.test_name(); });
 
-INSTANTIATE_TEST_SUITE_P(Cases, CudaRnnModel, ::testing::ValuesIn(test::ortcase::load_cases("rnn")),
-                         [](const ::testing::TestParamInfo<ModelCase>& info) { return info.param.name; });
-
-TEST(CudaRnnData, TheRnnDataIsThere) { EXPECT_GE(test::ortcase::load_cases("rnn").size(), 20u); }
+TEST(CudaRnnData, TheRnnDataIsThere) { EXPECT_GE(test::load_op_table("rnn").size(), 20u); }
 
 // ---- larger random cases --------------------------------------------------------------------
 

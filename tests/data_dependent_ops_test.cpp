@@ -10,7 +10,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -23,6 +22,7 @@
 #include "tests/data_dependent_io.h"
 #include "src/core/tensor_io.h"
 #include "tests/op_harness.h"
+#include "tests/op_table.h"
 
 namespace kiln {
 namespace {
@@ -33,7 +33,8 @@ using test::build;
 using test::Io;
 using test::usable_devices;
 
-// One case of tests/data/data_dependent/cases.json: a model and its input sets with ONNX Runtime's outputs.
+// One case of tests/data/data_dependent/cases.json (the op table's data_dependent family): a model
+// and its input sets with ONNX Runtime's outputs.
 struct Case {
   std::string name;
   int sets = 0, inputs = 0, outputs = 0;
@@ -41,24 +42,20 @@ struct Case {
   std::vector<std::vector<HostTensor>> in, out;  // [set][i]
 };
 
+// The case of the op table's data_dependent family (tests/op_table.h) with every set's files.
 Case load_case(const std::string& name) {
-  std::ifstream f(kDataDir + "cases.json");
-  if (!f) throw Error(kDataDir + "cases.json is missing (run tests/data/data_dependent/generate.py)");
-  for (const auto& j : nlohmann::json::parse(f)) {
-    if (j.at("name").get<std::string>() != name) continue;
+  for (const test::TableCase& t : test::load_op_table("data_dependent")) {
+    if (t.name != name) continue;
     Case c;
     c.name = name;
-    c.sets = j.at("sets").get<int>();
-    c.inputs = j.at("inputs").get<int>();
-    c.outputs = j.at("outputs").get<int>();
-    c.rtol = j.at("rtol").get<double>();
-    c.atol = j.at("atol").get<double>();
+    c.sets = t.sets;
+    c.inputs = t.num_inputs;
+    c.outputs = t.num_outputs;
+    c.rtol = t.rtol;
+    c.atol = t.atol;
     for (int s = 0; s < c.sets; ++s) {
-      const std::string set = kDataDir + name + "_set" + std::to_string(s);
-      c.in.emplace_back();
-      c.out.emplace_back();
-      for (int i = 0; i < c.inputs; ++i) c.in.back().push_back(load_npy(set + "_in" + std::to_string(i) + ".npy"));
-      for (int i = 0; i < c.outputs; ++i) c.out.back().push_back(load_npy(set + "_out" + std::to_string(i) + ".npy"));
+      c.in.push_back(test::model_inputs(t, s));
+      c.out.push_back(test::expected_outputs(t, s));
     }
     return c;
   }

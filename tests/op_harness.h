@@ -55,14 +55,20 @@ HostTensor random_tensor(DataType type, const Dims& dims, uint64_t seed, double 
 bool compare_tensors(const HostTensor& actual, const HostTensor& expected, double rtol, double atol, ErrorStats* stats,
                      std::string* message);
 
-// Runs one case on `device` for every registered kernel of the layer type (the reference
-// included: it is checked for guard bytes, NaN/Inf and run-to-run determinism).
-std::vector<KernelResult> run_op_case(const OpCase& c, DeviceType device = DeviceType::kCPU);
+// Which of the registered kernels to run (by tactic name); empty: all of them.
+using TacticFilter = std::function<bool(const std::string& tactic)>;
+
+// Runs one case on `device` for every registered kernel of the layer type that `only` accepts
+// (the reference included when accepted: it is checked for guard bytes, NaN/Inf and run-to-run
+// determinism; it always runs once as the oracle).
+std::vector<KernelResult> run_op_case(const OpCase& c, DeviceType device = DeviceType::kCPU,
+                                      const TacticFilter& only = {});
 
 // The case in fp16 on `device`: float32 data inputs (not shape inputs) are rounded to fp16 and
 // given as fp16; the CPU reference runs in fp32 on the same rounded values. Outputs compare
 // with |a-b| <= atol*max(1, max|ref|) + rtol*|ref|. Empty when the case has no float data.
-std::vector<KernelResult> run_op_case_fp16(const OpCase& c, DeviceType device, double rtol = 1e-2, double atol = 1e-2);
+std::vector<KernelResult> run_op_case_fp16(const OpCase& c, DeviceType device, double rtol = 1e-2, double atol = 1e-2,
+                                           const TacticFilter& only = {});
 
 // Reference outputs of a case (for tests that check the oracle against independent math).
 std::vector<HostTensor> reference_outputs(const OpCase& c);

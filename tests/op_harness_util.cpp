@@ -281,7 +281,7 @@ std::vector<HostTensor> reference_outputs(const OpCase& c) {
   return outs;
 }
 
-std::vector<KernelResult> run_op_case(const OpCase& c, DeviceType device) {
+std::vector<KernelResult> run_op_case(const OpCase& c, DeviceType device, const TacticFilter& only) {
   std::vector<KernelResult> results;
   Built b = build_case(c);
   const KernelEntry* ref = KernelRegistry::instance().find(DeviceType::kCPU, c.layer_type, "reference");
@@ -298,6 +298,7 @@ std::vector<KernelResult> run_op_case(const OpCase& c, DeviceType device) {
     return results;
   }
   for (const KernelEntry* entry : KernelRegistry::instance().find(device, c.layer_type)) {
+    if (only && !only(entry->tactic)) continue;
     KernelResult r;
     r.tactic = entry->tactic;
     const std::vector<TensorDesc> descs = input_descs_of(b, c);
@@ -355,7 +356,8 @@ HostTensor to_float16(const HostTensor& t) {
 
 }  // namespace
 
-std::vector<KernelResult> run_op_case_fp16(const OpCase& c, DeviceType device, double rtol, double atol) {
+std::vector<KernelResult> run_op_case_fp16(const OpCase& c, DeviceType device, double rtol, double atol,
+                                           const TacticFilter& only) {
   std::vector<KernelResult> results;
   const OpSchema* schema = OpSchemaRegistry::instance().find(c.layer_type);
   std::vector<int> shape_inputs = schema ? schema->shape_inputs : std::vector<int>{};
@@ -387,6 +389,7 @@ std::vector<KernelResult> run_op_case_fp16(const OpCase& c, DeviceType device, d
   }
   Built b16 = build_case(c16);
   for (const KernelEntry* entry : KernelRegistry::instance().find(device, c.layer_type)) {
+    if (only && !only(entry->tactic)) continue;
     KernelResult r;
     r.tactic = entry->tactic;
     const std::vector<TensorDesc> descs = input_descs_of(b16, c16);

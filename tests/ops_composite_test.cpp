@@ -1,9 +1,10 @@
 // Tests of the ONNX ops kiln imports as compositions of existing layers (DepthToSpace,
-// SpaceToDepth, Size, EyeLike, Compress, Shrink, LpPool; src/onnx/ops_composite.cpp): whole
-// ONNX models with static and dynamic dims against ONNX Runtime (tests/data/composite, made by its
-// generate.py; LpPool ceil_mode on symbolic dims also through one engine over several shapes),
-// that the compositions add no layer types of their own, and that models kiln
-// cannot import are rejected naming the node.
+// SpaceToDepth, Size, EyeLike, Compress, Shrink, LpPool; src/onnx/ops_composite.cpp): LpPool
+// ceil_mode on symbolic dims through one engine over several shapes, that the compositions add no
+// layer types of their own, and that models kiln cannot import are rejected naming the node. The
+// whole ONNX models with static and dynamic dims against ONNX Runtime (made by
+// tests/data/composite/generate.py) are cases of the op table, tests/data/composite/cases.json
+// (tests/op_table.h).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -11,24 +12,12 @@
 
 #include "kiln/kiln.h"
 #include "src/core/tensor_io.h"
-#include "tests/onnx_case.h"
 #include "tests/op_harness.h"
 
 namespace kiln {
 namespace {
 
 const std::string kDataDir = std::string(KILN_SOURCE_DIR) + "/tests/data/composite";
-
-class CompositeOnnx : public ::testing::TestWithParam<test::OnnxDataCase> {};
-
-TEST_P(CompositeOnnx, MatchesOnnxRuntime) { test::run_onnx_data_case(GetParam()); }
-
-INSTANTIATE_TEST_SUITE_P(Data, CompositeOnnx, ::testing::ValuesIn(test::load_onnx_data_cases(kDataDir)),
-                         [](const ::testing::TestParamInfo<test::OnnxDataCase>& info) { return info.param.name; });
-
-TEST(CompositeOnnxData, CasesExist) {
-  EXPECT_GE(test::load_onnx_data_cases(kDataDir).size(), 25u) << kDataDir << "/cases.json missing or truncated";
-}
 
 std::set<std::string> layer_types(const std::string& model) {
   Network net;

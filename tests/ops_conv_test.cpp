@@ -1,15 +1,15 @@
 // Tests of the Convolution, Deconvolution and Pooling layer types: shape inference (sizes,
 // ceil_mode, global, and the errors for bad shapes/attributes) and the CPU reference kernels,
-// checked against hand-computed tiny cases and against ONNX Runtime outputs stored in
-// tests/data/conv (made by tests/data/conv/generate.py; cases.json lists each case's attributes).
+// checked against hand-computed tiny cases, in fp16, channels-last and with several threads. The
+// conv family's op cases (ONNX Runtime outputs from tests/data/conv/generate.py, oneDNN's
+// awkward shapes) are in the op table, tests/data/conv/cases.json, run on every backend
+// (tests/op_table.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -31,41 +31,6 @@ struct Array {
   Dims dims;
   std::vector<float> values;
 };
-
-// Minimal .npy reader (little-endian float32, C order) so the test does not depend on tensor_io.
-Array read_npy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot open " + path);
-  char magic[8];
-  f.read(magic, 8);
-  if (std::memcmp(magic, "\x93NUMPY", 6) != 0) throw std::runtime_error(path + ": not a .npy file");
-  size_t header_len = 0;
-  if (magic[6] == 1) {
-    unsigned char b[2];
-    f.read(reinterpret_cast<char*>(b), 2);
-    header_len = b[0] | (b[1] << 8);
-  } else {
-    unsigned char b[4];
-    f.read(reinterpret_cast<char*>(b), 4);
-    header_len = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<size_t>(b[3]) << 24);
-  }
-  std::string header(header_len, '\0');
-  f.read(header.data(), static_cast<std::streamsize>(header_len));
-  if (header.find("'<f4'") == std::string::npos || header.find("'fortran_order': False") == std::string::npos) {
-    throw std::runtime_error(path + ": expected a C-order float32 array, header " + header);
-  }
-  const size_t open = header.find('(', header.find("'shape'")), close = header.find(')', open);
-  std::stringstream shape(header.substr(open + 1, close - open - 1));
-  Array a;
-  std::string item;
-  while (std::getline(shape, item, ',')) {
-    if (item.find_first_not_of(' ') != std::string::npos) a.dims.push_back(std::stoll(item));
-  }
-  a.values.resize(static_cast<size_t>(a.dims.volume()));
-  f.read(reinterpret_cast<char*>(a.values.data()), static_cast<std::streamsize>(a.values.size() * sizeof(float)));
-  if (!f) throw std::runtime_error(path + ": truncated");
-  return a;
-}
 
 // A one-layer network whose inputs are network inputs (null entries: omitted optional inputs).
 struct OneLayer {
@@ -474,50 +439,6 @@ TEST(OpsConvKernel, PoolingHand) {
   expect_near(y, {Dims{2, 2, 1, 1}, {3.5f, 9.5f, 15.5f, 21.5f}}, 1e-6f, 0, "global avg");
   y = run_reference("Pooling", {g}, make_attrs({{"mode", std::string("max")}, {"global", int64_t{1}}}));
   expect_near(y, {Dims{2, 2, 1, 1}, {6, 12, 18, 24}}, 0, 0, "global max");
-}
-
-// ---- ONNX Runtime reference data ------------------------------------------------------------
-
-std::string data_dir() { return std::string(KILN_SOURCE_DIR) + "/tests/data/conv/"; }
-
-Attributes attrs_from_json(const nlohmann::json& j) {
-  Attributes a;
-  for (const auto& [key, v] : j.items()) {
-    if (v.is_string()) {
-      a.set(key, v.get<std::string>());
-    } else if (v.is_number_integer()) {
-      a.set(key, v.get<int64_t>());
-    } else if (v.is_number_float()) {
-      a.set(key, v.get<double>());
-    } else if (v.is_array()) {
-      a.set(key, v.get<std::vector<int64_t>>());
-    } else {
-      throw std::runtime_error("cases.json: unsupported attribute " + key);
-    }
-  }
-  return a;
-}
-
-TEST(OpsConvOnnxRuntime, AllCases) {
-  std::ifstream f(data_dir() + "cases.json");
-  ASSERT_TRUE(f) << "missing " << data_dir() << "cases.json (run tests/data/conv/generate.py)";
-  const nlohmann::json cases = nlohmann::json::parse(f);
-  ASSERT_GE(cases.size(), 20u);
-  for (const auto& c : cases) {
-    const std::string name = c["name"].get<std::string>();
-    const std::string type = c["type"].get<std::string>();
-    SCOPED_TRACE(name);
-    std::vector<Array> inputs;
-    for (const auto& file : c["inputs"]) inputs.push_back(read_npy(data_dir() + file.get<std::string>()));
-    const Array want = read_npy(data_dir() + c["output"].get<std::string>());
-    const Attributes attrs = attrs_from_json(c["attrs"]);
-    // Shape inference must agree with ONNX Runtime's output shape on its own.
-    std::vector<std::optional<Dims>> dims;
-    for (const Array& a : inputs) dims.push_back(a.dims);
-    EXPECT_EQ(infer_dims(type, dims, attrs), want.dims);
-    const Array got = run_reference(type, inputs, attrs, /*num_threads=*/2);
-    expect_near(got, want, 1e-5f, 1e-5f, name);
-  }
 }
 
 // ---- other element types and threading ------------------------------------------------------

@@ -1,19 +1,18 @@
 // Tests of the data-movement layer types (Constant, Shuffle, Concatenation, Split, Slice,
 // Gather, Resize, Padding, Shape, Fill, Expand, Tile): shape inference (reshape placeholders,
 // squeeze/unsqueeze/flatten, slice clamping and negative steps, uneven split, ... and the error
-// messages), the CPU reference kernels against hand-computed cases and against ONNX Runtime
-// outputs stored in tests/data/data (made by tests/data/data/gen_cases.py, listed in
-// cases.json), every data type through the movers, and the "fast" tactics against the
-// reference on awkward shapes.
+// messages), the CPU reference kernels against hand-computed cases, every data type through the
+// movers, and the "fast" tactics against the reference on awkward shapes. The data family's op
+// cases (ONNX Runtime outputs from tests/data/data/gen_cases.py, the harness cases of the fast
+// tactics) are in the op table, tests/data/data/cases.json, run on every backend
+// (tests/op_table.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -21,7 +20,6 @@
 
 #include "kiln/error.h"
 #include "kiln/network.h"
-#include "op_harness.h"
 #include "src/backends/kernel.h"
 #include "src/core/half.h"
 #include "src/ir/op_schema.h"
@@ -32,48 +30,6 @@ namespace {
 
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
-const std::string kDataDir = std::string(KILN_SOURCE_DIR) + "/tests/data/data/";
-
-// ---- a tiny .npy reader (C order, little-endian), independent of kiln's tensor_io ----------------
-
-HostTensor read_npy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot open " + path);
-  char magic[8];
-  f.read(magic, 8);
-  if (std::memcmp(magic, "\x93NUMPY", 6) != 0) throw std::runtime_error(path + ": not a .npy file");
-  size_t header_len = 0;
-  unsigned char b[4] = {0, 0, 0, 0};
-  f.read(reinterpret_cast<char*>(b), magic[6] == 1 ? 2 : 4);
-  header_len = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<size_t>(b[3]) << 24);
-  std::string header(header_len, '\0');
-  f.read(header.data(), static_cast<std::streamsize>(header_len));
-  if (header.find("'fortran_order': False") == std::string::npos) throw std::runtime_error(path + ": Fortran order");
-  static const std::vector<std::pair<std::string, DataType>> kTypes = {
-      {"'<f4'", DataType::kFloat32}, {"'<f8'", DataType::kFloat64}, {"'<f2'", DataType::kFloat16},
-      {"'<i4'", DataType::kInt32},   {"'<i8'", DataType::kInt64},   {"'|i1'", DataType::kInt8},
-      {"'|u1'", DataType::kUInt8},   {"'|b1'", DataType::kBool}};
-  DataType type = DataType::kFloat32;
-  bool found = false;
-  for (const auto& [descr, t] : kTypes) {
-    if (header.find(descr) != std::string::npos) {
-      type = t;
-      found = true;
-    }
-  }
-  if (!found) throw std::runtime_error(path + ": unsupported dtype in " + header);
-  const size_t open = header.find('(', header.find("'shape'")), close = header.find(')', open);
-  std::stringstream shape(header.substr(open + 1, close - open - 1));
-  Dims dims;
-  std::string item;
-  while (std::getline(shape, item, ',')) {
-    if (item.find_first_not_of(' ') != std::string::npos) dims.push_back(std::stoll(item));
-  }
-  HostTensor t(type, dims);
-  f.read(static_cast<char*>(t.data()), static_cast<std::streamsize>(t.nbytes()));
-  if (!f) throw std::runtime_error(path + ": truncated");
-  return t;
-}
 
 // ---- helpers --------------------------------------------------------------------------------------
 
@@ -547,66 +503,6 @@ TEST(DataReference, OutOfRangeIndicesThrowNamingIndexAndBound) {
                Error);
 }
 
-// ---- reference kernels against ONNX Runtime ----------------------------------------------------
-
-Attributes attrs_from_json(const nlohmann::json& j) {
-  Attributes a;
-  for (const auto& [k, v] : j.items()) {
-    if (v.is_number_integer()) {
-      a.set(k, v.get<int64_t>());
-    } else if (v.is_number_float()) {
-      a.set(k, v.get<double>());
-    } else if (v.is_string()) {
-      a.set(k, v.get<std::string>());
-    } else if (v.is_array()) {
-      a.set(k, v.get<std::vector<int64_t>>());
-    }
-  }
-  return a;
-}
-
-TEST(DataReference, MatchesOnnxRuntime) {
-  std::ifstream f(kDataDir + "cases.json");
-  ASSERT_TRUE(f) << "missing " << kDataDir << "cases.json (run tests/data/data/gen_cases.py)";
-  const nlohmann::json cases = nlohmann::json::parse(f);
-  ASSERT_GE(cases.size(), 50u);
-  for (const auto& c : cases) {
-    const std::string name = c["name"];
-    SCOPED_TRACE(name);
-    std::vector<HostTensor> inputs;
-    for (const auto& in : c["inputs"]) inputs.push_back(in.is_null() ? HostTensor{} : read_npy(kDataDir + in.get<std::string>()));
-    std::vector<HostTensor> outs;
-    try {
-      outs = run(c["type"], inputs, attrs_from_json(c["attrs"]), static_cast<int>(c["outputs"].size()));
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << e.what();
-      continue;
-    }
-    // Linear and cubic interpolation round differently (ONNX Runtime sums in float), and so does
-    // a float Range (ONNX Runtime adds delta repeatedly; kiln computes start + i * delta, as the
-    // ONNX definition reads). Everything else moves values and must match exactly.
-    const bool interpolates = name.find("linear") != std::string::npos || name.find("cubic") != std::string::npos ||
-                              name == "range_float";
-    for (size_t k = 0; k < outs.size(); ++k) {
-      const HostTensor want = read_npy(kDataDir + c["outputs"][k].get<std::string>());
-      EXPECT_EQ(outs[k].type(), want.type());
-      if (outs[k].type() != want.type() || outs[k].dims() != want.dims()) {
-        ADD_FAILURE() << "output " << k << " has dims " << outs[k].dims().to_string() << ", expected "
-                      << want.dims().to_string();
-        continue;
-      }
-      const auto got = values(outs[k]), exp = values(want);
-      for (size_t i = 0; i < got.size(); ++i) {
-        const double tol = interpolates ? 1e-5 + 1e-5 * std::fabs(exp[i]) : 0.0;
-        if (std::fabs(got[i] - exp[i]) > tol) {
-          ADD_FAILURE() << "output " << k << " element " << i << ": got " << got[i] << ", expected " << exp[i];
-          break;
-        }
-      }
-    }
-  }
-}
-
 // ---- every data type through the movers ------------------------------------------------------
 
 HostTensor convert(const HostTensor& src, DataType to) {
@@ -719,47 +615,25 @@ void expect_fast_equals_reference(const std::string& type, const std::vector<Hos
   }
 }
 
-TEST(DataFast, ShuffleTransposesOnOddShapes) {
-  const Dims d{3, 5, 7, 13};
-  std::vector<int64_t> perm{0, 1, 2, 3};
-  do {  // all 24 permutations of a 4-D tensor, three element widths
-    SCOPED_TRACE(testing::PrintToString(perm));
-    for (DataType t : {DataType::kFloat32, DataType::kInt8, DataType::kInt64}) {
-      expect_fast_equals_reference(kLayerShuffle, {pattern(t, d, 1)}, attrs_of({{"first_transpose", perm}}));
-    }
-  } while (std::next_permutation(perm.begin(), perm.end()));
-  // Size-1 axes, 5-D, 2-D with several tiles, pure reshapes, and both transposes at once.
+// The fast tactics' cases on odd shapes (every 4-D transpose in three element widths, reshapes,
+// empty tensors, concatenation on every axis, nearest resizes) are in the op table
+// (tests/data/data/cases.json, "require": ["cpu:fast"], exact), run by the harness with two
+// threads; here a few of them with bit patterns and 1, 2 and 3 threads.
+TEST(DataFast, ThreadCountsGiveTheReferenceBits) {
+  expect_fast_equals_reference(kLayerShuffle, {pattern(DataType::kFloat32, {3, 5, 7, 13}, 1)},
+                               attrs_of({{"first_transpose", std::vector<int64_t>{3, 1, 0, 2}}}));
   expect_fast_equals_reference(kLayerShuffle, {pattern(DataType::kFloat16, {1, 3, 1, 5, 2}, 2)},
                                attrs_of({{"first_transpose", std::vector<int64_t>{4, 2, 0, 3, 1}}}));
-  expect_fast_equals_reference(kLayerShuffle, {pattern(DataType::kFloat32, {67, 131}, 3)},
-                               attrs_of({{"first_transpose", std::vector<int64_t>{1, 0}}}));
-  expect_fast_equals_reference(kLayerShuffle, {pattern(DataType::kFloat32, {2, 33, 5, 37}, 4)},
-                               attrs_of({{"first_transpose", std::vector<int64_t>{0, 3, 1, 2}}}));
-  expect_fast_equals_reference(kLayerShuffle, {pattern(DataType::kFloat32, {2, 3, 4, 5}, 5)}, reshape({0, -1}));
-  expect_fast_equals_reference(kLayerShuffle, {pattern(DataType::kUInt8, {3, 5, 1, 7}, 6)},
-                               attrs_of({{"reshape_mode", std::string("squeeze")}}));
-  expect_fast_equals_reference(kLayerShuffle, {pattern(DataType::kFloat32, {2, 3, 4, 6}, 7)},
-                               attrs_of({{"first_transpose", std::vector<int64_t>{0, 2, 1, 3}},
-                                         {"reshape_mode", std::string("dims")},
-                                         {"reshape", std::vector<int64_t>{0, -1, 9}},
-                                         {"second_transpose", std::vector<int64_t>{2, 0, 1}}}));
   expect_fast_equals_reference(kLayerShuffle, {pattern(DataType::kFloat32, {1, 255, 13, 11}, 8)},  // YOLO head
                                attrs_of({{"reshape_mode", std::string("dims")},
                                          {"reshape", std::vector<int64_t>{1, 3, 85, 13, 11}},
                                          {"second_transpose", std::vector<int64_t>{0, 1, 3, 4, 2}}}));
-}
-
-TEST(DataFast, EmptyTensors) {
-  expect_fast_equals_reference(kLayerShuffle, {pattern(DataType::kFloat32, {0, 3, 4}, 1)},
-                               attrs_of({{"first_transpose", std::vector<int64_t>{2, 0, 1}}}));
-  expect_fast_equals_reference(kLayerShuffle, {pattern(DataType::kFloat32, {2, 0, 4}, 1)},
-                               attrs_of({{"first_transpose", std::vector<int64_t>{1, 0, 2}},
-                                         {"reshape_mode", std::string("dims")},
-                                         {"reshape", std::vector<int64_t>{4, 0, 2}},
-                                         {"zero_is_placeholder", int64_t{0}},
-                                         {"second_transpose", std::vector<int64_t>{2, 1, 0}}}));
-  expect_fast_equals_reference(kLayerConcatenation, {pattern(DataType::kInt32, {2, 0}, 1), pattern(DataType::kInt32, {2, 3}, 2)},
+  expect_fast_equals_reference(kLayerConcatenation, {pattern(DataType::kInt8, {2, 3, 5, 7}, 3),
+                                                     pattern(DataType::kInt8, {2, 1, 5, 7}, 1)},
                                attrs_of({{"axis", int64_t{1}}}));
+  expect_fast_equals_reference(kLayerResize, {pattern(DataType::kFloat32, {2, 3, 13, 7}, 9), f32s({4}, {1, 1, 2, 2})},
+                               attrs_of({{"coordinate_transformation_mode", std::string("asymmetric")},
+                                         {"nearest_mode", std::string("floor")}}));
 }
 
 TEST(DataReference, HostEvaluatedShapeArithmetic) {
@@ -777,71 +651,6 @@ TEST(DataReference, HostEvaluatedShapeArithmetic) {
   EXPECT_EQ(states.at(y).dims, (Dims{5, 12}));
   ASSERT_TRUE(states.at(target).value);
   EXPECT_EQ(states.at(target).value->to_int64(), (std::vector<int64_t>{5, -1}));
-}
-
-TEST(DataFast, ConcatenationOnOddShapes) {
-  for (int64_t axis = -4; axis < 4; ++axis) {
-    SCOPED_TRACE(axis);
-    const int a = static_cast<int>(axis < 0 ? axis + 4 : axis);
-    std::vector<HostTensor> parts;
-    for (int64_t n : {3, 1, 5}) {
-      Dims d{2, 3, 5, 7};
-      d[a] = n;
-      parts.push_back(pattern(a % 2 ? DataType::kFloat32 : DataType::kInt8, d, static_cast<uint32_t>(n)));
-    }
-    expect_fast_equals_reference(kLayerConcatenation, parts, attrs_of({{"axis", axis}}));
-  }
-  expect_fast_equals_reference(kLayerConcatenation, {pattern(DataType::kInt64, {13, 127}, 1)}, attrs_of({{"axis", int64_t{0}}}));
-}
-
-TEST(DataFast, ResizeNearestOnOddShapes) {
-  const auto nearest = [](const char* ctm, const char* mode) {
-    return attrs_of({{"coordinate_transformation_mode", std::string(ctm)}, {"nearest_mode", std::string(mode)}});
-  };
-  const HostTensor x = pattern(DataType::kFloat32, {2, 3, 13, 7}, 9);
-  const HostTensor two = f32s({4}, {1, 1, 2, 2});
-  expect_fast_equals_reference(kLayerResize, {x, two}, nearest("asymmetric", "floor"));
-  expect_fast_equals_reference(kLayerResize, {x, two}, nearest("half_pixel", "round_prefer_floor"));
-  expect_fast_equals_reference(kLayerResize, {x, two}, nearest("tf_half_pixel_for_nn", "ceil"));  // not a plain 2x
-  expect_fast_equals_reference(kLayerResize, {x, f32s({4}, {1, 1, 1.7f, 0.6f})}, nearest("half_pixel", "round_prefer_ceil"));
-  expect_fast_equals_reference(kLayerResize, {x, HostTensor{}, i64s({2, 3, 5, 16})}, nearest("align_corners", "round_prefer_floor"));
-  expect_fast_equals_reference(kLayerResize, {x, f32s({4}, {1, 2, 2, 2})}, nearest("asymmetric", "floor"));  // channels too
-  expect_fast_equals_reference(kLayerResize, {pattern(DataType::kFloat32, {5, 9}, 3), f32s({2}, {2, 2})},
-                               nearest("asymmetric", "floor"));
-}
-
-TEST(DataFast, SharedHarnessAgrees) {
-  // The project's op harness (guard bytes, NaN checks, every registered tactic vs reference).
-  const auto spec = [](const Dims& d) {
-    test::InputSpec s;
-    s.dims = d;
-    return s;
-  };
-  test::OpCase c;
-  c.name = "shuffle_transpose";
-  c.layer_type = kLayerShuffle;
-  c.inputs = {spec({2, 5, 7, 3})};
-  c.attrs = attrs_of({{"first_transpose", std::vector<int64_t>{0, 3, 1, 2}}});
-  test::OpCase concat;
-  concat.name = "concat";
-  concat.layer_type = kLayerConcatenation;
-  concat.inputs = {spec({1, 3, 5}), spec({1, 4, 5})};
-  concat.attrs = attrs_of({{"axis", int64_t{1}}});
-  test::OpCase resize;
-  resize.name = "resize";
-  resize.layer_type = kLayerResize;
-  test::InputSpec scales = spec({4});
-  scales.constant = true;
-  scales.value = f32s({4}, {1, 1, 2, 2});
-  resize.inputs = {spec({1, 3, 9, 11}), scales};
-  for (const auto* oc : {&c, &concat, &resize}) {
-    bool saw_fast = false;
-    for (const auto& r : test::run_op_case(*oc)) {
-      EXPECT_NE(r.outcome, test::Outcome::kFailed) << oc->name << " " << r.tactic << ": " << r.message;
-      saw_fast = saw_fast || (r.tactic == "fast" && r.outcome == test::Outcome::kPassed);
-    }
-    EXPECT_TRUE(saw_fast) << oc->name;
-  }
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Tests of the Einsum layer: equation parsing (src/ir/einsum_equation.h) including ellipsis,
 // diagonals, implicit outputs and its error messages, shape inference, the reference kernel on a
-// hand-computed case and the harness checks, and whole ONNX Einsum models against ONNX Runtime
-// (tests/data/einsum, made by its generate.py).
+// hand-computed case. Its op cases (whole ONNX Einsum models against ONNX Runtime, made by
+// tests/data/einsum/generate.py, and the harness cases of four types) are in the op table,
+// tests/data/einsum/cases.json (tests/op_table.h).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,7 +11,6 @@
 #include "kiln/error.h"
 #include "kiln/network.h"
 #include "src/ir/einsum_equation.h"
-#include "tests/onnx_case.h"
 #include "tests/op_harness.h"
 
 namespace kiln {
@@ -61,7 +61,7 @@ test::InputSpec given(DataType type, Dims dims, std::vector<double> values) {
   return s;
 }
 
-TEST(EinsumReference, TraceBilinearAndHarness) {
+TEST(EinsumReference, TraceAndBilinear) {
   test::OpCase trace;
   trace.name = "hand_trace";
   trace.layer_type = kLayerEinsum;
@@ -79,32 +79,6 @@ TEST(EinsumReference, TraceBilinearAndHarness) {
                 given(DataType::kFloat32, {2}, {1, -1})};
   bil.attrs.set("equation", std::string("i,ij,j->"));
   EXPECT_EQ(test::reference_outputs(bil).at(0).as<float>()[0], -3.0f);
-
-  for (DataType type : {DataType::kFloat32, DataType::kFloat16, DataType::kFloat64, DataType::kInt64}) {
-    test::OpCase c;
-    c.name = std::string("harness_einsum_") + to_string(type);
-    c.layer_type = kLayerEinsum;
-    test::InputSpec a, b;
-    a.type = b.type = type;
-    a.dims = {3, 13, 5};
-    b.dims = {5, 7};
-    c.inputs = {a, b};
-    c.attrs.set("equation", std::string("bij,jk->bki"));
-    for (const auto& r : test::run_op_case(c)) EXPECT_EQ(r.outcome, test::Outcome::kPassed) << c.name << ": " << r.message;
-  }
-}
-
-const std::string kDataDir = std::string(KILN_SOURCE_DIR) + "/tests/data/einsum";
-
-class EinsumOnnx : public ::testing::TestWithParam<test::OnnxDataCase> {};
-
-TEST_P(EinsumOnnx, MatchesOnnxRuntime) { test::run_onnx_data_case(GetParam()); }
-
-INSTANTIATE_TEST_SUITE_P(Data, EinsumOnnx, ::testing::ValuesIn(test::load_onnx_data_cases(kDataDir)),
-                         [](const ::testing::TestParamInfo<test::OnnxDataCase>& info) { return info.param.name; });
-
-TEST(EinsumOnnxData, CasesExist) {
-  EXPECT_GE(test::load_onnx_data_cases(kDataDir).size(), 20u) << kDataDir << "/cases.json missing or truncated";
 }
 
 }  // namespace

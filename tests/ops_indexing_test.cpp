@@ -1,9 +1,10 @@
 // Tests of the position-driven layers (ArgReduce, TopK, CumSum, Trilu, OneHot, ReverseSequence,
 // MaxUnpool) and their ONNX importers (ArgMax, ArgMin, Hardmax, TopK, CumSum, Trilu, OneHot,
 // ReverseSequence, MaxUnpool): shape/type inference and its errors, the reference kernels on
-// hand-computed cases (ties, exclusive/reverse sums, out-of-range indices), the harness checks
-// on awkward shapes, and whole ONNX models against ONNX Runtime (tests/data/indexing, made by
-// its generate.py).
+// hand-computed cases (ties, exclusive/reverse sums, out-of-range indices). The family's op
+// cases (whole ONNX models against ONNX Runtime, made by tests/data/indexing/generate.py, and the
+// harness cases on awkward shapes of every type) are in the op table,
+// tests/data/indexing/cases.json (tests/op_table.h).
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -14,7 +15,6 @@
 #include "kiln/error.h"
 #include "kiln/network.h"
 #include "src/ir/shape_inference.h"
-#include "tests/onnx_case.h"
 #include "tests/op_harness.h"
 
 namespace kiln {
@@ -38,13 +38,6 @@ test::InputSpec given(HostTensor value, bool constant = false) {
   s.dims = value.dims();
   s.value = std::move(value);
   s.constant = constant;
-  return s;
-}
-
-test::InputSpec random_input(Dims dims, DataType type = kF32) {
-  test::InputSpec s;
-  s.type = type;
-  s.dims = dims;
   return s;
 }
 
@@ -197,38 +190,6 @@ TEST(IndexingReference, CumSumTriluOneHotReverseUnpoolByHand) {
   EXPECT_THROW(run_reference(kLayerMaxUnpool, {given(f32s({1, 1, 1, 2}, {7, 8})), given(i64s({1, 1, 1, 2}, {2, 4}))},
                              attrs_of({{"kernel", std::vector<int64_t>{1, 2}}, {"strides", std::vector<int64_t>{1, 2}}})),
                Error);
-}
-
-TEST(IndexingReference, HarnessOnAwkwardShapes) {
-  for (DataType type : {kF32, DataType::kFloat16, DataType::kFloat64, DataType::kInt32, kI64, DataType::kInt8, DataType::kUInt8}) {
-    const std::string t = to_string(type);
-    std::vector<test::OpCase> cases(4);
-    cases[0] = {"harness_argmin_" + t, kLayerArgReduce, {random_input({3, 13, 5}, type)},
-                attrs_of({{"op", std::string("min")}, {"axis", int64_t{1}}, {"select_last_index", int64_t{1}}})};
-    cases[1] = {"harness_topk_" + t, kLayerTopK, {random_input({3, 13, 5}, type), given(i64s({1}, {6}), true)},
-                attrs_of({{"axis", int64_t{1}}}), 2};
-    cases[2] = {"harness_cumsum_" + t, kLayerCumSum, {random_input({3, 13, 5}, type), given(i64s({}, {1}))},
-                attrs_of({{"reverse", int64_t{1}}})};
-    cases[3] = {"harness_trilu_" + t, kLayerTrilu, {random_input({3, 13, 5}, type), given(i64s({}, {-2}))}, {}};
-    for (const auto& c : cases) {
-      for (const auto& r : test::run_op_case(c)) EXPECT_EQ(r.outcome, test::Outcome::kPassed) << c.name << ": " << r.message;
-    }
-  }
-}
-
-// ---- whole ONNX models against ONNX Runtime ---------------------------------------------------------
-
-const std::string kDataDir = std::string(KILN_SOURCE_DIR) + "/tests/data/indexing";
-
-class IndexingOnnx : public ::testing::TestWithParam<test::OnnxDataCase> {};
-
-TEST_P(IndexingOnnx, MatchesOnnxRuntime) { test::run_onnx_data_case(GetParam()); }
-
-INSTANTIATE_TEST_SUITE_P(Data, IndexingOnnx, ::testing::ValuesIn(test::load_onnx_data_cases(kDataDir)),
-                         [](const ::testing::TestParamInfo<test::OnnxDataCase>& info) { return info.param.name; });
-
-TEST(IndexingOnnxData, CasesExist) {
-  EXPECT_GE(test::load_onnx_data_cases(kDataDir).size(), 60u) << kDataDir << "/cases.json missing or truncated";
 }
 
 }  // namespace

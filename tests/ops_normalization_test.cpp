@@ -1,8 +1,9 @@
 // Tests of the normalization layers (Normalization in every mode, LRN) and their ONNX importers
 // (LayerNormalization, InstanceNormalization, GroupNormalization, MeanVarianceNormalization,
 // LpNormalization, LRN): shape/type inference and its errors, the reference kernels against
-// hand-computed values, the shared harness checks (guard bytes, determinism) on awkward shapes,
-// and whole ONNX models against ONNX Runtime (tests/data/normalization, made by its generate.py).
+// hand-computed values. The family's op cases (whole ONNX models against ONNX Runtime, made by
+// tests/data/normalization/generate.py, and the harness cases on awkward shapes of every float
+// type) are in the op table, tests/data/normalization/cases.json (tests/op_table.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +13,6 @@
 #include "kiln/error.h"
 #include "kiln/network.h"
 #include "src/ir/shape_inference.h"
-#include "tests/onnx_case.h"
 #include "tests/op_harness.h"
 
 namespace kiln {
@@ -31,13 +31,6 @@ test::InputSpec given(HostTensor value) {
   s.type = value.type();
   s.dims = value.dims();
   s.value = std::move(value);
-  return s;
-}
-
-test::InputSpec random_input(Dims dims, DataType type = kF32) {
-  test::InputSpec s;
-  s.type = type;
-  s.dims = dims;
   return s;
 }
 
@@ -160,54 +153,6 @@ TEST(NormalizationReference, GroupAndLpAndLrnByHand) {
   EXPECT_FLOAT_EQ(ry.as<float>()[0], 1.0f / (1.0f + 5.0f));
   EXPECT_FLOAT_EQ(ry.as<float>()[1], 2.0f / (1.0f + 14.0f));
   EXPECT_FLOAT_EQ(ry.as<float>()[2], 3.0f / (1.0f + 13.0f));
-}
-
-// The harness's checks (guard bytes, NaN/Inf, determinism) on odd shapes and every type.
-TEST(NormalizationReference, HarnessOnAwkwardShapes) {
-  struct Mode {
-    std::string name;
-    Attributes attrs;
-    std::vector<Dims> affine;
-  };
-  const std::vector<Mode> modes = {
-      {"layer", attrs_of({{"mode", std::string("layer")}, {"axis", int64_t{-2}}}), {{13, 5}, {5}}},
-      {"instance", attrs_of({{"mode", std::string("instance")}}), {{3}, {3}}},
-      {"group", attrs_of({{"mode", std::string("group")}, {"num_groups", int64_t{3}}}), {{3}, {3}}},
-      {"mvn", attrs_of({{"mode", std::string("mvn")}, {"axes", std::vector<int64_t>{0, 2}}}), {}},
-      {"lp", attrs_of({{"mode", std::string("lp")}, {"axis", int64_t{1}}, {"p", int64_t{1}}}), {}},
-  };
-  for (DataType type : {kF32, DataType::kFloat16, DataType::kFloat64}) {
-    for (const Mode& m : modes) {
-      test::OpCase c;
-      c.name = "harness_" + m.name + "_" + to_string(type);
-      c.layer_type = kLayerNormalization;
-      c.inputs = {random_input({2, 3, 13, 5}, type)};
-      for (const Dims& d : m.affine) c.inputs.push_back(random_input(d, type));
-      c.attrs = m.attrs;
-      for (const auto& r : test::run_op_case(c)) EXPECT_EQ(r.outcome, test::Outcome::kPassed) << c.name << ": " << r.message;
-    }
-    test::OpCase lrn;
-    lrn.name = std::string("harness_lrn_") + to_string(type);
-    lrn.layer_type = kLayerLRN;
-    lrn.inputs = {random_input({2, 7, 3, 1}, type)};
-    lrn.attrs = attrs_of({{"size", int64_t{5}}});
-    for (const auto& r : test::run_op_case(lrn)) EXPECT_EQ(r.outcome, test::Outcome::kPassed) << lrn.name << ": " << r.message;
-  }
-}
-
-// ---- whole ONNX models against ONNX Runtime ---------------------------------------------------------
-
-const std::string kDataDir = std::string(KILN_SOURCE_DIR) + "/tests/data/normalization";
-
-class NormalizationOnnx : public ::testing::TestWithParam<test::OnnxDataCase> {};
-
-TEST_P(NormalizationOnnx, MatchesOnnxRuntime) { test::run_onnx_data_case(GetParam()); }
-
-INSTANTIATE_TEST_SUITE_P(Data, NormalizationOnnx, ::testing::ValuesIn(test::load_onnx_data_cases(kDataDir)),
-                         [](const ::testing::TestParamInfo<test::OnnxDataCase>& info) { return info.param.name; });
-
-TEST(NormalizationOnnxData, CasesExist) {
-  EXPECT_GE(test::load_onnx_data_cases(kDataDir).size(), 20u) << kDataDir << "/cases.json missing or truncated";
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // Tests of the oneDNN CPU tactics (src/backends/cpu/*_onednn.cpp): Convolution, Deconvolution,
-// Pooling, MatrixMultiply and Gemm. Most cases go through the op harness, which runs the
-// "onednn" tactic against the reference oracle on awkward shapes (odd sizes, batch 3, groups,
-// depthwise, dilations, strides, asymmetric pads, every fused activation, residual, 1-D/3-D,
-// ceil_mode, count_include_pad, batch broadcast, transposes) with guard bytes around outputs and
-// workspace. A few tiny cases are checked against numbers computed here by hand, independent of
-// the reference; others drive the kernel directly for what the harness does not cover
-// (channels-last tensors, re-preparing for other shapes, in-place residual).
+// Pooling, MatrixMultiply and Gemm. Their cases against the reference oracle on awkward shapes
+// (odd sizes, batch 3, groups, depthwise, dilations, strides, asymmetric pads, every fused
+// activation, residual, 1-D/3-D, ceil_mode, count_include_pad, batch broadcast, transposes, and
+// what the tactic must decline) are in the op table (tests/data/conv and tests/data/math
+// cases.json, "require"/"decline" "cpu:onednn"), run by OpTable.OnednnMatchesReference
+// (tests/ops_table_test.cpp) and on every other backend. Here: the registration, a few tiny
+// cases checked against numbers computed by hand, independent of the reference, and direct runs
+// for what the harness does not cover (channels-last tensors, re-preparing for other shapes,
+// in-place residual).
 // Only built into the test binary's checks when oneDNN is (KILN_HAVE_ONEDNN).
 #include <gtest/gtest.h>
 
@@ -27,9 +29,6 @@
 namespace kiln {
 namespace {
 
-using test::InputSpec;
-using test::OpCase;
-using test::Outcome;
 using Ints = std::vector<int64_t>;
 
 Attributes make_attrs(std::initializer_list<std::pair<const std::string, AttrValue>> values) {
@@ -38,54 +37,9 @@ Attributes make_attrs(std::initializer_list<std::pair<const std::string, AttrVal
   return a;
 }
 
-InputSpec data(const Dims& dims) {
-  InputSpec s;
-  s.dims = dims;
-  return s;
-}
-InputSpec weights(const Dims& dims) {
-  InputSpec s = data(dims);
-  s.constant = true;
-  s.low = -0.5;
-  s.high = 0.5;
-  return s;
-}
-InputSpec omitted() {
-  InputSpec s;
-  s.omitted = true;
-  return s;
-}
-
 // Absolute tolerance for sums of `terms` products of values up to ~2 in magnitude: float32
 // accumulation in another order differs by about eps * sqrt(terms) * magnitude.
 double sum_atol(int64_t terms) { return 1e-5 * std::max(1.0, std::sqrt(static_cast<double>(terms))) * 2.0; }
-
-const test::KernelResult* find_result(const std::vector<test::KernelResult>& results, const std::string& tactic) {
-  for (const auto& r : results) {
-    if (r.tactic == tactic) return &r;
-  }
-  return nullptr;
-}
-
-// The onednn tactic must accept the case and match the reference.
-void expect_onednn_matches(const OpCase& c) {
-  const auto results = test::run_op_case(c);
-  const auto* ref = find_result(results, "reference");
-  ASSERT_NE(ref, nullptr) << c.name;
-  ASSERT_EQ(ref->outcome, Outcome::kPassed) << c.name << ": reference: " << ref->message;
-  const auto* r = find_result(results, "onednn");
-  ASSERT_NE(r, nullptr) << c.name << ": no onednn kernel registered for " << c.layer_type;
-  EXPECT_EQ(r->outcome, Outcome::kPassed) << c.name << ": " << r->message << " (max abs err " << r->stats.max_abs
-                                          << ", max rel err " << r->stats.max_rel << ")";
-}
-
-// The onednn tactic must decline the case (so the reference runs).
-void expect_onednn_declines(const OpCase& c) {
-  const auto results = test::run_op_case(c);
-  const auto* r = find_result(results, "onednn");
-  ASSERT_NE(r, nullptr) << c.name;
-  EXPECT_EQ(r->outcome, Outcome::kUnsupported) << c.name << ": " << r->message;
-}
 
 TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
   for (const char* type : {kLayerConvolution, kLayerDeconvolution, kLayerPooling, kLayerMatrixMultiply, kLayerGemm}) {
@@ -309,117 +263,7 @@ TEST(OnednnGemm, HandComputedAlphaBeta) {
   expect_close(run_tactic(b, b.values, "onednn"), tensor({2, 2}, {2, -2, 4, -2}), 1e-5, "gemm trans_a + bias");
 }
 
-// ---- Convolution against the reference ------------------------------------------------------
-
-OpCase conv_case(const std::string& name, const Dims& x, const Dims& w, Attributes attrs, bool bias = true) {
-  OpCase c;
-  c.name = name;
-  c.layer_type = kLayerConvolution;
-  c.inputs = {data(x), weights(w)};
-  if (bias) c.inputs.push_back(weights({w[0]}));
-  c.attrs = std::move(attrs);
-  c.atol = sum_atol(w.volume() / w[0]);
-  return c;
-}
-
-TEST(OnednnConv, MatchesReferenceOnAwkwardShapes) {
-  expect_onednn_matches(conv_case("conv_3x3_batch3_odd", {3, 5, 13, 13}, {7, 5, 3, 3}, make_attrs({{"pads", Ints{1, 1, 1, 1}}})));
-  expect_onednn_matches(conv_case("conv_wide_channels", {1, 64, 14, 14}, {64, 64, 3, 3},
-                                  make_attrs({{"pads", Ints{1, 1, 1, 1}}})));
-  expect_onednn_matches(conv_case("conv_13_channels_1x1", {2, 13, 13, 13}, {19, 13, 1, 1}, make_attrs({}), false));
-  expect_onednn_matches(conv_case("conv_stride2_asym_pads", {3, 6, 13, 12}, {8, 6, 3, 3},
-                                  make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{0, 1, 2, 1}}})));
-  expect_onednn_matches(conv_case("conv_dilated", {2, 4, 13, 11}, {5, 4, 3, 3},
-                                  make_attrs({{"dilations", Ints{2, 3}}, {"pads", Ints{2, 1, 1, 3}}})));
-  expect_onednn_matches(conv_case("conv_groups", {2, 6, 9, 9}, {9, 2, 3, 3},
-                                  make_attrs({{"group", int64_t{3}}, {"pads", Ints{1, 1, 1, 1}}})));
-  expect_onednn_matches(conv_case("conv_depthwise_s2", {3, 8, 13, 13}, {8, 1, 3, 3},
-                                  make_attrs({{"group", int64_t{8}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})));
-  expect_onednn_matches(conv_case("conv_depthwise_wide", {1, 32, 15, 15}, {32, 1, 5, 5},
-                                  make_attrs({{"group", int64_t{32}}, {"pads", Ints{2, 2, 2, 2}}})));
-  expect_onednn_matches(conv_case("conv_depthwise_multiplier", {2, 8, 11, 11}, {16, 1, 3, 3},
-                                  make_attrs({{"group", int64_t{8}}})));
-  expect_onednn_matches(conv_case("conv_1d", {3, 5, 127}, {4, 5, 5},
-                                  make_attrs({{"strides", Ints{2}}, {"pads", Ints{2, 1}}, {"dilations", Ints{2}}})));
-  expect_onednn_matches(conv_case("conv_3d", {2, 3, 7, 8, 9}, {4, 3, 3, 3, 3},
-                                  make_attrs({{"strides", Ints{1, 2, 1}}, {"pads", Ints{1, 1, 1, 1, 0, 1}}})));
-  expect_onednn_matches(conv_case("conv_3d_grouped", {1, 4, 5, 6, 7}, {6, 2, 1, 3, 3},
-                                  make_attrs({{"group", int64_t{2}}, {"pads", Ints{0, 1, 1, 0, 1, 1}}})));
-  expect_onednn_matches(conv_case("conv_7x7_s2_first_layer", {1, 3, 37, 37}, {16, 3, 7, 7},
-                                  make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{3, 3, 3, 3}}})));
-}
-
-TEST(OnednnConv, NonConstantWeights) {
-  OpCase c = conv_case("conv_runtime_weights", {2, 16, 9, 9}, {24, 16, 3, 3}, make_attrs({{"pads", Ints{1, 1, 1, 1}}}));
-  c.inputs[1].constant = false;
-  c.inputs[2].constant = false;
-  expect_onednn_matches(c);
-  OpCase g = conv_case("conv_runtime_weights_groups", {2, 16, 9, 9}, {16, 4, 3, 3},
-                       make_attrs({{"group", int64_t{4}}, {"strides", Ints{2, 2}}}));
-  g.inputs[1].constant = false;
-  expect_onednn_matches(g);
-}
-
-TEST(OnednnConv, Residual) {
-  OpCase c = conv_case("conv_residual", {3, 16, 13, 13}, {16, 16, 3, 3}, make_attrs({{"pads", Ints{1, 1, 1, 1}}}));
-  c.inputs.push_back(data({3, 16, 13, 13}));
-  expect_onednn_matches(c);
-  OpCase r = conv_case("conv_residual_relu_no_bias", {2, 8, 13, 13}, {12, 8, 3, 3},
-                       make_attrs({{"strides", Ints{2, 2}}, {"activation", std::string("relu")}}), false);
-  r.inputs.push_back(omitted());
-  r.inputs.push_back(data({2, 12, 6, 6}));
-  expect_onednn_matches(r);
-  OpCase s = conv_case("conv_residual_silu_1x1", {1, 64, 7, 7}, {32, 64, 1, 1},
-                       make_attrs({{"activation", std::string("silu")}}));
-  s.inputs.push_back(data({1, 32, 7, 7}));
-  expect_onednn_matches(s);
-}
-
-struct ActCase {
-  const char* kind;
-  double alpha, beta;
-  bool supported;
-};
-
-const std::vector<ActCase>& activation_cases() {
-  static const std::vector<ActCase> cases = {
-      {"relu", 0, 0, true},        {"sigmoid", 0, 0, true},       {"tanh", 0, 0, true},
-      {"leaky_relu", 0.1, 0, true}, {"elu", 0.7, 0, true},          {"selu", 1.67326, 1.0507, true},
-      {"softplus", 0, 0, true},    {"clip", -0.5, 1.5, true},     {"hard_sigmoid", 0.2, 0.5, true},
-      {"hard_swish", 0, 0, true},  {"silu", 0, 0, true},          {"swish", 1.7, 0, true},
-      {"gelu_erf", 0, 0, true},    {"gelu_tanh", 0, 0, true},     {"mish", 0, 0, true},
-      {"celu", 0.8, 0, true},      {"celu", -0.8, 0, false},      {"softsign", 0, 0, false},
-      {"thresholded_relu", 0.3, 0, false},
-  };
-  return cases;
-}
-
-TEST(OnednnConv, EveryFusedActivation) {
-  for (const ActCase& a : activation_cases()) {
-    for (bool residual : {false, true}) {
-      OpCase c = conv_case(std::string("conv_act_") + a.kind + (residual ? "_residual" : "") + (a.alpha < 0 ? "_neg" : ""),
-                           {2, 8, 9, 9}, {16, 8, 3, 3},
-                           make_attrs({{"pads", Ints{1, 1, 1, 1}},
-                                       {"activation", std::string(a.kind)},
-                                       {"activation_alpha", a.alpha},
-                                       {"activation_beta", a.beta}}));
-      if (residual) c.inputs.push_back(data({2, 16, 9, 9}));
-      if (a.supported) {
-        expect_onednn_matches(c);
-      } else {
-        expect_onednn_declines(c);
-      }
-    }
-  }
-}
-
-TEST(OnednnConv, DeclinesWhatItCannotRun) {
-  OpCase c = conv_case("conv_fp16", {1, 4, 5, 5}, {4, 4, 3, 3}, make_attrs({}));
-  for (auto& in : c.inputs) in.type = DataType::kFloat16;
-  c.rtol = 1e-2;
-  c.atol = 1e-2;
-  expect_onednn_declines(c);
-}
+// ---- Convolution: channels-last and re-preparing ------------------------------------------------
 
 // Channels-last tensors (also mixed with linear ones); compare with the reference on NCHW data.
 TEST(OnednnConv, ChannelsLastMatchesReference) {
@@ -476,44 +320,6 @@ TEST(OnednnConv, RepreparedForOtherShapesAndInPlaceResidual) {
 
 // ---- Deconvolution --------------------------------------------------------------------------
 
-OpCase deconv_case(const std::string& name, const Dims& x, const Dims& w, int64_t group, Attributes attrs,
-                   bool bias = true) {
-  OpCase c;
-  c.name = name;
-  c.layer_type = kLayerDeconvolution;
-  c.inputs = {data(x), weights(w)};
-  if (bias) c.inputs.push_back(weights({w[1] * group}));
-  attrs.set("group", group);
-  c.attrs = std::move(attrs);
-  c.atol = sum_atol(w.volume() / w[1]);
-  return c;
-}
-
-TEST(OnednnDeconv, MatchesReferenceOnAwkwardShapes) {
-  expect_onednn_matches(deconv_case("deconv_s2_outpad", {3, 4, 7, 7}, {4, 3, 3, 3}, 1,
-                                    make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}},
-                                                {"output_padding", Ints{1, 1}}})));
-  expect_onednn_matches(deconv_case("deconv_groups", {2, 4, 5, 6}, {4, 3, 3, 3}, 2,
-                                    make_attrs({{"strides", Ints{2, 1}}, {"pads", Ints{0, 1, 1, 0}}})));
-  expect_onednn_matches(deconv_case("deconv_depthwise", {1, 8, 7, 7}, {8, 1, 4, 4}, 8,
-                                    make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}})));
-  expect_onednn_matches(deconv_case("deconv_dilated_asym", {2, 3, 6, 5}, {3, 5, 3, 2}, 1,
-                                    make_attrs({{"dilations", Ints{2, 3}}, {"pads", Ints{2, 0, 1, 1}}})));
-  expect_onednn_matches(deconv_case("deconv_outpad_beyond_pad", {1, 4, 5, 5}, {4, 6, 3, 3}, 1,
-                                    make_attrs({{"strides", Ints{3, 3}}, {"output_padding", Ints{2, 1}}}), false));
-  expect_onednn_matches(deconv_case("deconv_1d", {3, 5, 13}, {5, 4, 5}, 1,
-                                    make_attrs({{"strides", Ints{2}}, {"pads", Ints{1, 2}}})));
-  expect_onednn_matches(deconv_case("deconv_3d", {1, 4, 4, 5, 3}, {4, 2, 3, 3, 2}, 1,
-                                    make_attrs({{"strides", Ints{2, 1, 2}}, {"pads", Ints{1, 0, 0, 0, 1, 1}}})));
-  expect_onednn_matches(deconv_case("deconv_relu_wide", {1, 32, 9, 9}, {32, 16, 2, 2}, 1,
-                                    make_attrs({{"strides", Ints{2, 2}}, {"activation", std::string("leaky_relu")},
-                                                {"activation_alpha", 0.2}})));
-  OpCase rt = deconv_case("deconv_runtime_weights", {2, 6, 5, 5}, {6, 4, 3, 3}, 2,
-                          make_attrs({{"strides", Ints{2, 2}}}));
-  rt.inputs[1].constant = false;
-  expect_onednn_matches(rt);
-}
-
 TEST(OnednnDeconv, ChannelsLastMatchesReference) {
   Direct d(kLayerDeconvolution,
            {test::random_tensor(DataType::kFloat32, {2, 16, 7, 6}, 21),
@@ -531,84 +337,7 @@ TEST(OnednnDeconv, ChannelsLastMatchesReference) {
   expect_close(from_channels_last(mixed), want, sum_atol(8 * 9), "linear x, channels-last y deconv");
 }
 
-TEST(OnednnDeconv, EveryFusedActivation) {
-  for (const ActCase& a : activation_cases()) {
-    OpCase c = deconv_case(std::string("deconv_act_") + a.kind + (a.alpha < 0 ? "_neg" : ""), {2, 6, 5, 5},
-                           {6, 5, 3, 3}, 1,
-                           make_attrs({{"strides", Ints{2, 2}}, {"activation", std::string(a.kind)},
-                                       {"activation_alpha", a.alpha}, {"activation_beta", a.beta}}));
-    if (a.supported) {
-      expect_onednn_matches(c);
-    } else {
-      expect_onednn_declines(c);
-    }
-  }
-}
-
 // ---- Pooling --------------------------------------------------------------------------------
-
-OpCase pool_case(const std::string& name, const Dims& x, Attributes attrs) {
-  OpCase c;
-  c.name = name;
-  c.layer_type = kLayerPooling;
-  c.inputs = {data(x)};
-  c.attrs = std::move(attrs);
-  return c;
-}
-
-TEST(OnednnPooling, MatchesReferenceOnAwkwardShapes) {
-  const auto max = std::string("max"), avg = std::string("average");
-  expect_onednn_matches(pool_case("max_3x3_s2_p1", {3, 5, 13, 13},
-                                  make_attrs({{"mode", max}, {"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                              {"pads", Ints{1, 1, 1, 1}}})));
-  expect_onednn_matches(pool_case("max_ceil_overhang", {2, 3, 14, 14},
-                                  make_attrs({{"mode", max}, {"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                              {"ceil_mode", int64_t{1}}})));
-  expect_onednn_matches(pool_case("max_ceil_pads", {2, 3, 13, 12},
-                                  make_attrs({{"mode", max}, {"kernel", Ints{3, 2}}, {"strides", Ints{2, 2}},
-                                              {"pads", Ints{1, 0, 0, 1}}, {"ceil_mode", int64_t{1}}})));
-  expect_onednn_matches(pool_case("max_dilated", {2, 3, 13, 13},
-                                  make_attrs({{"mode", max}, {"kernel", Ints{3, 3}}, {"dilations", Ints{2, 2}},
-                                              {"pads", Ints{1, 2, 2, 1}}})));
-  expect_onednn_matches(pool_case("avg_exclude_pad_asym", {3, 5, 13, 11},
-                                  make_attrs({{"mode", avg}, {"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                              {"pads", Ints{0, 1, 2, 1}}})));
-  expect_onednn_matches(pool_case("avg_include_pad", {3, 5, 13, 11},
-                                  make_attrs({{"mode", avg}, {"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                              {"pads", Ints{1, 1, 1, 1}}, {"count_include_pad", int64_t{1}}})));
-  expect_onednn_matches(pool_case("avg_exclude_ceil", {2, 4, 14, 13},
-                                  make_attrs({{"mode", avg}, {"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                              {"pads", Ints{1, 1, 1, 1}}, {"ceil_mode", int64_t{1}}})));
-  expect_onednn_matches(pool_case("avg_include_ceil_no_pads", {2, 4, 14, 13},
-                                  make_attrs({{"mode", avg}, {"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                              {"ceil_mode", int64_t{1}}, {"count_include_pad", int64_t{1}}})));
-  expect_onednn_matches(pool_case("avg_include_ceil_no_overhang", {2, 4, 13, 13},
-                                  make_attrs({{"mode", avg}, {"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                              {"pads", Ints{1, 1, 1, 1}}, {"ceil_mode", int64_t{1}},
-                                              {"count_include_pad", int64_t{1}}})));
-  expect_onednn_matches(pool_case("avg_dilated", {2, 3, 13, 13},
-                                  make_attrs({{"mode", avg}, {"kernel", Ints{2, 3}}, {"dilations", Ints{3, 2}},
-                                              {"pads", Ints{1, 1, 1, 1}}})));
-  expect_onednn_matches(pool_case("global_avg", {3, 7, 13, 11}, make_attrs({{"mode", avg}, {"global", int64_t{1}}})));
-  expect_onednn_matches(pool_case("global_max", {3, 7, 13, 11}, make_attrs({{"mode", max}, {"global", int64_t{1}}})));
-  expect_onednn_matches(pool_case("max_1d", {3, 5, 127},
-                                  make_attrs({{"mode", max}, {"kernel", Ints{4}}, {"strides", Ints{3}}, {"pads", Ints{1, 2}}})));
-  expect_onednn_matches(pool_case("avg_3d", {2, 3, 7, 8, 9},
-                                  make_attrs({{"mode", avg}, {"kernel", Ints{2, 3, 3}}, {"strides", Ints{2, 2, 1}},
-                                              {"pads", Ints{0, 1, 1, 1, 1, 0}}})));
-  expect_onednn_matches(pool_case("max_resnet_stem", {1, 64, 56, 56},
-                                  make_attrs({{"mode", max}, {"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                              {"pads", Ints{1, 1, 1, 1}}})));
-}
-
-TEST(OnednnPooling, DeclinesIncludePadDivisorOnnxClips) {
-  // count_include_pad with pads and a ceil window past the end padding: ONNX clips the divisor
-  // there, oneDNN would divide by the full window.
-  expect_onednn_declines(pool_case("avg_include_ceil_overhang", {2, 4, 14, 14},
-                                   make_attrs({{"mode", std::string("average")}, {"kernel", Ints{3, 3}},
-                                               {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}},
-                                               {"ceil_mode", int64_t{1}}, {"count_include_pad", int64_t{1}}})));
-}
 
 TEST(OnednnPooling, ChannelsLastMatchesReference) {
   Direct d(kLayerPooling, {test::random_tensor(DataType::kFloat32, {2, 13, 9, 10}, 11)}, {false},
@@ -622,85 +351,6 @@ TEST(OnednnPooling, ChannelsLastMatchesReference) {
   expect_close(from_channels_last(mixed), want, 1e-5, "linear x, channels-last y pooling");
   const HostTensor mixed2 = run_tactic(d, {to_channels_last(d.values[0])}, "onednn", Formats{cl, lin, lin});
   expect_close(mixed2, want, 1e-5, "channels-last x, linear y pooling");
-}
-
-// ---- MatrixMultiply -------------------------------------------------------------------------
-
-OpCase matmul_case(const std::string& name, const Dims& a, const Dims& b, bool ta = false, bool tb = false,
-                   bool b_constant = false) {
-  OpCase c;
-  c.name = name;
-  c.layer_type = kLayerMatrixMultiply;
-  c.inputs = {data(a), data(b)};
-  c.inputs[1].constant = b_constant;
-  c.attrs = make_attrs({{"transpose_a", int64_t{ta}}, {"transpose_b", int64_t{tb}}});
-  const int64_t k = a.rank() == 1 ? a[0] : (ta ? a[a.rank() - 2] : a[a.rank() - 1]);
-  c.atol = 2 * sum_atol(k);
-  return c;
-}
-
-TEST(OnednnMatmul, MatchesReferenceOnAwkwardShapes) {
-  expect_onednn_matches(matmul_case("mm_2d_odd", {13, 127}, {127, 17}));
-  expect_onednn_matches(matmul_case("mm_batch_fold", {3, 13, 17}, {17, 11}));
-  expect_onednn_matches(matmul_case("mm_batch_fold_const_b", {3, 13, 17}, {17, 11}, false, false, true));
-  expect_onednn_matches(matmul_case("mm_batch", {3, 13, 17}, {3, 17, 5}));
-  expect_onednn_matches(matmul_case("mm_batch_broadcast_both", {2, 1, 5, 7}, {3, 7, 4}));
-  expect_onednn_matches(matmul_case("mm_broadcast_a", {5, 7}, {3, 7, 4}));
-  expect_onednn_matches(matmul_case("mm_transpose_a", {3, 7, 5}, {7, 4}, true, false));
-  expect_onednn_matches(matmul_case("mm_transpose_b", {3, 5, 7}, {3, 4, 7}, false, true));
-  expect_onednn_matches(matmul_case("mm_transpose_both_broadcast", {2, 1, 7, 5}, {1, 3, 4, 7}, true, true));
-  expect_onednn_matches(matmul_case("mm_transpose_b_const", {3, 13, 17}, {11, 17}, false, true, true));
-  expect_onednn_matches(matmul_case("mm_const_b_batched", {3, 13, 17}, {3, 17, 11}, false, false, true));
-  expect_onednn_matches(matmul_case("mm_vec_mat", {7}, {3, 7, 4}));
-  expect_onednn_matches(matmul_case("mm_mat_vec", {3, 5, 7}, {7}));
-  expect_onednn_matches(matmul_case("mm_vec_vec", {127}, {127}));
-  expect_onednn_matches(matmul_case("mm_rank5", {2, 1, 3, 4, 6}, {1, 2, 1, 6, 5}));
-}
-
-// ---- Gemm -----------------------------------------------------------------------------------
-
-OpCase gemm_case(const std::string& name, int64_t m, int64_t k, int64_t n, bool ta, bool tb, std::optional<Dims> c_dims,
-                 double alpha = 1.0, double beta = 1.0, const std::string& act = "", bool b_constant = true) {
-  OpCase c;
-  c.name = name;
-  c.layer_type = kLayerGemm;
-  c.inputs = {data(ta ? Dims{k, m} : Dims{m, k}), weights(tb ? Dims{n, k} : Dims{k, n})};
-  c.inputs[1].constant = b_constant;
-  if (c_dims) c.inputs.push_back(weights(*c_dims));
-  c.attrs = make_attrs({{"alpha", alpha}, {"beta", beta}, {"trans_a", int64_t{ta}}, {"trans_b", int64_t{tb}}});
-  if (!act.empty()) c.attrs.set("activation", act);
-  c.atol = sum_atol(k) * std::max(1.0, std::fabs(alpha));
-  return c;
-}
-
-TEST(OnednnGemm, MatchesReferenceOnAwkwardShapes) {
-  expect_onednn_matches(gemm_case("gemm_plain", 13, 127, 17, false, false, std::nullopt));
-  expect_onednn_matches(gemm_case("gemm_fc_bias_row", 1, 127, 13, false, true, Dims{13}));
-  expect_onednn_matches(gemm_case("gemm_fc_batch3_relu", 3, 64, 127, false, true, Dims{1, 127}, 1.0, 1.0, "relu"));
-  expect_onednn_matches(gemm_case("gemm_bias_col", 13, 17, 11, true, false, Dims{13, 1}));
-  expect_onednn_matches(gemm_case("gemm_bias_full", 13, 17, 11, true, true, Dims{13, 11}));
-  expect_onednn_matches(gemm_case("gemm_bias_scalar", 13, 17, 11, false, false, Dims{}));
-  expect_onednn_matches(gemm_case("gemm_alpha_beta_row", 13, 17, 11, false, true, Dims{11}, 0.5, 2.0));
-  expect_onednn_matches(gemm_case("gemm_alpha_beta_col", 13, 17, 11, true, false, Dims{13, 1}, -1.5, 0.25, "tanh"));
-  expect_onednn_matches(gemm_case("gemm_alpha_only", 13, 17, 11, true, true, std::nullopt, 3.0, 1.0, "gelu_tanh"));
-  expect_onednn_matches(gemm_case("gemm_beta_zero_ignores_c", 5, 7, 3, false, false, Dims{5, 3}, 1.0, 0.0));
-  expect_onednn_matches(gemm_case("gemm_runtime_b", 13, 17, 11, true, true, Dims{1, 11}, 1.0, 1.0, "", false));
-  expect_onednn_matches(gemm_case("gemm_runtime_b_alpha", 13, 17, 11, false, false, Dims{13, 11}, 2.0, 3.0, "", false));
-}
-
-TEST(OnednnGemm, EveryFusedActivation) {
-  for (const ActCase& a : activation_cases()) {
-    OpCase c = gemm_case(std::string("gemm_act_") + a.kind + (a.alpha < 0 ? "_neg" : ""), 7, 31, 13, false, true,
-                         Dims{13});
-    c.attrs.set("activation", std::string(a.kind));
-    c.attrs.set("activation_alpha", a.alpha);
-    c.attrs.set("activation_beta", a.beta);
-    if (a.supported) {
-      expect_onednn_matches(c);
-    } else {
-      expect_onednn_declines(c);
-    }
-  }
 }
 
 }  // namespace

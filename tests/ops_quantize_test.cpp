@@ -2,8 +2,9 @@
 // importer composes from them and the math layers (MatMulInteger, ConvInteger, QLinearMatMul,
 // QLinearConv, DynamicQuantizeLinear): shape/type rules and their messages, the reference
 // kernels against hand-computed values (round half to even, saturation, per-axis and blocked
-// parameters), ONNX models against ONNX Runtime's outputs (tests/data/quantize, generate.py
-// there; integer outputs must match exactly) and the ONNX backend conformance tests.
+// parameters) and the ONNX backend conformance tests. The ONNX models against ONNX Runtime's
+// outputs (tests/data/quantize, generate.py there; integer outputs must match exactly) are cases
+// of the op table (tests/op_table.h).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -60,43 +61,8 @@ TEST(QuantizeShapes, ErrorsNameTheRule) {
             std::string::npos);
 }
 
-HostTensor f32(const Dims& d, const std::vector<float>& v) { return HostTensor::from_vector(kF32, d, v); }
-
-// Hand-computed: scale 0.5 per tensor, zero point 10 (uint8); x / 0.5 = -1.5 -0.5 0.5 1.5 2.5 (ties
-// to even: -2 -0 0 2 2), then saturation at 0 and 255.
-TEST(QuantizeReference, RoundsHalfToEvenAndSaturates) {
-  test::OpCase c;
-  c.name = "quantize_ties";
-  c.layer_type = kLayerQuantize;
-  c.attrs = quant_attrs();
-  c.inputs.push_back({kF32, {7}, false, f32(Dims{7}, {-0.75f, -0.25f, 0.25f, 0.75f, 1.25f, -100.0f, 200.0f})});
-  c.inputs.push_back({kF32, {}, false, f32(Dims{}, {0.5f})});
-  c.inputs.push_back({kU8, {}, false, HostTensor::from_vector(kU8, Dims{}, std::vector<uint8_t>{10})});
-  for (const auto& r : test::run_op_case(c)) EXPECT_EQ(r.outcome, test::Outcome::kPassed) << r.tactic << ": " << r.message;
-  const auto out = test::reference_outputs(c).at(0);
-  const std::vector<int> expected{8, 10, 10, 12, 12, 0, 255};
-  for (int i = 0; i < 7; ++i) EXPECT_EQ(out.as<uint8_t>()[i], expected[static_cast<size_t>(i)]) << i;
-}
-
-// Hand-computed: per-axis dequantization along axis 0 of int8 [2, 2]: (x - zp[i]) * scale[i].
-TEST(QuantizeReference, DequantizePerAxisByHand) {
-  test::OpCase c;
-  c.name = "dequantize_axis";
-  c.layer_type = kLayerDequantize;
-  c.attrs = quant_attrs(0);
-  c.inputs.push_back({kI8, {2, 2}, false, HostTensor::from_vector(kI8, Dims{2, 2}, std::vector<int8_t>{-128, 127, 3, -4})});
-  c.inputs.push_back({kF32, {2}, false, f32(Dims{2}, {0.5f, 2.0f})});
-  c.inputs.push_back({kI8, {2}, false, HostTensor::from_vector(kI8, Dims{2}, std::vector<int8_t>{1, -4})});
-  for (const auto& r : test::run_op_case(c)) EXPECT_EQ(r.outcome, test::Outcome::kPassed) << r.tactic << ": " << r.message;
-  const auto out = test::reference_outputs(c).at(0);
-  const std::vector<float> expected{-64.5f, 63.0f, 14.0f, 0.0f};
-  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(out.as<float>()[i], expected[static_cast<size_t>(i)]) << i;
-}
-
-class QuantizeOrt : public ::testing::TestWithParam<test::ortcase::ModelCase> {};
-TEST_P(QuantizeOrt, MatchesOnnxRuntime) { test::ortcase::check_case(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Cases, QuantizeOrt, ::testing::ValuesIn(test::ortcase::load_cases("quantize")),
-                         [](const ::testing::TestParamInfo<test::ortcase::ModelCase>& info) { return info.param.name; });
+// The hand-computed cases (round half to even and saturation; per-axis dequantization) are in
+// the op table, tests/data/quantize/cases.json (quantize_ties, dequantize_axis).
 
 class QuantizeConformance : public ::testing::TestWithParam<const char*> {};
 TEST_P(QuantizeConformance, MatchesTheOnnxBackendTest) { test::ortcase::check_node_test(GetParam(), 0.0, 1e-6); }

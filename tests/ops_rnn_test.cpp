@@ -1,9 +1,9 @@
 // Tests of the RNN layer (ONNX RNN, GRU, LSTM): shape rules and their messages, the reference
-// against a hand-computed one-step RNN, ONNX models against ONNX Runtime's outputs
-// (tests/data/rnn, generate.py there: every direction, sequence_lens, initial states,
-// peepholes, clip, input_forget, linear_before_reset, explicit activations with alpha/beta,
-// partial outputs; batch-first models checked against ONNX Runtime's run of the transposed
-// layout-0 model) and the ONNX backend conformance tests.
+// against a hand-computed one-step RNN and the ONNX backend conformance tests. The ONNX models
+// against ONNX Runtime's outputs (tests/data/rnn, generate.py there: every direction,
+// sequence_lens, initial states, peepholes, clip, input_forget, linear_before_reset, explicit
+// activations with alpha/beta, partial outputs; batch-first models checked against ONNX
+// Runtime's run of the transposed layout-0 model) are cases of the op table (tests/op_table.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -70,29 +70,7 @@ TEST(RnnShapes, ErrorsNameTheRule) {
             std::string::npos);
 }
 
-// Hand-computed: a one-unit RNN, two steps, x = [1, 2], W = 0.5, R = -1, no bias, h0 = 0:
-// h1 = tanh(0.5), h2 = tanh(1 - tanh(0.5)).
-TEST(RnnReference, TwoStepsByHand) {
-  test::OpCase c;
-  c.name = "rnn_hand";
-  c.layer_type = kLayerRNN;
-  c.num_outputs = 2;
-  c.attrs = rnn_attrs("rnn", 1, "forward", {"tanh"});
-  c.inputs.push_back({kF32, {2, 1, 1}, false, HostTensor::from_vector(kF32, Dims{2, 1, 1}, std::vector<float>{1, 2})});
-  c.inputs.push_back({kF32, {1, 1, 1}, false, HostTensor::from_vector(kF32, Dims{1, 1, 1}, std::vector<float>{0.5f})});
-  c.inputs.push_back({kF32, {1, 1, 1}, false, HostTensor::from_vector(kF32, Dims{1, 1, 1}, std::vector<float>{-1.0f})});
-  for (const auto& r : test::run_op_case(c)) EXPECT_EQ(r.outcome, test::Outcome::kPassed) << r.tactic << ": " << r.message;
-  const auto out = test::reference_outputs(c);
-  const double h1 = std::tanh(0.5), h2 = std::tanh(1.0 - h1);
-  EXPECT_NEAR(out.at(0).as<float>()[0], h1, 1e-6);
-  EXPECT_NEAR(out.at(0).as<float>()[1], h2, 1e-6);
-  EXPECT_NEAR(out.at(1).as<float>()[0], h2, 1e-6);
-}
-
-class RnnOrt : public ::testing::TestWithParam<test::ortcase::ModelCase> {};
-TEST_P(RnnOrt, MatchesOnnxRuntime) { test::ortcase::check_case(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Cases, RnnOrt, ::testing::ValuesIn(test::ortcase::load_cases("rnn")),
-                         [](const ::testing::TestParamInfo<test::ortcase::ModelCase>& info) { return info.param.name; });
+// The hand-computed two-step RNN is in the op table, tests/data/rnn/cases.json (rnn_hand).
 
 class RnnConformance : public ::testing::TestWithParam<const char*> {};
 TEST_P(RnnConformance, MatchesTheOnnxBackendTest) { test::ortcase::check_node_test(GetParam()); }

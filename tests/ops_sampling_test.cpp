@@ -1,8 +1,8 @@
 // Tests of the sampling layers GridSample, RoiAlign and MaxRoiPool: shape rules and their
-// messages, the references against hand-computed values, ONNX models against ONNX Runtime's
-// outputs (tests/data/sampling, generate.py there: every GridSample mode x padding x
-// align_corners in 2-D, 3-D grids, RoiAlign avg/max in both coordinate modes, MaxRoiPool) and
-// the ONNX backend conformance tests.
+// messages, the references against hand-computed values and the ONNX backend conformance
+// tests. The ONNX models against ONNX Runtime's outputs (tests/data/sampling, generate.py there:
+// every GridSample mode x padding x align_corners in 2-D, 3-D grids, RoiAlign avg/max in both
+// coordinate modes, MaxRoiPool) are cases of the op table (tests/op_table.h).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -67,42 +67,8 @@ TEST(SamplingShapes, ErrorsNameTheRule) {
             std::string::npos);
 }
 
-// Hand-computed: a 2x2 image [[1, 2], [3, 4]] sampled with align_corners at the center (0, 0)
-// gives the mean 2.5, at (1, -1) (x right, y top) gives 2; outside with zeros padding 0.
-TEST(SamplingReference, GridSampleLinearByHand) {
-  test::OpCase c;
-  c.name = "grid_sample_hand";
-  c.layer_type = kLayerGridSample;
-  c.attrs = grid_attrs("linear", "zeros", 1);
-  c.inputs.push_back({kF32, {1, 1, 2, 2}, false, HostTensor::from_vector(kF32, Dims{1, 1, 2, 2}, std::vector<float>{1, 2, 3, 4})});
-  c.inputs.push_back(
-      {kF32, {1, 1, 3, 2}, false, HostTensor::from_vector(kF32, Dims{1, 1, 3, 2}, std::vector<float>{0, 0, 1, -1, 3, 3})});
-  for (const auto& r : test::run_op_case(c)) EXPECT_EQ(r.outcome, test::Outcome::kPassed) << r.tactic << ": " << r.message;
-  const auto out = test::reference_outputs(c).at(0);
-  EXPECT_FLOAT_EQ(out.as<float>()[0], 2.5f);
-  EXPECT_FLOAT_EQ(out.as<float>()[1], 2.0f);
-  EXPECT_FLOAT_EQ(out.as<float>()[2], 0.0f);
-}
-
-// Hand-computed: MaxRoiPool over a 4x4 ramp (value = 4y + x), one roi covering x 1..3, y 0..1,
-// pooled 1x1: the max is at (y 1, x 3) = 7.
-TEST(SamplingReference, MaxRoiPoolByHand) {
-  test::OpCase c;
-  c.name = "max_roi_pool_hand";
-  c.layer_type = kLayerMaxRoiPool;
-  c.attrs.set("pooled_shape", std::vector<int64_t>{1, 1});
-  std::vector<float> ramp(16);
-  for (int i = 0; i < 16; ++i) ramp[static_cast<size_t>(i)] = static_cast<float>(i);
-  c.inputs.push_back({kF32, {1, 1, 4, 4}, false, HostTensor::from_vector(kF32, Dims{1, 1, 4, 4}, ramp)});
-  c.inputs.push_back({kF32, {1, 5}, false, HostTensor::from_vector(kF32, Dims{1, 5}, std::vector<float>{0, 1, 0, 3, 1})});
-  for (const auto& r : test::run_op_case(c)) EXPECT_EQ(r.outcome, test::Outcome::kPassed) << r.tactic << ": " << r.message;
-  EXPECT_FLOAT_EQ(test::reference_outputs(c).at(0).as<float>()[0], 7.0f);
-}
-
-class SamplingOrt : public ::testing::TestWithParam<test::ortcase::ModelCase> {};
-TEST_P(SamplingOrt, MatchesOnnxRuntime) { test::ortcase::check_case(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(Cases, SamplingOrt, ::testing::ValuesIn(test::ortcase::load_cases("sampling")),
-                         [](const ::testing::TestParamInfo<test::ortcase::ModelCase>& info) { return info.param.name; });
+// The hand-computed GridSample and MaxRoiPool cases are in the op table,
+// tests/data/sampling/cases.json (grid_sample_hand, max_roi_pool_hand).
 
 class SamplingConformance : public ::testing::TestWithParam<const char*> {};
 // ONNX backend-test tolerances (rtol 1e-3, atol 1e-7): several expected outputs are printed to 4 digits.

@@ -4,8 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "kiln/kiln.h"
 #include "src/core/tensor_io.h"
@@ -20,8 +18,6 @@ namespace {
 
 const std::string kNodeTestDir = "/usr/include/onnx/backend/test/data/node/";
 
-std::string family_dir(const std::string& family) { return std::string(KILN_SOURCE_DIR) + "/tests/data/" + family + "/"; }
-
 void compare_all(const std::vector<HostTensor>& got, const std::vector<HostTensor>& expected, double rtol, double atol,
                  const std::string& what) {
   ASSERT_EQ(got.size(), expected.size()) << what << ": output count";
@@ -33,23 +29,6 @@ void compare_all(const std::vector<HostTensor>& got, const std::vector<HostTenso
 }
 
 }  // namespace
-
-std::vector<ModelCase> load_cases(const std::string& family) {
-  std::vector<ModelCase> cases;
-  std::ifstream f(family_dir(family) + "cases.json");
-  if (!f) return cases;
-  for (const auto& j : nlohmann::json::parse(f)) {
-    ModelCase c;
-    c.family = family;
-    c.name = j.at("name").get<std::string>();
-    c.inputs = j.at("inputs").get<int>();
-    c.outputs = j.at("outputs").get<int>();
-    c.rtol = j.at("rtol").get<double>();
-    c.atol = j.at("atol").get<double>();
-    cases.push_back(c);
-  }
-  return cases;
-}
 
 std::vector<HostTensor> run_model(const std::string& path, const std::vector<HostTensor>& inputs) {
   Network net;
@@ -82,14 +61,6 @@ std::vector<HostTensor> run_model(const std::string& path, const std::vector<Hos
   }
   ctx->execute();
   return outputs;
-}
-
-void check_case(const ModelCase& c) {
-  const std::string dir = family_dir(c.family);
-  std::vector<HostTensor> inputs, expected;
-  for (int i = 0; i < c.inputs; ++i) inputs.push_back(load_npy(dir + c.name + "_in" + std::to_string(i) + ".npy"));
-  for (int i = 0; i < c.outputs; ++i) expected.push_back(load_npy(dir + c.name + "_out" + std::to_string(i) + ".npy"));
-  compare_all(run_model(dir + c.name + ".onnx", inputs), expected, c.rtol, c.atol, c.name);
 }
 
 void check_node_test(const std::string& name, double rtol, double atol) {

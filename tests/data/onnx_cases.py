@@ -3,9 +3,10 @@
 Each case is a small ONNX model (usually one node) run by ONNX Runtime's CPU provider (or, for
 the few cases ONNX Runtime rejects, by the onnx package's reference evaluator or numpy); the
 model, its inputs and the outputs are saved as <case>.onnx, <case>_in<i>.npy and
-<case>_out<i>.npy, and cases.json lists every case with its tolerances. The C++ side
-(tests/onnx_case_util.cpp) imports each model with kiln's ONNX parser, builds a CPU engine for
-the saved input shapes, runs it and compares every output.
+<case>_out<i>.npy, and cases.json (the family's op table, tests/op_table.h) lists every case with
+its tolerances. The table's runners import each model with kiln's ONNX parser, build an engine
+for the saved input shapes (CPU; CUDA, or the one layer when the model is one), run it and
+compare every output.
 """
 import json
 import os
@@ -104,6 +105,11 @@ class CaseWriter:
             f.write(model.SerializeToString())
 
     def write(self):
+        path = os.path.join(self.folder, "cases.json")
+        if os.path.exists(path):  # cases written by hand (tests/op_table.h: "source": "hand") stay
+            with open(path) as f:
+                self.cases += [c for c in json.load(f) if c.get("source") == "hand"]
         with open(os.path.join(self.folder, "cases.json"), "w") as f:
-            json.dump(self.cases, f, indent=1)
+            # One case per line (tests/op_table.h describes the entries).
+            f.write("[\n" + ",\n".join(json.dumps(c) for c in self.cases) + "\n]\n")
         print(f"{len(self.cases)} cases written to {self.folder}")

@@ -1,8 +1,9 @@
 """Shared helper of the generators of ONNX-model op cases (tests/data/{scatter,quantize,sampling,rnn}/
 generate.py): builds a one-node (or small) ONNX model, runs it with ONNX Runtime (an implementation
 independent of kiln), and stores <name>.onnx, <name>_in<i>.npy and <name>_out<i>.npy next to the
-generator plus an entry of cases.json (name, tolerances). The C++ side is tests/onnx_case.h:
-it imports the model, builds a CPU engine, runs it on the inputs and compares every output.
+generator plus an entry of cases.json (name, tolerances), the family's op table (tests/op_table.h):
+its runners import the model, run it on the CPU (and on CUDA, as its one layer when it is one)
+and compare every output.
 """
 import json
 import os
@@ -64,6 +65,10 @@ class CaseWriter:
         return model
 
     def write(self):
+        path = os.path.join(self.here, "cases.json")
+        if os.path.exists(path):  # cases written by hand (tests/op_table.h: "source": "hand") stay
+            with open(path) as f:
+                self.cases += [c for c in json.load(f) if c.get("source") == "hand"]
         with open(os.path.join(self.here, "cases.json"), "w") as f:
-            json.dump(self.cases, f, indent=1)
-            f.write("\n")
+            # One case per line (tests/op_table.h describes the entries).
+            f.write("[\n" + ",\n".join(json.dumps(c) for c in self.cases) + "\n]\n")

@@ -314,6 +314,11 @@ gemm("gemm_trans_both_c_full", 3, 6, 2, c_shape=(3, 2), ta=1, tb=1, alpha=1.5, b
 gemm("gemm_c_scalar_relu", 5, 3, 4, c_shape=(1,), act="relu")
 gemm("gemm_c_row_leaky", 2, 7, 3, c_shape=(1, 3), tb=1, act="leaky_relu")
 
+# Cases written by hand (tests/op_table.h: "source": "hand") stay in the file.
+if os.path.exists(os.path.join(HERE, "cases.json")):
+    with open(os.path.join(HERE, "cases.json")) as f:
+        cases += [c for c in json.load(f) if c.get("source") == "hand"]
 with open(os.path.join(HERE, "cases.json"), "w") as f:
-    json.dump(cases, f, indent=1)
+    # One case per line (tests/op_table.h describes the entries).
+    f.write("[\n" + ",\n".join(json.dumps(c) for c in cases) + "\n]\n")
 print(len(cases), "cases")
