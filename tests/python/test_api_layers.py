@@ -82,6 +82,8 @@ def test_typed_helpers_of_the_other_layer_types():
         assert la.type == lb.type == layer_type
         assert la.num_inputs == lb.num_inputs and la.num_outputs == lb.num_outputs == n_out
         assert la.attributes == lb.attributes, layer_type
+        for i in range(la.num_outputs):
+            a.mark_output(la.get_output(i))
         a.validate()
 
     x = [("x", kiln.float32, [2, 3, 4])]
