@@ -31,6 +31,7 @@ inline constexpr const char* kLayerConvolution = "Convolution";
 inline constexpr const char* kLayerCumSum = "CumSum";
 inline constexpr const char* kLayerDeconvolution = "Deconvolution";
 inline constexpr const char* kLayerDequantize = "Dequantize";
+inline constexpr const char* kLayerDet = "Det";
 inline constexpr const char* kLayerEinsum = "Einsum";
 inline constexpr const char* kLayerElementWise = "ElementWise";
 inline constexpr const char* kLayerExpand = "Expand";
@@ -76,6 +77,7 @@ inline constexpr const char* kLayerUnique = "Unique";
 
 class Layer;
 class Network;
+class Plugin;
 
 class Tensor {
  public:
@@ -103,6 +105,9 @@ class Tensor {
  private:
   friend class Network;
   friend class Layer;
+  // Tensors are made by their Network (add_input, add_layer), never on their own.
+  Tensor() = default;
+  Tensor(const Tensor&) = default;
   std::string name_;
   DataType type_ = DataType::kFloat32;
   Dims dims_;
@@ -146,6 +151,9 @@ class Layer {
  private:
   friend class Network;
   friend class Tensor;
+  // Layers are made by their Network (add_layer and the typed helpers), never on their own.
+  Layer() = default;
+  Layer(const Layer&) = default;
   std::string name_;
   std::string type_;
   std::vector<Tensor*> inputs_;
@@ -227,6 +235,85 @@ ReduceOp parse_reduce_op(std::string_view name);
 // per channel (one value per index of the channel axis) or per element.
 enum class ScaleMode : int32_t { kUniform, kChannel, kElementWise };
 
+// The attribute values of the other layer types' typed helpers (Network::add_*). Each enum's
+// values are the strings docs/layers.md lists for the attribute, in that order.
+
+// Resize's and GridSample's `mode`: "nearest", "linear", "cubic".
+enum class InterpolationMode : int32_t { kNearest, kLinear, kCubic };
+struct ResizeDesc {
+  InterpolationMode mode = InterpolationMode::kNearest;
+  // ONNX's names: "half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", ...
+  std::string coordinate_transformation_mode = "half_pixel";
+  // "round_prefer_floor", "round_prefer_ceil", "floor", "ceil".
+  std::string nearest_mode = "round_prefer_floor";
+  double cubic_coeff_a = -0.75;
+  bool exclude_outside = false;
+  double extrapolation_value = 0.0;
+};
+
+// Padding `mode`: "constant", "reflect", "edge", "wrap".
+enum class PaddingMode : int32_t { kConstant, kReflect, kEdge, kWrap };
+
+// Fill `mode`: "constant" (ONNX ConstantOfShape), "range" (ONNX Range).
+enum class FillMode : int32_t { kConstant, kRange };
+
+// Normalization `mode`: "layer", "instance", "group", "mvn", "lp".
+enum class NormalizationMode : int32_t { kLayer, kInstance, kGroup, kMvn, kLp };
+struct NormalizationDesc {
+  NormalizationMode mode = NormalizationMode::kLayer;
+  int64_t axis = -1;                      // layer: first normalized axis; lp: the normalized axis
+  std::vector<int64_t> axes = {0, 2, 3};  // mvn
+  int64_t num_groups = 1;                 // group
+  double epsilon = 1e-5;
+  bool normalize_variance = true;         // mvn
+  int64_t p = 2;                          // lp: 1 or 2
+};
+
+// ArgReduce `op`: "max", "min".
+enum class ArgReduceOp : int32_t { kMax, kMin };
+
+// BitShift `direction`: "left", "right".
+enum class BitShiftDirection : int32_t { kLeft, kRight };
+
+// Scatter `mode`: "elements" (ONNX ScatterElements), "nd" (ONNX ScatterND); `reduction`:
+// "none", "add", "mul", "max", "min".
+enum class ScatterMode : int32_t { kElements, kNd };
+enum class ScatterReductionKind : int32_t { kNone, kAdd, kMul, kMax, kMin };
+
+// GridSample `padding_mode` ("zeros", "border", "reflection"); its `mode` is an
+// InterpolationMode.
+enum class GridSamplePadding : int32_t { kZeros, kBorder, kReflection };
+
+// RoiAlign `mode`: "avg", "max".
+enum class RoiAlignMode : int32_t { kAvg, kMax };
+struct RoiAlignDesc {
+  RoiAlignMode mode = RoiAlignMode::kAvg;
+  int64_t output_height = 1;
+  int64_t output_width = 1;
+  int64_t sampling_ratio = 0;  // 0: adaptive, ceil(roi / bins)
+  double spatial_scale = 1.0;
+  std::string coordinate_transformation_mode = "half_pixel";  // or "output_half_pixel" (opset 10)
+};
+
+// RNN `cell`: "rnn", "gru", "lstm"; `direction`: "forward", "reverse", "bidirectional".
+enum class RNNCell : int32_t { kRnn, kGru, kLstm };
+enum class RNNDirection : int32_t { kForward, kReverse, kBidirectional };
+struct RNNDesc {
+  RNNCell cell = RNNCell::kLstm;
+  int64_t hidden_size = 0;  // required (> 0)
+  RNNDirection direction = RNNDirection::kForward;
+  // Required: per direction f (rnn); f, g (gru); f, g, h (lstm), e.g. {"sigmoid", "tanh", "tanh"}.
+  std::vector<std::string> activations;
+  std::vector<double> activation_alpha, activation_beta;  // one per activation, or empty
+  double clip = 0.0;                                      // 0: none
+  bool linear_before_reset = false;                       // gru
+  bool input_forget = false;                              // lstm
+  int64_t layout = 0;                                     // 0: [S, B, ..]; 1: [B, S, ..]
+};
+
+// StringNormalizer `case_change_action`: "NONE", "LOWER", "UPPER".
+enum class CaseChangeAction : int32_t { kNone, kLower, kUpper };
+
 class Network {
  public:
   Network();
@@ -283,6 +370,102 @@ class Network {
   Layer* add_cast(Tensor* input, DataType to);
   Layer* add_select(Tensor* condition, Tensor* then_value, Tensor* else_value);
   Layer* add_shape(Tensor* input);
+
+  // Typed helpers of the other layer types of docs/layers.md (semantics, input roles and the
+  // attributes' defaults there). Each writes every attribute its arguments name, so
+  // add_X(...) builds the same layer as add_layer(kLayerX, inputs, n, those attributes). Null
+  // tensors are omitted optional inputs. Output 0 is the main result; helpers of layers with
+  // several outputs say which.
+  // ParametricReLU: y = x >= 0 ? x : slope * x (slope broadcast to x).
+  Layer* add_parametric_relu(Tensor* input, Tensor* slope);
+  // FusedElementWise: one register program over `inputs` (what the element-wise fusion pass
+  // makes; grammar in docs/layers.md).
+  Layer* add_fused_elementwise(const std::vector<Tensor*>& inputs, const std::vector<std::string>& program);
+  // Gemm: y = alpha * A' B' + beta * C (c may be null; A' = A^T with trans_a, B' likewise).
+  Layer* add_gemm(Tensor* a, Tensor* b, Tensor* c, double alpha = 1.0, double beta = 1.0, bool trans_a = false,
+                  bool trans_b = false);
+  // Split along `axis` into num_outputs parts: of the given sizes (sizes.size() == num_outputs)
+  // or, with sizes empty, equal parts (the last may be smaller).
+  Layer* add_split(Tensor* input, int64_t axis, int num_outputs, const std::vector<int64_t>& sizes = {});
+  // Resize to `sizes` (1-D int) or by `scales` (1-D float), one of them non-null; both are
+  // shape inputs.
+  Layer* add_resize(Tensor* input, Tensor* scales, Tensor* sizes, const ResizeDesc& desc = {});
+  // Padding (ONNX Pad): pads is a 1-D int shape input [begins..., ends...]; value an optional
+  // scalar (default 0).
+  Layer* add_padding(Tensor* input, Tensor* pads, Tensor* value = nullptr, PaddingMode mode = PaddingMode::kConstant);
+  // Fill: kConstant takes {shape} (1-D int shape input) and `value` (1 element; empty: float32
+  // 0); kRange takes {start, limit, delta} (scalars) and ignores `value`.
+  Layer* add_fill(FillMode mode, const std::vector<Tensor*>& inputs, const HostTensor& value = {});
+  // Expand (ONNX Expand): broadcast to `shape` (1-D int shape input).
+  Layer* add_expand(Tensor* input, Tensor* shape);
+  // Tile (ONNX Tile): `repeats` (1-D int shape input) per axis.
+  Layer* add_tile(Tensor* input, Tensor* repeats);
+  // Normalization (layer, instance, group, mvn, lp); scale and bias may be null. Layer mode may
+  // ask for 3 outputs (y, mean, 1/sqrt(var + epsilon)).
+  Layer* add_normalization(Tensor* input, Tensor* scale, Tensor* bias, const NormalizationDesc& desc,
+                           int num_outputs = 1);
+  // LRN across channels.
+  Layer* add_lrn(Tensor* input, int64_t size, double alpha = 1e-4, double beta = 0.75, double bias = 1.0);
+  // ArgReduce: int64 index of the max (min) along axis (with one_hot: ONNX Hardmax).
+  Layer* add_arg_reduce(Tensor* input, ArgReduceOp op, int64_t axis = 0, bool keep_dims = true,
+                        bool select_last_index = false, bool one_hot = false);
+  // TopK: outputs values and int64 indices; num_outputs 3 adds k as an int64 scalar (needed when
+  // k is known only at run time).
+  Layer* add_topk(Tensor* input, Tensor* k, int64_t axis = -1, bool largest = true, bool sorted = true,
+                  int num_outputs = 2);
+  // CumSum along the axis given by the scalar tensor `axis`.
+  Layer* add_cumsum(Tensor* input, Tensor* axis, bool exclusive = false, bool reverse = false);
+  // Trilu: upper (lower) triangle of the last two dims, diagonal offset k (null: 0).
+  Layer* add_trilu(Tensor* input, Tensor* k = nullptr, bool upper = true);
+  // OneHot: depth is a 1-value shape input, values [off, on].
+  Layer* add_one_hot(Tensor* indices, Tensor* depth, Tensor* values, int64_t axis = -1);
+  // ReverseSequence: reverses the first sequence_lens[b] elements along time_axis per batch entry.
+  Layer* add_reverse_sequence(Tensor* input, Tensor* sequence_lens, int64_t batch_axis = 1, int64_t time_axis = 0);
+  // MaxUnpool: x and the indices MaxPool gave; output_shape may be null.
+  Layer* add_max_unpool(Tensor* input, Tensor* indices, Tensor* output_shape, const std::vector<int64_t>& kernel,
+                        const std::vector<int64_t>& strides = {}, const std::vector<int64_t>& pads = {});
+  // NonMaxSuppression: outputs the [count, 3] selection and count (int64 scalar); the three
+  // scalar inputs may be null.
+  Layer* add_non_max_suppression(Tensor* boxes, Tensor* scores, Tensor* max_output_boxes_per_class = nullptr,
+                                 Tensor* iou_threshold = nullptr, Tensor* score_threshold = nullptr,
+                                 bool center_point_box = false);
+  // Unique: outputs Y, indices, inverse_indices, counts and U (int64 scalar).
+  Layer* add_unique(Tensor* input, bool sorted = true, bool flatten = true, int64_t axis = 0);
+  // Einsum (numpy's equation syntax).
+  Layer* add_einsum(const std::vector<Tensor*>& inputs, const std::string& equation);
+  // Det: the determinant of each square matrix of the last two axes.
+  Layer* add_det(Tensor* input);
+  // BitShift: logical shift of x by y.
+  Layer* add_bit_shift(Tensor* x, Tensor* y, BitShiftDirection direction);
+  // Scatter (ONNX ScatterElements / ScatterND).
+  Layer* add_scatter(Tensor* data, Tensor* indices, Tensor* updates, ScatterMode mode = ScatterMode::kElements,
+                     int64_t axis = 0, ScatterReductionKind reduction = ScatterReductionKind::kNone);
+  // Quantize (ONNX QuantizeLinear); zero_point may be null, then output_type (kInt8 or kUInt8)
+  // is the output's type.
+  Layer* add_quantize(Tensor* input, Tensor* scale, Tensor* zero_point = nullptr, int64_t axis = 1,
+                      int64_t block_size = 0, DataType output_type = DataType::kUInt8);
+  // Dequantize (ONNX DequantizeLinear); zero_point may be null.
+  Layer* add_dequantize(Tensor* input, Tensor* scale, Tensor* zero_point = nullptr, int64_t axis = 1,
+                        int64_t block_size = 0);
+  // GridSample (ONNX GridSample, opset 20 names).
+  Layer* add_grid_sample(Tensor* input, Tensor* grid, InterpolationMode mode = InterpolationMode::kLinear,
+                         GridSamplePadding padding = GridSamplePadding::kZeros, bool align_corners = false);
+  // RoiAlign: rois [R, 4], batch_indices [R].
+  Layer* add_roi_align(Tensor* input, Tensor* rois, Tensor* batch_indices, const RoiAlignDesc& desc = {});
+  // MaxRoiPool: rois [R, 5] (batch, x1, y1, x2, y2), pooled_shape [ph, pw].
+  Layer* add_max_roi_pool(Tensor* input, Tensor* rois, const std::vector<int64_t>& pooled_shape,
+                          double spatial_scale = 1.0);
+  // RNN / GRU / LSTM: inputs X, W, R, then B, sequence_lens, initial_h, initial_c, P (null or
+  // absent: omitted). Outputs Y, Y_h and, for lstm, Y_c (num_outputs 0: that default).
+  Layer* add_rnn(const std::vector<Tensor*>& inputs, const RNNDesc& desc, int num_outputs = 0);
+  // StringNormalizer (CPU only): outputs the kept words and their count (int64 scalar).
+  Layer* add_string_normalizer(Tensor* input, CaseChangeAction case_change = CaseChangeAction::kNone,
+                               bool is_case_sensitive = false, const std::vector<std::string>& stopwords = {},
+                               const std::string& locale = "");
+  // NonZero: outputs int64 coordinates [rank, count] and count (int64 scalar).
+  Layer* add_non_zero(Tensor* input);
+  // A Plugin layer (the same as kiln::add_plugin in plugin.h, which this calls).
+  Layer* add_plugin(const std::vector<Tensor*>& inputs, const Plugin& plugin, const std::string& name = "");
 
   // ---- inspection and editing ----------------------------------------------------------
   int num_layers() const {

@@ -133,9 +133,24 @@ struct DynamicPluginTensorDesc {
 };
 
 // ---- fields -------------------------------------------------------------------------------
+//
+// Plugin fields and layer attributes share one type system, that of types.h: a field's value is
+// an AttrValue, and it is what the engine stores on the Plugin layer, as the attribute
+// "field.<name>" (docs/engine-format.md). PluginField is that value in the form it crosses the
+// plugin boundary in (the layout of interface version 4, kept so that plugins built against it
+// keep working), where it also fixes the element width the plugin reads: PluginFieldType is the
+// attribute type plus that width. value() and from_value() convert, exactly:
+//   kFloat32, kFloat64 <-> AttrType::kFloats (float32 values widen to double and back exactly)
+//   kInt32,   kInt64   <-> AttrType::kInts   (int32 values widen to int64; back with a range check)
+//   kString            <-> AttrType::kString
+//   kTensor            <-> AttrType::kTensor
+// The typed members (f32, f64, i32, i64, str, tensor) and the factories (float32(), int64(), ...)
+// are the compatibility names of the same values; code written against them stays valid.
 
 enum class PluginFieldType : int32_t { kFloat32, kFloat64, kInt32, kInt64, kString, kTensor };
 const char* to_string(PluginFieldType type);
+// The attribute type that the values of a field of `type` take (the table above).
+AttrType attr_type_of(PluginFieldType type);
 
 // One field value: typed arrays (a scalar is count 1); strings; tensors.
 struct PluginField {
@@ -155,6 +170,12 @@ struct PluginField {
   static PluginField float64(std::string name, std::vector<double> v);
   static PluginField string(std::string name, std::string v);
   static PluginField tensor_value(std::string name, HostTensor v);
+
+  // The value as a layer attribute value, of type attr_type_of(type).
+  AttrValue value() const;
+  // A field of `type` holding `value`, which must have type attr_type_of(type); throws
+  // kiln::Error naming the field when it has another type or an int64 value does not fit int32.
+  static PluginField from_value(std::string name, PluginFieldType type, const AttrValue& value);
 };
 
 class PluginFieldCollection {
@@ -534,6 +555,9 @@ const PluginEntryPoints& in_process_entry_points();
 
 }  // namespace detail
 
+// Loads a plugin library (dlopen) and registers the creators its KILN_REGISTER_PLUGIN lines
+// define. Throws kiln::Error: file missing, the loader's message (with the missing symbol), no
+// creators found, duplicate name + version. Returns the names of the creators it added.
 std::vector<std::string> load_plugin_library(const std::string& path);
 
 struct PluginInfo {
@@ -574,11 +598,6 @@ class PluginRegistry {
   std::shared_ptr<Impl> impl_;
   Impl& impl() const;
 };
-
-// Loads a plugin library (dlopen) and registers the creators its KILN_REGISTER_PLUGIN lines
-// define. Throws kiln::Error: file missing, the loader's message (with the missing symbol), no
-// creators found, duplicate name + version. Returns the names of the creators it added.
-std::vector<std::string> load_plugin_library(const std::string& path);
 
 // Adds a Plugin layer to a network; the plugin's fields (or bytes) are stored on the layer.
 class Network;

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/builder.h"
+#include "kiln/profile.h"
 #include "kiln/types.h"
 
 namespace kiln {
@@ -35,6 +35,10 @@ class Engine;
 class ExecutionContext;
 struct EngineImpl;
 struct ContextImpl;
+namespace detail {
+// The library's access to the objects' internals (src/engine/runtime_access.h); not for users.
+struct RuntimeAccess;
+}  // namespace detail
 
 enum class TensorIOMode : int32_t { kInput, kOutput };
 
@@ -130,11 +134,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Thread-safe.
   std::unique_ptr<ExecutionContext> create_execution_context(ContextMemory memory = ContextMemory::kStatic);
 
-  // Internal.
-  explicit Engine(std::unique_ptr<EngineImpl> impl);
-  EngineImpl& impl() { return *impl_; }
 
  private:
+  friend struct detail::RuntimeAccess;
+  explicit Engine(std::unique_ptr<EngineImpl> impl);
+  EngineImpl& impl() { return *impl_; }
   std::unique_ptr<EngineImpl> impl_;
 };
 
@@ -253,11 +257,11 @@ class ExecutionContext {
   // with a data-dependent output size, whose size is read back before the next layers run.
   void enqueue(void* stream);
 
-  // Internal.
-  ExecutionContext(std::shared_ptr<Engine> engine, std::unique_ptr<ContextImpl> impl);
-  ContextImpl& impl() { return *impl_; }
 
  private:
+  friend struct detail::RuntimeAccess;
+  ExecutionContext(std::shared_ptr<Engine> engine, std::unique_ptr<ContextImpl> impl);
+  ContextImpl& impl() { return *impl_; }
   std::shared_ptr<Engine> engine_;
   std::unique_ptr<ContextImpl> impl_;
 };

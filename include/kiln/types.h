@@ -199,7 +199,8 @@ class HostTensor {
   std::shared_ptr<StringArena> strings_;  // kString: owner of the characters
 };
 
-// Typed attribute values of layers (and of plugin fields).
+// Typed attribute values: the one value type of layer attributes and of plugin fields (a
+// plugin field's value is an AttrValue of type attr_type_of(PluginFieldType), plugin.h).
 enum class AttrType : int32_t { kInt, kFloat, kString, kInts, kFloats, kStrings, kTensor };
 const char* to_string(AttrType type);
 using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>,
@@ -224,6 +225,9 @@ class Attributes {
   std::vector<std::string> get_strings(const std::string& name) const;
   // Throws kiln::Error when absent.
   const HostTensor& get_tensor(const std::string& name) const;
+  // The value of any type: throws kiln::Error naming the attribute when it is absent or has
+  // another type than `expected` (the typed getters' message).
+  const AttrValue& get(const std::string& name, AttrType expected) const;
 
  private:
   std::map<std::string, AttrValue> values_;

@@ -30,6 +30,13 @@ std::vector<int64_t> ints_or_empty(const nb::object& value) {
   return nb::cast<std::vector<int64_t>>(value);
 }
 
+// A list of tensors in which None stands for an omitted optional input.
+std::vector<Tensor*> tensors_or_none(const nb::handle& seq) {
+  std::vector<Tensor*> r;
+  for (nb::handle item : seq) r.push_back(item.is_none() ? nullptr : nb::cast<Tensor*>(item));
+  return r;
+}
+
 }  // namespace
 
 AttrValue attr_from(nb::handle v, const std::string& what) {
@@ -125,6 +132,52 @@ void bind_network(nb::module_& m) {
       .value("channel", ScaleMode::kChannel)
       .value("elementwise", ScaleMode::kElementWise);
   nb::enum_<PoolingType>(m, "PoolingType", "Pooling kinds.").value("max", PoolingType::kMax).value("average", PoolingType::kAverage);
+  // The enums of the other typed helpers: value names are the attribute strings of docs/layers.md.
+  nb::enum_<InterpolationMode>(m, "InterpolationMode", "Resize and GridSample interpolation.")
+      .value("nearest", InterpolationMode::kNearest)
+      .value("linear", InterpolationMode::kLinear)
+      .value("cubic", InterpolationMode::kCubic);
+  nb::enum_<PaddingMode>(m, "PaddingMode", "Padding modes (ONNX Pad).")
+      .value("constant", PaddingMode::kConstant)
+      .value("reflect", PaddingMode::kReflect)
+      .value("edge", PaddingMode::kEdge)
+      .value("wrap", PaddingMode::kWrap);
+  nb::enum_<FillMode>(m, "FillMode", "Fill modes: constant (ConstantOfShape) or range (Range).")
+      .value("constant", FillMode::kConstant)
+      .value("range", FillMode::kRange);
+  nb::enum_<NormalizationMode>(m, "NormalizationMode", "Normalization modes.")
+      .value("layer", NormalizationMode::kLayer)
+      .value("instance", NormalizationMode::kInstance)
+      .value("group", NormalizationMode::kGroup)
+      .value("mvn", NormalizationMode::kMvn)
+      .value("lp", NormalizationMode::kLp);
+  nb::enum_<ArgReduceOp>(m, "ArgReduceOp", "ArgMax or ArgMin.").value("max", ArgReduceOp::kMax).value("min", ArgReduceOp::kMin);
+  nb::enum_<BitShiftDirection>(m, "BitShiftDirection", "BitShift directions.")
+      .value("left", BitShiftDirection::kLeft)
+      .value("right", BitShiftDirection::kRight);
+  nb::enum_<ScatterMode>(m, "ScatterMode", "ScatterElements or ScatterND.")
+      .value("elements", ScatterMode::kElements)
+      .value("nd", ScatterMode::kNd);
+  nb::enum_<ScatterReductionKind>(m, "ScatterReductionKind", "How Scatter combines an update with the data.")
+      .value("none", ScatterReductionKind::kNone)
+      .value("add", ScatterReductionKind::kAdd)
+      .value("mul", ScatterReductionKind::kMul)
+      .value("max", ScatterReductionKind::kMax)
+      .value("min", ScatterReductionKind::kMin);
+  nb::enum_<GridSamplePadding>(m, "GridSamplePadding", "GridSample padding modes.")
+      .value("zeros", GridSamplePadding::kZeros)
+      .value("border", GridSamplePadding::kBorder)
+      .value("reflection", GridSamplePadding::kReflection);
+  nb::enum_<RoiAlignMode>(m, "RoiAlignMode", "RoiAlign pooling.").value("avg", RoiAlignMode::kAvg).value("max", RoiAlignMode::kMax);
+  nb::enum_<RNNCell>(m, "RNNCell", "Recurrent cells.").value("rnn", RNNCell::kRnn).value("gru", RNNCell::kGru).value("lstm", RNNCell::kLstm);
+  nb::enum_<RNNDirection>(m, "RNNDirection", "Recurrent directions.")
+      .value("forward", RNNDirection::kForward)
+      .value("reverse", RNNDirection::kReverse)
+      .value("bidirectional", RNNDirection::kBidirectional);
+  nb::enum_<CaseChangeAction>(m, "CaseChangeAction", "StringNormalizer case changes.")
+      .value("none", CaseChangeAction::kNone)
+      .value("lower", CaseChangeAction::kLower)
+      .value("upper", CaseChangeAction::kUpper);
 
   nb::class_<Tensor>(m, "Tensor", "A named tensor of a Network (a reference: it keeps its network alive).")
       .def_prop_rw("name", &Tensor::name, [](Tensor& t, const std::string& n) { t.set_name(n); }, "The tensor's name (unique in its network).")
@@ -293,6 +346,152 @@ void bind_network(nb::module_& m) {
       .def("add_cast", &Network::add_cast, "input"_a, "to"_a, ref, "Converts to another element type.")
       .def("add_select", &Network::add_select, "condition"_a, "then_value"_a, "else_value"_a, ref, "where(condition, then_value, else_value) with broadcasting.")
       .def("add_shape", &Network::add_shape, "input"_a, ref, "The input's dims as a 1-D int64 tensor.")
+      .def("add_parametric_relu", &Network::add_parametric_relu, "input"_a, "slope"_a, ref,
+           "y = x if x >= 0 else slope * x (slope broadcast to x).")
+      .def("add_fused_elementwise", &Network::add_fused_elementwise, "inputs"_a, "program"_a, ref,
+           "A FusedElementWise register program over the inputs (grammar in docs/layers.md).")
+      .def("add_gemm", &Network::add_gemm, "a"_a, "b"_a, "c"_a.none() = nb::none(), "alpha"_a = 1.0, "beta"_a = 1.0,
+           "trans_a"_a = false, "trans_b"_a = false, ref, "y = alpha * A' @ B' + beta * C (c may be None).")
+      .def(
+          "add_split",
+          [](Network& n, Tensor* input, int64_t axis, int num_outputs, nb::object sizes) {
+            return n.add_split(input, axis, num_outputs, ints_or_empty(sizes));
+          },
+          "input"_a, "axis"_a, "num_outputs"_a, "sizes"_a = nb::none(), ref,
+          "Splits along an axis into num_outputs parts of the given sizes (None: equal parts).")
+      .def(
+          "add_resize",
+          [](Network& n, Tensor* input, Tensor* scales, Tensor* sizes, InterpolationMode mode, const std::string& ctm,
+             const std::string& nearest_mode, double cubic_coeff_a, bool exclude_outside, double extrapolation_value) {
+            ResizeDesc d;
+            d.mode = mode;
+            d.coordinate_transformation_mode = ctm;
+            d.nearest_mode = nearest_mode;
+            d.cubic_coeff_a = cubic_coeff_a;
+            d.exclude_outside = exclude_outside;
+            d.extrapolation_value = extrapolation_value;
+            return n.add_resize(input, scales, sizes, d);
+          },
+          "input"_a, "scales"_a.none() = nb::none(), "sizes"_a.none() = nb::none(), "mode"_a = InterpolationMode::kNearest,
+          "coordinate_transformation_mode"_a = "half_pixel", "nearest_mode"_a = "round_prefer_floor",
+          "cubic_coeff_a"_a = -0.75, "exclude_outside"_a = false, "extrapolation_value"_a = 0.0, ref,
+          "ONNX Resize to sizes or by scales (one of them; both are shape inputs).")
+      .def("add_padding", &Network::add_padding, "input"_a, "pads"_a, "value"_a.none() = nb::none(),
+           "mode"_a = PaddingMode::kConstant, ref, "ONNX Pad: pads is a 1-D int shape input [begins..., ends...].")
+      .def(
+          "add_fill",
+          [](Network& n, FillMode mode, const std::vector<Tensor*>& inputs, nb::object value) {
+            return n.add_fill(mode, inputs, optional_tensor(value, "fill value"));
+          },
+          "mode"_a, "inputs"_a, "value"_a = nb::none(), ref,
+          "constant: inputs [shape], value a 1-element array (None: float32 0); range: inputs [start, limit, delta].")
+      .def("add_expand", &Network::add_expand, "input"_a, "shape"_a, ref, "ONNX Expand (bidirectional broadcast to shape).")
+      .def("add_tile", &Network::add_tile, "input"_a, "repeats"_a, ref, "ONNX Tile.")
+      .def(
+          "add_normalization",
+          [](Network& n, Tensor* input, Tensor* scale, Tensor* bias, NormalizationMode mode, int64_t axis,
+             const std::vector<int64_t>& axes, int64_t num_groups, double epsilon, bool normalize_variance, int64_t p,
+             int num_outputs) {
+            NormalizationDesc d;
+            d.mode = mode;
+            d.axis = axis;
+            d.axes = axes;
+            d.num_groups = num_groups;
+            d.epsilon = epsilon;
+            d.normalize_variance = normalize_variance;
+            d.p = p;
+            return n.add_normalization(input, scale, bias, d, num_outputs);
+          },
+          "input"_a, "scale"_a.none() = nb::none(), "bias"_a.none() = nb::none(), "mode"_a = NormalizationMode::kLayer,
+          "axis"_a = -1, "axes"_a = std::vector<int64_t>{0, 2, 3}, "num_groups"_a = 1, "epsilon"_a = 1e-5,
+          "normalize_variance"_a = true, "p"_a = 2, "num_outputs"_a = 1, ref,
+          "Layer, instance, group, mvn or lp normalization (docs/layers.md).")
+      .def("add_lrn", &Network::add_lrn, "input"_a, "size"_a, "alpha"_a = 1e-4, "beta"_a = 0.75, "bias"_a = 1.0, ref,
+           "Local response normalization across channels.")
+      .def("add_arg_reduce", &Network::add_arg_reduce, "input"_a, "op"_a, "axis"_a = 0, "keep_dims"_a = true,
+           "select_last_index"_a = false, "one_hot"_a = false, ref, "ArgMax / ArgMin along an axis (one_hot: Hardmax).")
+      .def("add_topk", &Network::add_topk, "input"_a, "k"_a, "axis"_a = -1, "largest"_a = true, "sorted"_a = true,
+           "num_outputs"_a = 2, ref, "The k largest (smallest) values and their int64 indices along an axis.")
+      .def("add_cumsum", &Network::add_cumsum, "input"_a, "axis"_a, "exclusive"_a = false, "reverse"_a = false, ref,
+           "Cumulative sum along the axis held by a scalar tensor.")
+      .def("add_trilu", &Network::add_trilu, "input"_a, "k"_a.none() = nb::none(), "upper"_a = true, ref,
+           "Upper (lower) triangle of the last two dims.")
+      .def("add_one_hot", &Network::add_one_hot, "indices"_a, "depth"_a, "values"_a, "axis"_a = -1, ref,
+           "ONNX OneHot (values = [off, on]).")
+      .def("add_reverse_sequence", &Network::add_reverse_sequence, "input"_a, "sequence_lens"_a, "batch_axis"_a = 1,
+           "time_axis"_a = 0, ref, "ONNX ReverseSequence.")
+      .def(
+          "add_max_unpool",
+          [](Network& n, Tensor* input, Tensor* indices, Tensor* output_shape, const std::vector<int64_t>& kernel,
+             nb::object strides, nb::object pads) {
+            return n.add_max_unpool(input, indices, output_shape, kernel, ints_or_empty(strides), ints_or_empty(pads));
+          },
+          "input"_a, "indices"_a, "output_shape"_a.none() = nb::none(), "kernel"_a = std::vector<int64_t>{},
+          "strides"_a = nb::none(), "pads"_a = nb::none(), ref, "ONNX MaxUnpool of MaxPool's values and indices.")
+      .def("add_non_max_suppression", &Network::add_non_max_suppression, "boxes"_a, "scores"_a,
+           "max_output_boxes_per_class"_a.none() = nb::none(), "iou_threshold"_a.none() = nb::none(),
+           "score_threshold"_a.none() = nb::none(), "center_point_box"_a = false, ref,
+           "ONNX NonMaxSuppression: outputs the [count, 3] selection and the count.")
+      .def("add_unique", &Network::add_unique, "input"_a, "sorted"_a = true, "flatten"_a = true, "axis"_a = 0, ref,
+           "ONNX Unique: outputs Y, indices, inverse_indices, counts and the count U.")
+      .def("add_einsum", &Network::add_einsum, "inputs"_a, "equation"_a, ref, "numpy einsum.")
+      .def("add_det", &Network::add_det, "input"_a, ref, "Determinant of each square matrix of the last two axes.")
+      .def("add_bit_shift", &Network::add_bit_shift, "x"_a, "y"_a, "direction"_a, ref, "Logical shift of x by y.")
+      .def("add_scatter", &Network::add_scatter, "data"_a, "indices"_a, "updates"_a, "mode"_a = ScatterMode::kElements,
+           "axis"_a = 0, "reduction"_a = ScatterReductionKind::kNone, ref, "ONNX ScatterElements / ScatterND.")
+      .def("add_quantize", &Network::add_quantize, "input"_a, "scale"_a, "zero_point"_a.none() = nb::none(),
+           "axis"_a = 1, "block_size"_a = 0, "output_type"_a = DataType::kUInt8, ref, "ONNX QuantizeLinear.")
+      .def("add_dequantize", &Network::add_dequantize, "input"_a, "scale"_a, "zero_point"_a.none() = nb::none(),
+           "axis"_a = 1, "block_size"_a = 0, ref, "ONNX DequantizeLinear.")
+      .def("add_grid_sample", &Network::add_grid_sample, "input"_a, "grid"_a, "mode"_a = InterpolationMode::kLinear,
+           "padding_mode"_a = GridSamplePadding::kZeros, "align_corners"_a = false, ref, "ONNX GridSample.")
+      .def(
+          "add_roi_align",
+          [](Network& n, Tensor* input, Tensor* rois, Tensor* batch_indices, RoiAlignMode mode, int64_t output_height,
+             int64_t output_width, int64_t sampling_ratio, double spatial_scale, const std::string& ctm) {
+            RoiAlignDesc d;
+            d.mode = mode;
+            d.output_height = output_height;
+            d.output_width = output_width;
+            d.sampling_ratio = sampling_ratio;
+            d.spatial_scale = spatial_scale;
+            d.coordinate_transformation_mode = ctm;
+            return n.add_roi_align(input, rois, batch_indices, d);
+          },
+          "input"_a, "rois"_a, "batch_indices"_a, "mode"_a = RoiAlignMode::kAvg, "output_height"_a = 1,
+          "output_width"_a = 1, "sampling_ratio"_a = 0, "spatial_scale"_a = 1.0,
+          "coordinate_transformation_mode"_a = "half_pixel", ref, "ONNX RoiAlign.")
+      .def("add_max_roi_pool", &Network::add_max_roi_pool, "input"_a, "rois"_a, "pooled_shape"_a, "spatial_scale"_a = 1.0,
+           ref, "ONNX MaxRoiPool.")
+      .def(
+          "add_rnn",
+          [](Network& n, nb::list inputs, RNNCell cell, int64_t hidden_size, const std::vector<std::string>& activations,
+             RNNDirection direction, const std::vector<double>& activation_alpha,
+             const std::vector<double>& activation_beta, double clip, bool linear_before_reset, bool input_forget,
+             int64_t layout, int num_outputs) {
+            RNNDesc d;
+            d.cell = cell;
+            d.hidden_size = hidden_size;
+            d.direction = direction;
+            d.activations = activations;
+            d.activation_alpha = activation_alpha;
+            d.activation_beta = activation_beta;
+            d.clip = clip;
+            d.linear_before_reset = linear_before_reset;
+            d.input_forget = input_forget;
+            d.layout = layout;
+            return n.add_rnn(tensors_or_none(inputs), d, num_outputs);
+          },
+          "inputs"_a, "cell"_a, "hidden_size"_a, "activations"_a, "direction"_a = RNNDirection::kForward,
+          "activation_alpha"_a = std::vector<double>{}, "activation_beta"_a = std::vector<double>{}, "clip"_a = 0.0,
+          "linear_before_reset"_a = false, "input_forget"_a = false, "layout"_a = 0, "num_outputs"_a = 0, ref,
+          "ONNX RNN / GRU / LSTM: inputs [X, W, R, B, sequence_lens, initial_h, initial_c, P] (None or absent: "
+          "omitted); outputs Y, Y_h and (lstm) Y_c.")
+      .def("add_string_normalizer", &Network::add_string_normalizer, "input"_a, "case_change"_a = CaseChangeAction::kNone,
+           "is_case_sensitive"_a = false, "stopwords"_a = std::vector<std::string>{}, "locale"_a = "", ref,
+           "ONNX StringNormalizer (CPU): outputs the kept words and their count.")
+      .def("add_non_zero", &Network::add_non_zero, "input"_a, ref,
+           "ONNX NonZero: outputs the int64 coordinates [rank, count] and the count.")
       .def("add_layer",
            [](Network& n, const std::string& type, const std::vector<Tensor*>& inputs, int num_outputs, nb::dict attrs,
               const std::string& name) {

@@ -16,6 +16,7 @@
 #include "src/backends/backend.h"
 #include "src/engine/engine_format.h"
 #include "src/engine/engine_impl.h"
+#include "src/engine/runtime_access.h"
 
 namespace kiln::python {
 
@@ -426,7 +427,7 @@ void bind_runtime(nb::module_& m) {
            "Bytes a context with user-managed memory needs for a profile.")
       .def("inspect",
            [](Engine& e) {
-             const EngineData& d = e.impl().data;
+             const EngineData& d = detail::RuntimeAccess::impl(e).data;
              nb::dict out;
              out["device"] = to_string(d.device);
              out["num_threads"] = d.num_threads;

@@ -403,6 +403,16 @@ std::vector<std::string> Attributes::get_strings(const std::string& name) const 
   return v ? *v : std::vector<std::string>{};
 }
 
+const AttrValue& Attributes::get(const std::string& name, AttrType expected) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) throw Error("attribute " + quote(name) + " (" + to_string(expected) + ") is missing");
+  if (attr_type_of(it->second) != expected) {
+    throw Error("attribute " + quote(name) + " has type " + to_string(attr_type_of(it->second)) + ", expected " +
+                to_string(expected));
+  }
+  return it->second;
+}
+
 const HostTensor& Attributes::get_tensor(const std::string& name) const {
   const auto* v = typed<HostTensor>(values_, name, AttrType::kTensor);
   if (!v) throw Error("attribute " + quote(name) + " (tensor) is missing");

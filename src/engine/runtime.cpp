@@ -16,6 +16,7 @@
 #include "src/engine/context_impl.h"
 #include "src/engine/engine_format.h"
 #include "src/engine/engine_impl.h"
+#include "src/engine/runtime_access.h"
 #include "src/ir/shape_inference.h"
 #include "src/plan/execution_plan.h"
 #include "src/plan/kernel_config.h"
@@ -99,7 +100,7 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
   env.io_index = &impl->io_index;
   env.num_bindings = impl->io.size();
   env.backend = impl->backend;
-  return std::make_shared<Engine>(std::move(impl));
+  return detail::RuntimeAccess::make_engine(std::move(impl));
 } catch (const std::bad_alloc&) {
   throw_out_of_host_memory("loading engine " + quote(source));
 }
@@ -199,7 +200,7 @@ std::string Engine::describe() const {
 
 std::unique_ptr<ExecutionContext> Engine::create_execution_context(ContextMemory memory) try {
   auto ctx = std::make_unique<ContextImpl>(*impl_, memory);
-  auto result = std::make_unique<ExecutionContext>(shared_from_this(), std::move(ctx));
+  auto result = detail::RuntimeAccess::make_context(shared_from_this(), std::move(ctx));
   result->set_optimization_profile(0);
   return result;
 } catch (const std::bad_alloc&) {

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "kiln/error.h"
+#include "kiln/plugin.h"
 #include "src/ir/conv_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
@@ -137,7 +138,7 @@ std::unique_ptr<Network> Network::clone() const {
     map[t.get()] = n;
   }
   for (const auto& l : layers_) {
-    auto nl = std::make_unique<Layer>(*l);
+    auto nl = std::unique_ptr<Layer>(new Layer(*l));
     nl->network_ = copy.get();
     nl->index_ = copy->layers_.size();
     for (auto& in : nl->inputs_) {
@@ -158,7 +159,7 @@ std::unique_ptr<Network> Network::clone() const {
 }
 
 Tensor* Network::new_tensor(const std::string& name) {
-  auto t = std::make_unique<Tensor>();
+  auto t = std::unique_ptr<Tensor>(new Tensor());
   t->name_ = name;
   t->network_ = this;
   t->index_ = tensors_.size();
@@ -238,7 +239,7 @@ Layer* Network::add_layer(const std::string& type, const std::vector<Tensor*>& i
   for (Tensor* t : inputs) {
     if (t && t->network_ != this) throw Error("add_layer " + quote(type) + ": an input belongs to another network");
   }
-  auto layer = std::make_unique<Layer>();
+  auto layer = std::unique_ptr<Layer>(new Layer());
   layer->type_ = type;
   layer->name_ = name.empty() ? unique_name(type) : name;
   layer->inputs_ = inputs;
@@ -431,6 +432,291 @@ Layer* Network::add_select(Tensor* condition, Tensor* then_value, Tensor* else_v
 }
 
 Layer* Network::add_shape(Tensor* input) { return add_layer(kLayerShape, {input}, 1); }
+
+// ---- typed helpers of the other layer types -------------------------------------------------
+
+namespace {
+
+// The attribute string of enum value `v`: names[v], the order of the enum's declaration.
+template <typename E, size_t N>
+std::string enum_name(E v, const char* const (&names)[N]) {
+  const auto i = static_cast<size_t>(v);
+  if (i >= N) throw Error("invalid enum value " + std::to_string(i));
+  return names[i];
+}
+
+// Omitted optional inputs at the end are left out (add_layer keeps null entries as omitted inputs).
+std::vector<Tensor*> trimmed(std::vector<Tensor*> inputs) {
+  while (!inputs.empty() && !inputs.back()) inputs.pop_back();
+  return inputs;
+}
+
+int64_t flag(bool b) { return b ? 1 : 0; }
+
+}  // namespace
+
+Layer* Network::add_parametric_relu(Tensor* input, Tensor* slope) {
+  return add_layer(kLayerParametricReLU, {input, slope}, 1);
+}
+
+Layer* Network::add_fused_elementwise(const std::vector<Tensor*>& inputs, const std::vector<std::string>& program) {
+  Attributes a;
+  a.set("program", program);
+  return add_layer(kLayerFusedElementWise, inputs, 1, std::move(a));
+}
+
+Layer* Network::add_gemm(Tensor* a, Tensor* b, Tensor* c, double alpha, double beta, bool trans_a, bool trans_b) {
+  Attributes at;
+  at.set("alpha", alpha);
+  at.set("beta", beta);
+  at.set("trans_a", flag(trans_a));
+  at.set("trans_b", flag(trans_b));
+  return add_layer(kLayerGemm, trimmed({a, b, c}), 1, std::move(at));
+}
+
+Layer* Network::add_split(Tensor* input, int64_t axis, int num_outputs, const std::vector<int64_t>& sizes) {
+  if (!sizes.empty() && sizes.size() != static_cast<size_t>(num_outputs)) {
+    throw Error("add_split: " + std::to_string(sizes.size()) + " sizes for " + std::to_string(num_outputs) + " outputs");
+  }
+  Attributes a;
+  a.set("axis", axis);
+  if (!sizes.empty()) a.set("split", sizes);
+  return add_layer(kLayerSplit, {input}, num_outputs, std::move(a));
+}
+
+Layer* Network::add_resize(Tensor* input, Tensor* scales, Tensor* sizes, const ResizeDesc& desc) {
+  static const char* const kModes[] = {"nearest", "linear", "cubic"};
+  Attributes a;
+  a.set("mode", enum_name(desc.mode, kModes));
+  a.set("coordinate_transformation_mode", desc.coordinate_transformation_mode);
+  a.set("nearest_mode", desc.nearest_mode);
+  a.set("cubic_coeff_a", desc.cubic_coeff_a);
+  a.set("exclude_outside", flag(desc.exclude_outside));
+  a.set("extrapolation_value", desc.extrapolation_value);
+  return add_layer(kLayerResize, trimmed({input, scales, sizes}), 1, std::move(a));
+}
+
+Layer* Network::add_padding(Tensor* input, Tensor* pads, Tensor* value, PaddingMode mode) {
+  static const char* const kModes[] = {"constant", "reflect", "edge", "wrap"};
+  Attributes a;
+  a.set("mode", enum_name(mode, kModes));
+  return add_layer(kLayerPadding, trimmed({input, pads, value}), 1, std::move(a));
+}
+
+Layer* Network::add_fill(FillMode mode, const std::vector<Tensor*>& inputs, const HostTensor& value) {
+  static const char* const kModes[] = {"constant", "range"};
+  Attributes a;
+  a.set("mode", enum_name(mode, kModes));
+  if (mode == FillMode::kConstant && !value.empty()) a.set("value", value);
+  return add_layer(kLayerFill, inputs, 1, std::move(a));
+}
+
+Layer* Network::add_expand(Tensor* input, Tensor* shape) { return add_layer(kLayerExpand, {input, shape}, 1); }
+
+Layer* Network::add_tile(Tensor* input, Tensor* repeats) { return add_layer(kLayerTile, {input, repeats}, 1); }
+
+Layer* Network::add_normalization(Tensor* input, Tensor* scale, Tensor* bias, const NormalizationDesc& desc,
+                                  int num_outputs) {
+  static const char* const kModes[] = {"layer", "instance", "group", "mvn", "lp"};
+  Attributes a;
+  a.set("mode", enum_name(desc.mode, kModes));
+  a.set("axis", desc.axis);
+  a.set("axes", desc.axes);
+  a.set("num_groups", desc.num_groups);
+  a.set("epsilon", desc.epsilon);
+  a.set("normalize_variance", flag(desc.normalize_variance));
+  a.set("p", desc.p);
+  return add_layer(kLayerNormalization, trimmed({input, scale, bias}), num_outputs, std::move(a));
+}
+
+Layer* Network::add_lrn(Tensor* input, int64_t size, double alpha, double beta, double bias) {
+  Attributes a;
+  a.set("size", size);
+  a.set("alpha", alpha);
+  a.set("beta", beta);
+  a.set("bias", bias);
+  return add_layer(kLayerLRN, {input}, 1, std::move(a));
+}
+
+Layer* Network::add_arg_reduce(Tensor* input, ArgReduceOp op, int64_t axis, bool keep_dims, bool select_last_index,
+                               bool one_hot) {
+  static const char* const kOps[] = {"max", "min"};
+  Attributes a;
+  a.set("op", enum_name(op, kOps));
+  a.set("axis", axis);
+  a.set("keep_dims", flag(keep_dims));
+  a.set("select_last_index", flag(select_last_index));
+  a.set("one_hot", flag(one_hot));
+  return add_layer(kLayerArgReduce, {input}, 1, std::move(a));
+}
+
+Layer* Network::add_topk(Tensor* input, Tensor* k, int64_t axis, bool largest, bool sorted, int num_outputs) {
+  Attributes a;
+  a.set("axis", axis);
+  a.set("largest", flag(largest));
+  a.set("sorted", flag(sorted));
+  return add_layer(kLayerTopK, {input, k}, num_outputs, std::move(a));
+}
+
+Layer* Network::add_cumsum(Tensor* input, Tensor* axis, bool exclusive, bool reverse) {
+  Attributes a;
+  a.set("exclusive", flag(exclusive));
+  a.set("reverse", flag(reverse));
+  return add_layer(kLayerCumSum, {input, axis}, 1, std::move(a));
+}
+
+Layer* Network::add_trilu(Tensor* input, Tensor* k, bool upper) {
+  Attributes a;
+  a.set("upper", flag(upper));
+  return add_layer(kLayerTrilu, trimmed({input, k}), 1, std::move(a));
+}
+
+Layer* Network::add_one_hot(Tensor* indices, Tensor* depth, Tensor* values, int64_t axis) {
+  Attributes a;
+  a.set("axis", axis);
+  return add_layer(kLayerOneHot, {indices, depth, values}, 1, std::move(a));
+}
+
+Layer* Network::add_reverse_sequence(Tensor* input, Tensor* sequence_lens, int64_t batch_axis, int64_t time_axis) {
+  Attributes a;
+  a.set("batch_axis", batch_axis);
+  a.set("time_axis", time_axis);
+  return add_layer(kLayerReverseSequence, {input, sequence_lens}, 1, std::move(a));
+}
+
+Layer* Network::add_max_unpool(Tensor* input, Tensor* indices, Tensor* output_shape, const std::vector<int64_t>& kernel,
+                               const std::vector<int64_t>& strides, const std::vector<int64_t>& pads) {
+  Attributes a;
+  a.set("kernel", kernel);
+  a.set("strides", strides);
+  a.set("pads", pads);
+  return add_layer(kLayerMaxUnpool, trimmed({input, indices, output_shape}), 1, std::move(a));
+}
+
+Layer* Network::add_non_max_suppression(Tensor* boxes, Tensor* scores, Tensor* max_output_boxes_per_class,
+                                        Tensor* iou_threshold, Tensor* score_threshold, bool center_point_box) {
+  Attributes a;
+  a.set("center_point_box", flag(center_point_box));
+  return add_layer(kLayerNonMaxSuppression,
+                   trimmed({boxes, scores, max_output_boxes_per_class, iou_threshold, score_threshold}), 2,
+                   std::move(a));
+}
+
+Layer* Network::add_unique(Tensor* input, bool sorted, bool flatten, int64_t axis) {
+  Attributes a;
+  a.set("sorted", flag(sorted));
+  a.set("flatten", flag(flatten));
+  a.set("axis", axis);
+  return add_layer(kLayerUnique, {input}, 5, std::move(a));
+}
+
+Layer* Network::add_einsum(const std::vector<Tensor*>& inputs, const std::string& equation) {
+  Attributes a;
+  a.set("equation", equation);
+  return add_layer(kLayerEinsum, inputs, 1, std::move(a));
+}
+
+Layer* Network::add_det(Tensor* input) { return add_layer(kLayerDet, {input}, 1); }
+
+Layer* Network::add_bit_shift(Tensor* x, Tensor* y, BitShiftDirection direction) {
+  static const char* const kDirections[] = {"left", "right"};
+  Attributes a;
+  a.set("direction", enum_name(direction, kDirections));
+  return add_layer(kLayerBitShift, {x, y}, 1, std::move(a));
+}
+
+Layer* Network::add_scatter(Tensor* data, Tensor* indices, Tensor* updates, ScatterMode mode, int64_t axis,
+                            ScatterReductionKind reduction) {
+  static const char* const kModes[] = {"elements", "nd"};
+  static const char* const kReductions[] = {"none", "add", "mul", "max", "min"};
+  Attributes a;
+  a.set("mode", enum_name(mode, kModes));
+  a.set("axis", axis);
+  a.set("reduction", enum_name(reduction, kReductions));
+  return add_layer(kLayerScatter, {data, indices, updates}, 1, std::move(a));
+}
+
+Layer* Network::add_quantize(Tensor* input, Tensor* scale, Tensor* zero_point, int64_t axis, int64_t block_size,
+                             DataType output_type) {
+  Attributes a;
+  a.set("axis", axis);
+  a.set("block_size", block_size);
+  a.set("output_type", std::string(kiln::to_string(output_type)));
+  return add_layer(kLayerQuantize, trimmed({input, scale, zero_point}), 1, std::move(a));
+}
+
+Layer* Network::add_dequantize(Tensor* input, Tensor* scale, Tensor* zero_point, int64_t axis, int64_t block_size) {
+  Attributes a;
+  a.set("axis", axis);
+  a.set("block_size", block_size);
+  return add_layer(kLayerDequantize, trimmed({input, scale, zero_point}), 1, std::move(a));
+}
+
+Layer* Network::add_grid_sample(Tensor* input, Tensor* grid, InterpolationMode mode, GridSamplePadding padding,
+                                bool align_corners) {
+  static const char* const kModes[] = {"nearest", "linear", "cubic"};
+  static const char* const kPadding[] = {"zeros", "border", "reflection"};
+  Attributes a;
+  a.set("mode", enum_name(mode, kModes));
+  a.set("padding_mode", enum_name(padding, kPadding));
+  a.set("align_corners", flag(align_corners));
+  return add_layer(kLayerGridSample, {input, grid}, 1, std::move(a));
+}
+
+Layer* Network::add_roi_align(Tensor* input, Tensor* rois, Tensor* batch_indices, const RoiAlignDesc& desc) {
+  static const char* const kModes[] = {"avg", "max"};
+  Attributes a;
+  a.set("mode", enum_name(desc.mode, kModes));
+  a.set("output_height", desc.output_height);
+  a.set("output_width", desc.output_width);
+  a.set("sampling_ratio", desc.sampling_ratio);
+  a.set("spatial_scale", desc.spatial_scale);
+  a.set("coordinate_transformation_mode", desc.coordinate_transformation_mode);
+  return add_layer(kLayerRoiAlign, {input, rois, batch_indices}, 1, std::move(a));
+}
+
+Layer* Network::add_max_roi_pool(Tensor* input, Tensor* rois, const std::vector<int64_t>& pooled_shape,
+                                 double spatial_scale) {
+  Attributes a;
+  a.set("pooled_shape", pooled_shape);
+  a.set("spatial_scale", spatial_scale);
+  return add_layer(kLayerMaxRoiPool, {input, rois}, 1, std::move(a));
+}
+
+Layer* Network::add_rnn(const std::vector<Tensor*>& inputs, const RNNDesc& desc, int num_outputs) {
+  static const char* const kCells[] = {"rnn", "gru", "lstm"};
+  static const char* const kDirections[] = {"forward", "reverse", "bidirectional"};
+  Attributes a;
+  a.set("cell", enum_name(desc.cell, kCells));
+  a.set("hidden_size", desc.hidden_size);
+  a.set("direction", enum_name(desc.direction, kDirections));
+  a.set("activations", desc.activations);
+  if (!desc.activation_alpha.empty()) a.set("activation_alpha", desc.activation_alpha);
+  if (!desc.activation_beta.empty()) a.set("activation_beta", desc.activation_beta);
+  a.set("clip", desc.clip);
+  a.set("linear_before_reset", flag(desc.linear_before_reset));
+  a.set("input_forget", flag(desc.input_forget));
+  a.set("layout", desc.layout);
+  if (num_outputs == 0) num_outputs = desc.cell == RNNCell::kLstm ? 3 : 2;
+  return add_layer(kLayerRNN, trimmed(inputs), num_outputs, std::move(a));
+}
+
+Layer* Network::add_string_normalizer(Tensor* input, CaseChangeAction case_change, bool is_case_sensitive,
+                                      const std::vector<std::string>& stopwords, const std::string& locale) {
+  static const char* const kActions[] = {"NONE", "LOWER", "UPPER"};
+  Attributes a;
+  a.set("case_change_action", enum_name(case_change, kActions));
+  a.set("is_case_sensitive", flag(is_case_sensitive));
+  a.set("stopwords", stopwords);
+  a.set("locale", locale);
+  return add_layer(kLayerStringNormalizer, {input}, 2, std::move(a));
+}
+
+Layer* Network::add_non_zero(Tensor* input) { return add_layer(kLayerNonZero, {input}, 2); }
+
+Layer* Network::add_plugin(const std::vector<Tensor*>& inputs, const Plugin& plugin, const std::string& name) {
+  return kiln::add_plugin(*this, inputs, plugin, name);
+}
 
 // ---- inspection and editing ---------------------------------------------------------------
 

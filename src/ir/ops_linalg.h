@@ -2,9 +2,6 @@
 // and the kernels. Semantics: docs/layers.md.
 #pragma once
 
-namespace kiln {
-
-// Det: x [*, M, M] (floating point) -> y [*], the determinant of each square matrix.
-inline constexpr const char* kLayerDet = "Det";
-
-}  // namespace kiln
+// Det: x [*, M, M] (floating point) -> y [*], the determinant of each square matrix. Its name,
+// kLayerDet, is public (kiln/network.h).
+#include "kiln/network.h"

@@ -35,17 +35,7 @@ std::string plugin_label(const Layer& layer) {
 }
 
 void store_fields(Attributes& attrs, const PluginFieldCollection& fields) {
-  for (const PluginField& f : fields.all()) {
-    const std::string key = kFieldPrefix + f.name;
-    switch (f.type) {
-      case PluginFieldType::kFloat32: attrs.set(key, std::vector<double>(f.f32.begin(), f.f32.end())); break;
-      case PluginFieldType::kFloat64: attrs.set(key, f.f64); break;
-      case PluginFieldType::kInt32: attrs.set(key, std::vector<int64_t>(f.i32.begin(), f.i32.end())); break;
-      case PluginFieldType::kInt64: attrs.set(key, f.i64); break;
-      case PluginFieldType::kString: attrs.set(key, f.str); break;
-      case PluginFieldType::kTensor: attrs.set(key, f.tensor); break;
-    }
-  }
+  for (const PluginField& f : fields.all()) attrs.set(kFieldPrefix + f.name, f.value());
 }
 
 Layer* add_layer_with(Network& network, const std::vector<Tensor*>& inputs, const std::string& name,
@@ -132,29 +122,12 @@ PluginFieldCollection plugin_fields_of(const Layer& layer, const PluginCreator& 
   for (const auto& spec : creator_field_schema(creator, plugin_label(layer))) {
     const std::string key = kFieldPrefix + spec.name;
     if (!layer.attrs().has(key)) continue;
+    const AttrValue& stored = layer.attrs().get(key, attr_type_of(spec.type));
     PluginField f;
-    f.name = spec.name;
-    f.type = spec.type;
-    switch (spec.type) {
-      case PluginFieldType::kFloat32: {
-        const auto d = layer.attrs().get_floats(key);
-        f.f32.assign(d.begin(), d.end());
-        break;
-      }
-      case PluginFieldType::kFloat64: f.f64 = layer.attrs().get_floats(key); break;
-      case PluginFieldType::kInt32: {
-        const auto d = layer.attrs().get_ints(key);
-        for (int64_t x : d) {
-          if (x < INT32_MIN || x > INT32_MAX) {
-            throw Error(plugin_label(layer) + ": field " + quote(spec.name) + " value " + std::to_string(x) + " does not fit int32");
-          }
-          f.i32.push_back(static_cast<int32_t>(x));
-        }
-        break;
-      }
-      case PluginFieldType::kInt64: f.i64 = layer.attrs().get_ints(key); break;
-      case PluginFieldType::kString: f.str = layer.attrs().get_string(key); break;
-      case PluginFieldType::kTensor: f.tensor = layer.attrs().get_tensor(key); break;
+    try {
+      f = PluginField::from_value(spec.name, spec.type, stored);
+    } catch (const Error& e) {
+      throw Error(plugin_label(layer) + ": " + e.what());
     }
     given.add(std::move(f));
   }

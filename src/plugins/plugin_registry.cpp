@@ -259,6 +259,61 @@ PluginField PluginField::tensor_value(std::string name, HostTensor v) {
   return f;
 }
 
+AttrType attr_type_of(PluginFieldType type) {
+  switch (type) {
+    case PluginFieldType::kFloat32:
+    case PluginFieldType::kFloat64: return AttrType::kFloats;
+    case PluginFieldType::kInt32:
+    case PluginFieldType::kInt64: return AttrType::kInts;
+    case PluginFieldType::kString: return AttrType::kString;
+    case PluginFieldType::kTensor: return AttrType::kTensor;
+  }
+  throw Error("invalid PluginFieldType " + std::to_string(static_cast<int>(type)));
+}
+
+AttrValue PluginField::value() const {
+  switch (type) {
+    case PluginFieldType::kFloat32: return std::vector<double>(f32.begin(), f32.end());
+    case PluginFieldType::kFloat64: return f64;
+    case PluginFieldType::kInt32: return std::vector<int64_t>(i32.begin(), i32.end());
+    case PluginFieldType::kInt64: return i64;
+    case PluginFieldType::kString: return str;
+    case PluginFieldType::kTensor: return tensor;
+  }
+  throw Error("field " + quote(name) + ": invalid PluginFieldType " + std::to_string(static_cast<int>(type)));
+}
+
+PluginField PluginField::from_value(std::string name, PluginFieldType type, const AttrValue& value) {
+  const AttrType expected = attr_type_of(type);
+  if (attr_type_of(value) != expected) {
+    throw Error("field " + quote(name) + " (" + to_string(type) + ") takes " + to_string(expected) + ", got " +
+                to_string(attr_type_of(value)));
+  }
+  PluginField f;
+  f.type = type;
+  switch (type) {
+    case PluginFieldType::kFloat32: {
+      const auto& d = std::get<std::vector<double>>(value);
+      f.f32.assign(d.begin(), d.end());
+      break;
+    }
+    case PluginFieldType::kFloat64: f.f64 = std::get<std::vector<double>>(value); break;
+    case PluginFieldType::kInt32:
+      for (int64_t x : std::get<std::vector<int64_t>>(value)) {
+        if (x < INT32_MIN || x > INT32_MAX) {
+          throw Error("field " + quote(name) + " value " + std::to_string(x) + " does not fit int32");
+        }
+        f.i32.push_back(static_cast<int32_t>(x));
+      }
+      break;
+    case PluginFieldType::kInt64: f.i64 = std::get<std::vector<int64_t>>(value); break;
+    case PluginFieldType::kString: f.str = std::get<std::string>(value); break;
+    case PluginFieldType::kTensor: f.tensor = std::get<HostTensor>(value); break;
+  }
+  f.name = std::move(name);
+  return f;
+}
+
 void PluginFieldCollection::add(PluginField field) {
   for (auto& f : fields_) {
     if (f.name == field.name) {

@@ -72,6 +72,63 @@ def test_each_layer_helper_against_numpy():
     assert sorted(engine.output_names) == sorted(got)
 
 
+def test_typed_helpers_of_the_other_layer_types():
+    """The helpers added for every layer type of docs/layers.md: each builds the layer add_layer
+    builds with the documented attributes, and a few run against numpy."""
+    def pair(make_helper, layer_type, n_out, attrs, inputs):
+        a, b = kiln.Network(), kiln.Network()
+        la = make_helper(a, [a.add_input(name, dt, shape) for name, dt, shape in inputs])
+        lb = b.add_layer(layer_type, [b.add_input(name, dt, shape) for name, dt, shape in inputs], n_out, attrs)
+        assert la.type == lb.type == layer_type
+        assert la.num_inputs == lb.num_inputs and la.num_outputs == lb.num_outputs == n_out
+        assert la.attributes == lb.attributes, layer_type
+        for i in range(la.num_outputs):
+            a.mark_output(la.get_output(i))
+        a.validate()
+
+    x = [("x", kiln.float32, [2, 3, 4])]
+    pair(lambda n, t: n.add_gemm(t[0], t[1], alpha=2.0, trans_b=True), "Gemm", 1,
+         {"alpha": 2.0, "beta": 1.0, "trans_a": 0, "trans_b": 1}, [("a", kiln.float32, [2, 3]), ("b", kiln.float32, [4, 3])])
+    pair(lambda n, t: n.add_split(t[0], 2, 2, [1, 3]), "Split", 2, {"axis": 2, "split": [1, 3]}, x)
+    pair(lambda n, t: n.add_lrn(t[0], 3), "LRN", 1, {"size": 3, "alpha": 1e-4, "beta": 0.75, "bias": 1.0}, x)
+    pair(lambda n, t: n.add_arg_reduce(t[0], kiln.ArgReduceOp.max, axis=2), "ArgReduce", 1,
+         {"op": "max", "axis": 2, "keep_dims": 1, "select_last_index": 0, "one_hot": 0}, x)
+    pair(lambda n, t: n.add_trilu(t[0], upper=False), "Trilu", 1, {"upper": 0}, x)
+    pair(lambda n, t: n.add_scatter(t[0], t[1], t[2], kiln.ScatterMode.nd, reduction=kiln.ScatterReductionKind.add),
+         "Scatter", 1, {"mode": "nd", "axis": 0, "reduction": "add"},
+         [("d", kiln.float32, [4]), ("i", kiln.int64, [2, 1]), ("u", kiln.float32, [2])])
+    pair(lambda n, t: n.add_resize(t[0], sizes=t[1], mode=kiln.InterpolationMode.linear), "Resize", 1,
+         {"mode": "linear", "coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_floor",
+          "cubic_coeff_a": -0.75, "exclude_outside": 0, "extrapolation_value": 0.0},
+         [("x", kiln.float32, [1, 1, 2, 2]), ("s", kiln.int64, [4])])
+    pair(lambda n, t: n.add_rnn([t[0], t[1], t[2], None], kiln.RNNCell.rnn, 5, ["tanh"]), "RNN", 2,
+         {"cell": "rnn", "hidden_size": 5, "direction": "forward", "activations": ["tanh"], "clip": 0.0,
+          "linear_before_reset": 0, "input_forget": 0, "layout": 0},
+         [("X", kiln.float32, [3, 2, 4]), ("W", kiln.float32, [1, 5, 4]), ("R", kiln.float32, [1, 5, 5])])
+    pair(lambda n, t: n.add_string_normalizer(t[0], kiln.CaseChangeAction.lower, stopwords=["a"]), "StringNormalizer", 2,
+         {"case_change_action": "LOWER", "is_case_sensitive": 0, "stopwords": ["a"], "locale": ""},
+         [("s", kiln.string, [3])])
+
+    net = kiln.Network()
+    a = net.add_input("a", kiln.float32, [2, 3, 4])
+    m = net.add_input("m", kiln.float32, [4, 5])
+    av = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    mv = RNG.standard_normal((4, 5)).astype(np.float32)
+    out(net, net.add_trilu(a).get_output(0), "triu")
+    out(net, net.add_arg_reduce(a, kiln.ArgReduceOp.max, axis=2, keep_dims=False).get_output(0), "argmax")
+    parts = net.add_split(a, 2, 2, [1, 3])
+    out(net, parts.get_output(0), "part0")
+    out(net, parts.get_output(1), "part1")
+    flat = net.add_shuffle(a, reshape=[6, 4]).get_output(0)
+    out(net, net.add_gemm(flat, m, alpha=2.0).get_output(0), "gemm")
+    got, _ = run(net, {"a": av, "m": mv})
+    np.testing.assert_array_equal(got["triu"], np.triu(av))
+    np.testing.assert_array_equal(got["argmax"], av.argmax(2))
+    np.testing.assert_array_equal(got["part0"], av[:, :, :1])
+    np.testing.assert_array_equal(got["part1"], av[:, :, 1:])
+    np.testing.assert_allclose(got["gemm"], 2.0 * av.reshape(6, 4) @ mv, rtol=1e-5, atol=1e-5)
+
+
 def test_deconvolution_against_numpy():
     net = kiln.Network()
     x = net.add_input("x", kiln.float32, [1, 2, 3, 3])

@@ -169,6 +169,89 @@ bool falls_back(cudnnStatus_t status) {
   return category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM;
 }
 
+// ---- algorithm choice -----------------------------------------------------------------------
+//
+// Convolution runs cudnnConvolutionForward and Deconvolution cudnnConvolutionBackwardData; both
+// choose their algorithm the same way (choose_algorithm below) through these traits: the
+// algorithm and perf types and cuDNN's heuristic and workspace queries of the direction. The
+// descriptors are passed in the forward convolution's roles: `x` the convolution's input (the
+// deconvolution's dx), `y` its output (the deconvolution's input dy).
+
+struct ForwardAlgorithms {
+  using Algo = cudnnConvolutionFwdAlgo_t;
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+  static void heuristic(cudnnHandle_t handle, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                        cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t y, int* returned, Perf* perf) {
+    KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, x, w, conv, y, kCount, returned, perf));
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t handle, cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                                 cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t y, Algo algo,
+                                 size_t* bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(handle, x, w, conv, y, algo, bytes);
+  }
+};
+
+struct BackwardDataAlgorithms {
+  using Algo = cudnnConvolutionBwdDataAlgo_t;
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  static constexpr int kCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+  static void heuristic(cudnnHandle_t handle, cudnnTensorDescriptor_t dx, cudnnFilterDescriptor_t w,
+                        cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t dy, int* returned, Perf* perf) {
+    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w, dy, conv, dx, kCount, returned, perf));
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t handle, cudnnTensorDescriptor_t dx, cudnnFilterDescriptor_t w,
+                                 cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t dy, Algo algo,
+                                 size_t* bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w, dy, conv, dx, algo, bytes);
+  }
+};
+
+// An algorithm and its workspace (bytes rounded to the workspace granule).
+template <class Traits>
+struct AlgoChoice {
+  typename Traits::Algo algo;
+  size_t bytes = 0;
+};
+
+// The forced algorithm when there is one (declined when cuDNN does not support it for these
+// descriptors or it needs more than kForcedWorkspaceLimit); otherwise the first algorithm of
+// cuDNN's heuristic that succeeds within kHeuristicWorkspaceLimit, deterministic ones first.
+// Throws kiln::Error starting with `what`.
+template <class Traits>
+AlgoChoice<Traits> choose_algorithm(const std::string& what, const std::optional<typename Traits::Algo>& forced,
+                                    cudnnTensorDescriptor_t x, cudnnFilterDescriptor_t w,
+                                    cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t y) {
+  const cudnnHandle_t handle = cudnn_handle();
+  if (forced) {
+    size_t bytes = 0;
+    const cudnnStatus_t st = Traits::workspace(handle, x, w, conv, y, *forced, &bytes);
+    if (st != CUDNN_STATUS_SUCCESS) {
+      throw Error(what + ": cuDNN does not support this algorithm for these shapes (" + cudnnGetErrorString(st) + ")");
+    }
+    if (bytes > kForcedWorkspaceLimit) {
+      throw Error(what + ": the algorithm needs " + std::to_string(bytes >> 20) + " MiB of workspace; declined");
+    }
+    return {*forced, workspace_granule(bytes)};
+  }
+  typename Traits::Perf perf[Traits::kCount];
+  int returned = 0;
+  Traits::heuristic(handle, x, w, conv, y, &returned, perf);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < returned; ++i) {
+      const typename Traits::Perf& p = perf[i];
+      if (p.status != CUDNN_STATUS_SUCCESS || (pass == 0 && p.determinism != CUDNN_DETERMINISTIC)) continue;
+      size_t bytes = 0;
+      if (Traits::workspace(handle, x, w, conv, y, p.algo, &bytes) != CUDNN_STATUS_SUCCESS ||
+          bytes > kHeuristicWorkspaceLimit) {
+        continue;
+      }
+      return {p.algo, workspace_granule(bytes)};
+    }
+  }
+  throw Error(what + ": cuDNN's heuristic found no usable algorithm for these shapes");
+}
+
 // ---- Convolution ----------------------------------------------------------------------------
 
 class CudnnConvolution : public Kernel {
@@ -206,7 +289,9 @@ class CudnnConvolution : public Kernel {
     KILN_CUDNN_CHECK(cudnnGetConvolutionNdForwardOutputDim(conv_.get(), x_.get(), w_.get(), rank, check.data()));
     if (check != y_dims) throw Error(what + ": cuDNN's output shape differs from the layer's");
 
-    choose_algorithm(what);
+    const auto choice = choose_algorithm<ForwardAlgorithms>(what, forced_, x_.get(), w_.get(), conv_.get(), y_.get());
+    algo_ = choice.algo;
+    algo_bytes_ = choice.bytes;
 
     fused_ = (post_.enabled ? post_.kind == ActivationType::kRelu
                             : (has_bias_ || has_residual_) && algo_ == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM);
@@ -276,44 +361,6 @@ class CudnnConvolution : public Kernel {
   }
 
  private:
-  void choose_algorithm(const std::string& what) {
-    const cudnnHandle_t handle = cudnn_handle();
-    if (forced_) {
-      size_t bytes = 0;
-      const cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(handle, x_.get(), w_.get(), conv_.get(),
-                                                                       y_.get(), *forced_, &bytes);
-      if (st != CUDNN_STATUS_SUCCESS) {
-        throw Error(what + ": cuDNN does not support this algorithm for these shapes (" + cudnnGetErrorString(st) + ")");
-      }
-      if (bytes > kForcedWorkspaceLimit) {
-        throw Error(what + ": the algorithm needs " + std::to_string(bytes >> 20) + " MiB of workspace; declined");
-      }
-      algo_ = *forced_;
-      algo_bytes_ = workspace_granule(bytes);
-      return;
-    }
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int returned = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, x_.get(), w_.get(), conv_.get(), y_.get(),
-                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
-    for (int pass = 0; pass < 2; ++pass) {
-      for (int i = 0; i < returned; ++i) {
-        const cudnnConvolutionFwdAlgoPerf_t& p = perf[i];
-        if (p.status != CUDNN_STATUS_SUCCESS || (pass == 0 && p.determinism != CUDNN_DETERMINISTIC)) continue;
-        size_t bytes = 0;
-        if (cudnnGetConvolutionForwardWorkspaceSize(handle, x_.get(), w_.get(), conv_.get(), y_.get(), p.algo,
-                                                    &bytes) != CUDNN_STATUS_SUCCESS ||
-            bytes > kHeuristicWorkspaceLimit) {
-          continue;
-        }
-        algo_ = p.algo;
-        algo_bytes_ = workspace_granule(bytes);
-        return;
-      }
-    }
-    throw Error(what + ": cuDNN's heuristic found no usable algorithm for these shapes");
-  }
-
   std::string tactic_;
   std::optional<cudnnConvolutionFwdAlgo_t> forced_;
   PostOp post_;
@@ -375,7 +422,10 @@ class CudnnDeconvolution : public Kernel {
     KILN_CUDNN_CHECK(cudnnGetConvolutionNdForwardOutputDim(conv_.get(), dx_.get(), w_.get(), rank, check.data()));
     if (check != x_dims) throw Error(what + ": the transposed geometry does not map back onto the input's shape");
 
-    choose_algorithm(what);
+    const auto choice =
+        choose_algorithm<BackwardDataAlgorithms>(what, forced_, dx_.get(), w_.get(), conv_.get(), dy_.get());
+    algo_ = choice.algo;
+    algo_bytes_ = choice.bytes;
     if (s_.format == TensorFormat::kChannelsLast) filter_.prepare(inputs[1], s_.kernel_volume());
   }
 
@@ -406,44 +456,6 @@ class CudnnDeconvolution : public Kernel {
   }
 
  private:
-  void choose_algorithm(const std::string& what) {
-    const cudnnHandle_t handle = cudnn_handle();
-    if (forced_) {
-      size_t bytes = 0;
-      const cudnnStatus_t st = cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_.get(), dy_.get(), conv_.get(),
-                                                                            dx_.get(), *forced_, &bytes);
-      if (st != CUDNN_STATUS_SUCCESS) {
-        throw Error(what + ": cuDNN does not support this algorithm for these shapes (" + cudnnGetErrorString(st) + ")");
-      }
-      if (bytes > kForcedWorkspaceLimit) {
-        throw Error(what + ": the algorithm needs " + std::to_string(bytes >> 20) + " MiB of workspace; declined");
-      }
-      algo_ = *forced_;
-      algo_bytes_ = workspace_granule(bytes);
-      return;
-    }
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int returned = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_.get(), dy_.get(), conv_.get(), dx_.get(),
-                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf));
-    for (int pass = 0; pass < 2; ++pass) {
-      for (int i = 0; i < returned; ++i) {
-        const cudnnConvolutionBwdDataAlgoPerf_t& p = perf[i];
-        if (p.status != CUDNN_STATUS_SUCCESS || (pass == 0 && p.determinism != CUDNN_DETERMINISTIC)) continue;
-        size_t bytes = 0;
-        if (cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_.get(), dy_.get(), conv_.get(), dx_.get(), p.algo,
-                                                         &bytes) != CUDNN_STATUS_SUCCESS ||
-            bytes > kHeuristicWorkspaceLimit) {
-          continue;
-        }
-        algo_ = p.algo;
-        algo_bytes_ = workspace_granule(bytes);
-        return;
-      }
-    }
-    throw Error(what + ": cuDNN's heuristic found no usable algorithm for these shapes");
-  }
-
   std::string tactic_;
   std::optional<cudnnConvolutionBwdDataAlgo_t> forced_;
   PostOp post_;
@@ -484,17 +496,13 @@ bool meets(const AlgoNeeds& n, const Layer& layer, const std::vector<TensorDesc>
   return true;
 }
 
-struct ForwardTactic {
+// One registered tactic: its name, priority, forced algorithm (none: cuDNN's heuristic) and
+// what the algorithm needs.
+template <class Traits>
+struct Tactic {
   const char* name;
   int priority;
-  std::optional<cudnnConvolutionFwdAlgo_t> algo;
-  AlgoNeeds needs;
-};
-
-struct BackwardDataTactic {
-  const char* name;
-  int priority;
-  std::optional<cudnnConvolutionBwdDataAlgo_t> algo;
+  std::optional<typename Traits::Algo> algo;
   AlgoNeeds needs;
 };
 
@@ -504,8 +512,8 @@ const AlgoNeeds kFft2d{true, true, true, {}};
 const AlgoNeeds kWinograd{true, true, true, {3}};
 const AlgoNeeds kWinogradNonfused{true, true, true, {3, 5}};
 
-const std::vector<ForwardTactic>& forward_tactics() {
-  static const std::vector<ForwardTactic> t = {
+const std::vector<Tactic<ForwardAlgorithms>>& forward_tactics() {
+  static const std::vector<Tactic<ForwardAlgorithms>> t = {
       {"cudnn", 100, std::nullopt, kAny},
       {"cudnn_implicit_precomp_gemm", 90, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, kAny},
       {"cudnn_implicit_gemm", 80, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, kAny},
@@ -518,8 +526,8 @@ const std::vector<ForwardTactic>& forward_tactics() {
   return t;
 }
 
-const std::vector<BackwardDataTactic>& backward_data_tactics() {
-  static const std::vector<BackwardDataTactic> t = {
+const std::vector<Tactic<BackwardDataAlgorithms>>& backward_data_tactics() {
+  static const std::vector<Tactic<BackwardDataAlgorithms>> t = {
       {"cudnn", 100, std::nullopt, kAny},
       {"cudnn_algo1", 90, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, kAny},
       {"cudnn_algo0", 80, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, kAny},  // non-deterministic (atomics)
@@ -531,30 +539,33 @@ const std::vector<BackwardDataTactic>& backward_data_tactics() {
   return t;
 }
 
+// Registers a kernel per tactic of `tactics` for `layer_type`: a KernelType made with the tactic's
+// name and algorithm, supported where `operands_ok` and the algorithm's needs hold.
+template <class KernelType, class Traits, class OperandsOk>
+void register_tactics(const char* layer_type, const std::vector<Tactic<Traits>>& tactics, OperandsOk operands_ok) {
+  for (const Tactic<Traits>& t : tactics) {
+    const AlgoNeeds needs = t.needs;
+    const std::string name = t.name;
+    const auto algo = t.algo;
+    KernelRegistry::instance().add(KernelEntry{
+        DeviceType::kCUDA, layer_type, name, t.priority,
+        [needs, operands_ok](const Layer& layer, const std::vector<TensorDesc>& inputs) {
+          return operands_ok(layer, inputs) && meets(needs, layer, inputs);
+        },
+        [name, algo](const Layer& layer) { return std::make_unique<KernelType>(layer, name, algo); }});
+  }
+}
+
 struct Registrar {
   Registrar() {
-    for (const ForwardTactic& t : forward_tactics()) {
-      const AlgoNeeds needs = t.needs;
-      const std::string name = t.name;
-      const auto algo = t.algo;
-      KernelRegistry::instance().add(KernelEntry{
-          DeviceType::kCUDA, kLayerConvolution, name, t.priority,
-          [needs](const Layer& layer, const std::vector<TensorDesc>& inputs) {
-            return conv_operands_supported(layer, inputs, true) && meets(needs, layer, inputs);
-          },
-          [name, algo](const Layer& layer) { return std::make_unique<CudnnConvolution>(layer, name, algo); }});
-    }
-    for (const BackwardDataTactic& t : backward_data_tactics()) {
-      const AlgoNeeds needs = t.needs;
-      const std::string name = t.name;
-      const auto algo = t.algo;
-      KernelRegistry::instance().add(KernelEntry{
-          DeviceType::kCUDA, kLayerDeconvolution, name, t.priority,
-          [needs](const Layer& layer, const std::vector<TensorDesc>& inputs) {
-            return inputs.size() <= 3 && conv_operands_supported(layer, inputs, true) && meets(needs, layer, inputs);
-          },
-          [name, algo](const Layer& layer) { return std::make_unique<CudnnDeconvolution>(layer, name, algo); }});
-    }
+    register_tactics<CudnnConvolution>(kLayerConvolution, forward_tactics(),
+                                       [](const Layer& layer, const std::vector<TensorDesc>& inputs) {
+                                         return conv_operands_supported(layer, inputs, true);
+                                       });
+    register_tactics<CudnnDeconvolution>(kLayerDeconvolution, backward_data_tactics(),
+                                         [](const Layer& layer, const std::vector<TensorDesc>& inputs) {
+                                           return inputs.size() <= 3 && conv_operands_supported(layer, inputs, true);
+                                         });
   }
 } registrar;
 

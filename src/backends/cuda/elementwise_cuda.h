@@ -582,6 +582,7 @@ inline bool compile_fused_program(const FusedProgram& program, const std::vector
 #include <limits>
 
 #include "kiln/network.h"
+#include "src/backends/cuda/compute_types_cuda.cuh"
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/device_math.cuh"
 
@@ -685,48 +686,11 @@ void run_map(F f, const void* x, void* y, int64_t n, cudaStream_t stream) {
   launch(map_kernel<F, In, V>, (n + V - 1) / V, stream, f, static_cast<const In*>(x), static_cast<Out*>(y), n, vec);
 }
 
-// ---- compute types (as the CPU reference: half computes in float; bool, 8- and 16-bit integers
-// in int32 so that their arithmetic wraps modulo 2^8 / 2^16 on the store; uint32 and uint64 in
-// their own, wrapping, type) ----------------------------------------------------------------------
-
-template <typename T>
-struct CalcOf {
-  using type = T;
-};
-template <>
-struct CalcOf<__half> {
-  using type = float;
-};
-template <>
-struct CalcOf<int8_t> {
-  using type = int32_t;
-};
-template <>
-struct CalcOf<uint8_t> {
-  using type = int32_t;
-};
-template <>
-struct CalcOf<int16_t> {
-  using type = int32_t;
-};
-template <>
-struct CalcOf<uint16_t> {
-  using type = int32_t;
-};
-template <>
-struct CalcOf<bool> {
-  using type = int32_t;
-};
-template <typename T>
-using Calc = typename CalcOf<T>::type;
+// ---- compute types: Calc<T> (compute_types_cuda.cuh, shared with MatMul) ------------------------
 
 template <typename C, typename T>
 __device__ __forceinline__ C to_calc(T v) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __half2float(v);
-  } else {
-    return static_cast<C>(v);
-  }
+  return to_compute<C>(v);
 }
 
 template <typename T, typename C>

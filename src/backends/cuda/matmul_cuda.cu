@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "kiln/error.h"
+#include "src/backends/cuda/compute_types_cuda.cuh"
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/device_math.cuh"
 #include "src/backends/cuda/matmul_cuda.h"
@@ -111,26 +112,11 @@ constexpr int kTileK = 16;      // K step
 constexpr int kThreads = 256;   // 16 x 16 threads, each a 4x4 sub-tile
 constexpr int kSub = kTile / 16;
 
-template <typename T>
-struct Accum {
-  using type = int64_t;
-};
-template <>
-struct Accum<float> {
-  using type = float;
-};
-template <>
-struct Accum<__half> {
-  using type = float;
-};
+// Accum<T>: compute_types_cuda.cuh.
 
 template <typename T>
-__device__ __forceinline__ typename Accum<T>::type load_acc(const T* p) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __half2float(*p);
-  } else {
-    return static_cast<typename Accum<T>::type>(*p);
-  }
+__device__ __forceinline__ Accum<T> load_acc(const T* p) {
+  return to_compute<Accum<T>>(*p);
 }
 
 struct TiledParams {
@@ -152,7 +138,7 @@ struct DeviceTerms {
 };
 
 template <typename T, bool kTerms>
-__device__ __forceinline__ T finish(typename Accum<T>::type acc, int64_t row, int64_t col, const DeviceTerms<T>& t) {
+__device__ __forceinline__ T finish(Accum<T> acc, int64_t row, int64_t col, const DeviceTerms<T>& t) {
   if constexpr (kTerms) {
     float v = t.alpha * acc;
     if (t.c) v += t.beta * to_float(t.c[row * t.c_rs + col * t.c_cs]);
@@ -168,7 +154,7 @@ template <typename T, bool kTerms>
 __global__ void __launch_bounds__(kThreads)
     tiled_matmul_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, TiledParams p,
                         DeviceTerms<T> terms) {
-  using A = typename Accum<T>::type;
+  using A = Accum<T>;
   __shared__ A as[kTileK][kTile + 1];
   __shared__ A bs[kTileK][kTile + 1];
   const int tid = static_cast<int>(threadIdx.x);
