@@ -15,6 +15,7 @@
 #include "common.h"
 #include "src/backends/backend.h"
 #include "src/engine/engine_format.h"
+#include "src/engine/context_impl.h"  // complete for RuntimeAccess::make_context
 #include "src/engine/engine_impl.h"
 #include "src/engine/runtime_access.h"
 

@@ -11,7 +11,7 @@
 namespace kiln {
 
 enum class GridSampleMode : int32_t { kLinear, kNearest, kCubic };
-enum class GridSamplePadding : int32_t { kZeros, kBorder, kReflection };
+// GridSamplePadding is the public enum of kiln/network.h (the same names and values).
 
 struct GridSampleParams {
   GridSampleMode mode = GridSampleMode::kLinear;
