@@ -97,10 +97,11 @@ def test_typed_helpers_of_the_other_layer_types():
     pair(lambda n, t: n.add_scatter(t[0], t[1], t[2], kiln.ScatterMode.nd, reduction=kiln.ScatterReductionKind.add),
          "Scatter", 1, {"mode": "nd", "axis": 0, "reduction": "add"},
          [("d", kiln.float32, [4]), ("i", kiln.int64, [2, 1]), ("u", kiln.float32, [2])])
-    pair(lambda n, t: n.add_resize(t[0], sizes=t[1], mode=kiln.InterpolationMode.linear), "Resize", 1,
+    # Resize's inputs are x, scales, sizes: given scales, the layer has two.
+    pair(lambda n, t: n.add_resize(t[0], scales=t[1], mode=kiln.InterpolationMode.linear), "Resize", 1,
          {"mode": "linear", "coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_floor",
           "cubic_coeff_a": -0.75, "exclude_outside": 0, "extrapolation_value": 0.0},
-         [("x", kiln.float32, [1, 1, 2, 2]), ("s", kiln.int64, [4])])
+         [("x", kiln.float32, [1, 1, 2, 2]), ("s", kiln.float32, [4])])
     pair(lambda n, t: n.add_rnn([t[0], t[1], t[2], None], kiln.RNNCell.rnn, 5, ["tanh"]), "RNN", 2,
          {"cell": "rnn", "hidden_size": 5, "direction": "forward", "activations": ["tanh"], "clip": 0.0,
           "linear_before_reset": 0, "input_forget": 0, "layout": 0},
