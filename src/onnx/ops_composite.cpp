@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "src/core/checked_math.h"
 #include "src/core/half.h"
 #include "src/ir/ops_fused.h"
 #include "src/onnx/onnx_import_context.h"
@@ -53,6 +54,9 @@ Tensor* reshape_scaled(NodeContext& ctx, Tensor* x, Tensor* like, const std::vec
 int64_t block_size(NodeContext& ctx) {
   const int64_t b = ctx.attr_int("blocksize", 0);
   if (b < 1) ctx.fail("attribute 'blocksize' is required and must be >= 1");
+  // The channels hold b*b blocks: a block size whose square overflows int64 fits no tensor.
+  int64_t square = 0;
+  if (mul_overflows(b, b, square)) ctx.fail("attribute 'blocksize' " + std::to_string(b) + " is too large");
   return b;
 }
 
