@@ -11,7 +11,7 @@
 //   5: the CLI's --layer-precisions (apply_layer_precisions, glob_match) on a small network of
 //      named layers: the text split at NUL bytes gives the flag's values; a value starting with
 //      '@' names a file, whose contents are the rest of that value
-//   6: the CLI's byte sizes (parse_byte_size: --memory-limit, --workspace) and, split at the
+//   6: the CLI's byte sizes (parse_byte_size: --memory-limit, --workspace-limit) and, split at the
 //      first NUL, glob_match(pattern, name)
 // the rest of the input is the text or the file. Every kiln::Error is an accepted answer.
 #include <unistd.h>
