@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "src/core/checked_math.h"
 #include "src/core/half.h"
 #include "src/ir/ops_fused.h"
 #include "src/onnx/onnx_import_context.h"
@@ -53,6 +54,9 @@ Tensor* reshape_scaled(NodeContext& ctx, Tensor* x, Tensor* like, const std::vec
 int64_t block_size(NodeContext& ctx) {
   const int64_t b = ctx.attr_int("blocksize", 0);
   if (b < 1) ctx.fail("attribute 'blocksize' is required and must be >= 1");
+  // The channels hold b*b blocks: a block size whose square overflows int64 fits no tensor.
+  int64_t square = 0;
+  if (mul_overflows(b, b, square)) ctx.fail("attribute 'blocksize' " + std::to_string(b) + " is too large");
   return b;
 }
 
@@ -272,10 +276,20 @@ void import_lp_pool(NodeContext& ctx) {
   const std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
   if (kernel.empty() || kernel.size() > 3) ctx.unsupported(std::to_string(kernel.size()) + "-D LpPool (kiln supports 1-D to 3-D)");
   const size_t k = kernel.size();
+  // The window becomes an all-ones constant of kernel_shape's volume, allocated here: a few
+  // bytes of attribute must not claim terabytes (a 3 x 2^40 kernel did, found by fuzzing).
+  constexpr int64_t kMaxWindow = int64_t{1} << 24;
+  int64_t volume = 1;
+  for (int64_t e : kernel) {
+    if (e < 1) ctx.fail("attribute 'kernel_shape' must be positive, got " + std::to_string(e));
+    if (mul_overflows(volume, e, volume) || volume > kMaxWindow)
+      ctx.fail("attribute 'kernel_shape' describes a window of more than 2^24 elements, kiln's limit for LpPool");
+  }
   const std::vector<int64_t> strides = lp_pool_list(ctx, "strides", k, 1);
   const std::vector<int64_t> dilations = lp_pool_list(ctx, "dilations", k, 1);
   std::vector<int64_t> effective(k);
-  for (size_t i = 0; i < k; ++i) effective[i] = (kernel[i] - 1) * dilations[i] + 1;
+  for (size_t i = 0; i < k; ++i)
+    effective[i] = checked_add(checked_mul(kernel[i] - 1, dilations[i], "LpPool dilated window"), 1, "LpPool dilated window");
   std::vector<int64_t> pads = resolve_auto_pad(ctx, effective, strides);
   if (pads.empty()) pads.assign(2 * k, 0);
   Tensor* ceil_pads = nullptr;  // the run-time extra end padding (symbolic spatial dims)

@@ -13,6 +13,10 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
+// libFuzzer's byte mutator, which a custom mutator (fuzz_onnx_structured.cpp) calls; never called
+// when replaying, but the symbol must exist.
+extern "C" size_t LLVMFuzzerMutate(uint8_t*, size_t size, size_t) { return size; }
+
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
   std::vector<fs::path> files;
