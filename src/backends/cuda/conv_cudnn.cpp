@@ -477,6 +477,10 @@ class CudnnDeconvolution : public Kernel {
 struct AlgoNeeds {
   bool unit_stride = false, unit_dilation = false, two_d = false;
   std::vector<int64_t> square_kernels;  // allowed k for a k x k kernel; empty: any
+  // Grouped convolutions refused: on the H200 (cuDNN 9.14) WINOGRAD_NONFUSED computed a float32
+  // depthwise 5x5 convolution (32 groups, 15x15) with errors of 1.8e-2 where every other
+  // algorithm agreed with the CPU reference to 1e-4 (op table case conv/conv_depthwise_wide).
+  bool ungrouped = false;
 };
 
 bool all_ones(const std::vector<int64_t>& v) {
@@ -487,6 +491,7 @@ bool meets(const AlgoNeeds& n, const Layer& layer, const std::vector<TensorDesc>
   const WindowParams& window = params_of<ConvParams>(layer).window;
   if (n.unit_stride && !all_ones(window.strides)) return false;
   if (n.unit_dilation && !all_ones(window.dilations)) return false;
+  if (n.ungrouped && params_of<ConvParams>(layer).group != 1) return false;
   const Dims& w = inputs[1].dims;
   if (n.two_d && w.rank() == 5) return false;
   if (!n.square_kernels.empty()) {
@@ -509,8 +514,8 @@ struct Tactic {
 const AlgoNeeds kAny{};
 const AlgoNeeds kFft{true, true, false, {}};
 const AlgoNeeds kFft2d{true, true, true, {}};
-const AlgoNeeds kWinograd{true, true, true, {3}};
-const AlgoNeeds kWinogradNonfused{true, true, true, {3, 5}};
+const AlgoNeeds kWinograd{true, true, true, {3}, true};
+const AlgoNeeds kWinogradNonfused{true, true, true, {3, 5}, true};
 
 const std::vector<Tactic<ForwardAlgorithms>>& forward_tactics() {
   static const std::vector<Tactic<ForwardAlgorithms>> t = {
