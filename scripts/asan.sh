@@ -3,8 +3,8 @@
 # a second, instrumented CPU build (no oneDNN, whose library is not instrumented; no CUDA, Python
 # or Triton backend) and every ctest test except the Python, serving and docs suites: the unit,
 # op, engine, plugin, CLI, fault-injection, hostile-input and fuzz-corpus tests. Any ASan, LSan or
-# UBSan report fails the test it occurs in. scripts/test.sh (and so CI) runs this after the main
-# suite unless KILN_SKIP_ASAN=1. The `asan` CMake preset is the same build with full debug info.
+# UBSan report fails the test it occurs in. `KILN_ASAN=1 scripts/test.sh` runs this after the
+# main suite. The `asan` CMake preset is the same build with full debug info.
 # Usage: scripts/asan.sh [BUILD_DIR]   (default build-asan-ci)
 set -euo pipefail
 cd "$(dirname "$0")/.."

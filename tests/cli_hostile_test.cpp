@@ -160,6 +160,11 @@ TEST_F(CliHostileTest, BinaryBytesFromLayerPrecisionsAreEscaped) {
 }
 
 TEST_F(CliHostileTest, OutOfMemoryNamesTheTensor) {
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan's operator new reports a failed 4 TiB allocation and aborts instead of throwing
+  // std::bad_alloc (allocator_may_return_null covers malloc only).
+  GTEST_SKIP() << "AddressSanitizer aborts on the 4 TiB operator new this test makes on purpose";
+#endif
   // Expand to 2^40 floats (4 TiB): "kiln: error: out of memory" named nothing.
   test::OnnxModelBuilder b;
   b.input("x", onnx::TensorProto::FLOAT, {1}).int64s("s", {int64_t{1} << 40});

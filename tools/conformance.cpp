@@ -674,10 +674,14 @@ void write_all(int fd, const std::string& text) {
 }
 
 [[noreturn]] void worker_main(const TestCase& test, const RunOptions& o, int fd) {
+  // Not in AddressSanitizer builds: its shadow memory reserves terabytes of address space, so an
+  // address-space limit makes every allocation in the worker fail.
+#if !defined(__SANITIZE_ADDRESS__)
   if (o.memory_limit > 0) {
     const rlimit limit{static_cast<rlim_t>(o.memory_limit), static_cast<rlim_t>(o.memory_limit)};
     setrlimit(RLIMIT_AS, &limit);
   }
+#endif
   if (o.timeout_s > 0) alarm(static_cast<unsigned>(o.timeout_s));
   const std::function<void(const std::string&)> on_stage = [fd](const std::string& s) {
     write_all(fd, "stage " + s + "\n");

@@ -85,9 +85,28 @@ C int_floor_div(C a, C b) {
 
 // ---- binary ops (docs/layers.md "Element-wise ops") -----------------------------------------
 
-struct OpSum { template <typename C> static C apply(C a, C b, bool) { return static_cast<C>(a + b); } };
-struct OpSub { template <typename C> static C apply(C a, C b, bool) { return static_cast<C>(a - b); } };
-struct OpProd { template <typename C> static C apply(C a, C b, bool) { return static_cast<C>(a * b); } };
+// Integer sums, differences and products wrap (two's complement), as on the GPU: they are
+// computed in the unsigned type of at least int's width, so neither a signed overflow nor the
+// promotion of 16-bit operands to int (65535 * 65535 overflows int) is undefined behaviour.
+template <typename C>
+using WrapType = std::make_unsigned_t<std::common_type_t<C, unsigned>>;
+template <typename C, typename F>
+C wrapping(C a, C b, F f) {
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
+    return static_cast<C>(f(static_cast<WrapType<C>>(a), static_cast<WrapType<C>>(b)));
+  } else {
+    return static_cast<C>(f(a, b));
+  }
+}
+struct OpSum {
+  template <typename C> static C apply(C a, C b, bool) { return wrapping(a, b, [](auto x, auto y) { return x + y; }); }
+};
+struct OpSub {
+  template <typename C> static C apply(C a, C b, bool) { return wrapping(a, b, [](auto x, auto y) { return x - y; }); }
+};
+struct OpProd {
+  template <typename C> static C apply(C a, C b, bool) { return wrapping(a, b, [](auto x, auto y) { return x * y; }); }
+};
 struct OpDiv {
   template <typename C> static C apply(C a, C b, bool) {
     if constexpr (std::is_integral_v<C>) return int_div(a, b); else return a / b;
