@@ -210,6 +210,31 @@ TEST(BuilderLevels, OutOfRangeLevelsFailNamingTheRange) {
   }
 }
 
+// tune_for_streams: 1..64, recorded in the engine; on the CPU it changes no choice (host timing
+// of plugin implementations has no streams to share), so the same implementations are chosen
+// and timed the same number of times. The CUDA side: CudaTunedStreams.* (GPU suite).
+TEST(BuilderLevels, TuneForStreamsIsValidatedRecordedAndChangesNothingOnTheCpu) {
+  auto net = chain(2);
+  for (int n : {0, -3, 65}) {
+    BuilderConfig config = config_at(3);
+    config.tune_for_streams = n;
+    const std::string err = error_of([&] { (void)Builder().build_serialized(*net, config); });
+    EXPECT_NE(err.find("tune_for_streams is " + std::to_string(n)), std::string::npos) << err;
+    EXPECT_NE(err.find("1..64"), std::string::npos) << err;
+  }
+  ThreeWays::reset();
+  BuildReport plain;
+  const auto one = Builder().build_serialized(*net, config_at(3), &plain);
+  BuilderConfig config = config_at(3);
+  config.tune_for_streams = 4;
+  BuildReport tuned;
+  const auto four = Builder().build_serialized(*net, config, &tuned);
+  EXPECT_EQ(tuned.tactics_timed, plain.tactics_timed);
+  EXPECT_EQ(tactic_of(four, "three_0"), tactic_of(one, "three_0"));
+  EXPECT_EQ(engine_deserialize(four.data(), four.size(), "tuned").build_info.at("tuned_for_streams"), "4");
+  EXPECT_EQ(engine_deserialize(one.data(), one.size(), "plain").build_info.count("tuned_for_streams"), 0u);
+}
+
 TEST(BuilderLevels, LevelZeroAndNoTimingTimeNothingAndTakeTheFirstImplementation) {
   auto net = chain(3);
   for (bool no_timing : {false, true}) {

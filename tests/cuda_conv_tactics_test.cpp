@@ -42,17 +42,22 @@
 #include "op_harness.h"
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
+#include "src/engine/engine_format.h"
 #include "src/core/half.h"
 
+struct CUstream_st;  // cudaStream_t is CUstream_st*
 #ifdef KILN_HAVE_CUDA
 namespace kiln::cuda {
 // conv_cuda.h (not includable here: it needs the CUDA headers, which the tests do not get).
 size_t prepared_weights_live_bytes();
+// cuda_common.h: a one-thread kernel that keeps `stream` busy for `ms`.
+void launch_spin(CUstream_st* stream, double ms);
 }  // namespace kiln::cuda
 #else
 namespace kiln::cuda {
-// CPU-only builds: the CUDA tests skip before reading it.
+// CPU-only builds: the CUDA tests skip before reading these.
 inline size_t prepared_weights_live_bytes() { return 0; }
+inline void launch_spin(CUstream_st*, double) {}
 }  // namespace kiln::cuda
 #endif
 
@@ -1013,6 +1018,79 @@ TEST(CudaConvHostCost, PrintsHostMicrosecondsPerExecute) {
       }
     }
     backend.destroy_stream(stream);
+  }
+}
+
+
+// BuilderConfig::tune_for_streams, the timer: four one-block kernels of 0.5 ms on four streams
+// run at once (a quarter of the time per copy), which one stream's timing cannot show; the
+// default (one stream) implementation runs copies one after another.
+TEST(CudaTunedStreams, ConcurrentTimingSeesKernelsThatShareTheDevice) {
+  std::string why;
+  if (!test::cuda_usable(&why)) GTEST_SKIP() << why;
+  Backend& backend = get_backend(DeviceType::kCUDA);
+  std::vector<void*> streams;
+  for (int i = 0; i < 4; ++i) streams.push_back(backend.create_stream());
+  struct Guard {
+    Backend& b;
+    std::vector<void*>& s;
+    ~Guard() {
+      for (void* st : s) b.destroy_stream(st);
+    }
+  } guard{backend, streams};
+  const auto spin = [&](size_t i) { cuda::launch_spin(static_cast<CUstream_st*>(streams[i]), 0.5); };
+  const double one = backend.time_runs(streams[0], 4, [&] { spin(0); });
+  double host = -1;
+  const double four = backend.time_concurrent_runs(streams, 4, spin, &host);
+  std::cout << "  0.5 ms one-block kernel: " << one << " ms per run on one stream, " << four
+            << " ms per run per copy with 4 streams at once (host " << host << " ms per enqueue)\n";
+  EXPECT_NEAR(one, 0.5, 0.1);
+  EXPECT_LT(four, 0.5 * one) << "the copies did not run at the same time";
+  EXPECT_GT(four, 0.2 * one);
+  EXPECT_GE(host, 0.0);
+}
+
+// An engine tuned for 4 streams computes what the CPU reference does, records the value, and
+// its context runs from 4 threads at once like any engine.
+TEST(CudaTunedStreams, AnEngineTunedForFourStreamsMatchesTheCpuReference) {
+  std::string why;
+  if (!test::cuda_usable(&why)) GTEST_SKIP() << why;
+  const StackSpec spec{"small_resnet_batch1", Dims{1, 16, 16, 16}, true, 64, {{32, 128, 1}, {64, 256, 2}, {64, 256, 1}}};
+  const auto net = make_stack(spec);
+  const HostTensor input = stack_input(spec);
+  const HostTensor ref = run_cpu(*net, input);
+  BuilderConfig config;
+  config.device = DeviceType::kCUDA;
+  config.fp16 = true;
+  config.tune_for_streams = 4;
+  BuildReport report;
+  const auto bytes = Builder().build_serialized(*net, config, &report);
+  EXPECT_GT(report.tactics_timed, 0) << "nothing was timed";
+  const EngineData data = engine_deserialize(bytes.data(), bytes.size(), "tuned");
+  ASSERT_TRUE(data.build_info.count("tuned_for_streams"));
+  EXPECT_EQ(data.build_info.at("tuned_for_streams"), "4");
+  // Every convolution carries the hint its library kernels read.
+  for (int i = 0; i < data.network->num_layers(); ++i) {
+    const Layer* l = data.network->layer(i);
+    if (l->type() == kLayerConvolution) {
+      EXPECT_EQ(l->attrs().get_int("concurrent_streams", 1), 4) << l->name();
+    }
+  }
+  auto engine = Runtime().deserialize(bytes.data(), bytes.size(), "tuned for 4 streams");
+  std::cout << "  tuned for 4 streams:\n" << engine->describe();
+  // Plain launches may run other kernels than the graph (the LAUNCH section), so within the
+  // tolerance, not bit for bit.
+  const StackRun r = run_stack(engine, input, 2, 3);
+  for (const HostTensor& t : r.plain) EXPECT_LE(range_error(t, ref), kStackTolerance);
+  EXPECT_LE(range_error(r.graph_first, ref), kStackTolerance);
+  EXPECT_LE(range_error(r.graph_replay, ref), kStackTolerance);
+  // Out of range: a clear error naming the range.
+  config.tune_for_streams = 0;
+  try {
+    (void)Builder().build_serialized(*net, config);
+    ADD_FAILURE() << "tune_for_streams 0 was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("1..64"), std::string::npos) << e.what();
   }
 }
 

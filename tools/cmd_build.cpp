@@ -37,6 +37,7 @@ struct BuildOptions {
   std::string timing_cache;
   bool no_timing = false;
   int optimization_level = 3;
+  int tune_for_streams = 1;
   std::string workspace_limit;
   bool embed_plugins = false;
   std::vector<std::string> layer_precisions;
@@ -72,6 +73,7 @@ int run_build(const BuildOptions& o) {
   config.timing_cache_path = o.timing_cache;
   config.time_tactics = !o.no_timing;
   config.optimization_level = o.optimization_level;
+  config.tune_for_streams = o.tune_for_streams;
   if (!o.workspace_limit.empty()) config.workspace_limit = parse_byte_size(o.workspace_limit, "--workspace-limit");
   config.embed_plugin_libraries = o.embed_plugins;
   if (!o.memory_limit.empty()) config.memory_limit = parse_byte_size(o.memory_limit, "--memory-limit");
@@ -96,7 +98,9 @@ int run_build(const BuildOptions& o) {
       << (o.threads > 0 ? std::to_string(o.threads) : std::string("all")) << ", fp16: " << (o.fp16 ? "on" : "off")
       << (o.no_optimizations ? ", optimizations: off" : "") << ", optimization level: " << o.optimization_level
       << (o.no_timing ? " with --no-timing" : "")
-      << (config.workspace_limit ? ", workspace limit: " + format_bytes(config.workspace_limit) : std::string()) << ")\n"
+      << (config.workspace_limit ? ", workspace limit: " + format_bytes(config.workspace_limit) : std::string())
+      << (o.tune_for_streams > 1 ? ", tuned for " + std::to_string(o.tune_for_streams) + " streams" : std::string())
+      << ")\n"
       << std::flush;
   Builder builder;
   BuildReport report;
@@ -196,6 +200,13 @@ void setup_build_command(CLI::App& parent, std::function<int()>& run) {
                   "0 times nothing (highest-priority kernels), 1-2 time fewer kernels and runs, 3 is the default, "
                   "4-5 time more runs and 5 also the kernels that are slow to try")
       ->check(CLI::Range(0, 5))
+      ->type_name("N")
+      ->capture_default_str();
+  sub->add_option("--tune-for-streams", o->tune_for_streams,
+                  "CUDA: how many contexts will run the engine at once, each on its own stream (kiln bench --streams "
+                  "N, a server's instances): kernels are timed as N copies at once and the highest throughput wins "
+                  "(1, the default: the lowest latency of one stream)")
+      ->check(CLI::Range(1, kiln::kMaxTuneStreams))
       ->type_name("N")
       ->capture_default_str();
   add_byte_size_option(*sub, "--workspace-limit", o->workspace_limit,

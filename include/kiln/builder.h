@@ -72,6 +72,15 @@ class BuilderConfig {
   // would do. Checked on the CPU and on CUDA (TensorRT's workspace memory pool limit). The
   // engine's workspace is in BuildReport::workspace_bytes and its build_info.
   uint64_t workspace_limit = 0;
+  // How many execution contexts will run the engine at once, each on its own stream (a server's
+  // instances, `kiln bench --streams N`): 1..64, default 1. At 1 each layer gets the kernel with
+  // the lowest latency on an otherwise idle GPU. Above 1 (CUDA, when kernels are timed), each
+  // candidate is timed as N copies running at once on N streams, and the one with the highest
+  // throughput wins: at batch 1 a kernel that takes most SMs for a few microseconds is fastest
+  // alone but leaves the other streams waiting, and one with fewer, longer-running blocks serves
+  // N streams better. One stream's latency may grow. The engine records the value
+  // (build_info "tuned_for_streams"); the timing cache keeps choices per value. No effect on the CPU.
+  int tune_for_streams = 1;
   // Store the file of every plugin library the engine's plugins came from in the engine (LIBS
   // section, docs/engine-format.md), for deployment without the library: a runtime loads the
   // embedded copy of a plugin that is not registered only after Runtime::

@@ -93,6 +93,8 @@ DeviceType parse_device_type(std::string_view name);
 // hardware threads of any machine kiln runs on, far below what the OpenMP runtime fails on
 // (tens of thousands of threads); docs/security.md.
 inline constexpr int kMaxThreads = 1024;
+// The most streams a build can be tuned for (BuilderConfig::tune_for_streams).
+inline constexpr int kMaxTuneStreams = 64;
 
 // A dimension value of -1 means "unknown until run time" (a dynamic dimension).
 inline constexpr int64_t kDynamic = -1;

@@ -301,6 +301,9 @@ void bind_runtime(nb::module_& m) {
               "How hard the builder searches for fast kernels, 0..5 (default 3; docs/cli.md lists each level).")
       .def_rw("workspace_limit", &BuilderConfig::workspace_limit,
               "Most scratch bytes one kernel may use (0: no limit); kernels needing more are not considered.")
+      .def_rw("tune_for_streams", &BuilderConfig::tune_for_streams,
+              "How many contexts will run the engine at once, each on its own stream (1..64, CUDA): kernels are "
+              "timed as that many copies at once and the highest throughput wins; 1 (default): lowest latency.")
       .def_rw("embed_plugin_libraries", &BuilderConfig::embed_plugin_libraries)
       .def("add_optimization_profile", [](BuilderConfig& c, const OptimizationProfile& p) {
             c.profiles.push_back(p);

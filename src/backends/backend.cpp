@@ -119,6 +119,16 @@ double Backend::time_runs(void* stream, int runs, const std::function<void()>& e
   return ms;
 }
 
+double Backend::time_concurrent_runs(const std::vector<void*>& streams, int runs,
+                                     const std::function<void(size_t)>& enqueue, double* host_ms) {
+  if (streams.empty()) throw Error("internal: time_concurrent_runs without streams");
+  const double ms = time_runs(streams.front(), runs, [&] {
+    for (size_t i = 0; i < streams.size(); ++i) enqueue(i);
+  }, host_ms);
+  if (host_ms) *host_ms /= static_cast<double>(streams.size());
+  return ms / static_cast<double>(streams.size());
+}
+
 void Backend::begin_capture(void*) {
   throw Error(std::string("the ") + to_string(device()) + " backend has no graph capture (CUDA graphs need --device cuda)");
 }

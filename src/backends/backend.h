@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "kiln/types.h"
 
@@ -60,6 +61,13 @@ class Backend {
   // `host_ms` (optional) receives the host's milliseconds per call of `enqueue` (what launching
   // costs the CPU), for the tactics of plain launches.
   virtual double time_runs(void* stream, int runs, const std::function<void()>& enqueue, double* host_ms = nullptr);
+  // The same with several copies of the work running at once, copy i on streams[i]
+  // (BuilderConfig::tune_for_streams): enqueue(i) enqueues one run of copy i; every copy runs
+  // `runs` times, interleaved. Returns the device milliseconds per run per copy (the inverse of
+  // the throughput when streams.size() copies share the device); `host_ms` the host's milliseconds
+  // per call of enqueue. The default runs the copies one after another on streams[0].
+  virtual double time_concurrent_runs(const std::vector<void*>& streams, int runs,
+                                      const std::function<void(size_t)>& enqueue, double* host_ms = nullptr);
 
   // A one-line description of the device (name, compute capability) for timing-cache keys and
   // `kiln inspect`.

@@ -220,6 +220,10 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
                 std::to_string(kMaxThreads) + " (0: all hardware threads)");
   }
   (void)timing_policy(config.optimization_level);  // throws naming the range 0..5
+  if (config.tune_for_streams < 1 || config.tune_for_streams > kMaxTuneStreams) {
+    throw Error("BuilderConfig::tune_for_streams is " + std::to_string(config.tune_for_streams) + ", expected 1.." +
+                std::to_string(kMaxTuneStreams) + " (kiln build --tune-for-streams; 1: the lowest latency of one stream)");
+  }
   for (const std::string& name : config.disabled_passes) {
     const auto& known = builder_pass_names();
     if (std::find(known.begin(), known.end(), name) != known.end()) continue;
@@ -248,6 +252,14 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   for (const auto& pt : points) all_states.push_back(infer_shapes(*net, pt));
   annotate_tensors(*net, all_states);
 
+  // Tuned for several streams at once: the convolutions' library kernels aim at a share of the
+  // SMs (ConvParams::concurrent_streams), in the timing below and in the engine's contexts.
+  if (config.device == DeviceType::kCUDA && config.tune_for_streams > 1) {
+    for (int i = 0; i < net->num_layers(); ++i) {
+      Layer* l = net->layer(i);
+      if (l->type() == kLayerConvolution) l->attrs().set("concurrent_streams", int64_t{config.tune_for_streams});
+    }
+  }
   EngineData data;
   data.device = config.device;
   data.num_threads = config.num_threads;
@@ -285,6 +297,7 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   // reserves besides activations), and the limit the kernels were chosen under.
   data.build_info["workspace_bytes"] = std::to_string(report.workspace_bytes);
   if (config.workspace_limit) data.build_info["workspace_limit_bytes"] = std::to_string(config.workspace_limit);
+  if (config.tune_for_streams > 1) data.build_info["tuned_for_streams"] = std::to_string(config.tune_for_streams);
   data.network = std::move(net);
   auto bytes = engine_serialize(data);
   report.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -219,17 +219,53 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
   kc.workspace_size = ws;
   kernel->execute(kc);  // warm-up (lazy library initialization, caches)
   backend.synchronize(stream);
+  // Tuned for N streams: N copies of the layer, each with its own outputs and workspace on its
+  // own stream (the inputs are only read, so they are shared), run at once; the time is per run
+  // per copy, the inverse of the throughput N contexts would get.
+  std::vector<KernelContext> copies;
+  std::vector<void*> streams;
+  struct Streams {
+    Backend& backend;
+    std::vector<void*> made;
+    ~Streams() {
+      for (void* s : made) backend.destroy_stream(s);
+    }
+  } extra_streams{backend, {}};
+  if (policy.streams > 1) {
+    copies.push_back(kc);
+    streams.push_back(stream);
+    for (int c = 1; c < policy.streams; ++c) {
+      KernelContext copy = kc;
+      extra_streams.made.push_back(backend.create_stream());
+      copy.stream = extra_streams.made.back();
+      for (TensorView& o : copy.outputs) {
+        const size_t bytes = static_cast<size_t>(tensor_byte_size(o.type, o.dims));
+        buffers.emplace_back(backend, bytes);
+        o.data = bytes ? buffers.back().data() : nullptr;
+      }
+      buffers.emplace_back(backend, ws);
+      copy.workspace = buffers.back().data();
+      kernel->execute(copy);  // warm-up on this stream
+      backend.synchronize(copy.stream);
+      copies.push_back(copy);
+      streams.push_back(copy.stream);
+    }
+  }
   // Runs enough for about policy.target_ms of device work (at least 3, at most 50) per
   // measurement, and the median of the measurements (3 from level 2 up): one preempted or
   // throttled measurement must not decide the choice (single measurements made choices differ
   // by 2x between builds of the same network).
   const auto enqueue = [&] { kernel->execute(kc); };
-  const double once = backend.time_runs(stream, 1, enqueue);
+  const auto measure = [&](int runs, double* host) {
+    if (copies.empty()) return backend.time_runs(stream, runs, enqueue, host);
+    return backend.time_concurrent_runs(streams, runs, [&](size_t c) { kernel->execute(copies[c]); }, host);
+  };
+  const double once = measure(1, nullptr);
   const int runs = std::max(3, std::min(50, static_cast<int>(policy.target_ms / std::max(once, 1e-3))));
   std::vector<double> t, h;
   for (int i = 0; i < policy.measurements; ++i) {
     double host = 0;
-    t.push_back(backend.time_runs(stream, runs, enqueue, &host));
+    t.push_back(measure(runs, &host));
     h.push_back(host);
     if (i + 1 < policy.measurements && *std::min_element(t.begin(), t.end()) > stop_above_ms) {
       if (stopped) *stopped = true;
@@ -357,6 +393,12 @@ void configure_plugins_per_profile(const std::vector<Layer*>& steps, const Build
 
 }  // namespace
 
+std::string timing_device_name(const Backend& backend, const BuilderConfig& config) {
+  // Choices for N streams at once are other choices: their own timing-cache and reuse keys.
+  const std::string name = backend.describe();
+  return config.tune_for_streams > 1 && config.device == DeviceType::kCUDA ? name + " x" + std::to_string(config.tune_for_streams) + " streams" : name;
+}
+
 TimingPolicy timing_policy(int level) {
   constexpr size_t kAll = std::numeric_limits<size_t>::max();
   switch (level) {
@@ -385,7 +427,8 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
   TimingCache cache(config.timing_cache_path);
   const TimedVariant& first = variants.front();
   const std::string key = "variant:" + purpose + "|" +
-                          timing_key(backend.describe(), *first.layer, input_descs(*first.layer, first.states), first.states);
+                          timing_key(timing_device_name(backend, config), *first.layer,
+                                     input_descs(*first.layer, first.states), first.states);
   if (const std::string* hit = cache.find(key)) {
     for (size_t v = 0; v < variants.size(); ++v) {
       if (variants[v].name != *hit) continue;
@@ -397,6 +440,7 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
   void* stream = timing_stream.get();
   TimingPolicy policy = timing_policy(config.optimization_level);
   policy.measurements = std::max(policy.measurements, 1);
+  policy.streams = config.device == DeviceType::kCUDA ? config.tune_for_streams : 1;
   // The fastest kernel of one layer, or infinity when none runs.
   auto best_time = [&](const Layer& layer, const TensorStates& states, std::string& failures) {
     double best = std::numeric_limits<double>::infinity();
@@ -507,9 +551,11 @@ double stop_above(const TimingPolicy& policy, double best) {
 void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig& config,
                            const std::vector<TensorStates>& states, BuildReport& report, ChoiceMemo& memo) {
   TimingProgress progress("timing plugin implementations", steps.size());
-  const TimingPolicy policy = timing_policy(config.optimization_level);
+  TimingPolicy policy = timing_policy(config.optimization_level);
+  policy.streams = config.device == DeviceType::kCUDA ? config.tune_for_streams : 1;
   const bool timing = builder_times_kernels(config);
   Backend& backend = get_backend(config.device);
+  const std::string device_name = timing_device_name(backend, config);
   TimingCache cache(timing && config.device == DeviceType::kCUDA ? config.timing_cache_path : std::string());
   TimingStream stream(&backend);  // made for the first layer timed, shared by the others
   const KernelEntry* entry = KernelRegistry::instance().find(config.device, kLayerPlugin, "plugin");
@@ -528,8 +574,8 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
     if (names.empty()) continue;
     const auto in_descs = input_descs(*layer, states.front());
     const std::string key =
-        "plugin_tactic|" + backend.describe() + "|" + timing_key(backend.describe(), *layer, in_descs, states.front());
-    const std::string reuse_key = timing_key(backend.describe(), *layer, in_descs, states.front(), false);
+        "plugin_tactic|" + backend.describe() + "|" + timing_key(device_name, *layer, in_descs, states.front());
+    const std::string reuse_key = timing_key(device_name, *layer, in_descs, states.front(), false);
     const std::string ws_key = reuse_key + "|" + points_text(*layer, states);
     if (config.workspace_limit && entry) {
       std::vector<std::string> fit;
@@ -643,7 +689,8 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
                                                   const BuilderConfig& config, const std::vector<TensorStates>& states,
                                                   BuildReport* report,
                                                   std::map<std::string, std::string>* launch_tactics) {
-  const TimingPolicy policy = timing_policy(config.optimization_level);
+  TimingPolicy policy = timing_policy(config.optimization_level);
+  policy.streams = config.device == DeviceType::kCUDA ? config.tune_for_streams : 1;
   BuildReport local;
   BuildReport& r = report ? *report : local;
   r.optimization_level = config.optimization_level;
@@ -656,7 +703,8 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
   Backend* backend = timing ? &get_backend(config.device) : nullptr;
   TimingStream timing_stream(backend);
   void* stream = backend ? timing_stream.get() : nullptr;
-  const std::string device_name = backend ? backend->describe() : std::string(to_string(config.device));
+  const std::string device_name =
+      backend ? timing_device_name(*backend, config) : std::string(to_string(config.device));
   TimingCache cache(timing ? config.timing_cache_path : std::string());
   size_t index = 0;
   for (const Layer* layer : steps) {

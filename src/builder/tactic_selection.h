@@ -16,6 +16,8 @@
 
 namespace kiln {
 
+class Backend;
+
 // How BuilderConfig::optimization_level times kernels (builder.h documents the levels).
 struct TimingPolicy {
   bool time = true;           // false (level 0): nothing is timed, the highest priority wins
@@ -23,9 +25,13 @@ struct TimingPolicy {
   int measurements = 3;       // the median of this many
   double target_ms = 1.0;     // device work per measurement
   double stop_ratio = 0.0;    // early stop above best-so-far x ratio after a measurement; 0: never
+  int streams = 1;            // copies timed at once on their own streams (BuilderConfig::tune_for_streams)
 };
 // Throws naming the valid range when `level` is not 0..5.
 TimingPolicy timing_policy(int level);
+// The device's name in timing keys: Backend::describe(), plus the number of streams when the
+// build is tuned for several (BuilderConfig::tune_for_streams).
+std::string timing_device_name(const Backend& backend, const BuilderConfig& config);
 // Whether a build with `config` times anything (time_tactics and a level above 0).
 bool builder_times_kernels(const BuilderConfig& config);
 

@@ -130,6 +130,7 @@ ConvParams ConvParams::decode(const Layer& layer) {
   p.window = decode_window(layer);
   if (p.deconv) p.output_padding = r.ints_at_least("output_padding", 0);
   p.group = r.int_in("group", 1, std::numeric_limits<int64_t>::max());
+  p.concurrent_streams = r.int_in("concurrent_streams", 1, kMaxTuneStreams);
   const std::string kind = r.get_string("activation");
   if (!kind.empty()) {
     try {

@@ -62,6 +62,10 @@ struct ConvParams {
   std::vector<int64_t> output_padding;  // Deconvolution only; empty: zeros
   int64_t group = 1;
   PostOp post;  // the fused activation (attributes activation, activation_alpha, activation_beta)
+  // How many contexts the engine was tuned to run at once (BuilderConfig::tune_for_streams,
+  // attribute concurrent_streams, 1..kMaxTuneStreams): CUDA library kernels (cuBLASLt, cuDNN's
+  // graph API) then choose kernels for the device's SMs / this many.
+  int64_t concurrent_streams = 1;
 
   // Throws kiln::Error naming the layer and the attribute (an unknown activation or auto_pad,
   // group < 1, strides/dilations < 1, negative pads or output_padding).

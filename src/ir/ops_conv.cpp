@@ -74,6 +74,9 @@ std::vector<AttrSpec> conv_attrs(bool deconv) {
   a.push_back({"activation", AttrType::kString, std::string(), false, "fused post-op: \"\" (none) or an Activation kind"});
   a.push_back({"activation_alpha", AttrType::kFloat, 0.0, false, "alpha of the fused post-op"});
   a.push_back({"activation_beta", AttrType::kFloat, 0.0, false, "beta of the fused post-op"});
+  a.push_back({"concurrent_streams", AttrType::kInt, int64_t{1}, false,
+               "build hint (BuilderConfig::tune_for_streams): contexts expected to run the layer at once; CUDA "
+               "library kernels then target the device's SMs / this many"});
   return a;
 }
 

@@ -119,6 +119,7 @@ class LtConvolution : public Kernel {
     has_bias_ = inputs.size() > 2 && inputs[2].present;
     has_residual_ = inputs.size() > 3 && inputs[3].present;
     channels_last_ = s_.format == TensorFormat::kChannelsLast;
+    sm_target_ = sm_count_target(params_of<ConvParams>(layer).concurrent_streams);
     plans_.clear();
     fusion_ = Fusion{};
     const int64_t spatial = s_.in_volume();
@@ -278,6 +279,11 @@ class LtConvolution : public Kernel {
     KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     const cublasLtEpilogue_t epi = epilogue();
     KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (sm_target_ > 0) {
+      // Tuned for several streams: kernels for a share of the SMs (the others' work runs beside).
+      const int32_t sms = sm_target_;
+      KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
+    }
     if (fusion_.bias) {
       // The heuristic reads the bias pointer's alignment from its value: a stand-in with exactly
       // the alignment this plan requires (execute() sets the real pointer), as matmul_cublaslt.cpp.
@@ -344,6 +350,7 @@ class LtConvolution : public Kernel {
   ConvShape s_;
   bool has_bias_ = false, has_residual_ = false, channels_last_ = false;
   Fusion fusion_;
+  int sm_target_ = 0;  // cuda::sm_count_target of the layer's concurrent_streams
   int64_t m_ = 0, n_ = 0, k_ = 0, batch_ = 1;
   std::vector<Plan> plans_;  // by decreasing alignment; empty: the direct kernel runs
 };

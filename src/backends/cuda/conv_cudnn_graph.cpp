@@ -346,6 +346,7 @@ struct GraphSpec {
   bool bias = false, residual = false;
   const GraphActivation* act = nullptr;
   PostOp post;  // the activation's parameters when act is set
+  int sm_count = 0;  // > 0: heuristics and engines for this many SMs (tuned for several streams)
 };
 
 std::string spec_key(const GraphSpec& g) {
@@ -356,7 +357,7 @@ std::string spec_key(const GraphSpec& g) {
   for (const Spatial3* v : {&s.in, &s.out, &s.kernel, &s.stride, &s.pad_begin, &s.pad_end, &s.dilation}) {
     k << '|' << (*v)[0] << ',' << (*v)[1] << ',' << (*v)[2];
   }
-  k << '|' << g.bias << g.residual;
+  k << '|' << g.bias << g.residual << '|' << g.sm_count;
   if (g.act) {
     k << '|' << static_cast<int>(g.act->kind) << ',' << std::setprecision(9) << g.post.alpha << ',' << g.post.beta;
   }
@@ -510,6 +511,7 @@ void make_graph(const GraphSpec& g, GraphEntry& e) {
 
   auto graph = std::make_shared<KilnGraph>();
   graph->set_io_data_type(io).set_intermediate_data_type(f32).set_compute_data_type(f32);
+  if (g.sm_count > 0) graph->set_sm_count(g.sm_count);
   const auto io_tensor = [&](const char* name, int64_t uid, const std::vector<int64_t>& dims,
                              const std::vector<int64_t>& strides) {
     fe::graph::Tensor_attributes t;
@@ -724,6 +726,7 @@ class CudnnGraphConvolution : public Kernel {
     empty_ = s_.batch == 0 || s_.out_channels == 0 || s_.in_channels == 0;
     if (empty_) return;
     KILN_CUDA_CHECK(cudaGetDevice(&device_));
+    sm_target_ = sm_count_target(params_of<ConvParams>(layer).concurrent_streams);
     settings_ = read_settings();
     if (settings_.sharing == PlanSharing::kPerKernelHandle && !own_handle_) {
       own_handle_ = handle_pool().make_private(device_);
@@ -820,8 +823,10 @@ class CudnnGraphConvolution : public Kernel {
     fused.residual = has_residual_;
     fused.act = graph_activation(post_, s_.type);
     fused.post = post_;
+    fused.sm_count = sm_target_;
     GraphSpec plain;
     plain.s = s_;
+    plain.sm_count = sm_target_;
     std::vector<GraphSpec> attempts{fused};
     if (fused.bias || fused.residual || fused.act) attempts.push_back(plain);
 
@@ -942,6 +947,7 @@ class CudnnGraphConvolution : public Kernel {
   ConvShape s_;
   bool has_bias_ = false, has_residual_ = false, empty_ = false;
   int device_ = 0;
+  int sm_target_ = 0;  // cuda::sm_count_target of the layer's concurrent_streams
   Settings settings_;
   size_t workspace_ = 0;
   GraphHandle* own_handle_ = nullptr;  // kPerKernelHandle only; never destroyed (see GraphHandle)

@@ -156,6 +156,62 @@ class CudaBackend : public Backend {
     return static_cast<double>(ms) / runs;
   }
 
+  // Copies on several streams at once (BuilderConfig::tune_for_streams): the spin kernel holds
+  // streams[0] while the host enqueues every copy's runs, interleaved; the other streams wait for
+  // the start event behind it, so all copies start together and share the device as contexts on
+  // their own streams do. The time from the start to the last copy's end, per run per copy.
+  double time_concurrent_runs(const std::vector<void*>& streams, int runs, const std::function<void(size_t)>& enqueue,
+                              double* host_ms_per_run) override {
+    if (streams.empty()) throw Error("internal: time_concurrent_runs without streams");
+    for (void* st : streams) {
+      if (!st) throw Error("internal: CUDA kernel timing needs a stream");
+    }
+    runs = std::max(runs, 1);
+    const size_t n = streams.size();
+    const auto s0 = static_cast<cudaStream_t>(streams[0]);
+    for (void* st : streams) KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(st)));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < n; ++i) enqueue(i);
+    const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    for (void* st : streams) KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(st)));
+    struct Events {
+      std::vector<cudaEvent_t> all;
+      ~Events() {
+        for (cudaEvent_t e : all) cudaEventDestroy(e);
+      }
+      cudaEvent_t make(unsigned flags) {
+        cudaEvent_t e = nullptr;
+        KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, flags));
+        all.push_back(e);
+        return e;
+      }
+    } ev;
+    const cudaEvent_t start = ev.make(cudaEventDefault);
+    const cudaEvent_t stop = ev.make(cudaEventDefault);
+    std::vector<cudaEvent_t> done;
+    for (size_t i = 1; i < n; ++i) done.push_back(ev.make(cudaEventDisableTiming));
+    cuda::launch_spin(s0, std::min(50.0, 0.05 + 2.0 * host_ms * runs));
+    KILN_CUDA_CHECK(cudaEventRecord(start, s0));
+    for (size_t i = 1; i < n; ++i) KILN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(streams[i]), start, 0));
+    const auto h0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < runs; ++r) {
+      for (size_t i = 0; i < n; ++i) enqueue(i);
+    }
+    if (host_ms_per_run) {
+      *host_ms_per_run =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count() / (runs * n);
+    }
+    for (size_t i = 1; i < n; ++i) {
+      KILN_CUDA_CHECK(cudaEventRecord(done[i - 1], static_cast<cudaStream_t>(streams[i])));
+      KILN_CUDA_CHECK(cudaStreamWaitEvent(s0, done[i - 1], 0));
+    }
+    KILN_CUDA_CHECK(cudaEventRecord(stop, s0));
+    KILN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return static_cast<double>(ms) / (static_cast<double>(runs) * static_cast<double>(n));
+  }
+
   bool supports_graphs() const override { return true; }
   bool is_capturing(void* stream) const override {
     if (!stream) return false;

@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -73,6 +74,17 @@ int compute_capability();
 
 // Keeps `stream` busy for about `ms` milliseconds (timing_cuda.cu; for CudaBackend::time_runs).
 void launch_spin(cudaStream_t stream, double ms);
+
+// The SMs library kernels (cuBLASLt, cuDNN's graph API) should aim at when `streams` contexts run
+// the engine at once (ConvParams::concurrent_streams, BuilderConfig::tune_for_streams): the
+// current device's SMs / streams, at least 1; 0 (the libraries' default: every SM) for one.
+inline int sm_count_target(int64_t streams) {
+  if (streams <= 1) return 0;
+  int device = 0, n = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  return std::max(1, static_cast<int>(n / streams));
+}
 
 // Element conversions usable in templated device code: load as float, store from float.
 __host__ __device__ inline float to_float(float v) { return v; }
