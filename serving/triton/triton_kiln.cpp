@@ -331,13 +331,55 @@ struct Staging {
   }
 };
 
+// Pinned host memory (Backend::allocate_host) of at least `size` bytes, reused across
+// executions: what the device copies from and to asynchronously on the instance's stream.
+struct PinnedHost {
+  Backend* backend = nullptr;
+  void* ptr = nullptr;
+  size_t size = 0;
+  uint8_t* reserve(size_t bytes) {
+    bytes = std::max<size_t>(bytes, 1);
+    if (size < bytes) {
+      if (ptr) backend->release_host(ptr);
+      ptr = nullptr;
+      size = 0;
+      ptr = backend->allocate_host(bytes);
+      size = bytes;
+    }
+    return static_cast<uint8_t*>(ptr);
+  }
+  PinnedHost() = default;
+  PinnedHost(const PinnedHost&) = delete;
+  PinnedHost& operator=(const PinnedHost&) = delete;
+  PinnedHost(PinnedHost&& o) noexcept : backend(o.backend), ptr(o.ptr), size(o.size) { o.ptr = nullptr; }
+  ~PinnedHost() {
+    if (backend && ptr) backend->release_host(ptr);
+  }
+};
+
 struct InstanceState {
   ModelState* model = nullptr;
   std::string name;
   std::unique_ptr<ExecutionContext> ctx;
-  Backend* device = nullptr;  // CUDA engines: copies go through device staging
+  // CUDA engines: inputs gathered into pinned host memory, copied to device staging on the
+  // instance's own stream, the inference enqueued on it, the outputs copied back into pinned
+  // memory, one wait (never the default stream, which would serialize the instances).
+  Backend* device = nullptr;
+  void* stream = nullptr;
   std::vector<Staging> in, out;
-  std::vector<uint8_t> host_in, host_out;
+  std::vector<PinnedHost> pinned_in, pinned_out;
+  InstanceState() = default;
+  InstanceState(const InstanceState&) = delete;
+  InstanceState& operator=(const InstanceState&) = delete;
+  ~InstanceState() {
+    if (device && stream) {
+      try {
+        device->synchronize(stream);
+      } catch (const std::exception&) {
+      }
+      device->destroy_stream(stream);
+    }
+  }
 };
 
 struct Pending {
@@ -466,8 +508,7 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
     const uint64_t bytes = static_cast<uint64_t>(volume) * data_type_size(m.inputs[i].type);
     uint8_t* host = nullptr;
     if (s.device) {
-      if (s.host_in.size() < bytes) s.host_in.resize(bytes);
-      host = s.host_in.data();
+      host = s.pinned_in[i].reserve(bytes);
     } else {
       host = static_cast<uint8_t*>(s.in[i].reserve(bytes));
     }
@@ -481,7 +522,7 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
     void* bound = host;
     if (s.device) {
       bound = s.in[i].reserve(bytes);
-      s.device->copy_host_to_device(bound, host, bytes, nullptr);
+      s.device->copy_host_to_device(bound, host, bytes, s.stream);
     }
     s.ctx->set_tensor_address(m.inputs[i].name, bound);
   }
@@ -491,11 +532,15 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
                               s.out[o].reserve(static_cast<uint64_t>(most.volume()) * data_type_size(m.outputs[o].type)));
   }
   times.inputs_done = now_ns();
-  s.ctx->execute();
+  if (s.device) {
+    s.ctx->enqueue(s.stream);
+    s.device->synchronize(s.stream);  // the output dims may depend on the data
+  } else {
+    s.ctx->execute();
+  }
   times.infer_done = now_ns();
   std::vector<Dims> out_dims(m.outputs.size());
   std::vector<const uint8_t*> out_host(m.outputs.size());
-  std::vector<std::vector<uint8_t>> copies(m.outputs.size());
   for (size_t o = 0; o < m.outputs.size(); ++o) {
     out_dims[o] = s.ctx->tensor_shape(m.outputs[o].name);
     if (m.max_batch > 0 && (out_dims[o].rank() == 0 || out_dims[o][0] != total)) {
@@ -504,13 +549,14 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
     }
     if (s.device) {
       const uint64_t n = static_cast<uint64_t>(out_dims[o].volume()) * data_type_size(m.outputs[o].type);
-      copies[o].resize(std::max<uint64_t>(n, 1));
-      s.device->copy_device_to_host(copies[o].data(), s.out[o].ptr, n, nullptr);
-      out_host[o] = copies[o].data();
+      uint8_t* dst = s.pinned_out[o].reserve(n);
+      s.device->copy_device_to_host(dst, s.out[o].ptr, n, s.stream);
+      out_host[o] = dst;
     } else {
       out_host[o] = s.out[o].host.data();
     }
   }
+  if (s.device) s.device->synchronize(s.stream);
   std::vector<uint64_t> offsets(m.outputs.size(), 0);
   for (Pending& p : group) {
     TRITONBACKEND_Response* response = nullptr;
@@ -633,6 +679,13 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
     state->out.resize(m->outputs.size());
     for (Staging& st : state->in) st.backend = state->device;
     for (Staging& st : state->out) st.backend = state->device;
+    if (state->device) {
+      state->stream = state->device->create_stream();
+      state->pinned_in.resize(m->inputs.size());
+      state->pinned_out.resize(m->outputs.size());
+      for (PinnedHost& h : state->pinned_in) h.backend = state->device;
+      for (PinnedHost& h : state->pinned_out) h.backend = state->device;
+    }
   });
   if (e) return e;
   return TRITONBACKEND_ModelInstanceSetState(instance, state.release());
