@@ -21,6 +21,10 @@ scripts/make_mobilenet_v3.py, on request) and each batch size:
     (OMP_WAIT_POLICY=PASSIVE for kiln's OpenMP, session.intra_op.allow_spinning=0 for ORT): on a
     machine whose cores other processes share, spinning threads take the cores the working ones
     need, and a static OpenMP partition then waits for its descheduled half at every barrier.
+  * with --contention M a neighbour process runs model M (default squeezenet1_1) through its own
+    ONNX Runtime session on the same thread count for the whole run, one inference every
+    --contention-period-ms (default 10 ms), with ORT's default spin-waiting: what a server whose
+    cores another model shares sees. Both engines are measured under it.
 Prints a table (model, batch, ORT median ms, kiln median ms, kiln/ORT of the medians and of the
 minimums) and, with --out, writes it as markdown (.md) or JSON (any other extension).
 
@@ -254,6 +258,11 @@ def main():
                              "error and the exit code 1 (default: 1e-3)")
     parser.add_argument("--workdir", default=os.path.join(REPO, "bench", "out"),
                         help="engines, inputs, outputs and the generated ResNet-50 (default: bench/out)")
+    parser.add_argument("--contention", metavar="MODEL", nargs="?", const="squeezenet1_1",
+                        help="run a neighbour process (ONNX Runtime, this model, default squeezenet1_1) on the same "
+                             "cores during the whole benchmark")
+    parser.add_argument("--contention-period-ms", type=float, default=10.0,
+                        help="the neighbour runs one inference per this many ms (default 10)")
     parser.add_argument("--out", help="write the results to this file: .md for markdown, else JSON")
     args = parser.parse_args()
 
@@ -268,6 +277,51 @@ def main():
           f"warmup {args.warmup}, iterations {args.iterations}, rounds {args.rounds}"
           f"{', no spin-waiting' if args.no_spin else ''}", flush=True)
 
+    neighbour = start_neighbour(args) if args.contention else None
+    try:
+        rows = run_models(kiln, args)
+    finally:
+        if neighbour:
+            neighbour.terminate()
+            neighbour.wait(timeout=30)
+    text = table(rows)
+    if args.contention:
+        text = (f"Under contention: a neighbour process ran {args.contention} through ONNX Runtime "
+                f"({args.threads} threads, spin-waiting on) every {args.contention_period_ms:g} ms during the whole run.\n\n"
+                + text)
+    return report(rows, text, version, args, ort)
+
+
+def start_neighbour(args):
+    """A process running the --contention model through ONNX Runtime (default spin-waiting) on
+    --threads threads, one inference every --contention-period-ms, until terminated."""
+    path = model_dir(args.contention, args.models_dir, args.workdir)
+    model = os.path.join(path, "model.onnx")
+    if not os.path.exists(model):
+        sys.exit(f"--contention: no model.onnx in {path}")
+    code = f"""
+import time, numpy as np, onnxruntime as ort
+o = ort.SessionOptions(); o.intra_op_num_threads = {args.threads}; o.inter_op_num_threads = 1
+s = ort.InferenceSession({model!r}, o, providers=["CPUExecutionProvider"])
+feeds = {{}}
+for i in s.get_inputs():
+    dims = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
+    feeds[i.name] = np.random.default_rng(0).random(dims, dtype=np.float32)
+while True:
+    t = time.perf_counter()
+    s.run(None, feeds)
+    time.sleep(max(0.0, {args.contention_period_ms / 1000.0} - (time.perf_counter() - t)))
+"""
+    p = subprocess.Popen([sys.executable, "-c", code])
+    time.sleep(2.0)  # session made, threads started
+    if p.poll() is not None:
+        sys.exit(f"--contention: the neighbour process exited with {p.returncode}")
+    print(f"neighbour: {args.contention} through ONNX Runtime every {args.contention_period_ms:g} ms (pid {p.pid})",
+          flush=True)
+    return p
+
+
+def run_models(kiln, args):
     rows = []
     for name in [m for m in args.models.split(",") if m]:
         path = model_dir(name, args.models_dir, args.workdir)
@@ -277,13 +331,16 @@ def main():
         for batch in [int(b) for b in args.batches.split(",") if b]:
             print(f"{name} batch {batch} ...", flush=True)
             rows.append(bench_one(kiln, name, path, batch, args))
+    return rows
 
-    text = table(rows)
+
+def report(rows, text, version, args, ort):
     print(text)
     if args.out:
         meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "kiln": version,
                 "onnxruntime": ort.__version__, "threads": args.threads, "iterations": args.iterations,
-                "warmup": args.warmup, "rounds": args.rounds, "no_spin": args.no_spin, "kiln_build_args": args.kiln_build_arg, "machine": platform.processor() or platform.machine(),
+                "warmup": args.warmup, "rounds": args.rounds, "no_spin": args.no_spin,
+                "contention": args.contention, "contention_period_ms": args.contention_period_ms, "kiln_build_args": args.kiln_build_arg, "machine": platform.processor() or platform.machine(),
                 "cpus": os.cpu_count()}
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:

@@ -28,9 +28,11 @@ cd "$BUILD"
 # per case as ctest runs them: an instrumented process takes about a second to start, and there are
 # 1,700 cases. Then the fuzz-corpus replays and the source-layering check through ctest.
 # allocator_may_return_null: a test asks for 4 TiB on purpose and expects kiln's error.
+# (nproc counts OMP_NUM_THREADS, so before it is set.)
+JOBS=$(nproc)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1
-SHARDS=$(nproc)
+SHARDS=$JOBS
 pids=()
 for ((i = 0; i < SHARDS; ++i)); do
   (cd tests && GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i ./kiln_tests --gtest_brief=1 \
@@ -46,6 +48,6 @@ for ((i = 0; i < SHARDS; ++i)); do
   fi
   grep -E "tests? from .* ran|PASSED|FAILED TEST" "asan-shard-$i.log" | tail -3
 done
-ctest -j"$(nproc)" --output-on-failure --timeout 900 -R "^(fuzz_replay_|source_layering)" || rc=1
+ctest -j"$JOBS" --output-on-failure --timeout 900 -R "^(fuzz_replay_|source_layering)" || rc=1
 echo "asan: build and tests in $(( $(date +%s) - t0 )) s"
 exit $rc
