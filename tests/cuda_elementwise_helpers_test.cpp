@@ -1,5 +1,5 @@
 // Tests of the host-side helpers of the CUDA element-wise kernels (src/backends/cuda/
-// elementwise_cuda.h), which need no GPU: FastDivmod against plain division, the collapsed
+// elementwise_cuda.cuh), which need no GPU: FastDivmod against plain division, the collapsed
 // broadcast layouts and StridedIndex / for_each_strided against a direct numpy-style index
 // computation, the channel-broadcast matcher on hand-worked shapes, and the FusedElementWise
 // program compiler (dead code, constants as immediates, slot reuse) by running the compiled program
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "src/backends/cuda/elementwise_cuda.h"
+#include "src/backends/cuda/elementwise_cuda.cuh"
 #include "src/ir/ops_fused.h"
 
 namespace kiln::cuda {

@@ -17,7 +17,7 @@
 #include <utility>
 
 #include "src/backends/cuda/cuda_common.h"
-#include "src/backends/cuda/elementwise_cuda.h"
+#include "src/backends/cuda/elementwise_cuda.cuh"
 #include "src/ir/op_schema.h"
 
 namespace kiln {

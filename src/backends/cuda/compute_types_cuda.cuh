@@ -6,7 +6,7 @@
 //   Accum<T>: a sum of products of T (MatMul). float32 and float16 accumulate in float, the
 //             integer types in int64.
 //   to_compute<C>(v): v converted into either (float16 through __half2float).
-// Device code only (included by .cu files and the device half of elementwise_cuda.h).
+// Device code only (included by .cu files and the device half of elementwise_cuda.cuh).
 #pragma once
 
 #include <cuda_fp16.h>

@@ -4,7 +4,7 @@
 // to t and returns false when t is not in the list (so that supports() and the dispatch in
 // prepare()/execute() read the same list and cannot disagree). Kernels that compute on values
 // (ElementWise, Cast, BitShift, the indexing family) name their list here instead of repeating a
-// switch; data-movement kernels dispatch on the element width instead (index_cuda.h's
+// switch; data-movement kernels dispatch on the element width instead (strided_copy_cuda.cuh's
 // dispatch_bytes). Strings have no device type: no list holds kString. Included by .cu only.
 #pragma once
 

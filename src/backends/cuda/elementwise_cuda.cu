@@ -25,7 +25,7 @@
 
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/element_types_cuda.cuh"
-#include "src/backends/cuda/elementwise_cuda.h"
+#include "src/backends/cuda/elementwise_cuda.cuh"
 #include "src/ir/op_schema.h"
 
 namespace kiln {

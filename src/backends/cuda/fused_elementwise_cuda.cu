@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "src/backends/cuda/cuda_common.h"
-#include "src/backends/cuda/elementwise_cuda.h"
+#include "src/backends/cuda/elementwise_cuda.cuh"
 #include "src/ir/ops_fused.h"
 
 namespace kiln {

@@ -18,7 +18,7 @@
 #include "kiln/error.h"
 #include "kiln/types.h"
 #include "src/backends/cuda/cuda_common.h"
-#include "src/backends/cuda/index_cuda.h"
+#include "src/backends/cuda/strided_copy_cuda.cuh"
 
 namespace kiln::cuda::oph {
 

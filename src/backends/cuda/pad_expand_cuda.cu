@@ -1,6 +1,6 @@
 // CUDA kernels of Padding, Expand and Tile (docs/layers.md), all computed from dims and the
 // host-known pads in prepare().
-//   - Expand: a strided copy (index_cuda.h) whose broadcast axes have stride 0.
+//   - Expand: a strided copy (strided_copy_cuda.cuh) whose broadcast axes have stride 0.
 //   - Tile: a strided copy over twice the axes: output axis k of extent r_k * d_k is read as
 //     [r_k, d_k] with strides [0, stride_k]; the map simplifier merges what it can.
 //   - Padding: one thread per output element maps each axis's coordinate to a source index by
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "src/backends/cuda/cuda_common.h"
-#include "src/backends/cuda/index_cuda.h"
+#include "src/backends/cuda/strided_copy_cuda.cuh"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
 

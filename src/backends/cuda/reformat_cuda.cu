@@ -2,14 +2,14 @@
 // kLinear (N, C, spatial...) <-> kChannelsLast (N, spatial..., C) for rank >= 3 with the channel
 // axis 1, i.e. the batched 2-D transpose [N, C, S] <-> [N, S, C] (S = product of the spatial
 // extents). Same-format and rank < 3 reformats are one device copy, as in the CPU reference.
-// Tactic "cuda" uses the 32x32 shared-memory tile transpose of index_cuda.h; "cuda_strided"
+// Tactic "cuda" uses the 32x32 shared-memory tile transpose of strided_copy_cuda.cuh; "cuda_strided"
 // the plain strided gather, which the builder's timing prefers when C or S is tiny. Any element
 // type.
 #include <memory>
 #include <vector>
 
 #include "src/backends/cuda/cuda_common.h"
-#include "src/backends/cuda/index_cuda.h"
+#include "src/backends/cuda/strided_copy_cuda.cuh"
 #include "src/backends/kernel.h"
 
 namespace kiln {

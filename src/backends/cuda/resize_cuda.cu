@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "src/backends/cuda/cuda_common.h"
-#include "src/backends/cuda/index_cuda.h"
+#include "src/backends/cuda/strided_copy_cuda.cuh"
 #include "src/backends/cuda/rounded_math_cuda.cuh"
 #include "src/backends/kernel.h"
 #include "src/ir/op_params.h"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "src/backends/cuda/cuda_common.h"
-#include "src/backends/cuda/index_cuda.h"
+#include "src/backends/cuda/strided_copy_cuda.cuh"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
 

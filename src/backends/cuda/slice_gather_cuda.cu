@@ -1,6 +1,6 @@
 // CUDA kernels of Slice and Gather (modes "default", "elements", "nd"; docs/layers.md).
 // Slice: starts/axes/steps are host shape inputs, so prepare() turns the slice into a strided
-// copy (index_cuda.h): stride * step per axis (negative steps read backwards), base at the
+// copy (strided_copy_cuda.cuh): stride * step per axis (negative steps read backwards), base at the
 // clamped starts; whole-row slices merge into long runs copied with vector accesses.
 // Gather: indices are int32/int64 tensors read on the device; negative indices wrap. An index out
 // of range is an error (docs/layers.md). When the indices are host-known (constants, the usual
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "src/backends/cuda/cuda_common.h"
-#include "src/backends/cuda/index_cuda.h"
+#include "src/backends/cuda/strided_copy_cuda.cuh"
 #include "src/backends/kernel.h"
 #include "src/ir/gather_params.h"
 #include "src/ir/op_params.h"

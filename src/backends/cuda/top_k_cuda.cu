@@ -31,7 +31,7 @@
 
 #include "kiln/error.h"
 #include "src/backends/cuda/cuda_common.h"
-#include "src/backends/cuda/indexing_cuda.cuh"
+#include "src/backends/cuda/position_ops_cuda.cuh"
 #include "src/backends/cuda/op_helpers_cuda.cuh"
 #include "src/ir/op_schema.h"
 

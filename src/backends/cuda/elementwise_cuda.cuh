@@ -29,7 +29,7 @@
 #include "src/ir/ops_fused.h"
 #include "src/core/int_math.h"  // row_major_strides, int_pow, KILN_HOST_DEVICE (shared with the CPU backend)
 
-#ifndef KILN_UNROLL  // also defined, identically, by index_cuda.h
+#ifndef KILN_UNROLL  // also defined, identically, by strided_copy_cuda.cuh
 #if defined(__CUDA_ARCH__)
 #define KILN_UNROLL _Pragma("unroll")
 #else
