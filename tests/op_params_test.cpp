@@ -19,6 +19,7 @@
 #include "src/ir/pool_params.h"
 #include "src/ir/reduce_params.h"
 #include "src/ir/resize_params.h"
+#include "src/ir/rnn_params.h"
 #include "src/ir/sampling_params.h"
 #include "src/ir/scatter_params.h"
 #include "src/ir/string_params.h"
@@ -370,6 +371,47 @@ TEST(ResizeGeometry, OutputDimsAndAxes) {
 }
 
 // ---- Reduce and ArgReduce: ReduceParams, ArgReduceParams and their axis rules ------------------
+
+TEST(OpParams, RnnAttributesFailWhenCreatedAndEmptyAlphaBetaTakeTheDefaults) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{5, 2, 3});
+  Tensor* w = net.add_input("w", DataType::kFloat32, Dims{2, 24, 3});
+  Tensor* r = net.add_input("r", DataType::kFloat32, Dims{2, 24, 8});
+  const auto rnn = [&](const std::string& name, Attributes a) { return net.add_layer(kLayerRNN, {x, w, r}, 2, a, name); };
+  const std::vector<std::string> acts = {"hard_sigmoid", "tanh", "leaky_relu", "tanh"};
+  expect_contains(error_of([&] {
+                    rnn("c", attrs({{"cell", std::string("gruu")}, {"hidden_size", int64_t{8}}, {"activations", acts}}));
+                  }),
+                  {"'c'", "RNN", "'cell'", "\"gruu\"", "\"rnn\"", "\"gru\"", "\"lstm\""});
+  expect_contains(error_of([&] {
+                    rnn("h", attrs({{"cell", std::string("gru")}, {"hidden_size", int64_t{0}}, {"activations", acts}}));
+                  }),
+                  {"'h'", "'hidden_size'", "is 0"});
+  expect_contains(error_of([&] {
+                    rnn("n", attrs({{"cell", std::string("gru")}, {"hidden_size", int64_t{8}}, {"activations", acts}}));
+                  }),
+                  {"'n'", "'activations'", "must list 2 names", "got 4"});
+  expect_contains(error_of([&] {
+                    rnn("ab", attrs({{"cell", std::string("gru")},
+                                     {"hidden_size", int64_t{8}},
+                                     {"direction", std::string("bidirectional")},
+                                     {"activations", acts},
+                                     {"activation_alpha", std::vector<double>{1.0}}}));
+                  }),
+                  {"'ab'", "'activation_alpha'", "one value per activation (4)"});
+  // RNNDesc leaves alpha and beta empty: each activation's ONNX Runtime default.
+  RNNDesc d;
+  d.cell = RNNCell::kGru;
+  d.hidden_size = 8;
+  d.direction = RNNDirection::kBidirectional;
+  d.activations = acts;
+  const RnnParams& p = params_of<RnnParams>(*net.add_rnn({x, w, r}, d));
+  EXPECT_EQ(p.cell, RNNCell::kGru);
+  EXPECT_EQ(p.directions(), 2);
+  EXPECT_EQ(p.gates(), 3);
+  EXPECT_EQ(p.alpha, (std::vector<double>{0.2, 0.0, 0.01, 0.0}));
+  EXPECT_EQ(p.beta, (std::vector<double>{0.5, 0.0, 0.0, 0.0}));
+}
 
 TEST(OpParams, ReduceAndArgReduceAttributesFailWhenCreated) {
   Network net;

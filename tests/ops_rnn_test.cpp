@@ -58,11 +58,11 @@ TEST(RnnShapes, ErrorsNameTheRule) {
             std::string::npos);
   EXPECT_NE(infer_error(kLayerRNN, {{kF32, {5, 3, 4}}, {kF32, {1, 6, 4}}, {kF32, {1, 6, 6}}},
                         rnn_attrs("rnn", 6, "sideways", {"tanh"}))
-                .find("unknown direction 'sideways'"),
+                .find("attribute 'direction' is \"sideways\"; allowed values: \"forward\", \"reverse\", \"bidirectional\""),
             std::string::npos);
   EXPECT_NE(infer_error(kLayerRNN, {{kF32, {5, 3, 4}}, {kF32, {1, 6, 4}}, {kF32, {1, 6, 6}}},
                         rnn_attrs("rnn", 6, "forward", {"swish"}))
-                .find("unknown activation 'swish'"),
+                .find("attribute 'activations' names \"swish\", not an ONNX RNN activation"),
             std::string::npos);
   EXPECT_NE(infer_error(kLayerRNN, {{kF32, {5, 3, 4}}, {kF32, {1, 6, 4}}, {kF32, {1, 6, 6}}},
                         rnn_attrs("rnn", 6, "forward", {"tanh"}), 3)

@@ -7,23 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "src/ir/op_schema.h"
 #include "src/core/text.h"
+#include "src/ir/op_params.h"
+#include "src/ir/op_schema.h"
+#include "src/ir/rnn_params.h"
 
 namespace kiln {
 namespace {
-
-struct CellInfo {
-  const char* name;
-  int gates;
-  int activations;  // per direction
-  int max_outputs;
-};
-
-constexpr CellInfo kCells[] = {{"rnn", 1, 1, 2}, {"gru", 3, 2, 2}, {"lstm", 4, 3, 3}};
-
-const std::vector<std::string> kActivations = {"relu",  "tanh",     "sigmoid",  "affine",       "leaky_relu", "thresholded_relu",
-                                               "scaled_tanh", "hard_sigmoid", "elu", "softsign", "softplus"};
 
 void check_dims(const ShapeContext& ctx, int i, const char* what, const Dims& expected) {
   if (!ctx.has_input(i)) return;
@@ -32,41 +22,14 @@ void check_dims(const ShapeContext& ctx, int i, const char* what, const Dims& ex
 }
 
 void infer_rnn(ShapeContext& ctx) {
-  const Layer& layer = ctx.layer();
-  const std::string cell = attr_string(layer, "cell");
-  const CellInfo* info = nullptr;
-  for (const auto& c : kCells) {
-    if (cell == c.name) info = &c;
-  }
-  ctx.check(info != nullptr, "unknown cell " + quote(cell) + " (valid: rnn, gru, lstm)");
-  const std::string direction = attr_string(layer, "direction");
-  ctx.check(direction == "forward" || direction == "reverse" || direction == "bidirectional",
-            "unknown direction " + quote(direction) + " (valid: forward, reverse, bidirectional)");
-  const int64_t dirs = direction == "bidirectional" ? 2 : 1;
-  const int64_t hidden = attr_int(layer, "hidden_size");
-  ctx.check(hidden >= 1, "hidden_size must be >= 1, got " + std::to_string(hidden));
-  // The weight extents below are up to 8 * hidden_size (LSTM's B).
-  (void)checked_extent(ctx, __int128{hidden} * 8, "8 * hidden_size " + std::to_string(hidden));
-  const int64_t layout = attr_int(layer, "layout");
-  ctx.check(layout == 0 || layout == 1, "layout must be 0 or 1");
-  ctx.check(ctx.num_outputs() >= 1 && ctx.num_outputs() <= info->max_outputs,
-            "a " + cell + " layer has 1 to " + std::to_string(info->max_outputs) + " outputs, this one has " +
-                std::to_string(ctx.num_outputs()));
-  ctx.check(cell == "lstm" || (!ctx.has_input(6) && !ctx.has_input(7)), "initial_c and P are inputs of lstm only");
-
-  const auto acts = layer.attrs().get_strings("activations");
-  const auto alpha = attr_floats(layer, "activation_alpha");
-  const auto beta = attr_floats(layer, "activation_beta");
-  ctx.check(acts.size() == static_cast<size_t>(info->activations * dirs),
-            "activations must list " + std::to_string(info->activations * dirs) + " names (" +
-                std::to_string(info->activations) + " per direction), got " + std::to_string(acts.size()));
-  ctx.check(alpha.size() == acts.size() && beta.size() == acts.size(),
-            "activation_alpha and activation_beta must have one value per activation");
-  for (const auto& a : acts) {
-    bool known = false;
-    for (const auto& k : kActivations) known |= a == k;
-    ctx.check(known, "unknown activation " + quote(a));
-  }
+  const RnnParams& p = params_of<RnnParams>(ctx.layer());  // the attribute rules (rnn_params.cpp)
+  const int64_t dirs = p.directions();
+  const int64_t hidden = p.hidden;
+  ctx.check(ctx.num_outputs() >= 1 && ctx.num_outputs() <= p.max_outputs(),
+            "a " + std::string(p.cell_name()) + " layer has 1 to " + std::to_string(p.max_outputs()) +
+                " outputs, this one has " + std::to_string(ctx.num_outputs()));
+  ctx.check(p.cell == RNNCell::kLstm || (!ctx.has_input(6) && !ctx.has_input(7)),
+            "initial_c and P are inputs of lstm only");
 
   const DataType t = ctx.input_type(0);
   ctx.check(is_floating_point(t), std::string("X must be floating-point, got ") + to_string(t));
@@ -77,10 +40,10 @@ void infer_rnn(ShapeContext& ctx) {
   }
   const Dims& x = ctx.input_dims(0);
   ctx.check(x.rank() == 3, "X " + x.to_string() + " must be 3-D ([seq, batch, input], or [batch, seq, input] with layout 1)");
-  const int64_t seq = layout == 0 ? x[0] : x[1];
-  const int64_t batch = layout == 0 ? x[1] : x[0];
+  const int64_t seq = p.batch_first ? x[1] : x[0];
+  const int64_t batch = p.batch_first ? x[0] : x[1];
   const int64_t input = x[2];
-  const int64_t g = info->gates;
+  const int64_t g = p.gates();
   check_dims(ctx, 1, "W", Dims{dirs, g * hidden, input});
   check_dims(ctx, 2, "R", Dims{dirs, g * hidden, hidden});
   check_dims(ctx, 3, "B", Dims{dirs, 2 * g * hidden});
@@ -90,11 +53,11 @@ void infer_rnn(ShapeContext& ctx) {
     ctx.check(st == DataType::kInt32 || st == DataType::kInt64,
               std::string("sequence_lens must be int32 or int64, got ") + to_string(st));
   }
-  const Dims state = layout == 0 ? Dims{dirs, batch, hidden} : Dims{batch, dirs, hidden};
+  const Dims state = p.batch_first ? Dims{batch, dirs, hidden} : Dims{dirs, batch, hidden};
   check_dims(ctx, 5, "initial_h", state);
   check_dims(ctx, 6, "initial_c", state);
   check_dims(ctx, 7, "P", Dims{dirs, 3 * hidden});
-  ctx.set_output(0, t, layout == 0 ? Dims{seq, dirs, batch, hidden} : Dims{batch, seq, dirs, hidden});
+  ctx.set_output(0, t, p.batch_first ? Dims{batch, seq, dirs, hidden} : Dims{seq, dirs, batch, hidden});
   for (int i = 1; i < ctx.num_outputs(); ++i) ctx.set_output(i, t, state);
 }
 
@@ -116,6 +79,7 @@ KILN_REGISTER_OP(OpSchema{
      {"layout", A::kInt, int64_t{0}, false, "0: [seq, batch, ...]; 1: [batch, seq, ...]"}},
     {},
     infer_rnn,
-    "ONNX RNN / GRU / LSTM: X, W, R, B, sequence_lens, initial_h, initial_c, P (optional after R) -> Y, Y_h, Y_c."});
+    "ONNX RNN / GRU / LSTM: X, W, R, B, sequence_lens, initial_h, initial_c, P (optional after R) -> Y, Y_h, Y_c."}
+                     .with_params<RnnParams>());
 
 }  // namespace kiln

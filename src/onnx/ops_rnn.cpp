@@ -10,32 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "src/onnx/onnx_import_context.h"
 #include "src/core/text.h"
+#include "src/ir/rnn_params.h"
+#include "src/onnx/onnx_import_context.h"
 
 namespace kiln {
 namespace {
-
-struct ActivationInfo {
-  const char* onnx_lower;  // ONNX name in lower case
-  const char* kiln;
-  bool uses_alpha, uses_beta;
-  double alpha, beta;      // defaults
-};
-
-constexpr ActivationInfo kActivations[] = {
-    {"relu", "relu", false, false, 0, 0},
-    {"tanh", "tanh", false, false, 0, 0},
-    {"sigmoid", "sigmoid", false, false, 0, 0},
-    {"affine", "affine", true, true, 1.0, 0.0},
-    {"leakyrelu", "leaky_relu", true, false, 0.01, 0},
-    {"thresholdedrelu", "thresholded_relu", true, false, 1.0, 0},
-    {"scaledtanh", "scaled_tanh", true, true, 1.0, 1.0},
-    {"hardsigmoid", "hard_sigmoid", true, true, 0.2, 0.5},
-    {"elu", "elu", true, false, 1.0, 0},
-    {"softsign", "softsign", false, false, 0, 0},
-    {"softplus", "softplus", false, false, 0, 0},
-};
 
 struct CellSpec {
   const char* op_type;
@@ -84,12 +64,14 @@ void import_recurrent(NodeContext& ctx) {
   for (const auto& name : names) {
     std::string lower = name;
     std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    const ActivationInfo* info = nullptr;
-    for (const auto& a : kActivations) {
-      if (lower == a.onnx_lower) info = &a;
+    const RnnActivation* info = nullptr;  // kiln's name is ONNX's in lower case with '_' between words
+    for (const RnnActivation& a : rnn_activations()) {
+      std::string joined = a.name;
+      joined.erase(std::remove(joined.begin(), joined.end(), '_'), joined.end());
+      if (lower == joined) info = &a;
     }
     if (!info) ctx.unsupported("activation " + quote(name) + " in " + ctx.op_type());
-    kiln_names.emplace_back(info->kiln);
+    kiln_names.emplace_back(info->name);
     alpha.push_back(info->uses_alpha && next_alpha < alphas.size() ? alphas[next_alpha++] : info->alpha);
     beta.push_back(info->uses_beta && next_beta < betas.size() ? betas[next_beta++] : info->beta);
   }

@@ -21,7 +21,9 @@
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/cpu/data_copy.h"
 #include "src/backends/kernel.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/rnn_params.h"
 #include "src/core/text.h"
 
 namespace kiln {
@@ -178,25 +180,24 @@ void rnn_run(const KernelContext& ctx) {
   using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const Layer& layer = *ctx.layer;
   RnnProblem<C> pb;
-  const std::string cell = attr_string(layer, "cell");
-  pb.cell = cell == "gru" ? Cell::kGru : cell == "lstm" ? Cell::kLstm : Cell::kRnn;
-  pb.gates = pb.cell == Cell::kGru ? 3 : pb.cell == Cell::kLstm ? 4 : 1;
-  pb.acts_per_dir = pb.cell == Cell::kGru ? 2 : pb.cell == Cell::kLstm ? 3 : 1;
-  const std::string direction = attr_string(layer, "direction");
-  pb.dirs = direction == "bidirectional" ? 2 : 1;
-  pb.reverse_only = direction == "reverse";
-  pb.layout_batch_first = attr_int(layer, "layout") == 1;
-  pb.linear_before_reset = attr_int(layer, "linear_before_reset") != 0;
-  pb.input_forget = attr_int(layer, "input_forget") != 0;
-  pb.clip = static_cast<C>(attr_float(layer, "clip"));
-  pb.hidden = attr_int(layer, "hidden_size");
+  const RnnParams& p = params_of<RnnParams>(layer);
+  pb.cell = p.cell == RNNCell::kGru ? Cell::kGru : p.cell == RNNCell::kLstm ? Cell::kLstm : Cell::kRnn;
+  pb.gates = p.gates();
+  pb.acts_per_dir = p.activations_per_direction();
+  pb.dirs = p.directions();
+  pb.reverse_only = p.reverse_only();
+  pb.layout_batch_first = p.batch_first;
+  pb.linear_before_reset = p.linear_before_reset;
+  pb.input_forget = p.input_forget;
+  pb.clip = static_cast<C>(p.clip);
+  pb.hidden = p.hidden;
   const Dims& xd = ctx.inputs[0].dims;
   pb.seq = pb.layout_batch_first ? xd[1] : xd[0];
   pb.batch = pb.layout_batch_first ? xd[0] : xd[1];
   pb.input = xd[2];
-  const auto names = layer.attrs().get_strings("activations");
-  const auto alpha = attr_floats(layer, "activation_alpha");
-  const auto beta = attr_floats(layer, "activation_beta");
+  const auto& names = p.activations;
+  const auto& alpha = p.alpha;
+  const auto& beta = p.beta;
   for (size_t i = 0; i < names.size(); ++i) {
     pb.acts.push_back(Act<C>{activation_fn<C>(names[i]), static_cast<C>(alpha.at(i)), static_cast<C>(beta.at(i))});
   }

@@ -29,7 +29,9 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/op_helpers_cuda.cuh"
 #include "src/backends/kernel.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/rnn_params.h"
 
 // libdevice's accurate exp and tanh: under --use_fast_math expf and tanhf become approximations.
 extern "C" __device__ float __nv_expf(float);
@@ -314,22 +316,20 @@ int64_t host_len(const HostTensor& v, int64_t i) {
 class RnnCuda : public Kernel {
  public:
   explicit RnnCuda(const Layer& layer) : name_(layer.name()) {
-    const std::string cell = attr_string(layer, "cell");
-    cell_ = cell == "gru" ? Cell::kGru : cell == "lstm" ? Cell::kLstm : Cell::kRnn;
-    if (cell != "rnn" && cell != "gru" && cell != "lstm") fail("unknown cell '" + cell + "'");
-    gates_ = cell_ == Cell::kGru ? 3 : cell_ == Cell::kLstm ? 4 : 1;
-    acts_per_dir_ = cell_ == Cell::kGru ? 2 : cell_ == Cell::kLstm ? 3 : 1;
-    const std::string direction = attr_string(layer, "direction");
-    dirs_ = direction == "bidirectional" ? 2 : 1;
-    reverse_only_ = direction == "reverse";
-    batch_first_ = attr_int(layer, "layout") == 1;
-    linear_before_reset_ = attr_int(layer, "linear_before_reset") != 0;
-    input_forget_ = attr_int(layer, "input_forget") != 0;
-    clip_ = attr_float(layer, "clip");
-    hidden_ = attr_int(layer, "hidden_size");
-    act_names_ = layer.attrs().get_strings("activations");
-    alpha_ = attr_floats(layer, "activation_alpha");
-    beta_ = attr_floats(layer, "activation_beta");
+    const kiln::RnnParams& p = params_of<kiln::RnnParams>(layer);  // validated there (rnn_params.cpp)
+    cell_ = p.cell == RNNCell::kGru ? Cell::kGru : p.cell == RNNCell::kLstm ? Cell::kLstm : Cell::kRnn;
+    gates_ = p.gates();
+    acts_per_dir_ = p.activations_per_direction();
+    dirs_ = p.directions();
+    reverse_only_ = p.reverse_only();
+    batch_first_ = p.batch_first;
+    linear_before_reset_ = p.linear_before_reset;
+    input_forget_ = p.input_forget;
+    clip_ = p.clip;
+    hidden_ = p.hidden;
+    act_names_ = p.activations;
+    alpha_ = p.alpha;
+    beta_ = p.beta;
     if (act_names_.size() != static_cast<size_t>(acts_per_dir_ * dirs_) || alpha_.size() != act_names_.size() ||
         beta_.size() != act_names_.size()) {
       fail("activations, activation_alpha and activation_beta must list " + std::to_string(acts_per_dir_ * dirs_) +
