@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/ir/matmul_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/reduce_params.h"
@@ -185,8 +186,9 @@ void infer_matrix_multiply(ShapeContext& ctx) {
   const Dims& b = ctx.input_dims(1);
   ctx.check(a.rank() >= 1 && b.rank() >= 1, "operands must have rank >= 1, got " + describe(ctx, 0) + " and " +
                                                  describe(ctx, 1));
-  const bool ta = attr_int(ctx.layer(), "transpose_a") != 0 && a.rank() >= 2;
-  const bool tb = attr_int(ctx.layer(), "transpose_b") != 0 && b.rank() >= 2;
+  const MatMulParams& mp = params_of<MatMulParams>(ctx.layer());
+  const bool ta = mp.transpose_a && a.rank() >= 2;
+  const bool tb = mp.transpose_b && b.rank() >= 2;
   // A 1-D a is a row vector [1,K] and a 1-D b a column vector [K,1]; the 1 is squeezed after.
   const int64_t m = a.rank() == 1 ? 1 : (ta ? a[a.rank() - 1] : a[a.rank() - 2]);
   const int64_t ka = a.rank() == 1 ? a[0] : (ta ? a[a.rank() - 2] : a[a.rank() - 1]);
@@ -211,8 +213,8 @@ void infer_gemm(ShapeContext& ctx) {
   const Dims& b = ctx.input_dims(1);
   ctx.check(a.rank() == 2 && b.rank() == 2, "a and b must be 2-D, got " + describe(ctx, 0) + " and " +
                                                 describe(ctx, 1) + "; use MatrixMultiply for other ranks");
-  const bool ta = attr_int(ctx.layer(), "trans_a") != 0;
-  const bool tb = attr_int(ctx.layer(), "trans_b") != 0;
+  const bool ta = params_of<GemmParams>(ctx.layer()).trans_a;
+  const bool tb = params_of<GemmParams>(ctx.layer()).trans_b;
   const int64_t m = ta ? a[1] : a[0], ka = ta ? a[0] : a[1];
   const int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
   ctx.check(ka == kb, "inner dimensions differ: A' is " + std::to_string(m) + "x" + std::to_string(ka) +
@@ -306,7 +308,8 @@ KILN_REGISTER_OP(OpSchema{kLayerMatrixMultiply, 2, 2, 1,
                           {attr("transpose_a", AttrType::kInt, int64_t{0}, "swap the last two dims of a first"),
                            attr("transpose_b", AttrType::kInt, int64_t{0}, "swap the last two dims of b first")},
                           {}, infer_matrix_multiply,
-                          "numpy matmul: 1-D operands promoted then squeezed, batch dims broadcast."});
+                          "numpy matmul: 1-D operands promoted then squeezed, batch dims broadcast."}
+                     .with_params<MatMulParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerGemm, 2, 3, 1,
                           concat({attr("alpha", AttrType::kFloat, 1.0, "scales A'B'"),
@@ -314,6 +317,7 @@ KILN_REGISTER_OP(OpSchema{kLayerGemm, 2, 3, 1,
                                   attr("trans_a", AttrType::kInt, int64_t{0}, "use A transposed"),
                                   attr("trans_b", AttrType::kInt, int64_t{0}, "use B transposed")},
                                  post_op_attrs()),
-                          {}, infer_gemm, "y = act(alpha * A'B' + beta * C) on 2-D A and B."});
+                          {}, infer_gemm, "y = act(alpha * A'B' + beta * C) on 2-D A and B."}
+                     .with_params<GemmParams>());
 
 }  // namespace kiln

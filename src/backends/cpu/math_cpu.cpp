@@ -18,6 +18,7 @@
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
+#include "src/ir/matmul_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/reduce_params.h"
@@ -538,8 +539,8 @@ void matrix_multiply_reference(const KernelContext& ctx, bool transpose_a, bool 
 class GemmReference : public Kernel {
  public:
   explicit GemmReference(const Layer& layer)
-      : alpha_(attr_float(layer, "alpha")), beta_(attr_float(layer, "beta")),
-        trans_a_(attr_int(layer, "trans_a") != 0), trans_b_(attr_int(layer, "trans_b") != 0),
+      : alpha_(params_of<GemmParams>(layer).alpha), beta_(params_of<GemmParams>(layer).beta),
+        trans_a_(params_of<GemmParams>(layer).trans_a), trans_b_(params_of<GemmParams>(layer).trans_b),
         post_(read_post_op(layer)) {}
 
   void execute(const KernelContext& ctx) override {
@@ -612,8 +613,8 @@ KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerReduce, "reference", 0,
                                  [](const Layer& layer) { return std::make_unique<ReduceReference>(params_of<ReduceParams>(layer)); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerMatrixMultiply, "reference", 0, nullptr,
                                  [](const Layer& layer) {
-                                   const bool ta = attr_int(layer, "transpose_a") != 0;
-                                   const bool tb = attr_int(layer, "transpose_b") != 0;
+                                   const bool ta = params_of<MatMulParams>(layer).transpose_a;
+                                   const bool tb = params_of<MatMulParams>(layer).transpose_b;
                                    return std::make_unique<FunctionKernel>([ta, tb](const KernelContext& ctx) {
                                      KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "MatrixMultiply",
                                                            matrix_multiply_reference<T>(ctx, ta, tb));

@@ -20,6 +20,8 @@
 #include "kiln/error.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/cpu/onednn_common.h"
+#include "src/ir/matmul_params.h"
+#include "src/ir/op_params.h"
 
 namespace kiln {
 namespace {
@@ -106,8 +108,8 @@ memory::desc operand_desc(const memory::dims& physical, bool transpose) {
 // ---- MatrixMultiply -----------------------------------------------------------------------
 
 bool matmul_spec(const Layer& layer, const std::vector<TensorDesc>& inputs, MatmulSpec* s, std::string* why) {
-  const bool ta = layer.attrs().get_int("transpose_a", 0) != 0;
-  const bool tb = layer.attrs().get_int("transpose_b", 0) != 0;
+  const bool ta = params_of<MatMulParams>(layer).transpose_a;
+  const bool tb = params_of<MatMulParams>(layer).transpose_b;
   const Dims& ad = inputs[0].dims;
   const Dims& bd = inputs[1].dims;
   if (ad.rank() < 1 || bd.rank() < 1) {
@@ -168,10 +170,10 @@ struct GemmAttrs {
   PostOp post;
   bool post_known = true;
   explicit GemmAttrs(const Layer& layer)
-      : alpha(static_cast<float>(layer.attrs().get_float("alpha", 1.0))),
-        beta(static_cast<float>(layer.attrs().get_float("beta", 1.0))),
-        ta(layer.attrs().get_int("trans_a", 0) != 0),
-        tb(layer.attrs().get_int("trans_b", 0) != 0) {
+      : alpha(static_cast<float>(params_of<GemmParams>(layer).alpha)),
+        beta(static_cast<float>(params_of<GemmParams>(layer).beta)),
+        ta(params_of<GemmParams>(layer).trans_a),
+        tb(params_of<GemmParams>(layer).trans_b) {
     post_known = onednn::read_post_op_safe(layer, &post);
   }
 };

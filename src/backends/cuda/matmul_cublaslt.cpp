@@ -35,6 +35,8 @@
 #include "src/backends/cuda/cublaslt_util.h"
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/matmul_cuda.h"
+#include "src/ir/matmul_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln::cuda {
@@ -82,14 +84,15 @@ class LtMatmul : public Kernel {
   LtMatmul(const Layer& layer, bool gemm, int heuristic) : gemm_(gemm), heuristic_(heuristic) {
     name_ = std::string(gemm ? "Gemm" : "MatrixMultiply") + " layer '" + layer.name() + "'";
     if (gemm) {
-      ta_ = attr_int(layer, "trans_a") != 0;
-      tb_ = attr_int(layer, "trans_b") != 0;
-      terms_.alpha = static_cast<float>(attr_float(layer, "alpha"));
-      terms_.beta = static_cast<float>(attr_float(layer, "beta"));
+      const GemmParams& g = params_of<GemmParams>(layer);
+      ta_ = g.trans_a;
+      tb_ = g.trans_b;
+      terms_.alpha = static_cast<float>(g.alpha);
+      terms_.beta = static_cast<float>(g.beta);
       terms_.post = read_post_op(layer);
     } else {
-      ta_ = attr_int(layer, "transpose_a") != 0;
-      tb_ = attr_int(layer, "transpose_b") != 0;
+      ta_ = params_of<MatMulParams>(layer).transpose_a;
+      tb_ = params_of<MatMulParams>(layer).transpose_b;
     }
   }
 

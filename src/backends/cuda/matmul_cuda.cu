@@ -25,6 +25,8 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/device_math.cuh"
 #include "src/backends/cuda/matmul_cuda.h"
+#include "src/ir/matmul_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln::cuda {
@@ -390,8 +392,8 @@ class MatrixMultiplyCuda : public Kernel {
  public:
   explicit MatrixMultiplyCuda(const Layer& layer)
       : name_("MatrixMultiply layer '" + layer.name() + "'"),
-        ta_(attr_int(layer, "transpose_a") != 0),
-        tb_(attr_int(layer, "transpose_b") != 0) {}
+        ta_(params_of<MatMulParams>(layer).transpose_a),
+        tb_(params_of<MatMulParams>(layer).transpose_b) {}
 
   void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&, int) override {
     g_ = matmul_geometry(inputs[0].dims, inputs[1].dims, ta_, tb_, name_);
@@ -421,10 +423,10 @@ class GemmCuda : public Kernel {
  public:
   explicit GemmCuda(const Layer& layer)
       : name_("Gemm layer '" + layer.name() + "'"),
-        ta_(attr_int(layer, "trans_a") != 0),
-        tb_(attr_int(layer, "trans_b") != 0) {
-    terms_.alpha = static_cast<float>(attr_float(layer, "alpha"));
-    terms_.beta = static_cast<float>(attr_float(layer, "beta"));
+        ta_(params_of<GemmParams>(layer).trans_a),
+        tb_(params_of<GemmParams>(layer).trans_b) {
+    terms_.alpha = static_cast<float>(params_of<GemmParams>(layer).alpha);
+    terms_.beta = static_cast<float>(params_of<GemmParams>(layer).beta);
     terms_.post = read_post_op(layer);
   }
 
