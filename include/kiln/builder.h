@@ -78,7 +78,9 @@ class BuilderConfig {
   // candidate is timed as N copies running at once on N streams, and the one with the highest
   // throughput wins: at batch 1 a kernel that takes most SMs for a few microseconds is fastest
   // alone but leaves the other streams waiting, and one with fewer, longer-running blocks serves
-  // N streams better. One stream's latency may grow. The engine records the value
+  // N streams better; and the cuBLASLt kernels of convolutions and matrix products and cuDNN's
+  // graph-API convolutions are chosen for the device's SMs / N (the layers' attribute
+  // concurrent_streams). One stream's latency may grow. The engine records the value
   // (build_info "tuned_for_streams"); the timing cache keeps choices per value. No effect on the CPU.
   int tune_for_streams = 1;
   // Store the file of every plugin library the engine's plugins came from in the engine (LIBS

@@ -252,12 +252,15 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   for (const auto& pt : points) all_states.push_back(infer_shapes(*net, pt));
   annotate_tensors(*net, all_states);
 
-  // Tuned for several streams at once: the convolutions' library kernels aim at a share of the
-  // SMs (ConvParams::concurrent_streams), in the timing below and in the engine's contexts.
+  // Tuned for several streams at once: the library kernels of convolutions and matrix products
+  // aim at a share of the SMs (ConvParams / MatMulParams / GemmParams::concurrent_streams), in
+  // the timing below and in the engine's contexts.
   if (config.device == DeviceType::kCUDA && config.tune_for_streams > 1) {
     for (int i = 0; i < net->num_layers(); ++i) {
       Layer* l = net->layer(i);
-      if (l->type() == kLayerConvolution) l->attrs().set("concurrent_streams", int64_t{config.tune_for_streams});
+      if (l->type() == kLayerConvolution || l->type() == kLayerMatrixMultiply || l->type() == kLayerGemm) {
+        l->attrs().set("concurrent_streams", int64_t{config.tune_for_streams});
+      }
     }
   }
   EngineData data;

@@ -10,6 +10,7 @@ MatMulParams MatMulParams::decode(const Layer& layer) {
   MatMulParams p;
   p.transpose_a = r.get_int("transpose_a") != 0;
   p.transpose_b = r.get_int("transpose_b") != 0;
+  p.concurrent_streams = r.int_in("concurrent_streams", 1, kMaxTuneStreams);
   return p;
 }
 
@@ -20,6 +21,7 @@ GemmParams GemmParams::decode(const Layer& layer) {
   p.beta = r.get_float("beta");
   p.trans_a = r.get_int("trans_a") != 0;
   p.trans_b = r.get_int("trans_b") != 0;
+  p.concurrent_streams = r.int_in("concurrent_streams", 1, kMaxTuneStreams);
   return p;
 }
 

@@ -10,6 +10,9 @@ namespace kiln {
 struct MatMulParams {
   bool transpose_a = false;  // swap the last two dims of a first
   bool transpose_b = false;
+  // BuilderConfig::tune_for_streams (attribute concurrent_streams, as ConvParams): cuBLASLt
+  // kernels for the device's SMs / this many.
+  int64_t concurrent_streams = 1;
   static MatMulParams decode(const Layer& layer);
 };
 
@@ -18,6 +21,7 @@ struct GemmParams {
   double beta = 1.0;   // scales C
   bool trans_a = false;
   bool trans_b = false;
+  int64_t concurrent_streams = 1;  // as MatMulParams
   static GemmParams decode(const Layer& layer);
 };
 

@@ -306,7 +306,9 @@ KILN_REGISTER_OP(OpSchema{kLayerReduce, 1, 1, 1,
 
 KILN_REGISTER_OP(OpSchema{kLayerMatrixMultiply, 2, 2, 1,
                           {attr("transpose_a", AttrType::kInt, int64_t{0}, "swap the last two dims of a first"),
-                           attr("transpose_b", AttrType::kInt, int64_t{0}, "swap the last two dims of b first")},
+                           attr("transpose_b", AttrType::kInt, int64_t{0}, "swap the last two dims of b first"),
+                           attr("concurrent_streams", AttrType::kInt, int64_t{1},
+                                "build hint (BuilderConfig::tune_for_streams): cuBLASLt kernels for SMs / this many")},
                           {}, infer_matrix_multiply,
                           "numpy matmul: 1-D operands promoted then squeezed, batch dims broadcast."}
                      .with_params<MatMulParams>());
@@ -315,7 +317,9 @@ KILN_REGISTER_OP(OpSchema{kLayerGemm, 2, 3, 1,
                           concat({attr("alpha", AttrType::kFloat, 1.0, "scales A'B'"),
                                   attr("beta", AttrType::kFloat, 1.0, "scales C"),
                                   attr("trans_a", AttrType::kInt, int64_t{0}, "use A transposed"),
-                                  attr("trans_b", AttrType::kInt, int64_t{0}, "use B transposed")},
+                                  attr("trans_b", AttrType::kInt, int64_t{0}, "use B transposed"),
+                                  attr("concurrent_streams", AttrType::kInt, int64_t{1},
+                                       "build hint (BuilderConfig::tune_for_streams): cuBLASLt kernels for SMs / this many")},
                                  post_op_attrs()),
                           {}, infer_gemm, "y = act(alpha * A'B' + beta * C) on 2-D A and B."}
                      .with_params<GemmParams>());

@@ -90,9 +90,11 @@ class LtMatmul : public Kernel {
       terms_.alpha = static_cast<float>(g.alpha);
       terms_.beta = static_cast<float>(g.beta);
       terms_.post = read_post_op(layer);
+      sm_target_ = sm_count_target(g.concurrent_streams);
     } else {
       ta_ = params_of<MatMulParams>(layer).transpose_a;
       tb_ = params_of<MatMulParams>(layer).transpose_b;
+      sm_target_ = sm_count_target(params_of<MatMulParams>(layer).concurrent_streams);
     }
   }
 
@@ -306,6 +308,10 @@ class LtMatmul : public Kernel {
     KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     const cublasLtEpilogue_t epi = epilogue();
     KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (sm_target_ > 0) {  // tuned for several streams (conv_cublaslt.cpp does the same)
+      const int32_t sms = sm_target_;
+      KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
+    }
     if (mode_ == CMode::kBias) {
       // The heuristic reads the bias pointer's alignment from its value: a stand-in with exactly
       // the alignment this plan requires (execute() sets the real pointer).
@@ -356,6 +362,7 @@ class LtMatmul : public Kernel {
   int heuristic_;
   std::string name_;
   bool ta_ = false, tb_ = false;
+  int sm_target_ = 0;  // cuda::sm_count_target of the layer's concurrent_streams
   GemmTerms terms_;  // MatrixMultiply: alpha 1, no C, no post-op
 
   DataType type_ = DataType::kFloat32;
