@@ -127,15 +127,24 @@ TEST(Network, ValidateReportsEveryProblem) {
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 3});
   Attributes bad;
-  bad.set("kind", int64_t{3});  // wrong type
-  net.add_layer(kLayerActivation, {x}, 1, bad, "act");
+  bad.set("to", int64_t{3});  // wrong type (Cast has no typed params: its attributes are checked by validate)
+  net.add_layer(kLayerCast, {x}, 1, bad, "cast");
   net.add_layer("NoSuchLayer", {x}, 1, {}, "mystery");
+  // A layer type with typed params refuses a bad attribute when the layer is created.
+  Attributes bad_kind;
+  bad_kind.set("kind", int64_t{3});
+  try {
+    net.add_layer(kLayerActivation, {x}, 1, bad_kind, "act");
+    ADD_FAILURE() << "an Activation with an int kind was created";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attribute 'kind' has type int, expected string"), std::string::npos) << e.what();
+  }
   try {
     net.validate();
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("'kind'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'to'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("NoSuchLayer"), std::string::npos) << msg;
     EXPECT_NE(msg.find("no outputs"), std::string::npos) << msg;
   }

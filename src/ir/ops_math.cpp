@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/ir/elementwise_params.h"
 #include "src/ir/matmul_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
@@ -57,7 +58,7 @@ void infer_same_as_input(ShapeContext& ctx) { ctx.set_output(0, ctx.input_type(0
 // ---- Activation, ParametricReLU, Scale ------------------------------------------------------
 
 void infer_activation(ShapeContext& ctx) {
-  parse_attr(ctx, "kind", parse_activation_type);
+  (void)params_of<ActivationParams>(ctx.layer());  // kind checked there
   require_floating(ctx, 0);
   infer_same_as_input(ctx);
 }
@@ -115,7 +116,7 @@ bool elementwise_outputs_bool(ElementWiseOp op) {
 }
 
 void infer_elementwise(ShapeContext& ctx) {
-  const ElementWiseOp op = parse_attr(ctx, "op", parse_elementwise_op);
+  const ElementWiseOp op = params_of<ElementWiseParams>(ctx.layer()).op;
   // pow's exponent may have another numeric type (ONNX Pow-12+); the output has the base's type.
   if (op == ElementWiseOp::kPow && ctx.input_type(0) != ctx.input_type(1)) {
     ctx.check(ctx.input_type(0) != DataType::kBool && ctx.input_type(1) != DataType::kBool,
@@ -128,7 +129,7 @@ void infer_elementwise(ShapeContext& ctx) {
 }
 
 void infer_unary(ShapeContext& ctx) {
-  const UnaryOp op = parse_attr(ctx, "op", parse_unary_op);
+  const UnaryOp op = params_of<UnaryParams>(ctx.layer()).op;
   switch (op) {
     case UnaryOp::kNot: case UnaryOp::kIsNaN: case UnaryOp::kIsInf:
       ctx.set_output(0, DataType::kBool, ctx.input_dims(0));
@@ -161,7 +162,7 @@ void infer_cast(ShapeContext& ctx) {
 
 void infer_softmax(ShapeContext& ctx) {
   require_floating(ctx, 0);
-  normalize_axis(ctx, attr_int(ctx.layer(), "axis"), ctx.input_dims(0).rank());
+  normalize_axis(ctx, params_of<SoftMaxParams>(ctx.layer()).axis, ctx.input_dims(0).rank());
   infer_same_as_input(ctx);
 }
 
@@ -247,7 +248,7 @@ std::vector<AttrSpec> concat(std::vector<AttrSpec> a, const std::vector<AttrSpec
 
 // Residual additions join the float32 stream the fp16 pass keeps for accuracy (OpTraits).
 AccuracyRole elementwise_accuracy_role(const Layer& layer) {
-  return attr_string(layer, "op") == "sum" ? AccuracyRole::kStream : AccuracyRole::kNone;
+  return params_of<ElementWiseParams>(layer).op == ElementWiseOp::kSum ? AccuracyRole::kStream : AccuracyRole::kNone;
 }
 
 }  // namespace
@@ -256,7 +257,9 @@ KILN_REGISTER_OP(OpSchema{kLayerActivation, 1, 1, 1,
                           {attr("kind", AttrType::kString, std::string(), "activation kind (docs/layers.md)", true),
                            attr("alpha", AttrType::kFloat, 0.0, "first parameter of the kind"),
                            attr("beta", AttrType::kFloat, 0.0, "second parameter of the kind")},
-                          {}, infer_activation, "Element-wise activation function of the given kind."}.with_traits({.channels_last = true, .elementwise_fusible = true}));
+                          {}, infer_activation, "Element-wise activation function of the given kind."}
+                     .with_params<ActivationParams>()
+                     .with_traits({.channels_last = true, .elementwise_fusible = true}));
 
 KILN_REGISTER_OP(OpSchema{kLayerParametricReLU, 2, 2, 1, {}, {}, infer_parametric_relu,
                           "y = x >= 0 ? x : slope * x, with slope broadcast to x."}.with_traits({.channels_last = true}));
@@ -273,11 +276,15 @@ KILN_REGISTER_OP(OpSchema{kLayerElementWise, 2, 2, 1,
                            attr("fmod", AttrType::kInt, int64_t{0},
                                 "mod only: 1 = sign of the dividend (C fmod), 0 = sign of the divisor")},
                           {}, infer_elementwise,
-                          "Binary op with numpy broadcasting; comparisons and logic ops output bool."}.with_traits({.channels_last = true, .elementwise_fusible = true, .accuracy_role = elementwise_accuracy_role}));
+                          "Binary op with numpy broadcasting; comparisons and logic ops output bool."}
+                     .with_params<ElementWiseParams>()
+                     .with_traits({.channels_last = true, .elementwise_fusible = true, .accuracy_role = elementwise_accuracy_role}));
 
 KILN_REGISTER_OP(OpSchema{kLayerUnary, 1, 1, 1,
                           {attr("op", AttrType::kString, std::string(), "unary op (docs/layers.md)", true)}, {},
-                          infer_unary, "Element-wise unary op; not, isnan and isinf output bool."}.with_traits({.elementwise_fusible = true}));
+                          infer_unary, "Element-wise unary op; not, isnan and isinf output bool."}
+                     .with_params<UnaryParams>()
+                     .with_traits({.elementwise_fusible = true}));
 
 KILN_REGISTER_OP(OpSchema{kLayerSelect, 3, 3, 1, {}, {}, infer_select,
                           "where(condition, a, b) with numpy broadcasting of all three inputs."});
@@ -295,7 +302,8 @@ KILN_REGISTER_OP(OpSchema{kLayerIdentity, 1, 1, 1, {}, {}, infer_same_as_input, 
 KILN_REGISTER_OP(OpSchema{kLayerSoftMax, 1, 1, 1,
                           {attr("axis", AttrType::kInt, int64_t{-1}, "the axis normalized over"),
                            attr("log", AttrType::kInt, int64_t{0}, "1: log-softmax")},
-                          {}, infer_softmax, "Softmax (or log-softmax) along one axis."});
+                          {}, infer_softmax, "Softmax (or log-softmax) along one axis."}
+                     .with_params<SoftMaxParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerReduce, 1, 1, 1,
                           {attr("op", AttrType::kString, std::string(), "reduce op (docs/layers.md)", true),

@@ -19,6 +19,8 @@
 #include "kiln/error.h"
 #include "src/backends/cpu/onednn_common.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/elementwise_params.h"
+#include "src/ir/op_params.h"
 
 namespace kiln {
 namespace {
@@ -30,9 +32,10 @@ using dnnl::memory;
 bool read_activation(const Layer& layer, PostOp* post) {
   try {
     post->enabled = true;
-    post->kind = parse_activation_type(attr_string(layer, "kind"));
-    post->alpha = static_cast<float>(attr_float(layer, "alpha"));
-    post->beta = static_cast<float>(attr_float(layer, "beta"));
+    const ActivationParams& p = params_of<ActivationParams>(layer);
+    post->kind = p.kind;
+    post->alpha = static_cast<float>(p.alpha);
+    post->beta = static_cast<float>(p.beta);
     return true;
   } catch (const Error&) {
     return false;
@@ -63,7 +66,7 @@ class ActivationOneDnn : public Kernel {
  public:
   explicit ActivationOneDnn(const Layer& layer) : stream_(onednn::engine()) {
     if (!read_activation(layer, &post_) || primitive_steps(post_).empty()) {
-      throw Error(onednn::where(layer) + "activation kind '" + attr_string(layer, "kind") +
+      throw Error(onednn::where(layer) + "activation kind '" + to_string(post_.kind) +
                   "' has no oneDNN eltwise; the vectorized tactic handles it");
     }
   }

@@ -27,6 +27,8 @@
 #include "src/backends/cpu/string_cpu.h"
 #include "src/backends/kernel.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/elementwise_params.h"
+#include "src/ir/op_params.h"
 
 namespace kiln {
 namespace {
@@ -244,7 +246,7 @@ void pow_mixed_reference(const KernelContext& ctx) {
 class ElementWiseReference : public Kernel {
  public:
   explicit ElementWiseReference(const Layer& layer)
-      : op_(parse_elementwise_op(attr_string(layer, "op"))), fmod_(attr_int(layer, "fmod") != 0) {}
+      : op_(params_of<ElementWiseParams>(layer).op), fmod_(params_of<ElementWiseParams>(layer).fmod) {}
   void execute(const KernelContext& ctx) override {
     if (op_ == ElementWiseOp::kPow && ctx.inputs[0].type != ctx.inputs[1].type) {
       KILN_DISPATCH_NUMERIC_WIDE(ctx.inputs[0].type, "ElementWise pow base", {
@@ -413,7 +415,7 @@ bool elementwise_vectorized_supports(const Layer& layer, const std::vector<Tenso
   if (inputs.size() != 2 || inputs[0].type != DataType::kFloat32 || inputs[1].type != DataType::kFloat32) {
     return false;
   }
-  const ElementWiseOp op = parse_elementwise_op(attr_string(layer, "op"));
+  const ElementWiseOp op = params_of<ElementWiseParams>(layer).op;
   if (!vectorized_table().count(op)) return false;
   const TensorFormat y_format = layer.num_outputs() > 0 ? layer.output(0)->format() : TensorFormat::kLinear;
   // With dynamic dims the case is only known at run time; execute() falls back to the reference
@@ -439,7 +441,7 @@ bool elementwise_vectorized_supports(const Layer& layer, const std::vector<Tenso
 class ElementWiseVectorized : public Kernel {
  public:
   explicit ElementWiseVectorized(const Layer& layer)
-      : op_(parse_elementwise_op(attr_string(layer, "op"))), entry_(vectorized_table().at(op_)) {}
+      : op_(params_of<ElementWiseParams>(layer).op), entry_(vectorized_table().at(op_)) {}
   void execute(const KernelContext& ctx) override {
     const TensorView& a = ctx.inputs[0];
     const TensorView& b = ctx.inputs[1];
@@ -675,7 +677,7 @@ KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerElementWise, "vectorize
                                  elementwise_vectorized_supports,
                                  [](const Layer& layer) { return std::make_unique<ElementWiseVectorized>(layer); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerUnary, "reference", 0, nullptr, [](const Layer& layer) {
-                                   const UnaryOp op = parse_unary_op(attr_string(layer, "op"));
+                                   const UnaryOp op = params_of<UnaryParams>(layer).op;
                                    return std::make_unique<FunctionKernel>([op](const KernelContext& ctx) {
                                      KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "Unary", unary_reference_fn<T>(op)(ctx));
                                    });

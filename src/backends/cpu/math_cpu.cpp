@@ -18,6 +18,7 @@
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
+#include "src/ir/elementwise_params.h"
 #include "src/ir/matmul_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
@@ -48,21 +49,21 @@ int64_t product(const Dims& dims, int begin, int end) {
 
 // ---- Activation -----------------------------------------------------------------------------
 
-struct ActivationParams {
+struct ActivationArgs {
   ActivationType kind;
   float alpha, beta;
   double alpha64, beta64;  // the attributes as stored, for the float64 path
-  explicit ActivationParams(const Layer& layer)
-      : kind(parse_activation_type(attr_string(layer, "kind"))),
-        alpha(static_cast<float>(attr_float(layer, "alpha"))),
-        beta(static_cast<float>(attr_float(layer, "beta"))),
-        alpha64(attr_float(layer, "alpha")),
-        beta64(attr_float(layer, "beta")) {}
+  explicit ActivationArgs(const Layer& layer)
+      : kind(params_of<ActivationParams>(layer).kind),
+        alpha(static_cast<float>(params_of<ActivationParams>(layer).alpha)),
+        beta(static_cast<float>(params_of<ActivationParams>(layer).beta)),
+        alpha64(params_of<ActivationParams>(layer).alpha),
+        beta64(params_of<ActivationParams>(layer).beta) {}
 };
 
 // Computes in float for float32 and float16, in double for float64 (activation_value is the
 // shared definition).
-void activation_reference(const KernelContext& ctx, const ActivationParams& p) {
+void activation_reference(const KernelContext& ctx, const ActivationArgs& p) {
   KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "Activation", {
     const T* x = ctx.inputs[0].as<const T>();
     T* y = ctx.outputs[0].as<T>();
@@ -123,7 +124,7 @@ class ActivationVectorized : public Kernel {
   }
 
  private:
-  ActivationParams p_;
+  ActivationArgs p_;
   ActivationLoop loop_;
 };
 
@@ -588,7 +589,7 @@ class GemmReference : public Kernel {
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerActivation, "reference", 0, nullptr, [](const Layer& layer) {
-                                   const ActivationParams p(layer);
+                                   const ActivationArgs p(layer);
                                    return std::make_unique<FunctionKernel>(
                                        [p](const KernelContext& ctx) { activation_reference(ctx, p); });
                                  }});
@@ -604,8 +605,8 @@ KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerScale, "reference", 0, 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerScale, "vectorized", 10, scale_vectorized_supports,
                                  [](const Layer& layer) { return std::make_unique<ScaleVectorized>(layer); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerSoftMax, "reference", 0, nullptr, [](const Layer& layer) {
-                                   const int64_t axis = attr_int(layer, "axis");
-                                   const bool log = attr_int(layer, "log") != 0;
+                                   const int64_t axis = params_of<SoftMaxParams>(layer).axis;
+                                   const bool log = params_of<SoftMaxParams>(layer).log;
                                    return std::make_unique<FunctionKernel>(
                                        [axis, log](const KernelContext& ctx) { softmax_reference(ctx, axis, log); });
                                  }});

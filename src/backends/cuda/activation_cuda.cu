@@ -19,6 +19,8 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/elementwise_cuda.cuh"
 #include "src/ir/op_schema.h"
+#include "src/ir/elementwise_params.h"
+#include "src/ir/op_params.h"
 
 namespace kiln {
 namespace {
@@ -80,9 +82,9 @@ bool float_same_format_supports(const Layer& layer, const std::vector<TensorDesc
 class ActivationCuda : public Kernel {
  public:
   explicit ActivationCuda(const Layer& layer)
-      : kind_(parse_activation_type(attr_string(layer, "kind"))),
-        alpha_(static_cast<float>(attr_float(layer, "alpha"))),
-        beta_(static_cast<float>(attr_float(layer, "beta"))) {}
+      : kind_(params_of<ActivationParams>(layer).kind),
+        alpha_(static_cast<float>(params_of<ActivationParams>(layer).alpha)),
+        beta_(static_cast<float>(params_of<ActivationParams>(layer).beta)) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& in, const std::vector<TensorDesc>& out,
                int) override {
@@ -160,12 +162,12 @@ UnaryRunner unary_runner(DataType t, UnaryOp op) {
 bool unary_supports(const Layer& layer, const std::vector<TensorDesc>& in) {
   if (in.empty()) return false;
   if (!cuda::same_memory_order(in[0].dims, in[0].format, output_format(layer))) return false;
-  return unary_runner(in[0].type, parse_unary_op(attr_string(layer, "op"))) != nullptr;
+  return unary_runner(in[0].type, params_of<UnaryParams>(layer).op) != nullptr;
 }
 
 class UnaryCuda : public Kernel {
  public:
-  explicit UnaryCuda(const Layer& layer) : op_(parse_unary_op(attr_string(layer, "op"))) {}
+  explicit UnaryCuda(const Layer& layer) : op_(params_of<UnaryParams>(layer).op) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& in, const std::vector<TensorDesc>& out,
                int) override {

@@ -27,6 +27,8 @@
 #include "src/backends/cuda/element_types_cuda.cuh"
 #include "src/backends/cuda/elementwise_cuda.cuh"
 #include "src/ir/op_schema.h"
+#include "src/ir/elementwise_params.h"
+#include "src/ir/op_params.h"
 
 namespace kiln {
 namespace {
@@ -336,7 +338,7 @@ PowRunner pow_mixed_runner(DataType base, DataType exponent) {
 bool elementwise_supports(const Layer& layer, const std::vector<TensorDesc>& in) {
   if (in.size() != 2) return false;
   if (in[0].type != in[1].type) {
-    if (parse_elementwise_op(attr_string(layer, "op")) != ElementWiseOp::kPow) return false;
+    if (params_of<ElementWiseParams>(layer).op != ElementWiseOp::kPow) return false;
     if (!pow_mixed_runner(in[0].type, in[1].type)) return false;
   } else if (!dispatch_ew_type(in[0].type, [](auto) {})) {
     return false;
@@ -348,7 +350,7 @@ bool elementwise_supports(const Layer& layer, const std::vector<TensorDesc>& in)
 class ElementWiseCuda : public Kernel {
  public:
   explicit ElementWiseCuda(const Layer& layer)
-      : op_(parse_elementwise_op(attr_string(layer, "op"))), fmod_(attr_int(layer, "fmod") != 0) {}
+      : op_(params_of<ElementWiseParams>(layer).op), fmod_(params_of<ElementWiseParams>(layer).fmod) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& in, const std::vector<TensorDesc>& out,
                int) override {
