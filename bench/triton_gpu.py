@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,15 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from triton_serving import free_ports  # noqa: E402
 
 
 class Client:

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -307,54 +308,39 @@ void reconcile_config(ModelState& m, TRITONBACKEND_Model* model) {
 
 // ---- an instance --------------------------------------------------------------------------
 
-// Host or device memory of at least `size` bytes, reused across executions.
+// Memory of at least `size` bytes, reused across executions: host memory (no backend), the
+// backend's device memory, or (pinned) the host memory the device copies from and to fastest.
 struct Staging {
   Backend* backend = nullptr;  // null: host memory
+  bool pinned = false;         // with a backend: Backend::allocate_host instead of allocate
   void* ptr = nullptr;
   size_t size = 0;
   std::vector<uint8_t> host;
-  void* reserve(size_t bytes) {
+  Staging() = default;
+  Staging(Backend* b, bool pinned_host) : backend(b), pinned(pinned_host) {}
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  Staging(Staging&& o) noexcept
+      : backend(o.backend), pinned(o.pinned), ptr(std::exchange(o.ptr, nullptr)), size(o.size), host(std::move(o.host)) {}
+  uint8_t* reserve(size_t bytes) {
     bytes = std::max<size_t>(bytes, 1);
     if (!backend) {
       if (host.size() < bytes) host.resize(bytes);
       return host.data();
     }
     if (size < bytes) {
-      if (ptr) backend->release(ptr);
-      ptr = backend->allocate(bytes);
-      size = bytes;
-    }
-    return ptr;
-  }
-  ~Staging() {
-    if (backend && ptr) backend->release(ptr);
-  }
-};
-
-// Pinned host memory (Backend::allocate_host) of at least `size` bytes, reused across
-// executions: what the device copies from and to asynchronously on the instance's stream.
-struct PinnedHost {
-  Backend* backend = nullptr;
-  void* ptr = nullptr;
-  size_t size = 0;
-  uint8_t* reserve(size_t bytes) {
-    bytes = std::max<size_t>(bytes, 1);
-    if (size < bytes) {
-      if (ptr) backend->release_host(ptr);
-      ptr = nullptr;
-      size = 0;
-      ptr = backend->allocate_host(bytes);
+      free();
+      ptr = pinned ? backend->allocate_host(bytes) : backend->allocate(bytes);
       size = bytes;
     }
     return static_cast<uint8_t*>(ptr);
   }
-  PinnedHost() = default;
-  PinnedHost(const PinnedHost&) = delete;
-  PinnedHost& operator=(const PinnedHost&) = delete;
-  PinnedHost(PinnedHost&& o) noexcept : backend(o.backend), ptr(o.ptr), size(o.size) { o.ptr = nullptr; }
-  ~PinnedHost() {
-    if (backend && ptr) backend->release_host(ptr);
+  void free() {
+    if (backend && ptr) pinned ? backend->release_host(ptr) : backend->release(ptr);
+    ptr = nullptr;
+    size = 0;
   }
+  ~Staging() { free(); }
 };
 
 struct InstanceState {
@@ -367,7 +353,7 @@ struct InstanceState {
   Backend* device = nullptr;
   void* stream = nullptr;
   std::vector<Staging> in, out;
-  std::vector<PinnedHost> pinned_in, pinned_out;
+  std::vector<Staging> pinned_in, pinned_out;
   InstanceState() = default;
   InstanceState(const InstanceState&) = delete;
   InstanceState& operator=(const InstanceState&) = delete;
@@ -510,7 +496,7 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
     if (s.device) {
       host = s.pinned_in[i].reserve(bytes);
     } else {
-      host = static_cast<uint8_t*>(s.in[i].reserve(bytes));
+      host = s.in[i].reserve(bytes);
     }
     uint64_t offset = 0;
     for (const Pending& p : group) {
@@ -681,10 +667,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
     for (Staging& st : state->out) st.backend = state->device;
     if (state->device) {
       state->stream = state->device->create_stream();
-      state->pinned_in.resize(m->inputs.size());
-      state->pinned_out.resize(m->outputs.size());
-      for (PinnedHost& h : state->pinned_in) h.backend = state->device;
-      for (PinnedHost& h : state->pinned_out) h.backend = state->device;
+      for (size_t i = 0; i < m->inputs.size(); ++i) state->pinned_in.emplace_back(state->device, true);
+      for (size_t i = 0; i < m->outputs.size(); ++i) state->pinned_out.emplace_back(state->device, true);
     }
   });
   if (e) return e;

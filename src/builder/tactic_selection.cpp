@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <iomanip>
 #include <limits>
@@ -224,20 +225,13 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
   // per copy, the inverse of the throughput N contexts would get.
   std::vector<KernelContext> copies;
   std::vector<void*> streams;
-  struct Streams {
-    Backend& backend;
-    std::vector<void*> made;
-    ~Streams() {
-      for (void* s : made) backend.destroy_stream(s);
-    }
-  } extra_streams{backend, {}};
+  std::deque<TimingStream> extra_streams;  // destroyed after the copies' last (synchronized) runs
   if (policy.streams > 1) {
     copies.push_back(kc);
     streams.push_back(stream);
     for (int c = 1; c < policy.streams; ++c) {
       KernelContext copy = kc;
-      extra_streams.made.push_back(backend.create_stream());
-      copy.stream = extra_streams.made.back();
+      copy.stream = extra_streams.emplace_back(&backend).get();
       for (TensorView& o : copy.outputs) {
         const size_t bytes = static_cast<size_t>(tensor_byte_size(o.type, o.dims));
         buffers.emplace_back(backend, bytes);

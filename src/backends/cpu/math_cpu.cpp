@@ -53,12 +53,10 @@ struct ActivationArgs {
   ActivationType kind;
   float alpha, beta;
   double alpha64, beta64;  // the attributes as stored, for the float64 path
-  explicit ActivationArgs(const Layer& layer)
-      : kind(params_of<ActivationParams>(layer).kind),
-        alpha(static_cast<float>(params_of<ActivationParams>(layer).alpha)),
-        beta(static_cast<float>(params_of<ActivationParams>(layer).beta)),
-        alpha64(params_of<ActivationParams>(layer).alpha),
-        beta64(params_of<ActivationParams>(layer).beta) {}
+  explicit ActivationArgs(const Layer& layer) : ActivationArgs(params_of<ActivationParams>(layer)) {}
+  explicit ActivationArgs(const ActivationParams& p)
+      : kind(p.kind), alpha(static_cast<float>(p.alpha)), beta(static_cast<float>(p.beta)), alpha64(p.alpha),
+        beta64(p.beta) {}
 };
 
 // Computes in float for float32 and float16, in double for float64 (activation_value is the

@@ -19,7 +19,9 @@
 // Layout: kLinear only (dense row-major, ONNX's dims).
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
@@ -327,18 +329,13 @@ class RnnCuda : public Kernel {
     input_forget_ = p.input_forget;
     clip_ = p.clip;
     hidden_ = p.hidden;
-    act_names_ = p.activations;
-    alpha_ = p.alpha;
+    alpha_ = p.alpha;  // one per activation, as many as activations_per_direction() * directions()
     beta_ = p.beta;
-    if (act_names_.size() != static_cast<size_t>(acts_per_dir_ * dirs_) || alpha_.size() != act_names_.size() ||
-        beta_.size() != act_names_.size()) {
-      fail("activations, activation_alpha and activation_beta must list " + std::to_string(acts_per_dir_ * dirs_) +
-           " values each");
-    }
-    for (const auto& name : act_names_) {
-      bool known = false;
-      for (const auto& [n, kind] : kActNames) known |= name == n;
-      if (!known) fail("unknown activation '" + name + "'");
+    for (const auto& name : p.activations) {  // names RnnParams accepts, each with a device kind here
+      const auto* it = std::find_if(std::begin(kActNames), std::end(kActNames),
+                                    [&](const auto& entry) { return name == entry.first; });
+      if (it == std::end(kActNames)) fail("unknown activation '" + name + "'");
+      act_kinds_.push_back(it->second);
     }
   }
 
@@ -425,10 +422,8 @@ class RnnCuda : public Kernel {
     p.linear_before_reset = linear_before_reset_;
     p.input_forget = input_forget_;
     p.clip = static_cast<C>(clip_);
-    for (size_t a = 0; a < act_names_.size(); ++a) {
-      for (const auto& [n, kind] : kActNames) {
-        if (act_names_[a] == n) p.acts[a].kind = kind;
-      }
+    for (size_t a = 0; a < act_kinds_.size(); ++a) {
+      p.acts[a].kind = act_kinds_[a];
       p.acts[a].alpha = static_cast<C>(alpha_[a]);
       p.acts[a].beta = static_cast<C>(beta_[a]);
     }
@@ -461,7 +456,7 @@ class RnnCuda : public Kernel {
   int64_t dirs_ = 1, hidden_ = 0;
   bool reverse_only_ = false, batch_first_ = false, linear_before_reset_ = false, input_forget_ = false;
   double clip_ = 0;
-  std::vector<std::string> act_names_;
+  std::vector<RnnAct> act_kinds_;
   std::vector<double> alpha_, beta_;
   DataType type_ = DataType::kFloat32;
   int64_t seq_ = 0, batch_ = 0, input_ = 0;
