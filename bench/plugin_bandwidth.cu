@@ -37,13 +37,13 @@ constexpr double kTargetRatio = 0.90;
 constexpr int kWarmup = 5;
 constexpr int64_t kCheckElements = 4096;
 
-#define BENCH_CUDA(call)                                                                            \
-  do {                                                                                             \
-    const cudaError_t bench_err_ = (call);                                                         \
-    if (bench_err_ != cudaSuccess) {                                                               \
+#define BENCH_CUDA(call)                                                                                  \
+  do {                                                                                                    \
+    const cudaError_t bench_err_ = (call);                                                                \
+    if (bench_err_ != cudaSuccess) {                                                                      \
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(bench_err_)); \
-      std::exit(2);                                                                                \
-    }                                                                                              \
+      std::exit(2);                                                                                       \
+    }                                                                                                     \
   } while (0)
 
 struct Case {
@@ -239,7 +239,9 @@ int main(int argc, char** argv) {
       failed = failed || !correct;
       below_target = below_target || ratio < kTargetRatio;
       std::printf("%-18s %-8s %10.1f %10.1f %7.3f  %s\n", c.label, kiln::to_string(type), plugin_gbs, copy_gbs, ratio,
-                  !correct ? "WRONG RESULTS" : ratio < kTargetRatio ? "below 0.90" : "");
+                  !correct               ? "WRONG RESULTS"
+                  : ratio < kTargetRatio ? "below 0.90"
+                                         : "");
     }
   }
 

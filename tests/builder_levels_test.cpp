@@ -37,9 +37,11 @@ class ThreeWays : public Plugin {
   std::vector<DataType> output_types(const std::vector<DataType>& in) const override { return {in.at(0)}; }
   DimsExprs output_dims(int, const std::vector<DimsExprs>& in, ExprBuilder&) const override { return in.at(0); }
   bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
-    return io[static_cast<size_t>(pos)].type == DataType::kFloat32 && io[static_cast<size_t>(pos)].format == TensorFormat::kLinear;
+    return io[static_cast<size_t>(pos)].type == DataType::kFloat32 &&
+           io[static_cast<size_t>(pos)].format == TensorFormat::kLinear;
   }
-  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&, const std::vector<PluginTensorDesc>&) const override {
+  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&,
+                                   const std::vector<PluginTensorDesc>&) const override {
     return {"medium", "slow", "big"};
   }
   void set_tactic(const std::string& name) override { tactic_ = name; }
@@ -123,7 +125,8 @@ class Glacial : public Plugin {
   bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
     return io[static_cast<size_t>(pos)].type == DataType::kFloat32;
   }
-  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&, const std::vector<PluginTensorDesc>&) const override {
+  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&,
+                                   const std::vector<PluginTensorDesc>&) const override {
     return {"quick", "glacial"};
   }
   void set_tactic(const std::string& name) override { tactic_ = name; }
@@ -167,7 +170,8 @@ std::unique_ptr<Network> chain(int repeats, int other_repeats = 0) {
   net->mark_output(t);
   if (other_repeats) {
     Tensor* z = net->add_input("z", DataType::kFloat32, Dims{2, 8});
-    for (int i = 0; i < other_repeats; ++i) z = add_plugin(*net, {z}, ThreeWays(), "other_" + std::to_string(i))->output(0);
+    for (int i = 0; i < other_repeats; ++i)
+      z = add_plugin(*net, {z}, ThreeWays(), "other_" + std::to_string(i))->output(0);
     z->set_name("w");
     net->mark_output(z);
   }

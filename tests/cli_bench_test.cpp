@@ -108,10 +108,10 @@ TEST_F(CliBenchTest, RandomInputsTextSummary) {
   const CommandResult r =
       kiln("bench --engine " + engine + " --duration 0.2 --iterations 5 --percentile 99.9 --warmup 3");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* text :
-       {"=== Performance summary ===", "Throughput: ", " qps, ", "Latency: min = ", "percentile(99%)",
-        "percentile(99.9%)", "Compute Time (CPU engine: host time of enqueue): ", "Enqueue Time: ", "Total Host Walltime: ",
-        "Total Compute Time: ", "shape plans built 1", "x: float32 2x4  <- random in [-1, 1] (seed 1)"})
+  for (const char* text : {"=== Performance summary ===", "Throughput: ", " qps, ", "Latency: min = ",
+                           "percentile(99%)", "percentile(99.9%)", "Compute Time (CPU engine: host time of enqueue): ",
+                           "Enqueue Time: ", "Total Host Walltime: ", "Total Compute Time: ", "shape plans built 1",
+                           "x: float32 2x4  <- random in [-1, 1] (seed 1)"})
     EXPECT_NE(r.out.find(text), std::string::npos) << text << " in:\n" << r.out;
   // CPU engines copy nothing: no H2D/D2H lines.
   EXPECT_EQ(r.out.find("H2D Latency"), std::string::npos);

@@ -78,7 +78,8 @@ TEST_F(CliHostileTest, ThreadCountsAreBoundedAtParse) {
 // Devices, FIFOs and folders where files are expected used to be read forever.
 TEST_F(CliHostileTest, NonRegularFilesAreRefused) {
   ASSERT_EQ(::mkfifo(path("fifo.npy").c_str(), 0600), 0);
-  expect_error(run("inspect --engine /dev/zero"), {"engine file '/dev/zero'", "not a regular file (a character device)"});
+  expect_error(run("inspect --engine /dev/zero"),
+               {"engine file '/dev/zero'", "not a regular file (a character device)"});
   expect_error(run("inspect --engine /dev/urandom"), {"'/dev/urandom'", "character device"});
   expect_error(run("inspect --engine " + path("fifo.npy")), {"not a regular file (a FIFO)"});
   expect_error(run("run --engine " + dir_.string() + " --input x=" + path("x.npy")), {"it is a directory"});

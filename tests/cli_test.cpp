@@ -251,11 +251,11 @@ TEST_F(CliTest, BadShapeTextIsAUsageError) {
     EXPECT_EQ(r.code, 64);
   }
   // Well-formed but wrong for this model: named input, rank and fixed dims are checked.
-  for (const Case& c : std::vector<Case>{{"--shapes y:1x3x8x8", "'y'"},
-                                         {"--shapes x:1x3x8", "rank"},
-                                         {"--shapes x:1x5x8x8", "fixed to 3"},
-                                         {"--min-shapes x:2x3x8x8 --opt-shapes x:1x3x8x8 --max-shapes x:4x3x8x8",
-                                          "min <= opt <= max"}}) {
+  for (const Case& c : std::vector<Case>{
+           {"--shapes y:1x3x8x8", "'y'"},
+           {"--shapes x:1x3x8", "rank"},
+           {"--shapes x:1x5x8x8", "fixed to 3"},
+           {"--min-shapes x:2x3x8x8 --opt-shapes x:1x3x8x8 --max-shapes x:4x3x8x8", "min <= opt <= max"}}) {
     SCOPED_TRACE(c.flags);
     CommandResult r = kiln(base + c.flags);
     EXPECT_NE(r.code, 0);
@@ -289,11 +289,13 @@ TEST_F(CliTest, BuildOptimizationLevelAndWorkspaceLimitFlags) {
   // An unknown pass name is a usage error listing the valid names.
   CommandResult bad_pass = kiln(base + "--disable-pass no_such_pass");
   expect_one_error_line(bad_pass, "no_such_pass");
-  for (const std::string& name : builder_pass_names()) EXPECT_NE(bad_pass.err.find(name), std::string::npos) << bad_pass.err;
+  for (const std::string& name : builder_pass_names())
+    EXPECT_NE(bad_pass.err.find(name), std::string::npos) << bad_pass.err;
 
   for (const char* level : {"0", "5"}) {
     SCOPED_TRACE(level);
-    CommandResult r = kiln(base + "--shapes x:1x3x8x8 --builder-optimization-level " + level + " --workspace-limit 64M");
+    CommandResult r =
+        kiln(base + "--shapes x:1x3x8x8 --builder-optimization-level " + level + " --workspace-limit 64M");
     ASSERT_EQ(r.code, 0) << r.out << r.err;
     EXPECT_NE(r.out.find(std::string("optimization level: ") + level), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("workspace limit: 64.0 MiB"), std::string::npos) << r.out;
@@ -308,7 +310,8 @@ TEST_F(CliTest, BuildOptimizationLevelAndWorkspaceLimitFlags) {
   ASSERT_EQ(untimed.code, 0) << untimed.err;
   EXPECT_NE(untimed.out.find("with --no-timing"), std::string::npos) << untimed.out;
   EXPECT_NE(untimed.out.find("kernel timing: none"), std::string::npos) << untimed.out;
-  EXPECT_NE(kiln("inspect --engine " + path("e.kiln")).out.find("optimization_level: 3 (timing off"), std::string::npos);
+  EXPECT_NE(kiln("inspect --engine " + path("e.kiln")).out.find("optimization_level: 3 (timing off"),
+            std::string::npos);
 }
 
 // ---- inspect --------------------------------------------------------------------------------
@@ -387,8 +390,8 @@ TEST_F(CliTest, BuildRunAndCompareOnASmallModel) {
   for (int64_t i = 0; i < got.count(); ++i)
     ASSERT_NEAR(got.as<float>()[i], expected.as<float>()[i], 1e-4) << "element " << i;
 
-  CommandResult bad = kiln("run --engine " + path("small.kiln") + " --input x=" + path("x.npy") + " --compare-dir " +
-                           path("bad"));
+  CommandResult bad =
+      kiln("run --engine " + path("small.kiln") + " --input x=" + path("x.npy") + " --compare-dir " + path("bad"));
   EXPECT_EQ(bad.code, 3) << bad.out << bad.err;
   EXPECT_NE(bad.out.find("FAIL"), std::string::npos) << bad.out;
 
@@ -425,8 +428,8 @@ TEST_F(CliTest, RunOnnxDirectlyAndDefaultDynamicDims) {
   const HostTensor x = random_input(3, 99);
   save_tensor_pb(path("data/input_0.pb"), x, "x");
   save_tensor_pb(path("data/output_0.pb"), reference_output(m, x), "y");
-  CommandResult run = kiln("run --onnx " + path("small.onnx") + " --inputs-dir " + path("data") + " --compare-dir " +
-                           path("data"));
+  CommandResult run =
+      kiln("run --onnx " + path("small.onnx") + " --inputs-dir " + path("data") + " --compare-dir " + path("data"));
   EXPECT_EQ(run.code, 0) << run.out << run.err;
   EXPECT_NE(run.out.find("PASS"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("batch 3"), std::string::npos) << run.out;
@@ -452,7 +455,6 @@ TEST_F(CliTest, SqueezenetBuildRunCompare) {
   EXPECT_EQ(run.code, 0) << run.out << run.err;
   EXPECT_NE(run.out.find("PASS"), std::string::npos) << run.out;
 }
-
 
 // ---- kiln debug and --layer-precisions -----------------------------------------------------------
 
@@ -509,11 +511,12 @@ TEST_F(CliTest, DebugLayersNamesTheFirstLayerOutOfTolerance) {
   ASSERT_EQ(same.code, 0) << same.out << same.err;
   EXPECT_NE(same.out.find("mm0 (MatrixMultiply) -> h"), std::string::npos) << same.out;
   EXPECT_NE(same.out.find("add0 (ElementWise) -> y"), std::string::npos) << same.out;
-  EXPECT_NE(same.out.find("every compared layer output is within tolerance (2 tensors)"), std::string::npos) << same.out;
+  EXPECT_NE(same.out.find("every compared layer output is within tolerance (2 tensors)"), std::string::npos)
+      << same.out;
 
   // float16 with a tolerance float16 cannot meet: the MatMul is the first culprit.
-  CommandResult fp16 = kiln("debug layers --fp16 --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") + " --input x=" +
-                            path("x.npy"));
+  CommandResult fp16 =
+      kiln("debug layers --fp16 --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") + " --input x=" + path("x.npy"));
   EXPECT_EQ(fp16.code, 3) << fp16.out << fp16.err;
   EXPECT_NE(fp16.out.find("first layer out of tolerance whose inputs are within it: mm0 (MatrixMultiply)"),
             std::string::npos)
@@ -534,30 +537,31 @@ TEST_F(CliTest, DebugPrecisionFindsLayersToKeepInFp32) {
   for (int64_t i = 0; i < x.count(); ++i) x.as<float>()[i] = pseudo_random(state);
   save_npy(path("x.npy"), x);
   // The float32 engine's output is the reference.
-  CommandResult ref = kiln("run --onnx " + path("mm.onnx") + " --input x=" + path("x.npy") + " --output-dir " +
-                           path("ref"));
+  CommandResult ref =
+      kiln("run --onnx " + path("mm.onnx") + " --input x=" + path("x.npy") + " --output-dir " + path("ref"));
   ASSERT_EQ(ref.code, 0) << ref.err;
 
-  CommandResult plain = kiln("run --fp16 --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") + " --input x=" +
-                             path("x.npy") + " --compare-dir " + path("ref"));
+  CommandResult plain = kiln("run --fp16 --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") +
+                             " --input x=" + path("x.npy") + " --compare-dir " + path("ref"));
   EXPECT_EQ(plain.code, 3) << plain.out << plain.err;
 
-  CommandResult found = kiln("debug precision --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") + " --input x=" +
-                             path("x.npy") + " --compare-dir " + path("ref") + " --save " + path("fp32.txt"));
+  CommandResult found =
+      kiln("debug precision --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") + " --input x=" + path("x.npy") +
+           " --compare-dir " + path("ref") + " --save " + path("fp32.txt"));
   ASSERT_EQ(found.code, 0) << found.out << found.err;
   // Both layers round to float16 (the MatMul's result and the Add's), so both must stay float32.
   EXPECT_NE(found.out.find("2 of 2 layer(s) in fp32 make the fp16 engine pass"), std::string::npos) << found.out;
   EXPECT_EQ(read_text(path("fp32.txt")), "mm0:fp32,add0:fp32");
 
-  CommandResult fixed = kiln("run --fp16 --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") + " --input x=" +
-                             path("x.npy") + " --compare-dir " + path("ref") + " --layer-precisions @" +
-                             path("fp32.txt"));
+  CommandResult fixed =
+      kiln("run --fp16 --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") + " --input x=" + path("x.npy") +
+           " --compare-dir " + path("ref") + " --layer-precisions @" + path("fp32.txt"));
   EXPECT_EQ(fixed.code, 0) << fixed.out << fixed.err;
 
   // --refine tries the MatMul back in float16: at this tolerance it must stay float32.
-  CommandResult refined = kiln("debug precision --refine --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") +
-                               " --input x=" + path("x.npy") + " --compare-dir " + path("ref") + " --save " +
-                               path("fp32_refined.txt"));
+  CommandResult refined =
+      kiln("debug precision --refine --rtol 1e-6 --atol 0 --onnx " + path("mm.onnx") + " --input x=" + path("x.npy") +
+           " --compare-dir " + path("ref") + " --save " + path("fp32_refined.txt"));
   ASSERT_EQ(refined.code, 0) << refined.out << refined.err;
   EXPECT_NE(refined.out.find("refining: 1 matrix product / convolution layer(s)"), std::string::npos) << refined.out;
   EXPECT_NE(refined.out.find("'mm0' in fp16: max rel err"), std::string::npos) << refined.out;
@@ -571,15 +575,15 @@ TEST_F(CliTest, DebugPrecisionFindsLayersToKeepInFp32) {
 
 TEST_F(CliTest, LayerPrecisionsErrorsNameTheEntry) {
   write_matmul_model(path("mm.onnx"));
-  expect_one_error_line(kiln("build --onnx " + path("mm.onnx") + " --save-engine " + path("e.kiln") +
-                             " --layer-precisions nosuch:fp32"),
-                        "no layer is named 'nosuch'");
-  expect_one_error_line(kiln("build --onnx " + path("mm.onnx") + " --save-engine " + path("e.kiln") +
-                             " --layer-precisions mm0:int8"),
-                        "unknown precision 'int8'");
-  expect_one_error_line(kiln("build --onnx " + path("mm.onnx") + " --save-engine " + path("e.kiln") +
-                             " --layer-precisions mm0"),
-                        "is not NAME:PRECISION");
+  expect_one_error_line(
+      kiln("build --onnx " + path("mm.onnx") + " --save-engine " + path("e.kiln") + " --layer-precisions nosuch:fp32"),
+      "no layer is named 'nosuch'");
+  expect_one_error_line(
+      kiln("build --onnx " + path("mm.onnx") + " --save-engine " + path("e.kiln") + " --layer-precisions mm0:int8"),
+      "unknown precision 'int8'");
+  expect_one_error_line(
+      kiln("build --onnx " + path("mm.onnx") + " --save-engine " + path("e.kiln") + " --layer-precisions mm0"),
+      "is not NAME:PRECISION");
   expect_one_error_line(kiln("run --engine " + path("e.kiln") + " --input x=x.npy --layer-precisions mm0:fp32"),
                         "--layer-precisions applies when building");
 }

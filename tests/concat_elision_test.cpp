@@ -138,8 +138,9 @@ Tensor* add_conv(Network& net, Tensor* x, const ConvWeights& cw, const std::stri
   d.kernel = {cw.k, cw.k};
   d.pads_begin = {cw.k / 2, cw.k / 2};
   d.pads_end = {cw.k / 2, cw.k / 2};
-  Layer* l = net.add_convolution(x, d, HostTensor::from_vector(DataType::kFloat32, Dims{cw.maps, cw.in, cw.k, cw.k}, cw.w),
-                                 HostTensor::from_vector(DataType::kFloat32, Dims{cw.maps}, cw.b));
+  Layer* l =
+      net.add_convolution(x, d, HostTensor::from_vector(DataType::kFloat32, Dims{cw.maps, cw.in, cw.k, cw.k}, cw.w),
+                          HostTensor::from_vector(DataType::kFloat32, Dims{cw.maps}, cw.b));
   l->set_name(name);
   l->output(0)->set_name(name);
   return l->output(0);
@@ -199,8 +200,8 @@ std::shared_ptr<Engine> build(const Network& net, int min_batch, int max_batch, 
 }
 
 // Runs one inference; returns every requested output.
-std::map<std::string, std::vector<float>> run(ExecutionContext& ctx, const std::vector<float>& x, int batch, int h, int w,
-                                              const std::vector<std::string>& outputs) {
+std::map<std::string, std::vector<float>> run(ExecutionContext& ctx, const std::vector<float>& x, int batch, int h,
+                                              int w, const std::vector<std::string>& outputs) {
   ctx.set_input_shape("x", Dims{batch, kC, h, w});
   ctx.set_tensor_address("x", const_cast<float*>(x.data()));
   std::map<std::string, std::vector<float>> result;
@@ -309,7 +310,8 @@ std::string check_plan(const std::vector<Layer*>& steps, const TensorStates& sta
       const Tensor* in = l->input(i);
       inside[in] = l->output(0);
       if (plan.offsets.at(in) != plan.offsets.at(l->output(0)) + rel) {
-        return "input '" + in->name() + "' is not at byte " + std::to_string(rel) + " of '" + l->output(0)->name() + "'";
+        return "input '" + in->name() + "' is not at byte " + std::to_string(rel) + " of '" + l->output(0)->name() +
+               "'";
       }
       rel += bytes_of(states, in);
     }
@@ -343,7 +345,9 @@ struct Planned {
     }
     return nullptr;
   }
-  uint64_t offset(const Network& net, const std::string& tensor) const { return plan.offsets.at(net.find_tensor(tensor)); }
+  uint64_t offset(const Network& net, const std::string& tensor) const {
+    return plan.offsets.at(net.find_tensor(tensor));
+  }
 };
 
 Planned plan_for(const Network& net, const Dims& x_dims, bool elision = true, TensorStates* states_override = nullptr) {
@@ -422,7 +426,7 @@ TEST(ConcatElision, PlanPlacesInputsInsideTheOutputAndLowersThePeak) {
   EXPECT_EQ(on.offset(*net, "c2"), base + 1024);
   EXPECT_EQ(on.offset(*net, "e"), base + 2048);
   EXPECT_FALSE(off.decision("cat")->elided);
-  EXPECT_EQ(on.plan.peak, 3072u);  // only the concatenation's buffer
+  EXPECT_EQ(on.plan.peak, 3072u);   // only the concatenation's buffer
   EXPECT_EQ(off.plan.peak, 6144u);  // inputs and output alive together at the concatenation
 }
 
@@ -634,7 +638,8 @@ TEST(ConcatElision, ChannelsLastNeedsContiguousSlices) {
 // batch 1; the output matches the exporter's reference and the copying run bit for bit.
 TEST(ConcatElision, SqueezeNetLinearElidesEveryFireConcatenation) {
   const char* env = std::getenv("KILN_TEST_MODELS_DIR");
-  const std::string dir = std::string(env ? env : std::string(KILN_SOURCE_DIR) + "/../shared/models") + "/squeezenet1_1";
+  const std::string dir =
+      std::string(env ? env : std::string(KILN_SOURCE_DIR) + "/../shared/models") + "/squeezenet1_1";
   if (!std::filesystem::exists(dir + "/model.onnx")) GTEST_SKIP() << dir << " is not present";
   Network net;
   OnnxParser(net).parse_file(dir + "/model.onnx");
@@ -696,7 +701,7 @@ TEST(ConcatElision, PlanRefusesWhatCannotBeElided) {
   Tensor* k = net->add_constant(HostTensor::from_vector(DataType::kFloat32, Dims{1, 4, h, w}, ones))->output(0);
   Tensor* cat4 = add_concat(*net, {s, k}, 1, "cat4");  // a constant input
   Tensor* cat5 = add_concat(*net, {x, x}, 1, "cat5");  // network inputs
-  Layer* empty = net->add_slice(r, {0}, {0}, {1});      // 1x0x8x8
+  Layer* empty = net->add_slice(r, {0}, {0}, {1});     // 1x0x8x8
   empty->output(0)->set_name("empty");
   Tensor* cat6 = add_concat(*net, {empty->output(0), r}, 1, "cat6");
   Tensor* u = add_conv(*net, x, wc, "u");

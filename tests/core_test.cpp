@@ -93,7 +93,8 @@ TEST(ShapeInference, ExporterShapeArithmeticIsEvaluatedOnTheHost) {
   ua.set("reshape_mode", std::string("unsqueeze"));
   ua.set("axes", std::vector<int64_t>{0});
   Tensor* n1 = net.add_layer(kLayerShuffle, {n}, 1, ua)->output(0);
-  Tensor* minus1 = net.add_constant(HostTensor::from_vector(DataType::kInt64, Dims{1}, std::vector<int64_t>{-1}))->output(0);
+  Tensor* minus1 =
+      net.add_constant(HostTensor::from_vector(DataType::kInt64, Dims{1}, std::vector<int64_t>{-1}))->output(0);
   Tensor* target = net.add_concatenation({n1, minus1}, 0)->output(0);
   Layer* reshape = net.add_shuffle_dynamic(x, target);
   net.mark_output(reshape->output(0));
@@ -103,9 +104,9 @@ TEST(ShapeInference, ExporterShapeArithmeticIsEvaluatedOnTheHost) {
     ASSERT_TRUE(states.at(target).value);
     EXPECT_EQ(states.at(target).value->to_int64(), (std::vector<int64_t>{batch, -1}));
   }
-  EXPECT_THROW(infer_shapes(net, {}), Error);                               // dynamic input without dims
-  EXPECT_THROW(infer_shapes(net, {{"x", Dims{2, 5, 3, 2}}}), Error);        // contradicts declared dims
-  EXPECT_THROW(infer_shapes(net, {{"x", Dims{2, 4, 3}}}), Error);           // wrong rank
+  EXPECT_THROW(infer_shapes(net, {}), Error);                         // dynamic input without dims
+  EXPECT_THROW(infer_shapes(net, {{"x", Dims{2, 5, 3, 2}}}), Error);  // contradicts declared dims
+  EXPECT_THROW(infer_shapes(net, {{"x", Dims{2, 4, 3}}}), Error);     // wrong rank
 }
 
 TEST(ShapeInference, ErrorsNameTheLayer) {
@@ -137,7 +138,8 @@ TEST(Network, ValidateReportsEveryProblem) {
     net.add_layer(kLayerActivation, {x}, 1, bad_kind, "act");
     ADD_FAILURE() << "an Activation with an int kind was created";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("attribute 'kind' has type int, expected string"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("attribute 'kind' has type int, expected string"), std::string::npos)
+        << e.what();
   }
   try {
     net.validate();

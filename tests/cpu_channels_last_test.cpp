@@ -90,8 +90,8 @@ TEST(CpuChannelsLast, ReformatFastMatchesIndexMath) {
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 1, 1});
   const Layer* layer = net.add_layer(kLayerReformat, {x}, 1, {}, "r");
-  const std::vector<Dims> shapes = {{1, 3, 224, 224}, {2, 13, 17, 19}, {1, 64, 7, 7}, {3, 5, 11}, {1, 17, 3, 5, 7},
-                                    {2, 1, 4, 4},     {2, 8, 1, 1},     {1, 33, 1, 1, 1}};
+  const std::vector<Dims> shapes = {{1, 3, 224, 224}, {2, 13, 17, 19}, {1, 64, 7, 7}, {3, 5, 11},
+                                    {1, 17, 3, 5, 7}, {2, 1, 4, 4},    {2, 8, 1, 1},  {1, 33, 1, 1, 1}};
   uint32_t seed = 1;
   for (DataType type : {DataType::kFloat32, DataType::kFloat16, DataType::kInt8, DataType::kInt64}) {
     for (const Dims& dims : shapes) {
@@ -105,10 +105,10 @@ TEST(CpuChannelsLast, ReformatFastMatchesIndexMath) {
         }
         for (const std::string& tactic : tactics) {
           HostTensor got(type, dims);
-          run_kernel(kLayerReformat, tactic, *layer, {{&lin, TensorFormat::kLinear}}, &got,
-                     TensorFormat::kChannelsLast, threads);
-          EXPECT_TRUE(same_bytes(got, last)) << tactic << " to channels-last " << dims.to_string() << " "
-                                             << to_string(type);
+          run_kernel(kLayerReformat, tactic, *layer, {{&lin, TensorFormat::kLinear}}, &got, TensorFormat::kChannelsLast,
+                     threads);
+          EXPECT_TRUE(same_bytes(got, last))
+              << tactic << " to channels-last " << dims.to_string() << " " << to_string(type);
           HostTensor back(type, dims);
           run_kernel(kLayerReformat, tactic, *layer, {{&last, TensorFormat::kChannelsLast}}, &back,
                      TensorFormat::kLinear, threads);
@@ -176,8 +176,10 @@ TEST(CpuChannelsLast, MaxPoolFastChannelsLastMatchesReference) {
     int64_t k, s, pad;
     bool ceil;
   };
-  const std::vector<Case> cases = {{{1, 64, 111, 111}, 3, 2, 0, true}, {{2, 13, 11, 9}, 5, 1, 2, false},
-                                   {{1, 17, 7, 8}, 2, 2, 1, false},     {{1, 3, 12, 12}, 3, 2, 0, true}};
+  const std::vector<Case> cases = {{{1, 64, 111, 111}, 3, 2, 0, true},
+                                   {{2, 13, 11, 9}, 5, 1, 2, false},
+                                   {{1, 17, 7, 8}, 2, 2, 1, false},
+                                   {{1, 3, 12, 12}, 3, 2, 0, true}};
   uint32_t seed = 300;
   for (const Case& c : cases) {
     Network net;
@@ -290,13 +292,13 @@ TEST(CpuChannelsLast, PerChannelElementWiseMatchesReferenceInBothFormats) {
   struct Shapes {
     Dims full, small;
   };
-  const std::vector<Shapes> shapes = {
-      {{2, 13, 7, 9}, {1, 13, 1, 1}}, {{2, 13, 7, 9}, {2, 13, 1, 1}}, {{2, 13, 5, 5}, {13, 1, 1}},
-      {{1, 13, 3, 4, 5}, {1, 13, 1, 1, 1}}, {{3, 5, 11}, {3, 5, 1}}, {{1, 127, 57, 57}, {1, 127, 1, 1}}};
+  const std::vector<Shapes> shapes = {{{2, 13, 7, 9}, {1, 13, 1, 1}}, {{2, 13, 7, 9}, {2, 13, 1, 1}},
+                                      {{2, 13, 5, 5}, {13, 1, 1}},    {{1, 13, 3, 4, 5}, {1, 13, 1, 1, 1}},
+                                      {{3, 5, 11}, {3, 5, 1}},        {{1, 127, 57, 57}, {1, 127, 1, 1}}};
   uint32_t seed = 100;
   for (const auto& sh : shapes) {
-    for (ElementWiseOp op : {ElementWiseOp::kSum, ElementWiseOp::kSub, ElementWiseOp::kProd, ElementWiseOp::kDiv,
-                             ElementWiseOp::kMax}) {
+    for (ElementWiseOp op :
+         {ElementWiseOp::kSum, ElementWiseOp::kSub, ElementWiseOp::kProd, ElementWiseOp::kDiv, ElementWiseOp::kMax}) {
       for (bool small_first : {false, true}) {
         Network net;
         const HostTensor full = random_f32(sh.full, ++seed, 3.0f);
@@ -324,7 +326,8 @@ TEST(CpuChannelsLast, PerChannelElementWiseMatchesReferenceInBothFormats) {
               << what;
           HostTensor got_cl(DataType::kFloat32, sh.full);
           run_kernel(kLayerElementWise, "vectorized", *l, ins(full_cl, cl), &got_cl, cl, threads);
-          EXPECT_TRUE(same_bytes(convert(got_cl, false), want)) << what << ", channels-last, " << threads << " thread(s)";
+          EXPECT_TRUE(same_bytes(convert(got_cl, false), want))
+              << what << ", channels-last, " << threads << " thread(s)";
         }
       }
     }
@@ -402,8 +405,8 @@ TEST(CpuChannelsLast, LayoutPassMakesCpuConvRegionsChannelsLast) {
   for (int i = 0; i < net->num_layers(); ++i) {
     const Layer* l = net->layer(i);
     const std::string& type = l->type();
-    if (type == kLayerConvolution || type == kLayerActivation || type == kLayerPooling ||
-        type == kLayerConcatenation || type == kLayerElementWise) {
+    if (type == kLayerConvolution || type == kLayerActivation || type == kLayerPooling || type == kLayerConcatenation ||
+        type == kLayerElementWise) {
       EXPECT_EQ(l->input(0)->format(), TensorFormat::kChannelsLast) << l->name();
       EXPECT_EQ(l->output(0)->format(), TensorFormat::kChannelsLast) << l->name();
     }

@@ -443,8 +443,8 @@ TEST(CudaConvGraph, EveryGraphTacticMatchesCpuReference) {
           const RunOutcome r = run_conv_tactic(c, tactic, type, format, values, expected, 0, 3);
           const std::string label = std::string(c.name) + " [" + tactic + ", " + variant_name(fp16, format) + "]";
           tally[std::string(tactic) + " " + variant_name(fp16, format)][r.result]++;
-          const bool required = c.must_run && fp16 && format == TensorFormat::kChannelsLast &&
-                                std::string(tactic) == "cudnn_graph";
+          const bool required =
+              c.must_run && fp16 && format == TensorFormat::kChannelsLast && std::string(tactic) == "cudnn_graph";
           if (r.result == Result::kFailed || (r.result == Result::kDeclined && required)) {
             failures << "  " << label << ": " << (r.result == Result::kDeclined ? "declined: " : "") << r.message
                      << "\n";
@@ -579,9 +579,9 @@ TEST(CudaConvWeights, PreparedWeightsAreSharedAcrossKernels) {
     kernels.push_back(prepare("cudnn", w16, 1));
     const size_t one = cuda::prepared_weights_live_bytes() - base;
     EXPECT_EQ(one, w16.nbytes());
-    kernels.push_back(prepare("cudnn", w16, 4));        // another shape
+    kernels.push_back(prepare("cudnn", w16, 4));                        // another shape
     kernels.push_back(prepare("cudnn_implicit_precomp_gemm", w16, 1));  // another tactic
-    HostTensor copy = w16;                                // a copy shares the storage
+    HostTensor copy = w16;                                              // a copy shares the storage
     kernels.push_back(prepare("cudnn", copy, 2));
     if (KernelRegistry::instance().find(DeviceType::kCUDA, kLayerConvolution, "cudnn_graph")) {
       kernels.push_back(prepare("cudnn_graph", w16, 1));
@@ -648,8 +648,8 @@ struct Block {
 
 struct StackSpec {
   const char* name;
-  Dims input;                 // [N, C, H, W]
-  bool stem;                  // a 3x3 convolution in front of the blocks (input C -> first block's in)
+  Dims input;  // [N, C, H, W]
+  bool stem;   // a 3x3 convolution in front of the blocks (input C -> first block's in)
   int64_t stem_channels;
   std::vector<Block> blocks;  // a block whose out differs from its input, or stride 2, projects the shortcut
 };
@@ -701,15 +701,18 @@ std::unique_ptr<Network> make_stack(const StackSpec& spec) {
 // a stride-2 block and three identity blocks of one geometry (layers of equal geometry and other
 // weights, which share cuDNN plans per thread).
 StackSpec small_stack() {
-  return {"small_resnet", Dims{32, 16, 16, 16}, true, 64,
+  return {"small_resnet",
+          Dims{32, 16, 16, 16},
+          true,
+          64,
           {{32, 128, 1}, {32, 128, 1}, {64, 256, 2}, {64, 256, 1}, {64, 256, 1}, {64, 256, 1}}};
 }
 
 // ResNet-50's layer1 and layer2.0 at batch 32 (56x56x64 in): the geometry of the session-3
 // failure (22 GFLOP: about a second for the CPU reference with oneDNN on 2 cores).
 StackSpec resnet50_layer1_stack() {
-  return {"resnet50_layer1_2.0", Dims{32, 64, 56, 56}, false, 0,
-          {{64, 256, 1}, {64, 256, 1}, {64, 256, 1}, {128, 512, 2}}};
+  return {
+      "resnet50_layer1_2.0", Dims{32, 64, 56, 56}, false, 0, {{64, 256, 1}, {64, 256, 1}, {64, 256, 1}, {128, 512, 2}}};
 }
 
 HostTensor stack_input(const StackSpec& spec) { return make_values(spec.input, 77, -1.0, 1.0, true); }
@@ -883,8 +886,7 @@ TEST(CudaConvGraph, ResNetStackBatch32Fp16MatchesCpuReference) {
     ScopedEnv priv("KILN_CUDNN_GRAPH_PRIVATE", m.private_plans);
     const CudaEngine e = build_cuda(*net, m.mode);
     std::cout << spec.name << " [" << m.label << "]: " << e.conv_tactics << "\n";
-    check_stack(std::string(spec.name) + " [" + m.label + "]", run_stack(e.engine, input, 3, 4), ref,
-                kStackTolerance);
+    check_stack(std::string(spec.name) + " [" + m.label + "]", run_stack(e.engine, input, 3, 4), ref, kStackTolerance);
   }
 }
 
@@ -940,8 +942,8 @@ TEST(CudaConvGraph, ResNetStackTwoThreadsAtOnce) {
     ASSERT_TRUE(errors[t].empty()) << "thread " << t << ": " << errors[t];
     check_stack(std::string(spec.name) + " thread " + std::to_string(t), runs[t], ref, kStackTolerance);
   }
-  const bool same = std::memcmp(runs[0].plain.back().data(), runs[1].plain.back().data(),
-                                runs[0].plain.back().nbytes()) == 0;
+  const bool same =
+      std::memcmp(runs[0].plain.back().data(), runs[1].plain.back().data(), runs[0].plain.back().nbytes()) == 0;
   std::cout << "  the two threads' outputs are " << (same ? "bit-identical" : "NOT bit-identical") << "\n";
 }
 
@@ -969,8 +971,8 @@ TEST(CudaConvHostCost, PrintsHostMicrosecondsPerExecute) {
     for (const HostTensor& v : values) typed.push_back(v.empty() ? HostTensor() : to_type(v, DataType::kFloat16));
     Network net;
     const Dims y_dims = output_dims(c);
-    std::vector<Tensor*> ins{net.add_input("x", DataType::kFloat16, c.x),
-                             net.add_constant(typed[1], "w")->output(0), net.add_constant(typed[2], "b")->output(0)};
+    std::vector<Tensor*> ins{net.add_input("x", DataType::kFloat16, c.x), net.add_constant(typed[1], "w")->output(0),
+                             net.add_constant(typed[2], "b")->output(0)};
     if (c.residual) ins.push_back(net.add_input("r", DataType::kFloat16, y_dims));
     Layer* layer = net.add_layer(kLayerConvolution, ins, 1, attributes_of(c), "conv");
     std::vector<TensorDesc> descs;
@@ -1021,7 +1023,6 @@ TEST(CudaConvHostCost, PrintsHostMicrosecondsPerExecute) {
   }
 }
 
-
 // BuilderConfig::tune_for_streams, the timer: four one-block kernels of 0.5 ms on four streams
 // run at once (a quarter of the time per copy), which one stream's timing cannot show; the
 // default (one stream) implementation runs copies one after another.
@@ -1055,7 +1056,8 @@ TEST(CudaTunedStreams, ConcurrentTimingSeesKernelsThatShareTheDevice) {
 TEST(CudaTunedStreams, AnEngineTunedForFourStreamsMatchesTheCpuReference) {
   std::string why;
   if (!test::cuda_usable(&why)) GTEST_SKIP() << why;
-  const StackSpec spec{"small_resnet_batch1", Dims{1, 16, 16, 16}, true, 64, {{32, 128, 1}, {64, 256, 2}, {64, 256, 1}}};
+  const StackSpec spec{
+      "small_resnet_batch1", Dims{1, 16, 16, 16}, true, 64, {{32, 128, 1}, {64, 256, 2}, {64, 256, 1}}};
   const auto net = make_stack(spec);
   const HostTensor input = stack_input(spec);
   const HostTensor ref = run_cpu(*net, input);

@@ -19,8 +19,8 @@ namespace {
 
 TEST(CudaElementwiseHelpers, FastDivmodMatchesDivision) {
   std::mt19937 rng(7);
-  std::vector<uint32_t> divisors = {1, 2, 3, 5, 7, 10, 49, 64, 100, 255, 256, 1000, 4095, 65536, 65537,
-                                    (1u << 30) + 1, (1u << 31) - 1};
+  std::vector<uint32_t> divisors = {
+      1, 2, 3, 5, 7, 10, 49, 64, 100, 255, 256, 1000, 4095, 65536, 65537, (1u << 30) + 1, (1u << 31) - 1};
   for (int i = 0; i < 200; ++i) divisors.push_back(1 + rng() % ((1u << 31) - 1));
   for (int i = 0; i < 200; ++i) divisors.push_back(1 + rng() % 4096);
   for (uint32_t d : divisors) {
@@ -80,7 +80,8 @@ TEST(CudaElementwiseHelpers, BroadcastIndexMatchesNumpy) {
       ix.offsets(static_cast<int64_t>(i), off64);
       for (int k = 0; k < 3; ++k) {
         const int64_t want = naive_offset(i, out, ops[static_cast<size_t>(k)]);
-        ASSERT_EQ(off32[k], want) << "output " << out.to_string() << " operand " << ops[static_cast<size_t>(k)].to_string();
+        ASSERT_EQ(off32[k], want) << "output " << out.to_string() << " operand "
+                                  << ops[static_cast<size_t>(k)].to_string();
         ASSERT_EQ(off64[k], want);
       }
     }
@@ -120,7 +121,8 @@ TEST(CudaElementwiseHelpers, IndexPiecesCoverTheLayoutOnce) {
         ASSERT_LT(i, n);
         ++seen[static_cast<size_t>(i)];
         ASSERT_EQ(p.offsets[0] + off[0], naive_offset(i, out, a));
-        ASSERT_EQ(p.offsets[1] + off[1], naive_offset(i, out, b)) << out.to_string() << " vs " << b.to_string() << " limit " << limit;
+        ASSERT_EQ(p.offsets[1] + off[1], naive_offset(i, out, b))
+            << out.to_string() << " vs " << b.to_string() << " limit " << limit;
       }
     }
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[static_cast<size_t>(i)], 1) << "element " << i;
@@ -224,7 +226,8 @@ TEST(CudaElementwiseHelpers, MemoryOrderBroadcastMatchesFormats) {
         const Dims& d = ops[static_cast<size_t>(k)].dims;
         std::vector<int64_t> c;
         for (int a = 0; a < d.rank(); ++a) c.push_back(d[a] == 1 ? 0 : coord[static_cast<size_t>(a + rank - d.rank())]);
-        ASSERT_EQ(off[k], memory_offset(c, d, ops[static_cast<size_t>(k)].format)) << "out " << out.to_string() << " operand " << d.to_string();
+        ASSERT_EQ(off[k], memory_offset(c, d, ops[static_cast<size_t>(k)].format))
+            << "out " << out.to_string() << " operand " << d.to_string();
       }
     }
   }
@@ -255,16 +258,24 @@ TEST(CudaElementwiseHelpers, FormatIrrelevant) {
 // Scalar semantics of the few ops the random programs use (enough to tell registers apart).
 float apply(FusedOpCode code, int32_t op, float a, float b, double p0, double p1, double p2) {
   switch (code) {
-    case FusedOpCode::kConst: return static_cast<float>(p0);
-    case FusedOpCode::kActivation: return a > 0.0f ? a : static_cast<float>(p0) * a;  // leaky relu
-    case FusedOpCode::kUnary: return static_cast<UnaryOp>(op) == UnaryOp::kNeg ? -a : std::fabs(a);
-    case FusedOpCode::kScale: return a * static_cast<float>(p0) + static_cast<float>(p1);
+    case FusedOpCode::kConst:
+      return static_cast<float>(p0);
+    case FusedOpCode::kActivation:
+      return a > 0.0f ? a : static_cast<float>(p0) * a;  // leaky relu
+    case FusedOpCode::kUnary:
+      return static_cast<UnaryOp>(op) == UnaryOp::kNeg ? -a : std::fabs(a);
+    case FusedOpCode::kScale:
+      return a * static_cast<float>(p0) + static_cast<float>(p1);
     case FusedOpCode::kBinary:
       switch (static_cast<ElementWiseOp>(op)) {
-        case ElementWiseOp::kSum: return a + b;
-        case ElementWiseOp::kSub: return a - b;
-        case ElementWiseOp::kProd: return a * b;
-        default: return std::max(a, b);
+        case ElementWiseOp::kSum:
+          return a + b;
+        case ElementWiseOp::kSub:
+          return a - b;
+        case ElementWiseOp::kProd:
+          return a * b;
+        default:
+          return std::max(a, b);
       }
   }
   return 0.0f;
@@ -310,7 +321,8 @@ FusedProgram random_program(std::mt19937& rng, int num_inputs, int num_instrs) {
 std::vector<float> run_compiled(const FusedKernelProgram& c, const std::vector<std::vector<float>>& inputs, int64_t n) {
   std::vector<float> slots(kFusedMaxSlots, std::nanf(""));
   for (int i = 0; i < c.num_inputs; ++i) {
-    if (c.input_pinned[i] && c.input_slot[i] != kFusedNoSlot) slots[c.input_slot[i]] = inputs[static_cast<size_t>(i)][0];
+    if (c.input_pinned[i] && c.input_slot[i] != kFusedNoSlot)
+      slots[c.input_slot[i]] = inputs[static_cast<size_t>(i)][0];
   }
   std::vector<float> out(static_cast<size_t>(n));
   for (int64_t e = 0; e < n; ++e) {
@@ -379,7 +391,8 @@ TEST(CudaElementwiseHelpers, FusedProgramCompilesToEquivalentSlots) {
 
 TEST(CudaElementwiseHelpers, FusedProgramFoldsConstantsAndDropsDeadCode) {
   // SiLU-like: r1 = const 2 (immediate), r2 = dead abs, r3 = r0 * r1, r4 = act(r3).
-  const FusedProgram p = parse_fused_program({"const 2", "unary abs r0", "binary prod r0 r1", "act relu r3 0 0"}, 1, "t");
+  const FusedProgram p =
+      parse_fused_program({"const 2", "unary abs r0", "binary prod r0 r1", "act relu r3 0 0"}, 1, "t");
   FusedKernelProgram c;
   ASSERT_TRUE(compile_fused_program(p, {false}, &c, nullptr));
   ASSERT_EQ(c.num_instrs, 2);
@@ -409,7 +422,8 @@ TEST(CudaElementwiseHelpers, FusedProgramLimits) {
   // 17 values live at once: r0 negated 17 times, then summed.
   FusedProgram wide;
   wide.num_inputs = 1;
-  for (int k = 0; k < 17; ++k) wide.instrs.push_back(FusedInstr{FusedOpCode::kUnary, static_cast<int32_t>(UnaryOp::kNeg), 0, -1});
+  for (int k = 0; k < 17; ++k)
+    wide.instrs.push_back(FusedInstr{FusedOpCode::kUnary, static_cast<int32_t>(UnaryOp::kNeg), 0, -1});
   int acc = 1;
   for (int k = 2; k <= 17; ++k) {
     wide.instrs.push_back(FusedInstr{FusedOpCode::kBinary, static_cast<int32_t>(ElementWiseOp::kSum), acc, k});

@@ -75,23 +75,45 @@ test::OpCase op_case(const std::string& name, const std::string& layer_type, std
 // Integer values of every width's edges (as int64 / uint64 bit patterns), converted to each
 // integer type modulo 2^bits.
 const std::vector<uint64_t>& edge_bits() {
-  static const std::vector<uint64_t> kBits = {
-      0, 1, static_cast<uint64_t>(-1), 127, 128, 255, 256, static_cast<uint64_t>(-129), 32767, 32768, 65535, 65536,
-      static_cast<uint64_t>(-32769), 2147483647, 2147483648u, 4294967295u, 4294967296u, kTop, kTop - 1, kTop + 5,
-      kU64Max, 0x9E3779B97F4A7C15ull, 7, static_cast<uint64_t>(-7)};
+  static const std::vector<uint64_t> kBits = {0,
+                                              1,
+                                              static_cast<uint64_t>(-1),
+                                              127,
+                                              128,
+                                              255,
+                                              256,
+                                              static_cast<uint64_t>(-129),
+                                              32767,
+                                              32768,
+                                              65535,
+                                              65536,
+                                              static_cast<uint64_t>(-32769),
+                                              2147483647,
+                                              2147483648u,
+                                              4294967295u,
+                                              4294967296u,
+                                              kTop,
+                                              kTop - 1,
+                                              kTop + 5,
+                                              kU64Max,
+                                              0x9E3779B97F4A7C15ull,
+                                              7,
+                                              static_cast<uint64_t>(-7)};
   return kBits;
 }
 
 const std::vector<double>& float_values() {
-  static const std::vector<double> kValues = {
-      0.0, -0.0, 2.5, -3.7, 127.9, -128.5, 255.5, 32767.25, -32768.75, 65535.9, 65536.0, 70000.5, -1.0,
-      2147483648.0, 4294967296.0, 9.3e18, 1e19, -1e19, std::nan(""), INFINITY, -INFINITY, 0.4999, 1e-30, 12345.0};
+  static const std::vector<double> kValues = {0.0,          -0.0,         2.5,          -3.7,    127.9,   -128.5,
+                                              255.5,        32767.25,     -32768.75,    65535.9, 65536.0, 70000.5,
+                                              -1.0,         2147483648.0, 4294967296.0, 9.3e18,  1e19,    -1e19,
+                                              std::nan(""), INFINITY,     -INFINITY,    0.4999,  1e-30,   12345.0};
   return kValues;
 }
 
 const std::vector<double>& half_values() {
-  static const std::vector<double> kValues = {0.0,   -0.0,    2.5,   -3.75,      127.875,  -128.5,  255.5, 32768.0,
-                                              -32768.0, 65504.0, -1.0, std::nan(""), INFINITY, -INFINITY, 0.5, 1000.5};
+  static const std::vector<double> kValues = {0.0,      -0.0,      2.5,      -3.75,   127.875, -128.5,
+                                              255.5,    32768.0,   -32768.0, 65504.0, -1.0,    std::nan(""),
+                                              INFINITY, -INFINITY, 0.5,      1000.5};
   return kValues;
 }
 
@@ -105,14 +127,22 @@ HostTensor edge_tensor(DataType type) {
     return vec<T>(type, v);
   };
   switch (type) {
-    case DataType::kInt8: return ints(int8_t{});
-    case DataType::kUInt8: return ints(uint8_t{});
-    case DataType::kInt16: return ints(int16_t{});
-    case DataType::kUInt16: return ints(uint16_t{});
-    case DataType::kInt32: return ints(int32_t{});
-    case DataType::kUInt32: return ints(uint32_t{});
-    case DataType::kInt64: return ints(int64_t{});
-    case DataType::kUInt64: return ints(uint64_t{});
+    case DataType::kInt8:
+      return ints(int8_t{});
+    case DataType::kUInt8:
+      return ints(uint8_t{});
+    case DataType::kInt16:
+      return ints(int16_t{});
+    case DataType::kUInt16:
+      return ints(uint16_t{});
+    case DataType::kInt32:
+      return ints(int32_t{});
+    case DataType::kUInt32:
+      return ints(uint32_t{});
+    case DataType::kInt64:
+      return ints(int64_t{});
+    case DataType::kUInt64:
+      return ints(uint64_t{});
     case DataType::kBool: {
       std::vector<uint8_t> v;
       for (uint64_t b : edge_bits()) v.push_back(b % 3 != 0);
@@ -123,13 +153,15 @@ HostTensor edge_tensor(DataType type) {
       for (double d : float_values()) v.push_back(static_cast<float>(d));
       return vec<float>(type, v);
     }
-    case DataType::kFloat64: return vec<double>(type, float_values());
+    case DataType::kFloat64:
+      return vec<double>(type, float_values());
     case DataType::kFloat16: {
       HostTensor t(type, Dims{static_cast<int64_t>(half_values().size())});
       for (size_t i = 0; i < half_values().size(); ++i) t.as<half>()[i] = half(static_cast<float>(half_values()[i]));
       return t;
     }
-    default: throw Error(std::string("edge_tensor: no values for ") + to_string(type));
+    default:
+      throw Error(std::string("edge_tensor: no values for ") + to_string(type));
   }
 }
 
@@ -156,7 +188,8 @@ std::pair<HostTensor, HostTensor> binary_operands(DataType type) {
   for (int64_t r = 0; r < 3; ++r) {
     for (int64_t i = 0; i < n; ++i) {
       const auto* src = static_cast<const uint8_t*>(e.data());
-      std::memcpy(static_cast<uint8_t*>(a.data()) + static_cast<size_t>(r * n + i) * w, src + static_cast<size_t>(i) * w, w);
+      std::memcpy(static_cast<uint8_t*>(a.data()) + static_cast<size_t>(r * n + i) * w,
+                  src + static_cast<size_t>(i) * w, w);
       std::memcpy(static_cast<uint8_t*>(b.data()) + static_cast<size_t>(r * n + i) * w,
                   src + static_cast<size_t>((i + r * 5 + 1) % n) * w, w);
     }
@@ -209,7 +242,8 @@ std::vector<HostTensor> run_engine(const test::OpCase& c, DeviceType device) {
   }
   if (device == DeviceType::kCPU) {
     for (const auto& [name, value] : feeds) ctx->set_tensor_address(name, const_cast<void*>(value->data()));
-    for (int k = 0; k < c.num_outputs; ++k) ctx->set_tensor_address("out" + std::to_string(k), outs[static_cast<size_t>(k)].data());
+    for (int k = 0; k < c.num_outputs; ++k)
+      ctx->set_tensor_address("out" + std::to_string(k), outs[static_cast<size_t>(k)].data());
     ctx->execute();
     return outs;
   }
@@ -232,19 +266,45 @@ std::vector<HostTensor> run_engine(const test::OpCase& c, DeviceType device) {
 std::string element_text(const HostTensor& t, int64_t i) {
   std::ostringstream os;
   switch (t.type()) {
-    case DataType::kUInt64: os << t.as<uint64_t>()[i]; break;
-    case DataType::kInt64: os << t.as<int64_t>()[i]; break;
-    case DataType::kUInt32: os << t.as<uint32_t>()[i]; break;
-    case DataType::kInt32: os << t.as<int32_t>()[i]; break;
-    case DataType::kUInt16: os << t.as<uint16_t>()[i]; break;
-    case DataType::kInt16: os << t.as<int16_t>()[i]; break;
-    case DataType::kUInt8: os << static_cast<int>(t.as<uint8_t>()[i]); break;
-    case DataType::kInt8: os << static_cast<int>(t.as<int8_t>()[i]); break;
-    case DataType::kBool: os << static_cast<int>(t.as<uint8_t>()[i]); break;
-    case DataType::kFloat32: os << t.as<float>()[i]; break;
-    case DataType::kFloat64: os << t.as<double>()[i]; break;
-    case DataType::kFloat16: os << static_cast<float>(t.as<half>()[i]); break;
-    default: os << "?"; break;
+    case DataType::kUInt64:
+      os << t.as<uint64_t>()[i];
+      break;
+    case DataType::kInt64:
+      os << t.as<int64_t>()[i];
+      break;
+    case DataType::kUInt32:
+      os << t.as<uint32_t>()[i];
+      break;
+    case DataType::kInt32:
+      os << t.as<int32_t>()[i];
+      break;
+    case DataType::kUInt16:
+      os << t.as<uint16_t>()[i];
+      break;
+    case DataType::kInt16:
+      os << t.as<int16_t>()[i];
+      break;
+    case DataType::kUInt8:
+      os << static_cast<int>(t.as<uint8_t>()[i]);
+      break;
+    case DataType::kInt8:
+      os << static_cast<int>(t.as<int8_t>()[i]);
+      break;
+    case DataType::kBool:
+      os << static_cast<int>(t.as<uint8_t>()[i]);
+      break;
+    case DataType::kFloat32:
+      os << t.as<float>()[i];
+      break;
+    case DataType::kFloat64:
+      os << t.as<double>()[i];
+      break;
+    case DataType::kFloat16:
+      os << static_cast<float>(t.as<half>()[i]);
+      break;
+    default:
+      os << "?";
+      break;
   }
   return os.str();
 }
@@ -263,7 +323,8 @@ void expect_same(const HostTensor& got, const HostTensor& expected, const std::s
       continue;
     }
     if (bad++ == 0) {
-      first = "element " + std::to_string(i) + ": got " + element_text(got, i) + ", expected " + element_text(expected, i);
+      first =
+          "element " + std::to_string(i) + ": got " + element_text(got, i) + ", expected " + element_text(expected, i);
     }
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.count() << " elements differ; first " << first;
@@ -290,13 +351,14 @@ void check_on_cuda(const test::OpCase& c, const HostTensor& expected = HostTenso
     return;
   }
   ASSERT_EQ(cpu.size(), gpu.size());
-  for (size_t k = 0; k < cpu.size(); ++k) expect_same(gpu[k], cpu[k], c.name + " CUDA engine vs CPU engine, output " + std::to_string(k));
+  for (size_t k = 0; k < cpu.size(); ++k)
+    expect_same(gpu[k], cpu[k], c.name + " CUDA engine vs CPU engine, output " + std::to_string(k));
   if (!expected.empty()) expect_same(gpu[0], expected, c.name + " CUDA engine vs hand-computed");
 }
 
-#define KILN_REQUIRE_CUDA()                \
-  do {                                     \
-    std::string why_;                      \
+#define KILN_REQUIRE_CUDA()                        \
+  do {                                             \
+    std::string why_;                              \
     if (!cuda_usable(&why_)) GTEST_SKIP() << why_; \
   } while (0)
 
@@ -372,10 +434,9 @@ test::OpCase cast_case(const HostTensor& x, DataType to) {
 }
 
 const std::vector<DataType>& all_numeric_types() {
-  static const std::vector<DataType> kTypes = {DataType::kFloat32, DataType::kFloat16, DataType::kFloat64,
-                                               DataType::kInt8,    DataType::kUInt8,   DataType::kInt16,
-                                               DataType::kUInt16,  DataType::kInt32,   DataType::kUInt32,
-                                               DataType::kInt64,   DataType::kUInt64,  DataType::kBool};
+  static const std::vector<DataType> kTypes = {
+      DataType::kFloat32, DataType::kFloat16, DataType::kFloat64, DataType::kInt8,  DataType::kUInt8,  DataType::kInt16,
+      DataType::kUInt16,  DataType::kInt32,   DataType::kUInt32,  DataType::kInt64, DataType::kUInt64, DataType::kBool};
   return kTypes;
 }
 
@@ -396,9 +457,9 @@ std::vector<test::OpCase> data_movement_cases(DataType type) {
   for (const std::vector<int64_t>& perm : {std::vector<int64_t>{2, 0, 1}, std::vector<int64_t>{1, 0, 2}}) {
     Attributes a;
     a.set("first_transpose", perm);
-    cases.push_back(op_case(t + " Shuffle transpose " + std::to_string(perm[0]) + std::to_string(perm[1]) +
-                                std::to_string(perm[2]),
-                            kLayerShuffle, {input(x)}, a));
+    cases.push_back(
+        op_case(t + " Shuffle transpose " + std::to_string(perm[0]) + std::to_string(perm[1]) + std::to_string(perm[2]),
+                kLayerShuffle, {input(x)}, a));
   }
   {
     Attributes a;
@@ -406,24 +467,22 @@ std::vector<test::OpCase> data_movement_cases(DataType type) {
     cases.push_back(op_case(t + " Concatenation axis 1", kLayerConcatenation,
                             {input(pattern_tensor(type, Dims{2, 3})), input(reshaped(first(x, 8), Dims{2, 4}))}, a));
   }
-  cases.push_back(op_case(t + " Slice with a negative step", kLayerSlice,
-                          {input(reshaped(first(x, 24), Dims{4, 6})),
-                           input(vec<int64_t>(DataType::kInt64, {1, 5}), true),
-                           input(vec<int64_t>(DataType::kInt64, {4, 0}), true),
-                           input(vec<int64_t>(DataType::kInt64, {0, 1}), true),
-                           input(vec<int64_t>(DataType::kInt64, {1, -2}), true)}));
+  cases.push_back(
+      op_case(t + " Slice with a negative step", kLayerSlice,
+              {input(reshaped(first(x, 24), Dims{4, 6})), input(vec<int64_t>(DataType::kInt64, {1, 5}), true),
+               input(vec<int64_t>(DataType::kInt64, {4, 0}), true), input(vec<int64_t>(DataType::kInt64, {0, 1}), true),
+               input(vec<int64_t>(DataType::kInt64, {1, -2}), true)}));
   {
     Attributes a;
     a.set("axis", int64_t{0});
-    cases.push_back(op_case(t + " Gather axis 0", kLayerGather,
-                            {input(reshaped(first(x, 15), Dims{5, 3})),
-                             input(vec<int64_t>(DataType::kInt64, {4, 0, -1, 2}), true)},
-                            a));
+    cases.push_back(op_case(
+        t + " Gather axis 0", kLayerGather,
+        {input(reshaped(first(x, 15), Dims{5, 3})), input(vec<int64_t>(DataType::kInt64, {4, 0, -1, 2}), true)}, a));
     Attributes b;
     b.set("axis", int64_t{1});
-    cases.push_back(op_case(t + " Gather axis 1, int32 indices", kLayerGather,
-                            {input(reshaped(first(x, 15), Dims{5, 3})), input(vec<int32_t>(DataType::kInt32, {2, -3}), true)},
-                            b));
+    cases.push_back(
+        op_case(t + " Gather axis 1, int32 indices", kLayerGather,
+                {input(reshaped(first(x, 15), Dims{5, 3})), input(vec<int32_t>(DataType::kInt32, {2, -3}), true)}, b));
   }
   cases.push_back(op_case(t + " Identity", kLayerIdentity, {input(x)}));
   return cases;
@@ -476,8 +535,8 @@ std::vector<HandCase> hand_cases() {
   h.push_back(hand_ew<uint32_t>(kU32, E::kSum, false, {4294967295u}, {1}, {0}));
   h.push_back(hand_ew<uint32_t>(kU32, E::kSub, false, {0}, {1}, {4294967295u}));
   h.push_back(hand_ew<uint32_t>(kU32, E::kProd, false, {65536, 4294967295u}, {65536, 4294967295u}, {0, 1}));
-  h.push_back(hand_ew<uint32_t>(kU32, E::kDiv, false, {4294967295u, 4000000000u, 9}, {4294967295u, 7, 0},
-                                {1, 571428571, 0}));
+  h.push_back(
+      hand_ew<uint32_t>(kU32, E::kDiv, false, {4294967295u, 4000000000u, 9}, {4294967295u, 7, 0}, {1, 571428571, 0}));
   h.push_back(hand_ew<uint32_t>(kU32, E::kMod, false, {9, 4000000000u, 4294967295u}, {4294967295u, 7, 2147483648u},
                                 {9, 3, 2147483647}));
   h.push_back(hand_ew<uint32_t>(kU32, E::kGreater, false, {4000000000u, 1}, {7, 2147483648u}, {1, 0}));
@@ -485,10 +544,10 @@ std::vector<HandCase> hand_cases() {
   // uint64: 2^63 + 5 = 3 * 3074457345618258604 + 1; 2^64 - 1 = 10 * 1844674407370955161 + 5.
   h.push_back(hand_ew<uint64_t>(kU64, E::kSum, false, {kU64Max, kTop}, {1, kTop}, {0, 0}));
   h.push_back(hand_ew<uint64_t>(kU64, E::kSub, false, {0, kTop}, {1, kTop + 1}, {kU64Max, kU64Max}));
-  h.push_back(hand_ew<uint64_t>(kU64, E::kProd, false, {kU64Max, uint64_t{1} << 32}, {kU64Max, uint64_t{1} << 32},
-                                {1, 0}));
-  h.push_back(hand_ew<uint64_t>(kU64, E::kDiv, false, {kTop + 5, kU64Max, 7}, {3, kU64Max, 0},
-                                {3074457345618258604ull, 1, 0}));
+  h.push_back(
+      hand_ew<uint64_t>(kU64, E::kProd, false, {kU64Max, uint64_t{1} << 32}, {kU64Max, uint64_t{1} << 32}, {1, 0}));
+  h.push_back(
+      hand_ew<uint64_t>(kU64, E::kDiv, false, {kTop + 5, kU64Max, 7}, {3, kU64Max, 0}, {3074457345618258604ull, 1, 0}));
   h.push_back(hand_ew<uint64_t>(kU64, E::kMod, false, {kTop + 5, 9, kU64Max}, {3, kU64Max, 10}, {1, 9, 5}));
   h.push_back(hand_ew<uint64_t>(kU64, E::kGreater, false, {kTop, 1}, {3, kTop}, {1, 0}));
   h.push_back(hand_ew<uint64_t>(kU64, E::kMax, false, {kU64Max, 5}, {1, kTop}, {kU64Max, kTop}));
@@ -518,8 +577,8 @@ std::vector<HandCase> hand_cases() {
   h.push_back(cast(vec<float>(DataType::kFloat32, {3.7f, 70000.0f, -1.0f, std::nanf(""), 1e19f}), kU32,
                    vec<uint32_t>(kU32, {3, 70000, 4294967295u, 0, 0})));
   h.push_back(cast(vec<float>(DataType::kFloat32, {-2.9f, 40000.0f}), kI16, vec<int16_t>(kI16, {-2, 40000 - 65536})));
-  h.push_back(cast(vec<uint32_t>(kU32, {4294967295u, 0}), DataType::kInt64,
-                   vec<int64_t>(DataType::kInt64, {4294967295, 0})));
+  h.push_back(
+      cast(vec<uint32_t>(kU32, {4294967295u, 0}), DataType::kInt64, vec<int64_t>(DataType::kInt64, {4294967295, 0})));
   h.push_back(cast(vec<uint16_t>(kU16, {0, 2, 65535}), DataType::kBool, vec<uint8_t>(DataType::kBool, {0, 1, 1})));
   return h;
 }
@@ -612,9 +671,9 @@ std::string cuda_build_error(const test::OpCase& c) {
 TEST(CudaIntTypes, TypesAreNotRefusedBeforeTheDeviceCheck) {
   std::string why;
   if (cuda_usable(&why)) GTEST_SKIP() << "a CUDA device is present (the CUDA tests cover this)";
-  const std::string msg = cuda_build_error(ew_case("no device", ElementWiseOp::kMax, false,
-                                                   vec<uint32_t>(DataType::kUInt32, {1, 2}),
-                                                   vec<uint32_t>(DataType::kUInt32, {3, 0})));
+  const std::string msg =
+      cuda_build_error(ew_case("no device", ElementWiseOp::kMax, false, vec<uint32_t>(DataType::kUInt32, {1, 2}),
+                               vec<uint32_t>(DataType::kUInt32, {3, 0})));
   EXPECT_EQ(msg.find("CPU only"), std::string::npos) << msg;
   EXPECT_NE(msg.find("backend"), std::string::npos) << msg;
 }
@@ -633,12 +692,12 @@ TEST(CudaIntTypes, LayersWithoutSuchKernelsFailToBuildNamingLayerAndType) {
   const std::vector<test::OpCase> cases = {
       op_case("unary", kLayerUnary, {input(u16)}, neg),
       op_case("argreduce", kLayerArgReduce, {input(vec<uint32_t>(DataType::kUInt32, {5, 1}))}, arg),
-      op_case("einsum", kLayerEinsum, {input(vec<int16_t>(DataType::kInt16, {1, 2})),
-                                       input(vec<int16_t>(DataType::kInt16, {3, 4}))}, einsum),
-      op_case("scatter", kLayerScatter,
-              {input(u16), input(vec<int64_t>(DataType::kInt64, {0}), true),
-               input(vec<uint16_t>(DataType::kUInt16, {9}))},
-              scatter),
+      op_case("einsum", kLayerEinsum,
+              {input(vec<int16_t>(DataType::kInt16, {1, 2})), input(vec<int16_t>(DataType::kInt16, {3, 4}))}, einsum),
+      op_case(
+          "scatter", kLayerScatter,
+          {input(u16), input(vec<int64_t>(DataType::kInt64, {0}), true), input(vec<uint16_t>(DataType::kUInt16, {9}))},
+          scatter),
   };
   for (const auto& c : cases) {
     const std::string msg = cuda_build_error(c);

@@ -182,7 +182,8 @@ void run_model(const std::string& name, bool fp16, const std::vector<std::string
       c.set_input_shape(net->input(i)->name(), inputs_b[static_cast<size_t>(i)].dims());
       c.set_tensor_address(net->input(i)->name(), mem.ptrs[static_cast<size_t>(i)]);
     }
-    for (int i = 0; i < net->num_outputs(); ++i) c.set_tensor_address(net->output(i)->name(), out_ptrs[static_cast<size_t>(i)]);
+    for (int i = 0; i < net->num_outputs(); ++i)
+      c.set_tensor_address(net->output(i)->name(), out_ptrs[static_cast<size_t>(i)]);
   };
   std::vector<HostTensor> inputs_a;
   for (int i = 0; i < net->num_inputs(); ++i) inputs_a.push_back(repeat_batch(inputs[static_cast<size_t>(i)], 4));
@@ -207,7 +208,8 @@ void run_model(const std::string& name, bool fp16, const std::vector<std::string
   download(plain_b);
   for (size_t i = 0; i < outs.size(); ++i) {
     // The graphs' kernels are as accurate as the plain launches' (checked above).
-    const HostTensor item = HostTensor::from_bytes(refs[i].type(), refs[i].dims(), plain_a[i].as<uint8_t>(), refs[i].nbytes());
+    const HostTensor item =
+        HostTensor::from_bytes(refs[i].type(), refs[i].dims(), plain_a[i].as<uint8_t>(), refs[i].nbytes());
     const Stats s = compare(item, refs[i], tol);
     if (max_abs_bound > 0) {
       EXPECT_LE(s.max_abs, max_abs_bound) << name << " output " << i << " with the graphs' kernels";
@@ -215,7 +217,8 @@ void run_model(const std::string& name, bool fp16, const std::vector<std::string
       EXPECT_EQ(s.bad, 0) << name << " output " << i << " with the graphs' kernels: " << s.bad
                           << " elements above relative error " << tol << " (max " << s.max_rel << ")";
     }
-    EXPECT_EQ(std::memcmp(graph_a[i].data(), plain_a[i].data(), outs[i].nbytes()), 0) << name << ": graph run on input A differs";
+    EXPECT_EQ(std::memcmp(graph_a[i].data(), plain_a[i].data(), outs[i].nbytes()), 0)
+        << name << ": graph run on input A differs";
     EXPECT_EQ(std::memcmp(graph_b[i].data(), plain_b[i].data(), outs[i].nbytes()), 0)
         << name << ": graph replay on input B differs from the plain run on B";
     if (net->input(0)->type() == DataType::kFloat32) {
@@ -261,7 +264,8 @@ TEST(CudaModels, BertTinyFp16WithDebugPrecision) {
   std::vector<std::string> layers;
   std::string entry;
   while (std::getline(text, entry, ',')) {
-    if (entry.size() > 5 && entry.substr(entry.size() - 5) == ":fp32") layers.push_back(entry.substr(0, entry.size() - 5));
+    if (entry.size() > 5 && entry.substr(entry.size() - 5) == ":fp32")
+      layers.push_back(entry.substr(0, entry.size() - 5));
   }
   ASSERT_FALSE(layers.empty()) << "kiln debug precision found nothing to keep in fp32, yet the default engine misses";
   std::cout << "bert_tiny fp16: " << layers.size() << " layer(s) kept in fp32 by kiln debug precision\n";

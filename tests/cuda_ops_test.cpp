@@ -103,8 +103,9 @@ CaseResult run_model(const test::TableCase& c, bool fp16) {
     for (const auto& w : want) {
       if (!is_float(w.type())) {
         out.kind = CaseResult::kDeclined;
-        out.message = "a whole-model fp16 run is compared only where every output is floating-point (the "
-                      "expected outputs come from fp32 inputs)";
+        out.message =
+            "a whole-model fp16 run is compared only where every output is floating-point (the "
+            "expected outputs come from fp32 inputs)";
         return out;
       }
     }
@@ -187,7 +188,9 @@ void check_all(bool fp16) {
     test::Tally& t = tallies[c.family];
     ++t.cases;
     switch (r.kind) {
-      case CaseResult::kPassed: ++t.passed; break;
+      case CaseResult::kPassed:
+        ++t.passed;
+        break;
       case CaseResult::kDeclined:
         ++t.declined;
         declined << "  " << c.id() << ": " << r.message << "\n";
@@ -200,7 +203,8 @@ void check_all(bool fp16) {
         ++t.failed;
         failures << "  " << c.id() << ": " << r.message << "\n";
         break;
-      case CaseResult::kNotRun: break;
+      case CaseResult::kNotRun:
+        break;
     }
   }
   test::print_tallies(std::cout, runner, tallies);
@@ -221,11 +225,16 @@ TEST(CudaOps, EveryCaseFp16MatchesCpuReference) { check_all(true); }
 // are listed by `kiln inspect`-style errors at build time when missing).
 TEST(CudaOps, EveryCoreLayerTypeHasACudaKernel) {
   if (!BackendRegistry::instance().has(DeviceType::kCUDA)) GTEST_SKIP() << "kiln was built without CUDA";
-  const char* kCore[] = {kLayerActivation, kLayerCast, kLayerConcatenation, kLayerConvolution, kLayerDeconvolution,
-                         kLayerElementWise, kLayerExpand, kLayerFill, kLayerFusedElementWise, kLayerGather, kLayerGemm,
-                         kLayerIdentity, kLayerMatrixMultiply, kLayerPadding, kLayerParametricReLU, kLayerPlugin,
-                         kLayerPooling, kLayerReduce, kLayerReformat, kLayerResize, kLayerScale, kLayerSelect,
-                         kLayerShape, kLayerShuffle, kLayerSlice, kLayerSoftMax, kLayerSplit, kLayerTile, kLayerUnary};
+  const char* kCore[] = {kLayerActivation,     kLayerCast,          kLayerConcatenation,
+                         kLayerConvolution,    kLayerDeconvolution, kLayerElementWise,
+                         kLayerExpand,         kLayerFill,          kLayerFusedElementWise,
+                         kLayerGather,         kLayerGemm,          kLayerIdentity,
+                         kLayerMatrixMultiply, kLayerPadding,       kLayerParametricReLU,
+                         kLayerPlugin,         kLayerPooling,       kLayerReduce,
+                         kLayerReformat,       kLayerResize,        kLayerScale,
+                         kLayerSelect,         kLayerShape,         kLayerShuffle,
+                         kLayerSlice,          kLayerSoftMax,       kLayerSplit,
+                         kLayerTile,           kLayerUnary};
   std::string missing;
   for (const char* type : kCore) {
     if (KernelRegistry::instance().find(DeviceType::kCUDA, type).empty()) missing += std::string(" ") + type;

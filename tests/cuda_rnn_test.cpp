@@ -152,12 +152,12 @@ std::vector<test::OpCase> random_cases() {
   return {
       random_case("lstm_bidirectional_batch_first_lens", {"lstm", 7, 3, 45, 70, "bidirectional", 1},
                   {"sigmoid", "tanh", "tanh", "hard_sigmoid", "elu", "softsign"}, {7, 0, 4}, {}),
-      random_case("lstm_reverse_input_forget_clip", {"lstm", 6, 2, 33, 40, "reverse", 0},
-                  {"sigmoid", "tanh", "tanh"}, {3, 6}, {{"input_forget", 1}}, 0.9),
+      random_case("lstm_reverse_input_forget_clip", {"lstm", 6, 2, 33, 40, "reverse", 0}, {"sigmoid", "tanh", "tanh"},
+                  {3, 6}, {{"input_forget", 1}}, 0.9),
       random_case("gru_bidirectional_lens", {"gru", 8, 4, 64, 37, "bidirectional", 0},
                   {"sigmoid", "tanh", "sigmoid", "scaled_tanh"}, {8, 5, 1, 0}, {{"linear_before_reset", 0}}),
-      random_case("gru_linear_before_reset_batch_first", {"gru", 5, 2, 40, 65, "forward", 1},
-                  {"sigmoid", "tanh"}, {}, {{"linear_before_reset", 1}}, 1.5),
+      random_case("gru_linear_before_reset_batch_first", {"gru", 5, 2, 40, 65, "forward", 1}, {"sigmoid", "tanh"}, {},
+                  {{"linear_before_reset", 1}}, 1.5),
       random_case("rnn_reverse_batch_first_lens", {"rnn", 9, 3, 50, 33, "reverse", 1}, {"tanh"}, {2, 9, 5}, {}),
       random_case("rnn_bidirectional", {"rnn", 4, 2, 31, 96, "bidirectional", 0}, {"softplus", "leaky_relu"}, {}, {}),
   };

@@ -23,13 +23,13 @@ inline std::vector<DeviceType> usable_devices() {
     try {
       (void)get_backend(DeviceType::kCUDA);
       devices.push_back(DeviceType::kCUDA);
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
   }
   return devices;
 }
 
-inline std::shared_ptr<Engine> build(const Network& net, DeviceType device, const OptimizationProfile* profile = nullptr) {
+inline std::shared_ptr<Engine> build(const Network& net, DeviceType device,
+                                     const OptimizationProfile* profile = nullptr) {
   BuilderConfig config;
   config.device = device;
   config.time_tactics = false;

@@ -90,7 +90,8 @@ void run_sets(const Network& net, const Case& c, DeviceType device) {
   for (int s = 0; s < c.sets; ++s) {
     SCOPED_TRACE(c.name + " set " + std::to_string(s));
     Io io(*engine, *ctx);
-    for (int i = 0; i < c.inputs; ++i) io.input(net.input(i)->name(), c.in[static_cast<size_t>(s)][static_cast<size_t>(i)]);
+    for (int i = 0; i < c.inputs; ++i)
+      io.input(net.input(i)->name(), c.in[static_cast<size_t>(s)][static_cast<size_t>(i)]);
     for (int i = 0; i < c.outputs; ++i) io.output(net.output(i)->name());
     ctx->execute();
     for (int i = 0; i < c.outputs; ++i) {
@@ -112,28 +113,18 @@ void run_onnx_case(const std::string& name) {
   }
 }
 
-TEST(DataDependentOps, OnnxNonMaxSuppressionCornersWithRunTimeScalars) {
-  run_onnx_case("nms_corners_runtime_scalars");
-}
-TEST(DataDependentOps, OnnxNonMaxSuppressionCentersWithConstantMax) {
-  run_onnx_case("nms_center_constant_max");
-}
+TEST(DataDependentOps, OnnxNonMaxSuppressionCornersWithRunTimeScalars) { run_onnx_case("nms_corners_runtime_scalars"); }
+TEST(DataDependentOps, OnnxNonMaxSuppressionCentersWithConstantMax) { run_onnx_case("nms_center_constant_max"); }
 TEST(DataDependentOps, OnnxNonMaxSuppressionManyBoxes) { run_onnx_case("nms_many_boxes"); }
 TEST(DataDependentOps, OnnxUniqueFlatSorted) { run_onnx_case("unique_flat_sorted"); }
-TEST(DataDependentOps, OnnxUniqueFlatFirstOccurrence) {
-  run_onnx_case("unique_flat_first_occurrence_int64");
-}
+TEST(DataDependentOps, OnnxUniqueFlatFirstOccurrence) { run_onnx_case("unique_flat_first_occurrence_int64"); }
 TEST(DataDependentOps, OnnxUniqueAxis0Sorted) { run_onnx_case("unique_axis0_sorted"); }
-TEST(DataDependentOps, OnnxUniqueAxis1FirstOccurrence) {
-  run_onnx_case("unique_axis1_first_occurrence_int8");
-}
+TEST(DataDependentOps, OnnxUniqueAxis1FirstOccurrence) { run_onnx_case("unique_axis1_first_occurrence_int8"); }
 TEST(DataDependentOps, OnnxUniqueLastAxisSorted) { run_onnx_case("unique_last_axis_sorted_float64"); }
 TEST(DataDependentOps, OnnxUniqueLongFirstOccurrence) { run_onnx_case("unique_flat_long_first_occurrence"); }
 TEST(DataDependentOps, OnnxUniqueLongSorted) { run_onnx_case("unique_flat_long_sorted_int64"); }
 TEST(DataDependentOps, OnnxTopKRunTimeK) { run_onnx_case("topk_runtime_k"); }
-TEST(DataDependentOps, OnnxTopKRunTimeKSmallestAxis0) {
-  run_onnx_case("topk_runtime_k_smallest_axis0_int64");
-}
+TEST(DataDependentOps, OnnxTopKRunTimeKSmallestAxis0) { run_onnx_case("topk_runtime_k_smallest_axis0_int64"); }
 TEST(DataDependentOps, OnnxTopKRunTimeKLongRows) { run_onnx_case("topk_runtime_k_long_rows"); }
 
 // ---- the same through the network API -------------------------------------------------------------
@@ -150,7 +141,8 @@ TEST(DataDependentOps, NonMaxSuppressionLayer) {
     SCOPED_TRACE(to_string(device));
     Network net;
     std::vector<Tensor*> in;
-    for (int i = 0; i < c.inputs; ++i) in.push_back(input_like(net, "in" + std::to_string(i), c.in[0][static_cast<size_t>(i)]));
+    for (int i = 0; i < c.inputs; ++i)
+      in.push_back(input_like(net, "in" + std::to_string(i), c.in[0][static_cast<size_t>(i)]));
     Layer* nms = net.add_layer(kLayerNonMaxSuppression, in, 2, {}, "nms");
     nms->output(0)->set_name("selected");
     net.mark_output(nms->output(0));

@@ -96,9 +96,9 @@ TEST_F(EmbeddedPluginTest, EngineCarriesItsPluginLibraryAndLoadsItOnlyWhenAllowe
   // 4. Without the opt-in: a clear error, nothing run, nothing written.
   r = kiln("run --engine " + quote(engine) + " --inputs-dir " + quote(data));
   EXPECT_NE(r.code, 0) << r.output;
-  for (const std::string& must : {std::string("ScaledTanh"), std::string("'libkiln_example_plugins.so'"),
-                                  std::string("embeds their library"),
-                                  std::string("--allow-embedded-plugins"), std::string("--plugins")}) {
+  for (const std::string& must :
+       {std::string("ScaledTanh"), std::string("'libkiln_example_plugins.so'"), std::string("embeds their library"),
+        std::string("--allow-embedded-plugins"), std::string("--plugins")}) {
     EXPECT_NE(r.output.find(must), std::string::npos) << "missing '" << must << "' in:\n" << r.output;
   }
   EXPECT_TRUE(fs::is_empty(dir_ / "tmp"));
@@ -125,7 +125,8 @@ TEST_F(EmbeddedPluginTest, EngineCarriesItsPluginLibraryAndLoadsItOnlyWhenAllowe
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("load their libraries first"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("KILN_PLUGIN_PATH"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("found here"), std::string::npos) << "the library is neither next to the engine nor on the path";
+  EXPECT_EQ(r.output.find("found here"), std::string::npos)
+      << "the library is neither next to the engine nor on the path";
 
   // 7. Its folder on KILN_PLUGIN_PATH: the engine finds the library by its file name and loads it.
   r = kiln("run --engine " + quote(plain) + " --inputs-dir " + quote(data) + " --compare-dir " + quote(data) + " -v",

@@ -275,7 +275,9 @@ std::vector<uint8_t> container(const std::vector<Section>& sections) {
   std::string v = version();
   v.resize(16, '\0');
   h.b.insert(h.b.end(), v.begin(), v.end());
-  h.u64(payload.size()).u64(engine_checksum(payload.data(), payload.size())).u32(static_cast<uint32_t>(sections.size()));
+  h.u64(payload.size())
+      .u64(engine_checksum(payload.data(), payload.size()))
+      .u32(static_cast<uint32_t>(sections.size()));
   h.b.resize(64, 0);
   h.b.insert(h.b.end(), payload.begin(), payload.end());
   return h.b;
@@ -293,7 +295,10 @@ std::vector<Section> tiny_sections(const std::string& input_type = "float32", Bl
   graph.u32(1).str("y").str("float32").str("linear").dims({2});
   graph.b.insert(graph.b.end(), attrs.b.begin(), attrs.b.end());
   graph.u32(1).str("y");
-  return {{"META", meta.b}, {"GRAPH", graph.b}, {"PROFILES", Blob().u32(0).b}, {"PLUGINS", Blob().u32(0).b},
+  return {{"META", meta.b},
+          {"GRAPH", graph.b},
+          {"PROFILES", Blob().u32(0).b},
+          {"PLUGINS", Blob().u32(0).b},
           {"WEIGHTS", std::move(weights)}};
 }
 
@@ -379,7 +384,7 @@ TEST(EngineFormat, HeaderFieldsAndWeightAlignment) {
   const std::vector<uint8_t> bytes = engine_serialize(data);
   ASSERT_GT(bytes.size(), 64u);
   EXPECT_EQ(std::memcmp(bytes.data(), "KILNENG\0", 8), 0);
-  EXPECT_EQ(get_u32(bytes, 8), 1u);   // format version
+  EXPECT_EQ(get_u32(bytes, 8), 1u);    // format version
   EXPECT_EQ(get_u32(bytes, 12), 64u);  // header size
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes.data() + 16)), version());
   EXPECT_EQ(get_u64(bytes, 32), bytes.size() - 64);
@@ -446,11 +451,14 @@ TEST(EngineFormat, TensorAttributeByDocumentedReference) {
             std::string::npos);
   EXPECT_NE(load_error(container(tiny_sections("float32", attr(64, 4, {2}), weights))).find("needs 8"),
             std::string::npos);
-  EXPECT_NE(load_error(container(tiny_sections("float32", attr(8, 8, {2}), weights))).find("aligned"), std::string::npos);
-  EXPECT_NE(load_error(container(tiny_sections("float32", attr(0xffffffffffffffc0ull, 8, {2}), weights))).find("outside"),
+  EXPECT_NE(load_error(container(tiny_sections("float32", attr(8, 8, {2}), weights))).find("aligned"),
             std::string::npos);
-  EXPECT_NE(load_error(container(tiny_sections("float32", attr(0, 8, {1ll << 62, 1ll << 62}), weights))).find("overflow"),
-            std::string::npos);
+  EXPECT_NE(
+      load_error(container(tiny_sections("float32", attr(0xffffffffffffffc0ull, 8, {2}), weights))).find("outside"),
+      std::string::npos);
+  EXPECT_NE(
+      load_error(container(tiny_sections("float32", attr(0, 8, {1ll << 62, 1ll << 62}), weights))).find("overflow"),
+      std::string::npos);
 }
 
 TEST(EngineFormat, MalformedContentErrors) {
@@ -477,12 +485,15 @@ TEST(EngineFormat, MalformedContentErrors) {
     s[1].bytes = Blob().u32(1).str("x").b;
     cases.push_back({"count beyond the data", container(s), "bytes are left"});
   }
-  cases.push_back({"unknown attribute kind", container(tiny_sections("float32", Blob().u32(1).str("a").str("complex").u8(0))),
+  cases.push_back({"unknown attribute kind",
+                   container(tiny_sections("float32", Blob().u32(1).str("a").str("complex").u8(0))),
                    "unknown kind 'complex'"});
-  cases.push_back({"unsorted attributes",
-                   container(tiny_sections("float32", Blob().u32(2).str("b").str("int").u64(1).str("a").str("int").u64(2))),
-                   "strictly increasing"});
-  cases.push_back({"bad bool", container(tiny_sections("float32", Blob().u32(1).str("t").str("tensor").u8(7))), "expected 0 or 1"});
+  cases.push_back(
+      {"unsorted attributes",
+       container(tiny_sections("float32", Blob().u32(2).str("b").str("int").u64(1).str("a").str("int").u64(2))),
+       "strictly increasing"});
+  cases.push_back(
+      {"bad bool", container(tiny_sections("float32", Blob().u32(1).str("t").str("tensor").u8(7))), "expected 0 or 1"});
   {
     auto s = tiny_sections();
     s.pop_back();

@@ -246,10 +246,10 @@ TEST_F(ExternalPluginTest, BuildRunAndCheckAnInstalledPluginLibrary) {
 
   // 3. Build and run in separate processes; the output matches numpy.
   r = installed_kiln("build --plugins " + quote(lib) + " --onnx " + quote(onnx) + " --save-engine " + quote(engine) +
-           " --shapes x:2x3x8x8");
+                     " --shapes x:2x3x8x8");
   ASSERT_EQ(r.code, 0) << r.output;
   r = installed_kiln("run --plugins " + quote(lib) + " --engine " + quote(engine) + " --inputs-dir " + quote(data) +
-           " --compare-dir " + quote(data));
+                     " --compare-dir " + quote(data));
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("PASS"), std::string::npos) << r.output;
 
@@ -260,7 +260,7 @@ TEST_F(ExternalPluginTest, BuildRunAndCheckAnInstalledPluginLibrary) {
                 .code,
             0);
   r = installed_kiln("run --plugins " + quote(lib) + " --engine " + quote(engine) + " --inputs-dir " + quote(data) +
-           " --compare-dir " + quote((other / "test_data").string()));
+                     " --compare-dir " + quote((other / "test_data").string()));
   EXPECT_NE(r.code, 0) << r.output;
 
   // 4. Without --plugins: a clear error naming the plugin, its identity, library (by its file

@@ -123,7 +123,7 @@ struct Outcome {
   std::shared_ptr<Engine> engine;
   std::unique_ptr<ExecutionContext> context;
   std::vector<float> y2, y4;
-  std::string error;  // "" when every step worked
+  std::string error;        // "" when every step worked
   bool in_network = false;  // the error came from the test's own code (the Network, copies)
   const char* step = "";    // the step that failed (a literal: setting it allocates nothing)
 };
@@ -294,14 +294,16 @@ TEST(FaultInjectionHost, EveryHostAllocationOfBuildLoadAndFirstInferencesFailsCl
       Outcome o = scenario(DeviceType::kCPU, io);
       g_new_fail_at = 0;
       if (o.error.empty()) {
-        if (o.y4 != reference.y4) std::fprintf(out, "BAD k %llu: wrong result\n", static_cast<unsigned long long>(k)), ++bad;
+        if (o.y4 != reference.y4)
+          std::fprintf(out, "BAD k %llu: wrong result\n", static_cast<unsigned long long>(k)), ++bad;
         continue;
       }
       ++failed;
       if (!o.in_network && o.error.find("out of host memory") == std::string::npos &&
           o.error.find("out of memory") == std::string::npos) {
         const std::string line = std::string("BAD: unclear message in ") + o.step + ": '" + o.error + "'";
-        if (reported.insert(line).second) std::fprintf(out, "%s (first at k %llu)\n", line.c_str(), static_cast<unsigned long long>(k));
+        if (reported.insert(line).second)
+          std::fprintf(out, "%s (first at k %llu)\n", line.c_str(), static_cast<unsigned long long>(k));
         ++bad;
       }
       if (o.in_network) ++bare;
@@ -309,7 +311,8 @@ TEST(FaultInjectionHost, EveryHostAllocationOfBuildLoadAndFirstInferencesFailsCl
         if (o.engine) {
           if (!o.context) o.context = o.engine->create_execution_context();
           if (infer(*o.context, io, 0) != reference.y2 || infer(*o.context, io, 1) != reference.y4) {
-            std::fprintf(out, "BAD k %llu: wrong result after '%s'\n", static_cast<unsigned long long>(k), o.error.c_str());
+            std::fprintf(out, "BAD k %llu: wrong result after '%s'\n", static_cast<unsigned long long>(k),
+                         o.error.c_str());
             ++bad;
           }
         }
@@ -349,7 +352,8 @@ TEST(FaultInjectionHost, EveryHostAllocationOfBuildLoadAndFirstInferencesFailsCl
                                  << ") with the host allocation fault at " << last_k;
   EXPECT_EQ(bad_lines, "");
   EXPECT_NE(summary, "") << text.substr(text.size() > 2000 ? text.size() - 2000 : 0);
-  std::cout << "[ faults   ] host allocations: " << ks.size() << " of " << total << " failed in turn: " << summary << "\n";
+  std::cout << "[ faults   ] host allocations: " << ks.size() << " of " << total << " failed in turn: " << summary
+            << "\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, FaultInjection, ::testing::Values(DeviceType::kCPU, DeviceType::kCUDA),
@@ -389,7 +393,8 @@ class FaultInjectionFiles : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   int temporaries() const {
     int n = 0;
-    for (const auto& e : fs::directory_iterator(dir_)) n += e.path().filename().string().find(".tmp-") != std::string::npos;
+    for (const auto& e : fs::directory_iterator(dir_))
+      n += e.path().filename().string().find(".tmp-") != std::string::npos;
     return n;
   }
   fs::path dir_;
@@ -401,10 +406,10 @@ TEST_F(FaultInjectionFiles, AFullDiskLeavesTheOldEngineAndNoTemporaryFile) {
   // A file size limit of 8 blocks (4-8 KiB) makes the write of the ~16 KiB engine fail part way
   // (EFBIG, as ENOSPC on a full disk); SIGXFSZ is ignored, as a server would.
   int status = 0;
-  const std::string out = run_shell("trap '' XFSZ; ulimit -f 8; exec '" + std::string(KILN_CLI_PATH) +
-                                        "' build --onnx '" + (dir_ / "model.onnx").string() + "' --save-engine '" +
-                                        target.string() + "'",
-                                    &status);
+  const std::string out =
+      run_shell("trap '' XFSZ; ulimit -f 8; exec '" + std::string(KILN_CLI_PATH) + "' build --onnx '" +
+                    (dir_ / "model.onnx").string() + "' --save-engine '" + target.string() + "'",
+                &status);
   EXPECT_NE(status, 0) << out;
   EXPECT_NE(out.find("cannot write"), std::string::npos) << out;
   EXPECT_NE(out.find(target.string()), std::string::npos) << out;

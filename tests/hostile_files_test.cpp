@@ -58,9 +58,8 @@ TEST(HostileInitializers, ClaimingMoreThanTheyHoldFailsBeforeAllocating) {
 class HostileFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("kiln_hostile_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::path(::testing::TempDir()) / ("kiln_hostile_" + std::to_string(::getpid()) + "_" +
+                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "model");
     fs::create_directories(dir_ / "outside");

@@ -72,8 +72,8 @@ TEST(HostileGraphs, OnnxChainOf50000NodesImportsAndBuildsInSeconds) {
   OnnxModelBuilder b;
   b.input("x", onnx::TensorProto::FLOAT, {1, 4});
   for (int i = 0; i < kNodes; ++i) {
-    b.node("Add", {i == 0 ? "x" : "t" + std::to_string(i - 1), "x"},
-           {i + 1 == kNodes ? "y" : "t" + std::to_string(i)}, "add" + std::to_string(i));
+    b.node("Add", {i == 0 ? "x" : "t" + std::to_string(i - 1), "x"}, {i + 1 == kNodes ? "y" : "t" + std::to_string(i)},
+           "add" + std::to_string(i));
   }
   b.output("y", onnx::TensorProto::FLOAT);
   const double cpu0 = cpu_seconds();
@@ -169,7 +169,6 @@ TEST(HostileGraphs, OpsetsThatDoNotExistAreRejected) {
   ok.output("y", onnx::TensorProto::FLOAT);
   EXPECT_NO_THROW((void)test::import_model(ok));
 }
-
 
 TEST(HostileGraphs, MemoryPlanSumsAreChecked) {
   std::vector<BufferRequest> requests(5);

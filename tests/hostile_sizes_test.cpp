@@ -60,7 +60,6 @@ OnnxModelBuilder range_model(int64_t start, int64_t limit, int64_t delta) {
   return b;
 }
 
-
 // ---- overflow-checked sizes ---------------------------------------------------------------------
 
 TEST(HostileSizes, HostTensorByteSizeNeverWraps) {

@@ -87,7 +87,8 @@ TEST(IntTypes, MaxMinAtTheTypeLimits) {
   // Computed in int64 or with a sign, uint64 max would lose to 1.
   const HostTensor a = tensor<uint64_t>(DataType::kUInt64, {kU64Max, 5, 0});
   const HostTensor b = tensor<uint64_t>(DataType::kUInt64, {1, 9, uint64_t{1} << 63});
-  EXPECT_EQ(values<uint64_t>(binary(ElementWiseOp::kMax, a, b)), (std::vector<uint64_t>{kU64Max, 9, uint64_t{1} << 63}));
+  EXPECT_EQ(values<uint64_t>(binary(ElementWiseOp::kMax, a, b)),
+            (std::vector<uint64_t>{kU64Max, 9, uint64_t{1} << 63}));
   EXPECT_EQ(values<uint64_t>(binary(ElementWiseOp::kMin, a, b)), (std::vector<uint64_t>{1, 5, 0}));
   const HostTensor c = tensor<uint32_t>(DataType::kUInt32, {4294967295u, 2});
   const HostTensor d = tensor<uint32_t>(DataType::kUInt32, {3, 2147483648u});
@@ -168,10 +169,12 @@ TEST(IntTypes, Cast) {
             (std::vector<int16_t>{-1, -32768, 5}));
   EXPECT_EQ(values<double>(cast(tensor<uint64_t>(DataType::kUInt64, {uint64_t{1} << 63, 3}), DataType::kFloat64)),
             (std::vector<double>{9223372036854775808.0, 3.0}));
-  EXPECT_EQ(values<uint32_t>(cast(HostTensor::from_vector(DataType::kFloat32, Dims{2}, std::vector<float>{3.7f, 70000.0f}),
-                                  DataType::kUInt32)),
-            (std::vector<uint32_t>{3, 70000}));
-  EXPECT_EQ(cast(tensor<uint64_t>(DataType::kUInt64, {kU64Max}), DataType::kString).string_at(0), "18446744073709551615");
+  EXPECT_EQ(
+      values<uint32_t>(cast(HostTensor::from_vector(DataType::kFloat32, Dims{2}, std::vector<float>{3.7f, 70000.0f}),
+                            DataType::kUInt32)),
+      (std::vector<uint32_t>{3, 70000}));
+  EXPECT_EQ(cast(tensor<uint64_t>(DataType::kUInt64, {kU64Max}), DataType::kString).string_at(0),
+            "18446744073709551615");
 }
 
 TEST(IntTypes, DataMovementLayers) {

@@ -90,7 +90,8 @@ TEST(MemoryPlanner, SmallBufferFillsAGap) {
 TEST(MemoryPlanner, PicksTheSmallestGapThatFits) {
   // A, B and C stay alive; G1 and G2 die early and leave gaps of 1024 and 512 bytes between them.
   // D (400 bytes, alive later) goes into the 512-byte gap, keeping the large gap whole.
-  std::vector<BufferRequest> reqs = {{1024, 0, 10}, {1024, 0, 1}, {1024, 0, 10}, {512, 0, 1}, {512, 0, 10}, {400, 5, 6}};
+  std::vector<BufferRequest> reqs = {{1024, 0, 10}, {1024, 0, 1}, {1024, 0, 10},
+                                     {512, 0, 1},   {512, 0, 10}, {400, 5, 6}};
   const MemoryPlan plan = plan_memory(reqs, 256);
   EXPECT_EQ(check_plan(reqs, plan, 256), "");
   EXPECT_EQ(plan.offsets, (std::vector<uint64_t>{0, 1024, 2048, 3072, 3584, 3072}));

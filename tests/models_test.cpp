@@ -42,7 +42,8 @@ void expect_matches_reference(const float* got, const HostTensor& ref, const std
     if (!(d <= 1e-3 * std::fabs(b) + atol)) ++bad;
     worst = std::max(worst, d / std::max(std::fabs(b), 1e-3));
   }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << ref.count() << " elements out of tolerance (worst rel " << worst << ")";
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << ref.count() << " elements out of tolerance (worst rel " << worst
+                    << ")";
 }
 
 std::unique_ptr<Network> parse(const std::string& path) {
@@ -117,8 +118,8 @@ void build_and_run_in_fresh_process(const std::string& name) {
   Dims d8 = in1.dims();
   d8[0] = 8;
   ASSERT_EQ(run_cli("build --onnx " + dir + "/model.onnx --save-engine " + engine + " --min-shapes " + in + ":" +
-                    in1.dims().to_string() + " --opt-shapes " + in + ":" + in1.dims().to_string() + " --max-shapes " + in +
-                    ":" + d8.to_string()),
+                    in1.dims().to_string() + " --opt-shapes " + in + ":" + in1.dims().to_string() + " --max-shapes " +
+                    in + ":" + d8.to_string()),
             0);
   EXPECT_EQ(run_cli("run --engine " + engine + " --inputs-dir " + dir + "/test_data_set_0 --compare-dir " + dir +
                     "/test_data_set_0 --output-dir " + (tmp / "out").string()),
@@ -149,8 +150,9 @@ TEST(Models, HandBuiltNetworkWithTemperatureSwishPluginRoundTrips) {
   cd.kernel = {1, 1};
   Layer* conv = net.add_convolution(in, cd, HostTensor::from_vector(DataType::kFloat32, Dims{M, C, 1, 1}, w),
                                     HostTensor::from_vector(DataType::kFloat32, Dims{M}, b));
-  Layer* scale = net.add_scale(conv->output(0), ScaleMode::kChannel, HostTensor::from_vector(DataType::kFloat32, Dims{M}, sh),
-                               HostTensor::from_vector(DataType::kFloat32, Dims{M}, sc), HostTensor{});
+  Layer* scale =
+      net.add_scale(conv->output(0), ScaleMode::kChannel, HostTensor::from_vector(DataType::kFloat32, Dims{M}, sh),
+                    HostTensor::from_vector(DataType::kFloat32, Dims{M}, sc), HostTensor{});
   PluginFieldCollection fields;
   fields.add(PluginField::float32("temperature", {t}));
   auto plugin = creator->create("tswish", fields);
@@ -181,7 +183,8 @@ TEST(Models, HandBuiltNetworkWithTemperatureSwishPluginRoundTrips) {
   ctx->set_tensor_address("x", x.data());
   ctx->set_tensor_address("y", y.data());
   ctx->execute();
-  for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], expected[i], 1e-5 * std::max(1.f, std::fabs(expected[i]))) << i;
+  for (size_t i = 0; i < y.size(); ++i)
+    ASSERT_NEAR(y[i], expected[i], 1e-5 * std::max(1.f, std::fabs(expected[i]))) << i;
 
   // Serialize to a file, run again in a fresh process, compare.
   const fs::path tmp = fs::temp_directory_path() / ("kiln_tswish_" + std::to_string(::getpid()));

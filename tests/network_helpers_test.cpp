@@ -94,26 +94,33 @@ Attributes attrs(std::initializer_list<std::pair<const char*, AttrValue>> list) 
 
 TEST(NetworkHelpers, ParametricReluFusedGemmSplit) {
   expect_same_layer([](Network& n) { return n.add_parametric_relu(in(n, "x"), in(n, "s")); },
-                    [](Network& n) { return n.add_layer(kLayerParametricReLU, {in(n, "x"), in(n, "s")}, 1); });
+                    [](Network& n) {
+                      return n.add_layer(kLayerParametricReLU, {in(n, "x"), in(n, "s")}, 1);
+                    });
   const std::vector<std::string> program = {"act sigmoid r0 0 0", "binary prod r0 r1"};
   expect_same_layer([&](Network& n) { return n.add_fused_elementwise({in(n, "x")}, program); },
                     [&](Network& n) {
                       return n.add_layer(kLayerFusedElementWise, {in(n, "x")}, 1, attrs({{"program", program}}));
                     });
-  expect_same_layer(
-      [](Network& n) { return n.add_gemm(in(n, "a"), in(n, "b"), nullptr, 0.5, 2.0, true, false); },
-      [](Network& n) {
-        return n.add_layer(kLayerGemm, {in(n, "a"), in(n, "b")}, 1,
-                           attrs({{"alpha", 0.5}, {"beta", 2.0}, {"trans_a", int64_t{1}}, {"trans_b", int64_t{0}}}));
-      });
-  expect_schema_defaults([](Network& n) { return n.add_gemm(in(n, "a"), in(n, "b"), in(n, "c")); });
-  expect_same_layer([](Network& n) { return n.add_split(in(n, "x"), 1, 2, {1, 3}); },
+  expect_same_layer([](Network& n) { return n.add_gemm(in(n, "a"), in(n, "b"), nullptr, 0.5, 2.0, true, false); },
                     [](Network& n) {
-                      return n.add_layer(kLayerSplit, {in(n, "x")}, 2,
-                                         attrs({{"axis", int64_t{1}}, {"split", std::vector<int64_t>{1, 3}}}));
+                      return n.add_layer(
+                          kLayerGemm, {in(n, "a"), in(n, "b")}, 1,
+                          attrs({{"alpha", 0.5}, {"beta", 2.0}, {"trans_a", int64_t{1}}, {"trans_b", int64_t{0}}}));
                     });
+  expect_schema_defaults([](Network& n) { return n.add_gemm(in(n, "a"), in(n, "b"), in(n, "c")); });
+  expect_same_layer(
+      [](Network& n) {
+        return n.add_split(in(n, "x"), 1, 2, {1, 3});
+      },
+      [](Network& n) {
+        return n.add_layer(kLayerSplit, {in(n, "x")}, 2,
+                           attrs({{"axis", int64_t{1}}, {"split", std::vector<int64_t>{1, 3}}}));
+      });
   expect_same_layer([](Network& n) { return n.add_split(in(n, "x"), 0, 3); },
-                    [](Network& n) { return n.add_layer(kLayerSplit, {in(n, "x")}, 3, attrs({{"axis", int64_t{0}}})); });
+                    [](Network& n) {
+                      return n.add_layer(kLayerSplit, {in(n, "x")}, 3, attrs({{"axis", int64_t{0}}}));
+                    });
   Network n;
   EXPECT_THROW(n.add_split(in(n, "x"), 0, 3, {1, 2}), Error);
 }
@@ -135,9 +142,12 @@ TEST(NetworkHelpers, ResizePaddingFillExpandTile) {
                                   {"exclude_outside", int64_t{1}},
                                   {"extrapolation_value", 0.0}}));
       });
-  expect_schema_defaults([](Network& n) { return n.add_resize(in(n, "x"), in(n, "scales", DataType::kFloat32, {4}), nullptr); });
+  expect_schema_defaults(
+      [](Network& n) { return n.add_resize(in(n, "x"), in(n, "scales", DataType::kFloat32, {4}), nullptr); });
   expect_same_layer(
-      [](Network& n) { return n.add_padding(in(n, "x"), in(n, "p", DataType::kInt64, {8}), nullptr, PaddingMode::kReflect); },
+      [](Network& n) {
+        return n.add_padding(in(n, "x"), in(n, "p", DataType::kInt64, {8}), nullptr, PaddingMode::kReflect);
+      },
       [](Network& n) {
         return n.add_layer(kLayerPadding, {in(n, "x"), in(n, "p", DataType::kInt64, {8})}, 1,
                            attrs({{"mode", std::string("reflect")}}));
@@ -156,16 +166,19 @@ TEST(NetworkHelpers, ResizePaddingFillExpandTile) {
                                              in(n, "c", DataType::kInt64, {})});
       },
       [](Network& n) {
-        return n.add_layer(kLayerFill, {in(n, "a", DataType::kInt64, {}), in(n, "b", DataType::kInt64, {}),
-                                        in(n, "c", DataType::kInt64, {})},
-                           1, attrs({{"mode", std::string("range")}}));
+        return n.add_layer(
+            kLayerFill,
+            {in(n, "a", DataType::kInt64, {}), in(n, "b", DataType::kInt64, {}), in(n, "c", DataType::kInt64, {})}, 1,
+            attrs({{"mode", std::string("range")}}));
       });
   expect_same_layer([](Network& n) { return n.add_expand(in(n, "x"), in(n, "s", DataType::kInt64, {4})); },
                     [](Network& n) {
                       return n.add_layer(kLayerExpand, {in(n, "x"), in(n, "s", DataType::kInt64, {4})}, 1);
                     });
   expect_same_layer([](Network& n) { return n.add_tile(in(n, "x"), in(n, "r", DataType::kInt64, {4})); },
-                    [](Network& n) { return n.add_layer(kLayerTile, {in(n, "x"), in(n, "r", DataType::kInt64, {4})}, 1); });
+                    [](Network& n) {
+                      return n.add_layer(kLayerTile, {in(n, "x"), in(n, "r", DataType::kInt64, {4})}, 1);
+                    });
 }
 
 TEST(NetworkHelpers, NormalizationLrnArgReduceTopK) {
@@ -174,9 +187,13 @@ TEST(NetworkHelpers, NormalizationLrnArgReduceTopK) {
   d.num_groups = 2;
   d.epsilon = 1e-3;
   expect_same_layer(
-      [&](Network& n) { return n.add_normalization(in(n, "x"), in(n, "g", DataType::kFloat32, {4}), in(n, "b", DataType::kFloat32, {4}), d); },
+      [&](Network& n) {
+        return n.add_normalization(in(n, "x"), in(n, "g", DataType::kFloat32, {4}), in(n, "b", DataType::kFloat32, {4}),
+                                   d);
+      },
       [](Network& n) {
-        return n.add_layer(kLayerNormalization, {in(n, "x"), in(n, "g", DataType::kFloat32, {4}), in(n, "b", DataType::kFloat32, {4})}, 1,
+        return n.add_layer(kLayerNormalization,
+                           {in(n, "x"), in(n, "g", DataType::kFloat32, {4}), in(n, "b", DataType::kFloat32, {4})}, 1,
                            attrs({{"mode", std::string("group")},
                                   {"axis", int64_t{-1}},
                                   {"axes", std::vector<int64_t>{0, 2, 3}},
@@ -204,8 +221,9 @@ TEST(NetworkHelpers, NormalizationLrnArgReduceTopK) {
   expect_schema_defaults([](Network& n) { return n.add_arg_reduce(in(n, "x"), ArgReduceOp::kMax); });
   expect_same_layer([](Network& n) { return n.add_topk(in(n, "x"), in(n, "k", DataType::kInt64, {1}), 1, false); },
                     [](Network& n) {
-                      return n.add_layer(kLayerTopK, {in(n, "x"), in(n, "k", DataType::kInt64, {1})}, 2,
-                                         attrs({{"axis", int64_t{1}}, {"largest", int64_t{0}}, {"sorted", int64_t{1}}}));
+                      return n.add_layer(
+                          kLayerTopK, {in(n, "x"), in(n, "k", DataType::kInt64, {1})}, 2,
+                          attrs({{"axis", int64_t{1}}, {"largest", int64_t{0}}, {"sorted", int64_t{1}}}));
                     });
   expect_schema_defaults([](Network& n) { return n.add_topk(in(n, "x"), in(n, "k", DataType::kInt64, {1})); });
 }
@@ -218,18 +236,24 @@ TEST(NetworkHelpers, IndexingFamily) {
                     });
   expect_schema_defaults([](Network& n) { return n.add_cumsum(in(n, "x"), in(n, "a", DataType::kInt64, {})); });
   expect_same_layer([](Network& n) { return n.add_trilu(in(n, "x"), nullptr, false); },
-                    [](Network& n) { return n.add_layer(kLayerTrilu, {in(n, "x")}, 1, attrs({{"upper", int64_t{0}}})); });
+                    [](Network& n) {
+                      return n.add_layer(kLayerTrilu, {in(n, "x")}, 1, attrs({{"upper", int64_t{0}}}));
+                    });
   expect_schema_defaults([](Network& n) { return n.add_trilu(in(n, "x")); });
   expect_same_layer(
       [](Network& n) {
-        return n.add_one_hot(in(n, "i", DataType::kInt64, {3}), in(n, "d", DataType::kInt64, {1}), in(n, "v", DataType::kFloat32, {2}), 0);
+        return n.add_one_hot(in(n, "i", DataType::kInt64, {3}), in(n, "d", DataType::kInt64, {1}),
+                             in(n, "v", DataType::kFloat32, {2}), 0);
       },
       [](Network& n) {
-        return n.add_layer(kLayerOneHot, {in(n, "i", DataType::kInt64, {3}), in(n, "d", DataType::kInt64, {1}), in(n, "v", DataType::kFloat32, {2})},
-                           1, attrs({{"axis", int64_t{0}}}));
+        return n.add_layer(
+            kLayerOneHot,
+            {in(n, "i", DataType::kInt64, {3}), in(n, "d", DataType::kInt64, {1}), in(n, "v", DataType::kFloat32, {2})},
+            1, attrs({{"axis", int64_t{0}}}));
       });
   expect_schema_defaults([](Network& n) {
-    return n.add_one_hot(in(n, "i", DataType::kInt64, {3}), in(n, "d", DataType::kInt64, {1}), in(n, "v", DataType::kFloat32, {2}));
+    return n.add_one_hot(in(n, "i", DataType::kInt64, {3}), in(n, "d", DataType::kInt64, {1}),
+                         in(n, "v", DataType::kFloat32, {2}));
   });
   expect_same_layer(
       [](Network& n) { return n.add_reverse_sequence(in(n, "x"), in(n, "l", DataType::kInt64, {4}), 0, 1); },
@@ -237,9 +261,12 @@ TEST(NetworkHelpers, IndexingFamily) {
         return n.add_layer(kLayerReverseSequence, {in(n, "x"), in(n, "l", DataType::kInt64, {4})}, 1,
                            attrs({{"batch_axis", int64_t{0}}, {"time_axis", int64_t{1}}}));
       });
-  expect_schema_defaults([](Network& n) { return n.add_reverse_sequence(in(n, "x"), in(n, "l", DataType::kInt64, {4})); });
+  expect_schema_defaults(
+      [](Network& n) { return n.add_reverse_sequence(in(n, "x"), in(n, "l", DataType::kInt64, {4})); });
   expect_same_layer(
-      [](Network& n) { return n.add_max_unpool(in(n, "x"), in(n, "i", DataType::kInt64), nullptr, {2, 2}, {2, 2}); },
+      [](Network& n) {
+        return n.add_max_unpool(in(n, "x"), in(n, "i", DataType::kInt64), nullptr, {2, 2}, {2, 2});
+      },
       [](Network& n) {
         return n.add_layer(kLayerMaxUnpool, {in(n, "x"), in(n, "i", DataType::kInt64)}, 1,
                            attrs({{"kernel", std::vector<int64_t>{2, 2}},
@@ -248,20 +275,24 @@ TEST(NetworkHelpers, IndexingFamily) {
       });
   expect_same_layer(
       [](Network& n) {
-        return n.add_scatter(in(n, "d"), in(n, "i", DataType::kInt64), in(n, "u"), ScatterMode::kNd, 0, ScatterReductionKind::kMax);
+        return n.add_scatter(in(n, "d"), in(n, "i", DataType::kInt64), in(n, "u"), ScatterMode::kNd, 0,
+                             ScatterReductionKind::kMax);
       },
       [](Network& n) {
-        return n.add_layer(kLayerScatter, {in(n, "d"), in(n, "i", DataType::kInt64), in(n, "u")}, 1,
-                           attrs({{"mode", std::string("nd")}, {"axis", int64_t{0}}, {"reduction", std::string("max")}}));
+        return n.add_layer(
+            kLayerScatter, {in(n, "d"), in(n, "i", DataType::kInt64), in(n, "u")}, 1,
+            attrs({{"mode", std::string("nd")}, {"axis", int64_t{0}}, {"reduction", std::string("max")}}));
       });
-  expect_schema_defaults([](Network& n) { return n.add_scatter(in(n, "d"), in(n, "i", DataType::kInt64), in(n, "u")); });
+  expect_schema_defaults(
+      [](Network& n) { return n.add_scatter(in(n, "d"), in(n, "i", DataType::kInt64), in(n, "u")); });
 }
 
 TEST(NetworkHelpers, DataDependentLayers) {
   expect_same_layer(
       [](Network& n) {
-        return n.add_non_max_suppression(in(n, "b", DataType::kFloat32, {1, 5, 4}), in(n, "s", DataType::kFloat32, {1, 2, 5}),
-                                         in(n, "m", DataType::kInt64, {1}), nullptr, nullptr, true);
+        return n.add_non_max_suppression(in(n, "b", DataType::kFloat32, {1, 5, 4}),
+                                         in(n, "s", DataType::kFloat32, {1, 2, 5}), in(n, "m", DataType::kInt64, {1}),
+                                         nullptr, nullptr, true);
       },
       [](Network& n) {
         return n.add_layer(kLayerNonMaxSuppression,
@@ -270,12 +301,14 @@ TEST(NetworkHelpers, DataDependentLayers) {
                            2, attrs({{"center_point_box", int64_t{1}}}));
       });
   expect_schema_defaults([](Network& n) {
-    return n.add_non_max_suppression(in(n, "b", DataType::kFloat32, {1, 5, 4}), in(n, "s", DataType::kFloat32, {1, 2, 5}));
+    return n.add_non_max_suppression(in(n, "b", DataType::kFloat32, {1, 5, 4}),
+                                     in(n, "s", DataType::kFloat32, {1, 2, 5}));
   });
   expect_same_layer([](Network& n) { return n.add_unique(in(n, "x"), false, false, 1); },
                     [](Network& n) {
-                      return n.add_layer(kLayerUnique, {in(n, "x")}, 5,
-                                         attrs({{"sorted", int64_t{0}}, {"flatten", int64_t{0}}, {"axis", int64_t{1}}}));
+                      return n.add_layer(
+                          kLayerUnique, {in(n, "x")}, 5,
+                          attrs({{"sorted", int64_t{0}}, {"flatten", int64_t{0}}, {"axis", int64_t{1}}}));
                     });
   expect_schema_defaults([](Network& n) { return n.add_unique(in(n, "x")); });
   expect_same_layer([](Network& n) { return n.add_non_zero(in(n, "x")); },
@@ -283,7 +316,8 @@ TEST(NetworkHelpers, DataDependentLayers) {
   const std::vector<std::string> stop = {"a", "the"};
   expect_same_layer(
       [&](Network& n) {
-        return n.add_string_normalizer(in(n, "s", DataType::kString, {3}), CaseChangeAction::kUpper, true, stop, "en_US");
+        return n.add_string_normalizer(in(n, "s", DataType::kString, {3}), CaseChangeAction::kUpper, true, stop,
+                                       "en_US");
       },
       [&](Network& n) {
         return n.add_layer(kLayerStringNormalizer, {in(n, "s", DataType::kString, {3})}, 2,
@@ -296,16 +330,25 @@ TEST(NetworkHelpers, DataDependentLayers) {
 }
 
 TEST(NetworkHelpers, MathQuantizeSampling) {
-  expect_same_layer([](Network& n) { return n.add_einsum({in(n, "a"), in(n, "b")}, "nchw,nchw->nc"); },
-                    [](Network& n) {
-                      return n.add_layer(kLayerEinsum, {in(n, "a"), in(n, "b")}, 1,
-                                         attrs({{"equation", std::string("nchw,nchw->nc")}}));
-                    });
-  expect_same_layer([](Network& n) { return n.add_det(in(n, "x", DataType::kFloat32, {2, 3, 3})); },
-                    [](Network& n) { return n.add_layer(kLayerDet, {in(n, "x", DataType::kFloat32, {2, 3, 3})}, 1); });
   expect_same_layer(
       [](Network& n) {
-        return n.add_bit_shift(in(n, "x", DataType::kUInt8, {4}), in(n, "y", DataType::kUInt8, {4}), BitShiftDirection::kRight);
+        return n.add_einsum({in(n, "a"), in(n, "b")}, "nchw,nchw->nc");
+      },
+      [](Network& n) {
+        return n.add_layer(kLayerEinsum, {in(n, "a"), in(n, "b")}, 1,
+                           attrs({{"equation", std::string("nchw,nchw->nc")}}));
+      });
+  expect_same_layer(
+      [](Network& n) {
+        return n.add_det(in(n, "x", DataType::kFloat32, {2, 3, 3}));
+      },
+      [](Network& n) {
+        return n.add_layer(kLayerDet, {in(n, "x", DataType::kFloat32, {2, 3, 3})}, 1);
+      });
+  expect_same_layer(
+      [](Network& n) {
+        return n.add_bit_shift(in(n, "x", DataType::kUInt8, {4}), in(n, "y", DataType::kUInt8, {4}),
+                               BitShiftDirection::kRight);
       },
       [](Network& n) {
         return n.add_layer(kLayerBitShift, {in(n, "x", DataType::kUInt8, {4}), in(n, "y", DataType::kUInt8, {4})}, 1,
@@ -316,20 +359,24 @@ TEST(NetworkHelpers, MathQuantizeSampling) {
         return n.add_quantize(in(n, "x"), in(n, "s", DataType::kFloat32, {}), nullptr, 1, 0, DataType::kInt8);
       },
       [](Network& n) {
-        return n.add_layer(kLayerQuantize, {in(n, "x"), in(n, "s", DataType::kFloat32, {})}, 1,
-                           attrs({{"axis", int64_t{1}}, {"block_size", int64_t{0}}, {"output_type", std::string("int8")}}));
+        return n.add_layer(
+            kLayerQuantize, {in(n, "x"), in(n, "s", DataType::kFloat32, {})}, 1,
+            attrs({{"axis", int64_t{1}}, {"block_size", int64_t{0}}, {"output_type", std::string("int8")}}));
       });
   expect_schema_defaults([](Network& n) { return n.add_quantize(in(n, "x"), in(n, "s", DataType::kFloat32, {})); });
   expect_same_layer(
       [](Network& n) {
-        return n.add_dequantize(in(n, "x", DataType::kInt8), in(n, "s", DataType::kFloat32, {4}), in(n, "z", DataType::kInt8, {4}), 1);
+        return n.add_dequantize(in(n, "x", DataType::kInt8), in(n, "s", DataType::kFloat32, {4}),
+                                in(n, "z", DataType::kInt8, {4}), 1);
       },
       [](Network& n) {
-        return n.add_layer(kLayerDequantize,
-                           {in(n, "x", DataType::kInt8), in(n, "s", DataType::kFloat32, {4}), in(n, "z", DataType::kInt8, {4})}, 1,
-                           attrs({{"axis", int64_t{1}}, {"block_size", int64_t{0}}}));
+        return n.add_layer(
+            kLayerDequantize,
+            {in(n, "x", DataType::kInt8), in(n, "s", DataType::kFloat32, {4}), in(n, "z", DataType::kInt8, {4})}, 1,
+            attrs({{"axis", int64_t{1}}, {"block_size", int64_t{0}}}));
       });
-  expect_schema_defaults([](Network& n) { return n.add_dequantize(in(n, "x", DataType::kInt8), in(n, "s", DataType::kFloat32, {})); });
+  expect_schema_defaults(
+      [](Network& n) { return n.add_dequantize(in(n, "x", DataType::kInt8), in(n, "s", DataType::kFloat32, {})); });
   expect_same_layer(
       [](Network& n) {
         return n.add_grid_sample(in(n, "x"), in(n, "g", DataType::kFloat32, {1, 3, 3, 2}), InterpolationMode::kNearest,
@@ -341,8 +388,9 @@ TEST(NetworkHelpers, MathQuantizeSampling) {
                                   {"padding_mode", std::string("border")},
                                   {"align_corners", int64_t{1}}}));
       });
-  expect_schema_defaults(
-      [](Network& n) { return n.add_grid_sample(in(n, "x"), in(n, "g", DataType::kFloat32, {1, 3, 3, 2})); });
+  expect_schema_defaults([](Network& n) {
+    return n.add_grid_sample(in(n, "x"), in(n, "g", DataType::kFloat32, {1, 3, 3, 2}));
+  });
   RoiAlignDesc ra;
   ra.mode = RoiAlignMode::kMax;
   ra.output_height = 2;
@@ -351,10 +399,12 @@ TEST(NetworkHelpers, MathQuantizeSampling) {
   ra.spatial_scale = 0.5;
   expect_same_layer(
       [&](Network& n) {
-        return n.add_roi_align(in(n, "x"), in(n, "r", DataType::kFloat32, {2, 4}), in(n, "i", DataType::kInt64, {2}), ra);
+        return n.add_roi_align(in(n, "x"), in(n, "r", DataType::kFloat32, {2, 4}), in(n, "i", DataType::kInt64, {2}),
+                               ra);
       },
       [](Network& n) {
-        return n.add_layer(kLayerRoiAlign, {in(n, "x"), in(n, "r", DataType::kFloat32, {2, 4}), in(n, "i", DataType::kInt64, {2})}, 1,
+        return n.add_layer(kLayerRoiAlign,
+                           {in(n, "x"), in(n, "r", DataType::kFloat32, {2, 4}), in(n, "i", DataType::kInt64, {2})}, 1,
                            attrs({{"mode", std::string("max")},
                                   {"output_height", int64_t{2}},
                                   {"output_width", int64_t{3}},
@@ -366,12 +416,16 @@ TEST(NetworkHelpers, MathQuantizeSampling) {
     return n.add_roi_align(in(n, "x"), in(n, "r", DataType::kFloat32, {2, 4}), in(n, "i", DataType::kInt64, {2}));
   });
   expect_same_layer(
-      [](Network& n) { return n.add_max_roi_pool(in(n, "x"), in(n, "r", DataType::kFloat32, {2, 5}), {2, 2}, 0.25); },
+      [](Network& n) {
+        return n.add_max_roi_pool(in(n, "x"), in(n, "r", DataType::kFloat32, {2, 5}), {2, 2}, 0.25);
+      },
       [](Network& n) {
         return n.add_layer(kLayerMaxRoiPool, {in(n, "x"), in(n, "r", DataType::kFloat32, {2, 5})}, 1,
                            attrs({{"pooled_shape", std::vector<int64_t>{2, 2}}, {"spatial_scale", 0.25}}));
       });
-  expect_schema_defaults([](Network& n) { return n.add_max_roi_pool(in(n, "x"), in(n, "r", DataType::kFloat32, {2, 5}), {2, 2}); });
+  expect_schema_defaults([](Network& n) {
+    return n.add_max_roi_pool(in(n, "x"), in(n, "r", DataType::kFloat32, {2, 5}), {2, 2});
+  });
 }
 
 TEST(NetworkHelpers, Rnn) {
@@ -382,8 +436,12 @@ TEST(NetworkHelpers, Rnn) {
   d.activations = {"sigmoid", "tanh", "sigmoid", "tanh"};
   d.linear_before_reset = true;
   auto inputs = [](Network& n) {
-    return std::vector<Tensor*>{in(n, "X", DataType::kFloat32, {5, 2, 3}), in(n, "W", DataType::kFloat32, {2, 24, 3}),
-                                in(n, "R", DataType::kFloat32, {2, 24, 8}), nullptr, nullptr, nullptr};
+    return std::vector<Tensor*>{in(n, "X", DataType::kFloat32, {5, 2, 3}),
+                                in(n, "W", DataType::kFloat32, {2, 24, 3}),
+                                in(n, "R", DataType::kFloat32, {2, 24, 8}),
+                                nullptr,
+                                nullptr,
+                                nullptr};
   };
   expect_same_layer([&](Network& n) { return n.add_rnn(inputs(n), d); },
                     [&](Network& n) {
@@ -446,15 +504,58 @@ TEST(NetworkHelpers, EveryDocumentedTypeHasAHelper) {
   }
   // The helper of each type (network.h); the test of each is above or in the tests of the
   // older helpers.
-  const std::set<std::string> with_helper = {
-      kLayerConstant, kLayerIdentity, kLayerCast, kLayerConvolution, kLayerDeconvolution, kLayerPooling,
-      kLayerActivation, kLayerParametricReLU, kLayerScale, kLayerElementWise, kLayerFusedElementWise, kLayerUnary,
-      kLayerMatrixMultiply, kLayerGemm, kLayerShuffle, kLayerConcatenation, kLayerSplit, kLayerSlice, kLayerGather,
-      kLayerResize, kLayerSoftMax, kLayerReduce, kLayerPadding, kLayerSelect, kLayerShape, kLayerFill, kLayerExpand,
-      kLayerTile, kLayerNormalization, kLayerLRN, kLayerArgReduce, kLayerTopK, kLayerCumSum, kLayerTrilu,
-      kLayerOneHot, kLayerReverseSequence, kLayerMaxUnpool, kLayerNonMaxSuppression, kLayerUnique, kLayerEinsum,
-      kLayerDet, kLayerBitShift, kLayerScatter, kLayerQuantize, kLayerDequantize, kLayerGridSample, kLayerRoiAlign,
-      kLayerMaxRoiPool, kLayerRNN, kLayerStringNormalizer, kLayerNonZero, kLayerPlugin};
+  const std::set<std::string> with_helper = {kLayerConstant,
+                                             kLayerIdentity,
+                                             kLayerCast,
+                                             kLayerConvolution,
+                                             kLayerDeconvolution,
+                                             kLayerPooling,
+                                             kLayerActivation,
+                                             kLayerParametricReLU,
+                                             kLayerScale,
+                                             kLayerElementWise,
+                                             kLayerFusedElementWise,
+                                             kLayerUnary,
+                                             kLayerMatrixMultiply,
+                                             kLayerGemm,
+                                             kLayerShuffle,
+                                             kLayerConcatenation,
+                                             kLayerSplit,
+                                             kLayerSlice,
+                                             kLayerGather,
+                                             kLayerResize,
+                                             kLayerSoftMax,
+                                             kLayerReduce,
+                                             kLayerPadding,
+                                             kLayerSelect,
+                                             kLayerShape,
+                                             kLayerFill,
+                                             kLayerExpand,
+                                             kLayerTile,
+                                             kLayerNormalization,
+                                             kLayerLRN,
+                                             kLayerArgReduce,
+                                             kLayerTopK,
+                                             kLayerCumSum,
+                                             kLayerTrilu,
+                                             kLayerOneHot,
+                                             kLayerReverseSequence,
+                                             kLayerMaxUnpool,
+                                             kLayerNonMaxSuppression,
+                                             kLayerUnique,
+                                             kLayerEinsum,
+                                             kLayerDet,
+                                             kLayerBitShift,
+                                             kLayerScatter,
+                                             kLayerQuantize,
+                                             kLayerDequantize,
+                                             kLayerGridSample,
+                                             kLayerRoiAlign,
+                                             kLayerMaxRoiPool,
+                                             kLayerRNN,
+                                             kLayerStringNormalizer,
+                                             kLayerNonZero,
+                                             kLayerPlugin};
   EXPECT_GE(documented.size(), 50u);
   for (const auto& type : documented) EXPECT_TRUE(with_helper.count(type)) << type << " has no add_* helper";
 }

@@ -88,7 +88,8 @@ HostTensor constant_of(const Tensor* t) {
 
 std::vector<double> values_of(const Tensor* t) { return constant_of(t).to_double(); }
 
-int count_layers(const Network& net, const std::string& type, const std::string& attr = "", const std::string& value = "") {
+int count_layers(const Network& net, const std::string& type, const std::string& attr = "",
+                 const std::string& value = "") {
   int n = 0;
   for (int i = 0; i < net.num_layers(); ++i) {
     const Layer* l = net.layer(i);
@@ -790,7 +791,8 @@ void run_shared_model_end_to_end(const std::string& name) {
   for (size_t i = 0; i < outputs.size(); ++i) {
     std::string message;
     test::ErrorStats stats;
-    EXPECT_TRUE(test::compare_tensors(outputs[i], expected[i], 1e-3, 1e-4, &stats, &message)) << name << ": " << message;
+    EXPECT_TRUE(test::compare_tensors(outputs[i], expected[i], 1e-3, 1e-4, &stats, &message))
+        << name << ": " << message;
     EXPECT_LT(stats.max_rel, 1e-3) << name;
     std::cout << name << " output " << i << ": max_abs " << stats.max_abs << " max_rel " << stats.max_rel << "\n";
   }

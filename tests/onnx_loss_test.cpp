@@ -35,19 +35,32 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 int32_t onnx_type(DataType t) {
   switch (t) {
-    case DataType::kFloat32: return onnx::TensorProto::FLOAT;
-    case DataType::kFloat16: return onnx::TensorProto::FLOAT16;
-    case DataType::kFloat64: return onnx::TensorProto::DOUBLE;
-    case DataType::kInt32: return onnx::TensorProto::INT32;
-    case DataType::kInt64: return onnx::TensorProto::INT64;
-    case DataType::kInt8: return onnx::TensorProto::INT8;
-    case DataType::kUInt8: return onnx::TensorProto::UINT8;
-    case DataType::kBool: return onnx::TensorProto::BOOL;
-    case DataType::kString: return onnx::TensorProto::STRING;
-    case DataType::kInt16: return onnx::TensorProto::INT16;
-    case DataType::kUInt16: return onnx::TensorProto::UINT16;
-    case DataType::kUInt32: return onnx::TensorProto::UINT32;
-    case DataType::kUInt64: return onnx::TensorProto::UINT64;
+    case DataType::kFloat32:
+      return onnx::TensorProto::FLOAT;
+    case DataType::kFloat16:
+      return onnx::TensorProto::FLOAT16;
+    case DataType::kFloat64:
+      return onnx::TensorProto::DOUBLE;
+    case DataType::kInt32:
+      return onnx::TensorProto::INT32;
+    case DataType::kInt64:
+      return onnx::TensorProto::INT64;
+    case DataType::kInt8:
+      return onnx::TensorProto::INT8;
+    case DataType::kUInt8:
+      return onnx::TensorProto::UINT8;
+    case DataType::kBool:
+      return onnx::TensorProto::BOOL;
+    case DataType::kString:
+      return onnx::TensorProto::STRING;
+    case DataType::kInt16:
+      return onnx::TensorProto::INT16;
+    case DataType::kUInt16:
+      return onnx::TensorProto::UINT16;
+    case DataType::kUInt32:
+      return onnx::TensorProto::UINT32;
+    case DataType::kUInt64:
+      return onnx::TensorProto::UINT64;
   }
   return onnx::TensorProto::UNDEFINED;
 }
@@ -148,12 +161,23 @@ HostTensor make_tensor(DataType type, const Dims& dims, const std::vector<double
   HostTensor t(type, dims);
   for (size_t i = 0; i < values.size(); ++i) {
     switch (type) {
-      case DataType::kFloat32: t.as<float>()[i] = static_cast<float>(values[i]); break;
-      case DataType::kFloat64: t.as<double>()[i] = values[i]; break;
-      case DataType::kFloat16: t.as<half>()[i] = half(static_cast<float>(values[i])); break;
-      case DataType::kInt32: t.as<int32_t>()[i] = static_cast<int32_t>(values[i]); break;
-      case DataType::kInt64: t.as<int64_t>()[i] = static_cast<int64_t>(values[i]); break;
-      default: throw std::runtime_error("make_tensor: type not used by these tests");
+      case DataType::kFloat32:
+        t.as<float>()[i] = static_cast<float>(values[i]);
+        break;
+      case DataType::kFloat64:
+        t.as<double>()[i] = values[i];
+        break;
+      case DataType::kFloat16:
+        t.as<half>()[i] = half(static_cast<float>(values[i]));
+        break;
+      case DataType::kInt32:
+        t.as<int32_t>()[i] = static_cast<int32_t>(values[i]);
+        break;
+      case DataType::kInt64:
+        t.as<int64_t>()[i] = static_cast<int64_t>(values[i]);
+        break;
+      default:
+        throw std::runtime_error("make_tensor: type not used by these tests");
     }
   }
   return t;
@@ -247,9 +271,12 @@ LossReference reference_loss(const LossCase& c, const std::vector<double>& x, co
     }
   }
   const std::string reduction = c.reduction.empty() ? "mean" : c.reduction;
-  if (reduction == "none") r.loss = loss;
-  else if (reduction == "sum") r.loss = {loss_sum};
-  else r.loss = {loss_sum / weight_sum};
+  if (reduction == "none")
+    r.loss = loss;
+  else if (reduction == "sum")
+    r.loss = {loss_sum};
+  else
+    r.loss = {loss_sum / weight_sum};
   return r;
 }
 
@@ -310,17 +337,35 @@ std::vector<LossCase> loss_cases() {
     add({.name = "nc_mean_weight", .x_dims = Dims{4, 5}, .reduction = "mean", .weight = true, .log_prob = true});
     add({.name = "ncd1_mean_ii", .x_dims = Dims{3, 4, 5}, .ignore_index = 2});
     add({.name = "ncd1_mean_weight_negative_ii", .x_dims = Dims{3, 4, 5}, .ignore_index = -1, .weight = true});
-    add({.name = "ncd1d2_none_ii_high", .x_dims = Dims{2, 3, 4, 5}, .reduction = "none", .ignore_index = 10,
+    add({.name = "ncd1d2_none_ii_high",
+         .x_dims = Dims{2, 3, 4, 5},
+         .reduction = "none",
+         .ignore_index = 10,
          .log_prob = true});
-    add({.name = "ncd1d2_sum_weight_ii", .x_dims = Dims{2, 3, 4, 5}, .reduction = "sum", .ignore_index = 1,
+    add({.name = "ncd1d2_sum_weight_ii",
+         .x_dims = Dims{2, 3, 4, 5},
+         .reduction = "sum",
+         .ignore_index = 1,
          .weight = true});
     add({.name = "ncd1d2d3_mean_weight", .x_dims = Dims{2, 3, 2, 3, 2}, .weight = true});
-    add({.name = "int32_target", .x_dims = Dims{3, 4, 5}, .reduction = "none", .ignore_index = 0,
+    add({.name = "int32_target",
+         .x_dims = Dims{3, 4, 5},
+         .reduction = "none",
+         .ignore_index = 0,
          .target_type = DataType::kInt32});
-    add({.name = "float64", .x_dims = Dims{3, 4, 5}, .ignore_index = 3, .weight = true, .type = DataType::kFloat64,
+    add({.name = "float64",
+         .x_dims = Dims{3, 4, 5},
+         .ignore_index = 3,
+         .weight = true,
+         .type = DataType::kFloat64,
          .log_prob = true});
-    add({.name = "float16", .x_dims = Dims{3, 4, 5}, .reduction = "sum", .ignore_index = 1, .weight = true,
-         .type = DataType::kFloat16, .log_prob = true});
+    add({.name = "float16",
+         .x_dims = Dims{3, 4, 5},
+         .reduction = "sum",
+         .ignore_index = 1,
+         .weight = true,
+         .type = DataType::kFloat16,
+         .log_prob = true});
     add({.name = "opset12", .x_dims = Dims{4, 5}, .reduction = "sum", .opset = 12});
   }
   return cases;
@@ -370,9 +415,8 @@ TEST(LossOnnxImport, UsesOnlyGeneralLayers) {
   set_int(n, "ignore_index", 0);
   m.output("loss", DataType::kFloat32);
   m.output("log_prob", DataType::kFloat32);
-  const std::set<std::string> general{kLayerSoftMax,  kLayerCast,      kLayerShuffle,    kLayerConstant,
-                                      kLayerElementWise, kLayerSelect, kLayerGather,     kLayerUnary,
-                                      kLayerArgReduce,   kLayerReduce};
+  const std::set<std::string> general{kLayerSoftMax, kLayerCast,   kLayerShuffle, kLayerConstant,  kLayerElementWise,
+                                      kLayerSelect,  kLayerGather, kLayerUnary,   kLayerArgReduce, kLayerReduce};
   for (const auto& type : layer_types(m.save())) EXPECT_TRUE(general.count(type)) << type;
 }
 

@@ -50,7 +50,8 @@ class OnnxModelBuilder {
     for (int64_t v : values) t->add_int64_data(v);
     return *this;
   }
-  OnnxModelBuilder& floats(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& values) {
+  OnnxModelBuilder& floats(const std::string& name, const std::vector<int64_t>& dims,
+                           const std::vector<float>& values) {
     auto* t = model_.mutable_graph()->add_initializer();
     t->set_name(name);
     t->set_data_type(onnx::TensorProto::FLOAT);

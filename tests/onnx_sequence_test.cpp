@@ -126,8 +126,10 @@ class Model {
     t->mutable_type()->mutable_tensor_type()->set_elem_type(elem);
     auto* shape = t->mutable_type()->mutable_tensor_type()->mutable_shape();
     for (int64_t d : dims) {
-      if (d == kDynamic) shape->add_dim()->set_dim_param("n_" + name);
-      else shape->add_dim()->set_dim_value(d);
+      if (d == kDynamic)
+        shape->add_dim()->set_dim_param("n_" + name);
+      else
+        shape->add_dim()->set_dim_value(d);
     }
     return *this;
   }
@@ -183,7 +185,9 @@ class Model {
   onnx::ModelProto m_;
 };
 
-void parse(const std::string& bytes, Network& net) { OnnxParser(net).parse_bytes(bytes.data(), bytes.size(), ".", "<test>"); }
+void parse(const std::string& bytes, Network& net) {
+  OnnxParser(net).parse_bytes(bytes.data(), bytes.size(), ".", "<test>");
+}
 
 // Imports, builds a CPU engine for the inputs' dims, runs; outputs by ONNX name.
 std::map<std::string, HostTensor> run(const Model& model, const std::map<std::string, HostTensor>& inputs) {
@@ -420,16 +424,22 @@ TEST(OnnxSequence, OutOfRangePositionsAreErrors) {
     m.input("x", {2});
     m.ints("pos", {pos});
     m.node("SequenceConstruct", {"x", "x", "x"}, {"s"});
-    if (op == "SequenceInsert") m.node(op, {"s", "x", "pos"}, {"s2"}, {}, "op").node("ConcatFromSequence", {"s2"}, {"y"}, {{"axis", 0}});
-    else if (op == "SequenceErase") m.node(op, {"s", "pos"}, {"s2"}, {}, "op").node("ConcatFromSequence", {"s2"}, {"y"}, {{"axis", 0}});
-    else m.node(op, {"s", "pos"}, {"y"}, {}, "op");
+    if (op == "SequenceInsert")
+      m.node(op, {"s", "x", "pos"}, {"s2"}, {}, "op").node("ConcatFromSequence", {"s2"}, {"y"}, {{"axis", 0}});
+    else if (op == "SequenceErase")
+      m.node(op, {"s", "pos"}, {"s2"}, {}, "op").node("ConcatFromSequence", {"s2"}, {"y"}, {{"axis", 0}});
+    else
+      m.node(op, {"s", "pos"}, {"y"}, {}, "op");
     m.output("y");
     return import_error(m);
   };
   // n = 3: SequenceAt/Erase accept [-3, 2], SequenceInsert [-3, 3].
-  for (const auto& [op, pos, range] : std::vector<std::tuple<std::string, int64_t, std::string>>{
-           {"SequenceAt", 3, "[-3, 2]"}, {"SequenceAt", -4, "[-3, 2]"}, {"SequenceErase", 3, "[-3, 2]"},
-           {"SequenceInsert", 4, "[-3, 3]"}, {"SequenceInsert", -4, "[-3, 3]"}}) {
+  for (const auto& [op, pos, range] :
+       std::vector<std::tuple<std::string, int64_t, std::string>>{{"SequenceAt", 3, "[-3, 2]"},
+                                                                  {"SequenceAt", -4, "[-3, 2]"},
+                                                                  {"SequenceErase", 3, "[-3, 2]"},
+                                                                  {"SequenceInsert", 4, "[-3, 3]"},
+                                                                  {"SequenceInsert", -4, "[-3, 3]"}}) {
     const std::string msg = error_for(op, pos);
     EXPECT_NE(msg.find("node 'op': op " + op), std::string::npos) << msg;
     EXPECT_NE(msg.find("position " + std::to_string(pos) + " is out of range " + range), std::string::npos) << msg;
@@ -440,7 +450,9 @@ TEST(OnnxSequence, SplitWithoutKnownExtentAndEmptyConcatAreErrors) {
   {
     Model m;
     m.input("x", {kDynamic, 2});
-    m.node("SplitToSequence", {"x"}, {"s"}, {}, "split").node("ConcatFromSequence", {"s"}, {"y"}, {{"axis", 0}}).output("y");
+    m.node("SplitToSequence", {"x"}, {"s"}, {}, "split")
+        .node("ConcatFromSequence", {"s"}, {"y"}, {{"axis", 0}})
+        .output("y");
     const std::string msg = import_error(m);
     EXPECT_NE(msg.find("node 'split'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("extent of axis 0 of input 'x'"), std::string::npos) << msg;
@@ -470,7 +482,8 @@ TEST(OnnxSequence, SplitWithoutKnownExtentAndEmptyConcatAreErrors) {
 // conformance` does, it becomes an initializer holding the data set's value).
 TEST(OnnxSequence, BackendSimpleSequenceModels) {
   const std::string root = "/usr/include/onnx/backend/test/data/simple/";
-  if (!fs::exists(root + "test_sequence_model1/model.onnx")) GTEST_SKIP() << root << " is not installed (libonnx-testdata)";
+  if (!fs::exists(root + "test_sequence_model1/model.onnx"))
+    GTEST_SKIP() << root << " is not installed (libonnx-testdata)";
   for (int k = 1; k <= 8; ++k) {
     SCOPED_TRACE("test_sequence_model" + std::to_string(k));
     const std::string dir = root + "test_sequence_model" + std::to_string(k) + "/";

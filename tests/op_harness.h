@@ -17,10 +17,10 @@ namespace kiln::test {
 struct InputSpec {
   DataType type = DataType::kFloat32;
   Dims dims;
-  bool constant = false;   // feed as a Constant layer (weights, shape tensors)
-  HostTensor value;        // fixed value (else random, deterministic per case)
+  bool constant = false;          // feed as a Constant layer (weights, shape tensors)
+  HostTensor value;               // fixed value (else random, deterministic per case)
   double low = -2.0, high = 2.0;  // range of random values
-  bool omitted = false;    // an omitted optional input
+  bool omitted = false;           // an omitted optional input
 };
 
 struct OpCase {

@@ -23,19 +23,32 @@ constexpr uint8_t kGuardByte = 0xA5;
 
 double element(const HostTensor& t, int64_t i) {
   switch (t.type()) {
-    case DataType::kFloat32: return t.as<float>()[i];
-    case DataType::kFloat64: return t.as<double>()[i];
-    case DataType::kFloat16: return static_cast<float>(t.as<half>()[i]);
-    case DataType::kInt32: return t.as<int32_t>()[i];
-    case DataType::kInt64: return static_cast<double>(t.as<int64_t>()[i]);
-    case DataType::kInt8: return t.as<int8_t>()[i];
-    case DataType::kUInt8: return t.as<uint8_t>()[i];
-    case DataType::kBool: return t.as<uint8_t>()[i] != 0;
-    case DataType::kInt16: return t.as<int16_t>()[i];
-    case DataType::kUInt16: return t.as<uint16_t>()[i];
-    case DataType::kUInt32: return t.as<uint32_t>()[i];
-    case DataType::kUInt64: return static_cast<double>(t.as<uint64_t>()[i]);
-    case DataType::kString: break;  // not numeric
+    case DataType::kFloat32:
+      return t.as<float>()[i];
+    case DataType::kFloat64:
+      return t.as<double>()[i];
+    case DataType::kFloat16:
+      return static_cast<float>(t.as<half>()[i]);
+    case DataType::kInt32:
+      return t.as<int32_t>()[i];
+    case DataType::kInt64:
+      return static_cast<double>(t.as<int64_t>()[i]);
+    case DataType::kInt8:
+      return t.as<int8_t>()[i];
+    case DataType::kUInt8:
+      return t.as<uint8_t>()[i];
+    case DataType::kBool:
+      return t.as<uint8_t>()[i] != 0;
+    case DataType::kInt16:
+      return t.as<int16_t>()[i];
+    case DataType::kUInt16:
+      return t.as<uint16_t>()[i];
+    case DataType::kUInt32:
+      return t.as<uint32_t>()[i];
+    case DataType::kUInt64:
+      return static_cast<double>(t.as<uint64_t>()[i]);
+    case DataType::kString:
+      break;  // not numeric
   }
   return 0;
 }
@@ -171,14 +184,16 @@ std::vector<HostTensor> run_kernel(const Built& b, const KernelEntry& entry, con
     std::vector<uint8_t> raw(out_bufs[k].size());
     backend.copy_device_to_host(raw.data(), out_bufs[k].data(), raw.size(), nullptr);
     const size_t bytes = raw.size() - 2 * kGuard;
-    if (std::memcmp(raw.data(), guard.data(), kGuard) != 0 || std::memcmp(raw.data() + kGuard + bytes, guard.data(), kGuard) != 0) {
+    if (std::memcmp(raw.data(), guard.data(), kGuard) != 0 ||
+        std::memcmp(raw.data() + kGuard + bytes, guard.data(), kGuard) != 0) {
       *guard_problem += "output " + std::to_string(k) + " was written out of bounds (guard bytes changed); ";
     }
     outs.push_back(HostTensor::from_bytes(type, dims, raw.data() + kGuard, bytes));
   }
   std::vector<uint8_t> wraw(ws_buf.size());
   backend.copy_device_to_host(wraw.data(), ws_buf.data(), wraw.size(), nullptr);
-  if (std::memcmp(wraw.data(), guard.data(), kGuard) != 0 || std::memcmp(wraw.data() + kGuard + ws, guard.data(), kGuard) != 0) {
+  if (std::memcmp(wraw.data(), guard.data(), kGuard) != 0 ||
+      std::memcmp(wraw.data() + kGuard + ws, guard.data(), kGuard) != 0) {
     *guard_problem += "the workspace was written out of bounds (declared " + std::to_string(ws) + " bytes); ";
   }
   return outs;
@@ -193,19 +208,44 @@ HostTensor random_tensor(DataType type, const Dims& dims, uint64_t seed, double 
   for (int64_t i = 0; i < t.count(); ++i) {
     const double v = dist(rng);
     switch (type) {
-      case DataType::kFloat32: t.as<float>()[i] = static_cast<float>(v); break;
-      case DataType::kFloat64: t.as<double>()[i] = v; break;
-      case DataType::kFloat16: t.as<half>()[i] = half(static_cast<float>(v)); break;
-      case DataType::kInt32: t.as<int32_t>()[i] = static_cast<int32_t>(std::floor(v)); break;
-      case DataType::kInt64: t.as<int64_t>()[i] = static_cast<int64_t>(std::floor(v)); break;
-      case DataType::kInt8: t.as<int8_t>()[i] = static_cast<int8_t>(std::floor(v)); break;
-      case DataType::kUInt8: t.as<uint8_t>()[i] = static_cast<uint8_t>(std::max(0.0, std::floor(v))); break;
-      case DataType::kBool: t.as<uint8_t>()[i] = v > (low + high) / 2; break;
-      case DataType::kInt16: t.as<int16_t>()[i] = static_cast<int16_t>(std::floor(v)); break;
-      case DataType::kUInt16: t.as<uint16_t>()[i] = static_cast<uint16_t>(std::max(0.0, std::floor(v))); break;
-      case DataType::kUInt32: t.as<uint32_t>()[i] = static_cast<uint32_t>(std::max(0.0, std::floor(v))); break;
-      case DataType::kUInt64: t.as<uint64_t>()[i] = static_cast<uint64_t>(std::max(0.0, std::floor(v))); break;
-      case DataType::kString: throw Error("random_tensor: no random string tensors");
+      case DataType::kFloat32:
+        t.as<float>()[i] = static_cast<float>(v);
+        break;
+      case DataType::kFloat64:
+        t.as<double>()[i] = v;
+        break;
+      case DataType::kFloat16:
+        t.as<half>()[i] = half(static_cast<float>(v));
+        break;
+      case DataType::kInt32:
+        t.as<int32_t>()[i] = static_cast<int32_t>(std::floor(v));
+        break;
+      case DataType::kInt64:
+        t.as<int64_t>()[i] = static_cast<int64_t>(std::floor(v));
+        break;
+      case DataType::kInt8:
+        t.as<int8_t>()[i] = static_cast<int8_t>(std::floor(v));
+        break;
+      case DataType::kUInt8:
+        t.as<uint8_t>()[i] = static_cast<uint8_t>(std::max(0.0, std::floor(v)));
+        break;
+      case DataType::kBool:
+        t.as<uint8_t>()[i] = v > (low + high) / 2;
+        break;
+      case DataType::kInt16:
+        t.as<int16_t>()[i] = static_cast<int16_t>(std::floor(v));
+        break;
+      case DataType::kUInt16:
+        t.as<uint16_t>()[i] = static_cast<uint16_t>(std::max(0.0, std::floor(v)));
+        break;
+      case DataType::kUInt32:
+        t.as<uint32_t>()[i] = static_cast<uint32_t>(std::max(0.0, std::floor(v)));
+        break;
+      case DataType::kUInt64:
+        t.as<uint64_t>()[i] = static_cast<uint64_t>(std::max(0.0, std::floor(v)));
+        break;
+      case DataType::kString:
+        throw Error("random_tensor: no random string tensors");
     }
   }
   return t;
@@ -286,7 +326,8 @@ std::vector<KernelResult> run_op_case(const OpCase& c, DeviceType device, const 
   Built b = build_case(c);
   const KernelEntry* ref = KernelRegistry::instance().find(DeviceType::kCPU, c.layer_type, "reference");
   if (!ref) {
-    results.push_back(KernelResult{"reference", Outcome::kFailed, "no CPU reference kernel for '" + c.layer_type + "'", {}});
+    results.push_back(
+        KernelResult{"reference", Outcome::kFailed, "no CPU reference kernel for '" + c.layer_type + "'", {}});
     return results;
   }
   std::string guard;

@@ -67,8 +67,8 @@ TEST(OpParams, BadEnumFailsWhenCreatedNamingLayerAttributeAndAllowedValues) {
                   attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}, {"auto_pad", std::string("SAME")}}),
                   "pool2");
   });
-  expect_contains(pad, {"'pool2'", "'auto_pad'", "\"SAME\"", "\"SAME_UPPER\"", "\"SAME_LOWER\"", "\"VALID\"",
-                        "\"NOTSET\""});
+  expect_contains(pad,
+                  {"'pool2'", "'auto_pad'", "\"SAME\"", "\"SAME_UPPER\"", "\"SAME_LOWER\"", "\"VALID\"", "\"NOTSET\""});
 
   Tensor* w = net.add_constant(HostTensor(DataType::kFloat32, Dims{2, 2, 3, 3}), "w")->output(0);
   const std::string act = error_of([&] {
@@ -81,42 +81,54 @@ TEST(OpParams, OutOfRangeAndMissingFailWhenCreated) {
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 2, 5, 5});
   Tensor* w = net.add_constant(HostTensor(DataType::kFloat32, Dims{2, 2, 3, 3}), "w")->output(0);
-  expect_contains(error_of([&] { net.add_layer(kLayerConvolution, {x, w}, 1, attrs({{"group", int64_t{0}}}), "g0"); }),
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerConvolution, {x, w}, 1, attrs({{"group", int64_t{0}}}), "g0");
+                  }),
                   {"'g0'", "'group'", "is 0", "allowed range: 1 to"});
-  expect_contains(
-      error_of([&] { net.add_layer(kLayerConvolution, {x, w}, 1, attrs({{"strides", Ints{0, 1}}}), "s0"); }),
-      {"'s0'", "'strides'", "[0, 1]", ">= 1"});
-  expect_contains(error_of([&] { net.add_layer(kLayerConvolution, {x, w}, 1, attrs({{"pads", Ints{0, -1, 0, 0}}}), "p"); }),
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerConvolution, {x, w}, 1, attrs({{"strides", Ints{0, 1}}}), "s0");
+                  }),
+                  {"'s0'", "'strides'", "[0, 1]", ">= 1"});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerConvolution, {x, w}, 1, attrs({{"pads", Ints{0, -1, 0, 0}}}), "p");
+                  }),
                   {"'p'", "'pads'", ">= 0"});
   expect_contains(error_of([&] {
                     net.add_layer(kLayerDeconvolution, {x, w}, 1, attrs({{"output_padding", Ints{-1, 0}}}), "op");
                   }),
                   {"'op'", "'output_padding'", ">= 0"});
   expect_contains(error_of([&] {
-                    net.add_layer(kLayerPooling, {x}, 1,
-                                  attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}, {"ceil_mode", int64_t{2}}}),
-                                  "c");
+                    net.add_layer(
+                        kLayerPooling, {x}, 1,
+                        attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}, {"ceil_mode", int64_t{2}}}), "c");
                   }),
                   {"'c'", "'ceil_mode'", "is 2", "allowed range: 0 to 1"});
   // mode is required in one place, the schema: no kernel defaults it.
-  expect_contains(error_of([&] { net.add_layer(kLayerPooling, {x}, 1, attrs({{"kernel", Ints{2, 2}}}), "nomode"); }),
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerPooling, {x}, 1, attrs({{"kernel", Ints{2, 2}}}), "nomode");
+                  }),
                   {"'nomode'", "'mode'", "required"});
   // The wrong attribute type is named too.
-  expect_contains(error_of([&] { net.add_layer(kLayerConvolution, {x, w}, 1, attrs({{"group", std::string("2")}}), "t"); }),
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerConvolution, {x, w}, 1, attrs({{"group", std::string("2")}}), "t");
+                  }),
                   {"'t'", "'group'", "expected int"});
   // The typed helpers go through the same decoding.
   ConvolutionDesc desc;
   desc.num_output_maps = 2;
   desc.kernel = {3, 3};
   desc.strides = {1, -2};
-  expect_contains(error_of([&] { net.add_convolution(x, desc, HostTensor(DataType::kFloat32, Dims{2, 2, 3, 3})); }),
+  expect_contains(error_of([&] {
+                    net.add_convolution(x, desc, HostTensor(DataType::kFloat32, Dims{2, 2, 3, 3}));
+                  }),
                   {"'strides'", ">= 1"});
 }
 
 TEST(OpParams, EditedAttributesAreDecodedAgainAndValidateNamesTheLayer) {
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 2, 6, 6});
-  Layer* pool = net.add_layer(kLayerPooling, {x}, 1, attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}}), "p");
+  Layer* pool =
+      net.add_layer(kLayerPooling, {x}, 1, attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}}), "p");
   net.mark_output(pool->output(0));
   const PoolParams& first = params_of<PoolParams>(*pool);
   EXPECT_TRUE(first.is_max());
@@ -139,7 +151,8 @@ TEST(OpParams, EditedAttributesAreDecodedAgainAndValidateNamesTheLayer) {
 TEST(OpParams, LoadingABadAttributeFailsNamingLayerAndAttribute) {
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 2, 6, 6});
-  Layer* pool = net.add_layer(kLayerPooling, {x}, 1, attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}}), "pool");
+  Layer* pool =
+      net.add_layer(kLayerPooling, {x}, 1, attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}}), "pool");
   net.mark_output(pool->output(0));
 
   auto load = [&] {
@@ -171,8 +184,7 @@ ConvParams conv_params(Ints strides, Ints pads, Ints dilations, AutoPad auto_pad
 
 TEST(ConvGeometry, ExplicitAsymmetricPadsStridesDilations) {
   // H: (9 + 1 + 2 - (2*(3-1)+1)) / 2 + 1 = 4; W: (8 + 0 + 1 - 3) / 1 + 1 = 7.
-  const ConvGeometry g =
-      conv_geometry(conv_params({2, 1}, {1, 0, 2, 1}, {2, 1}), Dims{2, 4, 9, 8}, Dims{6, 4, 3, 3});
+  const ConvGeometry g = conv_geometry(conv_params({2, 1}, {1, 0, 2, 1}, {2, 1}), Dims{2, 4, 9, 8}, Dims{6, 4, 3, 3});
   EXPECT_EQ(g.spatial_rank, 2);
   EXPECT_EQ(g.batch, 2);
   EXPECT_EQ(g.out_channels, 6);
@@ -218,8 +230,8 @@ TEST(ConvGeometry, AutoPad) {
 
 TEST(ConvGeometry, GroupsAndChannelChecks) {
   // Depthwise: C = 4, group 4, w [8, 1, 3, 3].
-  const ConvGeometry g = conv_geometry(conv_params({}, {1, 1, 1, 1}, {}, AutoPad::kNotSet, 4), Dims{1, 4, 5, 5},
-                                       Dims{8, 1, 3, 3});
+  const ConvGeometry g =
+      conv_geometry(conv_params({}, {1, 1, 1, 1}, {}, AutoPad::kNotSet, 4), Dims{1, 4, 5, 5}, Dims{8, 1, 3, 3});
   EXPECT_EQ(g.group, 4);
   EXPECT_EQ(g.out_channels, 8);
   EXPECT_EQ(g.out, (Ints{5, 5}));
@@ -229,7 +241,9 @@ TEST(ConvGeometry, GroupsAndChannelChecks) {
                   {"divisible by group 2"});
   expect_contains(error_of([&] { conv_geometry(ConvParams{}, Dims{1, 4, 5, 5}, Dims{4, 3, 3, 3}); }), {"channels"});
   expect_contains(error_of([&] { conv_geometry(ConvParams{}, Dims{1, 3, 2, 5}, Dims{4, 3, 3, 3}); }), {"non-positive"});
-  expect_contains(error_of([&] { conv_geometry(conv_params({1, 1, 1}, {}, {}), Dims{1, 3, 5, 5}, Dims{4, 3, 3, 3}); }),
+  expect_contains(error_of([&] {
+                    conv_geometry(conv_params({1, 1, 1}, {}, {}), Dims{1, 3, 5, 5}, Dims{4, 3, 3, 3});
+                  }),
                   {"'strides' has 3 values", "2 spatial dims"});
 }
 
@@ -284,9 +298,9 @@ TEST(OpTraits, PassListsAreSchemaFlags) {
   EXPECT_TRUE(traits(kLayerConvolution).channels_last_seed);
   EXPECT_TRUE(traits(kLayerDeconvolution).channels_last_seed);
   EXPECT_FALSE(traits(kLayerPooling).channels_last_seed);
-  for (const char* t : {kLayerConvolution, kLayerDeconvolution, kLayerPooling, kLayerActivation, kLayerParametricReLU,
-                        kLayerScale, kLayerElementWise, kLayerFusedElementWise, kLayerConcatenation, kLayerResize,
-                        kLayerIdentity, kLayerCast}) {
+  for (const char* t :
+       {kLayerConvolution, kLayerDeconvolution, kLayerPooling, kLayerActivation, kLayerParametricReLU, kLayerScale,
+        kLayerElementWise, kLayerFusedElementWise, kLayerConcatenation, kLayerResize, kLayerIdentity, kLayerCast}) {
     EXPECT_TRUE(traits(t).channels_last) << t;
   }
   EXPECT_FALSE(traits(kLayerSoftMax).channels_last);
@@ -301,7 +315,9 @@ TEST(OpTraits, PassListsAreSchemaFlags) {
   Layer* in = net.add_layer(kLayerNormalization, {x}, 1, attrs({{"mode", std::string("instance")}}), "in");
   Layer* sum = net.add_layer(kLayerElementWise, {x, x}, 1, attrs({{"op", std::string("sum")}}), "sum");
   Layer* prod = net.add_layer(kLayerElementWise, {x, x}, 1, attrs({{"op", std::string("prod")}}), "prod");
-  const auto role = [](const Layer* l) { return OpSchemaRegistry::instance().find(l->type())->traits.accuracy_role(*l); };
+  const auto role = [](const Layer* l) {
+    return OpSchemaRegistry::instance().find(l->type())->traits.accuracy_role(*l);
+  };
   EXPECT_EQ(role(ln), AccuracyRole::kAnchor);
   EXPECT_EQ(role(in), AccuracyRole::kNone);
   EXPECT_EQ(role(sum), AccuracyRole::kStream);
@@ -313,27 +329,41 @@ TEST(OpTraits, PassListsAreSchemaFlags) {
 TEST(OpParams, ResizeAttributesFailWhenCreated) {
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 2, 4, 4});
-  Tensor* scales = net.add_constant(HostTensor::from_vector(DataType::kFloat32, Dims{4}, std::vector<float>{1, 1, 2, 2}),
-                                    "scales")->output(0);
-  const auto add = [&](Attributes a, const std::string& name) { net.add_layer(kLayerResize, {x, scales}, 1, std::move(a), name); };
-  expect_contains(error_of([&] { add(attrs({{"mode", std::string("bicubic")}}), "r1"); }),
+  Tensor* scales =
+      net.add_constant(HostTensor::from_vector(DataType::kFloat32, Dims{4}, std::vector<float>{1, 1, 2, 2}), "scales")
+          ->output(0);
+  const auto add = [&](Attributes a, const std::string& name) {
+    net.add_layer(kLayerResize, {x, scales}, 1, std::move(a), name);
+  };
+  expect_contains(error_of([&] {
+                    add(attrs({{"mode", std::string("bicubic")}}), "r1");
+                  }),
                   {"'r1'", "Resize", "'mode'", "\"bicubic\"", "\"nearest\"", "\"linear\"", "\"cubic\""});
-  expect_contains(error_of([&] { add(attrs({{"coordinate_transformation_mode", std::string("half")}}), "r2"); }),
+  expect_contains(error_of([&] {
+                    add(attrs({{"coordinate_transformation_mode", std::string("half")}}), "r2");
+                  }),
                   {"'r2'", "'coordinate_transformation_mode'", "\"half\"", "\"half_pixel\"", "\"half_pixel_symmetric\"",
                    "\"pytorch_half_pixel\"", "\"align_corners\"", "\"asymmetric\"", "\"tf_half_pixel_for_nn\""});
-  expect_contains(
-      error_of([&] { add(attrs({{"coordinate_transformation_mode", std::string("tf_crop_and_resize")}}), "r3"); }),
-      {"'r3'", "'coordinate_transformation_mode'", "tf_crop_and_resize", "roi"});
-  expect_contains(error_of([&] { add(attrs({{"nearest_mode", std::string("round")}}), "r4"); }),
-                  {"'r4'", "'nearest_mode'", "\"round\"", "\"round_prefer_floor\"", "\"round_prefer_ceil\"", "\"floor\"",
-                   "\"ceil\""});
-  expect_contains(error_of([&] { add(attrs({{"exclude_outside", int64_t{2}}}), "r5"); }),
+  expect_contains(error_of([&] {
+                    add(attrs({{"coordinate_transformation_mode", std::string("tf_crop_and_resize")}}), "r3");
+                  }),
+                  {"'r3'", "'coordinate_transformation_mode'", "tf_crop_and_resize", "roi"});
+  expect_contains(error_of([&] {
+                    add(attrs({{"nearest_mode", std::string("round")}}), "r4");
+                  }),
+                  {"'r4'", "'nearest_mode'", "\"round\"", "\"round_prefer_floor\"", "\"round_prefer_ceil\"",
+                   "\"floor\"", "\"ceil\""});
+  expect_contains(error_of([&] {
+                    add(attrs({{"exclude_outside", int64_t{2}}}), "r5");
+                  }),
                   {"'r5'", "'exclude_outside'", "is 2", "0 to 1"});
   EXPECT_EQ(net.num_layers(), 1) << "only the constant";
 
   Layer* ok = net.add_layer(kLayerResize, {x, scales}, 1,
-                            attrs({{"mode", std::string("cubic")}, {"coordinate_transformation_mode", std::string("align_corners")},
-                                   {"cubic_coeff_a", -0.5}, {"exclude_outside", int64_t{1}}}),
+                            attrs({{"mode", std::string("cubic")},
+                                   {"coordinate_transformation_mode", std::string("align_corners")},
+                                   {"cubic_coeff_a", -0.5},
+                                   {"exclude_outside", int64_t{1}}}),
                             "r");
   const ResizeParams& p = params_of<ResizeParams>(*ok);
   EXPECT_EQ(p.mode, ResizeMode::kCubic);
@@ -377,12 +407,15 @@ TEST(OpParams, RnnAttributesFailWhenCreatedAndEmptyAlphaBetaTakeTheDefaults) {
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{5, 2, 3});
   Tensor* w = net.add_input("w", DataType::kFloat32, Dims{2, 24, 3});
   Tensor* r = net.add_input("r", DataType::kFloat32, Dims{2, 24, 8});
-  const auto rnn = [&](const std::string& name, Attributes a) { return net.add_layer(kLayerRNN, {x, w, r}, 2, a, name); };
+  const auto rnn = [&](const std::string& name, Attributes a) {
+    return net.add_layer(kLayerRNN, {x, w, r}, 2, a, name);
+  };
   const std::vector<std::string> acts = {"hard_sigmoid", "tanh", "leaky_relu", "tanh"};
-  expect_contains(error_of([&] {
-                    rnn("c", attrs({{"cell", std::string("gruu")}, {"hidden_size", int64_t{8}}, {"activations", acts}}));
-                  }),
-                  {"'c'", "RNN", "'cell'", "\"gruu\"", "\"rnn\"", "\"gru\"", "\"lstm\""});
+  expect_contains(
+      error_of([&] {
+        rnn("c", attrs({{"cell", std::string("gruu")}, {"hidden_size", int64_t{8}}, {"activations", acts}}));
+      }),
+      {"'c'", "RNN", "'cell'", "\"gruu\"", "\"rnn\"", "\"gru\"", "\"lstm\""});
   expect_contains(error_of([&] {
                     rnn("h", attrs({{"cell", std::string("gru")}, {"hidden_size", int64_t{0}}, {"activations", acts}}));
                   }),
@@ -416,15 +449,20 @@ TEST(OpParams, RnnAttributesFailWhenCreatedAndEmptyAlphaBetaTakeTheDefaults) {
 TEST(OpParams, ReduceAndArgReduceAttributesFailWhenCreated) {
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{2, 3, 4});
-  expect_contains(error_of([&] { net.add_layer(kLayerReduce, {x}, 1, attrs({{"op", std::string("average")}}), "red"); }),
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerReduce, {x}, 1, attrs({{"op", std::string("average")}}), "red");
+                  }),
                   {"'red'", "Reduce", "'op'", "\"average\"", "\"sum\"", "\"mean\"", "\"log_sum_exp\""});
   expect_contains(error_of([&] { net.add_layer(kLayerReduce, {x}, 1, attrs({}), "red0"); }),
                   {"'red0'", "'op'", "required"});
+  expect_contains(
+      error_of([&] {
+        net.add_layer(kLayerReduce, {x}, 1, attrs({{"op", std::string("sum")}, {"keep_dims", int64_t{-1}}}), "k");
+      }),
+      {"'k'", "'keep_dims'", "is -1", "0 to 1"});
   expect_contains(error_of([&] {
-                    net.add_layer(kLayerReduce, {x}, 1, attrs({{"op", std::string("sum")}, {"keep_dims", int64_t{-1}}}), "k");
+                    net.add_layer(kLayerArgReduce, {x}, 1, attrs({{"op", std::string("mean")}}), "arg");
                   }),
-                  {"'k'", "'keep_dims'", "is -1", "0 to 1"});
-  expect_contains(error_of([&] { net.add_layer(kLayerArgReduce, {x}, 1, attrs({{"op", std::string("mean")}}), "arg"); }),
                   {"'arg'", "ArgReduce", "'op'", "\"mean\"", "\"max\"", "\"min\""});
   expect_contains(error_of([&] {
                     net.add_layer(kLayerArgReduce, {x}, 1,
@@ -432,8 +470,9 @@ TEST(OpParams, ReduceAndArgReduceAttributesFailWhenCreated) {
                   }),
                   {"'arg2'", "'select_last_index'", "is 3", "0 to 1"});
 
-  Layer* r = net.add_layer(kLayerReduce, {x}, 1,
-                           attrs({{"op", std::string("log_sum_exp")}, {"axes", Ints{-1, 0}}, {"keep_dims", int64_t{0}}}), "r");
+  Layer* r =
+      net.add_layer(kLayerReduce, {x}, 1,
+                    attrs({{"op", std::string("log_sum_exp")}, {"axes", Ints{-1, 0}}, {"keep_dims", int64_t{0}}}), "r");
   EXPECT_EQ(params_of<ReduceParams>(*r).op, ReduceOp::kLogSumExp);
   EXPECT_EQ(params_of<ReduceParams>(*r).axes, (Ints{-1, 0}));
   EXPECT_FALSE(params_of<ReduceParams>(*r).keep_dims);
@@ -477,12 +516,14 @@ TEST(OpParams, ScatterAttributesFailWhenCreated) {
   Tensor* data = net.add_input("data", DataType::kFloat32, Dims{4, 5});
   Tensor* idx = net.add_input("idx", DataType::kInt64, Dims{2, 5});
   Tensor* upd = net.add_input("upd", DataType::kFloat32, Dims{2, 5});
-  expect_contains(
-      error_of([&] { net.add_layer(kLayerScatter, {data, idx, upd}, 1, attrs({{"mode", std::string("slices")}}), "s1"); }),
-      {"'s1'", "Scatter", "'mode'", "\"slices\"", "\"elements\"", "\"nd\""});
-  expect_contains(
-      error_of([&] { net.add_layer(kLayerScatter, {data, idx, upd}, 1, attrs({{"reduction", std::string("sum")}}), "s2"); }),
-      {"'s2'", "'reduction'", "\"sum\"", "\"none\"", "\"add\"", "\"mul\"", "\"max\"", "\"min\""});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerScatter, {data, idx, upd}, 1, attrs({{"mode", std::string("slices")}}), "s1");
+                  }),
+                  {"'s1'", "Scatter", "'mode'", "\"slices\"", "\"elements\"", "\"nd\""});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerScatter, {data, idx, upd}, 1, attrs({{"reduction", std::string("sum")}}), "s2");
+                  }),
+                  {"'s2'", "'reduction'", "\"sum\"", "\"none\"", "\"add\"", "\"mul\"", "\"max\"", "\"min\""});
   Layer* s = net.add_layer(kLayerScatter, {data, idx, upd}, 1,
                            attrs({{"mode", std::string("nd")}, {"reduction", std::string("max")}}), "s");
   EXPECT_TRUE(params_of<ScatterParams>(*s).nd);
@@ -495,17 +536,23 @@ TEST(ScatterGeometry, ShapeRules) {
   e.axis = -1;
   EXPECT_EQ(scatter_axis(e, 2), 1);
   EXPECT_NO_THROW(check_scatter_shapes(e, Dims{4, 5}, Dims{2, 5}, Dims{2, 5}));
-  expect_contains(error_of([&] { check_scatter_shapes(e, Dims{4, 5}, Dims{2, 5}, Dims{2, 4}); }),
+  expect_contains(error_of([&] {
+                    check_scatter_shapes(e, Dims{4, 5}, Dims{2, 5}, Dims{2, 4});
+                  }),
                   {"updates 2x4", "dims of indices 2x5"});
   expect_contains(error_of([&] { check_scatter_shapes(e, Dims{4, 5}, Dims{5}, Dims{5}); }), {"rank of data"});
   e.axis = 2;
-  expect_contains(error_of([&] { check_scatter_shapes(e, Dims{4, 5}, Dims{2, 5}, Dims{2, 5}); }),
+  expect_contains(error_of([&] {
+                    check_scatter_shapes(e, Dims{4, 5}, Dims{2, 5}, Dims{2, 5});
+                  }),
                   {"axis 2 is out of range"});
   ScatterParams nd;
   nd.nd = true;
   EXPECT_NO_THROW(check_scatter_shapes(nd, Dims{4, 5, 6}, Dims{3, 2}, Dims{3, 6}));
   expect_contains(error_of([&] { check_scatter_shapes(nd, Dims{4, 5}, Dims{2, 3}, Dims{2}); }), {"1..2"});
-  expect_contains(error_of([&] { check_scatter_shapes(nd, Dims{4, 5}, Dims{2, 1}, Dims{2, 4}); }),
+  expect_contains(error_of([&] {
+                    check_scatter_shapes(nd, Dims{4, 5}, Dims{2, 1}, Dims{2, 4});
+                  }),
                   {"must have dims 2x5"});
   EXPECT_STREQ(to_string(ScatterReduction::kMul), "mul");
 }
@@ -518,11 +565,18 @@ TEST(OpParams, StringNormalizerAttributesFailWhenCreated) {
   const auto add = [&](Attributes a, const std::string& name) {
     return net.add_layer(kLayerStringNormalizer, {x}, 2, std::move(a), name);
   };
-  expect_contains(error_of([&] { add(attrs({{"case_change_action", std::string("lower")}}), "n1"); }),
-                  {"'n1'", "StringNormalizer", "'case_change_action'", "\"lower\"", "\"NONE\"", "\"LOWER\"", "\"UPPER\""});
-  expect_contains(error_of([&] { add(attrs({{"locale", std::string("tr_TR")}}), "n2"); }),
+  expect_contains(
+      error_of([&] {
+        add(attrs({{"case_change_action", std::string("lower")}}), "n1");
+      }),
+      {"'n1'", "StringNormalizer", "'case_change_action'", "\"lower\"", "\"NONE\"", "\"LOWER\"", "\"UPPER\""});
+  expect_contains(error_of([&] {
+                    add(attrs({{"locale", std::string("tr_TR")}}), "n2");
+                  }),
                   {"'n2'", "'locale'", "tr_TR", "special casing"});
-  expect_contains(error_of([&] { add(attrs({{"is_case_sensitive", int64_t{2}}}), "n3"); }),
+  expect_contains(error_of([&] {
+                    add(attrs({{"is_case_sensitive", int64_t{2}}}), "n3");
+                  }),
                   {"'n3'", "'is_case_sensitive'", "is 2", "0 to 1"});
   Layer* n = add(attrs({{"case_change_action", std::string("UPPER")},
                         {"stopwords", std::vector<std::string>{"a", "the"}},
@@ -543,20 +597,27 @@ TEST(OpParams, NormalizationAttributesFailWhenCreated) {
   const auto add = [&](const std::string& type, Attributes a, const std::string& name) {
     return net.add_layer(type, {x}, 1, std::move(a), name);
   };
-  expect_contains(error_of([&] { add(kLayerNormalization, attrs({{"mode", std::string("batch")}}), "n1"); }),
-                  {"'n1'", "Normalization", "'mode'", "\"batch\"", "\"layer\"", "\"instance\"", "\"group\"", "\"mvn\"",
-                   "\"lp\""});
+  expect_contains(
+      error_of([&] {
+        add(kLayerNormalization, attrs({{"mode", std::string("batch")}}), "n1");
+      }),
+      {"'n1'", "Normalization", "'mode'", "\"batch\"", "\"layer\"", "\"instance\"", "\"group\"", "\"mvn\"", "\"lp\""});
   expect_contains(error_of([&] { add(kLayerNormalization, attrs({}), "n0"); }), {"'n0'", "'mode'", "required"});
-  expect_contains(
-      error_of([&] { add(kLayerNormalization, attrs({{"mode", std::string("lp")}, {"p", int64_t{3}}}), "n2"); }),
-      {"'n2'", "'p'", "is 3", "supports 1 and 2"});
-  expect_contains(
-      error_of([&] { add(kLayerNormalization, attrs({{"mode", std::string("group")}, {"num_groups", int64_t{0}}}), "n3"); }),
-      {"'n3'", "'num_groups'", "is 0", ">= 1"});
-  expect_contains(error_of([&] { add(kLayerLRN, attrs({{"size", int64_t{0}}}), "lrn"); }), {"'lrn'", "LRN", "'size'", ">= 1"});
+  expect_contains(error_of([&] {
+                    add(kLayerNormalization, attrs({{"mode", std::string("lp")}, {"p", int64_t{3}}}), "n2");
+                  }),
+                  {"'n2'", "'p'", "is 3", "supports 1 and 2"});
+  expect_contains(error_of([&] {
+                    add(kLayerNormalization, attrs({{"mode", std::string("group")}, {"num_groups", int64_t{0}}}), "n3");
+                  }),
+                  {"'n3'", "'num_groups'", "is 0", ">= 1"});
+  expect_contains(error_of([&] {
+                    add(kLayerLRN, attrs({{"size", int64_t{0}}}), "lrn");
+                  }),
+                  {"'lrn'", "LRN", "'size'", ">= 1"});
   // p and num_groups only matter to their modes.
-  Layer* n = add(kLayerNormalization, attrs({{"mode", std::string("mvn")}, {"p", int64_t{3}}, {"normalize_variance", int64_t{0}}}),
-                 "mvn");
+  Layer* n = add(kLayerNormalization,
+                 attrs({{"mode", std::string("mvn")}, {"p", int64_t{3}}, {"normalize_variance", int64_t{0}}}), "mvn");
   EXPECT_EQ(params_of<NormalizationParams>(*n).mode, NormMode::kMvn);
   EXPECT_FALSE(params_of<NormalizationParams>(*n).normalize_variance);
   EXPECT_EQ(params_of<NormalizationParams>(*n).axes, (Ints{0, 2, 3})) << "the schema's default";
@@ -604,37 +665,44 @@ TEST(OpParams, SamplingAttributesFailWhenCreated) {
   Tensor* grid = net.add_input("grid", DataType::kFloat32, Dims{1, 4, 4, 2});
   Tensor* rois = net.add_input("rois", DataType::kFloat32, Dims{3, 4});
   Tensor* bi = net.add_input("bi", DataType::kInt64, Dims{3});
-  expect_contains(
-      error_of([&] { net.add_layer(kLayerGridSample, {x, grid}, 1, attrs({{"mode", std::string("bilinear")}}), "g1"); }),
-      {"'g1'", "GridSample", "'mode'", "\"bilinear\"", "\"linear\"", "\"nearest\"", "\"cubic\""});
   expect_contains(error_of([&] {
-                    net.add_layer(kLayerGridSample, {x, grid}, 1, attrs({{"padding_mode", std::string("mirror")}}), "g2");
+                    net.add_layer(kLayerGridSample, {x, grid}, 1, attrs({{"mode", std::string("bilinear")}}), "g1");
                   }),
-                  {"'g2'", "'padding_mode'", "\"zeros\"", "\"border\"", "\"reflection\""});
+                  {"'g1'", "GridSample", "'mode'", "\"bilinear\"", "\"linear\"", "\"nearest\"", "\"cubic\""});
+  expect_contains(
+      error_of([&] {
+        net.add_layer(kLayerGridSample, {x, grid}, 1, attrs({{"padding_mode", std::string("mirror")}}), "g2");
+      }),
+      {"'g2'", "'padding_mode'", "\"zeros\"", "\"border\"", "\"reflection\""});
   expect_contains(error_of([&] {
                     net.add_layer(kLayerGridSample, {x, grid}, 1, attrs({{"align_corners", int64_t{-1}}}), "g3");
                   }),
                   {"'g3'", "'align_corners'", "is -1", "0 to 1"});
-  expect_contains(
-      error_of([&] { net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1, attrs({{"mode", std::string("mean")}}), "r1"); }),
-      {"'r1'", "RoiAlign", "'mode'", "\"avg\"", "\"max\""});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1, attrs({{"mode", std::string("mean")}}), "r1");
+                  }),
+                  {"'r1'", "RoiAlign", "'mode'", "\"avg\"", "\"max\""});
   expect_contains(error_of([&] {
                     net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1,
                                   attrs({{"coordinate_transformation_mode", std::string("align_corners")}}), "r2");
                   }),
                   {"'r2'", "'coordinate_transformation_mode'", "\"half_pixel\"", "\"output_half_pixel\""});
-  expect_contains(
-      error_of([&] { net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1, attrs({{"output_width", int64_t{0}}}), "r3"); }),
-      {"'r3'", "'output_width'", "is 0", "allowed range: 1 to"});
-  expect_contains(
-      error_of([&] { net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1, attrs({{"sampling_ratio", int64_t{-1}}}), "r4"); }),
-      {"'r4'", "'sampling_ratio'", "is -1", "allowed range: 0 to"});
-  expect_contains(
-      error_of([&] { net.add_layer(kLayerMaxRoiPool, {x, rois}, 1, attrs({{"pooled_shape", Ints{2, 0}}}), "m1"); }),
-      {"'m1'", "MaxRoiPool", "'pooled_shape'", "[2, 0]", "two positive values"});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1, attrs({{"output_width", int64_t{0}}}), "r3");
+                  }),
+                  {"'r3'", "'output_width'", "is 0", "allowed range: 1 to"});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1, attrs({{"sampling_ratio", int64_t{-1}}}), "r4");
+                  }),
+                  {"'r4'", "'sampling_ratio'", "is -1", "allowed range: 0 to"});
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerMaxRoiPool, {x, rois}, 1, attrs({{"pooled_shape", Ints{2, 0}}}), "m1");
+                  }),
+                  {"'m1'", "MaxRoiPool", "'pooled_shape'", "[2, 0]", "two positive values"});
 
-  Layer* r = net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1,
-                           attrs({{"mode", std::string("max")}, {"output_height", int64_t{3}}, {"spatial_scale", 0.25}}), "r");
+  Layer* r =
+      net.add_layer(kLayerRoiAlign, {x, rois, bi}, 1,
+                    attrs({{"mode", std::string("max")}, {"output_height", int64_t{3}}, {"spatial_scale", 0.25}}), "r");
   EXPECT_TRUE(params_of<RoiAlignParams>(*r).max_mode);
   EXPECT_EQ(params_of<RoiAlignParams>(*r).output_height, 3);
   EXPECT_EQ(params_of<RoiAlignParams>(*r).output_width, 1) << "the schema's default";
@@ -648,7 +716,10 @@ TEST(OpParams, SamplingAttributesFailWhenCreated) {
 
 TEST(SamplingGeometry, OutputDims) {
   EXPECT_EQ(grid_sample_output_dims(Dims{2, 3, 5, 7}, Dims{2, 4, 6, 2}), (Dims{2, 3, 4, 6}));
-  expect_contains(error_of([] { grid_sample_output_dims(Dims{2, 3, 5, 7}, Dims{2, 4, 6, 3}); }), {"must be [N, O1..2, 2]"});
+  expect_contains(error_of([] {
+                    grid_sample_output_dims(Dims{2, 3, 5, 7}, Dims{2, 4, 6, 3});
+                  }),
+                  {"must be [N, O1..2, 2]"});
   expect_contains(error_of([] { grid_sample_output_dims(Dims{2, 3}, Dims{2, 3}); }), {"at least one spatial dim"});
   RoiAlignParams ra;
   ra.output_height = 2;
@@ -669,7 +740,9 @@ TEST(OpParams, GatherAttributesFailWhenCreated) {
   Network net;
   Tensor* data = net.add_input("data", DataType::kFloat32, Dims{4, 5});
   Tensor* idx = net.add_input("idx", DataType::kInt64, Dims{2});
-  expect_contains(error_of([&] { net.add_layer(kLayerGather, {data, idx}, 1, attrs({{"mode", std::string("take")}}), "g1"); }),
+  expect_contains(error_of([&] {
+                    net.add_layer(kLayerGather, {data, idx}, 1, attrs({{"mode", std::string("take")}}), "g1");
+                  }),
                   {"'g1'", "Gather", "'mode'", "\"take\"", "\"default\"", "\"elements\"", "\"nd\""});
   Layer* g = net.add_layer(kLayerGather, {data, idx}, 1, attrs({{"axis", int64_t{-1}}}), "g");
   EXPECT_EQ(params_of<GatherParams>(*g).mode, GatherMode::kDefault) << "the schema's default";
@@ -685,7 +758,9 @@ TEST(GatherGeometry, OutputDims) {
   expect_contains(error_of([&] { gather_output_dims(p, Dims{}, Dims{2}); }), {"scalar"});
   EXPECT_EQ(gather_output_dims(p, Dims{2, 2, 2, 2, 2, 2, 2}, Dims{2, 2}).rank(), 8) << "kMaxDims is allowed";
   p.axis = 0;
-  expect_contains(error_of([&] { gather_output_dims(p, Dims{2, 2, 2, 2, 2, 2, 2, 2}, Dims{2, 2}); }),
+  expect_contains(error_of([&] {
+                    gather_output_dims(p, Dims{2, 2, 2, 2, 2, 2, 2, 2}, Dims{2, 2});
+                  }),
                   {"would have rank 9", "at most 8"});
   p.mode = GatherMode::kElements;
   p.axis = 1;
@@ -696,7 +771,10 @@ TEST(GatherGeometry, OutputDims) {
   p.batch_dims = 1;
   EXPECT_EQ(gather_output_dims(p, Dims{2, 3, 4, 5}, Dims{2, 7, 2}), (Dims{2, 7, 5}));
   expect_contains(error_of([&] { gather_output_dims(p, Dims{2, 3, 4}, Dims{3, 7, 2}); }), {"batch dim 0 differs"});
-  expect_contains(error_of([&] { gather_output_dims(p, Dims{2, 3}, Dims{2, 3}); }), {"[1, rank(data) - batch_dims] = [1, 1]"});
+  expect_contains(error_of([&] {
+                    gather_output_dims(p, Dims{2, 3}, Dims{2, 3});
+                  }),
+                  {"[1, rank(data) - batch_dims] = [1, 1]"});
   p.batch_dims = -1;
   expect_contains(error_of([&] { gather_output_dims(p, Dims{2, 3}, Dims{2, 1}); }), {"batch_dims -1 must be in"});
 }

@@ -82,8 +82,8 @@ namespace kiln::test {
 // The op families, one folder (and one cases.json) each under tests/data.
 inline const std::vector<std::string>& op_families() {
   static const std::vector<std::string> kOpFamilies = {
-      "bitwise", "composite", "conv",     "data",   "data_dependent", "einsum",  "indexing",
-      "math",    "normalization", "quantize", "rnn", "sampling",      "scatter"};
+      "bitwise", "composite",     "conv",     "data", "data_dependent", "einsum", "indexing",
+      "math",    "normalization", "quantize", "rnn",  "sampling",       "scatter"};
   return kOpFamilies;
 }
 
@@ -100,14 +100,14 @@ struct TableCase {
   // Model cases.
   int num_inputs = 0, num_outputs = 0, sets = 0;
   double rtol = 1e-4, atol = 1e-5;
-  std::vector<std::string> require;           // "cpu:<tactic>" or "cpu:*"
+  std::vector<std::string> require;            // "cpu:<tactic>" or "cpu:*"
   std::map<std::string, std::string> decline;  // "cpu:<tactic>" -> why
   std::map<std::string, std::string> skip;     // runner -> why
   bool hand = false;
 
-  std::string dir() const;          // the family folder, with a trailing '/'
-  std::string id() const;           // "<family>/<name>"
-  std::string test_name() const;    // "<family>_<name>", a valid GoogleTest name
+  std::string dir() const;        // the family folder, with a trailing '/'
+  std::string id() const;         // "<family>/<name>"
+  std::string test_name() const;  // "<family>_<name>", a valid GoogleTest name
   // The reason runner `runner` must not run the case ("" when it runs it).
   std::string skip_reason(const std::string& runner) const;
 };

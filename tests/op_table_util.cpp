@@ -78,19 +78,44 @@ HostTensor given_values(DataType type, const Dims& dims, const json& values, con
       d = v.get<double>();
     }
     switch (type) {
-      case DataType::kFloat32: t.as<float>()[i] = static_cast<float>(d); break;
-      case DataType::kFloat64: t.as<double>()[i] = d; break;
-      case DataType::kFloat16: t.as<half>()[i] = half(static_cast<float>(d)); break;
-      case DataType::kInt32: t.as<int32_t>()[i] = static_cast<int32_t>(d); break;
-      case DataType::kInt64: t.as<int64_t>()[i] = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d); break;
-      case DataType::kInt8: t.as<int8_t>()[i] = static_cast<int8_t>(d); break;
-      case DataType::kUInt8: t.as<uint8_t>()[i] = static_cast<uint8_t>(d); break;
-      case DataType::kBool: t.as<uint8_t>()[i] = d != 0; break;
-      case DataType::kInt16: t.as<int16_t>()[i] = static_cast<int16_t>(d); break;
-      case DataType::kUInt16: t.as<uint16_t>()[i] = static_cast<uint16_t>(d); break;
-      case DataType::kUInt32: t.as<uint32_t>()[i] = static_cast<uint32_t>(d); break;
-      case DataType::kUInt64: t.as<uint64_t>()[i] = v.is_number_integer() ? v.get<uint64_t>() : static_cast<uint64_t>(d); break;
-      case DataType::kString: throw Error(where + ": string inputs are not supported");
+      case DataType::kFloat32:
+        t.as<float>()[i] = static_cast<float>(d);
+        break;
+      case DataType::kFloat64:
+        t.as<double>()[i] = d;
+        break;
+      case DataType::kFloat16:
+        t.as<half>()[i] = half(static_cast<float>(d));
+        break;
+      case DataType::kInt32:
+        t.as<int32_t>()[i] = static_cast<int32_t>(d);
+        break;
+      case DataType::kInt64:
+        t.as<int64_t>()[i] = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d);
+        break;
+      case DataType::kInt8:
+        t.as<int8_t>()[i] = static_cast<int8_t>(d);
+        break;
+      case DataType::kUInt8:
+        t.as<uint8_t>()[i] = static_cast<uint8_t>(d);
+        break;
+      case DataType::kBool:
+        t.as<uint8_t>()[i] = d != 0;
+        break;
+      case DataType::kInt16:
+        t.as<int16_t>()[i] = static_cast<int16_t>(d);
+        break;
+      case DataType::kUInt16:
+        t.as<uint16_t>()[i] = static_cast<uint16_t>(d);
+        break;
+      case DataType::kUInt32:
+        t.as<uint32_t>()[i] = static_cast<uint32_t>(d);
+        break;
+      case DataType::kUInt64:
+        t.as<uint64_t>()[i] = v.is_number_integer() ? v.get<uint64_t>() : static_cast<uint64_t>(d);
+        break;
+      case DataType::kString:
+        throw Error(where + ": string inputs are not supported");
     }
   }
   return t;
@@ -98,7 +123,8 @@ HostTensor given_values(DataType type, const Dims& dims, const json& values, con
 
 bool is_shape_input(const std::string& layer_type, int index) {
   const OpSchema* schema = OpSchemaRegistry::instance().find(layer_type);
-  return schema && std::find(schema->shape_inputs.begin(), schema->shape_inputs.end(), index) != schema->shape_inputs.end();
+  return schema &&
+         std::find(schema->shape_inputs.begin(), schema->shape_inputs.end(), index) != schema->shape_inputs.end();
 }
 
 InputSpec input_of(const json& in, const std::string& dir, const std::string& layer_type, int index,
@@ -116,7 +142,8 @@ InputSpec input_of(const json& in, const std::string& dir, const std::string& la
     s.dims = s.value.dims();
     return s;
   }
-  if (!in.is_object()) throw Error(where + ": input " + std::to_string(index) + " must be a file name, null or an object");
+  if (!in.is_object())
+    throw Error(where + ": input " + std::to_string(index) + " must be a file name, null or an object");
   s.type = parse_data_type(in.value("type", std::string("float32")));
   if (!in.contains("dims")) throw Error(where + ": input " + std::to_string(index) + " has no \"dims\"");
   for (const auto& d : in.at("dims")) s.dims.push_back(d.get<int64_t>());
@@ -146,7 +173,8 @@ TableCase case_of(const json& j, const std::string& family, const std::string& d
     c.sets = j.value("sets", 0);
     if (c.sets > 0 && !c.skip.count("all")) {
       c.skip["all"] =
-          "data-dependent output sizes over several input sets: tests/data_dependent_ops_test.cpp runs them on every device";
+          "data-dependent output sizes over several input sets: tests/data_dependent_ops_test.cpp runs them on every "
+          "device";
     }
     return c;
   }
@@ -218,7 +246,8 @@ std::vector<TableCase> load_op_table(const std::string& family) {
   std::map<std::string, int> seen;
   for (const auto& j : all) {
     cases.push_back(case_of(j, family, dir));
-    if (seen[cases.back().name]++) throw Error(dir + "cases.json: the case name '" + cases.back().name + "' is used twice");
+    if (seen[cases.back().name]++)
+      throw Error(dir + "cases.json: the case name '" + cases.back().name + "' is used twice");
   }
   return cases;
 }

@@ -72,7 +72,8 @@ TEST(CompositeImport, LpPoolCeilModeOneEngineManyShapes) {
       ctx->set_tensor_address(out, y.data());
       ctx->execute();
       std::string message;
-      EXPECT_TRUE(test::compare_tensors(y, expected, 1e-5, 1e-5, nullptr, &message)) << "shapes" << i << ": " << message;
+      EXPECT_TRUE(test::compare_tensors(y, expected, 1e-5, 1e-5, nullptr, &message))
+          << "shapes" << i << ": " << message;
     }
   }
 }

@@ -179,12 +179,14 @@ TEST(OpsConvSchema, Registered) {
   const OpSchema* conv = OpSchemaRegistry::instance().find(kLayerConvolution);
   EXPECT_EQ(conv->min_inputs, 2);
   EXPECT_EQ(conv->max_inputs, 4);
-  for (const char* a : {"group", "activation", "activation_alpha", "activation_beta"}) EXPECT_NE(conv->find_attr(a), nullptr) << a;
+  for (const char* a : {"group", "activation", "activation_alpha", "activation_beta"})
+    EXPECT_NE(conv->find_attr(a), nullptr) << a;
   const OpSchema* deconv = OpSchemaRegistry::instance().find(kLayerDeconvolution);
   EXPECT_EQ(deconv->max_inputs, 3);
   EXPECT_NE(deconv->find_attr("output_padding"), nullptr);
   const OpSchema* pool = OpSchemaRegistry::instance().find(kLayerPooling);
-  for (const char* a : {"mode", "kernel", "ceil_mode", "count_include_pad", "global"}) EXPECT_NE(pool->find_attr(a), nullptr) << a;
+  for (const char* a : {"mode", "kernel", "ceil_mode", "count_include_pad", "global"})
+    EXPECT_NE(pool->find_attr(a), nullptr) << a;
 }
 
 // ---- shape inference ----------------------------------------------------------------------
@@ -192,10 +194,12 @@ TEST(OpsConvSchema, Registered) {
 TEST(OpsConvInfer, ConvolutionSizes) {
   // out = floor((D + pb + pe - d*(k-1) - 1) / s) + 1
   EXPECT_EQ(infer_dims("Convolution", {Dims{1, 3, 5, 5}, Dims{4, 3, 3, 3}}, {}), (Dims{1, 4, 3, 3}));
-  EXPECT_EQ(infer_dims("Convolution", {Dims{2, 4, 9, 8}, Dims{6, 2, 3, 3}, Dims{6}},
-                       make_attrs({{"group", int64_t{2}}, {"strides", Ints{2, 1}}, {"dilations", Ints{2, 1}},
-                                   {"pads", Ints{1, 0, 2, 1}}})),
-            (Dims{2, 6, 4, 7}));  // H: (9+3-5)/2+1 = 4, W: (8+1-3)/1+1 = 7
+  EXPECT_EQ(
+      infer_dims(
+          "Convolution", {Dims{2, 4, 9, 8}, Dims{6, 2, 3, 3}, Dims{6}},
+          make_attrs(
+              {{"group", int64_t{2}}, {"strides", Ints{2, 1}}, {"dilations", Ints{2, 1}}, {"pads", Ints{1, 0, 2, 1}}})),
+      (Dims{2, 6, 4, 7}));  // H: (9+3-5)/2+1 = 4, W: (8+1-3)/1+1 = 7
   EXPECT_EQ(infer_dims("Convolution", {Dims{2, 3, 13}, Dims{4, 3, 3}}, make_attrs({{"strides", Ints{2}}})),
             (Dims{2, 4, 6}));
   EXPECT_EQ(infer_dims("Convolution", {Dims{1, 2, 4, 5, 6}, Dims{8, 1, 2, 3, 3}},
@@ -216,15 +220,13 @@ TEST(OpsConvInfer, OutputTypeIsInputType) {
 
 TEST(OpsConvInfer, ConvolutionErrors) {
   expect_infer_error("Convolution", {Dims{1, 4, 5, 5}, Dims{4, 3, 3, 3}}, {}, "channels");
-  expect_infer_error("Convolution", {Dims{1, 4, 5, 5}, Dims{4, 1, 3, 3}}, make_attrs({{"group", int64_t{2}}}),
-                     "group");
+  expect_infer_error("Convolution", {Dims{1, 4, 5, 5}, Dims{4, 1, 3, 3}}, make_attrs({{"group", int64_t{2}}}), "group");
   expect_infer_error("Convolution", {Dims{1, 4, 5, 5}, Dims{3, 2, 3, 3}}, make_attrs({{"group", int64_t{2}}}),
                      "divisible");
   expect_infer_error("Convolution", {Dims{1, 3, 5, 5}, Dims{4, 3, 3}}, {}, "rank");
   expect_infer_error("Convolution", {Dims{1, 3, 5, 5}, Dims{4, 3, 3, 3}}, make_attrs({{"strides", Ints{1, 1, 1}}}),
                      "strides");
-  expect_infer_error("Convolution", {Dims{1, 3, 5, 5}, Dims{4, 3, 3, 3}}, make_attrs({{"pads", Ints{1, 1}}}),
-                     "pads");
+  expect_infer_error("Convolution", {Dims{1, 3, 5, 5}, Dims{4, 3, 3, 3}}, make_attrs({{"pads", Ints{1, 1}}}), "pads");
   expect_infer_error("Convolution", {Dims{1, 3, 5, 5}, Dims{4, 3, 3, 3}}, make_attrs({{"dilations", Ints{1}}}),
                      "dilations");
   expect_infer_error("Convolution", {Dims{1, 3, 5, 5}, Dims{4, 3, 3, 3}}, make_attrs({{"strides", Ints{0, 1}}}),
@@ -241,9 +243,10 @@ TEST(OpsConvInfer, ConvolutionErrors) {
 
 TEST(OpsConvInfer, DeconvolutionSizes) {
   // out = (in-1)*s - pb - pe + d*(k-1) + op + 1
-  EXPECT_EQ(infer_dims("Deconvolution", {Dims{2, 3, 4, 5}, Dims{3, 2, 3, 3}},
-                       make_attrs({{"strides", Ints{2, 2}}, {"output_padding", Ints{1, 0}}, {"pads", Ints{1, 0, 0, 1}}})),
-            (Dims{2, 2, 9, 10}));  // H: 6-1+2+1+1 = 9, W: 8-1+2+0+1 = 10
+  EXPECT_EQ(
+      infer_dims("Deconvolution", {Dims{2, 3, 4, 5}, Dims{3, 2, 3, 3}},
+                 make_attrs({{"strides", Ints{2, 2}}, {"output_padding", Ints{1, 0}}, {"pads", Ints{1, 0, 0, 1}}})),
+      (Dims{2, 2, 9, 10}));  // H: 6-1+2+1+1 = 9, W: 8-1+2+0+1 = 10
   EXPECT_EQ(infer_dims("Deconvolution", {Dims{1, 4, 4, 4}, Dims{4, 3, 3, 2}, Dims{6}},
                        make_attrs({{"group", int64_t{2}}, {"dilations", Ints{2, 1}}})),
             (Dims{1, 6, 8, 5}));
@@ -264,15 +267,20 @@ TEST(OpsConvInfer, PoolingSizes) {
   };
   EXPECT_EQ(pool(Dims{1, 2, 8, 7}, make_attrs({{"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}}})), (Dims{1, 2, 3, 3}));
   // ceil_mode rounds up: H (8+1-3)/2 = 3 -> 4 windows; W (7+1-3)/2 = 2.5 -> 4 windows (the last starts at 6 < 7).
-  EXPECT_EQ(pool(Dims{2, 3, 8, 7}, make_attrs({{"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                               {"pads", Ints{1, 0, 0, 1}}, {"ceil_mode", int64_t{1}}})),
+  EXPECT_EQ(pool(Dims{2, 3, 8, 7}, make_attrs({{"kernel", Ints{3, 3}},
+                                               {"strides", Ints{2, 2}},
+                                               {"pads", Ints{1, 0, 0, 1}},
+                                               {"ceil_mode", int64_t{1}}})),
             (Dims{2, 3, 4, 4}));
   // ceil_mode would give ceil((5+2-2)/2)+1 = 4 windows, but the 4th starts at 6-1 = 5 >= 5, inside the
   // right padding only: dropped.
-  EXPECT_EQ(pool(Dims{1, 2, 5, 5}, make_attrs({{"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}},
-                                               {"pads", Ints{1, 1, 1, 1}}, {"ceil_mode", int64_t{1}}})),
+  EXPECT_EQ(pool(Dims{1, 2, 5, 5}, make_attrs({{"kernel", Ints{2, 2}},
+                                               {"strides", Ints{2, 2}},
+                                               {"pads", Ints{1, 1, 1, 1}},
+                                               {"ceil_mode", int64_t{1}}})),
             (Dims{1, 2, 3, 3}));
-  EXPECT_EQ(pool(Dims{1, 2, 9, 9}, make_attrs({{"kernel", Ints{3, 2}}, {"dilations", Ints{2, 2}}})), (Dims{1, 2, 5, 7}));
+  EXPECT_EQ(pool(Dims{1, 2, 9, 9}, make_attrs({{"kernel", Ints{3, 2}}, {"dilations", Ints{2, 2}}})),
+            (Dims{1, 2, 5, 7}));
   EXPECT_EQ(pool(Dims{2, 3, 11}, make_attrs({{"kernel", Ints{3}}, {"strides", Ints{2}}})), (Dims{2, 3, 5}));
   EXPECT_EQ(pool(Dims{2, 3, 5, 6}, make_attrs({{"global", int64_t{1}}, {"mode", std::string("average")}})),
             (Dims{2, 3, 1, 1}));
@@ -282,10 +290,12 @@ TEST(OpsConvInfer, PoolingSizes) {
   expect_infer_error("Pooling", {Dims{1, 2, 5, 5}}, make_attrs({{"mode", std::string("min")}, {"kernel", Ints{2, 2}}}),
                      "mode");
   expect_infer_error("Pooling", {Dims{1, 2, 5, 5}},
-                     make_attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}, {"strides", Ints{2}}}), "strides");
+                     make_attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}, {"strides", Ints{2}}}),
+                     "strides");
   expect_infer_error("Pooling", {Dims{1, 2, 2, 5}}, make_attrs({{"mode", std::string("max")}, {"kernel", Ints{3, 3}}}),
                      "non-positive");
-  expect_infer_error("Pooling", {Dims{2, 5}}, make_attrs({{"mode", std::string("max")}, {"global", int64_t{1}}}), "rank");
+  expect_infer_error("Pooling", {Dims{2, 5}}, make_attrs({{"mode", std::string("max")}, {"global", int64_t{1}}}),
+                     "rank");
 }
 
 // ---- hand-computed kernel cases -----------------------------------------------------------
@@ -301,30 +311,38 @@ TEST(OpsConvKernel, AutoPadMatchesExplicitPads) {
   EXPECT_EQ(infer_dims("Convolution", {Dims{1, 2, 7, 8}, Dims{3, 2, 3, 3}},
                        make_attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}})),
             (Dims{1, 3, 4, 4}));
-  expect_near(run_reference("Convolution", {x, w, b},
-                            make_attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}})),
-              run_reference("Convolution", {x, w, b}, make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 1, 1}}})),
-              0.0f, 0.0f, "conv SAME_UPPER");
-  expect_near(run_reference("Convolution", {x, w, b},
-                            make_attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_LOWER")}})),
-              run_reference("Convolution", {x, w, b}, make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 0}}})),
-              0.0f, 0.0f, "conv SAME_LOWER");
+  expect_near(
+      run_reference("Convolution", {x, w, b},
+                    make_attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}})),
+      run_reference("Convolution", {x, w, b}, make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 1, 1}}})), 0.0f,
+      0.0f, "conv SAME_UPPER");
+  expect_near(
+      run_reference("Convolution", {x, w, b},
+                    make_attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_LOWER")}})),
+      run_reference("Convolution", {x, w, b}, make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 0}}})), 0.0f,
+      0.0f, "conv SAME_LOWER");
   expect_near(run_reference("Convolution", {x, w, b},
                             make_attrs({{"pads", Ints{5, 5, 5, 5}}, {"auto_pad", std::string("VALID")}})),
               run_reference("Convolution", {x, w, b}, {}), 0.0f, 0.0f, "conv VALID ignores pads");
   // Deconvolution SAME: out = in * stride (W: 8 * 2 = 16; total pad 3 - 2 = 1, at the end for UPPER).
   const Array wt = iota({2, 3, 3, 3}, -4.0f);
-  expect_near(run_reference("Deconvolution", {x, wt}, make_attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}})),
-              run_reference("Deconvolution", {x, wt}, make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{0, 0, 1, 1}}})),
-              0.0f, 0.0f, "deconv SAME_UPPER");
+  expect_near(
+      run_reference("Deconvolution", {x, wt},
+                    make_attrs({{"strides", Ints{2, 2}}, {"auto_pad", std::string("SAME_UPPER")}})),
+      run_reference("Deconvolution", {x, wt}, make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{0, 0, 1, 1}}})), 0.0f,
+      0.0f, "deconv SAME_UPPER");
   // Pooling SAME_LOWER, kernel 2, strides 2: H 7 -> 4 (total 1, at the beginning), W 8 -> 4 (none).
   const Array px = iota({1, 2, 7, 8}, -20.0f);
   for (const char* mode : {"max", "average"}) {
     expect_near(run_reference("Pooling", {px},
-                              make_attrs({{"mode", std::string(mode)}, {"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}},
+                              make_attrs({{"mode", std::string(mode)},
+                                          {"kernel", Ints{2, 2}},
+                                          {"strides", Ints{2, 2}},
                                           {"auto_pad", std::string("SAME_LOWER")}})),
                 run_reference("Pooling", {px},
-                              make_attrs({{"mode", std::string(mode)}, {"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}},
+                              make_attrs({{"mode", std::string(mode)},
+                                          {"kernel", Ints{2, 2}},
+                                          {"strides", Ints{2, 2}},
                                           {"pads", Ints{1, 0, 0, 0}}})),
                 0.0f, 0.0f, std::string("pool SAME_LOWER ") + mode);
   }
@@ -373,8 +391,9 @@ TEST(OpsConvKernel, ConvolutionResidualAndPostOp) {
   y = run_reference("Convolution", {x, filled({1, 1, 1, 1}, -1.0f), none(), r}, {});
   expect_near(y, {Dims{1, 1, 2, 2}, {-1, 3, -2, 6}}, 0, 0, "residual, no bias");
   // Clip post-op with alpha/beta as min/max.
-  y = run_reference("Convolution", {x, filled({1, 1, 1, 1}, 1.0f)},
-                    make_attrs({{"activation", std::string("clip")}, {"activation_alpha", 1.5}, {"activation_beta", 3.0}}));
+  y = run_reference(
+      "Convolution", {x, filled({1, 1, 1, 1}, 1.0f)},
+      make_attrs({{"activation", std::string("clip")}, {"activation_alpha", 1.5}, {"activation_beta", 3.0}}));
   expect_near(y, {Dims{1, 1, 2, 2}, {1.5f, 2, 3, 3}}, 0, 0, "clip");
 }
 
@@ -388,7 +407,8 @@ TEST(OpsConvKernel, DeconvolutionHand) {
                     make_attrs({{"strides", Ints{2, 2}}, {"output_padding", Ints{1, 1}}}));
   Array want{Dims{1, 1, 5, 5}, std::vector<float>(25, 0.25f)};
   for (int i = 0; i < 4; ++i) {
-    for (int j = 0; j < 4; ++j) want.values[static_cast<size_t>(i * 5 + j)] += x.values[static_cast<size_t>((i / 2) * 2 + j / 2)];
+    for (int j = 0; j < 4; ++j)
+      want.values[static_cast<size_t>(i * 5 + j)] += x.values[static_cast<size_t>((i / 2) * 2 + j / 2)];
   }
   expect_near(y, want, 0, 0, "stride 2 + output_padding");
   // Pads crop the full output: pads 1 on every side of the stride-1 result above keeps its centre.
@@ -406,9 +426,11 @@ TEST(OpsConvKernel, DeconvolutionHand) {
 
 TEST(OpsConvKernel, PoolingHand) {
   const Array x = iota({1, 1, 4, 4}, 0.0f);  // 0..15
-  Array y = run_reference("Pooling", {x}, make_attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}}}));
+  Array y = run_reference("Pooling", {x},
+                          make_attrs({{"mode", std::string("max")}, {"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}}}));
   expect_near(y, {Dims{1, 1, 2, 2}, {5, 7, 13, 15}}, 0, 0, "max 2x2/2");
-  y = run_reference("Pooling", {x}, make_attrs({{"mode", std::string("average")}, {"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}}}));
+  y = run_reference("Pooling", {x},
+                    make_attrs({{"mode", std::string("average")}, {"kernel", Ints{2, 2}}, {"strides", Ints{2, 2}}}));
   expect_near(y, {Dims{1, 1, 2, 2}, {2.5f, 4.5f, 10.5f, 12.5f}}, 0, 0, "avg 2x2/2");
 
   // Negative values with padding: padding must not win a max.
@@ -417,20 +439,24 @@ TEST(OpsConvKernel, PoolingHand) {
   expect_near(y, {Dims{1, 1, 3, 3}, std::vector<float>(9, -3.0f)}, 0, 0, "max ignores pads");
 
   // 3x3 average with pads 1 over ones: exclude pad -> 1 everywhere; include pad -> in-bounds/9.
-  const Attributes avg = make_attrs({{"mode", std::string("average")}, {"kernel", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}});
+  const Attributes avg =
+      make_attrs({{"mode", std::string("average")}, {"kernel", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}});
   y = run_reference("Pooling", {filled({1, 1, 3, 3}, 1.0f)}, avg);
   expect_near(y, {Dims{1, 1, 3, 3}, std::vector<float>(9, 1.0f)}, 1e-6f, 0, "avg exclude pad");
   Attributes avg_incl = avg;
   avg_incl.set("count_include_pad", int64_t{1});
   y = run_reference("Pooling", {filled({1, 1, 3, 3}, 1.0f)}, avg_incl);
-  expect_near(y, {Dims{1, 1, 3, 3}, {4 / 9.f, 6 / 9.f, 4 / 9.f, 6 / 9.f, 1, 6 / 9.f, 4 / 9.f, 6 / 9.f, 4 / 9.f}}, 1e-6f, 0,
-              "avg include pad");
+  expect_near(y, {Dims{1, 1, 3, 3}, {4 / 9.f, 6 / 9.f, 4 / 9.f, 6 / 9.f, 1, 6 / 9.f, 4 / 9.f, 6 / 9.f, 4 / 9.f}}, 1e-6f,
+              0, "avg include pad");
 
   // 1-D, ceil_mode, include pad: x = [1 2 3 4 5], k 2, s 2, pads [0, 0]: ceil gives 3 windows, the
   // last [4, 5) hangs past the end with no end padding, so it is clipped to 1 tap: 5/1.
   y = run_reference("Pooling", {iota({1, 1, 5})},
-                    make_attrs({{"mode", std::string("average")}, {"kernel", Ints{2}}, {"strides", Ints{2}},
-                                {"ceil_mode", int64_t{1}}, {"count_include_pad", int64_t{1}}}));
+                    make_attrs({{"mode", std::string("average")},
+                                {"kernel", Ints{2}},
+                                {"strides", Ints{2}},
+                                {"ceil_mode", int64_t{1}},
+                                {"count_include_pad", int64_t{1}}}));
   expect_near(y, {Dims{1, 1, 3}, {1.5f, 3.5f, 5.0f}}, 1e-6f, 0, "ceil clip");
 
   // Global average / max over 2x3, batch 2 x 2 channels.
@@ -469,12 +495,16 @@ TEST(OpsConvKernel, Float16MatchesFloat32) {
   expect_near(got, want, 1e-3f, 1e-3f, "conv fp16");
 
   for (const char* mode : {"max", "average"}) {
-    const Attributes pool = make_attrs({{"mode", std::string(mode)}, {"kernel", Ints{3, 2}}, {"strides", Ints{2, 1}},
-                                        {"pads", Ints{1, 1, 1, 0}}, {"ceil_mode", int64_t{1}}});
+    const Attributes pool = make_attrs({{"mode", std::string(mode)},
+                                        {"kernel", Ints{3, 2}},
+                                        {"strides", Ints{2, 1}},
+                                        {"pads", Ints{1, 1, 1, 0}},
+                                        {"ceil_mode", int64_t{1}}});
     const Array p_want = run_reference("Pooling", {x}, pool);
     const Array p_got = run_reference_typed<half>("Pooling", {x}, pool, DataType::kFloat16, 1);
     // Max selects an exact input; the average rounds once to float16.
-    expect_near(p_got, p_want, std::string(mode) == "max" ? 0.0f : 1e-3f, std::string(mode) == "max" ? 0.0f : 1e-4f, std::string("pool fp16 ") + mode);
+    expect_near(p_got, p_want, std::string(mode) == "max" ? 0.0f : 1e-3f, std::string(mode) == "max" ? 0.0f : 1e-4f,
+                std::string("pool fp16 ") + mode);
   }
 }
 
@@ -486,8 +516,10 @@ Array reorder(const Array& a, bool to_channels_last) {
     for (int64_t j = 0; j < c; ++j) {
       for (int64_t s = 0; s < v; ++s) {
         const auto linear = static_cast<size_t>((i * c + j) * v + s), last = static_cast<size_t>((i * v + s) * c + j);
-        if (to_channels_last) r.values[last] = a.values[linear];
-        else r.values[linear] = a.values[last];
+        if (to_channels_last)
+          r.values[last] = a.values[linear];
+        else
+          r.values[linear] = a.values[last];
       }
     }
   }
@@ -496,7 +528,9 @@ Array reorder(const Array& a, bool to_channels_last) {
 
 TEST(OpsConvKernel, ChannelsLastMatchesLinear) {
   const Array x = random_array({2, 4, 5, 6}, 11), w = random_array({6, 2, 3, 2}, 12), b = random_array({6}, 13);
-  const Attributes conv = make_attrs({{"group", int64_t{2}}, {"pads", Ints{1, 0, 0, 1}}, {"strides", Ints{2, 1}},
+  const Attributes conv = make_attrs({{"group", int64_t{2}},
+                                      {"pads", Ints{1, 0, 0, 1}},
+                                      {"strides", Ints{2, 1}},
                                       {"activation", std::string("relu")}});
   const Array want = run_reference("Convolution", {x, w, b}, conv);
   const Array r = random_array(want.dims, 14);
@@ -509,7 +543,8 @@ TEST(OpsConvKernel, ChannelsLastMatchesLinear) {
   expect_near(reorder(got_r, false), want_r, 0, 0, "conv + residual channels-last");
 
   const Array dw = random_array({4, 3, 2, 3}, 15);
-  const Attributes deconv = make_attrs({{"group", int64_t{2}}, {"strides", Ints{2, 2}}, {"output_padding", Ints{1, 0}}});
+  const Attributes deconv =
+      make_attrs({{"group", int64_t{2}}, {"strides", Ints{2, 2}}, {"output_padding", Ints{1, 0}}});
   const Array want_d = run_reference("Deconvolution", {x, dw}, deconv);
   const Array got_d = run_reference_typed<float>("Deconvolution", {reorder(x, true), dw}, deconv, DataType::kFloat32, 1,
                                                  TensorFormat::kChannelsLast);
@@ -517,7 +552,9 @@ TEST(OpsConvKernel, ChannelsLastMatchesLinear) {
 
   const Array x3 = random_array({2, 3, 4, 5, 3}, 16);
   for (const char* mode : {"max", "average"}) {
-    const Attributes pool = make_attrs({{"mode", std::string(mode)}, {"kernel", Ints{2, 3, 2}}, {"pads", Ints{1, 1, 0, 0, 1, 1}},
+    const Attributes pool = make_attrs({{"mode", std::string(mode)},
+                                        {"kernel", Ints{2, 3, 2}},
+                                        {"pads", Ints{1, 1, 0, 0, 1, 1}},
                                         {"count_include_pad", int64_t{1}}});
     const Array want_p = run_reference("Pooling", {x3}, pool);
     const Array got_p = run_reference_typed<float>("Pooling", {reorder(x3, true)}, pool, DataType::kFloat32, 1,

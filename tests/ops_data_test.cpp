@@ -39,7 +39,9 @@ HostTensor i64s(const std::vector<int64_t>& v) {
 HostTensor i32s(const std::vector<int32_t>& v) {
   return HostTensor::from_vector(DataType::kInt32, Dims{static_cast<int64_t>(v.size())}, v);
 }
-HostTensor f32s(const Dims& dims, const std::vector<float>& v) { return HostTensor::from_vector(DataType::kFloat32, dims, v); }
+HostTensor f32s(const Dims& dims, const std::vector<float>& v) {
+  return HostTensor::from_vector(DataType::kFloat32, dims, v);
+}
 HostTensor iota_f32(const Dims& dims) {
   std::vector<float> v(static_cast<size_t>(dims.volume()));
   std::iota(v.begin(), v.end(), 0.0f);
@@ -145,7 +147,8 @@ std::vector<HostTensor> run(const std::string& type, const std::vector<HostTenso
     in_desc.push_back(d);
     ctx.inputs.push_back(v);
   }
-  if (entry->supports && !entry->supports(*l.layer, in_desc)) throw std::runtime_error(tactic + " does not support this");
+  if (entry->supports && !entry->supports(*l.layer, in_desc))
+    throw std::runtime_error(tactic + " does not support this");
   std::vector<HostTensor> outs;
   for (const auto& [t, d] : shapes) outs.emplace_back(t, d);
   for (auto& o : outs) {
@@ -177,7 +180,8 @@ bool same_bytes(const HostTensor& a, const HostTensor& b) {
 // ---- shape inference: Shuffle ---------------------------------------------------------------
 
 Attributes reshape(const std::vector<int64_t>& dims, int64_t zero_is_placeholder = 1) {
-  return attrs_of({{"reshape_mode", std::string("dims")}, {"reshape", dims}, {"zero_is_placeholder", zero_is_placeholder}});
+  return attrs_of(
+      {{"reshape_mode", std::string("dims")}, {"reshape", dims}, {"zero_is_placeholder", zero_is_placeholder}});
 }
 
 TEST(DataShapeInference, ReshapeZeroAndMinusOne) {
@@ -207,7 +211,8 @@ TEST(DataShapeInference, ReshapeFromShapeInput) {
   EXPECT_EQ(infer1(kLayerShuffle, {x, known(i64s({0, 12}))}, attrs_of({{"reshape_mode", std::string("dims")}})),
             (Dims{2, 12}));
   // A shape tensor whose value inference cannot see.
-  EXPECT_NE(infer_error(kLayerShuffle, {x, dims_only({2}, DataType::kInt64)}, attrs_of({{"reshape_mode", std::string("dims")}}))
+  EXPECT_NE(infer_error(kLayerShuffle, {x, dims_only({2}, DataType::kInt64)},
+                        attrs_of({{"reshape_mode", std::string("dims")}}))
                 .find("must be known"),
             std::string::npos);
   // A shape input with reshape_mode none is a contradiction, not silently ignored.
@@ -239,7 +244,9 @@ TEST(DataShapeInference, SqueezeUnsqueeze) {
 
 TEST(DataShapeInference, Flatten) {
   const In x = dims_only({2, 3, 4});
-  const auto flatten = [](int64_t axis) { return attrs_of({{"reshape_mode", std::string("flatten")}, {"axis", axis}}); };
+  const auto flatten = [](int64_t axis) {
+    return attrs_of({{"reshape_mode", std::string("flatten")}, {"axis", axis}});
+  };
   EXPECT_EQ(infer1(kLayerShuffle, {x}, flatten(0)), (Dims{1, 24}));
   EXPECT_EQ(infer1(kLayerShuffle, {x}, flatten(1)), (Dims{2, 12}));
   EXPECT_EQ(infer1(kLayerShuffle, {x}, flatten(2)), (Dims{6, 4}));
@@ -265,8 +272,9 @@ TEST(DataShapeInference, TransposesAroundReshape) {
             std::string::npos);
   EXPECT_NE(infer_error(kLayerShuffle, {x}, attrs_of({{"second_transpose", std::vector<int64_t>{1, 0}}})).find("rank"),
             std::string::npos);
-  EXPECT_NE(infer_error(kLayerShuffle, {x}, attrs_of({{"reshape_mode", std::string("bogus")}})).find("unknown reshape_mode"),
-            std::string::npos);
+  EXPECT_NE(
+      infer_error(kLayerShuffle, {x}, attrs_of({{"reshape_mode", std::string("bogus")}})).find("unknown reshape_mode"),
+      std::string::npos);
 }
 
 // ---- shape inference: the others --------------------------------------------------------------
@@ -275,12 +283,15 @@ TEST(DataShapeInference, ConcatenationAndSplit) {
   const Attributes axis1 = attrs_of({{"axis", int64_t{1}}});
   EXPECT_EQ(infer1(kLayerConcatenation, {dims_only({2, 1, 3}), dims_only({2, 4, 3}), dims_only({2, 2, 3})}, axis1),
             (Dims{2, 7, 3}));
-  EXPECT_EQ(infer1(kLayerConcatenation, {dims_only({2, 1, 3}), dims_only({2, 1, 5})}, attrs_of({{"axis", int64_t{-1}}})),
-            (Dims{2, 1, 8}));
-  const std::string e = infer_error(kLayerConcatenation, {dims_only({2, 1, 3}), dims_only({2, 4, 3}), dims_only({2, 4, 5})}, axis1);
+  EXPECT_EQ(
+      infer1(kLayerConcatenation, {dims_only({2, 1, 3}), dims_only({2, 1, 5})}, attrs_of({{"axis", int64_t{-1}}})),
+      (Dims{2, 1, 8}));
+  const std::string e =
+      infer_error(kLayerConcatenation, {dims_only({2, 1, 3}), dims_only({2, 4, 3}), dims_only({2, 4, 5})}, axis1);
   EXPECT_NE(e.find("concatenation axis 1: input 2 has dims 2x4x5, expected 2x?x3"), std::string::npos) << e;
-  EXPECT_NE(infer_error(kLayerConcatenation, {dims_only({2, 1}), dims_only({2, 1}, DataType::kInt32)}, axis1).find("Cast"),
-            std::string::npos);
+  EXPECT_NE(
+      infer_error(kLayerConcatenation, {dims_only({2, 1}), dims_only({2, 1}, DataType::kInt32)}, axis1).find("Cast"),
+      std::string::npos);
   EXPECT_NE(infer_error(kLayerConcatenation, {dims_only({2, 1})}, {}).find("required attribute"), std::string::npos)
       << "axis is required";
 
@@ -291,20 +302,24 @@ TEST(DataShapeInference, ConcatenationAndSplit) {
   EXPECT_EQ(u[2].second, (Dims{2, 1, 3}));
   OneLayer even(kLayerSplit, {dims_only({6, 2})}, {}, 2);
   EXPECT_EQ(even.infer()[1].second, (Dims{3, 2}));
-  OneLayer by_attr(kLayerSplit, {dims_only({2, 7})}, attrs_of({{"axis", int64_t{-1}}, {"split", std::vector<int64_t>{2, 5}}}), 2);
+  OneLayer by_attr(kLayerSplit, {dims_only({2, 7})},
+                   attrs_of({{"axis", int64_t{-1}}, {"split", std::vector<int64_t>{2, 5}}}), 2);
   EXPECT_EQ(by_attr.infer()[1].second, (Dims{2, 5}));
   OneLayer by_input(kLayerSplit, {dims_only({2, 7}), known(i32s({6, 0, 1}))}, axis1, 3);
   const auto bi = by_input.infer();
   EXPECT_EQ(bi[0].second, (Dims{2, 6}));
   EXPECT_EQ(bi[1].second, (Dims{2, 0}));
-  EXPECT_NE(infer_error(kLayerSplit, {dims_only({2, 7}), known(i64s({3, 3}))}, axis1, 2).find("sum to 6"), std::string::npos);
-  EXPECT_NE(infer_error(kLayerSplit, {dims_only({2, 7}), known(i64s({3, 4}))}, axis1, 3).find("3 outputs"), std::string::npos);
+  EXPECT_NE(infer_error(kLayerSplit, {dims_only({2, 7}), known(i64s({3, 3}))}, axis1, 2).find("sum to 6"),
+            std::string::npos);
+  EXPECT_NE(infer_error(kLayerSplit, {dims_only({2, 7}), known(i64s({3, 4}))}, axis1, 3).find("3 outputs"),
+            std::string::npos);
 }
 
 Dims slice_dims(const Dims& x, std::vector<int64_t> starts, std::vector<int64_t> ends, std::vector<int64_t> axes,
                 std::vector<int64_t> steps) {
-  return infer1(kLayerSlice, {dims_only(x), known(i64s(starts)), known(i64s(ends)),
-                              axes.empty() ? omitted() : known(i64s(axes)), steps.empty() ? omitted() : known(i64s(steps))});
+  return infer1(kLayerSlice,
+                {dims_only(x), known(i64s(starts)), known(i64s(ends)), axes.empty() ? omitted() : known(i64s(axes)),
+                 steps.empty() ? omitted() : known(i64s(steps))});
 }
 
 TEST(DataShapeInference, SliceClampingAndNegativeSteps) {
@@ -312,9 +327,9 @@ TEST(DataShapeInference, SliceClampingAndNegativeSteps) {
   EXPECT_EQ(slice_dims(x, {1, 2}, {4, 6}, {}, {}), (Dims{3, 4, 5}));
   EXPECT_EQ(slice_dims(x, {-100}, {kI64Max}, {0}, {}), (Dims{10, 20, 5}));
   EXPECT_EQ(slice_dims(x, {100}, {200}, {1}, {}), (Dims{10, 0, 5}));
-  EXPECT_EQ(slice_dims(x, {-1}, {kI64Min}, {0}, {-1}), (Dims{10, 20, 5}));   // full reversal
-  EXPECT_EQ(slice_dims(x, {8}, {1}, {0}, {-3}), (Dims{3, 20, 5}));           // 8, 5, 2
-  EXPECT_EQ(slice_dims(x, {100}, {-100}, {-1}, {-2}), (Dims{10, 20, 3}));    // 4, 2, 0
+  EXPECT_EQ(slice_dims(x, {-1}, {kI64Min}, {0}, {-1}), (Dims{10, 20, 5}));  // full reversal
+  EXPECT_EQ(slice_dims(x, {8}, {1}, {0}, {-3}), (Dims{3, 20, 5}));          // 8, 5, 2
+  EXPECT_EQ(slice_dims(x, {100}, {-100}, {-1}, {-2}), (Dims{10, 20, 3}));   // 4, 2, 0
   EXPECT_EQ(slice_dims(x, {0, 1}, {20, 5}, {-2, 2}, {3, 2}), (Dims{10, 7, 2}));
   EXPECT_EQ(slice_dims(x, {3}, {3}, {0}, {}), (Dims{0, 20, 5}));
   EXPECT_EQ(slice_dims(x, {2}, {8}, {0}, {-1}), (Dims{0, 20, 5}));
@@ -322,10 +337,12 @@ TEST(DataShapeInference, SliceClampingAndNegativeSteps) {
   EXPECT_EQ(infer1(kLayerSlice, {dims_only(x), known(i32s({-3})), known(i32s({std::numeric_limits<int32_t>::max()})),
                                  known(i32s({1}))}),
             (Dims{10, 3, 5}));
-  EXPECT_NE(infer_error(kLayerSlice, {dims_only(x), known(i64s({0})), known(i64s({1})), known(i64s({0})), known(i64s({0}))})
-                .find("step"),
-            std::string::npos);
-  EXPECT_NE(infer_error(kLayerSlice, {dims_only(x), known(i64s({0, 0})), known(i64s({1, 1})), known(i64s({0, -3}))}).find("twice"),
+  EXPECT_NE(
+      infer_error(kLayerSlice, {dims_only(x), known(i64s({0})), known(i64s({1})), known(i64s({0})), known(i64s({0}))})
+          .find("step"),
+      std::string::npos);
+  EXPECT_NE(infer_error(kLayerSlice, {dims_only(x), known(i64s({0, 0})), known(i64s({1, 1})), known(i64s({0, -3}))})
+                .find("twice"),
             std::string::npos);
 }
 
@@ -333,23 +350,29 @@ TEST(DataShapeInference, Gather) {
   const In data = dims_only({4, 5, 3});
   EXPECT_EQ(infer1(kLayerGather, {data, dims_only({2, 6}, DataType::kInt64)}, attrs_of({{"axis", int64_t{1}}})),
             (Dims{4, 2, 6, 3}));
-  EXPECT_EQ(infer1(kLayerGather, {data, dims_only({}, DataType::kInt32)}, attrs_of({{"axis", int64_t{-1}}})), (Dims{4, 5}));
+  EXPECT_EQ(infer1(kLayerGather, {data, dims_only({}, DataType::kInt32)}, attrs_of({{"axis", int64_t{-1}}})),
+            (Dims{4, 5}));
   EXPECT_EQ(infer1(kLayerGather, {data, dims_only({4, 9, 2}, DataType::kInt64)},
                    attrs_of({{"mode", std::string("elements")}, {"axis", int64_t{1}}})),
             (Dims{4, 9, 2}));
-  EXPECT_EQ(infer1(kLayerGather, {data, dims_only({2, 2, 2}, DataType::kInt64)}, attrs_of({{"mode", std::string("nd")}})),
-            (Dims{2, 2, 3}));
+  EXPECT_EQ(
+      infer1(kLayerGather, {data, dims_only({2, 2, 2}, DataType::kInt64)}, attrs_of({{"mode", std::string("nd")}})),
+      (Dims{2, 2, 3}));
   EXPECT_EQ(infer1(kLayerGather, {data, dims_only({4, 2, 1}, DataType::kInt64)},
                    attrs_of({{"mode", std::string("nd")}, {"batch_dims", int64_t{1}}})),
             (Dims{4, 2, 3}));
-  EXPECT_NE(infer_error(kLayerGather, {data, dims_only({2}, DataType::kFloat32)}).find("int32 or int64"), std::string::npos);
-  EXPECT_NE(infer_error(kLayerGather, {data, dims_only({2, 4}, DataType::kInt64)}, attrs_of({{"mode", std::string("nd")}}))
-                .find("last indices dim"),
+  EXPECT_NE(infer_error(kLayerGather, {data, dims_only({2}, DataType::kFloat32)}).find("int32 or int64"),
             std::string::npos);
+  EXPECT_NE(
+      infer_error(kLayerGather, {data, dims_only({2, 4}, DataType::kInt64)}, attrs_of({{"mode", std::string("nd")}}))
+          .find("last indices dim"),
+      std::string::npos);
 }
 
-Dims resize_dims(const Dims& x, const HostTensor& scales, const HostTensor& sizes, const std::string& mode = "nearest") {
-  return infer1(kLayerResize, {dims_only(x), scales.empty() ? omitted() : known(scales), sizes.empty() ? omitted() : known(sizes)},
+Dims resize_dims(const Dims& x, const HostTensor& scales, const HostTensor& sizes,
+                 const std::string& mode = "nearest") {
+  return infer1(kLayerResize,
+                {dims_only(x), scales.empty() ? omitted() : known(scales), sizes.empty() ? omitted() : known(sizes)},
                 attrs_of({{"mode", mode}}));
 }
 
@@ -361,7 +384,8 @@ TEST(DataShapeInference, Resize) {
   // Exporters write an empty scales tensor next to sizes.
   EXPECT_EQ(resize_dims({1, 3, 5, 7}, f32s({0}, {}), i64s({2, 3, 9, 4})), (Dims{2, 3, 9, 4}));
   const In x = dims_only({1, 3, 5, 7});
-  EXPECT_NE(infer_error(kLayerResize, {x, known(scales), known(i64s({1, 3, 9, 4}))}).find("not both"), std::string::npos);
+  EXPECT_NE(infer_error(kLayerResize, {x, known(scales), known(i64s({1, 3, 9, 4}))}).find("not both"),
+            std::string::npos);
   EXPECT_NE(infer_error(kLayerResize, {x}).find("needs scales"), std::string::npos);
   EXPECT_NE(infer_error(kLayerResize, {x, known(f32s({2}, {2, 2}))}).find("rank"), std::string::npos);
   EXPECT_NE(infer_error(kLayerResize, {dims_only({1, 3}, DataType::kInt32), known(f32s({2}, {1, 2}))},
@@ -370,7 +394,8 @@ TEST(DataShapeInference, Resize) {
             std::string::npos);
   // Attribute values are checked when the layer is created (ResizeParams).
   try {
-    OneLayer l(kLayerResize, {x, known(scales)}, attrs_of({{"coordinate_transformation_mode", std::string("tf_crop_and_resize")}}));
+    OneLayer l(kLayerResize, {x, known(scales)},
+               attrs_of({{"coordinate_transformation_mode", std::string("tf_crop_and_resize")}}));
     ADD_FAILURE() << "tf_crop_and_resize was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("roi"), std::string::npos) << e.what();
@@ -379,9 +404,11 @@ TEST(DataShapeInference, Resize) {
 
 TEST(DataShapeInference, PaddingShapeFillExpandTileConstant) {
   EXPECT_EQ(infer1(kLayerPadding, {dims_only({2, 3}), known(i64s({1, -1, 2, 0}))}), (Dims{5, 2}));
-  EXPECT_NE(infer_error(kLayerPadding, {dims_only({2, 3}), known(i64s({1, -2, 0, -2}))}).find("below zero"), std::string::npos);
+  EXPECT_NE(infer_error(kLayerPadding, {dims_only({2, 3}), known(i64s({1, -2, 0, -2}))}).find("below zero"),
+            std::string::npos);
   EXPECT_NE(infer_error(kLayerPadding, {dims_only({2, 3}), known(i64s({1, 1}))}).find("2 * rank"), std::string::npos);
-  EXPECT_NE(infer_error(kLayerPadding, {dims_only({2, 3}), known(i64s({0, 0, 0, 0}))}, attrs_of({{"mode", std::string("mirror")}}))
+  EXPECT_NE(infer_error(kLayerPadding, {dims_only({2, 3}), known(i64s({0, 0, 0, 0}))},
+                        attrs_of({{"mode", std::string("mirror")}}))
                 .find("unknown mode"),
             std::string::npos);
 
@@ -399,7 +426,7 @@ TEST(DataShapeInference, PaddingShapeFillExpandTileConstant) {
     return infer1(kLayerFill, {known(scalar(t, start)), known(scalar(t, limit)), known(scalar(t, delta))},
                   attrs_of({{"mode", std::string("range")}}));
   };
-  EXPECT_EQ(range(1.0f, 2.0f, 0.3f, DataType::kFloat32), (Dims{4}));  // ceil(3.33)
+  EXPECT_EQ(range(1.0f, 2.0f, 0.3f, DataType::kFloat32), (Dims{4}));                     // ceil(3.33)
   EXPECT_EQ(range(int64_t{10}, int64_t{-3}, int64_t{-4}, DataType::kInt64), (Dims{4}));  // 10 6 2 -2
   EXPECT_EQ(range(int32_t{0}, int32_t{9}, int32_t{3}, DataType::kInt32), (Dims{3}));
   EXPECT_EQ(range(int64_t{5}, int64_t{5}, int64_t{1}, DataType::kInt64), (Dims{0}));
@@ -412,7 +439,8 @@ TEST(DataShapeInference, PaddingShapeFillExpandTileConstant) {
   EXPECT_NE(infer_error(kLayerExpand, {dims_only({2, 3}), known(i64s({4}))}).find("broadcast"), std::string::npos);
 
   EXPECT_EQ(infer1(kLayerTile, {dims_only({2, 3}), known(i64s({2, 3}))}), (Dims{4, 9}));
-  EXPECT_NE(infer_error(kLayerTile, {dims_only({2, 3}), known(i64s({2}))}).find("one value per axis"), std::string::npos);
+  EXPECT_NE(infer_error(kLayerTile, {dims_only({2, 3}), known(i64s({2}))}).find("one value per axis"),
+            std::string::npos);
 
   OneLayer constant(kLayerConstant, {}, attrs_of({{"value", HostTensor(DataType::kUInt8, Dims{3, 2})}}));
   EXPECT_EQ(constant.infer()[0], (std::pair<DataType, Dims>{DataType::kUInt8, Dims{3, 2}}));
@@ -431,8 +459,8 @@ TEST(DataReference, HandComputed) {
                                {"reshape", std::vector<int64_t>{2, 3}},
                                {"second_transpose", std::vector<int64_t>{1, 0}}})),
                 {3, 2}, {0, 4, 3, 2, 1, 5});
-  expect_values(run1(kLayerConcatenation, {f32s({2}, {1, 2}), f32s({3}, {3, 4, 5})}, attrs_of({{"axis", int64_t{0}}})), {5},
-                {1, 2, 3, 4, 5});
+  expect_values(run1(kLayerConcatenation, {f32s({2}, {1, 2}), f32s({3}, {3, 4, 5})}, attrs_of({{"axis", int64_t{0}}})),
+                {5}, {1, 2, 3, 4, 5});
   expect_values(run1(kLayerConcatenation, {m, f32s({2, 1}, {9, 8})}, attrs_of({{"axis", int64_t{1}}})), {2, 4},
                 {0, 1, 2, 9, 3, 4, 5, 8});
   const auto parts = run(kLayerSplit, {m}, attrs_of({{"axis", int64_t{1}}, {"split", std::vector<int64_t>{1, 2}}}), 2);
@@ -440,46 +468,58 @@ TEST(DataReference, HandComputed) {
   expect_values(parts[1], {2, 2}, {1, 2, 4, 5});
   const HostTensor ten = iota_f32({10});
   expect_values(run1(kLayerSlice, {ten, i64s({-2}), i64s({kI64Min}), HostTensor{}, i64s({-3})}), {3}, {8, 5, 2});
-  expect_values(run1(kLayerSlice, {m, i32s({1, 5}), i32s({-5, 0}), i32s({0, 1}), i32s({-1, -1})}), {2, 2}, {5, 4, 2, 1});
+  expect_values(run1(kLayerSlice, {m, i32s({1, 5}), i32s({-5, 0}), i32s({0, 1}), i32s({-1, -1})}), {2, 2},
+                {5, 4, 2, 1});
   expect_values(run1(kLayerGather, {f32s({3}, {10, 20, 30}), i64s({-1, 0, 1})}), {3}, {30, 10, 20});
   expect_values(run1(kLayerGather, {m, i32s({-1})}, attrs_of({{"axis", int64_t{1}}})), {2, 1}, {2, 5});
-  expect_values(run1(kLayerGather, {m, HostTensor::from_vector(DataType::kInt64, Dims{2, 2}, std::vector<int64_t>{2, -3, 0, 1})},
-                     attrs_of({{"mode", std::string("elements")}, {"axis", int64_t{1}}})),
-                {2, 2}, {2, 0, 3, 4});
-  expect_values(run1(kLayerGather, {m, HostTensor::from_vector(DataType::kInt64, Dims{2, 2}, std::vector<int64_t>{1, -1, 0, 1})},
-                     attrs_of({{"mode", std::string("nd")}})),
-                {2}, {5, 1});
-  expect_values(run1(kLayerShape, {HostTensor(DataType::kInt8, Dims{2, 3, 4})}, attrs_of({{"start", int64_t{1}}})), {2}, {3, 4});
-  expect_values(run1(kLayerFill, {i64s({2, 2})}, attrs_of({{"mode", std::string("constant")},
-                                                           {"value", scalar<int32_t>(DataType::kInt32, -7)}})),
+  expect_values(
+      run1(kLayerGather, {m, HostTensor::from_vector(DataType::kInt64, Dims{2, 2}, std::vector<int64_t>{2, -3, 0, 1})},
+           attrs_of({{"mode", std::string("elements")}, {"axis", int64_t{1}}})),
+      {2, 2}, {2, 0, 3, 4});
+  expect_values(
+      run1(kLayerGather, {m, HostTensor::from_vector(DataType::kInt64, Dims{2, 2}, std::vector<int64_t>{1, -1, 0, 1})},
+           attrs_of({{"mode", std::string("nd")}})),
+      {2}, {5, 1});
+  expect_values(run1(kLayerShape, {HostTensor(DataType::kInt8, Dims{2, 3, 4})}, attrs_of({{"start", int64_t{1}}})), {2},
+                {3, 4});
+  expect_values(run1(kLayerFill, {i64s({2, 2})},
+                     attrs_of({{"mode", std::string("constant")}, {"value", scalar<int32_t>(DataType::kInt32, -7)}})),
                 {2, 2}, {-7, -7, -7, -7});
   expect_values(run1(kLayerFill, {i64s({3})}, attrs_of({{"mode", std::string("constant")}})), {3}, {0, 0, 0});
-  expect_values(run1(kLayerFill, {scalar<int64_t>(DataType::kInt64, 10), scalar<int64_t>(DataType::kInt64, -3),
-                                  scalar<int64_t>(DataType::kInt64, -4)},
+  expect_values(run1(kLayerFill,
+                     {scalar<int64_t>(DataType::kInt64, 10), scalar<int64_t>(DataType::kInt64, -3),
+                      scalar<int64_t>(DataType::kInt64, -4)},
                      attrs_of({{"mode", std::string("range")}})),
                 {4}, {10, 6, 2, -2});
-  expect_values(run1(kLayerFill, {scalar(DataType::kFloat64, 1.0), scalar(DataType::kFloat64, 2.0), scalar(DataType::kFloat64, 0.25)},
-                     attrs_of({{"mode", std::string("range")}})),
-                {4}, {1, 1.25, 1.5, 1.75});
+  expect_values(
+      run1(kLayerFill,
+           {scalar(DataType::kFloat64, 1.0), scalar(DataType::kFloat64, 2.0), scalar(DataType::kFloat64, 0.25)},
+           attrs_of({{"mode", std::string("range")}})),
+      {4}, {1, 1.25, 1.5, 1.75});
   expect_values(run1(kLayerConstant, {}, attrs_of({{"value", m}})), {2, 3}, {0, 1, 2, 3, 4, 5});
   const HostTensor row = f32s({3}, {1, 2, 3});
   expect_values(run1(kLayerPadding, {row, i64s({2, 2})}, attrs_of({{"mode", std::string("reflect")}})), {7},
                 {3, 2, 1, 2, 3, 2, 1});
-  expect_values(run1(kLayerPadding, {row, i64s({2, 1})}, attrs_of({{"mode", std::string("edge")}})), {6}, {1, 1, 1, 2, 3, 3});
-  expect_values(run1(kLayerPadding, {row, i64s({2, 1})}, attrs_of({{"mode", std::string("wrap")}})), {6}, {2, 3, 1, 2, 3, 1});
+  expect_values(run1(kLayerPadding, {row, i64s({2, 1})}, attrs_of({{"mode", std::string("edge")}})), {6},
+                {1, 1, 1, 2, 3, 3});
+  expect_values(run1(kLayerPadding, {row, i64s({2, 1})}, attrs_of({{"mode", std::string("wrap")}})), {6},
+                {2, 3, 1, 2, 3, 1});
   expect_values(run1(kLayerPadding, {row, i64s({-1, 2}), scalar(DataType::kFloat32, 9.0f)}), {4}, {2, 3, 9, 9});
   // Negative pads crop before reflecting: [2 3] reflected by 2 on the right -> 2 3 2 3.
-  expect_values(run1(kLayerPadding, {row, i64s({-1, 2})}, attrs_of({{"mode", std::string("reflect")}})), {4}, {2, 3, 2, 3});
+  expect_values(run1(kLayerPadding, {row, i64s({-1, 2})}, attrs_of({{"mode", std::string("reflect")}})), {4},
+                {2, 3, 2, 3});
   expect_values(run1(kLayerTile, {f32s({2}, {1, 2}), i64s({3})}), {6}, {1, 2, 1, 2, 1, 2});
   expect_values(run1(kLayerExpand, {f32s({2, 1}, {1, 2}), i64s({2, 3})}), {2, 3}, {1, 1, 1, 2, 2, 2});
   expect_values(run1(kLayerExpand, {f32s({1, 3}, {1, 2, 3}), i64s({2, 1})}), {2, 3}, {1, 2, 3, 1, 2, 3});
   // Nearest 2x, asymmetric + floor: every element doubled along both axes.
   expect_values(run1(kLayerResize, {f32s({1, 2}, {1, 2}), f32s({2}, {2, 2})},
-                     attrs_of({{"coordinate_transformation_mode", std::string("asymmetric")}, {"nearest_mode", std::string("floor")}})),
+                     attrs_of({{"coordinate_transformation_mode", std::string("asymmetric")},
+                               {"nearest_mode", std::string("floor")}})),
                 {2, 4}, {1, 1, 2, 2, 1, 1, 2, 2});
   // Linear, align_corners 2 -> 3: the midpoint.
   expect_values(run1(kLayerResize, {f32s({2}, {1, 2}), HostTensor{}, i64s({3})},
-                     attrs_of({{"mode", std::string("linear")}, {"coordinate_transformation_mode", std::string("align_corners")}})),
+                     attrs_of({{"mode", std::string("linear")},
+                               {"coordinate_transformation_mode", std::string("align_corners")}})),
                 {3}, {1, 1.5, 2});
 }
 
@@ -498,9 +538,10 @@ TEST(DataReference, OutOfRangeIndicesThrowNamingIndexAndBound) {
   EXPECT_THROW(run1(kLayerGather, {m, HostTensor::from_vector(DataType::kInt32, Dims{1, 1}, std::vector<int32_t>{5})},
                     attrs_of({{"mode", std::string("elements")}, {"axis", int64_t{1}}})),
                Error);
-  EXPECT_THROW(run1(kLayerGather, {m, HostTensor::from_vector(DataType::kInt64, Dims{1, 2}, std::vector<int64_t>{-3, 0})},
-                    attrs_of({{"mode", std::string("nd")}})),
-               Error);
+  EXPECT_THROW(
+      run1(kLayerGather, {m, HostTensor::from_vector(DataType::kInt64, Dims{1, 2}, std::vector<int64_t>{-3, 0})},
+           attrs_of({{"mode", std::string("nd")}})),
+      Error);
 }
 
 // ---- every data type through the movers ------------------------------------------------------
@@ -511,19 +552,44 @@ HostTensor convert(const HostTensor& src, DataType to) {
   for (int64_t i = 0; i < src.count(); ++i) {
     const double x = v[static_cast<size_t>(i)];
     switch (to) {
-      case DataType::kFloat32: out.as<float>()[i] = static_cast<float>(x); break;
-      case DataType::kFloat16: out.as<half>()[i] = half(static_cast<float>(x)); break;
-      case DataType::kFloat64: out.as<double>()[i] = x; break;
-      case DataType::kInt8: out.as<int8_t>()[i] = static_cast<int8_t>(x); break;
-      case DataType::kUInt8: out.as<uint8_t>()[i] = static_cast<uint8_t>(x); break;
-      case DataType::kInt32: out.as<int32_t>()[i] = static_cast<int32_t>(x); break;
-      case DataType::kInt64: out.as<int64_t>()[i] = static_cast<int64_t>(x); break;
-      case DataType::kBool: out.as<bool>()[i] = x != 0; break;
-      case DataType::kInt16: out.as<int16_t>()[i] = static_cast<int16_t>(x); break;
-      case DataType::kUInt16: out.as<uint16_t>()[i] = static_cast<uint16_t>(x); break;
-      case DataType::kUInt32: out.as<uint32_t>()[i] = static_cast<uint32_t>(x); break;
-      case DataType::kUInt64: out.as<uint64_t>()[i] = static_cast<uint64_t>(x); break;
-      case DataType::kString: break;  // not a numeric reference
+      case DataType::kFloat32:
+        out.as<float>()[i] = static_cast<float>(x);
+        break;
+      case DataType::kFloat16:
+        out.as<half>()[i] = half(static_cast<float>(x));
+        break;
+      case DataType::kFloat64:
+        out.as<double>()[i] = x;
+        break;
+      case DataType::kInt8:
+        out.as<int8_t>()[i] = static_cast<int8_t>(x);
+        break;
+      case DataType::kUInt8:
+        out.as<uint8_t>()[i] = static_cast<uint8_t>(x);
+        break;
+      case DataType::kInt32:
+        out.as<int32_t>()[i] = static_cast<int32_t>(x);
+        break;
+      case DataType::kInt64:
+        out.as<int64_t>()[i] = static_cast<int64_t>(x);
+        break;
+      case DataType::kBool:
+        out.as<bool>()[i] = x != 0;
+        break;
+      case DataType::kInt16:
+        out.as<int16_t>()[i] = static_cast<int16_t>(x);
+        break;
+      case DataType::kUInt16:
+        out.as<uint16_t>()[i] = static_cast<uint16_t>(x);
+        break;
+      case DataType::kUInt32:
+        out.as<uint32_t>()[i] = static_cast<uint32_t>(x);
+        break;
+      case DataType::kUInt64:
+        out.as<uint64_t>()[i] = static_cast<uint64_t>(x);
+        break;
+      case DataType::kString:
+        break;  // not a numeric reference
     }
   }
   return out;
@@ -582,7 +648,8 @@ TEST(DataReference, MoversHandleEveryType) {
   }
   for (DataType t : types) {  // Fill constant of every type
     const HostTensor v = convert(scalar(DataType::kFloat32, 1.0f), t);
-    const HostTensor got = run1(kLayerFill, {i64s({2, 3})}, attrs_of({{"mode", std::string("constant")}, {"value", v}}));
+    const HostTensor got =
+        run1(kLayerFill, {i64s({2, 3})}, attrs_of({{"mode", std::string("constant")}, {"value", v}}));
     EXPECT_EQ(got.type(), t);
     EXPECT_EQ(values(got), std::vector<double>(6, 1.0));
   }
@@ -602,12 +669,14 @@ HostTensor pattern(DataType t, const Dims& d, uint32_t seed) {
     for (size_t i = 0; i < x.nbytes(); ++i) p[i] &= 1;
   }
   if (t == DataType::kFloat32) {  // keep them finite
-    for (int64_t i = 0; i < x.count(); ++i) x.as<float>()[i] = static_cast<float>(static_cast<int32_t>(i * 2654435761u) % 1000) / 7;
+    for (int64_t i = 0; i < x.count(); ++i)
+      x.as<float>()[i] = static_cast<float>(static_cast<int32_t>(i * 2654435761u) % 1000) / 7;
   }
   return x;
 }
 
-void expect_fast_equals_reference(const std::string& type, const std::vector<HostTensor>& inputs, const Attributes& attrs) {
+void expect_fast_equals_reference(const std::string& type, const std::vector<HostTensor>& inputs,
+                                  const Attributes& attrs) {
   const HostTensor ref = run(type, inputs, attrs).at(0);
   for (int threads : {1, 2, 3}) {
     const HostTensor fast = run(type, inputs, attrs, 1, "fast", threads).at(0);
@@ -628,8 +697,8 @@ TEST(DataFast, ThreadCountsGiveTheReferenceBits) {
                                attrs_of({{"reshape_mode", std::string("dims")},
                                          {"reshape", std::vector<int64_t>{1, 3, 85, 13, 11}},
                                          {"second_transpose", std::vector<int64_t>{0, 1, 3, 4, 2}}}));
-  expect_fast_equals_reference(kLayerConcatenation, {pattern(DataType::kInt8, {2, 3, 5, 7}, 3),
-                                                     pattern(DataType::kInt8, {2, 1, 5, 7}, 1)},
+  expect_fast_equals_reference(kLayerConcatenation,
+                               {pattern(DataType::kInt8, {2, 3, 5, 7}, 3), pattern(DataType::kInt8, {2, 1, 5, 7}, 1)},
                                attrs_of({{"axis", int64_t{1}}}));
   expect_fast_equals_reference(kLayerResize, {pattern(DataType::kFloat32, {2, 3, 13, 7}, 9), f32s({4}, {1, 1, 2, 2})},
                                attrs_of({{"coordinate_transformation_mode", std::string("asymmetric")},

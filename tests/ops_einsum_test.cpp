@@ -54,8 +54,10 @@ test::InputSpec given(DataType type, Dims dims, std::vector<double> values) {
   s.dims = dims;
   HostTensor t(type, dims);
   for (size_t i = 0; i < values.size(); ++i) {
-    if (type == DataType::kFloat32) t.as<float>()[i] = static_cast<float>(values[i]);
-    else t.as<int32_t>()[i] = static_cast<int32_t>(values[i]);
+    if (type == DataType::kFloat32)
+      t.as<float>()[i] = static_cast<float>(values[i]);
+    else
+      t.as<int32_t>()[i] = static_cast<int32_t>(values[i]);
   }
   s.value = t;
   return s;

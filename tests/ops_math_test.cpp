@@ -73,23 +73,25 @@ constexpr DataType kF32 = DataType::kFloat32;
 // ---- enum names -------------------------------------------------------------------------------
 
 TEST(MathEnums, NamesRoundTripAndUnknownNamesListValidOnes) {
-  const std::vector<std::string> activations = {
-      "relu", "sigmoid", "tanh", "leaky_relu", "elu", "selu", "softplus", "clip", "hard_sigmoid", "hard_swish",
-      "silu", "gelu_erf", "gelu_tanh", "mish", "softsign", "celu", "thresholded_relu", "swish"};
+  const std::vector<std::string> activations = {"relu", "sigmoid",          "tanh",      "leaky_relu",   "elu",
+                                                "selu", "softplus",         "clip",      "hard_sigmoid", "hard_swish",
+                                                "silu", "gelu_erf",         "gelu_tanh", "mish",         "softsign",
+                                                "celu", "thresholded_relu", "swish"};
   for (const auto& n : activations) EXPECT_EQ(to_string(parse_activation_type(n)), n);
   EXPECT_EQ(parse_activation_type("leaky_relu"), ActivationType::kLeakyRelu);
-  const std::vector<std::string> ew = {"sum", "sub", "prod", "div", "pow", "max", "min", "mod", "floor_div",
-                                       "equal", "less", "greater", "less_or_equal", "greater_or_equal",
-                                       "and", "or", "xor"};
+  const std::vector<std::string> ew = {
+      "sum", "sub",       "prod",  "div",  "pow",     "max",           "min",
+      "mod", "floor_div", "equal", "less", "greater", "less_or_equal", "greater_or_equal",
+      "and", "or",        "xor"};
   for (const auto& n : ew) EXPECT_EQ(to_string(parse_elementwise_op(n)), n);
   EXPECT_EQ(parse_elementwise_op("less_or_equal"), ElementWiseOp::kLessOrEqual);
-  const std::vector<std::string> unary = {"exp", "log", "sqrt", "recip", "abs", "neg", "floor", "ceil", "round",
-                                          "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
-                                          "asinh", "acosh", "atanh", "erf", "not", "sign", "isnan", "isinf"};
+  const std::vector<std::string> unary = {"exp",   "log",   "sqrt",  "recip", "abs",  "neg",  "floor", "ceil", "round",
+                                          "sin",   "cos",   "tan",   "asin",  "acos", "atan", "sinh",  "cosh", "tanh",
+                                          "asinh", "acosh", "atanh", "erf",   "not",  "sign", "isnan", "isinf"};
   for (const auto& n : unary) EXPECT_EQ(to_string(parse_unary_op(n)), n);
   EXPECT_EQ(parse_unary_op("isnan"), UnaryOp::kIsNaN);
-  const std::vector<std::string> reduce = {"sum", "mean", "max", "min", "prod", "l1", "l2", "sum_square",
-                                           "log_sum", "log_sum_exp"};
+  const std::vector<std::string> reduce = {"sum", "mean", "max",        "min",     "prod",
+                                           "l1",  "l2",   "sum_square", "log_sum", "log_sum_exp"};
   for (const auto& n : reduce) EXPECT_EQ(to_string(parse_reduce_op(n)), n);
   EXPECT_EQ(parse_reduce_op("log_sum_exp"), ReduceOp::kLogSumExp);
   try {
@@ -117,12 +119,21 @@ TEST(MathShapes, ElementWiseBroadcastsAndTypes) {
             attrs_of({{"op", std::string("less_or_equal")}}));
   EXPECT_EQ(r.first, DataType::kBool);
   EXPECT_EQ(r.second, (Dims{4, 3}));
-  expect_error([] { infer(kLayerElementWise, {{kF32, {2, 3, 4}}, {kF32, {2, 1}}}, attrs_of({{"op", std::string("sum")}})); },
-               "broadcast");
-  expect_error([] { infer(kLayerElementWise, {{kF32, {2}}, {DataType::kInt32, {2}}}, attrs_of({{"op", std::string("sum")}})); },
-               "same data type");
-  expect_error([] { infer(kLayerElementWise, {{kF32, {2}}, {kF32, {2}}}, attrs_of({{"op", std::string("add")}})); },
-               "floor_div");
+  expect_error(
+      [] {
+        infer(kLayerElementWise, {{kF32, {2, 3, 4}}, {kF32, {2, 1}}}, attrs_of({{"op", std::string("sum")}}));
+      },
+      "broadcast");
+  expect_error(
+      [] {
+        infer(kLayerElementWise, {{kF32, {2}}, {DataType::kInt32, {2}}}, attrs_of({{"op", std::string("sum")}}));
+      },
+      "same data type");
+  expect_error(
+      [] {
+        infer(kLayerElementWise, {{kF32, {2}}, {kF32, {2}}}, attrs_of({{"op", std::string("add")}}));
+      },
+      "floor_div");
 }
 
 TEST(MathShapes, UnarySelectCastIdentity) {
@@ -133,8 +144,11 @@ TEST(MathShapes, UnarySelectCastIdentity) {
   EXPECT_EQ(r.first, DataType::kBool);
   r = infer(kLayerUnary, {{DataType::kInt32, {4}}}, attrs_of({{"op", std::string("abs")}}));
   EXPECT_EQ(r.first, DataType::kInt32);
-  expect_error([] { infer(kLayerUnary, {{DataType::kInt32, {4}}}, attrs_of({{"op", std::string("exp")}})); },
-               "floating-point");
+  expect_error(
+      [] {
+        infer(kLayerUnary, {{DataType::kInt32, {4}}}, attrs_of({{"op", std::string("exp")}}));
+      },
+      "floating-point");
 
   r = infer(kLayerSelect, {{DataType::kBool, {2, 1, 4}}, {DataType::kInt64, {3, 4}}, {DataType::kInt64, {2, 3, 1}}});
   EXPECT_EQ(r.first, DataType::kInt64);
@@ -156,22 +170,33 @@ TEST(MathShapes, ActivationPReluScaleSoftMax) {
   auto r = infer(kLayerActivation, {{kF32, {1, 3}}}, attrs_of({{"kind", std::string("gelu_tanh")}}));
   EXPECT_EQ(r.second, (Dims{1, 3}));
   expect_error([] { infer(kLayerActivation, {{kF32, {1}}}, attrs_of({{"kind", std::string("gelu")}})); }, "gelu_erf");
-  expect_error([] { infer(kLayerActivation, {{DataType::kInt32, {1}}}, attrs_of({{"kind", std::string("relu")}})); },
-               "floating-point");
+  expect_error(
+      [] {
+        infer(kLayerActivation, {{DataType::kInt32, {1}}}, attrs_of({{"kind", std::string("relu")}}));
+      },
+      "floating-point");
 
   r = infer(kLayerParametricReLU, {{kF32, {2, 3, 4, 5}}, {kF32, {3, 1, 1}}});
   EXPECT_EQ(r.second, (Dims{2, 3, 4, 5}));
   expect_error([] { infer(kLayerParametricReLU, {{kF32, {2, 3}}, {kF32, {2}}}); }, "broadcast");
 
-  r = infer(kLayerScale, {{kF32, {2, 3, 4}}, {kF32, {3}}, {kF32, {3}}},
-            attrs_of({{"mode", std::string("channel")}}));
+  r = infer(kLayerScale, {{kF32, {2, 3, 4}}, {kF32, {3}}, {kF32, {3}}}, attrs_of({{"mode", std::string("channel")}}));
   EXPECT_EQ(r.second, (Dims{2, 3, 4}));
-  expect_error([] { infer(kLayerScale, {{kF32, {2, 3, 4}}, {kF32, {4}}}, attrs_of({{"mode", std::string("channel")}})); },
-               "one per channel");
-  expect_error([] { infer(kLayerScale, {{kF32, {2, 3}}, {kF32, {3}}}, attrs_of({{"mode", std::string("uniform")}})); },
-               "one value");
-  expect_error([] { infer(kLayerScale, {{kF32, {2, 3}}, {kF32, {3}}}, attrs_of({{"mode", std::string("per_row")}})); },
-               "mode");
+  expect_error(
+      [] {
+        infer(kLayerScale, {{kF32, {2, 3, 4}}, {kF32, {4}}}, attrs_of({{"mode", std::string("channel")}}));
+      },
+      "one per channel");
+  expect_error(
+      [] {
+        infer(kLayerScale, {{kF32, {2, 3}}, {kF32, {3}}}, attrs_of({{"mode", std::string("uniform")}}));
+      },
+      "one value");
+  expect_error(
+      [] {
+        infer(kLayerScale, {{kF32, {2, 3}}, {kF32, {3}}}, attrs_of({{"mode", std::string("per_row")}}));
+      },
+      "mode");
 
   r = infer(kLayerSoftMax, {{kF32, {2, 3, 4, 5}}}, attrs_of({{"axis", int64_t{-3}}}));
   EXPECT_EQ(r.second, (Dims{2, 3, 4, 5}));
@@ -185,22 +210,31 @@ TEST(MathShapes, ReduceKeepDims) {
   r = infer(kLayerReduce, {{kF32, {3, 4, 5}}},
             attrs_of({{"op", std::string("max")}, {"axes", std::vector<int64_t>{2, 0}}, {"keep_dims", int64_t{0}}}));
   EXPECT_EQ(r.second, (Dims{4}));
-  r = infer(kLayerReduce, {{DataType::kInt64, {3, 4}}}, attrs_of({{"op", std::string("prod")}, {"keep_dims", int64_t{0}}}));
+  r = infer(kLayerReduce, {{DataType::kInt64, {3, 4}}},
+            attrs_of({{"op", std::string("prod")}, {"keep_dims", int64_t{0}}}));
   EXPECT_EQ(r.first, DataType::kInt64);
   EXPECT_EQ(r.second.rank(), 0);  // empty axes: everything
   r = infer(kLayerReduce, {{kF32, {3, 4}}}, attrs_of({{"op", std::string("mean")}}));
   EXPECT_EQ(r.second, (Dims{1, 1}));
-  expect_error([] { infer(kLayerReduce, {{kF32, {3, 4}}}, attrs_of({{"op", std::string("sum")}, {"axes", std::vector<int64_t>{1, -1}}})); },
-               "twice");
-  expect_error([] { infer(kLayerReduce, {{kF32, {3, 4}}}, attrs_of({{"op", std::string("sum")}, {"axes", std::vector<int64_t>{2}}})); },
-               "out of range");
+  expect_error(
+      [] {
+        infer(kLayerReduce, {{kF32, {3, 4}}},
+              attrs_of({{"op", std::string("sum")}, {"axes", std::vector<int64_t>{1, -1}}}));
+      },
+      "twice");
+  expect_error(
+      [] {
+        infer(kLayerReduce, {{kF32, {3, 4}}},
+              attrs_of({{"op", std::string("sum")}, {"axes", std::vector<int64_t>{2}}}));
+      },
+      "out of range");
   expect_error([] { infer(kLayerReduce, {{kF32, {3}}}, attrs_of({{"op", std::string("average")}})); }, "log_sum_exp");
 }
 
 TEST(MathShapes, MatrixMultiply) {
   auto mm = [](Dims a, Dims b, int64_t ta = 0, int64_t tb = 0) {
-    return infer(kLayerMatrixMultiply, {{kF32, a}, {kF32, b}},
-                 attrs_of({{"transpose_a", ta}, {"transpose_b", tb}})).second;
+    return infer(kLayerMatrixMultiply, {{kF32, a}, {kF32, b}}, attrs_of({{"transpose_a", ta}, {"transpose_b", tb}}))
+        .second;
   };
   EXPECT_EQ(mm({5, 7}, {7, 3}), (Dims{5, 3}));
   EXPECT_EQ(mm({2, 1, 3, 4}, {5, 4, 6}), (Dims{2, 5, 3, 6}));
@@ -229,8 +263,11 @@ TEST(MathShapes, Gemm) {
   expect_error([&] { gemm({4, 5}, {3, 5}, std::nullopt, 0, 0); }, "inner dimensions");
   expect_error([&] { gemm({4, 5}, {5, 3}, Dims{4}, 0, 0); }, "broadcast to the output");
   expect_error([&] { gemm({2, 4, 5}, {5, 3}, std::nullopt, 0, 0); }, "2-D");
-  expect_error([&] { infer(kLayerGemm, {{kF32, {2, 2}}, {kF32, {2, 2}}}, attrs_of({{"activation", std::string("rectify")}})); },
-               "activation");
+  expect_error(
+      [&] {
+        infer(kLayerGemm, {{kF32, {2, 2}}, {kF32, {2, 2}}}, attrs_of({{"activation", std::string("rectify")}}));
+      },
+      "activation");
 }
 
 // ---- reference kernels: hand-computed tiny cases ------------------------------------------------
@@ -290,7 +327,8 @@ TEST(MathReference, ReduceMatMulGemmByHand) {
                                         attrs_of({{"op", std::string("mean")}, {"axes", std::vector<int64_t>{0}}}));
   EXPECT_EQ(mean.dims(), (Dims{1, 2}));
   EXPECT_EQ(values_of<float>(mean), (std::vector<float>{2, 3}));
-  const HostTensor prod = run_reference(kLayerReduce, {given(x)}, attrs_of({{"op", std::string("prod")}, {"keep_dims", int64_t{0}}}));
+  const HostTensor prod =
+      run_reference(kLayerReduce, {given(x)}, attrs_of({{"op", std::string("prod")}, {"keep_dims", int64_t{0}}}));
   EXPECT_EQ(prod.dims().rank(), 0);
   EXPECT_EQ(prod.as<float>()[0], 24.0f);
 
@@ -298,7 +336,8 @@ TEST(MathReference, ReduceMatMulGemmByHand) {
   const auto b = tensor<float>(kF32, {2, 2}, {5, 6, 7, 8});
   EXPECT_EQ(values_of<float>(run_reference(kLayerMatrixMultiply, {given(x), given(b)})),
             (std::vector<float>{19, 22, 43, 50}));
-  EXPECT_EQ(values_of<float>(run_reference(kLayerMatrixMultiply, {given(x), given(b)}, attrs_of({{"transpose_b", int64_t{1}}}))),
+  EXPECT_EQ(values_of<float>(
+                run_reference(kLayerMatrixMultiply, {given(x), given(b)}, attrs_of({{"transpose_b", int64_t{1}}}))),
             (std::vector<float>{17, 23, 39, 53}));
   const auto v = tensor<float>(kF32, {2}, {1, -1});
   const HostTensor mv = run_reference(kLayerMatrixMultiply, {given(x), given(v)});
@@ -307,9 +346,9 @@ TEST(MathReference, ReduceMatMulGemmByHand) {
 
   // Gemm: 2 * x^T b + 0.5 * c (c = [10, 20] broadcast over rows), then relu.
   const auto c = tensor<float>(kF32, {2}, {10, -200});
-  const HostTensor g = run_reference(kLayerGemm, {given(x), given(b), given(c)},
-                                     attrs_of({{"alpha", 2.0}, {"beta", 0.5}, {"trans_a", int64_t{1}},
-                                               {"activation", std::string("relu")}}));
+  const HostTensor g = run_reference(
+      kLayerGemm, {given(x), given(b), given(c)},
+      attrs_of({{"alpha", 2.0}, {"beta", 0.5}, {"trans_a", int64_t{1}}, {"activation", std::string("relu")}}));
   // x^T b = [[1,3],[2,4]] x [[5,6],[7,8]] = [[26,30],[38,44]]
   EXPECT_EQ(values_of<float>(g), (std::vector<float>{57, 0, 81, 0}));
   const HostTensor g2 = run_reference(kLayerGemm, {given(x), given(b), omitted()});

@@ -37,8 +37,9 @@ test::InputSpec given(HostTensor value) {
 HostTensor floats(Dims dims, std::vector<float> values) { return HostTensor::from_vector(kF32, dims, values); }
 
 // Output (type, dims) of a one-layer network; inputs are (type, dims) pairs.
-std::vector<std::pair<DataType, Dims>> infer(const std::string& type, const std::vector<std::pair<DataType, Dims>>& inputs,
-                                             Attributes attrs, int num_outputs = 1) {
+std::vector<std::pair<DataType, Dims>> infer(const std::string& type,
+                                             const std::vector<std::pair<DataType, Dims>>& inputs, Attributes attrs,
+                                             int num_outputs = 1) {
   Network net;
   std::vector<Tensor*> tensors;
   std::vector<TensorState> states(inputs.size());
@@ -82,22 +83,48 @@ TEST(NormalizationShapes, LayerModeStatisticsOutputs) {
 
 TEST(NormalizationShapes, ErrorsNameTheProblem) {
   auto mode = [](const char* m) { return std::string(m); };
-  expect_error([&] { infer(kLayerNormalization, {{kF32, {2, 3}}}, attrs_of({{"mode", mode("batch")}})); }, "allowed values");
-  expect_error([&] { infer(kLayerNormalization, {{DataType::kInt32, {2, 3}}}, attrs_of({{"mode", mode("layer")}})); },
-               "floating-point");
-  expect_error([&] { infer(kLayerNormalization, {{kF32, {2, 3}}, {kF32, {2}}}, attrs_of({{"mode", mode("layer")}})); },
-               "broadcast");
-  expect_error([&] { infer(kLayerNormalization, {{kF32, {2, 3, 4}}, {kF32, {4}}}, attrs_of({{"mode", mode("instance")}})); },
-               "one value per channel");
-  expect_error([&] {
-    infer(kLayerNormalization, {{kF32, {2, 6, 4}}}, attrs_of({{"mode", mode("group")}, {"num_groups", int64_t{4}}}));
-  }, "divide the channel count");
-  expect_error([&] { infer(kLayerNormalization, {{kF32, {2, 3}}}, attrs_of({{"mode", mode("mvn")}, {"axes", std::vector<int64_t>{1, -1}}})); },
-               "twice");
-  expect_error([&] { infer(kLayerNormalization, {{kF32, {2, 3}}}, attrs_of({{"mode", mode("lp")}, {"p", int64_t{3}}})); },
-               "supports 1 and 2");
-  expect_error([&] { infer(kLayerNormalization, {{kF32, {2, 3}}}, attrs_of({{"mode", mode("lp")}}), 2); },
-               "only mode 'layer'");
+  expect_error(
+      [&] {
+        infer(kLayerNormalization, {{kF32, {2, 3}}}, attrs_of({{"mode", mode("batch")}}));
+      },
+      "allowed values");
+  expect_error(
+      [&] {
+        infer(kLayerNormalization, {{DataType::kInt32, {2, 3}}}, attrs_of({{"mode", mode("layer")}}));
+      },
+      "floating-point");
+  expect_error(
+      [&] {
+        infer(kLayerNormalization, {{kF32, {2, 3}}, {kF32, {2}}}, attrs_of({{"mode", mode("layer")}}));
+      },
+      "broadcast");
+  expect_error(
+      [&] {
+        infer(kLayerNormalization, {{kF32, {2, 3, 4}}, {kF32, {4}}}, attrs_of({{"mode", mode("instance")}}));
+      },
+      "one value per channel");
+  expect_error(
+      [&] {
+        infer(kLayerNormalization, {{kF32, {2, 6, 4}}},
+              attrs_of({{"mode", mode("group")}, {"num_groups", int64_t{4}}}));
+      },
+      "divide the channel count");
+  expect_error(
+      [&] {
+        infer(kLayerNormalization, {{kF32, {2, 3}}},
+              attrs_of({{"mode", mode("mvn")}, {"axes", std::vector<int64_t>{1, -1}}}));
+      },
+      "twice");
+  expect_error(
+      [&] {
+        infer(kLayerNormalization, {{kF32, {2, 3}}}, attrs_of({{"mode", mode("lp")}, {"p", int64_t{3}}}));
+      },
+      "supports 1 and 2");
+  expect_error(
+      [&] {
+        infer(kLayerNormalization, {{kF32, {2, 3}}}, attrs_of({{"mode", mode("lp")}}), 2);
+      },
+      "only mode 'layer'");
   expect_error([&] { infer(kLayerLRN, {{kF32, {2, 3}}}, attrs_of({{"size", int64_t{3}}})); }, "rank >= 3");
 }
 

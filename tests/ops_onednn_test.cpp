@@ -148,7 +148,9 @@ HostTensor run_tactic(const Direct& d, const std::vector<HostTensor>& vals, cons
   return run_prepared(*kernel, d, vals, d.infer_out(vals), formats, threads);
 }
 
-HostTensor tensor(const Dims& dims, std::vector<float> v) { return HostTensor::from_vector(DataType::kFloat32, dims, v); }
+HostTensor tensor(const Dims& dims, std::vector<float> v) {
+  return HostTensor::from_vector(DataType::kFloat32, dims, v);
+}
 
 void expect_close(const HostTensor& got, const HostTensor& want, double atol, const std::string& what) {
   ASSERT_EQ(got.dims(), want.dims()) << what;
@@ -226,17 +228,22 @@ TEST(OnednnPooling, HandComputedSmallCase) {
   expect_close(run_tactic(mx, mx.values, "onednn"), tensor({1, 1, 2, 2}, {5, 7, 13, 15}), 0, "max");
   // 3x3 windows stride 2 with pad 1 at the begin: exclude-pad averages of the in-bounds taps.
   Direct av(kLayerPooling, {tensor({1, 1, 4, 4}, xv)}, {false},
-            make_attrs({{"mode", std::string("average")}, {"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}},
+            make_attrs({{"mode", std::string("average")},
+                        {"kernel", Ints{3, 3}},
+                        {"strides", Ints{2, 2}},
                         {"pads", Ints{1, 1, 0, 0}}}));
   // windows rows {0,1} x cols {0,1} -> (0+1+4+5)/4; rows {0,1} x cols {1,2,3} -> (1+2+3+5+6+7)/6; ...
   expect_close(run_tactic(av, av.values, "onednn"), tensor({1, 1, 2, 2}, {2.5f, 4.0f, 8.5f, 10.0f}), 1e-5,
                "average exclude pad");
   // count_include_pad: the window sums 10, 24, 51, 90 divided by 9 (taps inside the padded extent).
   Direct ai(kLayerPooling, {tensor({1, 1, 4, 4}, xv)}, {false},
-            make_attrs({{"mode", std::string("average")}, {"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                        {"pads", Ints{1, 1, 0, 0}}, {"count_include_pad", int64_t{1}}}));
-  expect_close(run_tactic(ai, ai.values, "onednn"), tensor({1, 1, 2, 2}, {10.f / 9, 24.f / 9, 51.f / 9, 10.f}),
-               1e-5, "average include pad");
+            make_attrs({{"mode", std::string("average")},
+                        {"kernel", Ints{3, 3}},
+                        {"strides", Ints{2, 2}},
+                        {"pads", Ints{1, 1, 0, 0}},
+                        {"count_include_pad", int64_t{1}}}));
+  expect_close(run_tactic(ai, ai.values, "onednn"), tensor({1, 1, 2, 2}, {10.f / 9, 24.f / 9, 51.f / 9, 10.f}), 1e-5,
+               "average include pad");
 }
 
 TEST(OnednnMatmul, HandComputedSmallCase) {
@@ -253,8 +260,7 @@ TEST(OnednnMatmul, HandComputedSmallCase) {
 TEST(OnednnGemm, HandComputedAlphaBeta) {
   // y = relu(0.5 * A B + 2 * C), A = [[1,2],[3,4]], B = [[1,0],[0,-1]], C = [1, -10] (row broadcast).
   Direct d(kLayerGemm, {tensor({2, 2}, {1, 2, 3, 4}), tensor({2, 2}, {1, 0, 0, -1}), tensor({2}, {1, -10})},
-           {false, true, false},
-           make_attrs({{"alpha", 0.5}, {"beta", 2.0}, {"activation", std::string("relu")}}));
+           {false, true, false}, make_attrs({{"alpha", 0.5}, {"beta", 2.0}, {"activation", std::string("relu")}}));
   // AB = [[1,-2],[3,-4]] -> 0.5AB + 2C = [[2.5,-21],[3.5,-22]] -> relu.
   expect_close(run_tactic(d, d.values, "onednn"), tensor({2, 2}, {2.5f, 0.f, 3.5f, 0.f}), 1e-5, "gemm alpha/beta");
   // trans_a, C as bias (alpha = beta = 1): A^T = [[1,3],[2,4]]; A^T B = [[1,-3],[2,-4]]; + C [M,1] = [[1],[2]].
@@ -267,16 +273,17 @@ TEST(OnednnGemm, HandComputedAlphaBeta) {
 
 // Channels-last tensors (also mixed with linear ones); compare with the reference on NCHW data.
 TEST(OnednnConv, ChannelsLastMatchesReference) {
-  Direct d(kLayerConvolution,
-           {test::random_tensor(DataType::kFloat32, {2, 16, 11, 10}, 1),
-            test::random_tensor(DataType::kFloat32, {24, 16, 3, 3}, 2, -0.5, 0.5),
-            test::random_tensor(DataType::kFloat32, {24}, 3), test::random_tensor(DataType::kFloat32, {2, 24, 6, 5}, 4)},
-           {false, true, true, false},
-           make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 0}}, {"activation", std::string("gelu_erf")}}));
+  Direct d(
+      kLayerConvolution,
+      {test::random_tensor(DataType::kFloat32, {2, 16, 11, 10}, 1),
+       test::random_tensor(DataType::kFloat32, {24, 16, 3, 3}, 2, -0.5, 0.5),
+       test::random_tensor(DataType::kFloat32, {24}, 3), test::random_tensor(DataType::kFloat32, {2, 24, 6, 5}, 4)},
+      {false, true, true, false},
+      make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 0}}, {"activation", std::string("gelu_erf")}}));
   const HostTensor want = run_tactic(d, d.values, "reference");
   const auto cl = TensorFormat::kChannelsLast, lin = TensorFormat::kLinear;
-  for (const Formats f : {Formats::all(cl), Formats{lin, cl, cl}, Formats{cl, lin, lin}, Formats{lin, lin, cl},
-                          Formats{cl, cl, lin}}) {
+  for (const Formats f :
+       {Formats::all(cl), Formats{lin, cl, cl}, Formats{cl, lin, lin}, Formats{lin, lin, cl}, Formats{cl, cl, lin}}) {
     std::vector<HostTensor> vals = d.values;
     if (f.x == cl) vals[0] = to_channels_last(d.values[0]);
     if (f.residual == cl) vals[3] = to_channels_last(d.values[3]);
@@ -298,7 +305,8 @@ TEST(OnednnConv, RepreparedForOtherShapesAndInPlaceResidual) {
   ASSERT_NE(e, nullptr);
   auto kernel = e->create(*d.layer);
   for (const Dims& x : {Dims{1, 4, 9, 9}, Dims{3, 4, 13, 7}, Dims{1, 4, 9, 9}, Dims{2, 4, 5, 16}}) {
-    std::vector<HostTensor> vals = {test::random_tensor(DataType::kFloat32, x, static_cast<uint64_t>(x.volume())), w, b};
+    std::vector<HostTensor> vals = {test::random_tensor(DataType::kFloat32, x, static_cast<uint64_t>(x.volume())), w,
+                                    b};
     const Dims out = d.infer_out(vals);
     const HostTensor want = run_tactic(d, vals, "reference");
     const HostTensor got = run_prepared(*kernel, d, vals, out, Formats{}, 1);
@@ -326,12 +334,16 @@ TEST(OnednnDeconv, ChannelsLastMatchesReference) {
             test::random_tensor(DataType::kFloat32, {16, 12, 3, 3}, 22, -0.5, 0.5),
             test::random_tensor(DataType::kFloat32, {24}, 23)},
            {false, true, true},
-           make_attrs({{"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 0, 1}}, {"group", int64_t{2}},
-                       {"output_padding", Ints{1, 1}}, {"activation", std::string("elu")}, {"activation_alpha", 0.5}}));
+           make_attrs({{"strides", Ints{2, 2}},
+                       {"pads", Ints{1, 0, 0, 1}},
+                       {"group", int64_t{2}},
+                       {"output_padding", Ints{1, 1}},
+                       {"activation", std::string("elu")},
+                       {"activation_alpha", 0.5}}));
   const HostTensor want = run_tactic(d, d.values, "reference");
   const auto cl = TensorFormat::kChannelsLast, lin = TensorFormat::kLinear;
-  const HostTensor got = run_tactic(d, {to_channels_last(d.values[0]), d.values[1], d.values[2]}, "onednn",
-                                    Formats::all(cl));
+  const HostTensor got =
+      run_tactic(d, {to_channels_last(d.values[0]), d.values[1], d.values[2]}, "onednn", Formats::all(cl));
   expect_close(from_channels_last(got), want, sum_atol(8 * 9), "channels-last deconv");
   const HostTensor mixed = run_tactic(d, d.values, "onednn", Formats{lin, lin, cl});
   expect_close(from_channels_last(mixed), want, sum_atol(8 * 9), "linear x, channels-last y deconv");
@@ -341,7 +353,9 @@ TEST(OnednnDeconv, ChannelsLastMatchesReference) {
 
 TEST(OnednnPooling, ChannelsLastMatchesReference) {
   Direct d(kLayerPooling, {test::random_tensor(DataType::kFloat32, {2, 13, 9, 10}, 11)}, {false},
-           make_attrs({{"mode", std::string("average")}, {"kernel", Ints{3, 3}}, {"strides", Ints{2, 2}},
+           make_attrs({{"mode", std::string("average")},
+                       {"kernel", Ints{3, 3}},
+                       {"strides", Ints{2, 2}},
                        {"pads", Ints{1, 0, 1, 1}}}));
   const HostTensor want = run_tactic(d, d.values, "reference");
   const auto cl = TensorFormat::kChannelsLast, lin = TensorFormat::kLinear;

@@ -49,15 +49,18 @@ TEST(QuantizeShapes, ErrorsNameTheRule) {
             std::string::npos);
   EXPECT_NE(infer_error(kLayerQuantize, {{kF32, {2, 6}}, {kF32, {2, 2}}}, quant_attrs(1, 2)).find("needs 2x3"),
             std::string::npos);
-  EXPECT_NE(infer_error(kLayerQuantize, {{kF32, {3}}, {kF32, {3}}, {kU8, {1}}}, quant_attrs(0)).find("must have the dims of scale"),
+  EXPECT_NE(infer_error(kLayerQuantize, {{kF32, {3}}, {kF32, {3}}, {kU8, {1}}}, quant_attrs(0))
+                .find("must have the dims of scale"),
             std::string::npos);
   EXPECT_NE(infer_error(kLayerQuantize, {{kF32, {3}}, {kF32, {}}, {DataType::kInt32, {}}}, quant_attrs(0))
                 .find("must be int8 or uint8"),
             std::string::npos);
-  EXPECT_NE(infer_error(kLayerQuantize, {{kU8, {3}}, {kF32, {}}}, quant_attrs(0)).find("floating-point"), std::string::npos);
+  EXPECT_NE(infer_error(kLayerQuantize, {{kU8, {3}}, {kF32, {}}}, quant_attrs(0)).find("floating-point"),
+            std::string::npos);
   EXPECT_NE(infer_error(kLayerDequantize, {{kF32, {3}}, {kF32, {}}}, quant_attrs(0)).find("int8, uint8 or int32"),
             std::string::npos);
-  EXPECT_NE(infer_error(kLayerDequantize, {{kU8, {3}}, {kF32, {}}, {kI8, {}}}, quant_attrs(0)).find("zero point has type int8"),
+  EXPECT_NE(infer_error(kLayerDequantize, {{kU8, {3}}, {kF32, {}}, {kI8, {}}}, quant_attrs(0))
+                .find("zero point has type int8"),
             std::string::npos);
 }
 
@@ -66,14 +69,14 @@ TEST(QuantizeShapes, ErrorsNameTheRule) {
 
 class QuantizeConformance : public ::testing::TestWithParam<const char*> {};
 TEST_P(QuantizeConformance, MatchesTheOnnxBackendTest) { test::ortcase::check_node_test(GetParam(), 0.0, 1e-6); }
-INSTANTIATE_TEST_SUITE_P(
-    Node, QuantizeConformance,
-    ::testing::Values("test_quantizelinear", "test_quantizelinear_axis", "test_dequantizelinear",
-                      "test_dequantizelinear_axis", "test_dynamicquantizelinear",
-                      "test_dynamicquantizelinear_max_adjusted", "test_dynamicquantizelinear_min_adjusted",
-                      "test_matmulinteger", "test_convinteger_with_padding", "test_convinteger_without_padding",
-                      "test_qlinearmatmul_2D", "test_qlinearmatmul_3D", "test_qlinearconv"),
-    [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Node, QuantizeConformance,
+                         ::testing::Values("test_quantizelinear", "test_quantizelinear_axis", "test_dequantizelinear",
+                                           "test_dequantizelinear_axis", "test_dynamicquantizelinear",
+                                           "test_dynamicquantizelinear_max_adjusted",
+                                           "test_dynamicquantizelinear_min_adjusted", "test_matmulinteger",
+                                           "test_convinteger_with_padding", "test_convinteger_without_padding",
+                                           "test_qlinearmatmul_2D", "test_qlinearmatmul_3D", "test_qlinearconv"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace kiln

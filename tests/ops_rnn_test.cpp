@@ -35,8 +35,9 @@ Attributes rnn_attrs(const std::string& cell, int64_t hidden, const std::string&
 }
 
 TEST(RnnShapes, OutputsFollowLayoutAndDirection) {
-  auto r = infer_outputs(kLayerRNN, {{kF32, {5, 3, 4}}, {kF32, {2, 24, 4}}, {kF32, {2, 24, 6}}},
-                         rnn_attrs("lstm", 6, "bidirectional", {"sigmoid", "tanh", "tanh", "sigmoid", "tanh", "tanh"}), 3);
+  auto r =
+      infer_outputs(kLayerRNN, {{kF32, {5, 3, 4}}, {kF32, {2, 24, 4}}, {kF32, {2, 24, 6}}},
+                    rnn_attrs("lstm", 6, "bidirectional", {"sigmoid", "tanh", "tanh", "sigmoid", "tanh", "tanh"}), 3);
   ASSERT_EQ(r.size(), 3u);
   EXPECT_EQ(r[0].second, (Dims{5, 2, 3, 6}));
   EXPECT_EQ(r[1].second, (Dims{2, 3, 6}));
@@ -56,10 +57,11 @@ TEST(RnnShapes, ErrorsNameTheRule) {
                         rnn_attrs("rnn", 6, "forward", {"tanh", "tanh"}))
                 .find("must list 1 names"),
             std::string::npos);
-  EXPECT_NE(infer_error(kLayerRNN, {{kF32, {5, 3, 4}}, {kF32, {1, 6, 4}}, {kF32, {1, 6, 6}}},
-                        rnn_attrs("rnn", 6, "sideways", {"tanh"}))
-                .find("attribute 'direction' is \"sideways\"; allowed values: \"forward\", \"reverse\", \"bidirectional\""),
-            std::string::npos);
+  EXPECT_NE(
+      infer_error(kLayerRNN, {{kF32, {5, 3, 4}}, {kF32, {1, 6, 4}}, {kF32, {1, 6, 6}}},
+                  rnn_attrs("rnn", 6, "sideways", {"tanh"}))
+          .find("attribute 'direction' is \"sideways\"; allowed values: \"forward\", \"reverse\", \"bidirectional\""),
+      std::string::npos);
   EXPECT_NE(infer_error(kLayerRNN, {{kF32, {5, 3, 4}}, {kF32, {1, 6, 4}}, {kF32, {1, 6, 6}}},
                         rnn_attrs("rnn", 6, "forward", {"swish"}))
                 .find("attribute 'activations' names \"swish\", not an ONNX RNN activation"),

@@ -29,11 +29,13 @@ Attributes grid_attrs(const std::string& mode, const std::string& padding, int64
 }
 
 TEST(SamplingShapes, OutputDims) {
-  EXPECT_EQ(infer_outputs(kLayerGridSample, {{kF32, {2, 3, 5, 7}}, {kF32, {2, 4, 6, 2}}}, grid_attrs("linear", "zeros", 0))
-                .at(0)
-                .second,
-            (Dims{2, 3, 4, 6}));
-  EXPECT_EQ(infer_outputs(kLayerGridSample, {{kF32, {1, 2, 4, 5, 3}}, {kF32, {1, 3, 2, 4, 3}}}, grid_attrs("cubic", "border", 1))
+  EXPECT_EQ(
+      infer_outputs(kLayerGridSample, {{kF32, {2, 3, 5, 7}}, {kF32, {2, 4, 6, 2}}}, grid_attrs("linear", "zeros", 0))
+          .at(0)
+          .second,
+      (Dims{2, 3, 4, 6}));
+  EXPECT_EQ(infer_outputs(kLayerGridSample, {{kF32, {1, 2, 4, 5, 3}}, {kF32, {1, 3, 2, 4, 3}}},
+                          grid_attrs("cubic", "border", 1))
                 .at(0)
                 .second,
             (Dims{1, 2, 3, 2, 4}));
@@ -44,23 +46,28 @@ TEST(SamplingShapes, OutputDims) {
             (Dims{5, 3, 3, 4}));
   Attributes pa;
   pa.set("pooled_shape", std::vector<int64_t>{2, 3});
-  EXPECT_EQ(infer_outputs(kLayerMaxRoiPool, {{kF32, {1, 4, 8, 8}}, {kF32, {6, 5}}}, pa).at(0).second, (Dims{6, 4, 2, 3}));
+  EXPECT_EQ(infer_outputs(kLayerMaxRoiPool, {{kF32, {1, 4, 8, 8}}, {kF32, {6, 5}}}, pa).at(0).second,
+            (Dims{6, 4, 2, 3}));
 }
 
 TEST(SamplingShapes, ErrorsNameTheRule) {
-  EXPECT_NE(infer_error(kLayerGridSample, {{kF32, {2, 3, 5, 7}}, {kF32, {2, 4, 6, 3}}}, grid_attrs("linear", "zeros", 0))
-                .find("must be [N, O1..2, 2]"),
-            std::string::npos);
-  EXPECT_NE(infer_error(kLayerGridSample, {{kF32, {2, 3, 5, 7}}, {kF32, {2, 4, 6, 2}}}, grid_attrs("bilinear", "zeros", 0))
-                .find("'mode' is \"bilinear\"; allowed values: \"linear\", \"nearest\", \"cubic\""),
-            std::string::npos);
-  EXPECT_NE(infer_error(kLayerGridSample, {{kF32, {1, 1, 2, 2}}, {kF32, {1, 1, 1, 2}}}, grid_attrs("linear", "mirror", 0))
-                .find("allowed values: \"zeros\", \"border\", \"reflection\""),
-            std::string::npos);
+  EXPECT_NE(
+      infer_error(kLayerGridSample, {{kF32, {2, 3, 5, 7}}, {kF32, {2, 4, 6, 3}}}, grid_attrs("linear", "zeros", 0))
+          .find("must be [N, O1..2, 2]"),
+      std::string::npos);
+  EXPECT_NE(
+      infer_error(kLayerGridSample, {{kF32, {2, 3, 5, 7}}, {kF32, {2, 4, 6, 2}}}, grid_attrs("bilinear", "zeros", 0))
+          .find("'mode' is \"bilinear\"; allowed values: \"linear\", \"nearest\", \"cubic\""),
+      std::string::npos);
+  EXPECT_NE(
+      infer_error(kLayerGridSample, {{kF32, {1, 1, 2, 2}}, {kF32, {1, 1, 1, 2}}}, grid_attrs("linear", "mirror", 0))
+          .find("allowed values: \"zeros\", \"border\", \"reflection\""),
+      std::string::npos);
   EXPECT_NE(infer_error(kLayerRoiAlign, {{kF32, {2, 3, 12, 10}}, {kF32, {5, 4}}, {kI64, {4}}}, {}).find("one per roi"),
             std::string::npos);
-  EXPECT_NE(infer_error(kLayerRoiAlign, {{kF32, {2, 3, 12, 10}}, {kF32, {5, 5}}, {kI64, {5}}}, {}).find("[num_rois, 4]"),
-            std::string::npos);
+  EXPECT_NE(
+      infer_error(kLayerRoiAlign, {{kF32, {2, 3, 12, 10}}, {kF32, {5, 5}}, {kI64, {5}}}, {}).find("[num_rois, 4]"),
+      std::string::npos);
   Attributes pa;
   pa.set("pooled_shape", std::vector<int64_t>{2});
   EXPECT_NE(infer_error(kLayerMaxRoiPool, {{kF32, {1, 4, 8, 8}}, {kF32, {6, 5}}}, pa).find("two positive values"),

@@ -57,8 +57,8 @@ void check_requirements(const TableCase& c, const std::vector<KernelResult>& res
     const std::string tactic = req.substr(4);
     if (tactic == "*") {
       for (const auto& r : results) {
-        EXPECT_EQ(r.outcome, Outcome::kPassed) << c.id() << ": every CPU kernel must take and pass it; " << r.tactic
-                                               << ": " << r.message;
+        EXPECT_EQ(r.outcome, Outcome::kPassed)
+            << c.id() << ": every CPU kernel must take and pass it; " << r.tactic << ": " << r.message;
       }
       continue;
     }
@@ -68,9 +68,9 @@ void check_requirements(const TableCase& c, const std::vector<KernelResult>& res
       ADD_FAILURE() << c.id() << ": no CPU kernel '" << tactic << "' is registered for " << c.op.layer_type;
       continue;
     }
-    EXPECT_EQ(r->outcome, Outcome::kPassed) << c.id() << ": the " << tactic << " tactic must take and pass it: "
-                                            << r->message << " (max abs err " << r->stats.max_abs << ", max rel err "
-                                            << r->stats.max_rel << ")";
+    EXPECT_EQ(r->outcome, Outcome::kPassed)
+        << c.id() << ": the " << tactic << " tactic must take and pass it: " << r->message << " (max abs err "
+        << r->stats.max_abs << ", max rel err " << r->stats.max_rel << ")";
   }
   for (const auto& [key, why] : c.decline) {
     if (key.rfind("cpu:", 0) != 0) {
@@ -84,8 +84,8 @@ void check_requirements(const TableCase& c, const std::vector<KernelResult>& res
       ADD_FAILURE() << c.id() << ": no CPU kernel '" << tactic << "' is registered";
       continue;
     }
-    EXPECT_EQ(r->outcome, Outcome::kUnsupported) << c.id() << ": the " << tactic << " tactic must decline it (" << why
-                                                 << "): " << r->message;
+    EXPECT_EQ(r->outcome, Outcome::kUnsupported)
+        << c.id() << ": the " << tactic << " tactic must decline it (" << why << "): " << r->message;
   }
 }
 
@@ -157,9 +157,9 @@ INSTANTIATE_TEST_SUITE_P(OpTable, OpTableCase, ::testing::ValuesIn(all_cases()),
 TEST(OpTable, EveryFamilyHasItsCases) {
   // The counts when the table was made (issue 13); a family may grow, never shrink unnoticed.
   const std::map<std::string, size_t> kAtLeast = {
-      {"bitwise", 11},  {"composite", 40}, {"conv", 127}, {"data", 166},     {"data_dependent", 13},
-      {"einsum", 25},   {"indexing", 96},  {"math", 380}, {"normalization", 41}, {"quantize", 31},
-      {"rnn", 21},      {"sampling", 36},  {"scatter", 21}};
+      {"bitwise", 11}, {"composite", 40}, {"conv", 127},  {"data", 166},         {"data_dependent", 13},
+      {"einsum", 25},  {"indexing", 96},  {"math", 380},  {"normalization", 41}, {"quantize", 31},
+      {"rnn", 21},     {"sampling", 36},  {"scatter", 21}};
   for (const auto& family : test::op_families()) {
     ASSERT_TRUE(kAtLeast.count(family)) << family;
     EXPECT_GE(test::load_op_table(family).size(), kAtLeast.at(family))

@@ -63,8 +63,8 @@ std::string joined(const std::vector<std::string>& lines) {
 
 // Builds and runs a network; returns its outputs in network-output order.
 std::vector<HostTensor> run_network(const Network& net, bool optimize, const Inputs& inputs,
-                                    const std::vector<OptimizationProfile>& profiles = {}, BuildReport* report = nullptr,
-                                    int threads = 1) {
+                                    const std::vector<OptimizationProfile>& profiles = {},
+                                    BuildReport* report = nullptr, int threads = 1) {
   BuilderConfig config;
   config.disable_optimizations = !optimize;
   config.profiles = profiles;
@@ -92,8 +92,8 @@ void expect_close(const std::vector<HostTensor>& actual, const std::vector<HostT
   for (size_t i = 0; i < actual.size(); ++i) {
     ASSERT_EQ(actual[i].dims(), expected[i].dims()) << "output " << i;
     std::string message;
-    EXPECT_TRUE(test::compare_tensors(actual[i], expected[i], rtol, atol, nullptr, &message)) << "output " << i << ": "
-                                                                                             << message;
+    EXPECT_TRUE(test::compare_tensors(actual[i], expected[i], rtol, atol, nullptr, &message))
+        << "output " << i << ": " << message;
   }
 }
 
@@ -226,8 +226,9 @@ TEST(ConstantFolding, DynamicBatchKeepsOnlyTheBatchDependentPart) {
 TEST(ConstantFolding, LeavesOutputsOver64MiBAlone) {
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, {1});
-  Tensor* big = net.add_layer(kLayerExpand, {constant(net, floats({1}, {1.0f})), constant(net, ints({2}, {4097, 4096}))},
-                              1)->output(0);
+  Tensor* big =
+      net.add_layer(kLayerExpand, {constant(net, floats({1}, {1.0f})), constant(net, ints({2}, {4097, 4096}))}, 1)
+          ->output(0);
   Tensor* total = net.add_reduce(big, ReduceOp::kSum, {}, false)->output(0);
   net.mark_output(net.add_elementwise(x, total, ElementWiseOp::kSum)->output(0));
 
@@ -505,7 +506,8 @@ TEST(ElementWiseFusion, FusesUniformScaleAndDiamonds) {
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, {3, 50});
   Tensor* r = net.add_activation(x, ActivationType::kRelu)->output(0);
-  Tensor* s = net.add_scale(r, ScaleMode::kUniform, floats({1}, {1.0f}), floats({1}, {2.0f}), floats({1}, {2.0f}))->output(0);
+  Tensor* s =
+      net.add_scale(r, ScaleMode::kUniform, floats({1}, {1.0f}), floats({1}, {2.0f}), floats({1}, {2.0f}))->output(0);
   Tensor* n = net.add_unary(s, UnaryOp::kNeg)->output(0);
   // Two branches from x that meet again: both are single-reader chains into the max.
   Tensor* a = net.add_activation(x, ActivationType::kElu, 0.7)->output(0);
@@ -527,9 +529,9 @@ TEST(FusedElementWise, KernelMatchesIndependentMath) {
     Tensor* y = net.add_input("y", DataType::kFloat32, dims);
     Tensor* z = net.add_input("z", DataType::kFloat32, {1});
     Attributes attrs;
-    attrs.set("program", std::vector<std::string>{"act relu r0 0 0", "binary prod r3 r1", "const 3",
-                                                  "binary sum r4 r5", "binary max r6 r2", "scale r7 0.5 -1 1",
-                                                  "unary abs r8", "act leaky_relu r9 0.25 0"});
+    attrs.set("program", std::vector<std::string>{"act relu r0 0 0", "binary prod r3 r1", "const 3", "binary sum r4 r5",
+                                                  "binary max r6 r2", "scale r7 0.5 -1 1", "unary abs r8",
+                                                  "act leaky_relu r9 0.25 0"});
     net.mark_output(net.add_layer(kLayerFusedElementWise, {x, y, z}, 1, attrs)->output(0));
     const Inputs inputs = {{"x", rand_f(dims, 51, -4, 4)}, {"y", rand_f(dims, 52, -4, 4)}, {"z", floats({1}, {2.5f})}};
     const std::vector<HostTensor> got = run_network(net, false, inputs, {}, nullptr, 2);
@@ -546,14 +548,14 @@ TEST(FusedElementWise, KernelMatchesIndependentMath) {
 
 TEST(FusedElementWise, RejectsBadPrograms) {
   const std::vector<std::vector<std::string>> bad = {
-      {},                           // empty
-      {"binary prod r0 r5"},        // register not yet defined
-      {"unary not r0"},             // bool-valued
-      {"binary equal r0 r0"},       // bool-valued
-      {"frobnicate r0"},            // unknown
-      {"const x"},                  // not a number
-      {"act nosuch r0 0 0"},        // unknown activation
-      {"scale r0 1 2"},             // missing power
+      {},                      // empty
+      {"binary prod r0 r5"},   // register not yet defined
+      {"unary not r0"},        // bool-valued
+      {"binary equal r0 r0"},  // bool-valued
+      {"frobnicate r0"},       // unknown
+      {"const x"},             // not a number
+      {"act nosuch r0 0 0"},   // unknown activation
+      {"scale r0 1 2"},        // missing power
   };
   for (const auto& program : bad) {
     EXPECT_THROW(parse_fused_program(program, 1, "test"), Error) << (program.empty() ? "" : program[0]);
@@ -628,8 +630,8 @@ TEST(PassPipeline, OptimizedEngineMatchesUnoptimized) {
 TEST(PassPipeline, PassesGiveTheExpectedGraphAndAreDeterministic) {
   const auto net = make_mixed_network();
   const ShapePoints points = {{{"x", Dims{2, 3, 8, 8}}}, {{"x", Dims{1, 3, 8, 8}}}, {{"x", Dims{4, 3, 8, 8}}}};
-  const std::vector<PassFn> all = {pass_constant_folding, pass_dead_layer_elimination, pass_conv_bn_folding,
-                                   pass_activation_fusion, pass_elementwise_fusion, pass_dead_layer_elimination};
+  const std::vector<PassFn> all = {pass_constant_folding,  pass_dead_layer_elimination, pass_conv_bn_folding,
+                                   pass_activation_fusion, pass_elementwise_fusion,     pass_dead_layer_elimination};
   PassResult a = run_passes(*net, all, points);
   PassResult b = run_passes(*net, all, points);
   EXPECT_EQ(to_text(*a.net), to_text(*b.net));

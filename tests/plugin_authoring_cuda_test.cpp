@@ -56,8 +56,8 @@ class CudaReshapeTo : public Plugin {
   bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
     return io[static_cast<size_t>(pos)].type == (pos == 1 ? DataType::kInt64 : DataType::kFloat32);
   }
-  int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>& out, const void* const* inputs,
-              void* const* outputs, void*, const PluginExecContext& exec) override {
+  int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>& out,
+              const void* const* inputs, void* const* outputs, void*, const PluginExecContext& exec) override {
     if (in[0].dims.volume() != out[0].dims.volume()) return exec.fail("the target shape has another element count");
     return device_copy(exec, outputs[0], inputs[0], static_cast<size_t>(in[0].dims.volume()) * sizeof(float));
   }
@@ -76,9 +76,11 @@ class CudaTwoWays : public Plugin {
   std::vector<DataType> output_types(const std::vector<DataType>& in) const override { return {in.at(0)}; }
   DimsExprs output_dims(int, const std::vector<DimsExprs>& in, ExprBuilder&) const override { return in.at(0); }
   bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
-    return io[static_cast<size_t>(pos)].type == DataType::kFloat32 && io[static_cast<size_t>(pos)].format == TensorFormat::kLinear;
+    return io[static_cast<size_t>(pos)].type == DataType::kFloat32 &&
+           io[static_cast<size_t>(pos)].format == TensorFormat::kLinear;
   }
-  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&, const std::vector<PluginTensorDesc>&) const override {
+  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&,
+                                   const std::vector<PluginTensorDesc>&) const override {
     return {"slow", "fast"};
   }
   void set_tactic(const std::string& name) override {
@@ -106,11 +108,12 @@ KILN_REGISTER_PLUGIN(CudaTwoWaysCreator);
 class CudaFailing : public CudaTwoWays {
  public:
   std::string type() const override { return "CudaFailing"; }
-  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&, const std::vector<PluginTensorDesc>&) const override {
+  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&,
+                                   const std::vector<PluginTensorDesc>&) const override {
     return {};
   }
-  int enqueue(const std::vector<PluginTensorDesc>&, const std::vector<PluginTensorDesc>&, const void* const*, void* const*,
-              void*, const PluginExecContext& exec) override {
+  int enqueue(const std::vector<PluginTensorDesc>&, const std::vector<PluginTensorDesc>&, const void* const*,
+              void* const*, void*, const PluginExecContext& exec) override {
     return exec.fail("the indices must be sorted (test message)", 3);
   }
   std::unique_ptr<Plugin> clone() const override { return std::make_unique<CudaFailing>(); }
@@ -122,7 +125,8 @@ KILN_REGISTER_PLUGIN(CudaFailingCreator);
 class CudaCopyInPlace : public CudaTwoWays {
  public:
   std::string type() const override { return "CudaCopyInPlace"; }
-  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&, const std::vector<PluginTensorDesc>&) const override {
+  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&,
+                                   const std::vector<PluginTensorDesc>&) const override {
     return {};
   }
   int aliased_input(int) const override { return 0; }
@@ -150,10 +154,10 @@ std::shared_ptr<Engine> build_cuda(Network& net, const OptimizationProfile* prof
 }
 #endif
 
-#define SKIP_WITHOUT_CUDA()                                    \
-  do {                                                         \
-    std::string why;                                           \
-    if (!test::cuda_usable(&why)) GTEST_SKIP() << why;         \
+#define SKIP_WITHOUT_CUDA()                            \
+  do {                                                 \
+    std::string why;                                   \
+    if (!test::cuda_usable(&why)) GTEST_SKIP() << why; \
   } while (0)
 
 TEST(CudaPluginAuthoring, ShapeInputsFeedOutputDimsWithGraphsAtEachShape) {
@@ -167,7 +171,8 @@ TEST(CudaPluginAuthoring, ShapeInputsFeedOutputDimsWithGraphsAtEachShape) {
   Tensor* n = net.add_gather(shape, zero, 0)->output(0);
   Tensor* two = net.add_constant(HostTensor::from_vector<int64_t>(DataType::kInt64, Dims{1}, {2}), "two")->output(0);
   Tensor* rows = net.add_elementwise(n, two, ElementWiseOp::kProd)->output(0);
-  Tensor* three = net.add_constant(HostTensor::from_vector<int64_t>(DataType::kInt64, Dims{1}, {3}), "three")->output(0);
+  Tensor* three =
+      net.add_constant(HostTensor::from_vector<int64_t>(DataType::kInt64, Dims{1}, {3}), "three")->output(0);
   Tensor* target = net.add_concatenation({rows, three}, 0)->output(0);
   Layer* l = add_plugin(net, {x, target}, CudaReshapeTo(), "reshape_to");
   l->output(0)->set_name("y");

@@ -59,14 +59,16 @@ class GatedSigmoid : public Plugin {
     }
     if (!equal_batch_) return exprs.broadcast(in.at(0), in.at(1));
     DimsExprs out = in.at(0);
-    for (int k = 0; k < out.rank(); ++k) exprs.require_equal(*in.at(0).d[static_cast<size_t>(k)], *in.at(1).d[static_cast<size_t>(k)]);
+    for (int k = 0; k < out.rank(); ++k)
+      exprs.require_equal(*in.at(0).d[static_cast<size_t>(k)], *in.at(1).d[static_cast<size_t>(k)]);
     return out;
   }
   bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
-    return io[static_cast<size_t>(pos)].type == DataType::kFloat32 && io[static_cast<size_t>(pos)].format == TensorFormat::kLinear;
+    return io[static_cast<size_t>(pos)].type == DataType::kFloat32 &&
+           io[static_cast<size_t>(pos)].format == TensorFormat::kLinear;
   }
-  int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>& out, const void* const* inputs,
-              void* const* outputs, void*, const PluginExecContext& exec) override {
+  int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>& out,
+              const void* const* inputs, void* const* outputs, void*, const PluginExecContext& exec) override {
     if (mode_ < 0 || mode_ > 1) return exec.fail("mode must be 0 or 1, not " + std::to_string(mode_), 7);
     const Dims& yd = out[0].dims;
     const auto* a = static_cast<const float*>(inputs[0]);
@@ -135,7 +137,8 @@ KILN_REGISTER_PLUGIN(Broadcasting);
 KILN_REGISTER_PLUGIN(EqualDims);
 
 const PluginCreator& creator(bool equal) {
-  const PluginCreator* c = PluginRegistry::instance().find(equal ? "GatedSigmoidEqual" : "GatedSigmoid", "1", kNamespace);
+  const PluginCreator* c =
+      PluginRegistry::instance().find(equal ? "GatedSigmoidEqual" : "GatedSigmoid", "1", kNamespace);
   if (!c) throw Error("test plugin not registered");
   return *c;
 }
@@ -249,8 +252,8 @@ TEST(PluginAuthoring, BroadcastHelperFollowsNumpyAndChecksAtRunTime) {
 TEST(PluginAuthoring, FieldsConvertBetween32And64Bits) {
   PluginFieldCollection given;
   given.add(PluginField::float32("alpha", {0.5f}));
-  given.add(PluginField::float32("beta", {0.25f}));        // float32 for the float64 field
-  given.add(PluginField::int32("mode", {1}));              // int32 for the int64 field
+  given.add(PluginField::float32("beta", {0.25f}));  // float32 for the float64 field
+  given.add(PluginField::int32("mode", {1}));        // int32 for the int64 field
   const PluginFieldCollection r = PluginRegistry::instance().resolve_fields(creator(false), given, "node 'n'");
   ASSERT_NE(r.find("beta"), nullptr);
   EXPECT_EQ(r.find("beta")->type, PluginFieldType::kFloat64);
@@ -265,12 +268,13 @@ TEST(PluginAuthoring, FieldsConvertBetween32And64Bits) {
   PluginFieldCollection wrong;
   wrong.add(PluginField::float32("alpha", {1.0f}));
   wrong.add(PluginField::string("mode", "one"));
-  const std::string err = error_of([&] { (void)PluginRegistry::instance().resolve_fields(creator(false), wrong, "node 'n'"); });
+  const std::string err =
+      error_of([&] { (void)PluginRegistry::instance().resolve_fields(creator(false), wrong, "node 'n'"); });
   EXPECT_NE(err.find("node 'n'"), std::string::npos) << err;
   EXPECT_NE(err.find("'mode'"), std::string::npos) << err;
   // A missing required field names the field and the place.
-  const std::string missing =
-      error_of([&] { (void)PluginRegistry::instance().resolve_fields(creator(false), PluginFieldCollection{}, "node 'n'"); });
+  const std::string missing = error_of(
+      [&] { (void)PluginRegistry::instance().resolve_fields(creator(false), PluginFieldCollection{}, "node 'n'"); });
   EXPECT_NE(missing.find("needs field 'alpha'"), std::string::npos) << missing;
 }
 
@@ -361,7 +365,8 @@ TEST(PluginAuthoring, TheImportersPluginHintOnlyWhenNoPluginIsRegistered) {
   {
     // TemperatureSwish is registered; only its attribute name is wrong.
     Network net;
-    const std::string err = error_of([&] { OnnxParser(net).parse_file(write_custom_model("TemperatureSwish", "temp")); });
+    const std::string err =
+        error_of([&] { OnnxParser(net).parse_file(write_custom_model("TemperatureSwish", "temp")); });
     EXPECT_NE(err.find("'temp'"), std::string::npos) << err;
     EXPECT_NE(err.find("temperature"), std::string::npos) << "the message lists the plugin's fields: " << err;
     EXPECT_EQ(err.find("need a kiln plugin"), std::string::npos) << "the plugin was found: " << err;
@@ -393,9 +398,11 @@ TEST(PluginAuthoring, CreatorsOfAnotherInterfaceVersionAreRefused) {
   {
     CaptureErrors errors;
     detail::PluginRegistrar refused(std::make_unique<NeverCalledCreator>(), kPluginInterfaceVersion + 1);
-    EXPECT_NE(errors.messages.find("interface version " + std::to_string(kPluginInterfaceVersion + 1)), std::string::npos)
+    EXPECT_NE(errors.messages.find("interface version " + std::to_string(kPluginInterfaceVersion + 1)),
+              std::string::npos)
         << errors.messages;
-    EXPECT_NE(errors.messages.find("this kiln has version " + std::to_string(kPluginInterfaceVersion)), std::string::npos)
+    EXPECT_NE(errors.messages.find("this kiln has version " + std::to_string(kPluginInterfaceVersion)),
+              std::string::npos)
         << errors.messages;
   }
   for (const auto& p : PluginRegistry::instance().list()) EXPECT_NE(p.name, "NeverCalled");
@@ -413,7 +420,8 @@ TEST(PluginAuthoring, CreatorsOfAnotherInterfaceVersionAreRefused) {
            "struct OldCreator : kiln::PluginCreator {\n"
            "  std::string name() const override { return \"OldPlugin\"; }\n"
            "  std::vector<kiln::PluginFieldSpec> field_schema() const override { return {}; }\n"
-           "  std::unique_ptr<kiln::Plugin> create(const std::string&, const kiln::PluginFieldCollection&) const override {\n"
+           "  std::unique_ptr<kiln::Plugin> create(const std::string&, const kiln::PluginFieldCollection&) const "
+           "override {\n"
            "    return nullptr;\n"
            "  }\n"
            "};\n"
@@ -503,7 +511,8 @@ TEST(PluginAuthoring, EachContextHasItsOwnPluginStateAcrossThreadsAndShapes) {
           ctx->execute();
           // The object's own call count: this context's calls only.
           if (out[0] != 1.0f + static_cast<float>(i + 1)) {
-            errors[static_cast<size_t>(t)] = "call " + std::to_string(i) + " saw count " + std::to_string(out[0] - 1.0f);
+            errors[static_cast<size_t>(t)] =
+                "call " + std::to_string(i) + " saw count " + std::to_string(out[0] - 1.0f);
             return;
           }
         }
@@ -532,8 +541,8 @@ class ReshapeTo : public Plugin {
   bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
     return io[static_cast<size_t>(pos)].type == (pos == 1 ? DataType::kInt64 : DataType::kFloat32);
   }
-  int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>& out, const void* const* inputs,
-              void* const* outputs, void*, const PluginExecContext& exec) override {
+  int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>& out,
+              const void* const* inputs, void* const* outputs, void*, const PluginExecContext& exec) override {
     if (in[0].dims.volume() != out[0].dims.volume()) return exec.fail("the target shape has another element count");
     std::copy_n(static_cast<const float*>(inputs[0]), in[0].dims.volume(), static_cast<float*>(outputs[0]));
     return 0;
@@ -554,7 +563,8 @@ TEST(PluginAuthoring, ShapeInputsFeedOutputDims) {
   Tensor* n = net.add_gather(shape, zero, 0)->output(0);
   Tensor* two = net.add_constant(HostTensor::from_vector<int64_t>(DataType::kInt64, Dims{1}, {2}), "two")->output(0);
   Tensor* rows = net.add_elementwise(n, two, ElementWiseOp::kProd)->output(0);
-  Tensor* three = net.add_constant(HostTensor::from_vector<int64_t>(DataType::kInt64, Dims{1}, {3}), "three")->output(0);
+  Tensor* three =
+      net.add_constant(HostTensor::from_vector<int64_t>(DataType::kInt64, Dims{1}, {3}), "three")->output(0);
   Tensor* target = net.add_concatenation({rows, three}, 0)->output(0);
   Layer* l = add_plugin(net, {x, target}, ReshapeTo(), "reshape_to");
   l->output(0)->set_name("y");
@@ -598,7 +608,8 @@ class TwoWays : public Plugin {
   bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
     return io[static_cast<size_t>(pos)].type == DataType::kFloat32;
   }
-  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&, const std::vector<PluginTensorDesc>&) const override {
+  std::vector<std::string> tactics(const std::vector<PluginTensorDesc>&,
+                                   const std::vector<PluginTensorDesc>&) const override {
     return {"slow", "fast"};
   }
   void set_tactic(const std::string& name) override {
@@ -669,7 +680,8 @@ class DoubleInPlace : public Plugin {
   std::vector<DataType> output_types(const std::vector<DataType>& in) const override { return {in.at(0)}; }
   DimsExprs output_dims(int, const std::vector<DimsExprs>& in, ExprBuilder&) const override { return in.at(0); }
   bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
-    return io[static_cast<size_t>(pos)].type == DataType::kFloat32 && io[static_cast<size_t>(pos)].format == TensorFormat::kLinear;
+    return io[static_cast<size_t>(pos)].type == DataType::kFloat32 &&
+           io[static_cast<size_t>(pos)].format == TensorFormat::kLinear;
   }
   int aliased_input(int) const override { return alias_; }
   int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>&, const void* const* inputs,

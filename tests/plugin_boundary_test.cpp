@@ -131,7 +131,8 @@ TEST(PluginBoundary, NonZeroCodesBecomeFailuresWithTheMessage) {
   std::string message;
   PluginExecContext exec;
   exec.message = &message;
-  EXPECT_EQ(entry.enqueue(p, {}, {}, nullptr, nullptr, nullptr, exec).message(), "returned code 9: indices must be sorted");
+  EXPECT_EQ(entry.enqueue(p, {}, {}, nullptr, nullptr, nullptr, exec).message(),
+            "returned code 9: indices must be sorted");
 }
 
 // ---- a library built from source ---------------------------------------------------------------
@@ -224,8 +225,8 @@ class BoundaryLibrary : public ::testing::Test {
       files += " " + dir() + "/" + file;
     }
     const std::string lib = dir() + "/" + name;
-    const std::string cmd = cxx + " -std=c++20 -O1 -fPIC -shared -I" + std::string(KILN_SOURCE_DIR) + "/include" + files +
-                            " -o " + lib + " > " + dir() + "/cc.log 2>&1";
+    const std::string cmd = cxx + " -std=c++20 -O1 -fPIC -shared -I" + std::string(KILN_SOURCE_DIR) + "/include" +
+                            files + " -o " + lib + " > " + dir() + "/cc.log 2>&1";
     return std::system(cmd.c_str()) == 0 ? lib : "";
   }
 };
@@ -279,7 +280,8 @@ TEST_F(BoundaryLibrary, ALibrarysExceptionsAreCaughtInTheLibraryAndNameTheLayerA
       const std::string err = run_through(method, kind);
       EXPECT_TRUE(has(err, "thrower_" + method)) << err;
       EXPECT_TRUE(has(err, method + "(")) << err;
-      EXPECT_TRUE(has(err, kind == "int" ? "threw an exception that is not a std::exception" : "threw: boom from " + method))
+      EXPECT_TRUE(
+          has(err, kind == "int" ? "threw an exception that is not a std::exception" : "threw: boom from " + method))
           << err;
     }
   }
@@ -311,10 +313,10 @@ TEST_F(BoundaryLibrary, ALibraryDeclaringAnotherInterfaceVersionIsRefused) {
       renamed.replace(at, from.size(), to);
     }
   }
-  const std::string lib = compile("libboundary_versioned.so",
-                                  {{"versioned.cpp", renamed},
-                                   {"version.cpp", "#include <cstdint>\nextern \"C\" const uint32_t "
-                                                   "kiln_plugin_interface_version = 99;\n"}});
+  const std::string lib = compile("libboundary_versioned.so", {{"versioned.cpp", renamed},
+                                                               {"version.cpp",
+                                                                "#include <cstdint>\nextern \"C\" const uint32_t "
+                                                                "kiln_plugin_interface_version = 99;\n"}});
   if (lib.empty()) GTEST_SKIP() << "no C++ compiler to build the test library";
   const std::string err = error_of([&] { (void)load_plugin_library(lib); });
   EXPECT_TRUE(has(err, "libboundary_versioned.so")) << err;

@@ -23,7 +23,8 @@ PluginFieldCollection affine_fields(float alpha, float beta) {
 // Non-default fields, so that swapping alpha and beta changes the results.
 PluginCheckReport check_test_plugin(const std::string& name, DeviceType device = DeviceType::kCPU) {
   if (PluginRegistry::instance().find(name, "1", "kiln_test") == nullptr) {
-    ADD_FAILURE() << "test plugin '" << name << "' is not registered: are tests/broken_plugins/*.cpp linked into "
+    ADD_FAILURE() << "test plugin '" << name
+                  << "' is not registered: are tests/broken_plugins/*.cpp linked into "
                      "kiln_tests (tests/plugin_tests.cmake)?";
     return {};
   }
@@ -62,10 +63,10 @@ TEST(PluginCheck, PassesCorrectPluginWithBytesWorkspaceFp16AndChannelsLast) {
   const PluginCheckReport r = check_test_plugin("GoodAffine");
   ASSERT_TRUE(passes(r));
   // Each part really ran: both types and both formats, the byte round trip, every shape rank.
-  for (const char* row : {"types float32:linear -> float32:linear", "types float16:linear -> float16:linear",
-                          "types float16:channels_last -> float16:channels_last", "bytes round trip",
-                          "fields round trip", "clone", "workspace", "dynamic dims", "shape 2x3x13x7", "shape 127",
-                          "shape 2x3x5x7x13"}) {
+  for (const char* row :
+       {"types float32:linear -> float32:linear", "types float16:linear -> float16:linear",
+        "types float16:channels_last -> float16:channels_last", "bytes round trip", "fields round trip", "clone",
+        "workspace", "dynamic dims", "shape 2x3x13x7", "shape 127", "shape 2x3x5x7x13"}) {
     const PluginCheckResult* c = r.find(row);
     ASSERT_NE(c, nullptr) << row << "\n" << table(r);
     EXPECT_EQ(c->status, CheckStatus::kPass) << row << "\n" << table(r);

@@ -49,14 +49,16 @@ class RecordConfigurePlugin final : public Plugin {
   DimsExprs output_dims(int, const std::vector<DimsExprs>& in, ExprBuilder& exprs) const override {
     DimsExprs out = in.at(0);
     const int last = out.rank() - 1;
-    out.d[static_cast<size_t>(last)] = exprs.operation(DimOp::kProd, *out.d[static_cast<size_t>(last)], *exprs.constant(2));
+    out.d[static_cast<size_t>(last)] =
+        exprs.operation(DimOp::kProd, *out.d[static_cast<size_t>(last)], *exprs.constant(2));
     return out;
   }
   bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& io, int, int) const override {
-    return io[static_cast<size_t>(pos)].type == DataType::kFloat32 && io[static_cast<size_t>(pos)].format == TensorFormat::kLinear &&
-           target_device() == DeviceType::kCPU;
+    return io[static_cast<size_t>(pos)].type == DataType::kFloat32 &&
+           io[static_cast<size_t>(pos)].format == TensorFormat::kLinear && target_device() == DeviceType::kCPU;
   }
-  void configure(const std::vector<DynamicPluginTensorDesc>& in, const std::vector<DynamicPluginTensorDesc>& out) override {
+  void configure(const std::vector<DynamicPluginTensorDesc>& in,
+                 const std::vector<DynamicPluginTensorDesc>& out) override {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_calls.push_back(ConfigureCall{layer_, in, out});
   }

@@ -83,7 +83,8 @@ TEST(PluginFormatChoiceCuda, TimedBetweenFloat16AndFloat32CachedAndCorrect) {
   ASSERT_TRUE(fs::exists(cache)) << "the timing cache file was not written";
   std::ifstream f(cache);
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("variant:plugin_precision|"), std::string::npos) << "no plugin type choice in the cache:\n" << text;
+  EXPECT_NE(text.find("variant:plugin_precision|"), std::string::npos) << "no plugin type choice in the cache:\n"
+                                                                       << text;
   EXPECT_NE(text.find("\t" + chosen), std::string::npos) << text;
 
   // A rebuild with the cache chooses the same without timing the plugin again.

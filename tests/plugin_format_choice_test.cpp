@@ -72,7 +72,8 @@ class TypeChoiceCreator final : public PluginCreator {
   std::string name() const override { return kName; }
   std::string plugin_namespace() const override { return kNamespace; }
   std::vector<PluginFieldSpec> field_schema() const override {
-    return {{"accept", PluginFieldType::kString, 1, true, PluginField::string("accept", ""), "float32, float16 or both"}};
+    return {
+        {"accept", PluginFieldType::kString, 1, true, PluginField::string("accept", ""), "float32, float16 or both"}};
   }
   std::unique_ptr<Plugin> create(const std::string&, const PluginFieldCollection& fields) const override {
     return std::make_unique<TypeChoicePlugin>(fields.get_string("accept"));
@@ -128,13 +129,15 @@ void expect_twice(const std::vector<uint8_t>& bytes, DataType type) {
   ctx->set_tensor_address("y", y.data());
   ctx->execute();
   for (size_t i = 0; i < x.size(); ++i) {
-    const float expected = type == DataType::kFloat16 ? 2.0f * half_bits_to_float(float_to_half_bits(x[i])) : 2.0f * x[i];
+    const float expected =
+        type == DataType::kFloat16 ? 2.0f * half_bits_to_float(float_to_half_bits(x[i])) : 2.0f * x[i];
     EXPECT_EQ(y[i], expected) << "x = " << x[i];
   }
 }
 
 bool logged(const BuildReport& r, const std::string& text) {
-  return std::any_of(r.pass_log.begin(), r.pass_log.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  return std::any_of(r.pass_log.begin(), r.pass_log.end(),
+                     [&](const std::string& l) { return l.find(text) != std::string::npos; });
 }
 
 TEST(PluginFormatChoice, SeveralAcceptedOnCpuTakesTheFirstInPreferenceOrderDeterministically) {

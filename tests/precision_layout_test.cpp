@@ -51,7 +51,8 @@ std::unique_ptr<Network> small_cnn(DataType type, Layer** relu_out = nullptr) {
   ConvolutionDesc c2;
   c2.num_output_maps = 4;
   c2.kernel = {1, 1};
-  Layer* conv2 = net->add_convolution(pool->output(0), c2, random(type, Dims{4, 16, 1, 1}, 3), random(type, Dims{4}, 4));
+  Layer* conv2 =
+      net->add_convolution(pool->output(0), c2, random(type, Dims{4, 16, 1, 1}, 3), random(type, Dims{4}, 4));
   conv2->output(0)->set_name("y");
   net->mark_output(conv2->output(0));
   return net;
@@ -93,7 +94,8 @@ TEST(PrecisionPass, Fp16BuildKeepsIoTypesAndMatchesFp32) {
         << text;
   }
   bool weights_fp16 = false;
-  for (const auto& line : report.pass_log) weights_fp16 = weights_fp16 || line.find("stored as float16") != std::string::npos;
+  for (const auto& line : report.pass_log)
+    weights_fp16 = weights_fp16 || line.find("stored as float16") != std::string::npos;
   EXPECT_TRUE(weights_fp16);
   const HostTensor x = random(DataType::kFloat32, Dims{1, 8, 12, 12}, 9, 1.0f);
   const HostTensor y32 = run(b32, x), y16 = run(b16, x);

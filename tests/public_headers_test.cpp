@@ -46,8 +46,10 @@ TEST(PublicHeaders, PluginFieldTypesMapToAttributeTypes) {
 
 TEST(PublicHeaders, PluginFieldValuesRoundTripThroughAttributeValues) {
   const PluginField fields[] = {
-      PluginField::float32("a", {0.1f, -2.5f}),       PluginField::float64("b", {0.1, 1e300}),
-      PluginField::int32("c", {INT32_MIN, 7}),        PluginField::int64("d", {INT64_MAX}),
+      PluginField::float32("a", {0.1f, -2.5f}),
+      PluginField::float64("b", {0.1, 1e300}),
+      PluginField::int32("c", {INT32_MIN, 7}),
+      PluginField::int64("d", {INT64_MAX}),
       PluginField::string("e", "text"),
       PluginField::tensor_value("f", HostTensor::from_vector<float>(DataType::kFloat32, {2}, {1.f, 2.f}))};
   for (const PluginField& f : fields) {
@@ -63,7 +65,8 @@ TEST(PublicHeaders, PluginFieldValuesRoundTripThroughAttributeValues) {
     EXPECT_EQ(back.str, f.str);
     EXPECT_EQ(back.tensor.data(), f.tensor.data());  // tensors share storage
   }
-  EXPECT_EQ(std::get<std::vector<double>>(PluginField::float32("a", {0.1f}).value()), std::vector<double>{double(0.1f)});
+  EXPECT_EQ(std::get<std::vector<double>>(PluginField::float32("a", {0.1f}).value()),
+            std::vector<double>{double(0.1f)});
 }
 
 TEST(PublicHeaders, PluginFieldFromValueChecksTypeAndRange) {

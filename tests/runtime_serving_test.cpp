@@ -56,16 +56,19 @@ std::unique_ptr<Network> serving_network() {
   c1.num_output_maps = 4;
   c1.kernel = {1, 1};
   Tensor* b = net->add_convolution(a, c1, random_tensor(DataType::kFloat32, Dims{4, 8, 1, 1}, rng),
-                                   random_tensor(DataType::kFloat32, Dims{4}, rng))->output(0);
+                                   random_tensor(DataType::kFloat32, Dims{4}, rng))
+                  ->output(0);
   Tensor* c = net->add_convolution(a, c1, random_tensor(DataType::kFloat32, Dims{4, 8, 1, 1}, rng),
-                                   random_tensor(DataType::kFloat32, Dims{4}, rng))->output(0);
+                                   random_tensor(DataType::kFloat32, Dims{4}, rng))
+                  ->output(0);
   Tensor* d = net->add_concatenation({b, c}, 1)->output(0);
   PoolingDesc gap;
   gap.type = PoolingType::kAverage;
   gap.global = true;
   Tensor* g = net->add_pooling(d, gap)->output(0);
   Tensor* y = net->add_fully_connected(g, 5, random_tensor(DataType::kFloat32, Dims{5, 8}, rng),
-                                       random_tensor(DataType::kFloat32, Dims{5}, rng))->output(0);
+                                       random_tensor(DataType::kFloat32, Dims{5}, rng))
+                  ->output(0);
   y->set_name("y");
   net->mark_output(y);
   Tensor* shape = net->add_shape(x)->output(0);
@@ -77,8 +80,8 @@ std::unique_ptr<Network> serving_network() {
   Tensor* flat = net->add_shuffle_dynamic(d, target)->output(0);
   flat->set_name("flat");
   net->mark_output(flat);
-  Tensor* k = net->add_constant(HostTensor::from_vector<float>(DataType::kFloat32, Dims{3}, {1.5f, -2.0f, 0.25f}),
-                                "k")->output(0);
+  Tensor* k = net->add_constant(HostTensor::from_vector<float>(DataType::kFloat32, Dims{3}, {1.5f, -2.0f, 0.25f}), "k")
+                  ->output(0);
   k->set_name("k");
   net->mark_output(k);
   return net;
@@ -157,7 +160,8 @@ void expect_identical(const Outputs& got, const Outputs& want, const std::string
 // The shapes servers cycle through: batch and height change every call, some repeat.
 std::vector<Dims> schedule() {
   std::vector<Dims> s;
-  for (auto [n, h] : std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {8, 16}, {3, 12}, {8, 16}, {1, 8}, {5, 9}, {3, 12}, {2, 16}}) {
+  for (auto [n, h] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {8, 16}, {3, 12}, {8, 16}, {1, 8}, {5, 9}, {3, 12}, {2, 16}}) {
     s.push_back(Dims{n, 3, h, kW});
   }
   return s;
@@ -371,7 +375,8 @@ TEST(ServingRuntime, ParallelContextsGiveTheSerialResultsBitForBit) {
     for (int t = 0; t < kThreads; ++t) {
       ASSERT_EQ(errors[static_cast<size_t>(t)], "") << "thread " << t;
       for (int i = 0; i < kCalls; ++i) {
-        expect_identical(got[static_cast<size_t>(t)][static_cast<size_t>(i)], want[static_cast<size_t>(t)][static_cast<size_t>(i)],
+        expect_identical(got[static_cast<size_t>(t)][static_cast<size_t>(i)],
+                         want[static_cast<size_t>(t)][static_cast<size_t>(i)],
                          "thread " + std::to_string(t) + " call " + std::to_string(i));
       }
     }
@@ -430,7 +435,8 @@ TEST(ServingRuntime, UserManagedDeviceMemory) {
       EXPECT_EQ(backend.allocation_count(), allocations) << "a user-managed CPU context allocated";
       EXPECT_EQ(ctx->stats().device_allocations, 0u);
     }
-    for (size_t i = 0; i < xs.size(); ++i) expect_identical(got[i], want[i], "user memory at " + xs[i].dims().to_string());
+    for (size_t i = 0; i < xs.size(); ++i)
+      expect_identical(got[i], want[i], "user memory at " + xs[i].dims().to_string());
     auto owns = engine->create_execution_context();
     EXPECT_THROW(owns->set_device_memory(memory, need), Error) << "a kStatic context owns its memory";
     ctx.reset();
@@ -507,7 +513,8 @@ TEST(ServingRuntime, DataDependentSizesUnderAShapeSchedule) {
         if (v.as<float>()[i] != 0.0f) want.push_back(v.as<float>()[i % 6]);
       }
       ASSERT_EQ(out.count(), static_cast<int64_t>(want.size())) << "call " << call;
-      for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(out.as<float>()[i], want[i]) << "call " << call << " element " << i;
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_EQ(out.as<float>()[i], want[i]) << "call " << call << " element " << i;
     }
     EXPECT_EQ(ctx->stats().shape_plans_built, 4u) << "one plan per batch size, the sizes read every call";
   }

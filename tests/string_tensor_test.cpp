@@ -49,7 +49,8 @@ std::shared_ptr<Engine> build_cpu(const Network& net, const OptimizationProfile*
 // (strings copied with from_bytes before the context may reuse its storage).
 class Runner {
  public:
-  explicit Runner(std::shared_ptr<Engine> engine) : engine_(std::move(engine)), ctx_(engine_->create_execution_context()) {}
+  explicit Runner(std::shared_ptr<Engine> engine)
+      : engine_(std::move(engine)), ctx_(engine_->create_execution_context()) {}
 
   // Binds the inputs, runs, and returns raw outputs (StringRefs into the context's storage,
   // valid until the next run).
@@ -140,8 +141,8 @@ TEST(StringTensor, HostTensorOwnsItsCharacters) {
     EXPECT_EQ(t.string_at(0), "");  // zero-initialized elements are empty strings
     t.set_string(0, word);
     t.set_string(2, std::string(100000, 'z'));  // longer than one arena chunk
-    word.assign("XXXXXXXXX");                      // the tensor holds a copy
-    copy = t;                                      // shares storage and characters
+    word.assign("XXXXXXXXX");                   // the tensor holds a copy
+    copy = t;                                   // shares storage and characters
   }
   EXPECT_EQ(copy.string_at(0), "temporary");
   EXPECT_EQ(copy.string_at(1), "");
@@ -177,21 +178,30 @@ TEST(StringTensor, FromBytesCopiesTheCharacters) {
 
 TEST(StringNormalizer, CaseActions) {
   // Latin-1, Latin Extended-A, Greek and Cyrillic letters, ASCII punctuation and digits.
-  const Strings input = {"Monday", "\xc3\x89" "cole",        // "École"
-                         "\xc5\x81\xc3\xb3" "d\xc5\xba",      // "Łódź"
+  const Strings input = {"Monday",
+                         "\xc3\x89"
+                         "cole",  // "École"
+                         "\xc5\x81\xc3\xb3"
+                         "d\xc5\xba",                                                 // "Łódź"
                          "\xce\xa3\xce\xaf\xcf\x83\xcf\x85\xcf\x86\xce\xbf\xcf\x82",  // "Σίσυφος"
                          "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82",          // "Привет"
                          "a1-b2"};
   const Dims dims{6};
   EXPECT_EQ(normalize(dims, input, "NONE", true, {}).values, input);
-  const Strings lower = {"monday", "\xc3\xa9" "cole",                                 // "école"
-                         "\xc5\x82\xc3\xb3" "d\xc5\xba",                              // "łódź"
+  const Strings lower = {"monday",
+                         "\xc3\xa9"
+                         "cole",  // "école"
+                         "\xc5\x82\xc3\xb3"
+                         "d\xc5\xba",                                                 // "łódź"
                          "\xcf\x83\xce\xaf\xcf\x83\xcf\x85\xcf\x86\xce\xbf\xcf\x82",  // "σίσυφος"
                          "\xd0\xbf\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82",          // "привет"
                          "a1-b2"};
   EXPECT_EQ(normalize(dims, input, "LOWER", true, {}).values, lower);
-  const Strings upper = {"MONDAY", "\xc3\x89" "COLE",                                 // "ÉCOLE"
-                         "\xc5\x81\xc3\x93" "D\xc5\xb9",                              // "ŁÓDŹ"
+  const Strings upper = {"MONDAY",
+                         "\xc3\x89"
+                         "COLE",  // "ÉCOLE"
+                         "\xc5\x81\xc3\x93"
+                         "D\xc5\xb9",                                                 // "ŁÓDŹ"
                          "\xce\xa3\xce\x8a\xce\xa3\xce\xa5\xce\xa6\xce\x9f\xce\xa3",  // "ΣΊΣΥΦΟΣ"
                          "\xd0\x9f\xd0\xa0\xd0\x98\xd0\x92\xd0\x95\xd0\xa2",          // "ПРИВЕТ"
                          "A1-B2"};
@@ -203,8 +213,18 @@ TEST(StringNormalizer, CaseActions) {
 TEST(StringNormalizer, SimpleCaseMappingKeepsSharpSAndInvalidBytes) {
   // Unicode simple mappings: ß has no one-letter upper case; ÿ -> Ÿ (U+0178); µ -> Μ (U+039C).
   // Bytes that are not UTF-8 stay as they are.
-  const Strings input = {"stra\xc3\x9f" "e", "\xc3\xbf", "\xc2\xb5", "\xff" "abc\xc3"};
-  const Strings upper = {"STRA\xc3\x9f" "E", "\xc5\xb8", "\xce\x9c", "\xff" "ABC\xc3"};
+  const Strings input = {
+      "stra\xc3\x9f"
+      "e",
+      "\xc3\xbf", "\xc2\xb5",
+      "\xff"
+      "abc\xc3"};
+  const Strings upper = {
+      "STRA\xc3\x9f"
+      "E",
+      "\xc5\xb8", "\xce\x9c",
+      "\xff"
+      "ABC\xc3"};
   EXPECT_EQ(normalize(Dims{4}, input, "UPPER", true, {}).values, upper);
 }
 
@@ -212,10 +232,8 @@ TEST(StringNormalizer, TitlecaseDigraphsDottedIAndAstralLetters) {
   // UnicodeData.txt: U+01C5 (Dž) upper U+01C4, lower U+01C6; U+0130 (İ) lower U+0069 (simple
   // mapping); U+10428 (Deseret small long i) upper U+10400.
   const Strings input = {"\xc7\x85", "\xc4\xb0", "\xf0\x90\x90\xa8"};
-  EXPECT_EQ(normalize(Dims{3}, input, "UPPER", true, {}).values,
-            (Strings{"\xc7\x84", "\xc4\xb0", "\xf0\x90\x90\x80"}));
-  EXPECT_EQ(normalize(Dims{3}, input, "LOWER", true, {}).values,
-            (Strings{"\xc7\x86", "i", "\xf0\x90\x90\xa8"}));
+  EXPECT_EQ(normalize(Dims{3}, input, "UPPER", true, {}).values, (Strings{"\xc7\x84", "\xc4\xb0", "\xf0\x90\x90\x80"}));
+  EXPECT_EQ(normalize(Dims{3}, input, "LOWER", true, {}).values, (Strings{"\xc7\x86", "i", "\xf0\x90\x90\xa8"}));
   // Caseless matching: "Dž" matches "DŽ" and "dž"; dotless i (U+0131) does not match "I" or "i".
   EXPECT_EQ(normalize(Dims{4}, {"\xc7\x86", "\xc4\xb1", "I", "x"}, "NONE", false, {"\xc7\x85", "\xc4\xb1"}).values,
             (Strings{"I", "x"}));
@@ -271,12 +289,13 @@ TEST(StringNormalizer, DynamicLengthAndOutputsOwnedByTheContext) {
   // into them.
   std::vector<std::string> words = {"One", "STOP", "Two", "three"};
   HostTensor x(DataType::kString, Dims{4});
-  for (int i = 0; i < 4; ++i) x.as<StringRef>()[i] = StringRef{words[static_cast<size_t>(i)].data(), words[static_cast<size_t>(i)].size()};
+  for (int i = 0; i < 4; ++i)
+    x.as<StringRef>()[i] = StringRef{words[static_cast<size_t>(i)].data(), words[static_cast<size_t>(i)].size()};
   auto first = runner.run_raw({{"x", x}});
   for (auto& w : words) w.assign(w.size(), '#');
   EXPECT_EQ(first.at("y").to_strings(), (Strings{"one", "two", "three"}));
-  const HostTensor kept = HostTensor::from_bytes(DataType::kString, first.at("y").dims(), first.at("y").data(),
-                                                 first.at("y").nbytes());
+  const HostTensor kept =
+      HostTensor::from_bytes(DataType::kString, first.at("y").dims(), first.at("y").data(), first.at("y").nbytes());
 
   // A second inference of another length on the same context: new strings; the copy keeps the old.
   const auto second = runner.run({{"x", HostTensor::from_strings(Dims{6}, {"A", "stop", "B", "Stop", "C", "D"})}});
@@ -362,7 +381,8 @@ TEST(StringNormalizer, ConstantInputIsFoldedOnTheHost) {
   Layer* n = net.add_layer(kLayerStringNormalizer, {c->output(0)}, 2, std::move(a), "normalizer");
   n->output(0)->set_name("y");
   net.mark_output(n->output(0));
-  Layer* f = net.add_constant(HostTensor::from_vector<float>(DataType::kFloat32, Dims{2}, std::vector<float>{0.25f, 3.0f}));
+  Layer* f =
+      net.add_constant(HostTensor::from_vector<float>(DataType::kFloat32, Dims{2}, std::vector<float>{0.25f, 3.0f}));
   Layer* s = net.add_cast(f->output(0), DataType::kString);
   s->output(0)->set_name("s");
   net.mark_output(s->output(0));
@@ -457,22 +477,22 @@ HostTensor cast_run(const HostTensor& x, DataType to) {
 
 TEST(StringCast, FloatToString) {
   const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> v = {0.5f,     0.039187793f, 1.0f,     -2.25f,       1e-5f, 1e20f, 0.1f, 0.0f, -0.0f,
-                                123456.0f, 1e7f,         1.5e8f,   16777216.0f, 1e-4f, std::nanf(""), inf, -inf};
+  const std::vector<float> v = {0.5f,      0.039187793f, 1.0f,   -2.25f,      1e-5f, 1e20f,         0.1f, 0.0f, -0.0f,
+                                123456.0f, 1e7f,         1.5e8f, 16777216.0f, 1e-4f, std::nanf(""), inf,  -inf};
   const HostTensor y = cast_run(HostTensor::from_vector(DataType::kFloat32, Dims{17}, v), DataType::kString);
   // numpy's str() of each float32 (shortest digits that read back; positional for
   // 1e-4 <= |x| < 1e6, else scientific; float32(1e-4) is just below 1e-4) and ONNX's special
   // literals.
   EXPECT_EQ(y.to_strings(), (Strings{"0.5", "0.039187793", "1.0", "-2.25", "1e-05", "1e+20", "0.1", "0.0", "-0.0",
-                                     "123456.0", "1e+07", "1.5e+08", "1.6777216e+07", "1e-04", "NaN", "INF",
-                                     "-INF"}));
+                                     "123456.0", "1e+07", "1.5e+08", "1.6777216e+07", "1e-04", "NaN", "INF", "-INF"}));
 }
 
 TEST(StringCast, OtherTypesToString) {
-  EXPECT_EQ(cast_run(HostTensor::from_vector(DataType::kFloat64, Dims{4}, std::vector<double>{0.1, 1.0 / 3, 1e15, 1e16}),
-                     DataType::kString)
-                .to_strings(),
-            (Strings{"0.1", "0.3333333333333333", "1000000000000000.0", "1e+16"}));
+  EXPECT_EQ(
+      cast_run(HostTensor::from_vector(DataType::kFloat64, Dims{4}, std::vector<double>{0.1, 1.0 / 3, 1e15, 1e16}),
+               DataType::kString)
+          .to_strings(),
+      (Strings{"0.1", "0.3333333333333333", "1000000000000000.0", "1e+16"}));
   EXPECT_EQ(cast_run(HostTensor::from_vector(DataType::kInt32, Dims{3}, std::vector<int32_t>{-5, 0, 2147483647}),
                      DataType::kString)
                 .to_strings(),
@@ -491,8 +511,8 @@ TEST(StringCast, OtherTypesToString) {
 }
 
 TEST(StringCast, StringToNumbers) {
-  const HostTensor x = HostTensor::from_strings(
-      Dims{3, 3}, {"3.14", "-1e-5", "1E8", " 42 ", "NaN", "INF", "+INF", "-inf", "100.5"});
+  const HostTensor x =
+      HostTensor::from_strings(Dims{3, 3}, {"3.14", "-1e-5", "1E8", " 42 ", "NaN", "INF", "+INF", "-inf", "100.5"});
   const HostTensor f = cast_run(x, DataType::kFloat32);
   const float* p = f.as<float>();
   EXPECT_EQ(p[0], 3.14f);
@@ -508,8 +528,8 @@ TEST(StringCast, StringToNumbers) {
   EXPECT_EQ(d.as<double>()[0], 0.1);
   EXPECT_EQ(d.as<double>()[1], 1e300);
   // Integers: exact when the text is one, else truncated toward zero (the spec's "100.5" -> 100).
-  const HostTensor i = cast_run(HostTensor::from_strings(Dims{4}, {"100.5", "-7", "12345678901234", "+3"}),
-                                DataType::kInt64);
+  const HostTensor i =
+      cast_run(HostTensor::from_strings(Dims{4}, {"100.5", "-7", "12345678901234", "+3"}), DataType::kInt64);
   EXPECT_EQ(i.to_int64(), (std::vector<int64_t>{100, -7, 12345678901234, 3}));
   const HostTensor b = cast_run(HostTensor::from_strings(Dims{4}, {"True", "false", "0", "2.5"}), DataType::kBool);
   EXPECT_EQ(b.to_int64(), (std::vector<int64_t>{1, 0, 0, 1}));
@@ -529,7 +549,8 @@ TEST(StringCast, TextThatIsNoNumberIsAnError) {
 TEST(StringCast, RoundTripThroughText) {
   // float -> string -> float gives the same values back (shortest round-trip digits).
   std::vector<float> v;
-  for (int k = 0; k < 200; ++k) v.push_back(std::ldexp(1.0f + static_cast<float>(k) / 199.0f, k % 60 - 30) * (k % 3 ? 1.0f : -1.0f));
+  for (int k = 0; k < 200; ++k)
+    v.push_back(std::ldexp(1.0f + static_cast<float>(k) / 199.0f, k % 60 - 30) * (k % 3 ? 1.0f : -1.0f));
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{200});
   Tensor* s = net.add_cast(x, DataType::kString)->output(0);
@@ -555,8 +576,10 @@ class OnnxModel {
     auto* t = add_value(proto_.mutable_graph()->add_input(), name, type);
     auto* shape = t->mutable_shape();
     for (int64_t d : dims) {
-      if (d < 0) shape->add_dim()->set_dim_param("n");
-      else shape->add_dim()->set_dim_value(d);
+      if (d < 0)
+        shape->add_dim()->set_dim_param("n");
+      else
+        shape->add_dim()->set_dim_value(d);
     }
   }
   void output(const std::string& name, int32_t type) { add_value(proto_.mutable_graph()->add_output(), name, type); }
@@ -659,8 +682,9 @@ TEST(StringOnnx, CastAndCastLikeWithStrings) {
   m.node("CastLike", {"f", "like"}, {"f_like"});
   auto net = m.import();
   Runner runner(build_cpu(*net));
-  const auto out = runner.run({{"f", HostTensor::from_vector(DataType::kFloat32, Dims{3}, std::vector<float>{1.5f, -3.0f, 0.2f})},
-                               {"s", HostTensor::from_strings(Dims{2}, {"2.5e3", "-INF"})}});
+  const auto out =
+      runner.run({{"f", HostTensor::from_vector(DataType::kFloat32, Dims{3}, std::vector<float>{1.5f, -3.0f, 0.2f})},
+                  {"s", HostTensor::from_strings(Dims{2}, {"2.5e3", "-INF"})}});
   EXPECT_EQ(out.at("f_text").to_strings(), (Strings{"1.5", "-3.0", "0.2"}));
   EXPECT_EQ(out.at("f_like").to_strings(), (Strings{"1.5", "-3.0", "0.2"}));
   EXPECT_EQ(out.at("s_value").as<double>()[0], 2500.0);

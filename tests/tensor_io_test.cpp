@@ -36,9 +36,8 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 class TensorIoTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("kiln_tensor_io_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::path(::testing::TempDir()) / ("kiln_tensor_io_" + std::to_string(::getpid()) + "_" +
+                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -159,8 +158,8 @@ TEST_F(TensorIoTest, SaveNpyWritesWhatNumpyWrites) {
 
 TEST_F(TensorIoTest, RoundTripsEveryTypeAndRank) {
   std::mt19937 rng(7);
-  const DataType types[] = {DataType::kFloat32, DataType::kFloat16, DataType::kInt8,  DataType::kUInt8,
-                            DataType::kInt32,   DataType::kInt64,   DataType::kBool,  DataType::kFloat64};
+  const DataType types[] = {DataType::kFloat32, DataType::kFloat16, DataType::kInt8, DataType::kUInt8,
+                            DataType::kInt32,   DataType::kInt64,   DataType::kBool, DataType::kFloat64};
   const Dims shapes[] = {Dims{}, Dims{1}, Dims{7}, Dims{2, 3, 5}, Dims{1, 2, 1, 2, 1, 2, 1, 2}, Dims{3, 0}};
   for (DataType type : types) {
     for (const Dims& dims : shapes) {

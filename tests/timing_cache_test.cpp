@@ -81,7 +81,8 @@ TEST_F(TimingCacheFile, BuildersSavingOneFileAtOnceKeepEveryEntry) {
     }
   }
   int temporaries = 0;
-  for (const auto& e : fs::directory_iterator(dir_)) temporaries += e.path().filename().string().find(".tmp-") != std::string::npos;
+  for (const auto& e : fs::directory_iterator(dir_))
+    temporaries += e.path().filename().string().find(".tmp-") != std::string::npos;
   EXPECT_EQ(temporaries, 0);
 }
 

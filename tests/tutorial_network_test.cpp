@@ -101,17 +101,18 @@ std::unique_ptr<Network> make_tutorial(const TutorialWeights& w) {
     scale[m] = static_cast<float>(w.gamma[m] / std::sqrt(w.var[m] + 1e-5));
     shift[m] = w.beta[m] - w.mean[m] * scale[m];
   }
-  Layer* bn = net->add_scale(conv->output(0), ScaleMode::kChannel, HostTensor::from_vector(DataType::kFloat32, Dims{kM}, shift),
-                             HostTensor::from_vector(DataType::kFloat32, Dims{kM}, scale), HostTensor{});
+  Layer* bn =
+      net->add_scale(conv->output(0), ScaleMode::kChannel, HostTensor::from_vector(DataType::kFloat32, Dims{kM}, shift),
+                     HostTensor::from_vector(DataType::kFloat32, Dims{kM}, scale), HostTensor{});
   bn->set_name("bn1");
   Layer* relu = net->add_activation(bn->output(0), ActivationType::kRelu);
   PoolingDesc pd;
   pd.kernel = {2, 2};
   pd.strides = {2, 2};
   Layer* pool = net->add_pooling(relu->output(0), pd);
-  Layer* fc = net->add_fully_connected(pool->output(0), kOut,
-                                       HostTensor::from_vector(DataType::kFloat32, Dims{kOut, kM * (kH / 2) * (kW / 2)}, w.fc_w),
-                                       HostTensor::from_vector(DataType::kFloat32, Dims{kOut}, w.fc_b));
+  Layer* fc = net->add_fully_connected(
+      pool->output(0), kOut, HostTensor::from_vector(DataType::kFloat32, Dims{kOut, kM * (kH / 2) * (kW / 2)}, w.fc_w),
+      HostTensor::from_vector(DataType::kFloat32, Dims{kOut}, w.fc_b));
   fc->output(0)->set_name("scores");
   net->mark_output(fc->output(0));
   return net;

@@ -136,17 +136,20 @@ std::vector<ParsedStep> parse_schedule(const std::vector<std::string>& values) {
       for (int number = 1; std::getline(lines, line); ++number) {
         line = trimmed(line);
         if (line.empty() || line[0] == '#') continue;
-        add(line, "--shape-schedule file " + quote(file) + " line " + std::to_string(number) + " (" + quote(line) + ")");
+        add(line,
+            "--shape-schedule file " + quote(file) + " line " + std::to_string(number) + " (" + quote(line) + ")");
       }
       if (steps.empty())
-        throw UsageError("--shape-schedule file " + quote(file) + " has no steps; write one NAME:DIMS[+NAME:DIMS] per line");
+        throw UsageError("--shape-schedule file " + quote(file) +
+                         " has no steps; write one NAME:DIMS[+NAME:DIMS] per line");
       continue;
     }
     std::string step;
     std::istringstream parts(value);
     while (std::getline(parts, step, ',')) {
       step = trimmed(step);
-      if (step.empty()) throw UsageError("--shape-schedule " + quote(value) + " has an empty step; write STEP[,STEP...]");
+      if (step.empty())
+        throw UsageError("--shape-schedule " + quote(value) + " has an empty step; write STEP[,STEP...]");
       add(step, "--shape-schedule step " + std::to_string(steps.size() + 1) + " (" + quote(step) + ")");
     }
   }
@@ -481,8 +484,8 @@ void Bench::prepare(const std::vector<HostTensor>& data) {
       for (size_t k = n_in; k < io_.size(); ++k) {
         const Dims dims = scratch->max_tensor_shape(io_[k]->name);
         if (dims.is_dynamic())
-          throw Error("output " + quote(io_[k]->name) + " has the unresolved shape " + dims.to_string() + " at the shapes " +
-                      step.text);
+          throw Error("output " + quote(io_[k]->name) + " has the unresolved shape " + dims.to_string() +
+                      " at the shapes " + step.text);
         step.bytes.push_back(static_cast<size_t>(tensor_byte_size(io_[k]->type, dims)));
         max_bytes_[k] = std::max(max_bytes_[k], step.bytes.back());
       }
@@ -1016,8 +1019,8 @@ int run_bench(const BenchOptions& o) {
       if (auto f = file_by_name.find(info.name); f != file_by_name.end()) {
         in.file = f->second;
         if (in.file->value.type() != info.type)
-          throw Error("input " + quote(info.name) + " is " + to_string(info.type) + ", but " + quote(in.file->file) + " holds " +
-                      to_string(in.file->value.type()));
+          throw Error("input " + quote(info.name) + " is " + to_string(info.type) + ", but " + quote(in.file->file) +
+                      " holds " + to_string(in.file->value.type()));
         check_step_dims({in}, info.name, in.file->value.dims(), "input file " + quote(in.file->file));
         in.base = in.file->value.dims();
       }
@@ -1029,8 +1032,8 @@ int run_bench(const BenchOptions& o) {
     for (auto& in : inputs)
       if (in.name == name) {
         if (in.file && in.file->value.dims() != dims)
-          throw UsageError("--shapes gives input " + quote(name) + " the shape " + dims.to_string() + ", but its file '" +
-                           in.file->file + "' holds " + in.file->value.dims().to_string() +
+          throw UsageError("--shapes gives input " + quote(name) + " the shape " + dims.to_string() +
+                           ", but its file '" + in.file->file + "' holds " + in.file->value.dims().to_string() +
                            "; drop the file to bench on random data");
         in.base = dims;
       }
@@ -1046,8 +1049,8 @@ int run_bench(const BenchOptions& o) {
       auto it = named.find(in.name);
       const Dims dims = it == named.end() ? in.base : it->second;
       if (in.file && dims != in.file->value.dims())
-        throw UsageError(where + " gives input " + quote(in.name) + " the shape " + dims.to_string() + ", but its file '" +
-                         in.file->file + "' holds " + in.file->value.dims().to_string() +
+        throw UsageError(where + " gives input " + quote(in.name) + " the shape " + dims.to_string() +
+                         ", but its file '" + in.file->file + "' holds " + in.file->value.dims().to_string() +
                          "; drop the input files to bench on random data");
       step.dims.push_back(dims);
       step.text += (step.text.empty() ? "" : ",") + in.name + ":" + dims.to_string();
@@ -1183,7 +1186,8 @@ void setup_bench_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_option("--export-profile", o->export_profile,
                   "After the timed run, profile each layer in a separate run and write the rows to FILE as JSON")
       ->type_name("FILE");
-  add_threads_option(*sub, o->threads, "CPU threads per context (0: the engine's setting, cores shared among contexts)");
+  add_threads_option(*sub, o->threads,
+                     "CPU threads per context (0: the engine's setting, cores shared among contexts)");
   sub->add_flag("--json", o->json, "Print the summary as one JSON object on stdout (the report goes to stderr)");
   sub->add_option("--plugins", o->plugins, "Plugin library the engine needs, loaded first (repeatable)")
       ->type_name("LIB.so");

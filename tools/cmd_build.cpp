@@ -94,10 +94,10 @@ int run_build(const BuildOptions& o) {
   config.profiles.push_back(make_profile(*network, o.shapes, out));
   print_profile(config.profiles.back(), out);
 
-  out << "building for " << to_string(config.device) << " (threads: "
-      << (o.threads > 0 ? std::to_string(o.threads) : std::string("all")) << ", fp16: " << (o.fp16 ? "on" : "off")
-      << (o.no_optimizations ? ", optimizations: off" : "") << ", optimization level: " << o.optimization_level
-      << (o.no_timing ? " with --no-timing" : "")
+  out << "building for " << to_string(config.device)
+      << " (threads: " << (o.threads > 0 ? std::to_string(o.threads) : std::string("all"))
+      << ", fp16: " << (o.fp16 ? "on" : "off") << (o.no_optimizations ? ", optimizations: off" : "")
+      << ", optimization level: " << o.optimization_level << (o.no_timing ? " with --no-timing" : "")
       << (config.workspace_limit ? ", workspace limit: " + format_bytes(config.workspace_limit) : std::string())
       << (o.tune_for_streams > 1 ? ", tuned for " + std::to_string(o.tune_for_streams) + " streams" : std::string())
       << ")\n"
@@ -121,8 +121,8 @@ int run_build(const BuildOptions& o) {
         << report.layers_reused << " reused an identical layer's timing, " << report.timing_cache_hits
         << " from the timing cache" << (o.timing_cache.empty() ? std::string() : " " + quote(o.timing_cache)) << "\n";
   } else {
-    out << "kernel timing: none (" << (config.device == DeviceType::kCPU ? "CPU kernels are chosen by priority"
-                                                                         : "highest-priority kernels")
+    out << "kernel timing: none ("
+        << (config.device == DeviceType::kCPU ? "CPU kernels are chosen by priority" : "highest-priority kernels")
         << (config.optimization_level == 0 || o.no_timing ? "; nothing is timed at level 0 or with --no-timing" : "")
         << ")\n";
   }
@@ -131,8 +131,7 @@ int run_build(const BuildOptions& o) {
         << format_bytes(config.workspace_limit) << "\n";
   }
   out << "memory: activations peak " << format_bytes(report.activation_peak_bytes);
-  if (report.activation_naive_bytes)
-    out << " (" << format_bytes(report.activation_naive_bytes) << " without reuse)";
+  if (report.activation_naive_bytes) out << " (" << format_bytes(report.activation_naive_bytes) << " without reuse)";
   out << ", weights " << format_bytes(report.weights_bytes) << ", kernel workspace "
       << format_bytes(report.workspace_bytes) << "\n";
 
@@ -209,9 +208,10 @@ void setup_build_command(CLI::App& parent, std::function<int()>& run) {
       ->check(CLI::Range(1, kiln::kMaxTuneStreams))
       ->type_name("N")
       ->capture_default_str();
-  add_byte_size_option(*sub, "--workspace-limit", o->workspace_limit,
-                       "Most scratch memory one kernel may use (suffixes K, M, G; trtexec --memPoolSize=workspace:...): "
-                       "kernels needing more are not considered; the build fails naming the layer when none fits");
+  add_byte_size_option(
+      *sub, "--workspace-limit", o->workspace_limit,
+      "Most scratch memory one kernel may use (suffixes K, M, G; trtexec --memPoolSize=workspace:...): "
+      "kernels needing more are not considered; the build fails naming the layer when none fits");
   add_byte_size_option(*sub, "--memory-limit", o->memory_limit,
                        "Fail when activation memory would exceed this many bytes (suffixes K, M, G)");
   sub->add_flag("--no-optimizations", o->no_optimizations, "Skip every optimization pass (for debugging)");

@@ -135,7 +135,8 @@ int run_conformance(const ConformanceOptions& o) {
 
   const auto tests = conformance::discover_tests(data_dir, o.folders, o.filter);
   if (tests.empty())
-    throw Error("no tests under " + quote(data_dir) + " match" + (o.filter.empty() ? "" : " --filter " + quote(o.filter)));
+    throw Error("no tests under " + quote(data_dir) + " match" +
+                (o.filter.empty() ? "" : " --filter " + quote(o.filter)));
   std::cout << "running " << tests.size() << " ONNX backend tests from " << data_dir << " on " << to_string(run.device)
             << "\n";
   std::vector<TestResult> results;

@@ -141,8 +141,8 @@ int run_layers(const DebugOptions& o) {
   std::unique_ptr<Network> reference_net = network->clone();
   const int pinned = apply_layer_precisions(*network, o.layer_precisions);
   const DeviceType device = parse_device_type(o.device);
-  out << "model '" << o.onnx << "': " << rows.size() << " layer output(s) marked; engine under test: "
-      << to_string(device) << (o.fp16 ? " fp16" : " fp32")
+  out << "model '" << o.onnx << "': " << rows.size()
+      << " layer output(s) marked; engine under test: " << to_string(device) << (o.fp16 ? " fp16" : " fp32")
       << (pinned ? ", " + std::to_string(pinned) + " layer(s) set by --layer-precisions" : std::string())
       << "; reference: cpu fp32\n"
       << std::flush;
@@ -159,7 +159,8 @@ int run_layers(const DebugOptions& o) {
   }
   out << "pass: " << rule(o) << "\n";
   out << std::left << std::setw(5) << "#" << std::setw(10) << "result" << std::setw(10) << "max abs" << std::setw(10)
-      << "max rel" << std::setw(10) << "mean rel" << std::setw(9) << ">1e-5" << "layer (type) -> output\n";
+      << "max rel" << std::setw(10) << "mean rel" << std::setw(9) << ">1e-5"
+      << "layer (type) -> output\n";
   int failing = 0;
   std::vector<std::string> roots;  // failing layers whose compared inputs pass: where errors start
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -190,7 +191,8 @@ int run_layers(const DebugOptions& o) {
   if (!roots.empty()) {
     out << "first layer out of tolerance whose inputs are within it: " << roots.front() << "\n";
     constexpr size_t kMaxListed = 8;
-    for (size_t i = 1; i < roots.size() && i < kMaxListed; ++i) out << "  another error starts at: " << roots[i] << "\n";
+    for (size_t i = 1; i < roots.size() && i < kMaxListed; ++i)
+      out << "  another error starts at: " << roots[i] << "\n";
     if (roots.size() > kMaxListed) out << "  (and " << roots.size() - kMaxListed << " more)\n";
     out << "  (errors downstream of these may only be theirs carried along; for --fp16 engines, "
            "`kiln debug precision` finds layers to keep in fp32)\n";
@@ -209,7 +211,8 @@ struct Trial {
 int run_precision(const DebugOptions& o) {
   check_common(o);
   std::ostream& out = std::cout;
-  if (!o.layer_precisions.empty()) throw UsageError("kiln debug precision finds --layer-precisions itself; drop the flag");
+  if (!o.layer_precisions.empty())
+    throw UsageError("kiln debug precision finds --layer-precisions itself; drop the flag");
   std::unique_ptr<Network> base = load_onnx_network(o.onnx);
   const std::vector<InputTensor> inputs = network_inputs(*base, o);
   const DeviceType device = parse_device_type(o.device);
@@ -222,9 +225,9 @@ int run_precision(const DebugOptions& o) {
       const std::string name = base->output(i)->name();
       const std::string file = find_reference(o.compare_dir, static_cast<size_t>(i), name);
       if (file.empty())
-        throw Error("--compare-dir " + quote(o.compare_dir) + " has no reference for output " + quote(name) + " (output_" +
-                    std::to_string(i) + ".pb, output_" + std::to_string(i) + ".npy or " + sanitize_file_name(name) +
-                    ".npy)");
+        throw Error("--compare-dir " + quote(o.compare_dir) + " has no reference for output " + quote(name) +
+                    " (output_" + std::to_string(i) + ".pb, output_" + std::to_string(i) + ".npy or " +
+                    sanitize_file_name(name) + ".npy)");
       reference.emplace_back(name, load_tensor_file(file));
     }
   } else {
@@ -262,12 +265,14 @@ int run_precision(const DebugOptions& o) {
   auto trial = [&](int k) {
     std::ostringstream what;
     what << std::setw(4) << k << " of " << n << " layer(s) in fp32";
-    if (k) what << " (" << (o.direction == "reverse" ? "last: " : "through: ") << candidates[static_cast<size_t>(k - 1)] << ")";
+    if (k)
+      what << " (" << (o.direction == "reverse" ? "last: " : "through: ") << candidates[static_cast<size_t>(k - 1)]
+           << ")";
     return run_trial(std::vector<std::string>(candidates.begin(), candidates.begin() + k), what.str());
   };
 
-  out << "model '" << o.onnx << "' on " << to_string(device) << " with --fp16; pass: " << rule(o) << "; reference: "
-      << (o.compare_dir.empty() ? std::string("cpu fp32 engine") : quote(o.compare_dir)) << "; " << n
+  out << "model '" << o.onnx << "' on " << to_string(device) << " with --fp16; pass: " << rule(o)
+      << "; reference: " << (o.compare_dir.empty() ? std::string("cpu fp32 engine") : quote(o.compare_dir)) << "; " << n
       << " layers, bisecting from the " << (o.direction == "reverse" ? "end" : "start") << "\n";
   int found = -1;
   if (trial(0).pass) {
@@ -335,7 +340,8 @@ void add_common(CLI::App* sub, DebugOptions& o) {
   sub->add_option("--max-rel-err", o.max_rel_err,
                   "Instead of --rtol/--atol: pass when every element's |a-b| / max(|b|, 1e-3) is at most this")
       ->type_name("FLOAT");
-  sub->add_option("--plugins", o.plugins, "Plugin library the model needs, loaded first (repeatable)")->type_name("LIB.so");
+  sub->add_option("--plugins", o.plugins, "Plugin library the model needs, loaded first (repeatable)")
+      ->type_name("LIB.so");
   sub->add_flag("-v,--verbose", o.verbose, "Print the library's progress messages");
 }
 
@@ -364,8 +370,11 @@ void setup_debug_command(CLI::App& parent, std::function<int()>& run) {
       "of tolerance.");
   add_common(layers, *lo);
   layers->add_flag("--fp16", lo->fp16, "Build the engine under test with fp16 kernels allowed");
-  layers->add_option("--layer-precisions", lo->layer_precisions, "Per-layer precision of the engine under test "
-                     "(NAME:fp32|fp16[,...] or @FILE)")->type_name("SPEC");
+  layers
+      ->add_option("--layer-precisions", lo->layer_precisions,
+                   "Per-layer precision of the engine under test "
+                   "(NAME:fp32|fp16[,...] or @FILE)")
+      ->type_name("SPEC");
   layers->callback([&run, lo] { run = [lo] { return run_layers(*lo); }; });
 
   auto po = std::make_shared<DebugOptions>();
@@ -376,8 +385,9 @@ void setup_debug_command(CLI::App& parent, std::function<int()>& run) {
       "against --compare-dir references or kiln's CPU float32 engine, and prints the --layer-precisions list for "
       "kiln build / kiln run. Exits 3 when even an all-fp32 engine fails.");
   add_common(precision, *po);
-  precision->add_option("--compare-dir", po->compare_dir,
-                        "References output_<i>.pb (or .npy); default: the CPU float32 engine's outputs")
+  precision
+      ->add_option("--compare-dir", po->compare_dir,
+                   "References output_<i>.pb (or .npy); default: the CPU float32 engine's outputs")
       ->type_name("DIR");
   precision->add_option("--direction", po->direction, "forward: keep the first layers in fp32; reverse: the last")
       ->check(CLI::IsMember({"forward", "reverse"}))

@@ -52,10 +52,10 @@ std::string elem_type_name(int32_t elem_type) {
 // Bytes per element of the ONNX element types kiln may meet (0: unknown/variable size).
 uint64_t elem_size(int32_t elem_type) {
   static const std::map<int32_t, uint64_t> kSizes = {
-      {onnx::TensorProto::FLOAT, 4},  {onnx::TensorProto::UINT8, 1},     {onnx::TensorProto::INT8, 1},
-      {onnx::TensorProto::UINT16, 2}, {onnx::TensorProto::INT16, 2},     {onnx::TensorProto::INT32, 4},
-      {onnx::TensorProto::INT64, 8},  {onnx::TensorProto::BOOL, 1},      {onnx::TensorProto::FLOAT16, 2},
-      {onnx::TensorProto::DOUBLE, 8}, {onnx::TensorProto::UINT32, 4},    {onnx::TensorProto::UINT64, 8},
+      {onnx::TensorProto::FLOAT, 4},     {onnx::TensorProto::UINT8, 1},       {onnx::TensorProto::INT8, 1},
+      {onnx::TensorProto::UINT16, 2},    {onnx::TensorProto::INT16, 2},       {onnx::TensorProto::INT32, 4},
+      {onnx::TensorProto::INT64, 8},     {onnx::TensorProto::BOOL, 1},        {onnx::TensorProto::FLOAT16, 2},
+      {onnx::TensorProto::DOUBLE, 8},    {onnx::TensorProto::UINT32, 4},      {onnx::TensorProto::UINT64, 8},
       {onnx::TensorProto::COMPLEX64, 8}, {onnx::TensorProto::COMPLEX128, 16}, {onnx::TensorProto::BFLOAT16, 2}};
   auto it = kSizes.find(elem_type);
   return it == kSizes.end() ? 0 : it->second;
@@ -164,7 +164,8 @@ int inspect_onnx(const InspectOptions& o) {
         nlohmann::json dims = nlohmann::json::array();
         for (const auto& s : d.dims) {
           // Numbers as numbers, symbolic dims as strings.
-          if (!s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+          if (!s.empty() &&
+              std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
             dims.push_back(std::stoll(s));
           else
             dims.push_back(s);
@@ -190,7 +191,8 @@ int inspect_onnx(const InspectOptions& o) {
     std::ostream& out = std::cout;
     out << "model: " << o.onnx << "\n";
     out << "  ir version " << model.ir_version();
-    if (!model.producer_name().empty()) out << ", producer " << model.producer_name() << " " << model.producer_version();
+    if (!model.producer_name().empty())
+      out << ", producer " << model.producer_name() << " " << model.producer_version();
     out << "\n  opsets:";
     for (const auto& opset : model.opset_import())
       out << " " << (opset.domain().empty() ? "ai.onnx" : opset.domain()) << " " << opset.version();
@@ -299,7 +301,8 @@ int inspect_engine(const InspectOptions& o) {
   out << "engine: " << o.engine << " (" << format_bytes(bytes.size()) << ", device " << to_string(data.device) << ")\n";
   for (const auto& [key, value] : data.build_info) out << "  " << key << ": " << value << "\n";
   for (const auto& p : data.plugins)
-    out << "  plugin " << p.name << " v" << p.version << (p.plugin_namespace.empty() ? "" : " (" + p.plugin_namespace + ")")
+    out << "  plugin " << p.name << " v" << p.version
+        << (p.plugin_namespace.empty() ? "" : " (" + p.plugin_namespace + ")")
         << (p.library.empty() ? "" : " from " + p.library) << "\n";
   out << "note: this engine cannot be loaded on this machine (" << load_problem << "); showing the file's contents\n";
   for (size_t i = 0; i < data.profiles.size(); ++i) {
@@ -321,7 +324,8 @@ int inspect_engine(const InspectOptions& o) {
 }
 
 int run_inspect(const InspectOptions& o) {
-  if (o.engine.empty() == o.onnx.empty()) throw UsageError("give an engine with --engine FILE or a model with --onnx FILE");
+  if (o.engine.empty() == o.onnx.empty())
+    throw UsageError("give an engine with --engine FILE or a model with --onnx FILE");
   load_plugins(o.plugins);
   return o.engine.empty() ? inspect_onnx(o) : inspect_engine(o);
 }

@@ -56,8 +56,10 @@ int run_list(const PluginListOptions& o) {
     if (creator == nullptr) continue;
     for (const PluginFieldSpec& f : creator_field_schema(*creator, "kiln plugin list")) {
       std::cout << "    " << f.name << ": " << to_string(f.type)
-                << (f.count == 1 ? "" : f.count < 0 ? "[]" : "[" + std::to_string(f.count) + "]") << ", "
-                << default_text(f) << (f.description.empty() ? "" : " -- " + f.description) << "\n";
+                << (f.count == 1  ? ""
+                    : f.count < 0 ? "[]"
+                                  : "[" + std::to_string(f.count) + "]")
+                << ", " << default_text(f) << (f.description.empty() ? "" : " -- " + f.description) << "\n";
     }
   }
   return kExitOk;
@@ -121,13 +123,15 @@ void setup_plugin_command(CLI::App& parent, std::function<int()>& run) {
   check_cmd->add_option("--device", check->device, "Device whose kernels are checked: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case))
       ->capture_default_str();
-  check_cmd->add_option("--fields", check->fields,
-                        "Field values instead of the defaults: NAME=VALUE[,NAME=VALUE...]; a list as NAME=1,2,3")
+  check_cmd
+      ->add_option("--fields", check->fields,
+                   "Field values instead of the defaults: NAME=VALUE[,NAME=VALUE...]; a list as NAME=1,2,3")
       ->type_name("K=V,...");
-  check_cmd->add_option("--inputs", check->inputs,
-                        "Number of plugin inputs (default: found by asking the plugin with 1, 2, ... inputs "
-                        "of one type until it accepts a combination); give it for multi-input plugins whose "
-                        "inputs must differ in type or rank")
+  check_cmd
+      ->add_option("--inputs", check->inputs,
+                   "Number of plugin inputs (default: found by asking the plugin with 1, 2, ... inputs "
+                   "of one type until it accepts a combination); give it for multi-input plugins whose "
+                   "inputs must differ in type or rank")
       ->check(CLI::Range(1, 16));
   check_cmd->footer(
       "Examples:\n"

@@ -112,7 +112,8 @@ LoadedEngine build_from_onnx(const RunOptions& o, std::ostream& out) {
 int run_run(const RunOptions& o) {
   std::ostream& out = o.json ? std::cerr : std::cout;
   if (o.verbose) default_logger().set_min_severity(Severity::kVerbose);
-  if (o.engine.empty() == o.onnx.empty()) throw UsageError("give the engine with --engine FILE or the model with --onnx FILE");
+  if (o.engine.empty() == o.onnx.empty())
+    throw UsageError("give the engine with --engine FILE or the model with --onnx FILE");
   if (!o.layer_precisions.empty() && o.onnx.empty())
     throw UsageError("--layer-precisions applies when building: use it with --onnx (or with kiln build)");
   if (o.inputs_dir.empty() && o.inputs.empty())
@@ -150,8 +151,8 @@ int run_run(const RunOptions& o) {
   for (auto& in : loaded.inputs) {
     const TensorInfo& info = engine.io_tensor(in.name);
     if (in.value.type() != info.type)
-      throw Error("input " + quote(in.name) + " of " + loaded.source + " is " + to_string(info.type) + ", but '" + in.file +
-                  "' holds " + to_string(in.value.type()));
+      throw Error("input " + quote(in.name) + " of " + loaded.source + " is " + to_string(info.type) + ", but '" +
+                  in.file + "' holds " + to_string(in.value.type()));
     if (info.format != TensorFormat::kLinear)
       throw Error("input " + quote(in.name) + " of " + loaded.source + " uses the " + to_string(info.format) +
                   " format; `kiln run` feeds linear (row-major) data only");
@@ -226,18 +227,19 @@ int run_run(const RunOptions& o) {
   }
   result["warmup"] = o.warmup;
   result["batch"] = batch;
-  result["latency_ms"] = {{"iterations", stats.iterations}, {"min", stats.min_ms},   {"median", stats.median_ms},
-                          {"mean", stats.mean_ms},          {"p99", stats.p99_ms},   {"max", stats.max_ms}};
+  result["latency_ms"] = {{"iterations", stats.iterations}, {"min", stats.min_ms}, {"median", stats.median_ms},
+                          {"mean", stats.mean_ms},          {"p99", stats.p99_ms}, {"max", stats.max_ms}};
   result["throughput"] = {{"inferences_per_s", per_s}, {"items_per_s", per_s * static_cast<double>(batch)}};
   for (const auto& in : loaded.inputs)
-    result["inputs"].push_back(
-        {{"name", in.name}, {"type", to_string(in.value.type())}, {"dims", dims_json(in.value.dims())}, {"file", in.file}});
+    result["inputs"].push_back({{"name", in.name},
+                                {"type", to_string(in.value.type())},
+                                {"dims", dims_json(in.value.dims())},
+                                {"file", in.file}});
 
   out << "outputs:\n";
   for (const auto& output : outputs) {
-    nlohmann::json entry = {{"name", output.name},
-                            {"type", to_string(output.value.type())},
-                            {"dims", dims_json(output.value.dims())}};
+    nlohmann::json entry = {
+        {"name", output.name}, {"type", to_string(output.value.type())}, {"dims", dims_json(output.value.dims())}};
     out << "  " << describe_tensor(output.name, output.value.type(), output.value.dims());
     if (!o.output_dir.empty()) {
       const std::string file = (fs::path(o.output_dir) / (sanitize_file_name(output.name) + ".npy")).string();
@@ -249,9 +251,9 @@ int run_run(const RunOptions& o) {
     result["outputs"].push_back(entry);
   }
 
-  out << "latency over " << stats.iterations << " iteration(s) after " << o.warmup << " warmup: min " << fmt(stats.min_ms)
-      << " ms, median " << fmt(stats.median_ms) << " ms, mean " << fmt(stats.mean_ms) << " ms, p99 "
-      << fmt(stats.p99_ms) << " ms\n";
+  out << "latency over " << stats.iterations << " iteration(s) after " << o.warmup << " warmup: min "
+      << fmt(stats.min_ms) << " ms, median " << fmt(stats.median_ms) << " ms, mean " << fmt(stats.mean_ms)
+      << " ms, p99 " << fmt(stats.p99_ms) << " ms\n";
   out << "throughput: " << fmt(per_s, 2) << " inferences/s, " << fmt(per_s * static_cast<double>(batch), 2)
       << " items/s (batch " << batch << ")\n";
 
@@ -339,13 +341,18 @@ void setup_run_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_option("--compare-dir", o->compare_dir,
                   "Compare each output with DIR/output_<i>.pb (or output_<i>.npy, <name>.npy)")
       ->type_name("DIR");
-  sub->add_option("--iterations", o->iterations, "Timed iterations")->check(CLI::Range(1, 1000000000))->capture_default_str();
+  sub->add_option("--iterations", o->iterations, "Timed iterations")
+      ->check(CLI::Range(1, 1000000000))
+      ->capture_default_str();
   sub->add_flag("--dump-profile", o->dump_profile,
                 "Print per-layer time over the timed iterations, slowest first (the layer timing disturbs the totals)");
-  sub->add_option("--warmup", o->warmup, "Untimed iterations run first")->check(CLI::Range(0, 1000000000))->capture_default_str();
+  sub->add_option("--warmup", o->warmup, "Untimed iterations run first")
+      ->check(CLI::Range(0, 1000000000))
+      ->capture_default_str();
   add_threads_option(*sub, o->threads, "CPU threads (0: the engine's setting)");
   sub->add_flag("--json", o->json, "Print the results as one JSON object on stdout (the report goes to stderr)");
-  sub->add_option("--plugins", o->plugins, "Plugin library the engine needs, loaded first (repeatable)")->type_name("LIB.so");
+  sub->add_option("--plugins", o->plugins, "Plugin library the engine needs, loaded first (repeatable)")
+      ->type_name("LIB.so");
   sub->add_flag("--allow-embedded-plugins", o->allow_embedded_plugins,
                 "Load the plugin libraries embedded in the engine (kiln build --embed-plugins) for plugins that are "
                 "not registered: runs code from the engine file");

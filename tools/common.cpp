@@ -65,8 +65,7 @@ const Tensor* find_input(const Network& network, const std::string& name) {
 }
 
 // The input must exist and `dims` must have its rank and agree with its static extents.
-void check_against_input(const Network& network, const std::string& name, const Dims& dims,
-                         const std::string& source) {
+void check_against_input(const Network& network, const std::string& name, const Dims& dims, const std::string& source) {
   const Tensor* input = find_input(network, name);
   if (!input)
     throw Error(source + " names " + quote(name) + ", which is not an input of the network; its inputs are " +
@@ -74,8 +73,8 @@ void check_against_input(const Network& network, const std::string& name, const 
   const Dims& declared = input->dims();
   if (declared.rank() != dims.rank())
     throw Error(source + " gives input " + quote(name) + " the shape " + dims.to_string() + " of rank " +
-                std::to_string(dims.rank()) + ", but the input has rank " + std::to_string(declared.rank()) +
-                " (" + declared.to_string() + ")");
+                std::to_string(dims.rank()) + ", but the input has rank " + std::to_string(declared.rank()) + " (" +
+                declared.to_string() + ")");
   for (int i = 0; i < dims.rank(); ++i) {
     if (declared[i] != kDynamic && declared[i] != dims[i])
       throw Error(source + " gives input " + quote(name) + " the shape " + dims.to_string() + ", but its dim " +
@@ -173,16 +172,16 @@ Dims parse_shape_dims(std::string_view text, const std::string& context) {
   auto parts = split(text, 'x');
   if (parts.size() > static_cast<size_t>(kMaxDims))
     throw UsageError(context + ": " + std::to_string(parts.size()) + " dims, more than kiln's limit of " +
-                std::to_string(kMaxDims));
+                     std::to_string(kMaxDims));
   Dims dims;
   for (auto part : parts) {
     part = trim(part);
     int64_t value = 0;
     auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
     if (part.empty() || ec != std::errc() || ptr != part.data() + part.size())
-      throw UsageError(context + ": " + quote(std::string(part)) + " is not a whole number; write dims like 1x3x224x224");
-    if (value < 1)
-      throw UsageError(context + ": every extent must be at least 1, got " + std::to_string(value));
+      throw UsageError(context + ": " + quote(std::string(part)) +
+                       " is not a whole number; write dims like 1x3x224x224");
+    if (value < 1) throw UsageError(context + ": every extent must be at least 1, got " + std::to_string(value));
     dims.push_back(value);
   }
   return dims;
@@ -194,14 +193,16 @@ std::map<std::string, Dims> parse_shape_list(const std::vector<std::string>& val
     for (auto entry : split(value, ',')) {
       entry = trim(entry);
       const std::string context = flag + " entry " + quote(std::string(entry));
-      if (entry.empty()) throw UsageError(flag + ": empty entry in " + quote(value) + "; write NAME:DIMS[,NAME:DIMS...]");
+      if (entry.empty())
+        throw UsageError(flag + ": empty entry in " + quote(value) + "; write NAME:DIMS[,NAME:DIMS...]");
       size_t colon = entry.rfind(':');
       if (colon == std::string_view::npos)
         throw UsageError(context + ": missing ':' between the input name and the dims; write e.g. images:1x3x224x224");
       std::string name(trim(entry.substr(0, colon)));
       if (name.empty()) throw UsageError(context + ": the input name before ':' is empty");
       Dims dims = parse_shape_dims(entry.substr(colon + 1), context);
-      if (!result.emplace(name, dims).second) throw UsageError(flag + " gives input " + quote(name) + " more than once");
+      if (!result.emplace(name, dims).second)
+        throw UsageError(flag + " gives input " + quote(name) + " more than once");
     }
   }
   return result;
@@ -232,16 +233,17 @@ ParsedShapeFlags parse_shape_flags(const ShapeFlags& flags) {
       throw UsageError("input '" + name +
                        "': --min-shapes, --opt-shapes and --max-shapes must all be given for it; missing:" + missing);
     if (p.shapes.count(name))
-      throw UsageError("input " + quote(name) + " is given both --shapes and --min/--opt/--max-shapes; use one or the other");
+      throw UsageError("input " + quote(name) +
+                       " is given both --shapes and --min/--opt/--max-shapes; use one or the other");
     const Dims &lo = p.mins.at(name), &mid = p.opts.at(name), &hi = p.maxs.at(name);
     if (lo.rank() != mid.rank() || mid.rank() != hi.rank())
-      throw UsageError("input " + quote(name) + ": --min-shapes " + lo.to_string() + ", --opt-shapes " + mid.to_string() +
-                       " and --max-shapes " + hi.to_string() + " differ in rank");
+      throw UsageError("input " + quote(name) + ": --min-shapes " + lo.to_string() + ", --opt-shapes " +
+                       mid.to_string() + " and --max-shapes " + hi.to_string() + " differ in rank");
     for (int i = 0; i < lo.rank(); ++i) {
       if (!(lo[i] <= mid[i] && mid[i] <= hi[i]))
-        throw UsageError("input " + quote(name) + ": need min <= opt <= max in every dim, but dim " + std::to_string(i) +
-                         " has min " + std::to_string(lo[i]) + ", opt " + std::to_string(mid[i]) + ", max " +
-                         std::to_string(hi[i]));
+        throw UsageError("input " + quote(name) + ": need min <= opt <= max in every dim, but dim " +
+                         std::to_string(i) + " has min " + std::to_string(lo[i]) + ", opt " + std::to_string(mid[i]) +
+                         ", max " + std::to_string(hi[i]));
     }
   }
   return p;
@@ -308,13 +310,15 @@ uint64_t parse_byte_size(std::string_view text, const std::string& flag) {
     throw UsageError(flag + ": " + quote(text) + " is not a size; write bytes like 1073741824, 512M or 2G");
   std::string unit(ptr, s.data() + s.size());
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  static const std::map<std::string, int> kShift = {
-      {"", 0},   {"b", 0},    {"k", 10},  {"kb", 10}, {"kib", 10}, {"m", 20},
-      {"mb", 20}, {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30}, {"t", 40}, {"tb", 40}, {"tib", 40}};
+  static const std::map<std::string, int> kShift = {{"", 0},     {"b", 0},   {"k", 10},   {"kb", 10}, {"kib", 10},
+                                                    {"m", 20},   {"mb", 20}, {"mib", 20}, {"g", 30},  {"gb", 30},
+                                                    {"gib", 30}, {"t", 40},  {"tb", 40},  {"tib", 40}};
   auto it = kShift.find(unit);
   if (it == kShift.end())
-    throw UsageError(flag + ": unknown unit " + quote(unit) + " in " + quote(std::string(text)) + "; use K, M, G or T (powers of 1024)");
-  if (it->second && value > (UINT64_MAX >> it->second)) throw UsageError(flag + ": " + quote(std::string(text)) + " is too large");
+    throw UsageError(flag + ": unknown unit " + quote(unit) + " in " + quote(std::string(text)) +
+                     "; use K, M, G or T (powers of 1024)");
+  if (it->second && value > (UINT64_MAX >> it->second))
+    throw UsageError(flag + ": " + quote(std::string(text)) + " is too large");
   return value << it->second;
 }
 
@@ -374,7 +378,8 @@ std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names
                                      const std::vector<std::string>& assignments) {
   namespace fs = std::filesystem;
   if (inputs_dir.empty() == assignments.empty())
-    throw UsageError("give the inputs either with --inputs-dir DIR or with --input NAME=FILE (one per input), not both or neither");
+    throw UsageError(
+        "give the inputs either with --inputs-dir DIR or with --input NAME=FILE (one per input), not both or neither");
   auto load = [](const std::string& name, const std::string& file) {
     std::string ext = fs::path(file).extension().string();
     if (ext != ".npy" && ext != ".pb")
@@ -419,7 +424,8 @@ std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names
       for (const auto& n : input_names) known += (known.empty() ? "'" : ", '") + n + "'";
       throw Error("--input names " + quote(name) + ", which is not an input; the inputs are " + known);
     }
-    if (!files.emplace(name, a.substr(eq + 1)).second) throw UsageError("--input gives " + quote(name) + " more than once");
+    if (!files.emplace(name, a.substr(eq + 1)).second)
+      throw UsageError("--input gives " + quote(name) + " more than once");
   }
   std::set<std::string> missing;
   for (const auto& n : input_names)
@@ -429,8 +435,8 @@ std::vector<InputTensor> load_inputs(const std::vector<std::string>& input_names
   return result;
 }
 
-CompareResult compare_tensors(const std::string& name, const HostTensor& actual, const HostTensor& reference, double rtol,
-                              double atol) {
+CompareResult compare_tensors(const std::string& name, const HostTensor& actual, const HostTensor& reference,
+                              double rtol, double atol) {
   CompareResult r;
   r.name = name;
   r.count = reference.count();
@@ -449,8 +455,8 @@ CompareResult compare_tensors(const std::string& name, const HostTensor& actual,
     for (int64_t i = 0; i < reference.count(); ++i) {
       if (actual.string_at(i) == reference.string_at(i)) continue;
       if (r.violations++ == 0) {
-        r.note = "element " + std::to_string(i) + " is " + quote(std::string(actual.string_at(i))) + ", the reference '" +
-                 std::string(reference.string_at(i)) + "'";
+        r.note = "element " + std::to_string(i) + " is " + quote(std::string(actual.string_at(i))) +
+                 ", the reference '" + std::string(reference.string_at(i)) + "'";
       }
     }
     r.pass = r.violations == 0;
@@ -487,8 +493,7 @@ CompareResult compare_tensors(const std::string& name, const HostTensor& actual,
     r.mean_rel_err = rel_sum / static_cast<double>(b.size());
     r.share_rel_above_1e5 = static_cast<double>(above) / static_cast<double>(b.size());
   }
-  if (nonfinite_mismatch)
-    r.note = std::to_string(nonfinite_mismatch) + " NaN/Inf element(s) differ from the reference";
+  if (nonfinite_mismatch) r.note = std::to_string(nonfinite_mismatch) + " NaN/Inf element(s) differ from the reference";
   r.pass = r.violations == 0;
   return r;
 }
@@ -656,10 +661,9 @@ int apply_layer_precisions(Network& network, const std::vector<std::string>& spe
 
 std::string find_reference(const std::string& dir, size_t index, const std::string& name) {
   namespace fs = std::filesystem;
-  const std::vector<std::string> candidates = {
-      (fs::path(dir) / ("output_" + std::to_string(index) + ".pb")).string(),
-      (fs::path(dir) / ("output_" + std::to_string(index) + ".npy")).string(),
-      (fs::path(dir) / (sanitize_file_name(name) + ".npy")).string()};
+  const std::vector<std::string> candidates = {(fs::path(dir) / ("output_" + std::to_string(index) + ".pb")).string(),
+                                               (fs::path(dir) / ("output_" + std::to_string(index) + ".npy")).string(),
+                                               (fs::path(dir) / (sanitize_file_name(name) + ".npy")).string()};
   for (const auto& c : candidates) {
     std::error_code ec;
     if (fs::is_regular_file(c, ec)) return c;
@@ -681,7 +685,8 @@ void settle_output(ExecutionContext& context, const std::string& name, HostTenso
     value = HostTensor::from_bytes(DataType::kString, value.dims(), value.data(), value.nbytes());
 }
 
-std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine, const std::vector<InputTensor>& inputs) {
+std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine,
+                                                                const std::vector<InputTensor>& inputs) {
   std::unique_ptr<ExecutionContext> context = engine.create_execution_context();
   const bool on_device = engine.device() != DeviceType::kCPU;
   Backend* backend = on_device ? &get_backend(engine.device()) : nullptr;
@@ -701,8 +706,8 @@ std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine, 
   for (const auto& in : inputs) {
     const TensorInfo& info = engine.io_tensor(in.name);
     if (in.value.type() != info.type) {
-      throw Error("input " + quote(in.name) + " is " + std::string(to_string(info.type)) + ", but " + quote(in.file) + " holds " +
-                  to_string(in.value.type()));
+      throw Error("input " + quote(in.name) + " is " + std::string(to_string(info.type)) + ", but " + quote(in.file) +
+                  " holds " + to_string(in.value.type()));
     }
     if (info.dims.is_dynamic()) context->set_input_shape(in.name, in.value.dims());
     context->set_tensor_address(in.name, on_device ? device_copy(in.value.data(), in.value.nbytes())
@@ -725,7 +730,8 @@ std::vector<std::pair<std::string, HostTensor>> run_engine_once(Engine& engine, 
   context->execute();
   for (size_t i = 0; i < outputs.size(); ++i) {
     auto& [name, value] = outputs[i];
-    if (on_device && value.nbytes()) backend->copy_device_to_host(value.data(), output_device[i], value.nbytes(), nullptr);
+    if (on_device && value.nbytes())
+      backend->copy_device_to_host(value.data(), output_device[i], value.nbytes(), nullptr);
     settle_output(*context, name, value);
   }
   return outputs;

@@ -177,12 +177,12 @@ struct CompareResult {
   std::string reference_file;
   int64_t count = 0;
   double max_abs_err = 0.0;
-  double max_rel_err = 0.0;   // |a-b| / max(|b|, 1e-3)
+  double max_rel_err = 0.0;  // |a-b| / max(|b|, 1e-3)
   double mean_rel_err = 0.0;
   double share_rel_above_1e5 = 0.0;  // fraction of elements with rel err > 1e-5
   int64_t violations = 0;            // elements outside the tolerance below
   bool shape_mismatch = false;
-  std::string note;                  // why it failed when not a tolerance matter
+  std::string note;  // why it failed when not a tolerance matter
   bool pass = false;
 };
 // Element-wise comparison of `actual` with `reference`; an element passes when

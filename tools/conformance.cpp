@@ -84,12 +84,18 @@ std::string normalized(const std::string& s) {
 
 const char* value_kind(const onnx::TypeProto& type) {
   switch (type.value_case()) {
-    case onnx::TypeProto::kTensorType: return "tensor";
-    case onnx::TypeProto::kSequenceType: return "sequence";
-    case onnx::TypeProto::kMapType: return "map";
-    case onnx::TypeProto::kOptionalType: return "optional";
-    case onnx::TypeProto::kSparseTensorType: return "sparse tensor";
-    default: return "value of unknown kind";
+    case onnx::TypeProto::kTensorType:
+      return "tensor";
+    case onnx::TypeProto::kSequenceType:
+      return "sequence";
+    case onnx::TypeProto::kMapType:
+      return "map";
+    case onnx::TypeProto::kOptionalType:
+      return "optional";
+    case onnx::TypeProto::kSparseTensorType:
+      return "sparse tensor";
+    default:
+      return "value of unknown kind";
   }
 }
 
@@ -117,7 +123,8 @@ std::optional<double> scalar_of(const onnx::TensorProto& t) {
     case onnx::TensorProto::DOUBLE:
       if (!raw.empty()) return from_raw(0.0);
       return t.double_data_size() ? std::optional<double>(t.double_data(0)) : std::nullopt;
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -172,8 +179,8 @@ void inspect_model(TestCase& test) {
   auto check_io = [&](const onnx::ValueInfoProto& v, const char* role) {
     if (test.excluded.empty() && !v.type().has_tensor_type()) {
       const std::string kind = value_kind(v.type());
-      test.excluded =
-          std::string(role) + " " + quote(v.name()) + " is " + (kind[0] == 'o' ? "an " : "a ") + kind + ", not a tensor";
+      test.excluded = std::string(role) + " " + quote(v.name()) + " is " + (kind[0] == 'o' ? "an " : "a ") + kind +
+                      ", not a tensor";
     }
   };
   for (const auto& v : graph.input()) {
@@ -754,7 +761,9 @@ TestResult run_forked(const TestCase& test, const RunOptions& o) {
       result_from_json(nlohmann::json::parse(result_line), r);
       r.seconds = seconds;
       return r;
-    } catch (const std::exception& e) { r.message = std::string("unreadable worker answer: ") + e.what(); }
+    } catch (const std::exception& e) {
+      r.message = std::string("unreadable worker answer: ") + e.what();
+    }
   }
   r.status = Status::kCrash;
   r.stage = last_stage;
@@ -774,11 +783,16 @@ TestResult run_forked(const TestCase& test, const RunOptions& o) {
 
 const char* to_string(Status status) {
   switch (status) {
-    case Status::kPass: return "pass";
-    case Status::kWrong: return "wrong";
-    case Status::kUnsupported: return "unsupported";
-    case Status::kExcluded: return "excluded";
-    case Status::kCrash: return "crash";
+    case Status::kPass:
+      return "pass";
+    case Status::kWrong:
+      return "wrong";
+    case Status::kUnsupported:
+      return "unsupported";
+    case Status::kExcluded:
+      return "excluded";
+    case Status::kCrash:
+      return "crash";
   }
   return "?";
 }

@@ -147,9 +147,9 @@ std::string format_op_table(const std::map<std::string, Counts>& by_op) {
 std::string describe_worst(const WorstElement& w) {
   std::vector<std::string> idx;
   for (int64_t i : w.index) idx.push_back(std::to_string(i));
-  return "output " + quote(w.output) + " [" + join(idx, ",") + "]: " + num(w.actual) + " vs expected " + num(w.expected) +
-         " (|diff| " + num(w.abs_err) + " > " + num(w.allowed) + "; " + std::to_string(w.violations) + " of " +
-         std::to_string(w.count) + " elements off)";
+  return "output " + quote(w.output) + " [" + join(idx, ",") + "]: " + num(w.actual) + " vs expected " +
+         num(w.expected) + " (|diff| " + num(w.abs_err) + " > " + num(w.allowed) + "; " + std::to_string(w.violations) +
+         " of " + std::to_string(w.count) + " elements off)";
 }
 
 std::string format_result_line(const TestResult& r) {

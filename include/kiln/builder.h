@@ -94,26 +94,26 @@ class BuilderConfig {
 struct BuildReport {
   int layers_before = 0;
   int layers_after = 0;
-  std::vector<std::string> pass_log;  // one line per pass that changed something
-  uint64_t activation_peak_bytes = 0;     // at the max shapes of the largest profile
-  uint64_t activation_naive_bytes = 0;    // sum of all activation sizes without reuse
+  std::vector<std::string> pass_log;    // one line per pass that changed something
+  uint64_t activation_peak_bytes = 0;   // at the max shapes of the largest profile
+  uint64_t activation_naive_bytes = 0;  // sum of all activation sizes without reuse
   uint64_t weights_bytes = 0;
   double build_seconds = 0.0;
-  int layers_timed = 0;          // layers whose kernels (or plugin implementations) were timed
-  int timing_cache_hits = 0;     // layers whose choice came from the timing cache file
+  int layers_timed = 0;       // layers whose kernels (or plugin implementations) were timed
+  int timing_cache_hits = 0;  // layers whose choice came from the timing cache file
   // Layers whose choice reused the timing of an identical configuration earlier in the same
   // build (same layer type, attributes, input and output types, dims and formats; weights
   // values may differ), instead of timing again.
   int layers_reused = 0;
-  int tactics_timed = 0;         // kernels and plugin implementations timed, over all layers
-  int tactics_stopped_early = 0; // of those, stopped once clearly slower than the best so far
+  int tactics_timed = 0;           // kernels and plugin implementations timed, over all layers
+  int tactics_stopped_early = 0;   // of those, stopped once clearly slower than the best so far
   int tactics_over_workspace = 0;  // candidates left out for needing more than workspace_limit
-  int optimization_level = 3;    // the level the engine was built at
+  int optimization_level = 3;      // the level the engine was built at
   // The largest workspace (bytes) a chosen kernel needs at the profiles' points: what an
   // execution context reserves for kernel scratch besides activations. Layers whose shapes are
   // known only at run time size theirs then.
   uint64_t workspace_bytes = 0;
-  double timing_seconds = 0.0;   // time spent timing kernels
+  double timing_seconds = 0.0;  // time spent timing kernels
 };
 
 // The names of the builder's passes, in pipeline order (BuilderConfig::disabled_passes).

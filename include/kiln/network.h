@@ -179,11 +179,11 @@ struct NameIndex {
 // attributes; they can be edited afterwards through Layer::attrs().
 struct ConvolutionDesc {
   int64_t num_output_maps = 0;
-  std::vector<int64_t> kernel;       // spatial kernel size, e.g. {3, 3}
-  std::vector<int64_t> strides;      // default 1 per spatial dim
-  std::vector<int64_t> pads_begin;   // default 0
-  std::vector<int64_t> pads_end;     // default 0
-  std::vector<int64_t> dilations;    // default 1
+  std::vector<int64_t> kernel;      // spatial kernel size, e.g. {3, 3}
+  std::vector<int64_t> strides;     // default 1 per spatial dim
+  std::vector<int64_t> pads_begin;  // default 0
+  std::vector<int64_t> pads_end;    // default 0
+  std::vector<int64_t> dilations;   // default 1
   int64_t groups = 1;
   std::vector<int64_t> output_padding;  // deconvolution only
 };
@@ -206,23 +206,78 @@ struct PoolingDesc {
 // max=beta), hard_sigmoid(alpha, beta), softplus, relu, sigmoid, tanh, hard_swish, silu,
 // gelu_erf, gelu_tanh, mish, softsign, celu(alpha), thresholded_relu(alpha), swish(alpha: y=x*sigmoid(alpha*x)).
 enum class ActivationType : int32_t {
-  kRelu, kSigmoid, kTanh, kLeakyRelu, kElu, kSelu, kSoftplus, kClip, kHardSigmoid, kHardSwish,
-  kSilu, kGeluErf, kGeluTanh, kMish, kSoftsign, kCelu, kThresholdedRelu, kSwish,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kLeakyRelu,
+  kElu,
+  kSelu,
+  kSoftplus,
+  kClip,
+  kHardSigmoid,
+  kHardSwish,
+  kSilu,
+  kGeluErf,
+  kGeluTanh,
+  kMish,
+  kSoftsign,
+  kCelu,
+  kThresholdedRelu,
+  kSwish,
 };
 const char* to_string(ActivationType type);
 ActivationType parse_activation_type(std::string_view name);
 
 // Binary element-wise operations with numpy-style broadcasting.
 enum class ElementWiseOp : int32_t {
-  kSum, kSub, kProd, kDiv, kPow, kMax, kMin, kMod, kFloorDiv,
-  kEqual, kLess, kGreater, kLessOrEqual, kGreaterOrEqual, kAnd, kOr, kXor,
+  kSum,
+  kSub,
+  kProd,
+  kDiv,
+  kPow,
+  kMax,
+  kMin,
+  kMod,
+  kFloorDiv,
+  kEqual,
+  kLess,
+  kGreater,
+  kLessOrEqual,
+  kGreaterOrEqual,
+  kAnd,
+  kOr,
+  kXor,
 };
 const char* to_string(ElementWiseOp op);
 ElementWiseOp parse_elementwise_op(std::string_view name);
 
 enum class UnaryOp : int32_t {
-  kExp, kLog, kSqrt, kRecip, kAbs, kNeg, kFloor, kCeil, kRound, kSin, kCos, kTan, kAsin, kAcos,
-  kAtan, kSinh, kCosh, kTanh, kAsinh, kAcosh, kAtanh, kErf, kNot, kSign, kIsNaN, kIsInf,
+  kExp,
+  kLog,
+  kSqrt,
+  kRecip,
+  kAbs,
+  kNeg,
+  kFloor,
+  kCeil,
+  kRound,
+  kSin,
+  kCos,
+  kTan,
+  kAsin,
+  kAcos,
+  kAtan,
+  kSinh,
+  kCosh,
+  kTanh,
+  kAsinh,
+  kAcosh,
+  kAtanh,
+  kErf,
+  kNot,
+  kSign,
+  kIsNaN,
+  kIsInf,
 };
 const char* to_string(UnaryOp op);
 UnaryOp parse_unary_op(std::string_view name);
@@ -265,8 +320,8 @@ struct NormalizationDesc {
   std::vector<int64_t> axes = {0, 2, 3};  // mvn
   int64_t num_groups = 1;                 // group
   double epsilon = 1e-5;
-  bool normalize_variance = true;         // mvn
-  int64_t p = 2;                          // lp: 1 or 2
+  bool normalize_variance = true;  // mvn
+  int64_t p = 2;                   // lp: 1 or 2
 };
 
 // ArgReduce `op`: "max", "min".
@@ -333,8 +388,8 @@ class Network {
   // Generic: a layer of any registered type with num_outputs outputs. Null entries in
   // inputs are omitted optional inputs. Output tensors get names "<layer name>_out<i>"
   // (or "<layer name>" for a single output) unless renamed.
-  Layer* add_layer(const std::string& type, const std::vector<Tensor*>& inputs, int num_outputs,
-                   Attributes attrs = {}, const std::string& name = "");
+  Layer* add_layer(const std::string& type, const std::vector<Tensor*>& inputs, int num_outputs, Attributes attrs = {},
+                   const std::string& name = "");
 
   // Typed helpers (TensorRT-like). All return the new layer; its output is layer->output(0).
   Layer* add_constant(const HostTensor& value, const std::string& name = "");
@@ -355,8 +410,8 @@ class Network {
                              const HostTensor& bias = {});
   // Shuffle: first_transpose, then reshape (0 copies the input extent unless zero_is_placeholder
   // is false, -1 infers), then second_transpose. Empty vectors skip a step.
-  Layer* add_shuffle(Tensor* input, const std::vector<int64_t>& first_transpose,
-                     const std::vector<int64_t>& reshape, const std::vector<int64_t>& second_transpose);
+  Layer* add_shuffle(Tensor* input, const std::vector<int64_t>& first_transpose, const std::vector<int64_t>& reshape,
+                     const std::vector<int64_t>& second_transpose);
   // Shuffle whose reshape dims come from a 1-D int64 shape tensor.
   Layer* add_shuffle_dynamic(Tensor* input, Tensor* shape);
   Layer* add_concatenation(const std::vector<Tensor*>& inputs, int64_t axis);

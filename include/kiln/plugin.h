@@ -57,8 +57,8 @@ class DimExpr {
  private:
   friend class ExprBuilder;
   enum class Kind { kConstant, kInput, kSize, kOp, kValue } kind_ = Kind::kConstant;
-  int64_t value_ = 0;             // constant; upper bound for kSize; element index for kValue
-  int input_ = 0, axis_ = 0;      // kInput; input_ is the size index for kSize, the input for kValue
+  int64_t value_ = 0;         // constant; upper bound for kSize; element index for kValue
+  int input_ = 0, axis_ = 0;  // kInput; input_ is the size index for kSize, the input for kValue
   DimOp op_ = DimOp::kSum;
   const DimExpr* a_ = nullptr;
   const DimExpr* b_ = nullptr;
@@ -200,8 +200,8 @@ class PluginFieldCollection {
 struct PluginFieldSpec {
   std::string name;
   PluginFieldType type = PluginFieldType::kFloat32;
-  int64_t count = 1;        // -1: any count
-  bool required = false;    // when false, `default_value` is used if absent
+  int64_t count = 1;      // -1: any count
+  bool required = false;  // when false, `default_value` is used if absent
   PluginField default_value;
   std::string description;
 };
@@ -266,9 +266,9 @@ class Plugin {
   }
   // Runs the layer. Return 0 on success; any other value fails the inference with the layer's
   // name and the code (and the message given to exec.fail, when it was used).
-  virtual int enqueue(const std::vector<PluginTensorDesc>& input_descs, const std::vector<PluginTensorDesc>& output_descs,
-                      const void* const* inputs, void* const* outputs, void* workspace,
-                      const PluginExecContext& exec) = 0;
+  virtual int enqueue(const std::vector<PluginTensorDesc>& input_descs,
+                      const std::vector<PluginTensorDesc>& output_descs, const void* const* inputs,
+                      void* const* outputs, void* workspace, const PluginExecContext& exec) = 0;
 
   // Several implementations (TensorRT's getValidTactics / setTactic). tactics(): the names of
   // this plugin's implementations for these tensors (type and format as chosen; dims at the
@@ -382,8 +382,8 @@ class PluginEntryPoints {
                                         std::string* plugin_namespace) const noexcept = 0;
   virtual PluginStatus field_schema(const PluginCreator& c, std::vector<PluginFieldSpec>* out) const noexcept = 0;
   virtual PluginStatus example_fields(const PluginCreator& c, PluginFieldCollection* out) const noexcept = 0;
-  virtual PluginStatus create(const PluginCreator& c, const std::string& layer_name, const PluginFieldCollection& fields,
-                              std::unique_ptr<Plugin>* out) const noexcept = 0;
+  virtual PluginStatus create(const PluginCreator& c, const std::string& layer_name,
+                              const PluginFieldCollection& fields, std::unique_ptr<Plugin>* out) const noexcept = 0;
   virtual PluginStatus deserialize(const PluginCreator& c, const std::string& layer_name, const void* data, size_t size,
                                    std::unique_ptr<Plugin>* out) const noexcept = 0;
   // Plugins.
@@ -394,8 +394,9 @@ class PluginEntryPoints {
                                     std::vector<DataType>* out) const noexcept = 0;
   virtual PluginStatus output_dims(const Plugin& p, int index, const std::vector<DimsExprs>& inputs, ExprBuilder& exprs,
                                    DimsExprs* out) const noexcept = 0;
-  virtual PluginStatus supports_format_combination(const Plugin& p, int pos, const std::vector<PluginTensorDesc>& in_out,
-                                                   int num_inputs, int num_outputs, bool* out) const noexcept = 0;
+  virtual PluginStatus supports_format_combination(const Plugin& p, int pos,
+                                                   const std::vector<PluginTensorDesc>& in_out, int num_inputs,
+                                                   int num_outputs, bool* out) const noexcept = 0;
   virtual PluginStatus configure(Plugin& p, const std::vector<DynamicPluginTensorDesc>& inputs,
                                  const std::vector<DynamicPluginTensorDesc>& outputs) const noexcept = 0;
   virtual PluginStatus workspace_size(const Plugin& p, const std::vector<PluginTensorDesc>& inputs,
@@ -406,7 +407,8 @@ class PluginEntryPoints {
                                const std::vector<PluginTensorDesc>& output_descs, const void* const* inputs,
                                void* const* outputs, void* workspace, const PluginExecContext& exec) const noexcept = 0;
   virtual PluginStatus tactics(const Plugin& p, const std::vector<PluginTensorDesc>& inputs,
-                               const std::vector<PluginTensorDesc>& outputs, std::vector<std::string>* out) const noexcept = 0;
+                               const std::vector<PluginTensorDesc>& outputs,
+                               std::vector<std::string>* out) const noexcept = 0;
   virtual PluginStatus set_tactic(Plugin& p, const std::string& name) const noexcept = 0;
   virtual PluginStatus aliased_input(const Plugin& p, int output_index, int* out) const noexcept = 0;
   virtual PluginStatus clone(const Plugin& p, std::unique_ptr<Plugin>* out) const noexcept = 0;
@@ -453,7 +455,8 @@ class LibraryEntryPoints final : public PluginEntryPoints {
                            std::unique_ptr<Plugin>* out) const noexcept override {
     return guarded([&] { *out = adopt(c.deserialize(layer_name, data, size)); });
   }
-  PluginStatus identity(const Plugin& p, std::string* type, std::string* version, std::string* ns) const noexcept override {
+  PluginStatus identity(const Plugin& p, std::string* type, std::string* version,
+                        std::string* ns) const noexcept override {
     return guarded([&] {
       std::string t = p.type(), v = p.version(), s = p.plugin_namespace();
       *type = std::move(t);
@@ -485,15 +488,16 @@ class LibraryEntryPoints final : public PluginEntryPoints {
     return guarded([&] { *out = p.workspace_size(inputs, outputs); });
   }
   PluginStatus enqueue(Plugin& p, const std::vector<PluginTensorDesc>& input_descs,
-                       const std::vector<PluginTensorDesc>& output_descs, const void* const* inputs, void* const* outputs,
-                       void* workspace, const PluginExecContext& exec) const noexcept override {
+                       const std::vector<PluginTensorDesc>& output_descs, const void* const* inputs,
+                       void* const* outputs, void* workspace, const PluginExecContext& exec) const noexcept override {
     int code = 0;
     PluginStatus s = guarded([&] { code = p.enqueue(input_descs, output_descs, inputs, outputs, workspace, exec); });
     if (!s.ok() || code == 0) return s;
     return code_failure("returned code", code, exec.message);
   }
   PluginStatus tactics(const Plugin& p, const std::vector<PluginTensorDesc>& inputs,
-                       const std::vector<PluginTensorDesc>& outputs, std::vector<std::string>* out) const noexcept override {
+                       const std::vector<PluginTensorDesc>& outputs,
+                       std::vector<std::string>* out) const noexcept override {
     return guarded([&] { *out = p.tactics(inputs, outputs); });
   }
   PluginStatus set_tactic(Plugin& p, const std::string& name) const noexcept override {
@@ -579,7 +583,8 @@ class PluginRegistry {
                             const std::string& plugin_namespace = "") const;
   std::vector<PluginInfo> list() const;
   // The library a creator came from ("" when built in).
-  std::string library_of(const std::string& name, const std::string& version, const std::string& plugin_namespace) const;
+  std::string library_of(const std::string& name, const std::string& version,
+                         const std::string& plugin_namespace) const;
 
   // Checks fields against a creator's schema: fills defaults, rejects missing required fields,
   // unknown fields and type/count mismatches with a message naming `where` and the field.
@@ -628,11 +633,11 @@ struct PluginRegistrar {
 // Registers a creator class at load time (static initialization of the library or program that
 // defines it). In a static library, link the object with --whole-archive or reference
 // kiln_plugin_anchor_<Creator>() so the linker keeps it.
-#define KILN_REGISTER_PLUGIN(Creator)                                                                \
-  extern "C" int kiln_plugin_anchor_##Creator() { return 1; }                                        \
+#define KILN_REGISTER_PLUGIN(Creator)                                                                  \
+  extern "C" int kiln_plugin_anchor_##Creator() { return 1; }                                          \
   namespace {                                                                                          \
-  struct KILN_PLUGIN_CONCAT(KilnLibraryLocal_, Creator) {};                                           \
+  struct KILN_PLUGIN_CONCAT(KilnLibraryLocal_, Creator) {};                                            \
   ::kiln::detail::PluginRegistrar KILN_PLUGIN_CONCAT(kiln_plugin_registrar_, Creator)(                 \
       std::make_unique<Creator>(), ::kiln::kPluginInterfaceVersion,                                    \
-      ::kiln::detail::LibraryEntryPoints<KILN_PLUGIN_CONCAT(KilnLibraryLocal_, Creator)>::instance());  \
+      ::kiln::detail::LibraryEntryPoints<KILN_PLUGIN_CONCAT(KilnLibraryLocal_, Creator)>::instance()); \
   }

@@ -56,21 +56,21 @@ enum class ContextMemory : int32_t {
 // What a context did since it was created (or since reset_stats): what serving costs, and
 // whether its caches work. Times are host wall-clock milliseconds spent inside kiln.
 struct ContextStats {
-  uint64_t inferences = 0;            // enqueue / execute calls that ran
-  uint64_t shape_plans_built = 0;     // first inference at a shape: shape inference, memory plan, kernels prepared
-  uint64_t shape_plan_hits = 0;       // inferences at a shape whose plan was cached
-  uint64_t shape_plans_evicted = 0;   // plans dropped because the cache was full (set_shape_cache_size)
-  uint64_t graph_captures = 0;        // CUDA graphs captured (each then instantiated, or used to update one)
-  uint64_t graph_instantiations = 0;  // new executable graphs
-  uint64_t graph_updates = 0;         // cached graphs of the same shapes updated in place (cudaGraphExecUpdate)
-  uint64_t graph_replays = 0;         // inferences launched as one CUDA graph
+  uint64_t inferences = 0;              // enqueue / execute calls that ran
+  uint64_t shape_plans_built = 0;       // first inference at a shape: shape inference, memory plan, kernels prepared
+  uint64_t shape_plan_hits = 0;         // inferences at a shape whose plan was cached
+  uint64_t shape_plans_evicted = 0;     // plans dropped because the cache was full (set_shape_cache_size)
+  uint64_t graph_captures = 0;          // CUDA graphs captured (each then instantiated, or used to update one)
+  uint64_t graph_instantiations = 0;    // new executable graphs
+  uint64_t graph_updates = 0;           // cached graphs of the same shapes updated in place (cudaGraphExecUpdate)
+  uint64_t graph_replays = 0;           // inferences launched as one CUDA graph
   uint64_t graph_capture_failures = 0;  // captures that failed (the inference then ran without a graph)
-  uint64_t plain_inferences = 0;      // inferences launched layer by layer
-  uint64_t device_allocations = 0;    // allocations the context made (memory, per-shape buffers), kernels excluded
-  double shape_plan_ms = 0;           // building shape plans
-  double capture_ms = 0;              // capturing graphs (enqueueing every layer under capture)
-  double instantiate_ms = 0;          // instantiating graphs
-  double update_ms = 0;               // updating graphs
+  uint64_t plain_inferences = 0;        // inferences launched layer by layer
+  uint64_t device_allocations = 0;      // allocations the context made (memory, per-shape buffers), kernels excluded
+  double shape_plan_ms = 0;             // building shape plans
+  double capture_ms = 0;                // capturing graphs (enqueueing every layer under capture)
+  double instantiate_ms = 0;            // instantiating graphs
+  double update_ms = 0;                 // updating graphs
 };
 
 struct TensorInfo {
@@ -84,10 +84,10 @@ struct TensorInfo {
 // One layer's row of a context's profile (ExecutionContext::set_profiling).
 struct LayerTiming {
   std::string name, type;
-  std::string kernel;        // the tactic that ran it ("elided" when it never launched)
+  std::string kernel;  // the tactic that ran it ("elided" when it never launched)
   int64_t runs = 0;
-  int64_t elided_runs = 0;   // runs in which it was an elided concatenation (no kernel)
-  double total_ms = 0;       // host wall-clock, the stream synchronized after the layer
+  int64_t elided_runs = 0;  // runs in which it was an elided concatenation (no kernel)
+  double total_ms = 0;      // host wall-clock, the stream synchronized after the layer
 };
 
 class Runtime {
@@ -133,7 +133,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // kUserManaged: without; give it memory with set_device_memory before the first inference.
   // Thread-safe.
   std::unique_ptr<ExecutionContext> create_execution_context(ContextMemory memory = ContextMemory::kStatic);
-
 
  private:
   friend struct detail::RuntimeAccess;
@@ -256,7 +255,6 @@ class ExecutionContext {
   // synchronously) and returns. No host synchronization happens inside, except after a layer
   // with a data-dependent output size, whose size is read back before the next layers run.
   void enqueue(void* stream);
-
 
  private:
   friend struct detail::RuntimeAccess;

@@ -46,7 +46,9 @@ enum class DataType : int32_t {
 struct StringRef {
   const char* data = nullptr;  // may be null when size == 0
   uint64_t size = 0;
-  std::string_view view() const { return size ? std::string_view(data, static_cast<size_t>(size)) : std::string_view(); }
+  std::string_view view() const {
+    return size ? std::string_view(data, static_cast<size_t>(size)) : std::string_view();
+  }
 };
 static_assert(sizeof(StringRef) == 16, "StringRef is part of the engine I/O contract");
 
@@ -171,9 +173,13 @@ class HostTensor {
   void* data() { return storage_.get(); }
   const void* data() const { return storage_.get(); }
   template <typename T>
-  T* as() { return static_cast<T*>(data()); }
+  T* as() {
+    return static_cast<T*>(data());
+  }
   template <typename T>
-  const T* as() const { return static_cast<const T*>(data()); }
+  const T* as() const {
+    return static_cast<const T*>(data());
+  }
   HostTensor clone() const;
   // Same storage, other dims of the same volume.
   HostTensor reshaped(const Dims& dims) const;

@@ -185,9 +185,12 @@ int launch_unary(const void* x, void* y, int64_t n, DataType type, void* stream,
   const auto s = static_cast<cudaStream_t>(stream);
   if (n <= 0) return 0;
   switch (type) {
-    case DataType::kFloat32: return launch_unary_typed<float>(x, y, n, s, op);
-    case DataType::kFloat16: return launch_unary_typed<__half>(x, y, n, s, op);
-    default: return static_cast<int>(cudaErrorInvalidValue);
+    case DataType::kFloat32:
+      return launch_unary_typed<float>(x, y, n, s, op);
+    case DataType::kFloat16:
+      return launch_unary_typed<__half>(x, y, n, s, op);
+    default:
+      return static_cast<int>(cudaErrorInvalidValue);
   }
 }
 

@@ -32,9 +32,9 @@ inline bool cuda_device_available() {
 #define KILN_SKIP_WITHOUT_GPU() \
   if (!::kiln::plugins::testing::cuda_device_available()) GTEST_SKIP() << "no CUDA device"
 
-#define KILN_CUDA_CHECK(call)                                                             \
-  do {                                                                                   \
-    const cudaError_t kiln_cuda_err_ = (call);                                           \
+#define KILN_CUDA_CHECK(call)                                                                      \
+  do {                                                                                             \
+    const cudaError_t kiln_cuda_err_ = (call);                                                     \
     ASSERT_EQ(kiln_cuda_err_, cudaSuccess) << #call << ": " << cudaGetErrorString(kiln_cuda_err_); \
   } while (0)
 
@@ -42,18 +42,18 @@ constexpr unsigned char kGuardByte = 0x7f;
 constexpr int64_t kGuardElements = 64;
 
 struct CudaRun {
-  int code = -1;                // enqueue's return value
-  std::vector<float> x_seen;    // the input as the kernel saw it (rounded to half for float16)
-  std::vector<float> y;         // the output, widened to float
-  bool guards_intact = false;   // bytes around the output untouched
+  int code = -1;               // enqueue's return value
+  std::vector<float> x_seen;   // the input as the kernel saw it (rounded to half for float16)
+  std::vector<float> y;        // the output, widened to float
+  bool guards_intact = false;  // bytes around the output untouched
 };
 
 struct CudaRunOptions {
   DataType type = DataType::kFloat32;
   TensorFormat format = TensorFormat::kLinear;
-  int64_t in_offset = 0;    // elements past a 256-byte aligned address
+  int64_t in_offset = 0;  // elements past a 256-byte aligned address
   int64_t out_offset = 0;
-  bool in_place = false;    // output pointer = input pointer
+  bool in_place = false;       // output pointer = input pointer
   bool graph_capture = false;  // enqueue inside stream capture, then run the graph
 };
 
@@ -95,9 +95,8 @@ inline void run_cuda(Plugin& plugin, const std::vector<float>& x, const CudaRunO
 
   cudaStream_t stream = nullptr;
   KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> destroy_stream(stream, [](cudaStream_t s) {
-    cudaStreamDestroy(s);
-  });
+  std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> destroy_stream(stream,
+                                                                      [](cudaStream_t s) { cudaStreamDestroy(s); });
 
   PluginTensorDesc desc;
   desc.type = options.type;
@@ -177,9 +176,9 @@ inline void expect_cuda_matches_cpu(const Plugin& plugin, const std::vector<floa
   EXPECT_TRUE(run.guards_intact) << "the kernel wrote outside its output";
   const std::vector<float> expected = run_cpu(*cpu, run.x_seen, 2);
   ASSERT_EQ(run.y.size(), expected.size());
-  EXPECT_TRUE(matches_expected(run.x_seen.data(), run.y.data(), static_cast<int64_t>(expected.size()),
-                               [&](int64_t i) { return static_cast<double>(expected[static_cast<size_t>(i)]); },
-                               cuda_tolerance(options.type)));
+  EXPECT_TRUE(matches_expected(
+      run.x_seen.data(), run.y.data(), static_cast<int64_t>(expected.size()),
+      [&](int64_t i) { return static_cast<double>(expected[static_cast<size_t>(i)]); }, cuda_tolerance(options.type)));
 }
 
 // The CUDA checks every element-wise plugin runs: float32 and float16; sizes 1, 13, 1000003;

@@ -93,10 +93,9 @@ int UnaryPlugin::enqueue(const std::vector<PluginTensorDesc>& input_descs,
   const PluginTensorDesc& in = input_descs[0];
   const PluginTensorDesc& out = output_descs[0];
   if (in.dims != out.dims || in.type != out.type || in.format != out.format) {
-    return fail(kUnaryBadArguments, std::string("output must match the input; got input ") + to_string(in.type) +
-                                        " " + in.dims.to_string() + " " + to_string(in.format) + ", output " +
-                                        to_string(out.type) + " " + out.dims.to_string() + " " +
-                                        to_string(out.format));
+    return fail(kUnaryBadArguments, std::string("output must match the input; got input ") + to_string(in.type) + " " +
+                                        in.dims.to_string() + " " + to_string(in.format) + ", output " +
+                                        to_string(out.type) + " " + out.dims.to_string() + " " + to_string(out.format));
   }
   int64_t n = 0;
   try {
@@ -109,15 +108,14 @@ int UnaryPlugin::enqueue(const std::vector<PluginTensorDesc>& input_descs,
     return fail(kUnaryBadArguments, "got a null input or output pointer for " + std::to_string(n) + " elements");
   }
   if (!is_supported_type(exec.device, in.type)) {
-    return fail(kUnaryUnsupported, std::string("does not run ") + to_string(in.type) + " on " +
-                                       to_string(exec.device) +
+    return fail(kUnaryUnsupported, std::string("does not run ") + to_string(in.type) + " on " + to_string(exec.device) +
                                        " (CPU: float32; CUDA: float32, float16)");
   }
   const size_t element_size = data_type_size(in.type);
   if (reinterpret_cast<uintptr_t>(inputs[0]) % element_size != 0 ||
       reinterpret_cast<uintptr_t>(outputs[0]) % element_size != 0) {
-    return fail(kUnaryMisaligned, "input and output must be aligned to their element size (" +
-                                      std::to_string(element_size) + " bytes)");
+    return fail(kUnaryMisaligned,
+                "input and output must be aligned to their element size (" + std::to_string(element_size) + " bytes)");
   }
 
   if (exec.device == DeviceType::kCPU) {
@@ -131,13 +129,14 @@ int UnaryPlugin::enqueue(const std::vector<PluginTensorDesc>& input_descs,
   const int rc = run_cuda(inputs[0], outputs[0], n, in.type, exec.stream);
   if (rc != 0) {
     const auto err = static_cast<cudaError_t>(rc);
-    return fail(kUnaryCudaError, std::string("CUDA kernel launch failed: ") + cudaGetErrorName(err) + ": " +
-                                     cudaGetErrorString(err));
+    return fail(kUnaryCudaError,
+                std::string("CUDA kernel launch failed: ") + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
   }
   return kUnaryOk;
 #else
-  return fail(kUnaryNoCuda, "asked to run on CUDA, but this kiln was built without CUDA "
-                            "(configure with -DKILN_WITH_CUDA=ON on a machine with the CUDA toolkit)");
+  return fail(kUnaryNoCuda,
+              "asked to run on CUDA, but this kiln was built without CUDA "
+              "(configure with -DKILN_WITH_CUDA=ON on a machine with the CUDA toolkit)");
 #endif
 }
 
@@ -171,8 +170,8 @@ float read_float32_field(const PluginFieldCollection& fields, const std::string&
   const PluginField* field = fields.find(name);
   if (field == nullptr) return default_value;
   if (field->type != PluginFieldType::kFloat32 || field->f32.size() != 1) {
-    throw Error(where + ": field '" + name + "' must be one float32 value, got " + to_string(field->type) +
-                " with " + std::to_string(field->count()) + " value(s)");
+    throw Error(where + ": field '" + name + "' must be one float32 value, got " + to_string(field->type) + " with " +
+                std::to_string(field->count()) + " value(s)");
   }
   const float value = field->f32[0];
   if (!std::isfinite(value)) {

@@ -41,8 +41,7 @@ class UnaryPlugin : public Plugin {
   bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& in_out, int num_inputs,
                                    int num_outputs) const override;
   int enqueue(const std::vector<PluginTensorDesc>& input_descs, const std::vector<PluginTensorDesc>& output_descs,
-              const void* const* inputs, void* const* outputs, void* workspace,
-              const PluginExecContext& exec) override;
+              const void* const* inputs, void* const* outputs, void* workspace, const PluginExecContext& exec) override;
 
   const std::string& layer_name() const { return layer_name_; }
   // "GELU layer 'name'" for messages.

@@ -64,7 +64,7 @@ PluginTensorDesc desc(DataType type, TensorFormat format, Dims dims = Dims{2, 3}
   return d;
 }
 
-constexpr DataType kTypes[] = {DataType::kFloat32, DataType::kFloat16, DataType::kInt8,  DataType::kUInt8,
+constexpr DataType kTypes[] = {DataType::kFloat32, DataType::kFloat16, DataType::kInt8, DataType::kUInt8,
                                DataType::kInt32,   DataType::kInt64,   DataType::kBool, DataType::kFloat64};
 constexpr TensorFormat kFormats[] = {TensorFormat::kLinear, TensorFormat::kChannelsLast};
 
@@ -91,9 +91,8 @@ TEST(UnaryPlugin, FormatTablePerDevice) {
     plugin.set_target_device(device);
     for (const DataType t : kTypes) {
       for (const TensorFormat f : kFormats) {
-        const bool expected = device == DeviceType::kCPU
-                                  ? t == DataType::kFloat32 && f == TensorFormat::kLinear
-                                  : (t == DataType::kFloat32 || t == DataType::kFloat16);
+        const bool expected = device == DeviceType::kCPU ? t == DataType::kFloat32 && f == TensorFormat::kLinear
+                                                         : (t == DataType::kFloat32 || t == DataType::kFloat16);
         const PluginTensorDesc in = desc(t, f);
         EXPECT_EQ(plugin.supports_format_combination(0, {in}, 1, 1), expected)
             << to_string(device) << " " << to_string(t) << " " << to_string(f);
@@ -102,8 +101,8 @@ TEST(UnaryPlugin, FormatTablePerDevice) {
         for (const DataType ot : kTypes) {
           for (const TensorFormat of : kFormats) {
             EXPECT_EQ(plugin.supports_format_combination(1, {in, desc(ot, of)}, 1, 1), ot == t && of == f)
-                << to_string(device) << " in " << to_string(t) << "/" << to_string(f) << " out " << to_string(ot)
-                << "/" << to_string(of);
+                << to_string(device) << " in " << to_string(t) << "/" << to_string(f) << " out " << to_string(ot) << "/"
+                << to_string(of);
           }
         }
       }
@@ -152,13 +151,22 @@ TEST(UnaryPlugin, EnqueueRejectsBadArgumentsWithTheLayerName) {
       {"other output dims", {d}, {desc(DataType::kFloat32, TensorFormat::kLinear, Dims{3, 2})}, in, kUnaryBadArguments},
       {"other output type", {d}, {desc(DataType::kFloat16, TensorFormat::kLinear)}, in, kUnaryBadArguments},
       {"other output format", {d}, {desc(DataType::kFloat32, TensorFormat::kChannelsLast)}, in, kUnaryBadArguments},
-      {"dynamic dims", {desc(DataType::kFloat32, TensorFormat::kLinear, Dims{kDynamic, 3})},
-       {desc(DataType::kFloat32, TensorFormat::kLinear, Dims{kDynamic, 3})}, in, kUnaryBadArguments},
+      {"dynamic dims",
+       {desc(DataType::kFloat32, TensorFormat::kLinear, Dims{kDynamic, 3})},
+       {desc(DataType::kFloat32, TensorFormat::kLinear, Dims{kDynamic, 3})},
+       in,
+       kUnaryBadArguments},
       {"null input", {d}, {d}, null_in, kUnaryBadArguments},
-      {"float16 on the CPU", {desc(DataType::kFloat16, TensorFormat::kLinear)},
-       {desc(DataType::kFloat16, TensorFormat::kLinear)}, in, kUnaryUnsupported},
-      {"int32 on the CPU", {desc(DataType::kInt32, TensorFormat::kLinear)},
-       {desc(DataType::kInt32, TensorFormat::kLinear)}, in, kUnaryUnsupported},
+      {"float16 on the CPU",
+       {desc(DataType::kFloat16, TensorFormat::kLinear)},
+       {desc(DataType::kFloat16, TensorFormat::kLinear)},
+       in,
+       kUnaryUnsupported},
+      {"int32 on the CPU",
+       {desc(DataType::kInt32, TensorFormat::kLinear)},
+       {desc(DataType::kInt32, TensorFormat::kLinear)},
+       in,
+       kUnaryUnsupported},
   };
   for (const Case& c : cases) {
     CapturingLogger logger;

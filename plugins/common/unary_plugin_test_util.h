@@ -32,8 +32,8 @@ inline const std::vector<int64_t> kOddSizes = {1, 13, 127, 1000003};
 // then uniform in [lo, hi] from a 64-bit LCG (no dependence on the standard library's
 // distributions, so every platform tests the same values).
 inline std::vector<float> make_inputs(int64_t n, uint64_t seed = 1, float lo = -20.0f, float hi = 20.0f) {
-  static const float kFixed[] = {0.0f,   -0.0f, 1e-30f, -1e-30f, 1e-3f, -1e-3f, 0.5f,   -0.5f,  1.0f,
-                                 -1.0f,  2.5f,  -2.5f,  5.0f,    -5.0f, 10.0f,  -10.0f, 19.99f, -19.99f};
+  static const float kFixed[] = {0.0f,  -0.0f, 1e-30f, -1e-30f, 1e-3f, -1e-3f, 0.5f,   -0.5f,  1.0f,
+                                 -1.0f, 2.5f,  -2.5f,  5.0f,    -5.0f, 10.0f,  -10.0f, 19.99f, -19.99f};
   std::vector<float> v(static_cast<size_t>(n));
   uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
   for (int64_t i = 0; i < n; ++i) {
@@ -107,12 +107,13 @@ template <typename Expected>
 
 // Checks y[i] against ref(x[i]) for all i.
 inline ::testing::AssertionResult matches_reference(const float* x, const float* y, int64_t n,
-                                                     const std::function<double(double)>& ref, const Tolerance& tol) {
-  return matches_expected(x, y, n, [&](int64_t i) { return ref(static_cast<double>(x[i])); }, tol);
+                                                    const std::function<double(double)>& ref, const Tolerance& tol) {
+  return matches_expected(
+      x, y, n, [&](int64_t i) { return ref(static_cast<double>(x[i])); }, tol);
 }
 
 inline ::testing::AssertionResult matches_reference(const std::vector<float>& x, const std::vector<float>& y,
-                                                     const std::function<double(double)>& ref, const Tolerance& tol) {
+                                                    const std::function<double(double)>& ref, const Tolerance& tol) {
   if (x.size() != y.size()) return ::testing::AssertionFailure() << "size " << y.size() << " != " << x.size();
   return matches_reference(x.data(), y.data(), static_cast<int64_t>(x.size()), ref, tol);
 }

@@ -41,13 +41,14 @@ std::vector<float> float32_points() {
   const int n = 3 << 19;  // ~1.6 million over [-20, 20]
   for (int i = 0; i <= n; ++i) xs.push_back(static_cast<float>(-20.0 + 40.0 * i / n));
   for (int i = 0; i <= (1 << 19); ++i) xs.push_back(static_cast<float>(-14.0 + 6.0 * i / (1 << 19)));  // the tail
-  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-7f, -1e-7f, 5e-4f, -5e-4f, 1e4f, -1e4f, 3e38f, -3e38f}) xs.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-7f, -1e-7f, 5e-4f, -5e-4f, 1e4f, -1e4f, 3e38f, -3e38f})
+    xs.push_back(v);
   return xs;
 }
 
 struct Errors {
-  double max_rel_same_z = 0;   // vs double at the same rounded z, where the result is normal
-  double max_abs_scaled = 0;   // |y - GELU(x)| / max(1, |GELU(x)|), GELU exact in double
+  double max_rel_same_z = 0;  // vs double at the same rounded z, where the result is normal
+  double max_abs_scaled = 0;  // |y - GELU(x)| / max(1, |GELU(x)|), GELU exact in double
   double worst_x = 0;
 };
 
@@ -101,7 +102,8 @@ TEST(GeluApprox, Float32ErfWithinGpuTestToleranceOfCpuKernel) {
   gelu_cpu(xs.data(), cpu.data(), static_cast<int64_t>(xs.size()), GeluApproximation::kErf, 2);
   int64_t failures = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
-    for (float y : {gelu_math::gelu_erf_f32<PerturbedOps<2, 2>>(xs[i]), gelu_math::gelu_erf_f32<PerturbedOps<-2, -2>>(xs[i])}) {
+    for (float y :
+         {gelu_math::gelu_erf_f32<PerturbedOps<2, 2>>(xs[i]), gelu_math::gelu_erf_f32<PerturbedOps<-2, -2>>(xs[i])}) {
       if (!(std::fabs(static_cast<double>(y) - cpu[i]) <= 1e-5 * std::fabs(cpu[i]) + 1e-36)) {
         if (++failures <= 5) ADD_FAILURE() << "x = " << xs[i] << ": " << y << " vs CPU " << cpu[i];
       }
@@ -151,7 +153,8 @@ double gelu_tanh_exact(double x) {
 }
 
 TEST(GeluApprox, Float16ErfAndTanhOverEveryFloat16Value) {
-  expect_all_float16([](float x) { return gelu_math::gelu_erf_f16<DeviceOps>(x); }, gelu_exact, 8e-5, "GELU-erf float16");
+  expect_all_float16([](float x) { return gelu_math::gelu_erf_f16<DeviceOps>(x); }, gelu_exact, 8e-5,
+                     "GELU-erf float16");
   expect_all_float16([](float x) { return gelu_math::gelu_erf_f16<PerturbedOps<2, 2>>(x); }, gelu_exact, 1e-4,
                      "GELU-erf float16, rcp/ex2 +2 ulp");
   expect_all_float16([](float x) { return gelu_math::gelu_erf_f16<PerturbedOps<-2, -2>>(x); }, gelu_exact, 1e-4,

@@ -13,8 +13,8 @@
 namespace kiln::plugins {
 namespace {
 
-constexpr float kSqrtHalf = 0.70710677f;     // 1/sqrt(2)
-constexpr float kSqrt2OverPi = 0.7978846f;   // sqrt(2/pi)
+constexpr float kSqrtHalf = 0.70710677f;    // 1/sqrt(2)
+constexpr float kSqrt2OverPi = 0.7978846f;  // sqrt(2/pi)
 constexpr float kCubic = 0.044715f;
 
 void gelu_erf_cpu(const float* x, float* y, int64_t n, int num_threads) {

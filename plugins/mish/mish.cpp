@@ -9,9 +9,7 @@ MishPlugin::MishPlugin(std::string layer_name) : UnaryPlugin(std::move(layer_nam
 
 std::unique_ptr<Plugin> MishPlugin::clone() const { return std::make_unique<MishPlugin>(*this); }
 
-void MishPlugin::run_cpu(const float* x, float* y, int64_t n, int num_threads) const {
-  mish_cpu(x, y, n, num_threads);
-}
+void MishPlugin::run_cpu(const float* x, float* y, int64_t n, int num_threads) const { mish_cpu(x, y, n, num_threads); }
 
 int MishPlugin::run_cuda(const void* x, void* y, int64_t n, DataType type, void* stream) const {
 #ifdef KILN_HAVE_CUDA

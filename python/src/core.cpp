@@ -13,7 +13,8 @@ namespace kiln::python {
 
 Dims dims_from(const std::vector<int64_t>& values) {
   if (values.size() > static_cast<size_t>(kMaxDims)) {
-    throw Error("a shape has at most " + std::to_string(kMaxDims) + " dims, this one has " + std::to_string(values.size()));
+    throw Error("a shape has at most " + std::to_string(kMaxDims) + " dims, this one has " +
+                std::to_string(values.size()));
   }
   return Dims::from(values);
 }
@@ -26,21 +27,36 @@ nb::tuple dims_to_tuple(const Dims& dims) {
 
 nb::dlpack::dtype dlpack_dtype(DataType type) {
   using C = nb::dlpack::dtype_code;
-  auto make = [](C code, int bits) { return nb::dlpack::dtype{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1}; };
+  auto make = [](C code, int bits) {
+    return nb::dlpack::dtype{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1};
+  };
   switch (type) {
-    case DataType::kFloat32: return make(C::Float, 32);
-    case DataType::kFloat16: return make(C::Float, 16);
-    case DataType::kFloat64: return make(C::Float, 64);
-    case DataType::kInt8: return make(C::Int, 8);
-    case DataType::kInt16: return make(C::Int, 16);
-    case DataType::kInt32: return make(C::Int, 32);
-    case DataType::kInt64: return make(C::Int, 64);
-    case DataType::kUInt8: return make(C::UInt, 8);
-    case DataType::kUInt16: return make(C::UInt, 16);
-    case DataType::kUInt32: return make(C::UInt, 32);
-    case DataType::kUInt64: return make(C::UInt, 64);
-    case DataType::kBool: return make(C::Bool, 8);
-    case DataType::kString: break;
+    case DataType::kFloat32:
+      return make(C::Float, 32);
+    case DataType::kFloat16:
+      return make(C::Float, 16);
+    case DataType::kFloat64:
+      return make(C::Float, 64);
+    case DataType::kInt8:
+      return make(C::Int, 8);
+    case DataType::kInt16:
+      return make(C::Int, 16);
+    case DataType::kInt32:
+      return make(C::Int, 32);
+    case DataType::kInt64:
+      return make(C::Int, 64);
+    case DataType::kUInt8:
+      return make(C::UInt, 8);
+    case DataType::kUInt16:
+      return make(C::UInt, 16);
+    case DataType::kUInt32:
+      return make(C::UInt, 32);
+    case DataType::kUInt64:
+      return make(C::UInt, 64);
+    case DataType::kBool:
+      return make(C::Bool, 8);
+    case DataType::kString:
+      break;
   }
   throw Error("string tensors have no array dtype (pass a numpy array of str objects)");
 }
@@ -139,8 +155,7 @@ class CallbackLogger : public Logger {
       target(severity, message);
     } catch (nb::python_error& e) {
       e.discard_as_unraisable("kiln log callback");
-    } catch (...) {
-    }
+    } catch (...) {}
     Py_DECREF(cb);
   }
 
@@ -161,7 +176,8 @@ void bind_core(nb::module_& m) {
   nb::exception<EngineFormatError>(m, "EngineFormatError", error);
   m.attr("EngineFormatError").attr("__doc__") = "A malformed, truncated or foreign engine file (a kiln.Error).";
   nb::exception<ParseError>(m, "ParseError", error);
-  m.attr("ParseError").attr("__doc__") = "An ONNX model kiln cannot import; the message lists every unsupported node (a kiln.Error).";
+  m.attr("ParseError").attr("__doc__") =
+      "An ONNX model kiln cannot import; the message lists every unsupported node (a kiln.Error).";
   m.attr("Error").attr("__doc__") =
       "Every kiln failure: the message says what failed, where (layer, node, tensor or file by name) and what to do.";
 
@@ -182,16 +198,20 @@ void bind_core(nb::module_& m) {
   nb::enum_<TensorFormat>(m, "TensorFormat", "Memory layouts: linear (row-major, NCHW) or channels_last (NHWC).")
       .value("linear", TensorFormat::kLinear)
       .value("channels_last", TensorFormat::kChannelsLast);
-  nb::enum_<DeviceType>(m, "DeviceType", "Where an engine runs.").value("cpu", DeviceType::kCPU).value("cuda", DeviceType::kCUDA);
+  nb::enum_<DeviceType>(m, "DeviceType", "Where an engine runs.")
+      .value("cpu", DeviceType::kCPU)
+      .value("cuda", DeviceType::kCUDA);
   nb::enum_<Severity>(m, "Severity", "Log message severities, most severe first.")
       .value("error", Severity::kError)
       .value("warning", Severity::kWarning)
       .value("info", Severity::kInfo)
       .value("verbose", Severity::kVerbose);
 
-  m.def("version", [] { return std::string(version()); }, "The kiln library's version, e.g. '0.1.0'.");
-  m.def("parse_dims", [](const std::string& text) { return dims_to_tuple(parse_dims(text)); }, "text"_a,
-        "Parses '1x3x224x224' into a tuple (a scalar: '()').");
+  m.def(
+      "version", [] { return std::string(version()); }, "The kiln library's version, e.g. '0.1.0'.");
+  m.def(
+      "parse_dims", [](const std::string& text) { return dims_to_tuple(parse_dims(text)); }, "text"_a,
+      "Parses '1x3x224x224' into a tuple (a scalar: '()').");
   m.def("data_type_size", &data_type_size, "type"_a, "Bytes per element of a type.");
 
   m.def(
@@ -202,7 +222,8 @@ void bind_core(nb::module_& m) {
           set_logger(nullptr);
           return;
         }
-        if (!PyCallable_Check(callback.ptr())) throw Error("set_log_callback needs a callable(severity, message) or None");
+        if (!PyCallable_Check(callback.ptr()))
+          throw Error("set_log_callback needs a callable(severity, message) or None");
         callback_logger().set(callback.inc_ref().ptr());
         set_logger(&callback_logger());
       },
@@ -213,8 +234,9 @@ void bind_core(nb::module_& m) {
   m.def(
       "set_log_severity", [](Severity s) { default_logger().set_min_severity(s); }, "severity"_a,
       "The least severe message the default (stderr) logger prints (default: Severity.warning).");
-  m.def("_log", [](Severity s, const std::string& message) { log(s, message); }, "severity"_a, "message"_a,
-        "Logs a message through kiln's logger (for tests).");
+  m.def(
+      "_log", [](Severity s, const std::string& message) { log(s, message); }, "severity"_a, "message"_a,
+      "Logs a message through kiln's logger (for tests).");
 }
 
 }  // namespace kiln::python

@@ -131,7 +131,9 @@ void bind_network(nb::module_& m) {
       .value("uniform", ScaleMode::kUniform)
       .value("channel", ScaleMode::kChannel)
       .value("elementwise", ScaleMode::kElementWise);
-  nb::enum_<PoolingType>(m, "PoolingType", "Pooling kinds.").value("max", PoolingType::kMax).value("average", PoolingType::kAverage);
+  nb::enum_<PoolingType>(m, "PoolingType", "Pooling kinds.")
+      .value("max", PoolingType::kMax)
+      .value("average", PoolingType::kAverage);
   // The enums of the other typed helpers: value names are the attribute strings of docs/layers.md.
   nb::enum_<InterpolationMode>(m, "InterpolationMode", "Resize and GridSample interpolation.")
       .value("nearest", InterpolationMode::kNearest)
@@ -151,7 +153,9 @@ void bind_network(nb::module_& m) {
       .value("group", NormalizationMode::kGroup)
       .value("mvn", NormalizationMode::kMvn)
       .value("lp", NormalizationMode::kLp);
-  nb::enum_<ArgReduceOp>(m, "ArgReduceOp", "ArgMax or ArgMin.").value("max", ArgReduceOp::kMax).value("min", ArgReduceOp::kMin);
+  nb::enum_<ArgReduceOp>(m, "ArgReduceOp", "ArgMax or ArgMin.")
+      .value("max", ArgReduceOp::kMax)
+      .value("min", ArgReduceOp::kMin);
   nb::enum_<BitShiftDirection>(m, "BitShiftDirection", "BitShift directions.")
       .value("left", BitShiftDirection::kLeft)
       .value("right", BitShiftDirection::kRight);
@@ -168,8 +172,13 @@ void bind_network(nb::module_& m) {
       .value("zeros", GridSamplePadding::kZeros)
       .value("border", GridSamplePadding::kBorder)
       .value("reflection", GridSamplePadding::kReflection);
-  nb::enum_<RoiAlignMode>(m, "RoiAlignMode", "RoiAlign pooling.").value("avg", RoiAlignMode::kAvg).value("max", RoiAlignMode::kMax);
-  nb::enum_<RNNCell>(m, "RNNCell", "Recurrent cells.").value("rnn", RNNCell::kRnn).value("gru", RNNCell::kGru).value("lstm", RNNCell::kLstm);
+  nb::enum_<RoiAlignMode>(m, "RoiAlignMode", "RoiAlign pooling.")
+      .value("avg", RoiAlignMode::kAvg)
+      .value("max", RoiAlignMode::kMax);
+  nb::enum_<RNNCell>(m, "RNNCell", "Recurrent cells.")
+      .value("rnn", RNNCell::kRnn)
+      .value("gru", RNNCell::kGru)
+      .value("lstm", RNNCell::kLstm);
   nb::enum_<RNNDirection>(m, "RNNDirection", "Recurrent directions.")
       .value("forward", RNNDirection::kForward)
       .value("reverse", RNNDirection::kReverse)
@@ -180,7 +189,9 @@ void bind_network(nb::module_& m) {
       .value("upper", CaseChangeAction::kUpper);
 
   nb::class_<Tensor>(m, "Tensor", "A named tensor of a Network (a reference: it keeps its network alive).")
-      .def_prop_rw("name", &Tensor::name, [](Tensor& t, const std::string& n) { t.set_name(n); }, "The tensor's name (unique in its network).")
+      .def_prop_rw(
+          "name", &Tensor::name, [](Tensor& t, const std::string& n) { t.set_name(n); },
+          "The tensor's name (unique in its network).")
       .def_prop_rw("dtype", &Tensor::type, &Tensor::set_type, "Element type.")
       .def_prop_rw(
           "shape", [](const Tensor& t) { return dims_to_tuple(t.dims()); },
@@ -189,7 +200,8 @@ void bind_network(nb::module_& m) {
       .def_prop_rw("format", &Tensor::format, &Tensor::set_format, "Memory layout.")
       .def_prop_ro("is_network_input", &Tensor::is_network_input)
       .def_prop_ro("is_network_output", &Tensor::is_network_output)
-      .def_prop_ro("producer", &Tensor::producer, nb::rv_policy::reference_internal, "The layer writing it (None for inputs).")
+      .def_prop_ro("producer", &Tensor::producer, nb::rv_policy::reference_internal,
+                   "The layer writing it (None for inputs).")
       .def_prop_ro("consumers", &Tensor::consumers, nb::rv_policy::reference_internal, "The layers reading it.")
       .def("__repr__", [](const Tensor& t) {
         return "<kiln.Tensor '" + t.name() + "' " + to_string(t.type()) + " " + t.dims().to_string() + ">";
@@ -228,7 +240,8 @@ void bind_network(nb::module_& m) {
           },
           "The layer's attributes as a dict (a copy; change them with set_attribute).")
       .def(
-          "set_attribute", [](Layer& l, const std::string& name, nb::handle value) {
+          "set_attribute",
+          [](Layer& l, const std::string& name, nb::handle value) {
             l.attrs().set(name, attr_from(value, "attribute '" + name + "' of layer '" + l.name() + "'"));
           },
           "name"_a, "value"_a, "Sets an attribute (int, float, str, a list of them, or an array).")
@@ -236,7 +249,8 @@ void bind_network(nb::module_& m) {
           "precision",
           [](const Layer& l) -> nb::object { return l.has_precision() ? nb::cast(l.precision()) : nb::none(); },
           [](Layer& l, DataType t) { l.set_precision(t); },
-          "Requested compute precision (None: the builder's choice); e.g. DataType.float32 to keep a layer out of fp16.")
+          "Requested compute precision (None: the builder's choice); e.g. DataType.float32 to keep a layer out of "
+          "fp16.")
       .def("__repr__", [](const Layer& l) { return "<kiln.Layer '" + l.name() + "' (" + l.type() + ")>"; });
 
   auto ref = nb::rv_policy::reference_internal;
@@ -244,107 +258,132 @@ void bind_network(nb::module_& m) {
                       "The network definition: layers connected by named tensors (TensorRT's INetworkDefinition). "
                       "Layer helpers return the new Layer; its output is layer.get_output(0).")
       .def(nb::init<>())
-      .def("add_input", [](Network& n, const std::string& name, DataType type, const std::vector<int64_t>& shape) {
+      .def(
+          "add_input",
+          [](Network& n, const std::string& name, DataType type, const std::vector<int64_t>& shape) {
             return n.add_input(name, type, dims_from(shape));
-          }, "name"_a, "dtype"_a, "shape"_a, ref, "A network input; -1 marks a dynamic dim (needs an optimization profile).")
-      .def("mark_output", &Network::mark_output, "tensor"_a, "Marks a tensor as a network output (named as the tensor).")
+          },
+          "name"_a, "dtype"_a, "shape"_a, ref,
+          "A network input; -1 marks a dynamic dim (needs an optimization profile).")
+      .def("mark_output", &Network::mark_output, "tensor"_a,
+           "Marks a tensor as a network output (named as the tensor).")
       .def("unmark_output", &Network::unmark_output, "tensor"_a, "Makes a network output an ordinary tensor again.")
-      .def("add_constant", [](Network& n, nb::handle value, const std::string& name) {
+      .def(
+          "add_constant",
+          [](Network& n, nb::handle value, const std::string& name) {
             return n.add_constant(tensor_arg(value, "constant '" + name + "'"), name);
-          }, "value"_a, "name"_a = "", ref, "A Constant layer holding a copy of an array.")
-      .def("add_convolution",
-           [](Network& n, Tensor* input, int64_t num_output_maps, const std::vector<int64_t>& kernel_shape, nb::handle weights,
-              nb::object bias, nb::object strides, nb::object padding, nb::object pads_begin, nb::object pads_end,
-              nb::object dilations, int64_t groups) {
-             ConvolutionDesc d;
-             d.num_output_maps = num_output_maps;
-             d.kernel = kernel_shape;
-             d.strides = ints_or_empty(strides);
-             d.pads_begin = padding.is_none() ? ints_or_empty(pads_begin) : ints_or_empty(padding);
-             d.pads_end = padding.is_none() ? ints_or_empty(pads_end) : ints_or_empty(padding);
-             d.dilations = ints_or_empty(dilations);
-             d.groups = groups;
-             return n.add_convolution(input, d, tensor_arg(weights, "convolution weights"), optional_tensor(bias, "convolution bias"));
-           },
-           "input"_a, "num_output_maps"_a, "kernel_shape"_a, "weights"_a, "bias"_a = nb::none(), "strides"_a = nb::none(),
-           "padding"_a = nb::none(), "pads_begin"_a = nb::none(), "pads_end"_a = nb::none(), "dilations"_a = nb::none(),
-           "groups"_a = 1, ref,
-           "Convolution: weights [num_output_maps, C/groups, *kernel_shape], optional bias [num_output_maps]; padding "
-           "sets both sides, pads_begin/pads_end each side.")
-      .def("add_deconvolution",
-           [](Network& n, Tensor* input, int64_t num_output_maps, const std::vector<int64_t>& kernel_shape, nb::handle weights,
-              nb::object bias, nb::object strides, nb::object padding, nb::object output_padding, nb::object dilations,
-              int64_t groups) {
-             ConvolutionDesc d;
-             d.num_output_maps = num_output_maps;
-             d.kernel = kernel_shape;
-             d.strides = ints_or_empty(strides);
-             d.pads_begin = d.pads_end = ints_or_empty(padding);
-             d.output_padding = ints_or_empty(output_padding);
-             d.dilations = ints_or_empty(dilations);
-             d.groups = groups;
-             return n.add_deconvolution(input, d, tensor_arg(weights, "deconvolution weights"),
-                                        optional_tensor(bias, "deconvolution bias"));
-           },
-           "input"_a, "num_output_maps"_a, "kernel_shape"_a, "weights"_a, "bias"_a = nb::none(), "strides"_a = nb::none(),
-           "padding"_a = nb::none(), "output_padding"_a = nb::none(), "dilations"_a = nb::none(), "groups"_a = 1, ref,
-           "Transposed convolution: weights [C, num_output_maps/groups, *kernel_shape].")
-      .def("add_pooling",
-           [](Network& n, Tensor* input, PoolingType type, nb::object window, nb::object strides, nb::object padding,
-              bool ceil_mode, bool count_include_pad, bool global) {
-             PoolingDesc d;
-             d.type = type;
-             d.kernel = ints_or_empty(window);
-             d.strides = ints_or_empty(strides);
-             d.pads_begin = d.pads_end = ints_or_empty(padding);
-             d.ceil_mode = ceil_mode;
-             d.count_include_pad = count_include_pad;
-             d.global = global;
-             return n.add_pooling(input, d);
-           },
-           "input"_a, "type"_a, "window_size"_a = nb::none(), "strides"_a = nb::none(), "padding"_a = nb::none(),
-           "ceil_mode"_a = false, "count_include_pad"_a = false, "global_pooling"_a = false, ref,
-           "Max or average pooling over the spatial dims (global_pooling: over all of them).")
+          },
+          "value"_a, "name"_a = "", ref, "A Constant layer holding a copy of an array.")
+      .def(
+          "add_convolution",
+          [](Network& n, Tensor* input, int64_t num_output_maps, const std::vector<int64_t>& kernel_shape,
+             nb::handle weights, nb::object bias, nb::object strides, nb::object padding, nb::object pads_begin,
+             nb::object pads_end, nb::object dilations, int64_t groups) {
+            ConvolutionDesc d;
+            d.num_output_maps = num_output_maps;
+            d.kernel = kernel_shape;
+            d.strides = ints_or_empty(strides);
+            d.pads_begin = padding.is_none() ? ints_or_empty(pads_begin) : ints_or_empty(padding);
+            d.pads_end = padding.is_none() ? ints_or_empty(pads_end) : ints_or_empty(padding);
+            d.dilations = ints_or_empty(dilations);
+            d.groups = groups;
+            return n.add_convolution(input, d, tensor_arg(weights, "convolution weights"),
+                                     optional_tensor(bias, "convolution bias"));
+          },
+          "input"_a, "num_output_maps"_a, "kernel_shape"_a, "weights"_a, "bias"_a = nb::none(),
+          "strides"_a = nb::none(), "padding"_a = nb::none(), "pads_begin"_a = nb::none(), "pads_end"_a = nb::none(),
+          "dilations"_a = nb::none(), "groups"_a = 1, ref,
+          "Convolution: weights [num_output_maps, C/groups, *kernel_shape], optional bias [num_output_maps]; padding "
+          "sets both sides, pads_begin/pads_end each side.")
+      .def(
+          "add_deconvolution",
+          [](Network& n, Tensor* input, int64_t num_output_maps, const std::vector<int64_t>& kernel_shape,
+             nb::handle weights, nb::object bias, nb::object strides, nb::object padding, nb::object output_padding,
+             nb::object dilations, int64_t groups) {
+            ConvolutionDesc d;
+            d.num_output_maps = num_output_maps;
+            d.kernel = kernel_shape;
+            d.strides = ints_or_empty(strides);
+            d.pads_begin = d.pads_end = ints_or_empty(padding);
+            d.output_padding = ints_or_empty(output_padding);
+            d.dilations = ints_or_empty(dilations);
+            d.groups = groups;
+            return n.add_deconvolution(input, d, tensor_arg(weights, "deconvolution weights"),
+                                       optional_tensor(bias, "deconvolution bias"));
+          },
+          "input"_a, "num_output_maps"_a, "kernel_shape"_a, "weights"_a, "bias"_a = nb::none(),
+          "strides"_a = nb::none(), "padding"_a = nb::none(), "output_padding"_a = nb::none(),
+          "dilations"_a = nb::none(), "groups"_a = 1, ref,
+          "Transposed convolution: weights [C, num_output_maps/groups, *kernel_shape].")
+      .def(
+          "add_pooling",
+          [](Network& n, Tensor* input, PoolingType type, nb::object window, nb::object strides, nb::object padding,
+             bool ceil_mode, bool count_include_pad, bool global) {
+            PoolingDesc d;
+            d.type = type;
+            d.kernel = ints_or_empty(window);
+            d.strides = ints_or_empty(strides);
+            d.pads_begin = d.pads_end = ints_or_empty(padding);
+            d.ceil_mode = ceil_mode;
+            d.count_include_pad = count_include_pad;
+            d.global = global;
+            return n.add_pooling(input, d);
+          },
+          "input"_a, "type"_a, "window_size"_a = nb::none(), "strides"_a = nb::none(), "padding"_a = nb::none(),
+          "ceil_mode"_a = false, "count_include_pad"_a = false, "global_pooling"_a = false, ref,
+          "Max or average pooling over the spatial dims (global_pooling: over all of them).")
       .def("add_activation", &Network::add_activation, "input"_a, "type"_a, "alpha"_a = 0.0, "beta"_a = 0.0, ref,
            "An activation (alpha/beta per docs/layers.md).")
-      .def("add_scale",
-           [](Network& n, Tensor* input, ScaleMode mode, nb::object shift, nb::object scale, nb::object power, int64_t axis) {
-             return n.add_scale(input, mode, optional_tensor(shift, "scale shift"), optional_tensor(scale, "scale scale"),
-                                optional_tensor(power, "scale power"), axis);
-           },
-           "input"_a, "mode"_a, "shift"_a = nb::none(), "scale"_a = nb::none(), "power"_a = nb::none(), "channel_axis"_a = 1, ref,
-           "y = (x * scale + shift) ** power, each None (identity), one value, one per channel or one per element: a "
-           "folded BatchNorm is mode=ScaleMode.channel with scale = gamma/sqrt(var+eps), shift = beta - mean*scale.")
-      .def("add_elementwise", &Network::add_elementwise, "a"_a, "b"_a, "op"_a, ref, "A binary operation with broadcasting.")
+      .def(
+          "add_scale",
+          [](Network& n, Tensor* input, ScaleMode mode, nb::object shift, nb::object scale, nb::object power,
+             int64_t axis) {
+            return n.add_scale(input, mode, optional_tensor(shift, "scale shift"),
+                               optional_tensor(scale, "scale scale"), optional_tensor(power, "scale power"), axis);
+          },
+          "input"_a, "mode"_a, "shift"_a = nb::none(), "scale"_a = nb::none(), "power"_a = nb::none(),
+          "channel_axis"_a = 1, ref,
+          "y = (x * scale + shift) ** power, each None (identity), one value, one per channel or one per element: a "
+          "folded BatchNorm is mode=ScaleMode.channel with scale = gamma/sqrt(var+eps), shift = beta - mean*scale.")
+      .def("add_elementwise", &Network::add_elementwise, "a"_a, "b"_a, "op"_a, ref,
+           "A binary operation with broadcasting.")
       .def("add_unary", &Network::add_unary, "input"_a, "op"_a, ref, "A unary operation (UnaryOp).")
       .def("add_matrix_multiply", &Network::add_matrix_multiply, "a"_a, "transpose_a"_a, "b"_a, "transpose_b"_a, ref,
            "Batched matrix product (numpy matmul rules).")
-      .def("add_fully_connected",
-           [](Network& n, Tensor* input, int64_t num_outputs, nb::handle weights, nb::object bias) {
-             return n.add_fully_connected(input, num_outputs, tensor_arg(weights, "fully connected weights"),
-                                          optional_tensor(bias, "fully connected bias"));
-           },
-           "input"_a, "num_outputs"_a, "weights"_a, "bias"_a = nb::none(), ref,
-           "y = flatten(x, 1) @ W.T + b, W of shape [num_outputs, K].")
-      .def("add_shuffle",
-           [](Network& n, Tensor* input, nb::object first, nb::object reshape, nb::object second) {
-             return n.add_shuffle(input, ints_or_empty(first), ints_or_empty(reshape), ints_or_empty(second));
-           },
-           "input"_a, "first_transpose"_a = nb::none(), "reshape"_a = nb::none(), "second_transpose"_a = nb::none(), ref,
-           "Transpose, reshape (0 copies the input extent, -1 infers), transpose; None skips a step.")
+      .def(
+          "add_fully_connected",
+          [](Network& n, Tensor* input, int64_t num_outputs, nb::handle weights, nb::object bias) {
+            return n.add_fully_connected(input, num_outputs, tensor_arg(weights, "fully connected weights"),
+                                         optional_tensor(bias, "fully connected bias"));
+          },
+          "input"_a, "num_outputs"_a, "weights"_a, "bias"_a = nb::none(), ref,
+          "y = flatten(x, 1) @ W.T + b, W of shape [num_outputs, K].")
+      .def(
+          "add_shuffle",
+          [](Network& n, Tensor* input, nb::object first, nb::object reshape, nb::object second) {
+            return n.add_shuffle(input, ints_or_empty(first), ints_or_empty(reshape), ints_or_empty(second));
+          },
+          "input"_a, "first_transpose"_a = nb::none(), "reshape"_a = nb::none(), "second_transpose"_a = nb::none(), ref,
+          "Transpose, reshape (0 copies the input extent, -1 infers), transpose; None skips a step.")
       .def("add_shuffle_dynamic", &Network::add_shuffle_dynamic, "input"_a, "shape"_a, ref,
            "Reshape to the dims held by a 1-D int64 shape tensor.")
-      .def("add_concatenation", &Network::add_concatenation, "inputs"_a, "axis"_a, ref, "Concatenates the inputs along an axis.")
-      .def("add_slice",
-           [](Network& n, Tensor* input, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends, nb::object axes,
-              nb::object steps) { return n.add_slice(input, starts, ends, ints_or_empty(axes), ints_or_empty(steps)); },
-           "input"_a, "starts"_a, "ends"_a, "axes"_a = nb::none(), "steps"_a = nb::none(), ref, "ONNX Slice semantics.")
-      .def("add_gather", &Network::add_gather, "data"_a, "indices"_a, "axis"_a, ref, "ONNX Gather: data indexed by indices along an axis.")
+      .def("add_concatenation", &Network::add_concatenation, "inputs"_a, "axis"_a, ref,
+           "Concatenates the inputs along an axis.")
+      .def(
+          "add_slice",
+          [](Network& n, Tensor* input, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+             nb::object axes,
+             nb::object steps) { return n.add_slice(input, starts, ends, ints_or_empty(axes), ints_or_empty(steps)); },
+          "input"_a, "starts"_a, "ends"_a, "axes"_a = nb::none(), "steps"_a = nb::none(), ref, "ONNX Slice semantics.")
+      .def("add_gather", &Network::add_gather, "data"_a, "indices"_a, "axis"_a, ref,
+           "ONNX Gather: data indexed by indices along an axis.")
       .def("add_softmax", &Network::add_softmax, "input"_a, "axis"_a, ref, "Softmax along an axis.")
-      .def("add_reduce", &Network::add_reduce, "input"_a, "op"_a, "axes"_a, "keep_dims"_a, ref, "A reduction (ReduceOp) over axes.")
+      .def("add_reduce", &Network::add_reduce, "input"_a, "op"_a, "axes"_a, "keep_dims"_a, ref,
+           "A reduction (ReduceOp) over axes.")
       .def("add_identity", &Network::add_identity, "input"_a, ref, "A copy of the input.")
       .def("add_cast", &Network::add_cast, "input"_a, "to"_a, ref, "Converts to another element type.")
-      .def("add_select", &Network::add_select, "condition"_a, "then_value"_a, "else_value"_a, ref, "where(condition, then_value, else_value) with broadcasting.")
+      .def("add_select", &Network::add_select, "condition"_a, "then_value"_a, "else_value"_a, ref,
+           "where(condition, then_value, else_value) with broadcasting.")
       .def("add_shape", &Network::add_shape, "input"_a, ref, "The input's dims as a 1-D int64 tensor.")
       .def("add_parametric_relu", &Network::add_parametric_relu, "input"_a, "slope"_a, ref,
            "y = x if x >= 0 else slope * x (slope broadcast to x).")
@@ -372,10 +411,10 @@ void bind_network(nb::module_& m) {
             d.extrapolation_value = extrapolation_value;
             return n.add_resize(input, scales, sizes, d);
           },
-          "input"_a, "scales"_a.none() = nb::none(), "sizes"_a.none() = nb::none(), "mode"_a = InterpolationMode::kNearest,
-          "coordinate_transformation_mode"_a = "half_pixel", "nearest_mode"_a = "round_prefer_floor",
-          "cubic_coeff_a"_a = -0.75, "exclude_outside"_a = false, "extrapolation_value"_a = 0.0, ref,
-          "ONNX Resize to sizes or by scales (one of them; both are shape inputs).")
+          "input"_a, "scales"_a.none() = nb::none(), "sizes"_a.none() = nb::none(),
+          "mode"_a = InterpolationMode::kNearest, "coordinate_transformation_mode"_a = "half_pixel",
+          "nearest_mode"_a = "round_prefer_floor", "cubic_coeff_a"_a = -0.75, "exclude_outside"_a = false,
+          "extrapolation_value"_a = 0.0, ref, "ONNX Resize to sizes or by scales (one of them; both are shape inputs).")
       .def("add_padding", &Network::add_padding, "input"_a, "pads"_a, "value"_a.none() = nb::none(),
            "mode"_a = PaddingMode::kConstant, ref, "ONNX Pad: pads is a 1-D int shape input [begins..., ends...].")
       .def(
@@ -385,7 +424,8 @@ void bind_network(nb::module_& m) {
           },
           "mode"_a, "inputs"_a, "value"_a = nb::none(), ref,
           "constant: inputs [shape], value a 1-element array (None: float32 0); range: inputs [start, limit, delta].")
-      .def("add_expand", &Network::add_expand, "input"_a, "shape"_a, ref, "ONNX Expand (bidirectional broadcast to shape).")
+      .def("add_expand", &Network::add_expand, "input"_a, "shape"_a, ref,
+           "ONNX Expand (bidirectional broadcast to shape).")
       .def("add_tile", &Network::add_tile, "input"_a, "repeats"_a, ref, "ONNX Tile.")
       .def(
           "add_normalization",
@@ -461,14 +501,14 @@ void bind_network(nb::module_& m) {
           "input"_a, "rois"_a, "batch_indices"_a, "mode"_a = RoiAlignMode::kAvg, "output_height"_a = 1,
           "output_width"_a = 1, "sampling_ratio"_a = 0, "spatial_scale"_a = 1.0,
           "coordinate_transformation_mode"_a = "half_pixel", ref, "ONNX RoiAlign.")
-      .def("add_max_roi_pool", &Network::add_max_roi_pool, "input"_a, "rois"_a, "pooled_shape"_a, "spatial_scale"_a = 1.0,
-           ref, "ONNX MaxRoiPool.")
+      .def("add_max_roi_pool", &Network::add_max_roi_pool, "input"_a, "rois"_a, "pooled_shape"_a,
+           "spatial_scale"_a = 1.0, ref, "ONNX MaxRoiPool.")
       .def(
           "add_rnn",
-          [](Network& n, nb::list inputs, RNNCell cell, int64_t hidden_size, const std::vector<std::string>& activations,
-             RNNDirection direction, const std::vector<double>& activation_alpha,
-             const std::vector<double>& activation_beta, double clip, bool linear_before_reset, bool input_forget,
-             int64_t layout, int num_outputs) {
+          [](Network& n, nb::list inputs, RNNCell cell, int64_t hidden_size,
+             const std::vector<std::string>& activations, RNNDirection direction,
+             const std::vector<double>& activation_alpha, const std::vector<double>& activation_beta, double clip,
+             bool linear_before_reset, bool input_forget, int64_t layout, int num_outputs) {
             RNNDesc d;
             d.cell = cell;
             d.hidden_size = hidden_size;
@@ -487,30 +527,34 @@ void bind_network(nb::module_& m) {
           "linear_before_reset"_a = false, "input_forget"_a = false, "layout"_a = 0, "num_outputs"_a = 0, ref,
           "ONNX RNN / GRU / LSTM: inputs [X, W, R, B, sequence_lens, initial_h, initial_c, P] (None or absent: "
           "omitted); outputs Y, Y_h and (lstm) Y_c.")
-      .def("add_string_normalizer", &Network::add_string_normalizer, "input"_a, "case_change"_a = CaseChangeAction::kNone,
-           "is_case_sensitive"_a = false, "stopwords"_a = std::vector<std::string>{}, "locale"_a = "", ref,
+      .def("add_string_normalizer", &Network::add_string_normalizer, "input"_a,
+           "case_change"_a = CaseChangeAction::kNone, "is_case_sensitive"_a = false,
+           "stopwords"_a = std::vector<std::string>{}, "locale"_a = "", ref,
            "ONNX StringNormalizer (CPU): outputs the kept words and their count.")
       .def("add_non_zero", &Network::add_non_zero, "input"_a, ref,
            "ONNX NonZero: outputs the int64 coordinates [rank, count] and the count.")
-      .def("add_layer",
-           [](Network& n, const std::string& type, const std::vector<Tensor*>& inputs, int num_outputs, nb::dict attrs,
-              const std::string& name) {
-             Attributes a;
-             for (auto [k, v] : attrs) {
-               const std::string key = nb::cast<std::string>(k);
-               a.set(key, attr_from(v, "attribute '" + key + "' of layer '" + name + "'"));
-             }
-             return n.add_layer(type, inputs, num_outputs, std::move(a), name);
-           },
-           "type"_a, "inputs"_a, "num_outputs"_a = 1, "attributes"_a = nb::dict(), "name"_a = "", ref,
-           "A layer of any type of docs/layers.md with its attributes (checked by validate() and the builder).")
-      .def("add_plugin",
-           [](Network& n, const std::vector<Tensor*>& inputs, const PluginObject& p, const std::string& name) {
-             if (!p.plugin) throw Error("add_plugin: the plugin object is empty");
-             return add_plugin(n, inputs, *p.plugin, name);
-           },
-           "inputs"_a, "plugin"_a, "name"_a = "", ref,
-           "A plugin layer (the plugin from creator.create(...) or a Python plugin); its fields are stored on the layer.")
+      .def(
+          "add_layer",
+          [](Network& n, const std::string& type, const std::vector<Tensor*>& inputs, int num_outputs, nb::dict attrs,
+             const std::string& name) {
+            Attributes a;
+            for (auto [k, v] : attrs) {
+              const std::string key = nb::cast<std::string>(k);
+              a.set(key, attr_from(v, "attribute '" + key + "' of layer '" + name + "'"));
+            }
+            return n.add_layer(type, inputs, num_outputs, std::move(a), name);
+          },
+          "type"_a, "inputs"_a, "num_outputs"_a = 1, "attributes"_a = nb::dict(), "name"_a = "", ref,
+          "A layer of any type of docs/layers.md with its attributes (checked by validate() and the builder).")
+      .def(
+          "add_plugin",
+          [](Network& n, const std::vector<Tensor*>& inputs, const PluginObject& p, const std::string& name) {
+            if (!p.plugin) throw Error("add_plugin: the plugin object is empty");
+            return add_plugin(n, inputs, *p.plugin, name);
+          },
+          "inputs"_a, "plugin"_a, "name"_a = "", ref,
+          "A plugin layer (the plugin from creator.create(...) or a Python plugin); its fields are stored on the "
+          "layer.")
       .def_prop_ro("num_layers", &Network::num_layers)
       .def("get_layer", &Network::layer, "index"_a, ref, "Layer i (in insertion order).")
       .def_prop_ro("num_inputs", &Network::num_inputs)
@@ -545,8 +589,10 @@ void bind_network(nb::module_& m) {
       .def("find_layer", &Network::find_layer, "name"_a, ref, "The layer of that name, or None.")
       .def("remove_layer", &Network::remove_layer, "layer"_a,
            "Removes a layer (Python references to it and its outputs must not be used afterwards).")
-      .def("replace_all_uses", &Network::replace_all_uses, "old"_a, "new"_a, "Makes every reader (and the output mark) of `old` use `new`.")
-      .def("validate", &Network::validate, "Checks names, connectivity and attributes; raises kiln.Error listing every problem.")
+      .def("replace_all_uses", &Network::replace_all_uses, "old"_a, "new"_a,
+           "Makes every reader (and the output mark) of `old` use `new`.")
+      .def("validate", &Network::validate,
+           "Checks names, connectivity and attributes; raises kiln.Error listing every problem.")
       .def("__str__", [](const Network& n) { return to_text(n); });
 }
 

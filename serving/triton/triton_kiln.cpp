@@ -91,24 +91,33 @@ struct TypeNames {
   const char* config;
 };
 constexpr TypeNames kTypes[] = {
-    {DataType::kFloat32, TRITONSERVER_TYPE_FP32, "TYPE_FP32"}, {DataType::kFloat16, TRITONSERVER_TYPE_FP16, "TYPE_FP16"},
-    {DataType::kFloat64, TRITONSERVER_TYPE_FP64, "TYPE_FP64"}, {DataType::kInt8, TRITONSERVER_TYPE_INT8, "TYPE_INT8"},
-    {DataType::kInt16, TRITONSERVER_TYPE_INT16, "TYPE_INT16"}, {DataType::kInt32, TRITONSERVER_TYPE_INT32, "TYPE_INT32"},
-    {DataType::kInt64, TRITONSERVER_TYPE_INT64, "TYPE_INT64"}, {DataType::kUInt8, TRITONSERVER_TYPE_UINT8, "TYPE_UINT8"},
-    {DataType::kUInt16, TRITONSERVER_TYPE_UINT16, "TYPE_UINT16"}, {DataType::kUInt32, TRITONSERVER_TYPE_UINT32, "TYPE_UINT32"},
-    {DataType::kUInt64, TRITONSERVER_TYPE_UINT64, "TYPE_UINT64"}, {DataType::kBool, TRITONSERVER_TYPE_BOOL, "TYPE_BOOL"},
+    {DataType::kFloat32, TRITONSERVER_TYPE_FP32, "TYPE_FP32"},
+    {DataType::kFloat16, TRITONSERVER_TYPE_FP16, "TYPE_FP16"},
+    {DataType::kFloat64, TRITONSERVER_TYPE_FP64, "TYPE_FP64"},
+    {DataType::kInt8, TRITONSERVER_TYPE_INT8, "TYPE_INT8"},
+    {DataType::kInt16, TRITONSERVER_TYPE_INT16, "TYPE_INT16"},
+    {DataType::kInt32, TRITONSERVER_TYPE_INT32, "TYPE_INT32"},
+    {DataType::kInt64, TRITONSERVER_TYPE_INT64, "TYPE_INT64"},
+    {DataType::kUInt8, TRITONSERVER_TYPE_UINT8, "TYPE_UINT8"},
+    {DataType::kUInt16, TRITONSERVER_TYPE_UINT16, "TYPE_UINT16"},
+    {DataType::kUInt32, TRITONSERVER_TYPE_UINT32, "TYPE_UINT32"},
+    {DataType::kUInt64, TRITONSERVER_TYPE_UINT64, "TYPE_UINT64"},
+    {DataType::kBool, TRITONSERVER_TYPE_BOOL, "TYPE_BOOL"},
 };
 
 const TypeNames* names_of(DataType t) {
-  for (const auto& n : kTypes) if (n.kiln == t) return &n;
+  for (const auto& n : kTypes)
+    if (n.kiln == t) return &n;
   return nullptr;
 }
 const TypeNames* names_of(TRITONSERVER_DataType t) {
-  for (const auto& n : kTypes) if (n.triton == t) return &n;
+  for (const auto& n : kTypes)
+    if (n.triton == t) return &n;
   return nullptr;
 }
 const TypeNames* names_of(const std::string& config) {
-  for (const auto& n : kTypes) if (config == n.config) return &n;
+  for (const auto& n : kTypes)
+    if (config == n.config) return &n;
   return nullptr;
 }
 
@@ -120,7 +129,8 @@ std::string shape_text(const int64_t* d, uint32_t n) {
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 std::string parameter(const json& config, const std::string& key, const std::string& def = "") {
@@ -149,7 +159,8 @@ std::shared_ptr<Engine> load_engine(ModelState& m) {
          std::vector<std::string> libs;
          std::stringstream ss(parameter(m.config, "plugin_libraries"));
          for (std::string item; std::getline(ss, item, ',');) {
-           if (!item.empty()) libs.push_back(fs::path(item).is_absolute() ? item : (fs::path(m.dir) / ".." / item).string());
+           if (!item.empty())
+             libs.push_back(fs::path(item).is_absolute() ? item : (fs::path(m.dir) / ".." / item).string());
          }
          return libs;
        }()) {
@@ -200,7 +211,8 @@ std::shared_ptr<Engine> load_engine(ModelState& m) {
       if (t->dims()[k] != kDynamic) continue;
       if (k != 0) {
         throw Error("model '" + m.name + "': input '" + t->name() + "' of " + path.string() + " has a dynamic dim " +
-                    std::to_string(k) + " beyond the batch; build the engine with `kiln build` and its profile, and "
+                    std::to_string(k) +
+                    " beyond the batch; build the engine with `kiln build` and its profile, and "
                     "serve model.kiln");
       }
       lo[0] = min_batch;
@@ -237,7 +249,8 @@ json tensor_config(const TensorInfo& t, int max_batch) {
 
 // Completes (when Triton allows) and checks the configuration against the engine.
 void reconcile_config(ModelState& m, TRITONBACKEND_Model* model) {
-  for (const TensorInfo& t : m.engine->io_tensors()) (t.mode == TensorIOMode::kInput ? m.inputs : m.outputs).push_back(t);
+  for (const TensorInfo& t : m.engine->io_tensors())
+    (t.mode == TensorIOMode::kInput ? m.inputs : m.outputs).push_back(t);
   bool auto_complete = false;
   check(TRITONBACKEND_ModelAutoCompleteConfig(model, &auto_complete), "ModelAutoCompleteConfig");
   bool batch_dim = !m.inputs.empty();
@@ -247,7 +260,8 @@ void reconcile_config(ModelState& m, TRITONBACKEND_Model* model) {
   }
   if (batch_dim && m.engine->num_profiles() > 0) {
     engine_max_batch = INT64_MAX;
-    for (const TensorInfo& t : m.inputs) engine_max_batch = std::min(engine_max_batch, m.engine->profile(0).max(t.name)[0]);
+    for (const TensorInfo& t : m.inputs)
+      engine_max_batch = std::min(engine_max_batch, m.engine->profile(0).max(t.name)[0]);
   }
   if (auto_complete) {
     bool changed = false;
@@ -290,12 +304,13 @@ void reconcile_config(ModelState& m, TRITONBACKEND_Model* model) {
     for (const json& c : m.config[section]) {
       const std::string name = c.value("name", std::string());
       const TensorInfo* t = nullptr;
-      for (const TensorInfo& e : m.engine->io_tensors()) if (e.name == name) t = &e;
+      for (const TensorInfo& e : m.engine->io_tensors())
+        if (e.name == name) t = &e;
       if (!t) {
         std::string names;
         for (const TensorInfo& e : m.engine->io_tensors()) names += (names.empty() ? "" : ", ") + e.name;
-        throw Error("model '" + m.name + "': config " + section + " '" + name + "' is not a tensor of the engine (it has: " +
-                    names + ")");
+        throw Error("model '" + m.name + "': config " + section + " '" + name +
+                    "' is not a tensor of the engine (it has: " + names + ")");
       }
       const TypeNames* n = names_of(c.value("data_type", std::string()));
       if (!n || n->kiln != t->type) {
@@ -321,7 +336,11 @@ struct Staging {
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
   Staging(Staging&& o) noexcept
-      : backend(o.backend), pinned(o.pinned), ptr(std::exchange(o.ptr, nullptr)), size(o.size), host(std::move(o.host)) {}
+      : backend(o.backend),
+        pinned(o.pinned),
+        ptr(std::exchange(o.ptr, nullptr)),
+        size(o.size),
+        host(std::move(o.host)) {}
   uint8_t* reserve(size_t bytes) {
     bytes = std::max<size_t>(bytes, 1);
     if (!backend) {
@@ -361,8 +380,7 @@ struct InstanceState {
     if (device && stream) {
       try {
         device->synchronize(stream);
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
       device->destroy_stream(stream);
     }
   }
@@ -384,7 +402,8 @@ std::string inspect_request(const ModelState& m, TRITONBACKEND_Request* r, Pendi
     check(TRITONBACKEND_RequestInputByIndex(r, i, &in), "RequestInputByIndex");
     const char* name = nullptr;
     check(TRITONBACKEND_InputProperties(in, &name, nullptr, nullptr, nullptr, nullptr, nullptr), "InputProperties");
-    const bool known = std::any_of(m.inputs.begin(), m.inputs.end(), [&](const TensorInfo& t) { return t.name == name; });
+    const bool known =
+        std::any_of(m.inputs.begin(), m.inputs.end(), [&](const TensorInfo& t) { return t.name == name; });
     if (!known) {
       std::string names;
       for (const TensorInfo& t : m.inputs) names += (names.empty() ? "" : ", ") + t.name;
@@ -405,8 +424,8 @@ std::string inspect_request(const ModelState& m, TRITONBACKEND_Request* r, Pendi
     check(TRITONBACKEND_InputProperties(in, nullptr, &type, &shape, &rank, &bytes, nullptr), "InputProperties");
     const TypeNames* n = names_of(type);
     if (!n || n->kiln != t.type) {
-      return "input '" + t.name + "' has type " + TRITONSERVER_DataTypeString(type) + ", model '" + m.name + "' takes " +
-             names_of(t.type)->config;
+      return "input '" + t.name + "' has type " + TRITONSERVER_DataTypeString(type) + ", model '" + m.name +
+             "' takes " + names_of(t.type)->config;
     }
     if (static_cast<int>(rank) != t.dims.rank()) {
       return "input '" + t.name + "' has shape " + shape_text(shape, rank) + " of rank " + std::to_string(rank) +
@@ -423,8 +442,8 @@ std::string inspect_request(const ModelState& m, TRITONBACKEND_Request* r, Pendi
     }
     const uint64_t want = static_cast<uint64_t>(volume) * data_type_size(t.type);
     if (bytes != want) {
-      return "input '" + t.name + "' has " + std::to_string(bytes) + " bytes of data, its shape " + shape_text(shape, rank) +
-             " and type need " + std::to_string(want);
+      return "input '" + t.name + "' has " + std::to_string(bytes) + " bytes of data, its shape " +
+             shape_text(shape, rank) + " and type need " + std::to_string(want);
     }
     if (m.max_batch > 0) {
       if (rank == 0 || shape[0] < 1 || shape[0] > m.max_batch) {
@@ -464,7 +483,8 @@ void gather(TRITONBACKEND_Input* in, uint8_t* dst, uint64_t bytes) {
     TRITONSERVER_MemoryType type = TRITONSERVER_MEMORY_CPU;
     int64_t type_id = 0;
     check(TRITONBACKEND_InputBuffer(in, b, &src, &n, &type, &type_id), "InputBuffer");
-    if (type == TRITONSERVER_MEMORY_GPU) throw Error("an input buffer is in GPU memory; this backend takes host buffers");
+    if (type == TRITONSERVER_MEMORY_GPU)
+      throw Error("an input buffer is in GPU memory; this backend takes host buffers");
     if (done + n > bytes) throw Error("an input has more bytes than its shape says");
     std::memcpy(dst + done, src, n);
     done += n;
@@ -514,8 +534,8 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
   }
   for (size_t o = 0; o < m.outputs.size(); ++o) {
     const Dims most = s.ctx->max_tensor_shape(m.outputs[o].name);
-    s.ctx->set_tensor_address(m.outputs[o].name,
-                              s.out[o].reserve(static_cast<uint64_t>(most.volume()) * data_type_size(m.outputs[o].type)));
+    s.ctx->set_tensor_address(
+        m.outputs[o].name, s.out[o].reserve(static_cast<uint64_t>(most.volume()) * data_type_size(m.outputs[o].type)));
   }
   times.inputs_done = now_ns();
   if (s.device) {
@@ -557,8 +577,9 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
       uint64_t n = data_type_size(m.outputs[o].type);
       for (int64_t d : shape) n *= static_cast<uint64_t>(d);
       TRITONBACKEND_Output* out = nullptr;
-      failure = TRITONBACKEND_ResponseOutput(response, &out, m.outputs[o].name.c_str(), names_of(m.outputs[o].type)->triton,
-                                             shape.data(), static_cast<uint32_t>(shape.size()));
+      failure =
+          TRITONBACKEND_ResponseOutput(response, &out, m.outputs[o].name.c_str(), names_of(m.outputs[o].type)->triton,
+                                       shape.data(), static_cast<uint32_t>(shape.size()));
       if (failure) break;
       void* dst = nullptr;
       TRITONSERVER_MemoryType type = TRITONSERVER_MEMORY_CPU;
@@ -591,14 +612,14 @@ TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend) {
   if (TRITONSERVER_Error* e = TRITONBACKEND_ApiVersion(&major, &minor)) return e;
   if (major != TRITONBACKEND_API_VERSION_MAJOR || minor < TRITONBACKEND_API_VERSION_MINOR) {
     return error(TRITONSERVER_ERROR_UNSUPPORTED,
-                 "the kiln backend needs the Triton backend API " + std::to_string(TRITONBACKEND_API_VERSION_MAJOR) + "." +
-                     std::to_string(TRITONBACKEND_API_VERSION_MINOR) + " or a later 1.x; this server has " +
+                 "the kiln backend needs the Triton backend API " + std::to_string(TRITONBACKEND_API_VERSION_MAJOR) +
+                     "." + std::to_string(TRITONBACKEND_API_VERSION_MINOR) + " or a later 1.x; this server has " +
                      std::to_string(major) + "." + std::to_string(minor));
   }
   static TritonLogger logger;
   set_logger(&logger);
-  log_line(TRITONSERVER_LOG_INFO, std::string("kiln backend ") + version() + " (Triton backend API " + std::to_string(major) +
-                                      "." + std::to_string(minor) + ")");
+  log_line(TRITONSERVER_LOG_INFO, std::string("kiln backend ") + version() + " (Triton backend API " +
+                                      std::to_string(major) + "." + std::to_string(minor) + ")");
   (void)backend;
   return nullptr;
 }
@@ -682,8 +703,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInsta
   return nullptr;
 }
 
-TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance* instance, TRITONBACKEND_Request** requests,
-                                                      const uint32_t request_count) {
+TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance* instance,
+                                                       TRITONBACKEND_Request** requests, const uint32_t request_count) {
   void* p = nullptr;
   if (TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceState(instance, &p)) return e;
   auto& s = *static_cast<InstanceState*>(p);
@@ -704,8 +725,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
       good.push_back(std::move(pending));
     } else {
       send_error(requests[r], TRITONSERVER_ERROR_INVALID_ARG, "kiln backend: " + problem);
-      TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceReportStatistics(instance, requests[r], false, now_ns(), now_ns(),
-                                                                          now_ns(), now_ns());
+      TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceReportStatistics(instance, requests[r], false, now_ns(),
+                                                                          now_ns(), now_ns(), now_ns());
       if (e) TRITONSERVER_ErrorDelete(e);
     }
   }
@@ -723,7 +744,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     std::vector<Pending> group{good[begin]};
     int64_t total = good[begin].batch;
     size_t next = begin + 1;
-    while (m.max_batch > 0 && next < good.size() && same_shape(good[begin], good[next]) && total + good[next].batch <= m.max_batch) {
+    while (m.max_batch > 0 && next < good.size() && same_shape(good[begin], good[next]) &&
+           total + good[next].batch <= m.max_batch) {
       total += good[next].batch;
       group.push_back(good[next++]);
     }

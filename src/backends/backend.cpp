@@ -114,7 +114,8 @@ double Backend::time_runs(void* stream, int runs, const std::function<void()>& e
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < runs; ++r) enqueue();
   synchronize(stream);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / std::max(runs, 1);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / std::max(runs, 1);
   if (host_ms) *host_ms = ms;
   return ms;
 }
@@ -122,15 +123,19 @@ double Backend::time_runs(void* stream, int runs, const std::function<void()>& e
 double Backend::time_concurrent_runs(const std::vector<void*>& streams, int runs,
                                      const std::function<void(size_t)>& enqueue, double* host_ms) {
   if (streams.empty()) throw Error("internal: time_concurrent_runs without streams");
-  const double ms = time_runs(streams.front(), runs, [&] {
-    for (size_t i = 0; i < streams.size(); ++i) enqueue(i);
-  }, host_ms);
+  const double ms = time_runs(
+      streams.front(), runs,
+      [&] {
+        for (size_t i = 0; i < streams.size(); ++i) enqueue(i);
+      },
+      host_ms);
   if (host_ms) *host_ms /= static_cast<double>(streams.size());
   return ms / static_cast<double>(streams.size());
 }
 
 void Backend::begin_capture(void*) {
-  throw Error(std::string("the ") + to_string(device()) + " backend has no graph capture (CUDA graphs need --device cuda)");
+  throw Error(std::string("the ") + to_string(device()) +
+              " backend has no graph capture (CUDA graphs need --device cuda)");
 }
 void* Backend::end_capture(void* stream) {
   begin_capture(stream);

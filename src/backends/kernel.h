@@ -31,7 +31,9 @@ struct TensorView {
   void* data = nullptr;
   int64_t count() const { return dims.volume(); }
   template <typename T>
-  T* as() const { return static_cast<T*>(data); }
+  T* as() const {
+    return static_cast<T*>(data);
+  }
 };
 
 // Shapes/types only (no data): what supports()/prepare()/workspace_size() see.
@@ -39,18 +41,18 @@ struct TensorDesc {
   DataType type = DataType::kFloat32;
   Dims dims;
   TensorFormat format = TensorFormat::kLinear;
-  bool present = true;  // false for an omitted optional input
+  bool present = true;                // false for an omitted optional input
   const HostTensor* value = nullptr;  // host value when constant / shape-known, else null
 };
 
 struct KernelContext {
   const Layer* layer = nullptr;
-  std::vector<TensorView> inputs;   // omitted optional inputs have data == nullptr
+  std::vector<TensorView> inputs;  // omitted optional inputs have data == nullptr
   std::vector<TensorView> outputs;
-  void* workspace = nullptr;        // never null when workspace_size() > 0
+  void* workspace = nullptr;  // never null when workspace_size() > 0
   size_t workspace_size = 0;
-  void* stream = nullptr;           // cudaStream_t on CUDA; null on the CPU
-  int num_threads = 1;              // CPU threads this kernel may use
+  void* stream = nullptr;  // cudaStream_t on CUDA; null on the CPU
+  int num_threads = 1;     // CPU threads this kernel may use
   // Owner of the characters of the kString elements the kernel writes (StringRef in the
   // outputs point into it); reset by the runtime at the start of each inference. CPU only;
   // null on other devices, which take no string tensors.
@@ -81,12 +83,17 @@ class Kernel {
   // the plugin kernel hands it to Plugin::configure.
   virtual void configure_profile(const Layer& layer, const std::vector<TensorRange>& inputs,
                                  const std::vector<TensorRange>& outputs) {
-    (void)layer; (void)inputs; (void)outputs;
+    (void)layer;
+    (void)inputs;
+    (void)outputs;
   }
   // Called whenever input shapes change (before execute). May cache primitives.
   virtual void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs,
                        const std::vector<TensorDesc>& outputs, int num_threads) {
-    (void)layer; (void)inputs; (void)outputs; (void)num_threads;
+    (void)layer;
+    (void)inputs;
+    (void)outputs;
+    (void)num_threads;
   }
   // Scratch bytes needed for these shapes (called after prepare).
   virtual size_t workspace_size() const { return 0; }
@@ -107,8 +114,8 @@ using KernelFactory = std::function<std::unique_ptr<Kernel>(const Layer&)>;
 struct KernelEntry {
   DeviceType device = DeviceType::kCPU;
   std::string layer_type;
-  std::string tactic;      // "reference", "onednn", "cudnn", ...
-  int priority = 0;        // higher wins on the CPU; reference is 0
+  std::string tactic;         // "reference", "onednn", "cudnn", ...
+  int priority = 0;           // higher wins on the CPU; reference is 0
   KernelSupportsFn supports;  // null: supports everything the schema allows
   KernelFactory create;
   // The lowest BuilderConfig::optimization_level at which the builder tries this kernel: 0 for

@@ -20,8 +20,8 @@ void KernelRegistry::add(KernelEntry entry) {
   auto& list = entries_[key(entry.device, entry.layer_type)];
   for (const auto& e : list) {
     if (e.tactic == entry.tactic) {
-      throw Error("kernel " + quote(entry.tactic) + " for layer type " + quote(entry.layer_type) + " on " + to_string(entry.device) +
-                  " is registered twice");
+      throw Error("kernel " + quote(entry.tactic) + " for layer type " + quote(entry.layer_type) + " on " +
+                  to_string(entry.device) + " is registered twice");
     }
   }
   list.push_back(std::move(entry));
@@ -40,7 +40,8 @@ std::vector<const KernelEntry*> KernelRegistry::find(DeviceType device, const st
   return r;
 }
 
-const KernelEntry* KernelRegistry::find(DeviceType device, const std::string& layer_type, const std::string& tactic) const {
+const KernelEntry* KernelRegistry::find(DeviceType device, const std::string& layer_type,
+                                        const std::string& tactic) const {
   for (const KernelEntry* e : find(device, layer_type)) {
     if (e->tactic == tactic) return e;
   }

@@ -25,8 +25,8 @@ namespace kiln {
 
 void OptimizationProfile::set_dimensions(const std::string& input, const Dims& min, const Dims& opt, const Dims& max) {
   if (min.rank() != opt.rank() || opt.rank() != max.rank()) {
-    throw Error("profile for input " + quote(input) + ": min " + min.to_string() + ", opt " + opt.to_string() + " and max " +
-                max.to_string() + " must have the same rank");
+    throw Error("profile for input " + quote(input) + ": min " + min.to_string() + ", opt " + opt.to_string() +
+                " and max " + max.to_string() + " must have the same rank");
   }
   for (int i = 0; i < min.rank(); ++i) {
     if (min[i] < 0 || !(min[i] <= opt[i] && opt[i] <= max[i])) {
@@ -62,29 +62,32 @@ std::vector<OptimizationProfile> resolve_profiles(const Network& net, const Buil
     auto& prof = profiles[p];
     for (const auto& [name, s] : prof.all()) {
       if (!net.find_tensor(name) || !net.find_tensor(name)->is_network_input()) {
-        throw Error("optimization profile " + std::to_string(p) + " names " + quote(name) + ", which is not a network input");
+        throw Error("optimization profile " + std::to_string(p) + " names " + quote(name) +
+                    ", which is not a network input");
       }
     }
     for (int i = 0; i < net.num_inputs(); ++i) {
       const Tensor* t = net.input(i);
       if (!prof.has(t->name())) {
         if (t->dims().is_dynamic()) {
-          throw Error("input " + quote(t->name()) + " has dynamic dims " + t->dims().to_string() + " but optimization profile " +
-                      std::to_string(p) + " gives no min/opt/max for it (kiln build: --shapes or --min/--opt/--max-shapes)");
+          throw Error("input " + quote(t->name()) + " has dynamic dims " + t->dims().to_string() +
+                      " but optimization profile " + std::to_string(p) +
+                      " gives no min/opt/max for it (kiln build: --shapes or --min/--opt/--max-shapes)");
         }
         prof.set_dimensions(t->name(), t->dims(), t->dims(), t->dims());
         continue;
       }
       for (const Dims* d : {&prof.min(t->name()), &prof.opt(t->name()), &prof.max(t->name())}) {
         if (d->rank() != t->dims().rank()) {
-          throw Error("optimization profile " + std::to_string(p) + ": dims " + d->to_string() + " for input '" + t->name() +
-                      "' have rank " + std::to_string(d->rank()) + ", the input has rank " + std::to_string(t->dims().rank()) +
-                      " (" + t->dims().to_string() + ")");
+          throw Error("optimization profile " + std::to_string(p) + ": dims " + d->to_string() + " for input '" +
+                      t->name() + "' have rank " + std::to_string(d->rank()) + ", the input has rank " +
+                      std::to_string(t->dims().rank()) + " (" + t->dims().to_string() + ")");
         }
         for (int k = 0; k < d->rank(); ++k) {
           if (t->dims()[k] >= 0 && (*d)[k] != t->dims()[k]) {
             throw Error("optimization profile " + std::to_string(p) + ": dims " + d->to_string() + " for input '" +
-                        t->name() + "' differ from its fixed dims " + t->dims().to_string() + " at axis " + std::to_string(k));
+                        t->name() + "' differ from its fixed dims " + t->dims().to_string() + " at axis " +
+                        std::to_string(k));
           }
         }
       }
@@ -130,12 +133,14 @@ void run_passes(Network& net, const BuilderConfig& config, const std::vector<std
                 BuildReport& report) {
   PassContext ctx{config, points, &report.pass_log};
   auto enabled = [&](const std::string& name) {
-    return std::find(config.disabled_passes.begin(), config.disabled_passes.end(), name) == config.disabled_passes.end();
+    return std::find(config.disabled_passes.begin(), config.disabled_passes.end(), name) ==
+           config.disabled_passes.end();
   };
   for (const auto& p : kPipeline) {
     if (!enabled(p.name) || (p.optimization && config.disable_optimizations)) continue;
     const int changes = p.fn(net, ctx);
-    if (config.verbose) log(Severity::kInfo, std::string("pass ") + p.name + ": " + std::to_string(changes) + " change(s)");
+    if (config.verbose)
+      log(Severity::kInfo, std::string("pass ") + p.name + ": " + std::to_string(changes) + " change(s)");
     net.sort_topologically();
   }
 }
@@ -203,16 +208,17 @@ void reject_cpu_only_types(const Network& net, const TensorStates& states, Devic
       auto it = states.find(l->output(k));
       if (it == states.end() || !cpu_only_type(it->second.type)) continue;
       const char* t = to_string(it->second.type);
-      throw Error("layer " + quote(l->name()) + " (" + l->type() + "): output " + quote(l->output(k)->name()) + " is a " + t +
-                  " tensor; " + t + " tensors are supported on the CPU only, not on " + to_string(device) +
-                  " (build for --device cpu)");
+      throw Error("layer " + quote(l->name()) + " (" + l->type() + "): output " + quote(l->output(k)->name()) +
+                  " is a " + t + " tensor; " + t + " tensors are supported on the CPU only, not on " +
+                  to_string(device) + " (build for --device cpu)");
     }
   }
 }
 
 }  // namespace
 
-std::vector<uint8_t> Builder::build_serialized(const Network& network, const BuilderConfig& config, BuildReport* report_out) try {
+std::vector<uint8_t> Builder::build_serialized(const Network& network, const BuilderConfig& config,
+                                               BuildReport* report_out) try {
   const auto t0 = std::chrono::steady_clock::now();
   // Checked here so that no engine is written that Runtime::deserialize would reject.
   if (config.num_threads < 0 || config.num_threads > kMaxThreads) {
@@ -222,7 +228,8 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   (void)timing_policy(config.optimization_level);  // throws naming the range 0..5
   if (config.tune_for_streams < 1 || config.tune_for_streams > kMaxTuneStreams) {
     throw Error("BuilderConfig::tune_for_streams is " + std::to_string(config.tune_for_streams) + ", expected 1.." +
-                std::to_string(kMaxTuneStreams) + " (kiln build --tune-for-streams; 1: the lowest latency of one stream)");
+                std::to_string(kMaxTuneStreams) +
+                " (kiln build --tune-for-streams; 1: the lowest latency of one stream)");
   }
   for (const std::string& name : config.disabled_passes) {
     const auto& known = builder_pass_names();

@@ -62,7 +62,6 @@ bool tactic_disabled(const std::string& tactic) {
   return false;
 }
 
-
 }  // namespace
 
 namespace {
@@ -120,7 +119,8 @@ std::string timing_key(const std::string& device, const Layer& layer, const std:
     }
     os << to_string(d.type) << d.dims.to_string() << to_string(d.format);
     // Constant inputs' values matter to some kernels (weights layout, shape inputs).
-    if (d.value && values_in_key(*d.value, exact)) os << "#" << std::hex << fnv1a(d.value->data(), d.value->nbytes()) << std::dec;
+    if (d.value && values_in_key(*d.value, exact))
+      os << "#" << std::hex << fnv1a(d.value->data(), d.value->nbytes()) << std::dec;
     os << ",";
   }
   os << "|";
@@ -175,9 +175,10 @@ class TimingStream {
 // slower than the best kernel so far and is not measured further (`stopped` set; its time is
 // the fastest measurement taken).
 KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const TensorStates& states, Backend& backend,
-                       void* stream, const std::vector<TensorRange>& in_ranges, const std::vector<TensorRange>& out_ranges,
-                       const TimingPolicy& policy, double stop_above_ms = std::numeric_limits<double>::infinity(),
-                       bool* stopped = nullptr, uint64_t* workspace_bytes = nullptr) {
+                       void* stream, const std::vector<TensorRange>& in_ranges,
+                       const std::vector<TensorRange>& out_ranges, const TimingPolicy& policy,
+                       double stop_above_ms = std::numeric_limits<double>::infinity(), bool* stopped = nullptr,
+                       uint64_t* workspace_bytes = nullptr) {
   if (stopped) *stopped = false;
   std::vector<DeviceBuffer> buffers;
   KernelContext kc;
@@ -208,7 +209,8 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
     out.push_back(TensorDesc{s.type, s.dims, layer.output(i)->format(), true, nullptr});
     const size_t bytes = static_cast<size_t>(tensor_byte_size(s.type, s.dims));
     buffers.emplace_back(backend, bytes);
-    kc.outputs.push_back(TensorView{s.type, s.dims, layer.output(i)->format(), bytes ? buffers.back().data() : nullptr});
+    kc.outputs.push_back(
+        TensorView{s.type, s.dims, layer.output(i)->format(), bytes ? buffers.back().data() : nullptr});
   }
   auto kernel = entry.create(layer);
   if (!in_ranges.empty() || !out_ranges.empty()) kernel->configure_profile(layer, in_ranges, out_ranges);
@@ -252,7 +254,8 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
   const auto enqueue = [&] { kernel->execute(kc); };
   const auto measure = [&](int runs, double* host) {
     if (copies.empty()) return backend.time_runs(stream, runs, enqueue, host);
-    return backend.time_concurrent_runs(streams, runs, [&](size_t c) { kernel->execute(copies[c]); }, host);
+    return backend.time_concurrent_runs(
+        streams, runs, [&](size_t c) { kernel->execute(copies[c]); }, host);
   };
   const double once = measure(1, nullptr);
   const int runs = std::max(3, std::min(50, static_cast<int>(policy.target_ms / std::max(once, 1e-3))));
@@ -324,9 +327,10 @@ class TimingProgress {
 
 std::string workspace_error(const Layer& layer, const std::string& what, uint64_t limit, uint64_t smallest,
                             const std::string& smallest_name) {
-  return "layer " + quote(layer.name()) + " (" + layer.type() + "): " + what + " needs more workspace than the limit of " +
-         std::to_string(limit) + " bytes (BuilderConfig::workspace_limit, kiln build --workspace-limit); the smallest, " +
-         smallest_name + ", needs " + std::to_string(smallest) + " bytes: raise the limit to at least that";
+  return "layer " + quote(layer.name()) + " (" + layer.type() + "): " + what +
+         " needs more workspace than the limit of " + std::to_string(limit) +
+         " bytes (BuilderConfig::workspace_limit, kiln build --workspace-limit); the smallest, " + smallest_name +
+         ", needs " + std::to_string(smallest) + " bytes: raise the limit to at least that";
 }
 
 std::string describe_types(const Layer& layer, const TensorStates& states) {
@@ -355,8 +359,8 @@ std::string describe_output_types(const Layer& layer, const TensorStates& states
 // Plugin layer; other kernels have nothing to learn from a profile at build time); the configured
 // plugin's workspace at the profile's points goes into report.workspace_bytes.
 void configure_plugins_per_profile(const std::vector<Layer*>& steps, const BuilderConfig& config,
-                                   const std::vector<TensorStates>& states, const std::map<std::string, std::string>& tactics,
-                                   BuildReport& report) {
+                                   const std::vector<TensorStates>& states,
+                                   const std::map<std::string, std::string>& tactics, BuildReport& report) {
   for (const Layer* layer : steps) {
     if (layer->type() != kLayerPlugin || is_host_known(*layer, states.front())) continue;
     const KernelEntry* entry = KernelRegistry::instance().find(config.device, layer->type(), tactics.at(layer->name()));
@@ -368,8 +372,8 @@ void configure_plugins_per_profile(const std::vector<Layer*>& steps, const Build
       try {
         kernel->configure_profile(*layer, in, out);
       } catch (const std::exception& e) {
-        throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): configure() for optimization profile " +
-                    std::to_string(p / 3) + " failed: " + e.what());
+        throw Error("layer " + quote(layer->name()) + " (" + layer->type() +
+                    "): configure() for optimization profile " + std::to_string(p / 3) + " failed: " + e.what());
       }
       for (size_t point = p; point < p + 3 && point < states.size(); ++point) {
         try {
@@ -390,18 +394,26 @@ void configure_plugins_per_profile(const std::vector<Layer*>& steps, const Build
 std::string timing_device_name(const Backend& backend, const BuilderConfig& config) {
   // Choices for N streams at once are other choices: their own timing-cache and reuse keys.
   const std::string name = backend.describe();
-  return config.tune_for_streams > 1 && config.device == DeviceType::kCUDA ? name + " x" + std::to_string(config.tune_for_streams) + " streams" : name;
+  return config.tune_for_streams > 1 && config.device == DeviceType::kCUDA
+             ? name + " x" + std::to_string(config.tune_for_streams) + " streams"
+             : name;
 }
 
 TimingPolicy timing_policy(int level) {
   constexpr size_t kAll = std::numeric_limits<size_t>::max();
   switch (level) {
-    case 0: return TimingPolicy{false, 1, 0, 0.0, 0.0};
-    case 1: return TimingPolicy{true, 2, 1, 0.25, 0.0};
-    case 2: return TimingPolicy{true, 4, 3, 0.5, 1.25};
-    case 3: return TimingPolicy{true, kAll, 3, 1.0, 1.25};
-    case 4: return TimingPolicy{true, kAll, 5, 1.0, 1.5};
-    case 5: return TimingPolicy{true, kAll, 5, 2.0, 0.0};
+    case 0:
+      return TimingPolicy{false, 1, 0, 0.0, 0.0};
+    case 1:
+      return TimingPolicy{true, 2, 1, 0.25, 0.0};
+    case 2:
+      return TimingPolicy{true, 4, 3, 0.5, 1.25};
+    case 3:
+      return TimingPolicy{true, kAll, 3, 1.0, 1.25};
+    case 4:
+      return TimingPolicy{true, kAll, 5, 1.0, 1.5};
+    case 5:
+      return TimingPolicy{true, kAll, 5, 2.0, 0.0};
     default:
       throw Error("BuilderConfig::optimization_level is " + std::to_string(level) +
                   ", expected 0..5 (kiln build --builder-optimization-level; 0: no timing, 3: the default, 5: the "
@@ -448,8 +460,7 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
         failures += "\n  " + layer.name() + " (" + e->tactic + "): " + ex.what();
         try {
           backend.synchronize(stream);
-        } catch (const std::exception&) {
-        }
+        } catch (const std::exception&) {}
       }
     }
     return best;
@@ -461,7 +472,8 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
     double total = best_time(*variants[v].layer, variants[v].states, failures);
     for (const auto& [layer, states] : variants[v].extra) total += best_time(*layer, states, failures);
     if (config.verbose) {
-      log(Severity::kVerbose, "  " + first.layer->name() + " as " + variants[v].name + ": " + std::to_string(total) + " ms");
+      log(Severity::kVerbose,
+          "  " + first.layer->name() + " as " + variants[v].name + ": " + std::to_string(total) + " ms");
     }
     if (total < best) {
       best = total;
@@ -469,8 +481,8 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
     }
   }
   if (chosen == variants.size()) {
-    throw Error("layer " + quote(first.layer->name()) + " (" + first.layer->type() + "): no way to run it worked on the " +
-                to_string(config.device) + " device:" + failures);
+    throw Error("layer " + quote(first.layer->name()) + " (" + first.layer->type() +
+                "): no way to run it worked on the " + to_string(config.device) + " device:" + failures);
   }
   cache.put(key, variants[chosen].name);
   cache.save();
@@ -561,8 +573,10 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
     {
       const std::unique_ptr<GuardedPlugin> plugin = plugin_from_layer(*layer, config.device);
       std::vector<PluginTensorDesc> in, out;
-      for (const TensorDesc& d : input_descs(*layer, states.front())) in.push_back(PluginTensorDesc{d.type, d.format, d.dims});
-      for (const TensorDesc& d : output_descs(*layer, states.front())) out.push_back(PluginTensorDesc{d.type, d.format, d.dims});
+      for (const TensorDesc& d : input_descs(*layer, states.front()))
+        in.push_back(PluginTensorDesc{d.type, d.format, d.dims});
+      for (const TensorDesc& d : output_descs(*layer, states.front()))
+        out.push_back(PluginTensorDesc{d.type, d.format, d.dims});
       names = plugin->tactics(in, out);
     }
     if (names.empty()) continue;
@@ -599,7 +613,8 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
         }
       }
       if (fit.empty() && smallest_name.empty()) {
-        throw Error("layer " + quote(layer->name()) + " (plugin): every implementation the plugin offers failed:" + failures);
+        throw Error("layer " + quote(layer->name()) +
+                    " (plugin): every implementation the plugin offers failed:" + failures);
       }
       if (fit.empty()) {
         throw Error(workspace_error(*layer, "every implementation the plugin offers", config.workspace_limit, smallest,
@@ -632,8 +647,8 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
     }
     if (names.size() > policy.max_candidates) names.resize(policy.max_candidates);
     std::vector<TensorRange> in_ranges, out_ranges;
-    layer_ranges(*layer, states[0], states.size() > 1 ? states[1] : states[0], states.size() > 2 ? states[2] : states[0],
-                 in_ranges, out_ranges);
+    layer_ranges(*layer, states[0], states.size() > 1 ? states[1] : states[0],
+                 states.size() > 2 ? states[2] : states[0], in_ranges, out_ranges);
     double best = std::numeric_limits<double>::infinity();
     std::string chosen, failures;
     const bool single = one_point(*layer, states);
@@ -659,19 +674,19 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
         failures += "\n  " + name + ": " + ex.what();
         try {  // drain the failed run, so the next timing on this stream starts clean
           backend.synchronize(stream.get());
-        } catch (const std::exception&) {
-        }
+        } catch (const std::exception&) {}
       }
     }
     if (chosen.empty()) {
-      throw Error("layer " + quote(layer->name()) + " (plugin): every implementation the plugin offers failed:" + failures);
+      throw Error("layer " + quote(layer->name()) +
+                  " (plugin): every implementation the plugin offers failed:" + failures);
     }
     layer->attrs().set("plugin_tactic", chosen);
     cache.put(key, chosen);
     memo.plugin_tactic[reuse_key] = chosen;
     ++report.layers_timed;
-    log(Severity::kVerbose, "  " + layer->name() + ": plugin tactic " + chosen + " (fastest of " +
-                                std::to_string(names.size()) + ")");
+    log(Severity::kVerbose,
+        "  " + layer->name() + ": plugin tactic " + chosen + " (fastest of " + std::to_string(names.size()) + ")");
     progress.update(index, report);
   }
   cache.save();
@@ -721,8 +736,9 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
       if (all) ok.push_back(e);
     }
     if (ok.empty()) {
-      throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): none of the " + to_string(config.device) +
-                  " kernels supports it with inputs (" + describe_types(*layer, states.front()) + ") and outputs (" +
+      throw Error("layer " + quote(layer->name()) + " (" + layer->type() + "): none of the " +
+                  to_string(config.device) + " kernels supports it with inputs (" +
+                  describe_types(*layer, states.front()) + ") and outputs (" +
                   describe_output_types(*layer, states.front()) + ")");
     }
     const bool host_known = is_host_known(*layer, states.front());
@@ -760,7 +776,8 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
                     " kernel that accepts it failed to prepare:" + failures);
       }
       if (fit.empty()) {
-        throw Error(workspace_error(*layer, "every " + std::string(to_string(config.device)) + " kernel that supports it",
+        throw Error(workspace_error(*layer,
+                                    "every " + std::string(to_string(config.device)) + " kernel that supports it",
                                     config.workspace_limit, smallest, smallest_name));
       }
       ok = fit;
@@ -799,7 +816,8 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
       cache.put(launch_key, launch);
       ++r.layers_reused;
       if (config.verbose) {
-        log(Severity::kVerbose, "  " + layer->name() + ": " + tactic + " (the choice of an identical layer in this build)");
+        log(Severity::kVerbose,
+            "  " + layer->name() + ": " + tactic + " (the choice of an identical layer in this build)");
       }
       note_workspace(tactic);
       progress.update(index, r);
@@ -820,8 +838,8 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     if (ok.size() > policy.max_candidates) ok.resize(policy.max_candidates);
     // The first profile's ranges, for kernels that configure themselves by profile (plugins).
     std::vector<TensorRange> in_ranges, out_ranges;
-    layer_ranges(*layer, states[0], states.size() > 1 ? states[1] : states[0], states.size() > 2 ? states[2] : states[0],
-                 in_ranges, out_ranges);
+    layer_ranges(*layer, states[0], states.size() > 1 ? states[1] : states[0],
+                 states.size() > 2 ? states[2] : states[0], in_ranges, out_ranges);
     double best_plain = std::numeric_limits<double>::infinity();
     double best_device = std::numeric_limits<double>::infinity();
     const KernelEntry* chosen = nullptr;
@@ -855,8 +873,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
         // A failed kernel may leave the stream in an error state; make sure it is drained.
         try {
           backend->synchronize(stream);
-        } catch (const std::exception&) {
-        }
+        } catch (const std::exception&) {}
       }
     }
     // The fastest on the device; among kernels within kDeviceTimeTie of it (the same cuDNN engine
@@ -881,7 +898,8 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
       (*launch_tactics)[layer->name()] = chosen_plain->tactic;
       if (config.verbose) {
         log(Severity::kVerbose, "  " + layer->name() + ": launched layer by layer (no CUDA graph) it runs " +
-                                    chosen_plain->tactic + " (" + chosen->tactic + " costs more to launch than to run)");
+                                    chosen_plain->tactic + " (" + chosen->tactic +
+                                    " costs more to launch than to run)");
       }
     }
     ++r.layers_timed;

@@ -59,7 +59,8 @@ class FileLock {
   explicit FileLock(const std::string& path) {
     const std::string lock = path + ".lock";
     fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-    if (fd_ < 0) throw Error("cannot lock timing cache " + quote(path) + " (" + quote(lock) + "): " + std::strerror(errno));
+    if (fd_ < 0)
+      throw Error("cannot lock timing cache " + quote(path) + " (" + quote(lock) + "): " + std::strerror(errno));
     while (::flock(fd_, LOCK_EX) != 0) {
       if (errno == EINTR) continue;
       const int e = errno;

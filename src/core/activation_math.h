@@ -22,19 +22,32 @@ template <typename T>
 inline T activation_value(ActivationType kind, T x, T alpha, T beta) {
   constexpr T kZero = T(0), kOne = T(1), kHalf = T(0.5);
   switch (kind) {
-    case ActivationType::kRelu: return x > kZero ? x : kZero;
-    case ActivationType::kSigmoid: return activation_sigmoid(x);
-    case ActivationType::kTanh: return std::tanh(x);
-    case ActivationType::kLeakyRelu: return x >= kZero ? x : alpha * x;
-    case ActivationType::kElu: return x >= kZero ? x : alpha * (std::exp(x) - kOne);
-    case ActivationType::kSelu: return beta * (x > kZero ? x : alpha * (std::exp(x) - kOne));
-    case ActivationType::kSoftplus: return x > T(20) ? x : std::log1p(std::exp(x));
-    case ActivationType::kClip: return std::min(std::max(x, alpha), beta);
-    case ActivationType::kHardSigmoid: return std::max(kZero, std::min(kOne, alpha * x + beta));
-    case ActivationType::kHardSwish: return x * std::max(kZero, std::min(kOne, x / T(6) + kHalf));
-    case ActivationType::kSilu: return x * activation_sigmoid(x);
-    case ActivationType::kSwish: return x * activation_sigmoid(alpha * x);
-    case ActivationType::kGeluErf: return kHalf * x * (kOne + std::erf(x * T(0.70710678118654752)));
+    case ActivationType::kRelu:
+      return x > kZero ? x : kZero;
+    case ActivationType::kSigmoid:
+      return activation_sigmoid(x);
+    case ActivationType::kTanh:
+      return std::tanh(x);
+    case ActivationType::kLeakyRelu:
+      return x >= kZero ? x : alpha * x;
+    case ActivationType::kElu:
+      return x >= kZero ? x : alpha * (std::exp(x) - kOne);
+    case ActivationType::kSelu:
+      return beta * (x > kZero ? x : alpha * (std::exp(x) - kOne));
+    case ActivationType::kSoftplus:
+      return x > T(20) ? x : std::log1p(std::exp(x));
+    case ActivationType::kClip:
+      return std::min(std::max(x, alpha), beta);
+    case ActivationType::kHardSigmoid:
+      return std::max(kZero, std::min(kOne, alpha * x + beta));
+    case ActivationType::kHardSwish:
+      return x * std::max(kZero, std::min(kOne, x / T(6) + kHalf));
+    case ActivationType::kSilu:
+      return x * activation_sigmoid(x);
+    case ActivationType::kSwish:
+      return x * activation_sigmoid(alpha * x);
+    case ActivationType::kGeluErf:
+      return kHalf * x * (kOne + std::erf(x * T(0.70710678118654752)));
     case ActivationType::kGeluTanh: {
       const T k = T(0.79788456080286536);  // sqrt(2/pi)
       return kHalf * x * (kOne + std::tanh(k * (x + T(0.044715) * x * x * x)));
@@ -43,9 +56,12 @@ inline T activation_value(ActivationType kind, T x, T alpha, T beta) {
       const T sp = x > T(20) ? x : std::log1p(std::exp(x));
       return x * std::tanh(sp);
     }
-    case ActivationType::kSoftsign: return x / (kOne + std::fabs(x));
-    case ActivationType::kCelu: return std::max(kZero, x) + std::min(kZero, alpha * (std::exp(x / alpha) - kOne));
-    case ActivationType::kThresholdedRelu: return x > alpha ? x : kZero;
+    case ActivationType::kSoftsign:
+      return x / (kOne + std::fabs(x));
+    case ActivationType::kCelu:
+      return std::max(kZero, x) + std::min(kZero, alpha * (std::exp(x / alpha) - kOne));
+    case ActivationType::kThresholdedRelu:
+      return x > alpha ? x : kZero;
   }
   return x;
 }

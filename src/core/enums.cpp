@@ -58,22 +58,20 @@ constexpr NameTable<ElementWiseOp> kElementWiseNames = {
 };
 
 constexpr NameTable<UnaryOp> kUnaryNames = {
-    {UnaryOp::kExp, "exp"},     {UnaryOp::kLog, "log"},     {UnaryOp::kSqrt, "sqrt"},
-    {UnaryOp::kRecip, "recip"}, {UnaryOp::kAbs, "abs"},     {UnaryOp::kNeg, "neg"},
-    {UnaryOp::kFloor, "floor"}, {UnaryOp::kCeil, "ceil"},   {UnaryOp::kRound, "round"},
-    {UnaryOp::kSin, "sin"},     {UnaryOp::kCos, "cos"},     {UnaryOp::kTan, "tan"},
-    {UnaryOp::kAsin, "asin"},   {UnaryOp::kAcos, "acos"},   {UnaryOp::kAtan, "atan"},
-    {UnaryOp::kSinh, "sinh"},   {UnaryOp::kCosh, "cosh"},   {UnaryOp::kTanh, "tanh"},
-    {UnaryOp::kAsinh, "asinh"}, {UnaryOp::kAcosh, "acosh"}, {UnaryOp::kAtanh, "atanh"},
-    {UnaryOp::kErf, "erf"},     {UnaryOp::kNot, "not"},     {UnaryOp::kSign, "sign"},
+    {UnaryOp::kExp, "exp"},     {UnaryOp::kLog, "log"},     {UnaryOp::kSqrt, "sqrt"},   {UnaryOp::kRecip, "recip"},
+    {UnaryOp::kAbs, "abs"},     {UnaryOp::kNeg, "neg"},     {UnaryOp::kFloor, "floor"}, {UnaryOp::kCeil, "ceil"},
+    {UnaryOp::kRound, "round"}, {UnaryOp::kSin, "sin"},     {UnaryOp::kCos, "cos"},     {UnaryOp::kTan, "tan"},
+    {UnaryOp::kAsin, "asin"},   {UnaryOp::kAcos, "acos"},   {UnaryOp::kAtan, "atan"},   {UnaryOp::kSinh, "sinh"},
+    {UnaryOp::kCosh, "cosh"},   {UnaryOp::kTanh, "tanh"},   {UnaryOp::kAsinh, "asinh"}, {UnaryOp::kAcosh, "acosh"},
+    {UnaryOp::kAtanh, "atanh"}, {UnaryOp::kErf, "erf"},     {UnaryOp::kNot, "not"},     {UnaryOp::kSign, "sign"},
     {UnaryOp::kIsNaN, "isnan"}, {UnaryOp::kIsInf, "isinf"},
 };
 
 constexpr NameTable<ReduceOp> kReduceNames = {
-    {ReduceOp::kSum, "sum"},   {ReduceOp::kMean, "mean"},
-    {ReduceOp::kMax, "max"},   {ReduceOp::kMin, "min"},
-    {ReduceOp::kProd, "prod"}, {ReduceOp::kL1, "l1"},
-    {ReduceOp::kL2, "l2"},     {ReduceOp::kSumSquare, "sum_square"},
+    {ReduceOp::kSum, "sum"},        {ReduceOp::kMean, "mean"},
+    {ReduceOp::kMax, "max"},        {ReduceOp::kMin, "min"},
+    {ReduceOp::kProd, "prod"},      {ReduceOp::kL1, "l1"},
+    {ReduceOp::kL2, "l2"},          {ReduceOp::kSumSquare, "sum_square"},
     {ReduceOp::kLogSum, "log_sum"}, {ReduceOp::kLogSumExp, "log_sum_exp"},
 };
 

@@ -157,8 +157,9 @@ void write_file_atomically(const std::string& path, const std::vector<FilePiece>
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (S_ISLNK(st.st_mode)) {
-      throw Error(where + "it is a symbolic link; kiln does not write through links (give the path of the file "
-                          "it points to)");
+      throw Error(where +
+                  "it is a symbolic link; kiln does not write through links (give the path of the file "
+                  "it points to)");
     }
     if (!S_ISREG(st.st_mode)) throw Error(where + file_kind(st.st_mode) + "; kiln replaces only regular files");
   } else if (errno != ENOENT) {
@@ -224,9 +225,9 @@ fs::path resolve_inside_folder(const fs::path& folder, const std::string& relati
   for (; b != base.end(); ++b, ++r) {
     if (b->empty() && std::next(b) == base.end()) break;  // a trailing separator
     if (r == real.end() || *r != *b) {
-      throw Error(what + " " + quote(relative) + " resolves to " + quote(real.string()) +
-                  ", outside " + folder_what + " " + quote(base.string()) +
-                  " (through '..' or a symbolic link); kiln reads only files inside " + folder_what);
+      throw Error(what + " " + quote(relative) + " resolves to " + quote(real.string()) + ", outside " + folder_what +
+                  " " + quote(base.string()) + " (through '..' or a symbolic link); kiln reads only files inside " +
+                  folder_what);
     }
   }
   return real;

@@ -61,7 +61,7 @@ inline float half_bits_to_float(uint16_t h) {
 struct half {
   uint16_t bits = 0;
   half() = default;
-  half(float f) : bits(float_to_half_bits(f)) {}  // NOLINT: implicit by design
+  half(float f) : bits(float_to_half_bits(f)) {}               // NOLINT: implicit by design
   operator float() const { return half_bits_to_float(bits); }  // NOLINT
 };
 static_assert(sizeof(half) == 2);

@@ -9,10 +9,14 @@ namespace kiln {
 
 const char* to_string(Severity severity) {
   switch (severity) {
-    case Severity::kError: return "error";
-    case Severity::kWarning: return "warning";
-    case Severity::kInfo: return "info";
-    case Severity::kVerbose: return "verbose";
+    case Severity::kError:
+      return "error";
+    case Severity::kWarning:
+      return "warning";
+    case Severity::kInfo:
+      return "info";
+    case Severity::kVerbose:
+      return "verbose";
   }
   return "?";
 }

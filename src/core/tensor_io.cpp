@@ -1,8 +1,8 @@
 // Tensor files: numpy .npy (format versions 1.0, 2.0 and 3.0; little-endian numeric dtypes and
-// '<U' unicode strings (kString tensors, UTF-8 in kiln) in C order) and serialized onnx.TensorProto .pb files, the layout of ONNX's test_data_set_*
-// folders. Readers validate every header field and the data length against the file size
-// before allocating, and every error names the file. TensorProto decoding is shared with the
-// ONNX importer (tensor_from_proto in src/onnx/onnx_tensor.cpp).
+// '<U' unicode strings (kString tensors, UTF-8 in kiln) in C order) and serialized onnx.TensorProto .pb files, the
+// layout of ONNX's test_data_set_* folders. Readers validate every header field and the data length against the file
+// size before allocating, and every error names the file. TensorProto decoding is shared with the ONNX importer
+// (tensor_from_proto in src/onnx/onnx_tensor.cpp).
 #include "core/tensor_io.h"
 
 #include <algorithm>
@@ -42,8 +42,8 @@ struct NpyType {
 constexpr NpyType kNpyTypes[] = {
     {DataType::kFloat32, "<f4", nullptr}, {DataType::kFloat16, "<f2", nullptr}, {DataType::kFloat64, "<f8", nullptr},
     {DataType::kInt8, "|i1", "<i1"},      {DataType::kUInt8, "|u1", "<u1"},     {DataType::kInt32, "<i4", nullptr},
-    {DataType::kInt64, "<i8", nullptr},   {DataType::kBool, "|b1", "<b1"},     {DataType::kInt16, "<i2", nullptr},
-    {DataType::kUInt16, "<u2", nullptr},  {DataType::kUInt32, "<u4", nullptr}, {DataType::kUInt64, "<u8", nullptr},
+    {DataType::kInt64, "<i8", nullptr},   {DataType::kBool, "|b1", "<b1"},      {DataType::kInt16, "<i2", nullptr},
+    {DataType::kUInt16, "<u2", nullptr},  {DataType::kUInt32, "<u4", nullptr},  {DataType::kUInt64, "<u8", nullptr},
 };
 
 struct OnnxType {
@@ -51,12 +51,12 @@ struct OnnxType {
   onnx::TensorProto::DataType onnx;
 };
 constexpr OnnxType kOnnxTypes[] = {
-    {DataType::kFloat32, onnx::TensorProto::FLOAT}, {DataType::kFloat16, onnx::TensorProto::FLOAT16},
+    {DataType::kFloat32, onnx::TensorProto::FLOAT},  {DataType::kFloat16, onnx::TensorProto::FLOAT16},
     {DataType::kFloat64, onnx::TensorProto::DOUBLE}, {DataType::kInt8, onnx::TensorProto::INT8},
-    {DataType::kUInt8, onnx::TensorProto::UINT8},   {DataType::kInt32, onnx::TensorProto::INT32},
-    {DataType::kInt64, onnx::TensorProto::INT64},   {DataType::kBool, onnx::TensorProto::BOOL},
-    {DataType::kString, onnx::TensorProto::STRING}, {DataType::kInt16, onnx::TensorProto::INT16},
-    {DataType::kUInt16, onnx::TensorProto::UINT16}, {DataType::kUInt32, onnx::TensorProto::UINT32},
+    {DataType::kUInt8, onnx::TensorProto::UINT8},    {DataType::kInt32, onnx::TensorProto::INT32},
+    {DataType::kInt64, onnx::TensorProto::INT64},    {DataType::kBool, onnx::TensorProto::BOOL},
+    {DataType::kString, onnx::TensorProto::STRING},  {DataType::kInt16, onnx::TensorProto::INT16},
+    {DataType::kUInt16, onnx::TensorProto::UINT16},  {DataType::kUInt32, onnx::TensorProto::UINT32},
     {DataType::kUInt64, onnx::TensorProto::UINT64},
 };
 
@@ -141,7 +141,9 @@ class NpyHeaderParser {
   }
   char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
   void skip_space() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r')) ++pos_;
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
+      ++pos_;
   }
   void expect(char c) {
     if (peek() != c) bad(std::string("expected '") + c + "'");
@@ -256,7 +258,8 @@ HostTensor load_npy(const std::string& path) {
   const size_t len_bytes = major == 1 ? 2 : 4;
   if (bytes.size() < preamble + len_bytes) fail(path, "truncated .npy header");
   size_t header_len = 0;
-  for (size_t i = 0; i < len_bytes; ++i) header_len |= static_cast<size_t>(static_cast<uint8_t>(bytes[preamble + i])) << (8 * i);
+  for (size_t i = 0; i < len_bytes; ++i)
+    header_len |= static_cast<size_t>(static_cast<uint8_t>(bytes[preamble + i])) << (8 * i);
   const size_t header_start = preamble + len_bytes;
   if (header_len > bytes.size() - header_start) {
     fail(path, "truncated .npy header: it announces " + std::to_string(header_len) + " bytes, the file has " +
@@ -309,15 +312,16 @@ HostTensor load_npy(const std::string& path) {
   const int64_t count = checked_volume(shape);
   const size_t data_bytes = bytes.size() - header_start - header_len;
   const size_t elem = data_type_size(npy_type->type);
-  if (count < 0 || static_cast<uint64_t>(count) > data_bytes / elem || static_cast<size_t>(count) * elem != data_bytes) {
-    const bool too_few = count < 0 || static_cast<uint64_t>(count) > data_bytes / elem ||
-                         static_cast<size_t>(count) * elem > data_bytes;
+  if (count < 0 || static_cast<uint64_t>(count) > data_bytes / elem ||
+      static_cast<size_t>(count) * elem != data_bytes) {
+    const bool too_few =
+        count < 0 || static_cast<uint64_t>(count) > data_bytes / elem || static_cast<size_t>(count) * elem > data_bytes;
     const std::string needed = count < 0 ? std::string("more than 2^63 elements")
                                : static_cast<uint64_t>(count) > std::numeric_limits<uint64_t>::max() / elem
                                    ? std::to_string(count) + " elements"
                                    : std::to_string(static_cast<uint64_t>(count) * elem) + " bytes";
-    fail(path, "data is " + std::to_string(data_bytes) + " bytes but shape " + npy_shape_text(Dims::from(shape)) + " of " +
-                   descr + " needs " + needed + (too_few ? " (truncated file)" : " (trailing data)"));
+    fail(path, "data is " + std::to_string(data_bytes) + " bytes but shape " + npy_shape_text(Dims::from(shape)) +
+                   " of " + descr + " needs " + needed + (too_few ? " (truncated file)" : " (trailing data)"));
   }
   HostTensor t(npy_type->type, Dims::from(shape));
   if (data_bytes > 0) std::memcpy(t.data(), bytes.data() + header_start + header_len, data_bytes);
@@ -346,8 +350,8 @@ void save_npy(const std::string& path, const HostTensor& tensor) {
     descr = "<U" + std::to_string(width);
   }
   if (descr.empty()) fail(path, std::string("no .npy dtype for ") + to_string(tensor.type()));
-  std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " +
-                     npy_shape_text(tensor.dims()) + ", }";
+  std::string dict = std::string("{'descr': '") + descr +
+                     "', 'fortran_order': False, 'shape': " + npy_shape_text(tensor.dims()) + ", }";
   // Pad with spaces and a final newline so that the data starts 64-byte aligned (as numpy does).
   const size_t preamble = sizeof kNpyMagic + 2 + 2;
   const size_t total = (preamble + dict.size() + 1 + kNpyAlignment - 1) / kNpyAlignment * kNpyAlignment;
@@ -424,12 +428,13 @@ HostTensor load_tensor_file(const std::string& path) {
 std::string sanitize_file_name(const std::string& name) {
   std::string out = name;
   for (auto& c : out) {
-    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                      c == '.' || c == '-';
+    const bool keep =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
     if (!keep) c = '_';
   }
   // "", "." and ".." are not usable file names (the last two name directories).
-  if (out.empty() || out.find_first_not_of('.') == std::string::npos) out = std::string(std::max<size_t>(out.size(), 1), '_');
+  if (out.empty() || out.find_first_not_of('.') == std::string::npos)
+    out = std::string(std::max<size_t>(out.size(), 1), '_');
   return out;
 }
 

@@ -23,10 +23,18 @@ struct TypeInfo {
   size_t size;
 };
 constexpr TypeInfo kTypeInfo[] = {
-    {DataType::kFloat32, "float32", 4}, {DataType::kFloat16, "float16", 2}, {DataType::kInt8, "int8", 1},
-    {DataType::kUInt8, "uint8", 1},     {DataType::kInt32, "int32", 4},     {DataType::kInt64, "int64", 8},
-    {DataType::kBool, "bool", 1},       {DataType::kFloat64, "float64", 8}, {DataType::kString, "string", sizeof(StringRef)},
-    {DataType::kInt16, "int16", 2},     {DataType::kUInt16, "uint16", 2},   {DataType::kUInt32, "uint32", 4},
+    {DataType::kFloat32, "float32", 4},
+    {DataType::kFloat16, "float16", 2},
+    {DataType::kInt8, "int8", 1},
+    {DataType::kUInt8, "uint8", 1},
+    {DataType::kInt32, "int32", 4},
+    {DataType::kInt64, "int64", 8},
+    {DataType::kBool, "bool", 1},
+    {DataType::kFloat64, "float64", 8},
+    {DataType::kString, "string", sizeof(StringRef)},
+    {DataType::kInt16, "int16", 2},
+    {DataType::kUInt16, "uint16", 2},
+    {DataType::kUInt32, "uint32", 4},
     {DataType::kUInt64, "uint64", 8},
 };
 
@@ -56,18 +64,17 @@ DataType parse_data_type(std::string_view name) {
   if (n == "float" || n == "fp32") return DataType::kFloat32;
   if (n == "half" || n == "fp16") return DataType::kFloat16;
   if (n == "double") return DataType::kFloat64;
-  throw Error("unknown data type '" + std::string(name) +
-              "' (expected float32, float16, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool or "
-              "string)");
+  throw Error(
+      "unknown data type '" + std::string(name) +
+      "' (expected float32, float16, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool or "
+      "string)");
 }
 
 bool is_floating_point(DataType type) {
   return type == DataType::kFloat32 || type == DataType::kFloat16 || type == DataType::kFloat64;
 }
 
-const char* to_string(TensorFormat format) {
-  return format == TensorFormat::kLinear ? "linear" : "channels_last";
-}
+const char* to_string(TensorFormat format) { return format == TensorFormat::kLinear ? "linear" : "channels_last"; }
 
 TensorFormat parse_tensor_format(std::string_view name) {
   const std::string n = lower(name);
@@ -142,16 +149,19 @@ Dims parse_dims(std::string_view text) {
     size_t next = text.find_first_of("x*,", pos);
     if (next == std::string_view::npos) next = text.size();
     const std::string_view part = text.substr(pos, next - pos);
-    if (part.empty()) throw Error("bad dims " + quote(std::string(text)) + ": empty extent (expected e.g. 1x3x224x224)");
+    if (part.empty())
+      throw Error("bad dims " + quote(std::string(text)) + ": empty extent (expected e.g. 1x3x224x224)");
     int64_t v = 0;
     if (part == "?" || part == "-1") {
       v = kDynamic;
     } else {
       for (char c : part) {
         if (c < '0' || c > '9') {
-          throw Error("bad dims " + quote(std::string(text)) + ": " + quote(std::string(part)) + " is not a number (expected e.g. 1x3x224x224)");
+          throw Error("bad dims " + quote(std::string(text)) + ": " + quote(std::string(part)) +
+                      " is not a number (expected e.g. 1x3x224x224)");
         }
-        if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) throw Error("bad dims " + quote(std::string(text)) + ": extent too large");
+        if (v > (std::numeric_limits<int64_t>::max() - 9) / 10)
+          throw Error("bad dims " + quote(std::string(text)) + ": extent too large");
         v = v * 10 + (c - '0');
       }
     }
@@ -303,19 +313,44 @@ std::vector<int64_t> HostTensor::to_int64() const {
   for (int64_t i = 0; i < count_; ++i) {
     const auto k = static_cast<size_t>(i);
     switch (type_) {
-      case DataType::kInt64: r[k] = as<int64_t>()[i]; break;
-      case DataType::kInt32: r[k] = as<int32_t>()[i]; break;
-      case DataType::kInt8: r[k] = as<int8_t>()[i]; break;
-      case DataType::kUInt8: r[k] = as<uint8_t>()[i]; break;
-      case DataType::kBool: r[k] = as<uint8_t>()[i] != 0; break;
-      case DataType::kFloat32: r[k] = static_cast<int64_t>(as<float>()[i]); break;
-      case DataType::kFloat64: r[k] = static_cast<int64_t>(as<double>()[i]); break;
-      case DataType::kFloat16: r[k] = static_cast<int64_t>(static_cast<float>(as<half>()[i])); break;
-      case DataType::kInt16: r[k] = as<int16_t>()[i]; break;
-      case DataType::kUInt16: r[k] = as<uint16_t>()[i]; break;
-      case DataType::kUInt32: r[k] = as<uint32_t>()[i]; break;
-      case DataType::kUInt64: r[k] = static_cast<int64_t>(as<uint64_t>()[i]); break;
-      case DataType::kString: break;  // rejected above
+      case DataType::kInt64:
+        r[k] = as<int64_t>()[i];
+        break;
+      case DataType::kInt32:
+        r[k] = as<int32_t>()[i];
+        break;
+      case DataType::kInt8:
+        r[k] = as<int8_t>()[i];
+        break;
+      case DataType::kUInt8:
+        r[k] = as<uint8_t>()[i];
+        break;
+      case DataType::kBool:
+        r[k] = as<uint8_t>()[i] != 0;
+        break;
+      case DataType::kFloat32:
+        r[k] = static_cast<int64_t>(as<float>()[i]);
+        break;
+      case DataType::kFloat64:
+        r[k] = static_cast<int64_t>(as<double>()[i]);
+        break;
+      case DataType::kFloat16:
+        r[k] = static_cast<int64_t>(static_cast<float>(as<half>()[i]));
+        break;
+      case DataType::kInt16:
+        r[k] = as<int16_t>()[i];
+        break;
+      case DataType::kUInt16:
+        r[k] = as<uint16_t>()[i];
+        break;
+      case DataType::kUInt32:
+        r[k] = as<uint32_t>()[i];
+        break;
+      case DataType::kUInt64:
+        r[k] = static_cast<int64_t>(as<uint64_t>()[i]);
+        break;
+      case DataType::kString:
+        break;  // rejected above
     }
   }
   return r;
@@ -327,19 +362,44 @@ std::vector<double> HostTensor::to_double() const {
   for (int64_t i = 0; i < count_; ++i) {
     const auto k = static_cast<size_t>(i);
     switch (type_) {
-      case DataType::kInt64: r[k] = static_cast<double>(as<int64_t>()[i]); break;
-      case DataType::kInt32: r[k] = as<int32_t>()[i]; break;
-      case DataType::kInt8: r[k] = as<int8_t>()[i]; break;
-      case DataType::kUInt8: r[k] = as<uint8_t>()[i]; break;
-      case DataType::kBool: r[k] = as<uint8_t>()[i] != 0; break;
-      case DataType::kFloat32: r[k] = as<float>()[i]; break;
-      case DataType::kFloat64: r[k] = as<double>()[i]; break;
-      case DataType::kFloat16: r[k] = static_cast<float>(as<half>()[i]); break;
-      case DataType::kInt16: r[k] = as<int16_t>()[i]; break;
-      case DataType::kUInt16: r[k] = as<uint16_t>()[i]; break;
-      case DataType::kUInt32: r[k] = as<uint32_t>()[i]; break;
-      case DataType::kUInt64: r[k] = static_cast<double>(as<uint64_t>()[i]); break;
-      case DataType::kString: break;  // rejected above
+      case DataType::kInt64:
+        r[k] = static_cast<double>(as<int64_t>()[i]);
+        break;
+      case DataType::kInt32:
+        r[k] = as<int32_t>()[i];
+        break;
+      case DataType::kInt8:
+        r[k] = as<int8_t>()[i];
+        break;
+      case DataType::kUInt8:
+        r[k] = as<uint8_t>()[i];
+        break;
+      case DataType::kBool:
+        r[k] = as<uint8_t>()[i] != 0;
+        break;
+      case DataType::kFloat32:
+        r[k] = as<float>()[i];
+        break;
+      case DataType::kFloat64:
+        r[k] = as<double>()[i];
+        break;
+      case DataType::kFloat16:
+        r[k] = static_cast<float>(as<half>()[i]);
+        break;
+      case DataType::kInt16:
+        r[k] = as<int16_t>()[i];
+        break;
+      case DataType::kUInt16:
+        r[k] = as<uint16_t>()[i];
+        break;
+      case DataType::kUInt32:
+        r[k] = as<uint32_t>()[i];
+        break;
+      case DataType::kUInt64:
+        r[k] = static_cast<double>(as<uint64_t>()[i]);
+        break;
+      case DataType::kString:
+        break;  // rejected above
     }
   }
   return r;

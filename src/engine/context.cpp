@@ -135,9 +135,9 @@ ShapePlan& current_plan(ContextImpl& c) {
   ++c.stats.shape_plans_built;
   if (raw->host_values.data()) ++c.stats.device_allocations;
   c.stats.shape_plan_ms += ms_since(t0);
-  log(Severity::kVerbose, "prepared input shapes " + shapes_text(c.input_dims) + " in " +
-                              std::to_string(ms_since(t0)) + " ms (" + std::to_string(c.plans.size()) +
-                              " cached); activations " + std::to_string(raw->memory.peak) + " bytes, workspace " +
+  log(Severity::kVerbose, "prepared input shapes " + shapes_text(c.input_dims) + " in " + std::to_string(ms_since(t0)) +
+                              " ms (" + std::to_string(c.plans.size()) + " cached); activations " +
+                              std::to_string(raw->memory.peak) + " bytes, workspace " +
                               std::to_string(raw->workspace_bytes));
   return *raw;
 }
@@ -167,7 +167,8 @@ void resolve_data_dependent_sizes(ContextImpl& c, ShapePlan& plan, size_t s, voi
     if (!st.dd_size || st.value) continue;
     int64_t v = 0;
     const void* src = launch.ctx.outputs[static_cast<size_t>(i)].data;
-    if (!src) throw Error("internal: layer " + quote(l.name()) + " has no memory for its size output " + quote(t->name()));
+    if (!src)
+      throw Error("internal: layer " + quote(l.name()) + " has no memory for its size output " + quote(t->name()));
     if (device) {
       e.backend->copy_device_to_host(&v, src, sizeof v, stream);
       e.backend->synchronize(stream);
@@ -177,7 +178,7 @@ void resolve_data_dependent_sizes(ContextImpl& c, ShapePlan& plan, size_t s, voi
     c.sizes[t] = v;
   }
   const auto buffer_for = [&c](std::unordered_map<const Tensor*, DeviceBuffer>& buffers, const Tensor* t,
-                                uint64_t bytes) {
+                               uint64_t bytes) {
     DeviceBuffer& buf = buffers[t];
     if (buf.size() < bytes) {
       buf = DeviceBuffer(*c.engine->backend, bytes);
@@ -195,7 +196,8 @@ void resolve_data_dependent_sizes(ContextImpl& c, ShapePlan& plan, size_t s, voi
         return dst;
       });
   if (!c.memory.fits(c.memory.arena_bytes(), plan.workspace_bytes)) {
-    c.memory.ensure(c.memory.arena_bytes(), plan.workspace_bytes, "layer " + quote(l.name()) + "'s data-dependent sizes");
+    c.memory.ensure(c.memory.arena_bytes(), plan.workspace_bytes,
+                    "layer " + quote(l.name()) + "'s data-dependent sizes");
   }
   bind(c, plan);
 }
@@ -233,7 +235,8 @@ void run_steps(ContextImpl& c, ShapePlan& plan, void* stream) {
       const Layer& l = *e.steps[s];
       const std::string msg = exception_text(ex);
       if (msg.rfind("layer '", 0) == 0 || msg.rfind("output '", 0) == 0) throw Error(msg);
-      throw Error("layer " + quote(l.name()) + " (" + l.type() + ", kernel " + quote(e.kernels[s]->tactic) + ") failed: " + msg);
+      throw Error("layer " + quote(l.name()) + " (" + l.type() + ", kernel " + quote(e.kernels[s]->tactic) +
+                  ") failed: " + msg);
     }
   }
   // Network outputs no kernel writes (constants, host-computed values) are copied in.
@@ -313,10 +316,7 @@ bool capture_and_launch(ContextImpl& c, ShapePlan& plan, void* stream, std::stri
 // ---- ContextImpl ------------------------------------------------------------------------------
 
 ContextImpl::ContextImpl(EngineImpl& e, ContextMemory memory_mode)
-    : engine(&e),
-      bindings(e.io),
-      memory(*e.backend, memory_mode, e.error_flag_bytes()),
-      graphs(*e.backend) {
+    : engine(&e), bindings(e.io), memory(*e.backend, memory_mode, e.error_flag_bytes()), graphs(*e.backend) {
   e.live_contexts.fetch_add(1, std::memory_order_relaxed);
   if (e.data.device != DeviceType::kCPU) own_stream = e.backend->create_stream();
   {
@@ -335,8 +335,7 @@ ContextImpl::~ContextImpl() {
   if (own_stream) {
     try {
       b.synchronize(own_stream);
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
   }
   plans.clear();
   prototypes.clear();
@@ -364,14 +363,16 @@ void ExecutionContext::set_optimization_profile(int index) {
   c.graphs.clear();
   c.profile = index;
   c.profile_info = std::move(info);
-  c.memory.reserve_for_profile(c.profile_info->plan.peak,
-                               describe_plan_memory(c.profile_info->plan, "optimization profile " + std::to_string(index)));
+  c.memory.reserve_for_profile(
+      c.profile_info->plan.peak,
+      describe_plan_memory(c.profile_info->plan, "optimization profile " + std::to_string(index)));
   c.input_dims.clear();
   for (const auto& [name, s] : p.all()) c.input_dims[name] = s.opt;
   for (int i = 0; i < e.num_inputs; ++i) {
     auto it = c.input_dims.find(e.input_names[static_cast<size_t>(i)]);
     c.key.dims[static_cast<size_t>(i)] = it != c.input_dims.end() ? it->second : e.io[static_cast<size_t>(i)].dims;
-    if (it == c.input_dims.end()) c.input_dims[e.input_names[static_cast<size_t>(i)]] = e.io[static_cast<size_t>(i)].dims;
+    if (it == c.input_dims.end())
+      c.input_dims[e.input_names[static_cast<size_t>(i)]] = e.io[static_cast<size_t>(i)].dims;
   }
   c.key.concat_elision = c.concat_elision;
   c.current = nullptr;
@@ -445,14 +446,16 @@ void ExecutionContext::set_device_memory(void* memory, uint64_t size) {
 }
 
 void ExecutionContext::set_shape_cache_size(int plans) {
-  if (plans < 1) throw Error("set_shape_cache_size: the cache holds at least 1 plan (got " + std::to_string(plans) + ")");
+  if (plans < 1)
+    throw Error("set_shape_cache_size: the cache holds at least 1 plan (got " + std::to_string(plans) + ")");
   retire_plans(*impl_, impl_->plans.set_capacity(static_cast<size_t>(plans)));
 }
 
 int ExecutionContext::shape_cache_size() const { return static_cast<int>(impl_->plans.capacity()); }
 
 void ExecutionContext::set_graph_cache_size(int graphs) {
-  if (graphs < 1) throw Error("set_graph_cache_size: the cache holds at least 1 graph (got " + std::to_string(graphs) + ")");
+  if (graphs < 1)
+    throw Error("set_graph_cache_size: the cache holds at least 1 graph (got " + std::to_string(graphs) + ")");
   impl_->graphs.set_capacity(static_cast<size_t>(graphs));
 }
 
@@ -521,8 +524,8 @@ std::string ExecutionContext::profile_report() const {
       kernel += ", elided in " + std::to_string(elided) + " of " + std::to_string(p.runs[i]) + " runs";
     }
     os << "  " << std::setw(9) << p.ms[i] << " ms  " << std::setw(5) << std::setprecision(1)
-       << (total > 0 ? 100.0 * p.ms[i] / total : 0.0) << "%  " << std::setprecision(3) << l.name() << " ["
-       << l.type() << ", " << kernel << "] mean " << p.ms[i] / static_cast<double>(p.runs[i]) << " ms\n";
+       << (total > 0 ? 100.0 * p.ms[i] / total : 0.0) << "%  " << std::setprecision(3) << l.name() << " [" << l.type()
+       << ", " << kernel << "] mean " << p.ms[i] / static_cast<double>(p.runs[i]) << " ms\n";
   }
   return os.str();
 }
@@ -549,7 +552,8 @@ std::vector<LayerTiming> ExecutionContext::layer_profile() const {
 void ExecutionContext::set_graph_capture(bool enabled) {
   ContextImpl& c = *impl_;
   if (enabled && !c.engine->backend->supports_graphs()) {
-    throw Error(std::string("graph capture needs a CUDA engine; this engine runs on ") + to_string(c.engine->data.device));
+    throw Error(std::string("graph capture needs a CUDA engine; this engine runs on ") +
+                to_string(c.engine->data.device));
   }
   c.graph_explicit = enabled;
   c.graph_auto = false;
@@ -654,8 +658,8 @@ void ExecutionContext::enqueue(void* stream) try {
   ++c.stats.graph_capture_failures;
   plan->capture_failed = true;
   if (c.graph_explicit) {
-    throw Error("CUDA graph capture of the inference at input shapes " + shapes_text(c.input_dims) +
-                " failed: " + why + ". The context is still usable; call set_graph_capture(false) (or leave graphs "
+    throw Error("CUDA graph capture of the inference at input shapes " + shapes_text(c.input_dims) + " failed: " + why +
+                ". The context is still usable; call set_graph_capture(false) (or leave graphs "
                 "automatic) to run without graphs");
   }
   if (!c.warned_capture) {

@@ -24,9 +24,9 @@ namespace kiln {
 // Per-layer wall-clock profiling (set_profiling).
 struct LayerProfile {
   bool enabled = false;
-  std::vector<double> ms;        // per step
+  std::vector<double> ms;  // per step
   std::vector<int64_t> runs;
-  std::vector<int64_t> elided;   // runs in which the step was an elided concatenation
+  std::vector<int64_t> elided;  // runs in which the step was an elided concatenation
 };
 
 struct ContextImpl {
@@ -36,20 +36,20 @@ struct ContextImpl {
   EngineImpl* engine = nullptr;
   int profile = 0;
   std::shared_ptr<const ProfileInfo> profile_info;
-  int num_threads = 0;                       // set_num_threads (0: automatic)
+  int num_threads = 0;  // set_num_threads (0: automatic)
   bool concat_elision = true;
-  std::map<std::string, Dims> input_dims;    // current input dims
-  ShapePlanKey key;                          // of the current input dims
+  std::map<std::string, Dims> input_dims;  // current input dims
+  ShapePlanKey key;                        // of the current input dims
   Bindings bindings;
   ContextDeviceMemory memory;
   // Kernels made when the profile was selected, one per step (null where no kernel can run);
   // each plan's kernels are another_instance() of these, sharing what does not depend on shapes.
   std::vector<std::unique_ptr<Kernel>> prototypes;
   ShapePlanCache plans;
-  ShapePlan* current = nullptr;              // the plan of `key`, when looked up since it changed
+  ShapePlan* current = nullptr;  // the plan of `key`, when looked up since it changed
   uint64_t next_plan_id = 1;
   GraphCache graphs;
-  void* own_stream = nullptr;                // device engines: for null-stream calls
+  void* own_stream = nullptr;  // device engines: for null-stream calls
   // Graphs: set_graph_capture(true) / automatic (no call yet) / an automatic capture failed.
   bool graph_explicit = false;
   bool graph_auto = true;
@@ -63,7 +63,7 @@ struct ContextImpl {
   StringArena strings;
   ContextStats stats;
   uint64_t memory_allocations_at_reset = 0;
-  uint64_t graph_memory_generation = 0;     // the memory generation the cached graphs were captured with
+  uint64_t graph_memory_generation = 0;  // the memory generation the cached graphs were captured with
 };
 
 }  // namespace kiln

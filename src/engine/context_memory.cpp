@@ -23,8 +23,9 @@ void ContextDeviceMemory::reserve_for_profile(uint64_t arena, const std::string&
 
 void ContextDeviceMemory::set_user_memory(void* memory, uint64_t size, uint64_t required, int profile) {
   if (mode_ != ContextMemory::kUserManaged) {
-    throw Error("set_device_memory: this context owns its device memory (it was created with ContextMemory::kStatic); "
-                "create it with Engine::create_execution_context(ContextMemory::kUserManaged) to give it memory");
+    throw Error(
+        "set_device_memory: this context owns its device memory (it was created with ContextMemory::kStatic); "
+        "create it with Engine::create_execution_context(ContextMemory::kUserManaged) to give it memory");
   }
   if (!memory) throw Error("set_device_memory: the memory is null");
   if (reinterpret_cast<uintptr_t>(memory) % 256 != 0) {
@@ -74,7 +75,8 @@ void ContextDeviceMemory::grow_static(uint64_t arena, uint64_t workspace, const 
     ++allocations_;
     moved = true;
   };
-  if (!own_arena_.data() || arena > own_arena_.size()) allocate(own_arena_, std::max<uint64_t>(arena, 256), "activation memory");
+  if (!own_arena_.data() || arena > own_arena_.size())
+    allocate(own_arena_, std::max<uint64_t>(arena, 256), "activation memory");
   if (workspace > own_workspace_.size()) allocate(own_workspace_, workspace, "kernel workspace");
   if (flags_ && !own_flags_.data()) {
     own_flags_ = DeviceBuffer(backend_, flags_);
@@ -97,19 +99,22 @@ void ContextDeviceMemory::ensure(uint64_t arena, uint64_t workspace, const std::
     return;
   }
   if (!base_) {
-    throw Error("this context was created with ContextMemory::kUserManaged and has no device memory: call "
-                "ExecutionContext::set_device_memory with Engine::device_memory_size(profile) bytes before the first "
-                "inference");
+    throw Error(
+        "this context was created with ContextMemory::kUserManaged and has no device memory: call "
+        "ExecutionContext::set_device_memory with Engine::device_memory_size(profile) bytes before the first "
+        "inference");
   }
   if (arena > arena_) {
     throw Error(what + " needs " + std::to_string(arena) + " bytes of activation memory, more than the " +
-                std::to_string(arena_) + " the optimization profile's plan reserves (this network's tensors do not "
+                std::to_string(arena_) +
+                " the optimization profile's plan reserves (this network's tensors do not "
                 "grow with its input dims); use a context with ContextMemory::kStatic");
   }
   if (workspace > view_.workspace_bytes) {
     if (!warned_) {
-      log(Severity::kWarning, what + " needs " + std::to_string(workspace) + " bytes of kernel workspace, more than the " +
-                                  std::to_string(view_.workspace_bytes) + " reserved in the memory given by "
+      log(Severity::kWarning, what + " needs " + std::to_string(workspace) +
+                                  " bytes of kernel workspace, more than the " + std::to_string(view_.workspace_bytes) +
+                                  " reserved in the memory given by "
                                   "set_device_memory; the context allocates the extra itself");
       warned_ = true;
     }

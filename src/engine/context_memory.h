@@ -53,9 +53,9 @@ class ContextDeviceMemory {
   ContextMemory mode_;
   uint64_t flags_ = 0;
   DeviceBuffer own_arena_, own_workspace_, own_flags_;  // kStatic
-  uint8_t* base_ = nullptr;     // the region in use
+  uint8_t* base_ = nullptr;                             // the region in use
   uint64_t size_ = 0;
-  uint64_t arena_ = 0;          // bytes reserved for the arena at the start of the region
+  uint64_t arena_ = 0;            // bytes reserved for the arena at the start of the region
   DeviceBuffer extra_workspace_;  // kUserManaged: workspace beyond the reserved region
   bool warned_ = false;
   uint64_t allocations_ = 0;

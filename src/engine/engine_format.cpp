@@ -26,8 +26,8 @@ constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'E', 'N', 'G', '\0'};
 constexpr uint32_t kFormatVersion = 1;
 // Field offsets in the header. Bytes 52..63 are reserved (zero) so that the payload, and with
 // it every section and weight blob, starts 64-byte aligned in the file.
-constexpr size_t kOffMagic = 0, kOffFormatVersion = 8, kOffHeaderSize = 12, kOffKilnVersion = 16,
-                 kOffPayloadSize = 32, kOffChecksum = 40, kOffSectionCount = 48, kOffReserved = 52;
+constexpr size_t kOffMagic = 0, kOffFormatVersion = 8, kOffHeaderSize = 12, kOffKilnVersion = 16, kOffPayloadSize = 32,
+                 kOffChecksum = 40, kOffSectionCount = 48, kOffReserved = 52;
 constexpr size_t kKilnVersionBytes = 16;
 constexpr uint32_t kHeaderSize = 64;
 constexpr size_t kSectionIdBytes = 8;
@@ -52,7 +52,8 @@ void encode_libraries(const std::vector<EngineData::PluginLibrary>& libraries, B
   }
 }
 
-std::vector<EngineData::PluginLibrary> decode_libraries(ByteReader& r, const std::vector<EngineData::PluginRecord>& plugins) {
+std::vector<EngineData::PluginLibrary> decode_libraries(ByteReader& r,
+                                                        const std::vector<EngineData::PluginRecord>& plugins) {
   const uint32_t n = r.count(4 + 8 + 4, "plugin library count");
   if (n == 0) r.fail("has no library (an engine without embedded libraries has no LIBS section)");
   std::vector<EngineData::PluginLibrary> libraries;
@@ -246,8 +247,8 @@ std::vector<SectionEntry> check_container(const uint8_t* bytes, size_t size, con
   }
   const uint32_t format_version = load_u32(bytes + kOffFormatVersion);
   if (format_version != kFormatVersion) {
-    c.fail("engine format version " + std::to_string(format_version) + " is not supported; this kiln (" +
-           version() + ") reads format version " + std::to_string(kFormatVersion) +
+    c.fail("engine format version " + std::to_string(format_version) + " is not supported; this kiln (" + version() +
+           ") reads format version " + std::to_string(kFormatVersion) +
            " only; rebuild the engine with this kiln (kiln build)");
   }
   const uint32_t header_size = load_u32(bytes + kOffHeaderSize);
@@ -296,14 +297,16 @@ std::vector<SectionEntry> check_container(const uint8_t* bytes, size_t size, con
     const uint8_t* e = payload + static_cast<size_t>(i) * kSectionEntryBytes;
     std::string id;
     if (!parse_padded(e, kSectionIdBytes, &id)) {
-      c.fail("section table entry " + std::to_string(i) + " has a malformed id [" + hex_bytes(e, kSectionIdBytes) + "]");
+      c.fail("section table entry " + std::to_string(i) + " has a malformed id [" + hex_bytes(e, kSectionIdBytes) +
+             "]");
     }
     int index = -1;
     for (int s = 0; s < kNumSections; ++s) {
       if (id == kSectionIds[s]) index = s;
     }
     if (index < 0) {
-      c.fail("unknown section " + quote(id) + " (format version 1 has META, GRAPH, PROFILES, PLUGINS, WEIGHTS and "
+      c.fail("unknown section " + quote(id) +
+             " (format version 1 has META, GRAPH, PROFILES, PLUGINS, WEIGHTS and "
              "the optional LIBS and LAUNCH)");
     }
     if (seen[index]) c.fail("section " + id + " appears twice in the section table");
@@ -331,7 +334,8 @@ std::vector<SectionEntry> check_container(const uint8_t* bytes, size_t size, con
   uint64_t cursor = table_end;
   for (const SectionEntry& e : by_offset) {
     const std::string id = kSectionIds[e.index];
-    if (e.offset < cursor) c.fail("section " + id + " at offset " + std::to_string(e.offset) + " overlaps the previous section");
+    if (e.offset < cursor)
+      c.fail("section " + id + " at offset " + std::to_string(e.offset) + " overlaps the previous section");
     if (e.offset != align_up(cursor)) {
       c.fail("section " + id + " starts at offset " + std::to_string(e.offset) + ", expected " +
              std::to_string(align_up(cursor)) + " (sections are packed at 64-byte boundaries)");
@@ -347,7 +351,8 @@ std::vector<SectionEntry> check_container(const uint8_t* bytes, size_t size, con
   for (int s = 0; s < kNumSections; ++s) {
     if (!seen[s]) entries.push_back({s, 0, 0, false});
   }
-  std::sort(entries.begin(), entries.end(), [](const SectionEntry& a, const SectionEntry& b) { return a.index < b.index; });
+  std::sort(entries.begin(), entries.end(),
+            [](const SectionEntry& a, const SectionEntry& b) { return a.index < b.index; });
   return entries;
 }
 

@@ -21,7 +21,7 @@ namespace kiln {
 struct EngineData {
   DeviceType device = DeviceType::kCPU;
   int num_threads = 0;
-  std::unique_ptr<Network> network;           // the optimized network (with Constant layers)
+  std::unique_ptr<Network> network;            // the optimized network (with Constant layers)
   std::map<std::string, std::string> tactics;  // layer name -> chosen tactic
   // Layers whose tactic for plain launches (no CUDA graph) differs from `tactics`: the builder
   // times both the device time and the host's launch cost, and where a kernel's launch costs

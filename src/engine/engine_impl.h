@@ -25,8 +25,8 @@ namespace kiln {
 
 // Computed once per optimization profile of an engine.
 struct ProfileInfo {
-  ProfileStates states;        // shape inference at the profile's opt, min and max dims
-  ActivationPlan plan;         // the profile plan (plan_profile_activations)
+  ProfileStates states;             // shape inference at the profile's opt, min and max dims
+  ActivationPlan plan;              // the profile plan (plan_profile_activations)
   bool has_data_dependent = false;  // some tensor's size is only known during the inference
 };
 
@@ -34,7 +34,7 @@ struct EngineImpl {
   EngineData data;
   std::string source;
   Backend* backend = nullptr;
-  std::vector<TensorInfo> io;            // inputs first, then outputs: the binding order
+  std::vector<TensorInfo> io;  // inputs first, then outputs: the binding order
   int num_inputs = 0;
   std::vector<std::string> input_names;  // io[0 .. num_inputs)
   std::unordered_map<std::string, int> io_by_name;
@@ -46,8 +46,8 @@ struct EngineImpl {
   // Constant tensors in device memory (CPU: the host tensors themselves).
   std::unordered_map<const Tensor*, void*> weights;
   std::vector<DeviceBuffer> weight_buffers;
-  PlanEnvironment env;                   // points into the fields above
-  std::atomic<int> live_contexts{0};     // for the CPU threads of contexts that set none
+  PlanEnvironment env;                // points into the fields above
+  std::atomic<int> live_contexts{0};  // for the CPU threads of contexts that set none
 
   // The binding index of an I/O tensor; throws naming the tensor and listing the engine's.
   int binding(const std::string& name) const;

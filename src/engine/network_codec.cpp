@@ -115,8 +115,8 @@ HostTensor decode_tensor(ByteReader& r, std::span<const uint8_t> weights, const 
     expected *= static_cast<uint64_t>(extent);
   }
   if (strings ? size < expected : size != expected) {
-    r.fail(what + " stores " + std::to_string(size) + " bytes but " + to_string(type) + " " +
-           dims.to_string() + " needs " + std::to_string(expected));
+    r.fail(what + " stores " + std::to_string(size) + " bytes but " + to_string(type) + " " + dims.to_string() +
+           " needs " + std::to_string(expected));
   }
   if (offset % kWeightAlignment != 0) {
     r.fail(what + " weights offset " + std::to_string(offset) + " is not 64-byte aligned");
@@ -278,7 +278,8 @@ void ByteWriter::str(const std::string& s) {
 }
 void ByteWriter::count(size_t n, const char* what) {
   if (n > std::numeric_limits<uint32_t>::max()) {
-    throw Error(std::string("engine_serialize: ") + what + " " + std::to_string(n) + " exceeds the format's 2^32-1 limit");
+    throw Error(std::string("engine_serialize: ") + what + " " + std::to_string(n) +
+                " exceeds the format's 2^32-1 limit");
   }
   u32(static_cast<uint32_t>(n));
 }
@@ -395,7 +396,6 @@ void ByteReader::expect_end() {
   if (remaining() != 0) fail(std::to_string(remaining()) + " unexpected bytes after the section's content");
 }
 
-
 uint64_t WeightsWriter::add(const HostTensor& tensor) { return add(tensor.data(), tensor.nbytes()); }
 
 uint64_t WeightsWriter::add(const void* data, size_t n) {
@@ -442,7 +442,8 @@ void encode_launch_tactics(const std::map<std::string, std::string>& launch, Byt
   encode_map(launch, w, "launch tactics");
 }
 
-std::map<std::string, std::string> decode_launch_tactics(ByteReader& r, const std::map<std::string, std::string>& tactics) {
+std::map<std::string, std::string> decode_launch_tactics(ByteReader& r,
+                                                         const std::map<std::string, std::string>& tactics) {
   std::map<std::string, std::string> m = decode_map(r, "launch tactics");
   if (m.empty()) r.fail("has no entry (an engine without launch tactics has no LAUNCH section)");
   for (const auto& [layer, tactic] : m) {
@@ -516,7 +517,8 @@ std::unique_ptr<Network> decode_graph(ByteReader& r, std::span<const uint8_t> we
   for (uint32_t i = 0; i < num_inputs; ++i) {
     const TensorDecl d = decode_tensor_decl(r, "network input " + std::to_string(i));
     if (tensors.count(d.name)) r.fail("network input " + quoted(d.name) + " is declared twice");
-    Tensor* t = guarded(r, "network input " + quoted(d.name), [&] { return network->add_input(d.name, d.type, d.dims); });
+    Tensor* t =
+        guarded(r, "network input " + quoted(d.name), [&] { return network->add_input(d.name, d.type, d.dims); });
     apply_decl(t, d);
     tensors.emplace(d.name, t);
   }

@@ -42,8 +42,7 @@ class ByteWriter {
 // prefixes every error.
 class ByteReader {
  public:
-  ByteReader(std::span<const uint8_t> data, std::string context)
-      : data_(data), context_(std::move(context)) {}
+  ByteReader(std::span<const uint8_t> data, std::string context) : data_(data), context_(std::move(context)) {}
 
   [[noreturn]] void fail(const std::string& what) const;
   size_t remaining() const { return data_.size() - pos_; }
@@ -98,7 +97,8 @@ void encode_plugins(const std::vector<EngineData::PluginRecord>& plugins, ByteWr
 // LAUNCH: the tactics for plain launches that differ (EngineData::launch_tactics). Every layer
 // named must have a tactic in `tactics`, and a different one.
 void encode_launch_tactics(const std::map<std::string, std::string>& launch, ByteWriter& w);
-std::map<std::string, std::string> decode_launch_tactics(ByteReader& r, const std::map<std::string, std::string>& tactics);
+std::map<std::string, std::string> decode_launch_tactics(ByteReader& r,
+                                                         const std::map<std::string, std::string>& tactics);
 std::vector<EngineData::PluginRecord> decode_plugins(ByteReader& r);
 
 }  // namespace kiln::engine_codec

@@ -60,8 +60,9 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
     if (it == d.tactics.end()) throw EngineFormatError(source + ": no kernel recorded for layer " + quote(l->name()));
     const KernelEntry* e = KernelRegistry::instance().find(d.device, l->type(), it->second);
     if (!e) {
-      throw Error(source + ": layer " + quote(l->name()) + " (" + l->type() + ") uses kernel " + quote(it->second) + " on " +
-                  to_string(d.device) + ", which this kiln library does not have (rebuild the engine with this version)");
+      throw Error(source + ": layer " + quote(l->name()) + " (" + l->type() + ") uses kernel " + quote(it->second) +
+                  " on " + to_string(d.device) +
+                  ", which this kiln library does not have (rebuild the engine with this version)");
     }
     impl->kernels.push_back(e);
     const KernelEntry* launch = e;
@@ -170,7 +171,8 @@ std::string Engine::describe() const {
   for (size_t s = 0; s < impl_->steps.size(); ++s) {
     const Layer* l = impl_->steps[s];
     os << "  [" << s << "] " << l->name() << " : " << l->type();
-    const std::string kind = l->attrs().get_string("kind", l->attrs().get_string("op", l->attrs().get_string("mode", "")));
+    const std::string kind =
+        l->attrs().get_string("kind", l->attrs().get_string("op", l->attrs().get_string("mode", "")));
     if (!kind.empty() && l->attrs().has("kind")) os << "(" << kind << ")";
     if (l->attrs().has("activation") && !l->attrs().get_string("activation").empty()) {
       os << "+" << l->attrs().get_string("activation");
@@ -191,8 +193,8 @@ std::string Engine::describe() const {
   if (!d.plugins.empty()) {
     os << "plugins:\n";
     for (const auto& p : d.plugins) {
-      os << "  " << p.name << " v" << p.version << " ns='" << p.plugin_namespace << "' library="
-         << (p.library.empty() ? "(built in)" : p.library) << "\n";
+      os << "  " << p.name << " v" << p.version << " ns='" << p.plugin_namespace
+         << "' library=" << (p.library.empty() ? "(built in)" : p.library) << "\n";
     }
   }
   return os.str();
@@ -278,7 +280,8 @@ uint64_t EngineImpl::device_memory_size(int profile) {
     const auto plan = build_shape_plan(env, dims, options);
     workspace = std::max<uint64_t>(workspace, plan->workspace_bytes);
   }
-  const uint64_t total = memory_granule(info->plan.peak) + memory_granule(workspace) + memory_granule(error_flag_bytes());
+  const uint64_t total =
+      memory_granule(info->plan.peak) + memory_granule(workspace) + memory_granule(error_flag_bytes());
   std::lock_guard<std::mutex> lock(mutex_);
   if (device_memory_.size() <= static_cast<size_t>(profile)) device_memory_.resize(static_cast<size_t>(profile) + 1, 0);
   device_memory_[static_cast<size_t>(profile)] = std::max<uint64_t>(total, 256);

@@ -23,7 +23,8 @@ ShapePlan* ShapePlanCache::find(const ShapePlanKey& key) {
   return it->second->plan.get();
 }
 
-std::vector<std::unique_ptr<ShapePlan>> ShapePlanCache::insert(const ShapePlanKey& key, std::unique_ptr<ShapePlan> plan) {
+std::vector<std::unique_ptr<ShapePlan>> ShapePlanCache::insert(const ShapePlanKey& key,
+                                                               std::unique_ptr<ShapePlan> plan) {
   std::vector<std::unique_ptr<ShapePlan>> evicted;
   auto old = index_.find(key);
   if (old != index_.end()) {

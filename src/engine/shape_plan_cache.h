@@ -1,8 +1,8 @@
 // An execution context's cache of shape plans (src/plan/shape_plan.h), least recently used
 // first out: the key is what a plan was built for (the input dims, the CPU thread count,
-// whether concatenations may be elided, and whether it is for plain launches). Lookups cost a hash of the input dims; the context
-// keeps the plan of the current shapes at hand, so an inference at unchanged shapes does not
-// even look up. Not thread-safe (one per context).
+// whether concatenations may be elided, and whether it is for plain launches). Lookups cost a hash of the input dims;
+// the context keeps the plan of the current shapes at hand, so an inference at unchanged shapes does not even look up.
+// Not thread-safe (one per context).
 #pragma once
 
 #include <cstddef>
@@ -24,8 +24,8 @@ struct ShapePlanKey {
   bool concat_elision = true;
   bool launch_tactics = false;  // plans for plain launches (no CUDA graphs): EngineData::launch_tactics
   bool operator==(const ShapePlanKey& o) const {
-    return num_threads == o.num_threads && concat_elision == o.concat_elision &&
-           launch_tactics == o.launch_tactics && dims == o.dims;
+    return num_threads == o.num_threads && concat_elision == o.concat_elision && launch_tactics == o.launch_tactics &&
+           dims == o.dims;
   }
 };
 

@@ -14,10 +14,14 @@ namespace kiln {
 
 const char* to_string(AutoPad pad) {
   switch (pad) {
-    case AutoPad::kNotSet: return "NOTSET";
-    case AutoPad::kSameUpper: return "SAME_UPPER";
-    case AutoPad::kSameLower: return "SAME_LOWER";
-    case AutoPad::kValid: return "VALID";
+    case AutoPad::kNotSet:
+      return "NOTSET";
+    case AutoPad::kSameUpper:
+      return "SAME_UPPER";
+    case AutoPad::kSameLower:
+      return "SAME_LOWER";
+    case AutoPad::kValid:
+      return "VALID";
   }
   return "?";
 }
@@ -162,8 +166,7 @@ bool ConvGeometry::pointwise() const {
 ConvGeometry conv_geometry(const ConvParams& p, const Dims& x, const Dims& w) {
   const char* what = p.deconv ? "Deconvolution" : "Convolution";
   if (x.rank() < 3 || x.rank() > 5) {
-    throw Error(std::string(what) + " expects input 0 of rank 3 to 5 ([N, C, D1..Dk], k = 1..3), got " +
-                x.to_string());
+    throw Error(std::string(what) + " expects input 0 of rank 3 to 5 ([N, C, D1..Dk], k = 1..3), got " + x.to_string());
   }
   if (w.rank() != x.rank()) {
     throw Error("weights must have the input's rank " + std::to_string(x.rank()) + " (input " + x.to_string() +
@@ -211,7 +214,8 @@ ConvGeometry conv_geometry(const ConvParams& p, const Dims& x, const Dims& w) {
     g.pad_end = std::move(r.pad_end);
     g.output_padding.assign(k, 0);
     for (size_t i = 0; i < k; ++i) {
-      g.out.push_back(window_output(x, i, g.pad_begin[i], g.pad_end[i], g.kernel[i], g.dilation[i], g.stride[i], false));
+      g.out.push_back(
+          window_output(x, i, g.pad_begin[i], g.pad_end[i], g.kernel[i], g.dilation[i], g.stride[i], false));
     }
     return g;
   }

@@ -23,12 +23,13 @@ Term parse_term(const std::string& text, const std::string& equation) {
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
       t.letters.push_back(c);
     } else if (c == '.' && text.compare(i, 3, "...") == 0) {
-      if (t.ellipsis_at >= 0) throw Error("einsum equation " + quote(equation) + ": term " + quote(text) + " has two '...'");
+      if (t.ellipsis_at >= 0)
+        throw Error("einsum equation " + quote(equation) + ": term " + quote(text) + " has two '...'");
       t.ellipsis_at = static_cast<int>(t.letters.size());
       i += 2;
     } else {
-      throw Error("einsum equation " + quote(equation) + ": unexpected character " + quote(std::string(1, c)) + " in term '" +
-                  text + "' (use letters, '...', ',' and '->')");
+      throw Error("einsum equation " + quote(equation) + ": unexpected character " + quote(std::string(1, c)) +
+                  " in term '" + text + "' (use letters, '...', ',' and '->')");
     }
   }
   return t;
@@ -37,8 +38,10 @@ Term parse_term(const std::string& text, const std::string& equation) {
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> parts(1);
   for (char c : s) {
-    if (c == sep) parts.emplace_back();
-    else parts.back().push_back(c);
+    if (c == sep)
+      parts.emplace_back();
+    else
+      parts.back().push_back(c);
   }
   return parts;
 }
@@ -54,8 +57,8 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& ope
   const std::string lhs = eq.substr(0, arrow);
   const std::vector<std::string> texts = split(lhs, ',');
   if (texts.size() != operand_dims.size()) {
-    throw Error("einsum equation " + quote(equation) + " has " + std::to_string(texts.size()) + " operand terms but the layer has " +
-                std::to_string(operand_dims.size()) + " inputs");
+    throw Error("einsum equation " + quote(equation) + " has " + std::to_string(texts.size()) +
+                " operand terms but the layer has " + std::to_string(operand_dims.size()) + " inputs");
   }
   std::vector<Term> terms;
   int ellipsis_rank = 0;
@@ -66,8 +69,9 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& ope
     const int letters = static_cast<int>(terms[k].letters.size());
     const int extra = rank - letters;
     if (extra < 0 || (extra > 0 && terms[k].ellipsis_at < 0)) {
-      throw Error("einsum equation " + quote(equation) + ": term " + quote(texts[k]) + " labels " + std::to_string(letters) +
-                  " axes but operand " + std::to_string(k) + " has dims " + operand_dims[k].to_string());
+      throw Error("einsum equation " + quote(equation) + ": term " + quote(texts[k]) + " labels " +
+                  std::to_string(letters) + " axes but operand " + std::to_string(k) + " has dims " +
+                  operand_dims[k].to_string());
     }
     operand_ellipsis[k] = terms[k].ellipsis_at >= 0 ? extra : 0;
     ellipsis_rank = std::max(ellipsis_rank, operand_ellipsis[k]);
@@ -94,7 +98,8 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& ope
     const Term& t = terms[k];
     for (int i = 0; i <= static_cast<int>(t.letters.size()); ++i) {
       if (i == t.ellipsis_at) {
-        for (int e = 0; e < operand_ellipsis[k]; ++e) labels.push_back(first_ellipsis_label + ellipsis_rank - operand_ellipsis[k] + e);
+        for (int e = 0; e < operand_ellipsis[k]; ++e)
+          labels.push_back(first_ellipsis_label + ellipsis_rank - operand_ellipsis[k] + e);
       }
       if (i < static_cast<int>(t.letters.size())) labels.push_back(letter_label[t.letters[static_cast<size_t>(i)]]);
     }
@@ -102,9 +107,9 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& ope
       const int64_t extent = operand_dims[k][axis];
       int64_t& size = plan.label_sizes[static_cast<size_t>(labels[static_cast<size_t>(axis)])];
       if (extent != size && extent != 1 && size != 1) {
-        throw Error("einsum equation " + quote(equation) + ": axis " + std::to_string(axis) + " of operand " + std::to_string(k) +
-                    " (dims " + operand_dims[k].to_string() + ") has extent " + std::to_string(extent) +
-                    " but its label has extent " + std::to_string(size) + " elsewhere");
+        throw Error("einsum equation " + quote(equation) + ": axis " + std::to_string(axis) + " of operand " +
+                    std::to_string(k) + " (dims " + operand_dims[k].to_string() + ") has extent " +
+                    std::to_string(extent) + " but its label has extent " + std::to_string(size) + " elsewhere");
       }
       if (extent != 1) size = extent;
     }
@@ -126,16 +131,19 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& ope
       if (i == static_cast<int>(out.letters.size())) break;
       const char c = out.letters[static_cast<size_t>(i)];
       if (!letter_label.count(c)) {
-        throw Error("einsum equation " + quote(equation) + ": output label " + quote(std::string(1, c)) + " appears in no operand");
+        throw Error("einsum equation " + quote(equation) + ": output label " + quote(std::string(1, c)) +
+                    " appears in no operand");
       }
       if (std::count(out.letters.begin(), out.letters.end(), c) > 1) {
-        throw Error("einsum equation " + quote(equation) + ": output label " + quote(std::string(1, c)) + " appears twice");
+        throw Error("einsum equation " + quote(equation) + ": output label " + quote(std::string(1, c)) +
+                    " appears twice");
       }
       plan.output_labels.push_back(letter_label[c]);
     }
   }
   if (plan.output_labels.size() > static_cast<size_t>(kMaxDims)) {
-    throw Error("einsum equation " + quote(equation) + ": the output would have more than " + std::to_string(kMaxDims) + " dims");
+    throw Error("einsum equation " + quote(equation) + ": the output would have more than " + std::to_string(kMaxDims) +
+                " dims");
   }
   for (int label : plan.output_labels) plan.output_dims.push_back(plan.label_sizes[static_cast<size_t>(label)]);
   return plan;

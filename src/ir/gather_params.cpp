@@ -73,8 +73,8 @@ Dims gather_output_dims(const GatherParams& p, const Dims& data, const Dims& idx
       }
       const int64_t k = idx[idx.rank() - 1];
       if (k < 1 || k > data.rank() - b) {
-        throw Error("gather nd: the last indices dim (" + std::to_string(k) + ") must be in [1, rank(data) - batch_dims] = [1, " +
-                    std::to_string(data.rank() - b) + "]");
+        throw Error("gather nd: the last indices dim (" + std::to_string(k) +
+                    ") must be in [1, rank(data) - batch_dims] = [1, " + std::to_string(data.rank() - b) + "]");
       }
       std::vector<int64_t> out;
       for (int i = 0; i < idx.rank() - 1; ++i) out.push_back(idx[i]);

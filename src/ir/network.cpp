@@ -211,7 +211,8 @@ Tensor* Network::add_input(const std::string& name, DataType type, const Dims& d
   if (name.empty()) throw Error("add_input: an input needs a name");
   if (find_tensor(name)) throw Error("add_input: a tensor named " + quote(name) + " already exists");
   for (int64_t d : dims) {
-    if (d < kDynamic) throw Error("add_input " + quote(name) + ": invalid extent " + std::to_string(d) + " in " + dims.to_string());
+    if (d < kDynamic)
+      throw Error("add_input " + quote(name) + ": invalid extent " + std::to_string(d) + " in " + dims.to_string());
   }
   Tensor* t = new_tensor(name);
   t->type_ = type;
@@ -317,7 +318,9 @@ Layer* Network::add_activation(Tensor* input, ActivationType type, double alpha,
 Layer* Network::add_scale(Tensor* input, ScaleMode mode, const HostTensor& shift, const HostTensor& scale,
                           const HostTensor& power, int64_t channel_axis) {
   Attributes a;
-  a.set("mode", std::string(mode == ScaleMode::kUniform ? "uniform" : mode == ScaleMode::kChannel ? "channel" : "elementwise"));
+  a.set("mode", std::string(mode == ScaleMode::kUniform   ? "uniform"
+                            : mode == ScaleMode::kChannel ? "channel"
+                                                          : "elementwise"));
   a.set("channel_axis", channel_axis);
   auto c = [&](const HostTensor& t) { return t.empty() ? nullptr : add_constant(t)->output(0); };
   Tensor* sc = c(scale);
@@ -348,8 +351,8 @@ Layer* Network::add_matrix_multiply(Tensor* a, bool transpose_a, Tensor* b, bool
 Layer* Network::add_fully_connected(Tensor* input, int64_t num_outputs, const HostTensor& weights,
                                     const HostTensor& bias) {
   if (weights.dims().rank() != 2 || weights.dims()[0] != num_outputs) {
-    throw Error("add_fully_connected: weights dims " + weights.dims().to_string() + " must be [num_outputs=" +
-                std::to_string(num_outputs) + ", K]");
+    throw Error("add_fully_connected: weights dims " + weights.dims().to_string() +
+                " must be [num_outputs=" + std::to_string(num_outputs) + ", K]");
   }
   Attributes fa;
   fa.set("reshape_mode", std::string("flatten"));
@@ -476,7 +479,8 @@ Layer* Network::add_gemm(Tensor* a, Tensor* b, Tensor* c, double alpha, double b
 
 Layer* Network::add_split(Tensor* input, int64_t axis, int num_outputs, const std::vector<int64_t>& sizes) {
   if (!sizes.empty() && sizes.size() != static_cast<size_t>(num_outputs)) {
-    throw Error("add_split: " + std::to_string(sizes.size()) + " sizes for " + std::to_string(num_outputs) + " outputs");
+    throw Error("add_split: " + std::to_string(sizes.size()) + " sizes for " + std::to_string(num_outputs) +
+                " outputs");
   }
   Attributes a;
   a.set("axis", axis);
@@ -865,12 +869,14 @@ void Network::validate() const {
     }
     const int n = l->num_inputs();
     if (n < schema->min_inputs || (schema->max_inputs >= 0 && n > schema->max_inputs)) {
-      problems.push_back("layer " + quote(l->name_) + " (" + l->type_ + ") has " + std::to_string(n) + " inputs, expected " +
-                         std::to_string(schema->min_inputs) +
+      problems.push_back("layer " + quote(l->name_) + " (" + l->type_ + ") has " + std::to_string(n) +
+                         " inputs, expected " + std::to_string(schema->min_inputs) +
                          (schema->max_inputs < 0 ? " or more" : " to " + std::to_string(schema->max_inputs)));
     }
     for (int i = 0; i < std::min(n, schema->min_inputs); ++i) {
-      if (!l->input(i)) problems.push_back("layer " + quote(l->name_) + " (" + l->type_ + "): required input " + std::to_string(i) + " is missing");
+      if (!l->input(i))
+        problems.push_back("layer " + quote(l->name_) + " (" + l->type_ + "): required input " + std::to_string(i) +
+                           " is missing");
     }
     if (schema->num_outputs >= 0 && l->num_outputs() != schema->num_outputs) {
       problems.push_back("layer " + quote(l->name_) + " (" + l->type_ + ") has " + std::to_string(l->num_outputs()) +
@@ -890,7 +896,8 @@ void Network::validate() const {
     problems.push_back(e.what());
   }
   if (!problems.empty()) {
-    std::string msg = "invalid network (" + std::to_string(problems.size()) + " problem" + (problems.size() > 1 ? "s" : "") + "):";
+    std::string msg =
+        "invalid network (" + std::to_string(problems.size()) + " problem" + (problems.size() > 1 ? "s" : "") + "):";
     for (const auto& p : problems) msg += "\n  - " + p;
     throw Error(msg);
   }

@@ -12,9 +12,11 @@ namespace kiln {
 namespace {
 
 // The names of `mode`, for decoding and for messages.
-const EnumNames<NormMode> kModes = {
-    {"layer", NormMode::kLayer}, {"instance", NormMode::kInstance}, {"group", NormMode::kGroup},
-    {"mvn", NormMode::kMvn},     {"lp", NormMode::kLp}};
+const EnumNames<NormMode> kModes = {{"layer", NormMode::kLayer},
+                                    {"instance", NormMode::kInstance},
+                                    {"group", NormMode::kGroup},
+                                    {"mvn", NormMode::kMvn},
+                                    {"lp", NormMode::kLp}};
 
 }  // namespace
 

@@ -16,12 +16,12 @@ const char* to_string(NormMode mode);  // "layer", "instance", "group", "mvn", "
 
 struct NormalizationParams {
   NormMode mode = NormMode::kLayer;
-  int64_t axis = -1;                  // layer: first normalized axis; lp: the normalized axis (as stored)
+  int64_t axis = -1;                   // layer: first normalized axis; lp: the normalized axis (as stored)
   std::vector<int64_t> axes{0, 2, 3};  // mvn: the axes the statistics are taken over (as stored)
-  int64_t num_groups = 1;             // group: >= 1
-  double epsilon = 1e-5;              // added to the variance (mvn: to the standard deviation)
-  bool normalize_variance = true;     // mvn: false only subtracts the mean
-  int64_t p = 2;                      // lp: 1 or 2
+  int64_t num_groups = 1;              // group: >= 1
+  double epsilon = 1e-5;               // added to the variance (mvn: to the standard deviation)
+  bool normalize_variance = true;      // mvn: false only subtracts the mean
+  int64_t p = 2;                       // lp: 1 or 2
 
   // Scale and bias hold one value per channel (axis 1) rather than broadcasting to x.
   bool per_channel_affine() const { return mode == NormMode::kInstance || mode == NormMode::kGroup; }

@@ -1,8 +1,8 @@
 // Typed op parameters: a layer type whose schema says with_params<P>() has its attributes
 // decoded into a P (enums by name, ranges, required attributes and defaults checked in one
 // place, P::decode) when the layer is created, loaded from an engine or validated; the result is
-// cached for the layer (and decoded again when its attributes have been edited since). Shape inference and every kernel read the
-// same P through params_of<P>(layer) instead of decoding string keys again.
+// cached for the layer (and decoded again when its attributes have been edited since). Shape inference and every kernel
+// read the same P through params_of<P>(layer) instead of decoding string keys again.
 #pragma once
 
 #include <initializer_list>

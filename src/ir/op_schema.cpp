@@ -68,7 +68,8 @@ const HostTensor& ShapeContext::required_value(int i) const {
 }
 
 void ShapeContext::set_output(int i, DataType type, const Dims& dims) {
-  if (i < 0 || i >= num_outputs()) fail("inference set output " + std::to_string(i) + " but the layer has " + std::to_string(num_outputs()));
+  if (i < 0 || i >= num_outputs())
+    fail("inference set output " + std::to_string(i) + " but the layer has " + std::to_string(num_outputs()));
   for (int64_t d : dims) {
     if (d < 0) fail("inferred a negative extent for output " + std::to_string(i) + ": " + dims.to_string());
   }
@@ -121,8 +122,8 @@ std::vector<std::string> OpSchemaRegistry::types() const {
 void check_attributes(const OpSchema& schema, const Layer& layer) {
   for (const auto& spec : schema.attrs) {
     if (spec.required && !layer.attrs().has(spec.name)) {
-      throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): required attribute " + quote(spec.name) + " (" +
-                  to_string(spec.type) + ") is missing");
+      throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): required attribute " + quote(spec.name) +
+                  " (" + to_string(spec.type) + ") is missing");
     }
   }
   for (const auto& [name, value] : layer.attrs().all()) {
@@ -134,8 +135,8 @@ void check_attributes(const OpSchema& schema, const Layer& layer) {
     const AttrType t = attr_type_of(value);
     const bool numeric_ok = (spec->type == AttrType::kFloat && t == AttrType::kInt);
     if (t != spec->type && !numeric_ok) {
-      throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): attribute " + quote(name) + " has type " + to_string(t) +
-                  ", expected " + to_string(spec->type));
+      throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): attribute " + quote(name) + " has type " +
+                  to_string(t) + ", expected " + to_string(spec->type));
     }
   }
 }
@@ -320,7 +321,8 @@ const void* params_ptr(const Layer& layer, const std::type_info& type) {
     ParamsCache& cache = params_cache();
     std::lock_guard<std::mutex> lock(cache.mutex);
     auto it = cache.entries.find(&layer);
-    if (it != cache.entries.end() && it->second.type == layer.type() && same_attributes(it->second.attrs, layer.attrs())) {
+    if (it != cache.entries.end() && it->second.type == layer.type() &&
+        same_attributes(it->second.attrs, layer.attrs())) {
       return it->second.params.get();
     }
   }

@@ -115,8 +115,8 @@ struct OpTraits {
 struct OpSchema {
   std::string type;  // the layer type name (kLayer*)
   int min_inputs = 1;
-  int max_inputs = 1;      // -1: variadic
-  int num_outputs = 1;     // -1: any number >= 1 (e.g. Split)
+  int max_inputs = 1;   // -1: variadic
+  int num_outputs = 1;  // -1: any number >= 1 (e.g. Split)
   std::vector<AttrSpec> attrs;
   std::vector<int> shape_inputs;  // inputs whose values are needed by `infer`
   ShapeInferFn infer;
@@ -179,8 +179,7 @@ struct OpSchemaRegistrar {
 #define KILN_OP_CONCAT(a, b) KILN_OP_CONCAT_INNER(a, b)
 // Usage (at namespace scope in a .cpp of the kiln library):
 //   KILN_REGISTER_OP(OpSchema{...});
-#define KILN_REGISTER_OP(...) \
-  static ::kiln::OpSchemaRegistrar KILN_OP_CONCAT(kiln_op_registrar_, __LINE__)(__VA_ARGS__)
+#define KILN_REGISTER_OP(...) static ::kiln::OpSchemaRegistrar KILN_OP_CONCAT(kiln_op_registrar_, __LINE__)(__VA_ARGS__)
 
 // ---- helpers shared by inference functions (src/ir/shape_utils.cpp) -----------------------
 // numpy-style broadcast of two shapes; throws via ctx on mismatch.

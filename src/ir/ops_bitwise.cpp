@@ -24,7 +24,10 @@ void infer_bit_shift(ShapeContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_OP(OpSchema{kLayerBitShift, 2, 2, 1,
+KILN_REGISTER_OP(OpSchema{kLayerBitShift,
+                          2,
+                          2,
+                          1,
                           {AttrSpec{"direction", AttrType::kString, std::string(), true, "left or right"}},
                           {},
                           infer_bit_shift,

@@ -13,9 +13,8 @@ namespace kiln {
 namespace {
 
 void check_float_input(const ShapeContext& ctx, int i, const char* name) {
-  ctx.check(is_floating_point(ctx.input_type(i)),
-            std::string("input ") + std::to_string(i) + " (" + name + ") must be floating-point, got " +
-                to_string(ctx.input_type(i)));
+  ctx.check(is_floating_point(ctx.input_type(i)), std::string("input ") + std::to_string(i) + " (" + name +
+                                                      ") must be floating-point, got " + to_string(ctx.input_type(i)));
 }
 
 void check_same_type(const ShapeContext& ctx, int i, const char* name) {
@@ -56,8 +55,8 @@ void infer_convolution(ShapeContext& ctx) {
   const Dims y = infer_conv_output(ctx);
   if (ctx.has_input(3)) {
     check_same_type(ctx, 3, "residual");
-    ctx.check(ctx.input_dims(3) == y, "residual must have the output's shape " + y.to_string() + ", got " +
-                                          ctx.input_dims(3).to_string());
+    ctx.check(ctx.input_dims(3) == y,
+              "residual must have the output's shape " + y.to_string() + ", got " + ctx.input_dims(3).to_string());
   }
   ctx.set_output(0, ctx.input_type(0), y);
 }
@@ -71,7 +70,8 @@ std::vector<AttrSpec> conv_attrs(bool deconv) {
                  "extra size added at the end of each spatial output dim; empty: zeros"});
   }
   a.push_back({"group", AttrType::kInt, int64_t{1}, false, "number of channel groups"});
-  a.push_back({"activation", AttrType::kString, std::string(), false, "fused post-op: \"\" (none) or an Activation kind"});
+  a.push_back(
+      {"activation", AttrType::kString, std::string(), false, "fused post-op: \"\" (none) or an Activation kind"});
   a.push_back({"activation_alpha", AttrType::kFloat, 0.0, false, "alpha of the fused post-op"});
   a.push_back({"activation_beta", AttrType::kFloat, 0.0, false, "beta of the fused post-op"});
   a.push_back({"concurrent_streams", AttrType::kInt, int64_t{1}, false,
@@ -83,14 +83,26 @@ std::vector<AttrSpec> conv_attrs(bool deconv) {
 }  // namespace
 
 KILN_REGISTER_OP(OpSchema{
-    kLayerConvolution, 2, 4, 1, conv_attrs(false), {}, infer_convolution,
+    kLayerConvolution,
+    2,
+    4,
+    1,
+    conv_attrs(false),
+    {},
+    infer_convolution,
     "y = act(conv(x, w) + b + residual): x [N, C, D1..Dk] (k = 1..3), w [M, C/group, k1..kk], optional b [M] and "
     "optional residual (output-shaped)."}
                      .with_params<ConvParams>()
                      .with_traits({.channels_last = true, .channels_last_seed = true}));
 
 KILN_REGISTER_OP(OpSchema{
-    kLayerDeconvolution, 2, 3, 1, conv_attrs(true), {}, infer_deconvolution,
+    kLayerDeconvolution,
+    2,
+    3,
+    1,
+    conv_attrs(true),
+    {},
+    infer_deconvolution,
     "Transposed convolution (ONNX ConvTranspose): x [N, C, D..], w [C, M/group, k..], optional b [M]; "
     "out = (in-1)*s - pb - pe + d*(k-1) + output_padding + 1, then act()."}
                      .with_params<ConvParams>()

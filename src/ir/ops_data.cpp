@@ -42,10 +42,10 @@ bool is_index_type(DataType t) { return t == DataType::kInt32 || t == DataType::
 // The values of an integer shape input (a scalar or a 1-D int32/int64 tensor).
 std::vector<int64_t> int_values(const ShapeContext& ctx, int i, const char* name) {
   const HostTensor& t = ctx.required_value(i);
-  ctx.check(is_index_type(t.type()), "input " + std::to_string(i) + " (" + name + ") must be int32 or int64, got " +
-                                         to_string(t.type()));
-  ctx.check(t.dims().rank() <= 1, "input " + std::to_string(i) + " (" + name + ") must be 1-D, got dims " +
-                                       t.dims().to_string());
+  ctx.check(is_index_type(t.type()),
+            "input " + std::to_string(i) + " (" + name + ") must be int32 or int64, got " + to_string(t.type()));
+  ctx.check(t.dims().rank() <= 1,
+            "input " + std::to_string(i) + " (" + name + ") must be 1-D, got dims " + t.dims().to_string());
   return t.to_int64();
 }
 
@@ -56,8 +56,8 @@ void check_same_type(const ShapeContext& ctx, int i, const char* name) {
 }
 
 Dims make_dims(const ShapeContext& ctx, const std::vector<int64_t>& v) {
-  ctx.check(v.size() <= static_cast<size_t>(kMaxDims),
-            "the output would have rank " + std::to_string(v.size()) + ", kiln supports at most " + std::to_string(kMaxDims));
+  ctx.check(v.size() <= static_cast<size_t>(kMaxDims), "the output would have rank " + std::to_string(v.size()) +
+                                                           ", kiln supports at most " + std::to_string(kMaxDims));
   return Dims::from(v);
 }
 
@@ -98,9 +98,10 @@ Dims reshape_dims(const ShapeContext& ctx, const Dims& in, std::vector<int64_t> 
   for (size_t i = 0; i < target.size(); ++i) {
     int64_t& t = target[i];
     if (t == 0 && zero_copies) {
-      ctx.check(static_cast<int>(i) < in.rank(), "reshape to " + shape_text(target) + ": 0 at index " + std::to_string(i) +
-                                                     " copies the input extent there, but the input " +
-                                                     in.to_string() + " has rank " + std::to_string(in.rank()));
+      ctx.check(static_cast<int>(i) < in.rank(), "reshape to " + shape_text(target) + ": 0 at index " +
+                                                     std::to_string(i) +
+                                                     " copies the input extent there, but the input " + in.to_string() +
+                                                     " has rank " + std::to_string(in.rank()));
       t = in[static_cast<int>(i)];
     }
     if (t == -1) {
@@ -129,10 +130,11 @@ Dims shuffle_dims(const ShapeContext& ctx, Dims d) {
   const Layer& layer = ctx.layer();
   const std::string mode = attr_string(layer, "reshape_mode");
   const bool has_shape = ctx.has_input(1);
-  ctx.check(!has_shape || mode == "dims", "input 1 (shape) is given but reshape_mode is '" + mode +
-                                              "'; a shape tensor needs reshape_mode 'dims'");
+  ctx.check(!has_shape || mode == "dims",
+            "input 1 (shape) is given but reshape_mode is '" + mode + "'; a shape tensor needs reshape_mode 'dims'");
   if (mode == "none") return d;
-  if (mode == "dims") return reshape_dims(ctx, d, has_shape ? int_values(ctx, 1, "shape") : attr_ints(layer, "reshape"));
+  if (mode == "dims")
+    return reshape_dims(ctx, d, has_shape ? int_values(ctx, 1, "shape") : attr_ints(layer, "reshape"));
   if (mode == "squeeze") {
     std::vector<int64_t> axes = attr_ints(layer, "axes");
     std::vector<bool> drop(static_cast<size_t>(d.rank()), false);
@@ -158,8 +160,8 @@ Dims shuffle_dims(const ShapeContext& ctx, Dims d) {
     std::vector<bool> ones(static_cast<size_t>(rank), false);
     for (int64_t a : axes) {
       const int64_t k = normalize_axis(ctx, a, rank);
-      ctx.check(!ones[static_cast<size_t>(k)], "unsqueeze axes " + join(axes) + " name output axis " +
-                                                   std::to_string(k) + " twice");
+      ctx.check(!ones[static_cast<size_t>(k)],
+                "unsqueeze axes " + join(axes) + " name output axis " + std::to_string(k) + " twice");
       ones[static_cast<size_t>(k)] = true;
     }
     Dims out;
@@ -234,16 +236,17 @@ void infer_split(ShapeContext& ctx) {
                                      " into " + std::to_string(n) + " chunks of " + std::to_string(chunk) +
                                      "; give explicit split sizes");
   }
-  ctx.check(static_cast<int>(sizes.size()) == n, "split sizes " + join(sizes) + " give " + std::to_string(sizes.size()) +
-                                                     " parts but the layer has " + std::to_string(n) + " outputs");
+  ctx.check(static_cast<int>(sizes.size()) == n, "split sizes " + join(sizes) + " give " +
+                                                     std::to_string(sizes.size()) + " parts but the layer has " +
+                                                     std::to_string(n) + " outputs");
   __int128 sum = 0;
   for (int64_t s : sizes) {
     ctx.check(s >= 0, "split sizes " + join(sizes) + " must be >= 0");
     sum += s;
   }
   const std::string sum_text = sum <= kInt64Max ? std::to_string(static_cast<int64_t>(sum)) : "more than 2^63";
-  ctx.check(sum == extent, "split sizes " + join(sizes) + " sum to " + sum_text + " but axis " +
-                               std::to_string(axis) + " of " + x.to_string() + " has extent " + std::to_string(extent));
+  ctx.check(sum == extent, "split sizes " + join(sizes) + " sum to " + sum_text + " but axis " + std::to_string(axis) +
+                               " of " + x.to_string() + " has extent " + std::to_string(extent));
   for (int i = 0; i < n; ++i) {
     Dims d = x;
     d[static_cast<int>(axis)] = sizes[static_cast<size_t>(i)];
@@ -299,8 +302,8 @@ void infer_slice(ShapeContext& ctx) {
 
 void infer_gather(ShapeContext& ctx) {
   const GatherParams& p = params_of<GatherParams>(ctx.layer());
-  ctx.check(is_index_type(ctx.input_type(1)), "input 1 (indices) must be int32 or int64, got " +
-                                                  std::string(to_string(ctx.input_type(1))));
+  ctx.check(is_index_type(ctx.input_type(1)),
+            "input 1 (indices) must be int32 or int64, got " + std::string(to_string(ctx.input_type(1))));
   Dims out;
   try {
     out = gather_output_dims(p, ctx.input_dims(0), ctx.input_dims(1));
@@ -323,17 +326,19 @@ void infer_padding(ShapeContext& ctx) {
             "unknown mode " + quote(mode) + " (expected constant, reflect, edge or wrap)");
   if (ctx.has_input(2)) {
     check_same_type(ctx, 2, "value");
-    ctx.check(ctx.input_dims(2).volume() == 1, "input 2 (value) must hold one value, got dims " +
-                                                   ctx.input_dims(2).to_string());
+    ctx.check(ctx.input_dims(2).volume() == 1,
+              "input 2 (value) must hold one value, got dims " + ctx.input_dims(2).to_string());
   }
   Dims out = x;
   for (int i = 0; i < x.rank(); ++i) {
-    out[i] = checked_extent(ctx, __int128{x[i]} + pads[static_cast<size_t>(i)] + pads[static_cast<size_t>(i + x.rank())],
-                            "pads " + join(pads) + " on axis " + std::to_string(i) + " of " + x.to_string());
-    ctx.check(out[i] >= 0, "pads " + join(pads) + " crop axis " + std::to_string(i) + " of " + x.to_string() +
-                               " below zero");
+    out[i] =
+        checked_extent(ctx, __int128{x[i]} + pads[static_cast<size_t>(i)] + pads[static_cast<size_t>(i + x.rank())],
+                       "pads " + join(pads) + " on axis " + std::to_string(i) + " of " + x.to_string());
+    ctx.check(out[i] >= 0,
+              "pads " + join(pads) + " crop axis " + std::to_string(i) + " of " + x.to_string() + " below zero");
     if (mode != "constant" && __int128{x[i]} + std::min<int64_t>(pads[static_cast<size_t>(i)], 0) +
-                                      std::min<int64_t>(pads[static_cast<size_t>(i + x.rank())], 0) <= 0) {
+                                      std::min<int64_t>(pads[static_cast<size_t>(i + x.rank())], 0) <=
+                                  0) {
       ctx.check(out[i] == 0, "mode " + quote(mode) + " cannot pad axis " + std::to_string(i) + " of " + x.to_string() +
                                  ": nothing is left to repeat after cropping");
     }
@@ -368,8 +373,8 @@ void infer_fill_constant(ShapeContext& ctx) {
 }
 
 void infer_fill_range(ShapeContext& ctx) {
-  ctx.check(ctx.num_inputs() == 3, "mode 'range' takes three inputs (start, limit, delta), got " +
-                                       std::to_string(ctx.num_inputs()));
+  ctx.check(ctx.num_inputs() == 3,
+            "mode 'range' takes three inputs (start, limit, delta), got " + std::to_string(ctx.num_inputs()));
   const DataType type = ctx.input_type(0);
   static const char* kNames[] = {"start", "limit", "delta"};
   for (int i = 0; i < 3; ++i) {
@@ -427,13 +432,14 @@ void infer_expand(ShapeContext& ctx) {
 void infer_tile(ShapeContext& ctx) {
   const Dims& x = ctx.input_dims(0);
   const auto repeats = int_values(ctx, 1, "repeats");
-  ctx.check(static_cast<int>(repeats.size()) == x.rank(), "repeats " + join(repeats) + " must have one value per axis of " +
-                                                              x.to_string());
+  ctx.check(static_cast<int>(repeats.size()) == x.rank(),
+            "repeats " + join(repeats) + " must have one value per axis of " + x.to_string());
   Dims out = x;
   for (int i = 0; i < x.rank(); ++i) {
     ctx.check(repeats[static_cast<size_t>(i)] >= 0, "repeats " + join(repeats) + " must be >= 0");
-    ctx.check(!mul_overflows(x[i], repeats[static_cast<size_t>(i)], out[i]),
-              "repeats " + join(repeats) + " of " + x.to_string() + " overflow 64-bit extents on axis " + std::to_string(i));
+    ctx.check(
+        !mul_overflows(x[i], repeats[static_cast<size_t>(i)], out[i]),
+        "repeats " + join(repeats) + " of " + x.to_string() + " overflow 64-bit extents on axis " + std::to_string(i));
   }
   ctx.set_output(0, ctx.input_type(0), out);
 }
@@ -452,7 +458,10 @@ AccuracyRole gather_accuracy_role(const Layer& layer) {
 
 }  // namespace
 
-KILN_REGISTER_OP(OpSchema{kLayerConstant, 0, 0, 1,
+KILN_REGISTER_OP(OpSchema{kLayerConstant,
+                          0,
+                          0,
+                          1,
                           {{"value", A::kTensor, HostTensor{}, true, "the output tensor"}},
                           {},
                           infer_constant,
@@ -460,7 +469,10 @@ KILN_REGISTER_OP(OpSchema{kLayerConstant, 0, 0, 1,
                           /*takes_strings=*/true});
 
 KILN_REGISTER_OP(OpSchema{
-    kLayerShuffle, 1, 2, 1,
+    kLayerShuffle,
+    1,
+    2,
+    1,
     {{"first_transpose", A::kInts, kNoInts, false, "permutation applied first (empty: none)"},
      {"reshape_mode", A::kString, std::string("none"), false, "none, dims, squeeze, unsqueeze or flatten"},
      {"reshape", A::kInts, kNoInts, false, "target dims for mode dims (0 copies, -1 infers) when input 1 is absent"},
@@ -472,13 +484,20 @@ KILN_REGISTER_OP(OpSchema{
     infer_shuffle,
     "first_transpose, then a reshape (dims / squeeze / unsqueeze / flatten), then second_transpose."});
 
-KILN_REGISTER_OP(OpSchema{kLayerConcatenation, 1, -1, 1,
+KILN_REGISTER_OP(OpSchema{kLayerConcatenation,
+                          1,
+                          -1,
+                          1,
                           {{"axis", A::kInt, int64_t{0}, true, "concatenation axis"}},
                           {},
                           infer_concatenation,
-                          "Joins its inputs along `axis`; other extents must match."}.with_traits({.channels_last = true}));
+                          "Joins its inputs along `axis`; other extents must match."}
+                     .with_traits({.channels_last = true}));
 
-KILN_REGISTER_OP(OpSchema{kLayerSplit, 1, 2, -1,
+KILN_REGISTER_OP(OpSchema{kLayerSplit,
+                          1,
+                          2,
+                          -1,
                           {{"axis", A::kInt, int64_t{0}, false, "split axis"},
                            {"split", A::kInts, kNoInts, false, "part sizes when input 1 is absent"}},
                           {1},
@@ -486,11 +505,20 @@ KILN_REGISTER_OP(OpSchema{kLayerSplit, 1, 2, -1,
                           "Splits x along `axis` into the layer's outputs: sizes from input 1, else `split`, else "
                           "equal parts (the last may be smaller)."});
 
-KILN_REGISTER_OP(OpSchema{kLayerSlice, 3, 5, 1, {}, {1, 2, 3, 4}, infer_slice,
+KILN_REGISTER_OP(OpSchema{kLayerSlice,
+                          3,
+                          5,
+                          1,
+                          {},
+                          {1, 2, 3, 4},
+                          infer_slice,
                           "ONNX Slice: starts, ends, optional axes and steps (shape inputs), with clamping and "
                           "negative steps."});
 
-KILN_REGISTER_OP(OpSchema{kLayerGather, 2, 2, 1,
+KILN_REGISTER_OP(OpSchema{kLayerGather,
+                          2,
+                          2,
+                          1,
                           {{"axis", A::kInt, int64_t{0}, false, "gather axis (default / elements)"},
                            {"mode", A::kString, std::string("default"), false, "default, elements or nd"},
                            {"batch_dims", A::kInt, int64_t{0}, false, "leading batch dims (nd)"}},
@@ -501,21 +529,30 @@ KILN_REGISTER_OP(OpSchema{kLayerGather, 2, 2, 1,
                      .with_params<GatherParams>()
                      .with_traits({.accuracy_role = gather_accuracy_role}));
 
-KILN_REGISTER_OP(OpSchema{kLayerPadding, 2, 3, 1,
+KILN_REGISTER_OP(OpSchema{kLayerPadding,
+                          2,
+                          3,
+                          1,
                           {{"mode", A::kString, std::string("constant"), false, "constant, reflect, edge or wrap"}},
                           {1},
                           infer_padding,
                           "ONNX Pad: pads [x1_begin, ..., x1_end, ...] (negative values crop), optional scalar "
                           "value for mode constant."});
 
-KILN_REGISTER_OP(OpSchema{kLayerShape, 1, 1, 1,
+KILN_REGISTER_OP(OpSchema{kLayerShape,
+                          1,
+                          1,
+                          1,
                           {{"start", A::kInt, int64_t{0}, false, "first axis (negative counts from the end)"},
                            {"end", A::kInt, kInt64Max, false, "one past the last axis"}},
                           {},
                           infer_shape,
                           "int64 1-D dims of x, sliced by start/end (ONNX Shape-15)."});
 
-KILN_REGISTER_OP(OpSchema{kLayerFill, 1, 3, 1,
+KILN_REGISTER_OP(OpSchema{kLayerFill,
+                          1,
+                          3,
+                          1,
                           {{"mode", A::kString, std::string(), true, "constant or range"},
                            {"value", A::kTensor, HostTensor(DataType::kFloat32, Dims{1}), false,
                             "one-element tensor giving the value and type (default float32 0), mode constant"}},
@@ -524,8 +561,8 @@ KILN_REGISTER_OP(OpSchema{kLayerFill, 1, 3, 1,
                           "constant: a tensor of dims input 0 filled with `value` (ONNX ConstantOfShape); range: "
                           "start, start+delta, ... below limit (ONNX Range)."});
 
-KILN_REGISTER_OP(OpSchema{kLayerExpand, 2, 2, 1, {}, {1}, infer_expand,
-                          "ONNX Expand: broadcasts x and the shape input against each other."});
+KILN_REGISTER_OP(OpSchema{
+    kLayerExpand, 2, 2, 1, {}, {1}, infer_expand, "ONNX Expand: broadcasts x and the shape input against each other."});
 
 KILN_REGISTER_OP(OpSchema{kLayerTile, 2, 2, 1, {}, {1}, infer_tile, "ONNX Tile: repeats x along every axis."});
 

@@ -15,8 +15,8 @@ namespace {
 // NonZero: outputs [rank(x), count] int64 coordinates of the non-zero elements in row-major
 // order, and the count (output 1).
 void infer_non_zero(ShapeContext& ctx) {
-  ctx.check(ctx.num_outputs() == 2, "has " + std::to_string(ctx.num_outputs()) +
-                                        " outputs; NonZero has the coordinates and their count");
+  ctx.check(ctx.num_outputs() == 2,
+            "has " + std::to_string(ctx.num_outputs()) + " outputs; NonZero has the coordinates and their count");
   const Dims& x = ctx.input_dims(0);
   const int64_t count = ctx.data_dependent_extent(1, x.volume());
   ctx.set_output(0, DataType::kInt64, Dims{static_cast<int64_t>(x.rank()), count});
@@ -53,7 +53,8 @@ void infer_non_max_suppression(ShapeContext& ctx) {
     ctx.check((ctx.input_type(2) == DataType::kInt64 || ctx.input_type(2) == DataType::kInt32) &&
                   ctx.input_dims(2).volume() == 1,
               "max_output_boxes_per_class " + describe(ctx, 2) + " must be one int64 (or int32) value");
-    if (const HostTensor* v = ctx.input_value(2)) per_class = std::min(per_class, std::max<int64_t>(v->to_int64().at(0), 0));
+    if (const HostTensor* v = ctx.input_value(2))
+      per_class = std::min(per_class, std::max<int64_t>(v->to_int64().at(0), 0));
   } else {
     per_class = 0;  // ONNX's default: no box is selected
   }
@@ -108,7 +109,10 @@ AttrSpec attr(const std::string& name, AttrType type, AttrValue def, const std::
 
 }  // namespace
 
-KILN_REGISTER_OP(OpSchema{kLayerNonMaxSuppression, 2, 5, 2,
+KILN_REGISTER_OP(OpSchema{kLayerNonMaxSuppression,
+                          2,
+                          5,
+                          2,
                           {attr("center_point_box", AttrType::kInt, int64_t{0},
                                 "0: boxes are [y1, x1, y2, x2] (any two opposite corners), 1: [x_center, y_center, "
                                 "width, height]")},
@@ -119,19 +123,28 @@ KILN_REGISTER_OP(OpSchema{kLayerNonMaxSuppression, 2, 5, 2,
                           "already kept box exceeds iou_threshold, at most max_output_boxes_per_class; output 0 is "
                           "[count, 3] int64 (batch, class, box), output 1 the count (a data-dependent size)."});
 
-KILN_REGISTER_OP(OpSchema{kLayerUnique, 1, 1, 5,
-                          {attr("sorted", AttrType::kInt, int64_t{1},
-                                "1: ascending order, 0: order of first occurrence"),
-                           attr("flatten", AttrType::kInt, int64_t{1},
-                                "1: unique elements of x flattened (ONNX without axis), 0: unique slices along axis"),
-                           attr("axis", AttrType::kInt, int64_t{0}, "the axis of the slices (flatten = 0)")},
-                          {},
-                          infer_unique,
-                          "ONNX Unique: distinct elements (slices) Y, the index of each one's first occurrence, "
-                          "for each input element (slice) the position of its value in Y, and the counts; output "
-                          "4 is the number of distinct values (a data-dependent size)."});
+KILN_REGISTER_OP(OpSchema{
+    kLayerUnique,
+    1,
+    1,
+    5,
+    {attr("sorted", AttrType::kInt, int64_t{1}, "1: ascending order, 0: order of first occurrence"),
+     attr("flatten", AttrType::kInt, int64_t{1},
+          "1: unique elements of x flattened (ONNX without axis), 0: unique slices along axis"),
+     attr("axis", AttrType::kInt, int64_t{0}, "the axis of the slices (flatten = 0)")},
+    {},
+    infer_unique,
+    "ONNX Unique: distinct elements (slices) Y, the index of each one's first occurrence, "
+    "for each input element (slice) the position of its value in Y, and the counts; output "
+    "4 is the number of distinct values (a data-dependent size)."});
 
-KILN_REGISTER_OP(OpSchema{kLayerNonZero, 1, 1, 2, {}, {}, infer_non_zero,
+KILN_REGISTER_OP(OpSchema{kLayerNonZero,
+                          1,
+                          1,
+                          2,
+                          {},
+                          {},
+                          infer_non_zero,
                           "int64 coordinates [rank, count] of the non-zero elements of x in row-major order; "
                           "output 1 is the count (an int64 scalar written by the kernel: a data-dependent size)."});
 

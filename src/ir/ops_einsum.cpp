@@ -29,11 +29,14 @@ void infer_einsum(ShapeContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_OP(OpSchema{kLayerEinsum, 1, -1, 1,
-                          {AttrSpec{"equation", AttrType::kString, std::string(), true,
-                                    "numpy einsum equation, e.g. \"bij,bjk->bik\""}},
-                          {},
-                          infer_einsum,
-                          "Einstein summation over the operands as the equation says (numpy einsum rules)."});
+KILN_REGISTER_OP(OpSchema{
+    kLayerEinsum,
+    1,
+    -1,
+    1,
+    {AttrSpec{"equation", AttrType::kString, std::string(), true, "numpy einsum equation, e.g. \"bij,bjk->bik\""}},
+    {},
+    infer_einsum,
+    "Einstein summation over the operands as the equation says (numpy einsum rules)."});
 
 }  // namespace kiln

@@ -40,7 +40,8 @@ class LineParser {
     int value = -1;
     if (w.size() < 2 || w[0] != 'r') fail("" + quote(w) + " is not a register (r<index>)");
     const auto [ptr, ec] = std::from_chars(w.data() + 1, w.data() + w.size(), value);
-    if (ec != std::errc() || ptr != w.data() + w.size() || value < 0) fail("" + quote(w) + " is not a register (r<index>)");
+    if (ec != std::errc() || ptr != w.data() + w.size() || value < 0)
+      fail("" + quote(w) + " is not a register (r<index>)");
     if (value >= num_defined_) fail("register " + w + " is used before it is defined");
     return value;
   }
@@ -75,7 +76,8 @@ void infer_fused(ShapeContext& ctx) {
   for (int i = 0; i < n; ++i) {
     ctx.check(ctx.has_input(i), "input " + std::to_string(i) + " is missing");
     ctx.check(ctx.input_type(i) == DataType::kFloat32 || ctx.input_type(i) == DataType::kFloat16,
-              "input " + std::to_string(i) + " is " + to_string(ctx.input_type(i)) + "; only float32 and float16 are supported");
+              "input " + std::to_string(i) + " is " + to_string(ctx.input_type(i)) +
+                  "; only float32 and float16 are supported");
     ctx.check(ctx.input_type(i) == ctx.input_type(0), "input " + std::to_string(i) + " is " +
                                                           to_string(ctx.input_type(i)) + ", input 0 is " +
                                                           to_string(ctx.input_type(0)) + "; all inputs need one type");
@@ -84,8 +86,8 @@ void infer_fused(ShapeContext& ctx) {
   for (int i = 0; i < n; ++i) {
     const Dims& d = ctx.input_dims(i);
     ctx.check(d == out || d.volume() == 1, "input " + std::to_string(i) + " has dims " + d.to_string() +
-                                                 "; every input must have the output dims " + out.to_string() +
-                                                 " or a single element");
+                                               "; every input must have the output dims " + out.to_string() +
+                                               " or a single element");
   }
   parse_fused_program(ctx.attrs().get_strings("program"), n,
                       "layer " + quote(ctx.layer().name()) + " (" + kLayerFusedElementWise + ")");
@@ -93,19 +95,22 @@ void infer_fused(ShapeContext& ctx) {
 }
 
 KILN_REGISTER_OP(OpSchema{
-    kLayerFusedElementWise, 1, -1, 1,
+    kLayerFusedElementWise,
+    1,
+    -1,
+    1,
     {AttrSpec{"program", AttrType::kStrings, std::vector<std::string>{}, true,
               "one instruction per string, register form; see src/ir/ops_fused.h"}},
-    {}, infer_fused,
+    {},
+    infer_fused,
     "A chain of element-wise layers fused by the element-wise fusion pass, computed per element in "
     "float32 by a small register program (attribute `program`, format in src/ir/ops_fused.h). Inputs are "
-    "shaped like the output or hold one element."}.with_traits({.channels_last = true}));
+    "shaped like the output or hold one element."}
+                     .with_traits({.channels_last = true}));
 
 }  // namespace
 
-bool fused_unary_supported(UnaryOp op) {
-  return op != UnaryOp::kNot && op != UnaryOp::kIsNaN && op != UnaryOp::kIsInf;
-}
+bool fused_unary_supported(UnaryOp op) { return op != UnaryOp::kNot && op != UnaryOp::kIsNaN && op != UnaryOp::kIsInf; }
 
 bool fused_binary_supported(ElementWiseOp op) {
   switch (op) {

@@ -45,8 +45,8 @@ void infer_arg_reduce(ShapeContext& ctx) {
   } catch (const Error& e) {
     ctx.fail(e.what());
   }
-  ctx.check(x[static_cast<int>(axis)] > 0, "the reduced axis " + std::to_string(axis) + " of x " + x.to_string() +
-                                                " is empty");
+  ctx.check(x[static_cast<int>(axis)] > 0,
+            "the reduced axis " + std::to_string(axis) + " of x " + x.to_string() + " is empty");
   ctx.set_output(0, p.one_hot ? ctx.input_type(0) : DataType::kInt64, out);
 }
 
@@ -71,7 +71,8 @@ void infer_top_k(ShapeContext& ctx) {
                                     "] (the extent of axis " + std::to_string(axis) + " of x " + x.to_string() + ")");
   } else {
     ctx.check(ctx.num_outputs() == 3, "k (input 1) must be known when shapes are inferred for a TopK layer with " +
-                                          std::to_string(ctx.num_outputs()) + " outputs; a run-time k needs output 2 "
+                                          std::to_string(ctx.num_outputs()) +
+                                          " outputs; a run-time k needs output 2 "
                                           "(an int64 scalar the kernel writes k into), or make k a constant");
     k = ctx.data_dependent_extent(2, n);
   }
@@ -148,17 +149,18 @@ void infer_max_unpool(ShapeContext& ctx) {
   Dims out{x[0], x[1]};
   for (int i = 0; i < k; ++i) {
     const auto u = static_cast<size_t>(i);
-    out.push_back(checked_extent(ctx, __int128{x[i + 2] - 1} * strides[u] - pads[u] - pads[u + kernel.size()] + kernel[u],
+    out.push_back(checked_extent(ctx,
+                                 __int128{x[i + 2] - 1} * strides[u] - pads[u] - pads[u + kernel.size()] + kernel[u],
                                  "the unpooled extent of spatial dim " + std::to_string(i)));
   }
   if (ctx.has_input(2)) {
     const auto shape = ctx.required_value(2).to_int64();
-    ctx.check(static_cast<int>(shape.size()) == x.rank(), "output_shape has " + std::to_string(shape.size()) +
-                                                             " values, expected " + std::to_string(x.rank()));
+    ctx.check(static_cast<int>(shape.size()) == x.rank(),
+              "output_shape has " + std::to_string(shape.size()) + " values, expected " + std::to_string(x.rank()));
     for (int i = 0; i < x.rank(); ++i) {
-      ctx.check(shape[static_cast<size_t>(i)] >= out[i] || i < 2,
-                "output_shape " + Dims::from(shape).to_string() + " is smaller than the unpooled size " +
-                    out.to_string());
+      ctx.check(
+          shape[static_cast<size_t>(i)] >= out[i] || i < 2,
+          "output_shape " + Dims::from(shape).to_string() + " is smaller than the unpooled size " + out.to_string());
     }
     out = Dims::from(shape);
     ctx.check(out[0] == x[0] && out[1] == x[1], "output_shape must keep N and C of x " + x.to_string());
@@ -172,20 +174,26 @@ AttrSpec attr(std::string name, AttrType type, AttrValue def, std::string doc, b
 
 }  // namespace
 
-KILN_REGISTER_OP(OpSchema{kLayerArgReduce, 1, 1, 1,
-                          {attr("op", AttrType::kString, std::string(), "max or min", true),
-                           attr("axis", AttrType::kInt, int64_t{0}, "the reduced axis"),
-                           attr("keep_dims", AttrType::kInt, int64_t{1}, "1: the axis stays as extent 1"),
-                           attr("select_last_index", AttrType::kInt, int64_t{0},
-                                "1: ties give the last index, 0: the first"),
-                           attr("one_hot", AttrType::kInt, int64_t{0},
-                                "1: output x's type and dims, 1 at the selected index and 0 elsewhere (Hardmax)")},
-                          {},
-                          infer_arg_reduce,
-                          "int64 index of the largest (smallest) value along an axis, or its one-hot mask."}
+KILN_REGISTER_OP(OpSchema{
+    kLayerArgReduce,
+    1,
+    1,
+    1,
+    {attr("op", AttrType::kString, std::string(), "max or min", true),
+     attr("axis", AttrType::kInt, int64_t{0}, "the reduced axis"),
+     attr("keep_dims", AttrType::kInt, int64_t{1}, "1: the axis stays as extent 1"),
+     attr("select_last_index", AttrType::kInt, int64_t{0}, "1: ties give the last index, 0: the first"),
+     attr("one_hot", AttrType::kInt, int64_t{0},
+          "1: output x's type and dims, 1 at the selected index and 0 elsewhere (Hardmax)")},
+    {},
+    infer_arg_reduce,
+    "int64 index of the largest (smallest) value along an axis, or its one-hot mask."}
                      .with_params<ArgReduceParams>());
 
-KILN_REGISTER_OP(OpSchema{kLayerTopK, 2, 2, -1,
+KILN_REGISTER_OP(OpSchema{kLayerTopK,
+                          2,
+                          2,
+                          -1,
                           {attr("axis", AttrType::kInt, int64_t{-1}, "the axis searched"),
                            attr("largest", AttrType::kInt, int64_t{1}, "1: the k largest, 0: the k smallest"),
                            attr("sorted", AttrType::kInt, int64_t{1},
@@ -196,35 +204,50 @@ KILN_REGISTER_OP(OpSchema{kLayerTopK, 2, 2, -1,
                           "lower index first. Optional output 2: k as an int64 scalar (a data-dependent size when "
                           "k is only known at run time)."});
 
-KILN_REGISTER_OP(OpSchema{kLayerCumSum, 2, 2, 1,
+KILN_REGISTER_OP(OpSchema{kLayerCumSum,
+                          2,
+                          2,
+                          1,
                           {attr("exclusive", AttrType::kInt, int64_t{0}, "1: each sum leaves its own element out"),
                            attr("reverse", AttrType::kInt, int64_t{0}, "1: sum from the end of the axis")},
                           {},
                           infer_cum_sum,
                           "Cumulative sum along the axis given by input 1 (a scalar read at run time)."});
 
-KILN_REGISTER_OP(OpSchema{kLayerTrilu, 1, 2, 1,
+KILN_REGISTER_OP(OpSchema{kLayerTrilu,
+                          1,
+                          2,
+                          1,
                           {attr("upper", AttrType::kInt, int64_t{1}, "1: keep the upper triangle, 0: the lower")},
                           {},
                           infer_trilu,
                           "Keeps the upper (j - i >= k) or lower (j - i <= k) triangle of the last two dims; k is "
                           "input 1 (default 0), read at run time."});
 
-KILN_REGISTER_OP(OpSchema{kLayerOneHot, 3, 3, 1,
+KILN_REGISTER_OP(OpSchema{kLayerOneHot,
+                          3,
+                          3,
+                          1,
                           {attr("axis", AttrType::kInt, int64_t{-1}, "where the depth axis is inserted")},
                           {1},
                           infer_one_hot,
                           "One-hot encoding: on_value where the index (negative: + depth) equals the position "
                           "along the new axis, off_value elsewhere."});
 
-KILN_REGISTER_OP(OpSchema{kLayerReverseSequence, 2, 2, 1,
+KILN_REGISTER_OP(OpSchema{kLayerReverseSequence,
+                          2,
+                          2,
+                          1,
                           {attr("batch_axis", AttrType::kInt, int64_t{1}, "the batch axis"),
                            attr("time_axis", AttrType::kInt, int64_t{0}, "the time axis")},
                           {},
                           infer_reverse_sequence,
                           "Reverses the first sequence_lens[b] elements along time_axis of each batch entry b."});
 
-KILN_REGISTER_OP(OpSchema{kLayerMaxUnpool, 2, 3, 1,
+KILN_REGISTER_OP(OpSchema{kLayerMaxUnpool,
+                          2,
+                          3,
+                          1,
                           {attr("kernel", AttrType::kInts, std::vector<int64_t>{}, "pooling kernel extents", true),
                            attr("strides", AttrType::kInts, std::vector<int64_t>{}, "pooling strides (empty: 1)"),
                            attr("pads", AttrType::kInts, std::vector<int64_t>{}, "pooling pads (empty: 0)")},

@@ -22,7 +22,13 @@ void infer_det(ShapeContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_OP(OpSchema{kLayerDet, 1, 1, 1, {}, {}, infer_det,
+KILN_REGISTER_OP(OpSchema{kLayerDet,
+                          1,
+                          1,
+                          1,
+                          {},
+                          {},
+                          infer_det,
                           "Determinant of each square matrix in the last two axes: x [*, M, M] -> y [*] (LU "
                           "factorization with partial pivoting)."});
 

@@ -91,12 +91,12 @@ void infer_scale(ShapeContext& ctx) {
     if (mode == "uniform") {
       ctx.check(t.volume() == 1, what + " must hold one value in mode 'uniform'");
     } else if (mode == "channel") {
-      ctx.check(t.volume() == channels, what + " must hold " + std::to_string(channels) +
-                                            " values (one per channel) in mode 'channel'");
+      ctx.check(t.volume() == channels,
+                what + " must hold " + std::to_string(channels) + " values (one per channel) in mode 'channel'");
     } else {
-      ctx.check(broadcasts_to(t, x) || t.volume() == x.volume(),
-                what + " must broadcast to (or have as many elements as) x " + x.to_string() +
-                    " in mode 'elementwise'");
+      ctx.check(
+          broadcasts_to(t, x) || t.volume() == x.volume(),
+          what + " must broadcast to (or have as many elements as) x " + x.to_string() + " in mode 'elementwise'");
     }
   }
   infer_same_as_input(ctx);
@@ -106,9 +106,14 @@ void infer_scale(ShapeContext& ctx) {
 
 bool elementwise_outputs_bool(ElementWiseOp op) {
   switch (op) {
-    case ElementWiseOp::kEqual: case ElementWiseOp::kLess: case ElementWiseOp::kGreater:
-    case ElementWiseOp::kLessOrEqual: case ElementWiseOp::kGreaterOrEqual:
-    case ElementWiseOp::kAnd: case ElementWiseOp::kOr: case ElementWiseOp::kXor:
+    case ElementWiseOp::kEqual:
+    case ElementWiseOp::kLess:
+    case ElementWiseOp::kGreater:
+    case ElementWiseOp::kLessOrEqual:
+    case ElementWiseOp::kGreaterOrEqual:
+    case ElementWiseOp::kAnd:
+    case ElementWiseOp::kOr:
+    case ElementWiseOp::kXor:
       return true;
     default:
       return false;
@@ -131,12 +136,18 @@ void infer_elementwise(ShapeContext& ctx) {
 void infer_unary(ShapeContext& ctx) {
   const UnaryOp op = params_of<UnaryParams>(ctx.layer()).op;
   switch (op) {
-    case UnaryOp::kNot: case UnaryOp::kIsNaN: case UnaryOp::kIsInf:
+    case UnaryOp::kNot:
+    case UnaryOp::kIsNaN:
+    case UnaryOp::kIsInf:
       ctx.set_output(0, DataType::kBool, ctx.input_dims(0));
       return;
     // Exact on integers too (floor/ceil/round are the identity there).
-    case UnaryOp::kAbs: case UnaryOp::kNeg: case UnaryOp::kSign:
-    case UnaryOp::kFloor: case UnaryOp::kCeil: case UnaryOp::kRound:
+    case UnaryOp::kAbs:
+    case UnaryOp::kNeg:
+    case UnaryOp::kSign:
+    case UnaryOp::kFloor:
+    case UnaryOp::kCeil:
+    case UnaryOp::kRound:
       break;
     default:
       ctx.check(is_floating_point(ctx.input_type(0)), std::string("op '") + to_string(op) + "' needs a " +
@@ -185,8 +196,8 @@ void infer_matrix_multiply(ShapeContext& ctx) {
   require_same_type(ctx, 0, 1);
   const Dims& a = ctx.input_dims(0);
   const Dims& b = ctx.input_dims(1);
-  ctx.check(a.rank() >= 1 && b.rank() >= 1, "operands must have rank >= 1, got " + describe(ctx, 0) + " and " +
-                                                 describe(ctx, 1));
+  ctx.check(a.rank() >= 1 && b.rank() >= 1,
+            "operands must have rank >= 1, got " + describe(ctx, 0) + " and " + describe(ctx, 1));
   const MatMulParams& mp = params_of<MatMulParams>(ctx.layer());
   const bool ta = mp.transpose_a && a.rank() >= 2;
   const bool tb = mp.transpose_b && b.rank() >= 2;
@@ -218,9 +229,8 @@ void infer_gemm(ShapeContext& ctx) {
   const bool tb = params_of<GemmParams>(ctx.layer()).trans_b;
   const int64_t m = ta ? a[1] : a[0], ka = ta ? a[0] : a[1];
   const int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
-  ctx.check(ka == kb, "inner dimensions differ: A' is " + std::to_string(m) + "x" + std::to_string(ka) +
-                          " and B' is " + std::to_string(kb) + "x" + std::to_string(n) +
-                          " (check trans_a/trans_b)");
+  ctx.check(ka == kb, "inner dimensions differ: A' is " + std::to_string(m) + "x" + std::to_string(ka) + " and B' is " +
+                          std::to_string(kb) + "x" + std::to_string(n) + " (check trans_a/trans_b)");
   const Dims out{m, n};
   if (ctx.has_input(2)) {
     require_same_type(ctx, 0, 2);
@@ -253,83 +263,149 @@ AccuracyRole elementwise_accuracy_role(const Layer& layer) {
 
 }  // namespace
 
-KILN_REGISTER_OP(OpSchema{kLayerActivation, 1, 1, 1,
+KILN_REGISTER_OP(OpSchema{kLayerActivation,
+                          1,
+                          1,
+                          1,
                           {attr("kind", AttrType::kString, std::string(), "activation kind (docs/layers.md)", true),
                            attr("alpha", AttrType::kFloat, 0.0, "first parameter of the kind"),
                            attr("beta", AttrType::kFloat, 0.0, "second parameter of the kind")},
-                          {}, infer_activation, "Element-wise activation function of the given kind."}
+                          {},
+                          infer_activation,
+                          "Element-wise activation function of the given kind."}
                      .with_params<ActivationParams>()
                      .with_traits({.channels_last = true, .elementwise_fusible = true}));
 
-KILN_REGISTER_OP(OpSchema{kLayerParametricReLU, 2, 2, 1, {}, {}, infer_parametric_relu,
-                          "y = x >= 0 ? x : slope * x, with slope broadcast to x."}.with_traits({.channels_last = true}));
+KILN_REGISTER_OP(OpSchema{kLayerParametricReLU,
+                          2,
+                          2,
+                          1,
+                          {},
+                          {},
+                          infer_parametric_relu,
+                          "y = x >= 0 ? x : slope * x, with slope broadcast to x."}
+                     .with_traits({.channels_last = true}));
 
-KILN_REGISTER_OP(OpSchema{kLayerScale, 1, 4, 1,
+KILN_REGISTER_OP(OpSchema{kLayerScale,
+                          1,
+                          4,
+                          1,
                           {attr("mode", AttrType::kString, std::string("uniform"),
                                 "how scale/shift/power map to x: uniform, channel or elementwise"),
                            attr("channel_axis", AttrType::kInt, int64_t{1}, "the channel axis of mode 'channel'")},
-                          {}, infer_scale,
-                          "y = (x * scale + shift) ^ power; omitted terms are the identity (1, 0, 1)."}.with_traits({.channels_last = true, .elementwise_fusible = true}));
+                          {},
+                          infer_scale,
+                          "y = (x * scale + shift) ^ power; omitted terms are the identity (1, 0, 1)."}
+                     .with_traits({.channels_last = true, .elementwise_fusible = true}));
 
-KILN_REGISTER_OP(OpSchema{kLayerElementWise, 2, 2, 1,
-                          {attr("op", AttrType::kString, std::string(), "binary op (docs/layers.md)", true),
-                           attr("fmod", AttrType::kInt, int64_t{0},
-                                "mod only: 1 = sign of the dividend (C fmod), 0 = sign of the divisor")},
-                          {}, infer_elementwise,
-                          "Binary op with numpy broadcasting; comparisons and logic ops output bool."}
+KILN_REGISTER_OP(OpSchema{
+    kLayerElementWise,
+    2,
+    2,
+    1,
+    {attr("op", AttrType::kString, std::string(), "binary op (docs/layers.md)", true),
+     attr("fmod", AttrType::kInt, int64_t{0}, "mod only: 1 = sign of the dividend (C fmod), 0 = sign of the divisor")},
+    {},
+    infer_elementwise,
+    "Binary op with numpy broadcasting; comparisons and logic ops output bool."}
                      .with_params<ElementWiseParams>()
-                     .with_traits({.channels_last = true, .elementwise_fusible = true, .accuracy_role = elementwise_accuracy_role}));
+                     .with_traits({.channels_last = true,
+                                   .elementwise_fusible = true,
+                                   .accuracy_role = elementwise_accuracy_role}));
 
-KILN_REGISTER_OP(OpSchema{kLayerUnary, 1, 1, 1,
-                          {attr("op", AttrType::kString, std::string(), "unary op (docs/layers.md)", true)}, {},
-                          infer_unary, "Element-wise unary op; not, isnan and isinf output bool."}
+KILN_REGISTER_OP(OpSchema{kLayerUnary,
+                          1,
+                          1,
+                          1,
+                          {attr("op", AttrType::kString, std::string(), "unary op (docs/layers.md)", true)},
+                          {},
+                          infer_unary,
+                          "Element-wise unary op; not, isnan and isinf output bool."}
                      .with_params<UnaryParams>()
                      .with_traits({.elementwise_fusible = true}));
 
-KILN_REGISTER_OP(OpSchema{kLayerSelect, 3, 3, 1, {}, {}, infer_select,
+KILN_REGISTER_OP(OpSchema{kLayerSelect,
+                          3,
+                          3,
+                          1,
+                          {},
+                          {},
+                          infer_select,
                           "where(condition, a, b) with numpy broadcasting of all three inputs."});
 
-KILN_REGISTER_OP(OpSchema{kLayerCast, 1, 1, 1,
-                          {attr("to", AttrType::kString, std::string(), "target data type name", true)}, {},
+KILN_REGISTER_OP(OpSchema{kLayerCast,
+                          1,
+                          1,
+                          1,
+                          {attr("to", AttrType::kString, std::string(), "target data type name", true)},
+                          {},
                           infer_cast,
                           "Element-wise conversion; float->int truncates toward zero, ->bool is != 0; to and from "
                           "string: shortest round-trip decimal text, and parsing (docs/layers.md).",
-                          /*takes_strings=*/true}.with_traits({.channels_last = true}));
+                          /*takes_strings=*/true}
+                     .with_traits({.channels_last = true}));
 
-KILN_REGISTER_OP(OpSchema{kLayerIdentity, 1, 1, 1, {}, {}, infer_same_as_input, "Copies its input.",
-                          /*takes_strings=*/true}.with_traits({.channels_last = true}));
+KILN_REGISTER_OP(OpSchema{kLayerIdentity,
+                          1,
+                          1,
+                          1,
+                          {},
+                          {},
+                          infer_same_as_input,
+                          "Copies its input.",
+                          /*takes_strings=*/true}
+                     .with_traits({.channels_last = true}));
 
-KILN_REGISTER_OP(OpSchema{kLayerSoftMax, 1, 1, 1,
+KILN_REGISTER_OP(OpSchema{kLayerSoftMax,
+                          1,
+                          1,
+                          1,
                           {attr("axis", AttrType::kInt, int64_t{-1}, "the axis normalized over"),
                            attr("log", AttrType::kInt, int64_t{0}, "1: log-softmax")},
-                          {}, infer_softmax, "Softmax (or log-softmax) along one axis."}
+                          {},
+                          infer_softmax,
+                          "Softmax (or log-softmax) along one axis."}
                      .with_params<SoftMaxParams>());
 
-KILN_REGISTER_OP(OpSchema{kLayerReduce, 1, 1, 1,
+KILN_REGISTER_OP(OpSchema{kLayerReduce,
+                          1,
+                          1,
+                          1,
                           {attr("op", AttrType::kString, std::string(), "reduce op (docs/layers.md)", true),
                            attr("axes", AttrType::kInts, std::vector<int64_t>{}, "axes reduced (empty: all)"),
                            attr("keep_dims", AttrType::kInt, int64_t{1}, "1: reduced axes stay as extent 1")},
-                          {}, infer_reduce, "Reduction over the given axes."}
+                          {},
+                          infer_reduce,
+                          "Reduction over the given axes."}
                      .with_params<ReduceParams>());
 
-KILN_REGISTER_OP(OpSchema{kLayerMatrixMultiply, 2, 2, 1,
+KILN_REGISTER_OP(OpSchema{kLayerMatrixMultiply,
+                          2,
+                          2,
+                          1,
                           {attr("transpose_a", AttrType::kInt, int64_t{0}, "swap the last two dims of a first"),
                            attr("transpose_b", AttrType::kInt, int64_t{0}, "swap the last two dims of b first"),
                            attr("concurrent_streams", AttrType::kInt, int64_t{1},
                                 "build hint (BuilderConfig::tune_for_streams): cuBLASLt kernels for SMs / this many")},
-                          {}, infer_matrix_multiply,
+                          {},
+                          infer_matrix_multiply,
                           "numpy matmul: 1-D operands promoted then squeezed, batch dims broadcast."}
                      .with_params<MatMulParams>());
 
-KILN_REGISTER_OP(OpSchema{kLayerGemm, 2, 3, 1,
-                          concat({attr("alpha", AttrType::kFloat, 1.0, "scales A'B'"),
-                                  attr("beta", AttrType::kFloat, 1.0, "scales C"),
-                                  attr("trans_a", AttrType::kInt, int64_t{0}, "use A transposed"),
-                                  attr("trans_b", AttrType::kInt, int64_t{0}, "use B transposed"),
-                                  attr("concurrent_streams", AttrType::kInt, int64_t{1},
-                                       "build hint (BuilderConfig::tune_for_streams): cuBLASLt kernels for SMs / this many")},
-                                 post_op_attrs()),
-                          {}, infer_gemm, "y = act(alpha * A'B' + beta * C) on 2-D A and B."}
+KILN_REGISTER_OP(OpSchema{
+    kLayerGemm,
+    2,
+    3,
+    1,
+    concat({attr("alpha", AttrType::kFloat, 1.0, "scales A'B'"), attr("beta", AttrType::kFloat, 1.0, "scales C"),
+            attr("trans_a", AttrType::kInt, int64_t{0}, "use A transposed"),
+            attr("trans_b", AttrType::kInt, int64_t{0}, "use B transposed"),
+            attr("concurrent_streams", AttrType::kInt, int64_t{1},
+                 "build hint (BuilderConfig::tune_for_streams): cuBLASLt kernels for SMs / this many")},
+           post_op_attrs()),
+    {},
+    infer_gemm,
+    "y = act(alpha * A'B' + beta * C) on 2-D A and B."}
                      .with_params<GemmParams>());
 
 }  // namespace kiln

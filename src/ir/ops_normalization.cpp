@@ -53,7 +53,8 @@ void check_affine(const ShapeContext& ctx, bool per_channel) {
 }
 
 void require_no_affine(const ShapeContext& ctx, NormMode mode) {
-  ctx.check(!ctx.has_input(1) && !ctx.has_input(2), "mode " + quote(to_string(mode)) + " takes no scale or bias inputs");
+  ctx.check(!ctx.has_input(1) && !ctx.has_input(2),
+            "mode " + quote(to_string(mode)) + " takes no scale or bias inputs");
 }
 
 void infer_normalization(ShapeContext& ctx) {
@@ -62,12 +63,13 @@ void infer_normalization(ShapeContext& ctx) {
   const Dims& x = ctx.input_dims(0);
   const int rank = x.rank();
   ctx.check(p.mode == NormMode::kLayer || ctx.num_outputs() == 1,
-            "has " + std::to_string(ctx.num_outputs()) + " outputs; only mode 'layer' has the optional mean and "
-            "inv_std_dev outputs");
+            "has " + std::to_string(ctx.num_outputs()) +
+                " outputs; only mode 'layer' has the optional mean and "
+                "inv_std_dev outputs");
   ctx.check(ctx.num_outputs() <= 3, "has " + std::to_string(ctx.num_outputs()) + " outputs, at most 3 are allowed");
   if (p.per_channel_affine()) {
-    ctx.check(rank >= 2, "mode " + quote(to_string(p.mode)) + " needs x of rank >= 2 ([N, C, ...]), got " +
-                             describe(ctx, 0));
+    ctx.check(rank >= 2,
+              "mode " + quote(to_string(p.mode)) + " needs x of rank >= 2 ([N, C, ...]), got " + describe(ctx, 0));
   }
   NormStatsView view;
   try {
@@ -108,7 +110,10 @@ AccuracyRole normalization_accuracy_role(const Layer& layer) {
 }  // namespace
 
 KILN_REGISTER_OP(OpSchema{
-    kLayerNormalization, 1, 3, -1,
+    kLayerNormalization,
+    1,
+    3,
+    -1,
     {attr("mode", AttrType::kString, std::string(), "layer, instance, group, mvn or lp", true),
      attr("axis", AttrType::kInt, int64_t{-1}, "layer: first normalized axis; lp: the normalized axis"),
      attr("axes", AttrType::kInts, std::vector<int64_t>{0, 2, 3}, "mvn: the axes the statistics are taken over"),
@@ -123,7 +128,10 @@ KILN_REGISTER_OP(OpSchema{
                      .with_params<NormalizationParams>()
                      .with_traits({.accuracy_role = normalization_accuracy_role}));
 
-KILN_REGISTER_OP(OpSchema{kLayerLRN, 1, 1, 1,
+KILN_REGISTER_OP(OpSchema{kLayerLRN,
+                          1,
+                          1,
+                          1,
                           {attr("size", AttrType::kInt, int64_t{1}, "channels in the window", true),
                            attr("alpha", AttrType::kFloat, 1e-4, "scale of the sum of squares"),
                            attr("beta", AttrType::kFloat, 0.75, "exponent"),

@@ -47,9 +47,14 @@ std::vector<AttrSpec> pooling_attrs() {
 
 }  // namespace
 
-KILN_REGISTER_OP(OpSchema{
-    kLayerPooling, 1, 1, 1, pooling_attrs(), {}, infer_pooling,
-    "ONNX MaxPool / AveragePool / GlobalMaxPool / GlobalAveragePool over 1-3 spatial dims."}
+KILN_REGISTER_OP(OpSchema{kLayerPooling,
+                          1,
+                          1,
+                          1,
+                          pooling_attrs(),
+                          {},
+                          infer_pooling,
+                          "ONNX MaxPool / AveragePool / GlobalMaxPool / GlobalAveragePool over 1-3 spatial dims."}
                      .with_params<PoolParams>()
                      .with_traits({.channels_last = true}));
 

@@ -36,9 +36,9 @@ void check_quant_param(const ShapeContext& ctx, int i, const char* what, const D
   const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), x.rank());
   Dims expected = x;
   expected[static_cast<int>(axis)] = static_cast<int64_t>((__int128{x[static_cast<int>(axis)]} + block - 1) / block);
-  ctx.check(p == expected, std::string(what) + " has dims " + p.to_string() + "; blocked quantization with block_size " +
-                               std::to_string(block) + " along axis " + std::to_string(axis) + " of " + x.to_string() +
-                               " needs " + expected.to_string());
+  ctx.check(p == expected, std::string(what) + " has dims " + p.to_string() +
+                               "; blocked quantization with block_size " + std::to_string(block) + " along axis " +
+                               std::to_string(axis) + " of " + x.to_string() + " needs " + expected.to_string());
 }
 
 void check_params(const ShapeContext& ctx, const Dims& x) {
@@ -48,8 +48,8 @@ void check_params(const ShapeContext& ctx, const Dims& x) {
   if (ctx.has_input(2)) {
     check_quant_param(ctx, 2, "zero point", x);
     ctx.check(ctx.input_dims(2) == ctx.input_dims(1), "zero point " + ctx.input_dims(2).to_string() +
-                                                           " must have the dims of scale " +
-                                                           ctx.input_dims(1).to_string());
+                                                          " must have the dims of scale " +
+                                                          ctx.input_dims(1).to_string());
   }
 }
 
@@ -72,9 +72,9 @@ void infer_quantize(ShapeContext& ctx) {
 
 void infer_dequantize(ShapeContext& ctx) {
   const DataType xt = ctx.input_type(0);
-  ctx.check(is_quantized_type(xt) || xt == DataType::kInt32,
-            std::string("input must be int8, uint8 or int32, got ") + to_string(xt) +
-                " (kiln has no int16/int4/float8 types)");
+  ctx.check(is_quantized_type(xt) || xt == DataType::kInt32, std::string("input must be int8, uint8 or int32, got ") +
+                                                                 to_string(xt) +
+                                                                 " (kiln has no int16/int4/float8 types)");
   check_params(ctx, ctx.input_dims(0));
   if (ctx.has_input(2)) {
     ctx.check(ctx.input_type(2) == xt, std::string("zero point has type ") + to_string(ctx.input_type(2)) +
@@ -87,18 +87,24 @@ using A = AttrType;
 
 }  // namespace
 
-KILN_REGISTER_OP(OpSchema{kLayerQuantize, 2, 3, 1,
-                          {{"axis", A::kInt, int64_t{1}, false, "axis of per-axis / blocked parameters"},
-                           {"block_size", A::kInt, int64_t{0}, false, "block size along axis (0: not blocked)"},
-                           {"output_type", A::kString, std::string("uint8"), false,
-                            "int8 or uint8, used when the zero point is absent"}},
-                          {},
-                          infer_quantize,
-                          "ONNX QuantizeLinear: y = saturate(round_half_even(x / scale) + zero_point) in int8 or "
-                          "uint8 (the zero point's type, else `output_type`); scale and zero point per tensor, per "
-                          "axis or blocked."});
+KILN_REGISTER_OP(OpSchema{
+    kLayerQuantize,
+    2,
+    3,
+    1,
+    {{"axis", A::kInt, int64_t{1}, false, "axis of per-axis / blocked parameters"},
+     {"block_size", A::kInt, int64_t{0}, false, "block size along axis (0: not blocked)"},
+     {"output_type", A::kString, std::string("uint8"), false, "int8 or uint8, used when the zero point is absent"}},
+    {},
+    infer_quantize,
+    "ONNX QuantizeLinear: y = saturate(round_half_even(x / scale) + zero_point) in int8 or "
+    "uint8 (the zero point's type, else `output_type`); scale and zero point per tensor, per "
+    "axis or blocked."});
 
-KILN_REGISTER_OP(OpSchema{kLayerDequantize, 2, 3, 1,
+KILN_REGISTER_OP(OpSchema{kLayerDequantize,
+                          2,
+                          3,
+                          1,
                           {{"axis", A::kInt, int64_t{1}, false, "axis of per-axis / blocked parameters"},
                            {"block_size", A::kInt, int64_t{0}, false, "block size along axis (0: not blocked)"}},
                           {},

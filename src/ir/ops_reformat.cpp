@@ -6,13 +6,17 @@
 namespace kiln {
 namespace {
 
-void infer_reformat(ShapeContext& ctx) {
-  ctx.set_output(0, ctx.input_type(0), ctx.input_dims(0));
-}
+void infer_reformat(ShapeContext& ctx) { ctx.set_output(0, ctx.input_type(0), ctx.input_dims(0)); }
 
 }  // namespace
 
-KILN_REGISTER_OP(OpSchema{kLayerReformat, 1, 1, 1, {}, {}, infer_reformat,
+KILN_REGISTER_OP(OpSchema{kLayerReformat,
+                          1,
+                          1,
+                          1,
+                          {},
+                          {},
+                          infer_reformat,
                           "Copies its input into the output tensor's memory format (inserted by the builder)."});
 
 }  // namespace kiln

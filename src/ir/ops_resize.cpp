@@ -34,7 +34,8 @@ void infer_resize(ShapeContext& ctx) {
   std::vector<int64_t> sizes;
   if (has_scales) {
     const HostTensor& t = ctx.required_value(1);
-    ctx.check(is_floating_point(t.type()), std::string("input 1 (scales) must be floating-point, got ") + to_string(t.type()));
+    ctx.check(is_floating_point(t.type()),
+              std::string("input 1 (scales) must be floating-point, got ") + to_string(t.type()));
     scales = t.to_double();
   } else {
     const HostTensor& t = ctx.required_value(2);
@@ -56,7 +57,10 @@ using A = AttrType;
 }  // namespace
 
 KILN_REGISTER_OP(OpSchema{
-    kLayerResize, 1, 3, 1,
+    kLayerResize,
+    1,
+    3,
+    1,
     {{"mode", A::kString, std::string("nearest"), false, "nearest, linear or cubic"},
      {"coordinate_transformation_mode", A::kString, std::string("half_pixel"), false,
       "half_pixel, half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric or tf_half_pixel_for_nn"},

@@ -17,8 +17,8 @@ namespace {
 
 void check_dims(const ShapeContext& ctx, int i, const char* what, const Dims& expected) {
   if (!ctx.has_input(i)) return;
-  ctx.check(ctx.input_dims(i) == expected, std::string(what) + " has dims " + ctx.input_dims(i).to_string() +
-                                               ", expected " + expected.to_string());
+  ctx.check(ctx.input_dims(i) == expected,
+            std::string(what) + " has dims " + ctx.input_dims(i).to_string() + ", expected " + expected.to_string());
 }
 
 void infer_rnn(ShapeContext& ctx) {
@@ -39,7 +39,8 @@ void infer_rnn(ShapeContext& ctx) {
                                           " but X has " + to_string(t));
   }
   const Dims& x = ctx.input_dims(0);
-  ctx.check(x.rank() == 3, "X " + x.to_string() + " must be 3-D ([seq, batch, input], or [batch, seq, input] with layout 1)");
+  ctx.check(x.rank() == 3,
+            "X " + x.to_string() + " must be 3-D ([seq, batch, input], or [batch, seq, input] with layout 1)");
   const int64_t seq = p.batch_first ? x[1] : x[0];
   const int64_t batch = p.batch_first ? x[0] : x[1];
   const int64_t input = x[2];
@@ -66,11 +67,15 @@ using A = AttrType;
 }  // namespace
 
 KILN_REGISTER_OP(OpSchema{
-    kLayerRNN, 3, 8, -1,
+    kLayerRNN,
+    3,
+    8,
+    -1,
     {{"cell", A::kString, std::string(), true, "rnn, gru or lstm"},
      {"hidden_size", A::kInt, int64_t{0}, true, "hidden units"},
      {"direction", A::kString, std::string("forward"), false, "forward, reverse or bidirectional"},
-     {"activations", A::kStrings, std::vector<std::string>{}, true, "per direction: f (rnn); f, g (gru); f, g, h (lstm)"},
+     {"activations", A::kStrings, std::vector<std::string>{}, true,
+      "per direction: f (rnn); f, g (gru); f, g, h (lstm)"},
      {"activation_alpha", A::kFloats, std::vector<double>{}, false, "one per activation"},
      {"activation_beta", A::kFloats, std::vector<double>{}, false, "one per activation"},
      {"clip", A::kFloat, 0.0, false, "clip gate pre-activations to [-clip, clip] (0: none)"},

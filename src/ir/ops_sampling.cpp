@@ -62,7 +62,10 @@ using A = AttrType;
 
 }  // namespace
 
-KILN_REGISTER_OP(OpSchema{kLayerGridSample, 2, 2, 1,
+KILN_REGISTER_OP(OpSchema{kLayerGridSample,
+                          2,
+                          2,
+                          1,
                           {{"mode", A::kString, std::string("linear"), false, "linear, nearest or cubic"},
                            {"padding_mode", A::kString, std::string("zeros"), false, "zeros, border or reflection"},
                            {"align_corners", A::kInt, int64_t{0}, false, "-1 and 1 are the corner pixels' centers"}},
@@ -72,7 +75,10 @@ KILN_REGISTER_OP(OpSchema{kLayerGridSample, 2, 2, 1,
                           "of grid [N,O1..Ok,k] (x first), giving [N,C,O1..Ok]."}
                      .with_params<GridSampleParams>());
 
-KILN_REGISTER_OP(OpSchema{kLayerRoiAlign, 3, 3, 1,
+KILN_REGISTER_OP(OpSchema{kLayerRoiAlign,
+                          3,
+                          3,
+                          1,
                           {{"mode", A::kString, std::string("avg"), false, "avg or max"},
                            {"output_height", A::kInt, int64_t{1}, false, "pooled height"},
                            {"output_width", A::kInt, int64_t{1}, false, "pooled width"},
@@ -85,7 +91,10 @@ KILN_REGISTER_OP(OpSchema{kLayerRoiAlign, 3, 3, 1,
                           "ONNX RoiAlign: X [N,C,H,W], rois [R,4] (x1,y1,x2,y2), batch_indices [R] -> [R,C,oh,ow]."}
                      .with_params<RoiAlignParams>());
 
-KILN_REGISTER_OP(OpSchema{kLayerMaxRoiPool, 2, 2, 1,
+KILN_REGISTER_OP(OpSchema{kLayerMaxRoiPool,
+                          2,
+                          2,
+                          1,
                           {{"pooled_shape", A::kInts, std::vector<int64_t>{}, true, "[height, width] of each output"},
                            {"spatial_scale", A::kFloat, 1.0, false, "roi coordinate scale"}},
                           {},

@@ -37,7 +37,10 @@ using A = AttrType;
 
 }  // namespace
 
-KILN_REGISTER_OP(OpSchema{kLayerScatter, 3, 3, 1,
+KILN_REGISTER_OP(OpSchema{kLayerScatter,
+                          3,
+                          3,
+                          1,
                           {{"mode", A::kString, std::string("elements"), false, "elements or nd"},
                            {"axis", A::kInt, int64_t{0}, false, "scatter axis (elements)"},
                            {"reduction", A::kString, std::string("none"), false, "none, add, mul, max or min"}},

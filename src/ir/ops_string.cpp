@@ -16,8 +16,8 @@ namespace kiln {
 namespace {
 
 void infer_string_normalizer(ShapeContext& ctx) {
-  ctx.check(ctx.num_outputs() == 2, "has " + std::to_string(ctx.num_outputs()) +
-                                        " outputs; StringNormalizer has the strings and their count");
+  ctx.check(ctx.num_outputs() == 2,
+            "has " + std::to_string(ctx.num_outputs()) + " outputs; StringNormalizer has the strings and their count");
   (void)params_of<StringNormalizerParams>(ctx.layer());  // attributes checked when decoded
   ctx.check(ctx.input_type(0) == DataType::kString,
             "input 0 is " + std::string(to_string(ctx.input_type(0))) + "; StringNormalizer takes a string tensor");
@@ -37,23 +37,25 @@ AttrSpec attr(const std::string& name, AttrType type, AttrValue def, const std::
 
 }  // namespace
 
-KILN_REGISTER_OP(OpSchema{kLayerStringNormalizer, 1, 1, 2,
-                          {attr("case_change_action", AttrType::kString, std::string("NONE"),
-                                "NONE, LOWER or UPPER: the case change applied to the words kept"),
-                           attr("is_case_sensitive", AttrType::kInt, int64_t{0},
-                                "1: stopwords match exactly, 0: after case folding"),
-                           attr("stopwords", AttrType::kStrings, std::vector<std::string>{},
-                                "the words removed from the input"),
-                           attr("locale", AttrType::kString, std::string(),
-                                "\"\" or a locale name such as en_US (languages with special casing rules, "
-                                "e.g. tr, az, lt, are rejected)")},
-                          {},
-                          infer_string_normalizer,
-                          "ONNX StringNormalizer: removes the stopwords from a [C] or [1, C] string tensor, then "
-                          "changes the case of the words kept (Unicode simple case mappings of UTF-8 text); output "
-                          "0 is [C'] or [1, C'], one empty string when no word is kept; output 1 is C' (a "
-                          "data-dependent size).",
-                          /*takes_strings=*/true}
+KILN_REGISTER_OP(OpSchema{
+    kLayerStringNormalizer,
+    1,
+    1,
+    2,
+    {attr("case_change_action", AttrType::kString, std::string("NONE"),
+          "NONE, LOWER or UPPER: the case change applied to the words kept"),
+     attr("is_case_sensitive", AttrType::kInt, int64_t{0}, "1: stopwords match exactly, 0: after case folding"),
+     attr("stopwords", AttrType::kStrings, std::vector<std::string>{}, "the words removed from the input"),
+     attr("locale", AttrType::kString, std::string(),
+          "\"\" or a locale name such as en_US (languages with special casing rules, "
+          "e.g. tr, az, lt, are rejected)")},
+    {},
+    infer_string_normalizer,
+    "ONNX StringNormalizer: removes the stopwords from a [C] or [1, C] string tensor, then "
+    "changes the case of the words kept (Unicode simple case mappings of UTF-8 text); output "
+    "0 is [C'] or [1, C'], one empty string when no word is kept; output 1 is C' (a "
+    "data-dependent size).",
+    /*takes_strings=*/true}
                      .with_params<StringNormalizerParams>());
 
 }  // namespace kiln

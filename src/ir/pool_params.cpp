@@ -48,7 +48,8 @@ PoolGeometry pool_geometry(const PoolParams& p, const Dims& x) {
   g.pad_begin = std::move(r.pad_begin);
   g.pad_end = std::move(r.pad_end);
   for (size_t i = 0; i < k; ++i) {
-    g.out.push_back(window_output(x, i, g.pad_begin[i], g.pad_end[i], g.kernel[i], g.dilation[i], g.stride[i], p.ceil_mode));
+    g.out.push_back(
+        window_output(x, i, g.pad_begin[i], g.pad_end[i], g.kernel[i], g.dilation[i], g.stride[i], p.ceil_mode));
   }
   return g;
 }

@@ -33,10 +33,11 @@ ResizeParams ResizeParams::decode(const Layer& layer) {
                                               {"align_corners", ResizeCoordMode::kAlignCorners},
                                               {"asymmetric", ResizeCoordMode::kAsymmetric},
                                               {"tf_half_pixel_for_nn", ResizeCoordMode::kTfHalfPixelForNn}});
-  p.nearest = r.get_enum<ResizeNearestMode>("nearest_mode", {{"round_prefer_floor", ResizeNearestMode::kRoundPreferFloor},
-                                                             {"round_prefer_ceil", ResizeNearestMode::kRoundPreferCeil},
-                                                             {"floor", ResizeNearestMode::kFloor},
-                                                             {"ceil", ResizeNearestMode::kCeil}});
+  p.nearest =
+      r.get_enum<ResizeNearestMode>("nearest_mode", {{"round_prefer_floor", ResizeNearestMode::kRoundPreferFloor},
+                                                     {"round_prefer_ceil", ResizeNearestMode::kRoundPreferCeil},
+                                                     {"floor", ResizeNearestMode::kFloor},
+                                                     {"ceil", ResizeNearestMode::kCeil}});
   p.cubic_a = r.get_float("cubic_coeff_a");
   p.exclude_outside = r.get_bool("exclude_outside");
   return p;
@@ -94,7 +95,8 @@ std::vector<ResizeAxis> resize_axes(const Dims& x, const Dims& y, const std::vec
     ResizeAxis& a = axes[static_cast<size_t>(i)];
     a.in = x[i];
     a.out = y[i];
-    a.scale = given ? static_cast<float>(scales[static_cast<size_t>(i)]) : static_cast<float>(y[i]) / static_cast<float>(x[i]);
+    a.scale = given ? static_cast<float>(scales[static_cast<size_t>(i)])
+                    : static_cast<float>(y[i]) / static_cast<float>(x[i]);
     a.resized_len = given ? static_cast<double>(a.scale) * static_cast<double>(a.in) : static_cast<double>(a.out);
   }
   return axes;

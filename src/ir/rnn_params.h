@@ -26,11 +26,11 @@ const std::vector<RnnActivation>& rnn_activations();
 struct RnnParams {
   RNNCell cell = RNNCell::kLstm;
   RNNDirection direction = RNNDirection::kForward;
-  int64_t hidden = 0;              // hidden_size, >= 1
-  bool batch_first = false;        // layout 1: [batch, seq, ...]
+  int64_t hidden = 0;                // hidden_size, >= 1
+  bool batch_first = false;          // layout 1: [batch, seq, ...]
   bool linear_before_reset = false;  // gru
-  bool input_forget = false;       // lstm
-  double clip = 0.0;               // clip gate pre-activations to [-clip, clip] when > 0
+  bool input_forget = false;         // lstm
+  double clip = 0.0;                 // clip gate pre-activations to [-clip, clip] when > 0
   // Per direction, in ONNX order (f; f, g; f, g, h), each with its alpha and beta (attributes
   // activation_alpha / activation_beta; both left empty: each activation's default from
   // rnn_activations()); names from rnn_activations().

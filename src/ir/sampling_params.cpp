@@ -14,7 +14,8 @@ GridSampleParams GridSampleParams::decode(const Layer& layer) {
   const ParamReader r(layer);
   GridSampleParams p;
   p.mode = r.get_enum<GridSampleMode>(
-      "mode", {{"linear", GridSampleMode::kLinear}, {"nearest", GridSampleMode::kNearest}, {"cubic", GridSampleMode::kCubic}});
+      "mode",
+      {{"linear", GridSampleMode::kLinear}, {"nearest", GridSampleMode::kNearest}, {"cubic", GridSampleMode::kCubic}});
   p.padding = r.get_enum<GridSamplePadding>("padding_mode", {{"zeros", GridSamplePadding::kZeros},
                                                              {"border", GridSamplePadding::kBorder},
                                                              {"reflection", GridSamplePadding::kReflection}});
@@ -43,7 +44,8 @@ RoiAlignParams RoiAlignParams::decode(const Layer& layer) {
   p.output_width = r.int_in("output_width", 1, kMax);
   p.sampling_ratio = r.int_in("sampling_ratio", 0, kMax);
   p.spatial_scale = r.get_float("spatial_scale");
-  p.half_pixel = r.get_enum<bool>("coordinate_transformation_mode", {{"half_pixel", true}, {"output_half_pixel", false}});
+  p.half_pixel =
+      r.get_enum<bool>("coordinate_transformation_mode", {{"half_pixel", true}, {"output_half_pixel", false}});
   return p;
 }
 

@@ -23,7 +23,7 @@ struct GridSampleParams {
 Dims grid_sample_output_dims(const Dims& x, const Dims& grid);
 
 struct RoiAlignParams {
-  bool max_mode = false;   // mode "max" (ONNX Runtime's), else "avg"
+  bool max_mode = false;                        // mode "max" (ONNX Runtime's), else "avg"
   int64_t output_height = 1, output_width = 1;  // >= 1
   int64_t sampling_ratio = 0;                   // >= 0 (0: adaptive)
   double spatial_scale = 1.0;

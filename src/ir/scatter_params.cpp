@@ -10,9 +10,11 @@ namespace kiln {
 namespace {
 
 // The names of `reduction`, for decoding and for messages.
-const EnumNames<ScatterReduction> kReductions = {
-    {"none", ScatterReduction::kNone}, {"add", ScatterReduction::kAdd}, {"mul", ScatterReduction::kMul},
-    {"max", ScatterReduction::kMax},   {"min", ScatterReduction::kMin}};
+const EnumNames<ScatterReduction> kReductions = {{"none", ScatterReduction::kNone},
+                                                 {"add", ScatterReduction::kAdd},
+                                                 {"mul", ScatterReduction::kMul},
+                                                 {"max", ScatterReduction::kMax},
+                                                 {"min", ScatterReduction::kMin}};
 
 }  // namespace
 

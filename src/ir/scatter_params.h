@@ -15,7 +15,7 @@ enum class ScatterReduction : int { kNone, kAdd, kMul, kMax, kMin };
 const char* to_string(ScatterReduction reduction);  // "none", "add", "mul", "max", "min"
 
 struct ScatterParams {
-  bool nd = false;  // mode "nd" (ScatterND) rather than "elements" (ScatterElements)
+  bool nd = false;   // mode "nd" (ScatterND) rather than "elements" (ScatterElements)
   int64_t axis = 0;  // elements: the scatter axis as stored (may be negative)
   ScatterReduction reduction = ScatterReduction::kNone;
   // Throws kiln::Error naming the layer, the attribute and the allowed values.

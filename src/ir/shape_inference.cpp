@@ -133,7 +133,8 @@ std::vector<HostTensor> evaluate_on_host(const Layer& layer, const std::vector<c
   const KernelEntry* entry = KernelRegistry::instance().find(DeviceType::kCPU, layer.type(), "reference");
   if (!entry) {
     const auto all = KernelRegistry::instance().find(DeviceType::kCPU, layer.type());
-    if (all.empty()) throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): no CPU kernel to evaluate it on the host");
+    if (all.empty())
+      throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): no CPU kernel to evaluate it on the host");
     entry = all.back();
   }
   std::vector<HostTensor> outputs;
@@ -207,8 +208,9 @@ TensorStates infer_shapes(const Network& network, const std::map<std::string, Di
     if (it != input_dims.end()) {
       dims = it->second;
       if (dims.rank() != t->dims().rank()) {
-        throw Error("input " + quote(t->name()) + ": dims " + dims.to_string() + " have rank " + std::to_string(dims.rank()) +
-                    ", the network declares " + t->dims().to_string() + " (rank " + std::to_string(t->dims().rank()) + ")");
+        throw Error("input " + quote(t->name()) + ": dims " + dims.to_string() + " have rank " +
+                    std::to_string(dims.rank()) + ", the network declares " + t->dims().to_string() + " (rank " +
+                    std::to_string(t->dims().rank()) + ")");
       }
       for (int k = 0; k < dims.rank(); ++k) {
         if (t->dims()[k] >= 0 && dims[k] != t->dims()[k]) {

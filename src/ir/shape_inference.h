@@ -62,9 +62,8 @@ std::vector<HostTensor> evaluate_on_host(const Layer& layer, const std::vector<c
 
 // Shape inference of a single layer for given input states (used by the above and by tests).
 // Returns (type, dims) per output.
-std::vector<std::pair<DataType, Dims>> infer_layer(const Layer& layer,
-                                                   const std::vector<const TensorState*>& inputs,
-                                                   const std::unordered_map<const Tensor*, int64_t>* known_sizes = nullptr,
-                                                   DataDependence* dependence = nullptr);
+std::vector<std::pair<DataType, Dims>> infer_layer(
+    const Layer& layer, const std::vector<const TensorState*>& inputs,
+    const std::unordered_map<const Tensor*, int64_t>* known_sizes = nullptr, DataDependence* dependence = nullptr);
 
 }  // namespace kiln

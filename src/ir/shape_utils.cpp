@@ -19,9 +19,9 @@ Dims broadcast_dims(const ShapeContext& ctx, const Dims& a, const Dims& b) {
     const int64_t da = ia >= 0 ? a[ia] : 1;
     const int64_t db = ib >= 0 ? b[ib] : 1;
     if (da != db && da != 1 && db != 1) {
-      ctx.fail("cannot broadcast shapes " + a.to_string() + " and " + b.to_string() + ": dim " +
-               std::to_string(i) + " of the broadcast result has extents " + std::to_string(da) +
-               " and " + std::to_string(db) + " (each must be equal or 1)");
+      ctx.fail("cannot broadcast shapes " + a.to_string() + " and " + b.to_string() + ": dim " + std::to_string(i) +
+               " of the broadcast result has extents " + std::to_string(da) + " and " + std::to_string(db) +
+               " (each must be equal or 1)");
     }
     out.push_back(da == 1 ? db : da);
   }

@@ -16,7 +16,7 @@ enum class StringCaseAction : int32_t { kNone, kLower, kUpper };
 
 struct StringNormalizerParams {
   StringCaseAction case_change = StringCaseAction::kNone;  // case_change_action "NONE", "LOWER", "UPPER"
-  bool case_sensitive = false;                              // is_case_sensitive: stopwords match exactly
+  bool case_sensitive = false;                             // is_case_sensitive: stopwords match exactly
   std::vector<std::string> stopwords;
   std::string locale;  // accepted by string_locale_problem
   // Throws kiln::Error naming the layer, the attribute and the allowed values (or the locale's problem).

@@ -54,7 +54,8 @@ Tensor* NodeContext::input(int i) {
   Tensor* t = state_.tensor(node_.input(i));
   if (!t) {
     if (state_.sequences.count(node_.input(i))) {
-      unsupported("input " + quote(node_.input(i)) + " is a sequence; kiln resolves ONNX sequences while importing and only "
+      unsupported("input " + quote(node_.input(i)) +
+                  " is a sequence; kiln resolves ONNX sequences while importing and only "
                   "SequenceAt, SequenceInsert, SequenceErase, SequenceLength and ConcatFromSequence can read one");
     }
     fail("input '" + node_.input(i) +
@@ -93,8 +94,8 @@ std::optional<Dims> NodeContext::input_dims(int i) const {
   if (!has_input(i)) return std::nullopt;
   const std::string& name = node_.input(i);
   if (auto c = state_.constants.find(name); c != state_.constants.end()) return c->second.value.dims();
-  if (auto t = state_.tensors.find(name); t != state_.tensors.end() && t->second->is_network_input() &&
-                                          !state_.poisoned.count(name)) {
+  if (auto t = state_.tensors.find(name);
+      t != state_.tensors.end() && t->second->is_network_input() && !state_.poisoned.count(name)) {
     return t->second->dims();
   }
   if (auto k = state_.known_dims.find(name); k != state_.known_dims.end()) return k->second;
@@ -218,7 +219,8 @@ Tensor* NodeContext::add_constant(const HostTensor& value, const std::string& su
 }
 
 Tensor* NodeContext::add_int64_constant(const std::vector<int64_t>& values, const std::string& suffix) {
-  return add_constant(HostTensor::from_vector(DataType::kInt64, Dims{static_cast<int64_t>(values.size())}, values), suffix);
+  return add_constant(HostTensor::from_vector(DataType::kInt64, Dims{static_cast<int64_t>(values.size())}, values),
+                      suffix);
 }
 
 std::optional<DataType> NodeContext::static_type(int i) {
@@ -234,7 +236,8 @@ std::optional<DataType> NodeContext::static_type(int i) {
 }
 
 Tensor* NodeContext::add_float_constant(const std::vector<float>& values, const std::string& suffix) {
-  return add_constant(HostTensor::from_vector(DataType::kFloat32, Dims{static_cast<int64_t>(values.size())}, values), suffix);
+  return add_constant(HostTensor::from_vector(DataType::kFloat32, Dims{static_cast<int64_t>(values.size())}, values),
+                      suffix);
 }
 
 void NodeContext::fail(const std::string& message) const {

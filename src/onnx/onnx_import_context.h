@@ -41,8 +41,8 @@ struct OnnxUnsupported {
 // Per-model state shared by all importers of one parse (owned by the driver).
 struct OnnxImportState {
   Network* network = nullptr;
-  std::string source;    // file name or "<memory>" for messages
-  std::string base_dir;  // for external data
+  std::string source;                     // file name or "<memory>" for messages
+  std::string base_dir;                   // for external data
   std::map<std::string, int64_t> opsets;  // domain ("" for the default) -> version
   // Every tensor imported so far, by ONNX name.
   std::unordered_map<std::string, Tensor*> tensors;
@@ -144,8 +144,8 @@ class NodeContext {
 
   // ---- building --------------------------------------------------------------------------
   // Adds a layer named name() (suffix empty) or name() + "/" + suffix, made unique.
-  Layer* add_layer(const std::string& type, const std::vector<Tensor*>& inputs, int num_outputs,
-                   Attributes attrs = {}, const std::string& suffix = "");
+  Layer* add_layer(const std::string& type, const std::vector<Tensor*>& inputs, int num_outputs, Attributes attrs = {},
+                   const std::string& suffix = "");
   // A Constant layer named name() + "/" + suffix; returns its output.
   Tensor* add_constant(const HostTensor& value, const std::string& suffix);
   Tensor* add_int64_constant(const std::vector<int64_t>& values, const std::string& suffix);

@@ -34,8 +34,9 @@ onnx::ModelProto read_model(google::protobuf::io::ZeroCopyInputStream& stream, c
   google::protobuf::io::CodedInputStream coded(&stream);
   coded.SetTotalBytesLimit(std::numeric_limits<int>::max());
   if (!model.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage()) {
-    throw Error(source + ": not a valid ONNX model (protobuf decoding failed: the file is truncated, corrupt, larger "
-                         "than 2 GB or not an ONNX model)");
+    throw Error(source +
+                ": not a valid ONNX model (protobuf decoding failed: the file is truncated, corrupt, larger "
+                "than 2 GB or not an ONNX model)");
   }
   // Protobuf accepts many byte strings as a message with only unknown fields.
   if (!model.has_graph() || model.ir_version() <= 0) {
@@ -46,8 +47,9 @@ onnx::ModelProto read_model(google::protobuf::io::ZeroCopyInputStream& stream, c
 
 onnx::ModelProto read_model_bytes(const void* data, size_t size, const std::string& source) {
   if (size > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    throw Error(source + ": the model is larger than protobuf's 2 GB limit; save its weights as external data "
-                         "(onnx.save_model(..., save_as_external_data=True))");
+    throw Error(source +
+                ": the model is larger than protobuf's 2 GB limit; save its weights as external data "
+                "(onnx.save_model(..., save_as_external_data=True))");
   }
   google::protobuf::io::ArrayInputStream stream(data, static_cast<int>(size));
   return read_model(stream, source);
@@ -59,8 +61,9 @@ onnx::ModelProto read_model_file(const std::string& path) {
   // folder gives an error naming the file.
   const uint64_t size = check_regular_file(path, "ONNX model");
   if (size > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
-    throw Error(quote(path) + ": the model is larger than protobuf's 2 GB limit; save its weights as external data "
-                               "(onnx.save_model(..., save_as_external_data=True))");
+    throw Error(quote(path) +
+                ": the model is larger than protobuf's 2 GB limit; save its weights as external data "
+                "(onnx.save_model(..., save_as_external_data=True))");
   }
   const std::vector<uint8_t> bytes =
       read_whole_file(path, "ONNX model", static_cast<uint64_t>(std::numeric_limits<int>::max()));
@@ -207,9 +210,11 @@ class ModelImporter {
     }
     const int64_t opset = state_.opset_of("");
     if (opset < kMinTestedOpset || opset > kMaxTestedOpset) {
-      log(Severity::kWarning, state_.source + ": default-domain opset " + std::to_string(opset) + " is outside the range kiln's "
-                              "ONNX importer is tested with (" + std::to_string(kMinTestedOpset) + "-" +
-                              std::to_string(kMaxTestedOpset) + "); nodes are imported with the rules of the nearest opset");
+      log(Severity::kWarning, state_.source + ": default-domain opset " + std::to_string(opset) +
+                                  " is outside the range kiln's "
+                                  "ONNX importer is tested with (" +
+                                  std::to_string(kMinTestedOpset) + "-" + std::to_string(kMaxTestedOpset) +
+                                  "); nodes are imported with the rules of the nearest opset");
     }
   }
 
@@ -229,7 +234,8 @@ class ModelImporter {
     }
     for (const auto& init : graph_.initializer()) {
       if (init.name().empty()) throw ParseError(state_.source + ": an initializer has no name");
-      HostTensor value = tensor_from_proto(init, state_.base_dir, state_.source + ": initializer " + quote(init.name()));
+      HostTensor value =
+          tensor_from_proto(init, state_.base_dir, state_.source + ": initializer " + quote(init.name()));
       state_.constants[init.name()] = {std::move(value), init.name()};
     }
   }
@@ -238,16 +244,21 @@ class ModelImporter {
     for (const auto& input : graph_.input()) {
       if (state_.constants.count(input.name())) continue;  // IR < 4 lists initializers as inputs
       const std::string what = state_.source + ": graph input " + quote(input.name());
-      if (!input.type().has_tensor_type()) throw ParseError(what + " is not a tensor (sequences and maps are not supported)");
+      if (!input.type().has_tensor_type())
+        throw ParseError(what + " is not a tensor (sequences and maps are not supported)");
       const int32_t elem = input.type().tensor_type().elem_type();
       const auto type = data_type_from_onnx(elem);
-      if (!type) throw ParseError(what + " has element type " + onnx_data_type_name(elem) + ", which kiln does not support");
+      if (!type)
+        throw ParseError(what + " has element type " + onnx_data_type_name(elem) + ", which kiln does not support");
       if (!input.type().tensor_type().has_shape()) {
-        throw ParseError(what + " has no shape (not even a rank); kiln needs the rank of every input. Set it in the model "
-                                "(e.g. onnx.tools.update_model_dims)");
+        throw ParseError(what +
+                         " has no shape (not even a rank); kiln needs the rank of every input. Set it in the model "
+                         "(e.g. onnx.tools.update_model_dims)");
       }
-      if (input.type().tensor_type().shape().dim_size() > kMaxDims) throw ParseError(what + " has a rank above " + std::to_string(kMaxDims));
-      if (state_.network->find_tensor(input.name())) throw ParseError(what + ": the network already has a tensor of that name");
+      if (input.type().tensor_type().shape().dim_size() > kMaxDims)
+        throw ParseError(what + " has a rank above " + std::to_string(kMaxDims));
+      if (state_.network->find_tensor(input.name()))
+        throw ParseError(what + ": the network already has a tensor of that name");
       state_.tensors[input.name()] = state_.network->add_input(input.name(), *type, dims_from_type(input.type()));
     }
   }
@@ -271,8 +282,8 @@ class ModelImporter {
         const std::string& out = node.output(i);
         if (!out.empty() && state_.consumed.count(out) && !state_.tensors.count(out) && !state_.constants.count(out) &&
             !state_.sequences.count(out)) {
-          throw Error("node " + quote(layer_name) + " (" + node.op_type() + "): the importer did not produce output '" + out +
-                      "' (kiln bug)");
+          throw Error("node " + quote(layer_name) + " (" + node.op_type() + "): the importer did not produce output '" +
+                      out + "' (kiln bug)");
         }
       }
       // Downstream of a failed node everything is suspect: later errors are consequences.
@@ -325,15 +336,17 @@ class ModelImporter {
       if (auto seq = state_.sequences.find(name); seq != state_.sequences.end()) {
         // A node-level problem (listed with the others), charged to the node that made the value.
         problems_.push_back({seq->second.op_type, "", seq->second.node, state_.opset_of(""),
-                             "its output " + quote(name) + " is a graph output, but it is a sequence: kiln resolves ONNX "
-                             "sequences while importing and its networks output tensors only; output the tensors "
-                             "(SequenceAt) or one tensor (ConcatFromSequence) instead"});
+                             "its output " + quote(name) +
+                                 " is a graph output, but it is a sequence: kiln resolves ONNX "
+                                 "sequences while importing and its networks output tensors only; output the tensors "
+                                 "(SequenceAt) or one tensor (ConcatFromSequence) instead"});
         continue;
       }
       const bool is_constant = state_.constants.count(name) > 0;
       Tensor* t = state_.tensor(name);
       if (!t) {
-        throw ParseError(state_.source + ": graph output " + quote(name) + " is not produced by any node, initializer or input");
+        throw ParseError(state_.source + ": graph output " + quote(name) +
+                         " is not produced by any node, initializer or input");
       }
       if (t->is_network_input() || is_constant) {
         // An output must be computed by a layer: copy the input/constant through an Identity.
@@ -341,8 +354,8 @@ class ModelImporter {
         Tensor* copy = state_.network->add_layer(kLayerIdentity, {t}, 1, {}, layer)->output(0);
         if (t->is_network_input()) {
           copy->set_name(state_.network->unique_name(name + "_output"));
-          log(Severity::kWarning, state_.source + ": graph output " + quote(name) + " is also a graph input; the output is named '" +
-                                      copy->name() + "'");
+          log(Severity::kWarning, state_.source + ": graph output " + quote(name) +
+                                      " is also a graph input; the output is named '" + copy->name() + "'");
         } else {
           state_.claim_tensor_name(copy, name);
         }
@@ -367,16 +380,18 @@ std::string format_problems(const std::string& source, int64_t opset, int num_no
     const std::string domain = p.domain.empty() ? "ai.onnx" : p.domain;
     // Only nodes for which no plugin is registered: a found plugin whose fields were wrong says so itself.
     plugin_missing |= p.reason.find("no registered plugin") != std::string::npos;
-    msg += "\n  - node " + quote(p.node_name) + ": op " + p.op_type + ", domain " + domain + ", opset " + std::to_string(p.opset) +
-           ": " + p.reason;
+    msg += "\n  - node " + quote(p.node_name) + ": op " + p.op_type + ", domain " + domain + ", opset " +
+           std::to_string(p.opset) + ": " + p.reason;
   }
   msg += "\nhint: ";
   if (plugin_missing) {
-    msg += "ops kiln does not know need a kiln plugin of the same name, registered before the import (load its "
-           "library with --plugins LIB.so or kiln::load_plugin_library; docs/writing-a-plugin.md); ";
+    msg +=
+        "ops kiln does not know need a kiln plugin of the same name, registered before the import (load its "
+        "library with --plugins LIB.so or kiln::load_plugin_library; docs/writing-a-plugin.md); ";
   }
-  msg += "for standard ops, check the opset and attributes kiln supports (docs/layers.md), or replace the op when "
-         "exporting. OnnxParser::check_file lists these nodes without building a network.";
+  msg +=
+      "for standard ops, check the opset and attributes kiln supports (docs/layers.md), or replace the op when "
+      "exporting. OnnxParser::check_file lists these nodes without building a network.";
   return msg;
 }
 

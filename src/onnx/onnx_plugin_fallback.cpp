@@ -22,14 +22,22 @@ namespace {
 
 const char* onnx_attr_type_name(int t) {
   switch (t) {
-    case onnx::AttributeProto::FLOAT: return "FLOAT";
-    case onnx::AttributeProto::INT: return "INT";
-    case onnx::AttributeProto::STRING: return "STRING";
-    case onnx::AttributeProto::TENSOR: return "TENSOR";
-    case onnx::AttributeProto::FLOATS: return "FLOATS";
-    case onnx::AttributeProto::INTS: return "INTS";
-    case onnx::AttributeProto::STRINGS: return "STRINGS";
-    default: return "another type";
+    case onnx::AttributeProto::FLOAT:
+      return "FLOAT";
+    case onnx::AttributeProto::INT:
+      return "INT";
+    case onnx::AttributeProto::STRING:
+      return "STRING";
+    case onnx::AttributeProto::TENSOR:
+      return "TENSOR";
+    case onnx::AttributeProto::FLOATS:
+      return "FLOATS";
+    case onnx::AttributeProto::INTS:
+      return "INTS";
+    case onnx::AttributeProto::STRINGS:
+      return "STRINGS";
+    default:
+      return "another type";
   }
 }
 
@@ -107,8 +115,8 @@ bool try_import_plugin_node(NodeContext& ctx) {
   const std::string ns = ctx.attr_string("plugin_namespace", "");
   const PluginCreator* creator = PluginRegistry::instance().find(ctx.op_type(), version, ns);
   if (!creator) return false;  // the driver reports the node as unsupported
-  const std::string where = "node " + quote(ctx.name()) + " (" + (ctx.node().domain().empty() ? "" : ctx.node().domain() + "::") +
-                            ctx.op_type() + ")";
+  const std::string where = "node " + quote(ctx.name()) + " (" +
+                            (ctx.node().domain().empty() ? "" : ctx.node().domain() + "::") + ctx.op_type() + ")";
   std::vector<PluginFieldSpec> schema;
   try {
     schema = creator_field_schema(*creator, where);
@@ -135,7 +143,9 @@ bool try_import_plugin_node(NodeContext& ctx) {
   for (int i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(ctx.required_input(i, "plugin input"));
   Layer* layer = nullptr;
   try {
-    const std::string lname = ctx.network().find_layer(ctx.name()) || ctx.network().find_tensor(ctx.name()) ? ctx.network().unique_name(ctx.name()) : ctx.name();
+    const std::string lname = ctx.network().find_layer(ctx.name()) || ctx.network().find_tensor(ctx.name())
+                                  ? ctx.network().unique_name(ctx.name())
+                                  : ctx.name();
     layer = add_plugin_layer(ctx.network(), inputs, *creator, fields, lname, where);
   } catch (const Error& e) {
     throw OnnxUnsupported{e.what()};

@@ -124,9 +124,12 @@ ExternalData locate_external(const onnx::TensorProto& proto, uint64_t need, cons
   int64_t offset = 0;
   int64_t length = -1;
   for (const auto& kv : proto.external_data()) {
-    if (kv.key() == "location") location = kv.value();
-    else if (kv.key() == "offset") offset = parse_nonnegative(kv.value(), "offset", what);
-    else if (kv.key() == "length") length = parse_nonnegative(kv.value(), "length", what);
+    if (kv.key() == "location")
+      location = kv.value();
+    else if (kv.key() == "offset")
+      offset = parse_nonnegative(kv.value(), "offset", what);
+    else if (kv.key() == "length")
+      length = parse_nonnegative(kv.value(), "length", what);
     // "checksum" and unknown keys are informational.
   }
   if (location.empty()) throw Error(what + ": external data has no 'location'");
@@ -149,12 +152,17 @@ ExternalData locate_external(const onnx::TensorProto& proto, uint64_t need, cons
 // The typed repeated field that holds elements of `proto`'s type: its name and size.
 std::pair<const char*, int64_t> typed_field(const onnx::TensorProto& proto) {
   switch (proto.data_type()) {
-    case onnx::TensorProto::FLOAT: return {"float_data", proto.float_data_size()};
-    case onnx::TensorProto::DOUBLE: return {"double_data", proto.double_data_size()};
-    case onnx::TensorProto::INT64: return {"int64_data", proto.int64_data_size()};
+    case onnx::TensorProto::FLOAT:
+      return {"float_data", proto.float_data_size()};
+    case onnx::TensorProto::DOUBLE:
+      return {"double_data", proto.double_data_size()};
+    case onnx::TensorProto::INT64:
+      return {"int64_data", proto.int64_data_size()};
     case onnx::TensorProto::UINT32:
-    case onnx::TensorProto::UINT64: return {"uint64_data", proto.uint64_data_size()};
-    default: return {"int32_data", proto.int32_data_size()};
+    case onnx::TensorProto::UINT64:
+      return {"uint64_data", proto.uint64_data_size()};
+    default:
+      return {"int32_data", proto.int32_data_size()};
   }
 }
 
@@ -187,7 +195,8 @@ HostTensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& 
                 " is not supported by kiln (float32/16/64, int8/16/32/64, uint8/16/32/64, bool, string are)");
   }
   if (proto.dims_size() > kMaxDims) {
-    throw Error(what + ": rank " + std::to_string(proto.dims_size()) + " exceeds kiln's maximum of " + std::to_string(kMaxDims));
+    throw Error(what + ": rank " + std::to_string(proto.dims_size()) + " exceeds kiln's maximum of " +
+                std::to_string(kMaxDims));
   }
   Dims dims;
   for (int64_t d : proto.dims()) {
@@ -241,12 +250,22 @@ HostTensor tensor_from_proto(const onnx::TensorProto& proto, const std::string& 
   }
   HostTensor out = allocate(*type, dims, what);
   switch (proto.data_type()) {
-    case onnx::TensorProto::FLOAT: copy_field(proto.float_data(), out, what, "float_data"); break;
-    case onnx::TensorProto::DOUBLE: copy_field(proto.double_data(), out, what, "double_data"); break;
-    case onnx::TensorProto::INT64: copy_field(proto.int64_data(), out, what, "int64_data"); break;
+    case onnx::TensorProto::FLOAT:
+      copy_field(proto.float_data(), out, what, "float_data");
+      break;
+    case onnx::TensorProto::DOUBLE:
+      copy_field(proto.double_data(), out, what, "double_data");
+      break;
+    case onnx::TensorProto::INT64:
+      copy_field(proto.int64_data(), out, what, "int64_data");
+      break;
     case onnx::TensorProto::UINT32:
-    case onnx::TensorProto::UINT64: copy_field(proto.uint64_data(), out, what, "uint64_data"); break;
-    default: copy_field(proto.int32_data(), out, what, "int32_data"); break;  // (u)int8/16, int32, bool, float16
+    case onnx::TensorProto::UINT64:
+      copy_field(proto.uint64_data(), out, what, "uint64_data");
+      break;
+    default:
+      copy_field(proto.int32_data(), out, what, "int32_data");
+      break;  // (u)int8/16, int32, bool, float16
   }
   return out;
 }

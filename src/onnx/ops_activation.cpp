@@ -72,7 +72,8 @@ void import_gelu(NodeContext& ctx) {
   const std::string approximate = ctx.attr_string("approximate", "none");
   if (approximate != "none" && approximate != "tanh") ctx.fail("unknown approximate value " + quote(approximate));
   const char* kind = approximate == "tanh" ? "gelu_tanh" : "gelu_erf";
-  ctx.set_output(0, ctx.add_layer(kLayerActivation, {ctx.required_input(0, "X")}, 1, activation_attrs(kind))->output(0));
+  ctx.set_output(0,
+                 ctx.add_layer(kLayerActivation, {ctx.required_input(0, "X")}, 1, activation_attrs(kind))->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("Gelu", import_gelu,
                             {.min_opset = 20, .types = kFloatTypes, .notes = "approximate 'none' or 'tanh'"});
@@ -93,7 +94,8 @@ void import_clip(NodeContext& ctx) {
     for (int i = 1; i <= 2; ++i) {
       if (!ctx.has_input(i)) continue;
       const HostTensor& v = ctx.constant_input(i, i == 1 ? "min" : "max");
-      if (v.count() != 1) ctx.fail(std::string(i == 1 ? "min" : "max") + " must be a scalar, has dims " + v.dims().to_string());
+      if (v.count() != 1)
+        ctx.fail(std::string(i == 1 ? "min" : "max") + " must be a scalar, has dims " + v.dims().to_string());
       bounds[i - 1] = &v;
     }
     const HostTensor* typed = bounds[0] ? bounds[0] : bounds[1];
@@ -102,7 +104,8 @@ void import_clip(NodeContext& ctx) {
       if (bounds[0]) {
         Attributes a;
         a.set("op", std::string("max"));
-        y = ctx.add_layer(kLayerElementWise, {y, ctx.add_constant(*bounds[0], "min")}, 1, std::move(a), bounds[1] ? "min" : "")
+        y = ctx.add_layer(kLayerElementWise, {y, ctx.add_constant(*bounds[0], "min")}, 1, std::move(a),
+                          bounds[1] ? "min" : "")
                 ->output(0);
       }
       if (bounds[1]) {

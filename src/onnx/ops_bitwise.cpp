@@ -10,13 +10,17 @@ namespace {
 
 void import_bit_shift(NodeContext& ctx) {
   const std::string direction = ctx.attr_string("direction", "");
-  if (direction != "LEFT" && direction != "RIGHT") ctx.fail("attribute 'direction' must be LEFT or RIGHT, got " + quote(direction));
+  if (direction != "LEFT" && direction != "RIGHT")
+    ctx.fail("attribute 'direction' must be LEFT or RIGHT, got " + quote(direction));
   Attributes a;
   a.set("direction", std::string(direction == "LEFT" ? "left" : "right"));
-  ctx.set_output(0, ctx.add_layer(kLayerBitShift, {ctx.required_input(0, "X"), ctx.required_input(1, "Y")}, 1, std::move(a))->output(0));
+  ctx.set_output(
+      0, ctx.add_layer(kLayerBitShift, {ctx.required_input(0, "X"), ctx.required_input(1, "Y")}, 1, std::move(a))
+             ->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("BitShift", import_bit_shift,
-                            {.min_opset = 11, .types = "uint8, uint16, uint32, uint64",
+                            {.min_opset = 11,
+                             .types = "uint8, uint16, uint32, uint64",
                              .notes = "every unsigned width, on the CPU and CUDA"});
 
 }  // namespace

@@ -43,8 +43,10 @@ Tensor* reshape_scaled(NodeContext& ctx, Tensor* x, Tensor* like, const std::vec
   Attributes prod, quot;
   prod.set("op", std::string("prod"));
   quot.set("op", std::string("div"));
-  shape = ctx.add_layer(kLayerElementWise, {shape, ctx.add_int64_constant(mul, "shape_mul")}, 1, prod, "shape_mul")->output(0);
-  shape = ctx.add_layer(kLayerElementWise, {shape, ctx.add_int64_constant(div, "shape_div")}, 1, quot, "shape_div")->output(0);
+  shape = ctx.add_layer(kLayerElementWise, {shape, ctx.add_int64_constant(mul, "shape_mul")}, 1, prod, "shape_mul")
+              ->output(0);
+  shape = ctx.add_layer(kLayerElementWise, {shape, ctx.add_int64_constant(div, "shape_div")}, 1, quot, "shape_div")
+              ->output(0);
   Attributes a;
   a.set("reshape_mode", std::string("dims"));
   a.set("zero_is_placeholder", int64_t{0});
@@ -86,7 +88,8 @@ void import_space_to_depth(NodeContext& ctx) {
   Tensor* t = ctx.add_layer(kLayerShuffle, {x}, 1, shuffle_attrs({}, {0, 0, 0, -1, b}, {}), "split_w")->output(0);
   // -> [N,C,W/b,b2,H] -> [N,C,W/b,b2,H/b,b1] -> [N,b1,b2,C,H/b,W/b]
   t = ctx.add_layer(kLayerShuffle, {t}, 1, shuffle_attrs({0, 1, 3, 4, 2}, {0, 0, 0, 0, -1, b}, {0, 5, 3, 1, 4, 2}),
-                    "split_h")->output(0);
+                    "split_h")
+          ->output(0);
   ctx.set_output(0, reshape_scaled(ctx, t, x, {1, b * b, 1, 1}, {1, 1, b, b}));
 }
 KILN_REGISTER_ONNX_IMPORTER("SpaceToDepth", import_space_to_depth, {.min_opset = 1, .types = "all kiln types"});
@@ -124,12 +127,24 @@ void import_eye_like(NodeContext& ctx) {
   if (type) {
     HostTensor one(*type, Dims{1});
     switch (*type) {
-      case DataType::kFloat32: one.as<float>()[0] = 1.0f; break;
-      case DataType::kFloat64: one.as<double>()[0] = 1.0; break;
-      case DataType::kFloat16: one.as<half>()[0] = half(1.0f); break;
-      case DataType::kInt32: one.as<int32_t>()[0] = 1; break;
-      case DataType::kInt64: one.as<int64_t>()[0] = 1; break;
-      default: one.as<uint8_t>()[0] = 1; break;  // int8, uint8, bool
+      case DataType::kFloat32:
+        one.as<float>()[0] = 1.0f;
+        break;
+      case DataType::kFloat64:
+        one.as<double>()[0] = 1.0;
+        break;
+      case DataType::kFloat16:
+        one.as<half>()[0] = half(1.0f);
+        break;
+      case DataType::kInt32:
+        one.as<int32_t>()[0] = 1;
+        break;
+      case DataType::kInt64:
+        one.as<int64_t>()[0] = 1;
+        break;
+      default:
+        one.as<uint8_t>()[0] = 1;
+        break;  // int8, uint8, bool
     }
     Attributes fill;
     fill.set("mode", std::string("constant"));
@@ -151,7 +166,8 @@ void import_eye_like(NodeContext& ctx) {
     sq.set("axes", std::vector<int64_t>{2});
     ones = ctx.add_layer(kLayerShuffle, {hot}, 1, std::move(sq), "ones")->output(0);
   }
-  Tensor* k = ctx.add_constant(HostTensor::from_vector(DataType::kInt64, Dims{}, std::vector<int64_t>{ctx.attr_int("k", 0)}), "k");
+  Tensor* k = ctx.add_constant(
+      HostTensor::from_vector(DataType::kInt64, Dims{}, std::vector<int64_t>{ctx.attr_int("k", 0)}), "k");
   Attributes upper, lower;
   upper.set("upper", int64_t{1});
   lower.set("upper", int64_t{0});
@@ -188,7 +204,8 @@ void import_compress(NodeContext& ctx) {
   ctx.set_output(0, ctx.add_layer(kLayerGather, {x, positions}, 1, std::move(a))->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("Compress", import_compress,
-                            {.min_opset = 9, .types = "all kiln types",
+                            {.min_opset = 9,
+                             .types = "all kiln types",
                              .notes = "a run-time condition gives a data-dependent output size (NonZero)"});
 
 // Shrink: y = x < -lambd ? x + bias : x > lambd ? x - bias : 0, written as
@@ -199,23 +216,26 @@ void import_shrink(NodeContext& ctx) {
   const double bias = ctx.attr_float("bias", 0.0);
   const std::vector<std::string> program = {
       fused_activation(ActivationType::kClip, 0, -lambd, lambd),  // r1
-      fused_binary(ElementWiseOp::kSub, 0, 1),                     // r2 = x - clip(x)
-      fused_unary(UnaryOp::kSign, 2),                              // r3
-      fused_unary(UnaryOp::kAbs, 0),                               // r4
-      fused_const(bias),                                           // r5
-      fused_binary(ElementWiseOp::kSub, 4, 5),                     // r6 = |x| - bias
-      fused_binary(ElementWiseOp::kProd, 3, 6),                    // r7
+      fused_binary(ElementWiseOp::kSub, 0, 1),                    // r2 = x - clip(x)
+      fused_unary(UnaryOp::kSign, 2),                             // r3
+      fused_unary(UnaryOp::kAbs, 0),                              // r4
+      fused_const(bias),                                          // r5
+      fused_binary(ElementWiseOp::kSub, 4, 5),                    // r6 = |x| - bias
+      fused_binary(ElementWiseOp::kProd, 3, 6),                   // r7
   };
   Attributes a;
   a.set("program", program);
-  ctx.set_output(0, ctx.add_layer(kLayerFusedElementWise, {ctx.required_input(0, "input")}, 1, std::move(a))->output(0));
+  ctx.set_output(0,
+                 ctx.add_layer(kLayerFusedElementWise, {ctx.required_input(0, "input")}, 1, std::move(a))->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("Shrink", import_shrink, {.min_opset = 9, .types = "float32"});
 
 std::vector<int64_t> lp_pool_list(NodeContext& ctx, const std::string& name, size_t k, int64_t def) {
   std::vector<int64_t> v = ctx.attr_ints(name);
   if (v.empty()) return std::vector<int64_t>(k, def);
-  if (v.size() != k) ctx.fail("attribute " + quote(name) + " has " + std::to_string(v.size()) + " values, expected " + std::to_string(k));
+  if (v.size() != k)
+    ctx.fail("attribute " + quote(name) + " has " + std::to_string(v.size()) + " values, expected " +
+             std::to_string(k));
   return v;
 }
 
@@ -252,7 +272,8 @@ Tensor* lp_pool_ceil_pads(NodeContext& ctx, Tensor* x, const std::vector<int64_t
   Tensor* s = ctx.add_int64_constant(strides, "ceil_strides");
   Tensor* span = op(dim, ctx.add_int64_constant(span_offset, "ceil_span_offset"), "sum", "ceil_span");
   // last = (out - 1) * s, the start of the last window before the rule; `div` truncates like C.
-  Tensor* q = op(op(span, ctx.add_int64_constant(stride_less_1, "ceil_round_up"), "sum", "ceil_span_up"), s, "div", "ceil_q");
+  Tensor* q =
+      op(op(span, ctx.add_int64_constant(stride_less_1, "ceil_round_up"), "sum", "ceil_span_up"), s, "div", "ceil_q");
   Tensor* last = op(q, s, "prod", "ceil_last");
   Tensor* limit = op(dim, ctx.add_int64_constant(pad_begin, "ceil_pad_begin"), "sum", "ceil_limit");
   Attributes cast;
@@ -260,7 +281,8 @@ Tensor* lp_pool_ceil_pads(NodeContext& ctx, Tensor* x, const std::vector<int64_t
   Tensor* past = op(last, limit, "greater_or_equal", "ceil_past");
   past = ctx.add_layer(kLayerCast, {past}, 1, std::move(cast), "ceil_past_int")->output(0);
   last = op(last, op(past, s, "prod", "ceil_drop"), "sub", "ceil_last_kept");
-  Tensor* extra = op(op(last, span, "sub", "ceil_overhang"), ctx.add_int64_constant({0}, "ceil_zero"), "max", "ceil_extra");
+  Tensor* extra =
+      op(op(last, span, "sub", "ceil_overhang"), ctx.add_int64_constant({0}, "ceil_zero"), "max", "ceil_extra");
   Attributes cat;
   cat.set("axis", int64_t{0});
   Tensor* zeros = ctx.add_int64_constant(std::vector<int64_t>(k + 4, 0), "ceil_pads_head");
@@ -274,7 +296,8 @@ Tensor* lp_pool_ceil_pads(NodeContext& ctx, Tensor* x, const std::vector<int64_t
 void import_lp_pool(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "X");
   const std::vector<int64_t> kernel = ctx.attr_ints("kernel_shape");
-  if (kernel.empty() || kernel.size() > 3) ctx.unsupported(std::to_string(kernel.size()) + "-D LpPool (kiln supports 1-D to 3-D)");
+  if (kernel.empty() || kernel.size() > 3)
+    ctx.unsupported(std::to_string(kernel.size()) + "-D LpPool (kiln supports 1-D to 3-D)");
   const size_t k = kernel.size();
   // The window becomes an all-ones constant of kernel_shape's volume, allocated here: a few
   // bytes of attribute must not claim terabytes (a 3 x 2^40 kernel did, found by fuzzing).
@@ -289,7 +312,8 @@ void import_lp_pool(NodeContext& ctx) {
   const std::vector<int64_t> dilations = lp_pool_list(ctx, "dilations", k, 1);
   std::vector<int64_t> effective(k);
   for (size_t i = 0; i < k; ++i)
-    effective[i] = checked_add(checked_mul(kernel[i] - 1, dilations[i], "LpPool dilated window"), 1, "LpPool dilated window");
+    effective[i] =
+        checked_add(checked_mul(kernel[i] - 1, dilations[i], "LpPool dilated window"), 1, "LpPool dilated window");
   std::vector<int64_t> pads = resolve_auto_pad(ctx, effective, strides);
   if (pads.empty()) pads.assign(2 * k, 0);
   Tensor* ceil_pads = nullptr;  // the run-time extra end padding (symbolic spatial dims)
@@ -299,7 +323,8 @@ void import_lp_pool(NodeContext& ctx) {
     for (size_t i = 0; is_static && i < k; ++i) is_static = (*dims)[static_cast<int>(i) + 2] != kDynamic;
     if (is_static) {
       for (size_t i = 0; i < k; ++i) {
-        pads[i + k] += lp_pool_ceil_extra((*dims)[static_cast<int>(i) + 2], pads[i], pads[i + k], effective[i], strides[i]);
+        pads[i + k] +=
+            lp_pool_ceil_extra((*dims)[static_cast<int>(i) + 2], pads[i], pads[i + k], effective[i], strides[i]);
       }
     } else {
       ceil_pads = lp_pool_ceil_pads(ctx, x, pads, effective, strides);
@@ -314,7 +339,8 @@ void import_lp_pool(NodeContext& ctx) {
     return ctx.add_layer(kLayerElementWise, {a, b}, 1, std::move(e), suffix)->output(0);
   };
   auto scalar = [&](double v, const std::string& suffix) {
-    return ctx.add_constant(HostTensor::from_vector(DataType::kFloat32, Dims{}, std::vector<float>{static_cast<float>(v)}), suffix);
+    return ctx.add_constant(
+        HostTensor::from_vector(DataType::kFloat32, Dims{}, std::vector<float>{static_cast<float>(v)}), suffix);
   };
   Tensor* powered = nullptr;
   if (p == 2.0) {
@@ -327,7 +353,8 @@ void import_lp_pool(NodeContext& ctx) {
   }
   std::vector<int64_t> single_channel{-1, 1};
   single_channel.resize(k + 2, 0);
-  Tensor* planes = ctx.add_layer(kLayerShuffle, {powered}, 1, shuffle_attrs({}, single_channel, {}), "planes")->output(0);
+  Tensor* planes =
+      ctx.add_layer(kLayerShuffle, {powered}, 1, shuffle_attrs({}, single_channel, {}), "planes")->output(0);
   if (ceil_pads) planes = ctx.add_layer(kLayerPadding, {planes, ceil_pads}, 1, {}, "ceil_pad")->output(0);
 
   std::vector<int64_t> weight_dims{1, 1};

@@ -18,11 +18,12 @@ std::vector<int64_t> spatial_attr(NodeContext& ctx, const std::string& name, siz
   std::vector<int64_t> v = ctx.attr_ints(name);
   if (v.empty()) return std::vector<int64_t>(k, def);
   if (v.size() != k) {
-    ctx.fail("attribute " + quote(name) + " has " + std::to_string(v.size()) + " values, expected " + std::to_string(k) +
-             " (one per spatial dim)");
+    ctx.fail("attribute " + quote(name) + " has " + std::to_string(v.size()) + " values, expected " +
+             std::to_string(k) + " (one per spatial dim)");
   }
   for (int64_t x : v) {
-    if (x < 0 || (def == 1 && x == 0)) ctx.fail("attribute " + quote(name) + " has an invalid value " + std::to_string(x));
+    if (x < 0 || (def == 1 && x == 0))
+      ctx.fail("attribute " + quote(name) + " has an invalid value " + std::to_string(x));
   }
   return v;
 }
@@ -37,7 +38,8 @@ std::vector<int64_t> kernel_shape(NodeContext& ctx) {
       ctx.fail("weights " + quote(ctx.input_name(1)) + " must have rank >= 3");
     }
     for (int i = 2; i < wd->rank(); ++i) {
-      if ((*wd)[i] == kDynamic) ctx.fail("kernel_shape is absent and weights " + quote(ctx.input_name(1)) + " have unknown dims");
+      if ((*wd)[i] == kDynamic)
+        ctx.fail("kernel_shape is absent and weights " + quote(ctx.input_name(1)) + " have unknown dims");
       kernel.push_back((*wd)[i]);
     }
   }
@@ -200,9 +202,12 @@ HostTensor channel_tensor(const std::vector<double>& values, DataType type) {
   const Dims dims{static_cast<int64_t>(values.size())};
   HostTensor t(type, dims);
   for (size_t i = 0; i < values.size(); ++i) {
-    if (type == DataType::kFloat64) t.as<double>()[i] = values[i];
-    else if (type == DataType::kFloat16) t.as<half>()[i] = half(static_cast<float>(values[i]));
-    else t.as<float>()[i] = static_cast<float>(values[i]);
+    if (type == DataType::kFloat64)
+      t.as<double>()[i] = values[i];
+    else if (type == DataType::kFloat16)
+      t.as<half>()[i] = half(static_cast<float>(values[i]));
+    else
+      t.as<float>()[i] = static_cast<float>(values[i]);
   }
   return t;
 }
@@ -236,10 +241,12 @@ void import_batch_normalization(NodeContext& ctx) {
   a.set("channel_axis", int64_t{1});
   ctx.set_output(0, ctx.add_layer(kLayerScale, {x, s, b}, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("BatchNormalization", import_batch_normalization,
-                            {.min_opset = 1,
-                             .types = kFloatTypes,
-                             .notes = "inference only: scale, B, mean and var must be constants; training_mode=1 and spatial=0 are not supported"});
+KILN_REGISTER_ONNX_IMPORTER(
+    "BatchNormalization", import_batch_normalization,
+    {.min_opset = 1,
+     .types = kFloatTypes,
+     .notes =
+         "inference only: scale, B, mean and var must be constants; training_mode=1 and spatial=0 are not supported"});
 
 }  // namespace
 }  // namespace kiln

@@ -14,7 +14,8 @@ void import_non_zero(NodeContext& ctx) {
   ctx.set_output(0, layer->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("NonZero", import_non_zero,
-                            {.min_opset = 9, .types = "float32, float16, float64, int32, int64, int8, uint8, bool",
+                            {.min_opset = 9,
+                             .types = "float32, float16, float64, int32, int64, int8, uint8, bool",
                              .notes = "data-dependent output size: the runtime reads the count after the layer ran "
                                       "(no CUDA graph capture for such engines)"});
 
@@ -33,7 +34,8 @@ void import_non_max_suppression(NodeContext& ctx) {
   ctx.set_output(0, layer->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("NonMaxSuppression", import_non_max_suppression,
-                            {.min_opset = 10, .types = "float32",
+                            {.min_opset = 10,
+                             .types = "float32",
                              .notes = "data-dependent output size (no CUDA graph capture for such engines)"});
 
 // Unique (opset 11): without `axis` the elements of x flattened, with it the slices along it.
@@ -46,7 +48,8 @@ void import_unique(NodeContext& ctx) {
   for (int i = 0; i < 4 && i < ctx.num_outputs(); ++i) ctx.set_output(i, layer->output(i));
 }
 KILN_REGISTER_ONNX_IMPORTER("Unique", import_unique,
-                            {.min_opset = 11, .types = "float32, float16, float64, int32, int64, int8, uint8, bool",
+                            {.min_opset = 11,
+                             .types = "float32, float16, float64, int32, int64, int8, uint8, bool",
                              .notes = "data-dependent output size (no CUDA graph capture for such engines); NaNs "
                                       "count as one value, sorted after every number"});
 

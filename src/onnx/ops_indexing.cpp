@@ -54,8 +54,7 @@ void import_hardmax(NodeContext& ctx) {
   back.set("reshape_mode", std::string("dims"));
   ctx.set_output(0, ctx.add_layer(kLayerShuffle, {hard, shape}, 1, std::move(back))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Hardmax", import_hardmax,
-                            {.min_opset = 1, .types = "float32, float16, float64"});
+KILN_REGISTER_ONNX_IMPORTER("Hardmax", import_hardmax, {.min_opset = 1, .types = "float32, float16, float64"});
 
 // TopK: k is an attribute in opset 1 and an input from 10 on; largest/sorted from 11 on. kiln
 // always returns sorted results, which sorted=0 (order unspecified) allows. The layer's output 2
@@ -74,7 +73,8 @@ void import_top_k(NodeContext& ctx) {
   ctx.set_output(1, layer->output(1));
 }
 KILN_REGISTER_ONNX_IMPORTER("TopK", import_top_k,
-                            {.min_opset = 1, .types = "float32, float16, float64, int32, int64, int8, uint8",
+                            {.min_opset = 1,
+                             .types = "float32, float16, float64, int32, int64, int8, uint8",
                              .notes = "a k not known when shapes are inferred is read at run time (a data-dependent "
                                       "output size: no CUDA graph capture for such engines)"});
 
@@ -82,8 +82,9 @@ void import_cum_sum(NodeContext& ctx) {
   Attributes a;
   a.set("exclusive", ctx.attr_int("exclusive", 0));
   a.set("reverse", ctx.attr_int("reverse", 0));
-  ctx.set_output(0, ctx.add_layer(kLayerCumSum, {ctx.required_input(0, "x"), ctx.required_input(1, "axis")}, 1,
-                                  std::move(a))->output(0));
+  ctx.set_output(
+      0, ctx.add_layer(kLayerCumSum, {ctx.required_input(0, "x"), ctx.required_input(1, "axis")}, 1, std::move(a))
+             ->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("CumSum", import_cum_sum,
                             {.min_opset = 11, .types = "float32, float16, float64, int32, int64, int8, uint8"});
@@ -103,19 +104,22 @@ void import_one_hot(NodeContext& ctx) {
   ctx.set_output(0, ctx.add_layer(kLayerOneHot,
                                   {ctx.required_input(0, "indices"), ctx.required_input(1, "depth"),
                                    ctx.required_input(2, "values")},
-                                  1, std::move(a))->output(0));
+                                  1, std::move(a))
+                        ->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("OneHot", import_one_hot,
-                            {.min_opset = 9, .types = "indices: numeric; values: all kiln types",
+                            {.min_opset = 9,
+                             .types = "indices: numeric; values: all kiln types",
                              .notes = "depth must be computable when shapes are inferred"});
 
 void import_reverse_sequence(NodeContext& ctx) {
   Attributes a;
   a.set("batch_axis", ctx.attr_int("batch_axis", 1));
   a.set("time_axis", ctx.attr_int("time_axis", 0));
-  ctx.set_output(0, ctx.add_layer(kLayerReverseSequence,
-                                  {ctx.required_input(0, "input"), ctx.required_input(1, "sequence_lens")}, 1,
-                                  std::move(a))->output(0));
+  ctx.set_output(
+      0, ctx.add_layer(kLayerReverseSequence, {ctx.required_input(0, "input"), ctx.required_input(1, "sequence_lens")},
+                       1, std::move(a))
+             ->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("ReverseSequence", import_reverse_sequence, {.min_opset = 10, .types = "all kiln types"});
 
@@ -131,7 +135,8 @@ void import_max_unpool(NodeContext& ctx) {
   ctx.set_output(0, ctx.add_layer(kLayerMaxUnpool, inputs, 1, std::move(a))->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("MaxUnpool", import_max_unpool,
-                            {.min_opset = 9, .types = "all kiln types",
+                            {.min_opset = 9,
+                             .types = "all kiln types",
                              .notes = "output_shape must be computable when shapes are inferred"});
 
 }  // namespace

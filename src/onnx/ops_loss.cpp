@@ -96,8 +96,8 @@ void check_loss_ranks(NodeContext& ctx) {
              "; it must be [N, C, d1..dk] (rank >= 2)");
   }
   if (x && target && target->rank() != x->rank() - 1) {
-    ctx.fail("target " + quote(ctx.input_name(1)) + " has dims " + target->to_string() + " but input '" + ctx.input_name(0) +
-             "' has dims " + x->to_string() + "; the target must be [N, d1..dk] (rank one less)");
+    ctx.fail("target " + quote(ctx.input_name(1)) + " has dims " + target->to_string() + " but input '" +
+             ctx.input_name(0) + "' has dims " + x->to_string() + "; the target must be [N, d1..dk] (rank one less)");
   }
   if (ctx.has_input(2)) {
     const auto weight = ctx.input_dims(2);
@@ -116,7 +116,7 @@ Tensor* negative_log_likelihood(NodeContext& ctx, Tensor* x) {
   Tensor* target = b.cast(ctx.required_input(1, "target"), DataType::kInt64, "target_int64");
 
   Tensor* index = b.axis1(target, true, "index");  // [N,1,d..]
-  Tensor* ignored = nullptr;                         // bool [N,1,d..]; null without ignore_index
+  Tensor* ignored = nullptr;                       // bool [N,1,d..]; null without ignore_index
   if (ctx.has_attr("ignore_index")) {
     Tensor* ii = ctx.add_int64_constant({ctx.attr_int("ignore_index", 0)}, "ignore_index");
     ignored = b.elementwise(index, ii, "equal", "ignored");
@@ -144,9 +144,12 @@ Tensor* negative_log_likelihood(NodeContext& ctx, Tensor* x) {
   }
 
   switch (reduction) {
-    case LossReduction::kNone: return b.axis1(loss, false, "squeeze");
-    case LossReduction::kSum: return b.reduce_all(loss, "sum", "sum");
-    case LossReduction::kMean: break;
+    case LossReduction::kNone:
+      return b.axis1(loss, false, "squeeze");
+    case LossReduction::kSum:
+      return b.reduce_all(loss, "sum", "sum");
+    case LossReduction::kMean:
+      break;
   }
   if (!weight) return b.reduce_all(loss, "mean", "mean");
   return b.elementwise(b.reduce_all(loss, "sum", "sum"), b.reduce_all(weight, "sum", "weight_sum"), "div", "mean");

@@ -12,8 +12,7 @@ constexpr const char* kFloatTypes = "float32, float16, float64";
 constexpr const char* kNumericTypes = "float32, float16, float64, int8, uint8, int32, int64";
 constexpr const char* kAllTypes = "every kiln type (float32/16/64, int8, uint8, int32, int64, bool)";
 // Ops whose CPU kernel (ElementWise) also takes int16 and uint16/32/64.
-constexpr const char* kWideIntTypes =
-    "float32, float16, float64, int8/16/32/64, uint8/16/32/64";
+constexpr const char* kWideIntTypes = "float32, float16, float64, int8/16/32/64, uint8/16/32/64";
 
 Attributes op_attrs(const std::string& op) {
   Attributes a;
@@ -29,10 +28,20 @@ struct OpName {
 };
 
 constexpr OpName kBinaryOps[] = {
-    {"Add", "sum"},        {"Sub", "sub"},         {"Mul", "prod"},           {"Div", "div"},
-    {"Pow", "pow"},        {"Mod", "mod"},         {"Equal", "equal"},        {"Less", "less"},
-    {"Greater", "greater"}, {"LessOrEqual", "less_or_equal"}, {"GreaterOrEqual", "greater_or_equal"},
-    {"And", "and"},        {"Or", "or"},           {"Xor", "xor"},
+    {"Add", "sum"},
+    {"Sub", "sub"},
+    {"Mul", "prod"},
+    {"Div", "div"},
+    {"Pow", "pow"},
+    {"Mod", "mod"},
+    {"Equal", "equal"},
+    {"Less", "less"},
+    {"Greater", "greater"},
+    {"LessOrEqual", "less_or_equal"},
+    {"GreaterOrEqual", "greater_or_equal"},
+    {"And", "and"},
+    {"Or", "or"},
+    {"Xor", "xor"},
 };
 
 const char* lookup(const OpName* table, size_t n, const std::string& op_type) {
@@ -84,9 +93,9 @@ KILN_REGISTER_ONNX_IMPORTER("Div", import_binary,
                             {.min_opset = 1,
                              .types = kNumericTypes,
                              .notes = "opset < 7: broadcast with 'axis' needs both ranks recorded; integers truncate"});
-KILN_REGISTER_ONNX_IMPORTER("Pow", import_binary,
-                            {.min_opset = 1,
-                             .types = "base float32, float16, float64, int32, int64; exponent of any numeric kiln type"});
+KILN_REGISTER_ONNX_IMPORTER(
+    "Pow", import_binary,
+    {.min_opset = 1, .types = "base float32, float16, float64, int32, int64; exponent of any numeric kiln type"});
 KILN_REGISTER_ONNX_IMPORTER("Mod", import_binary, {.min_opset = 10, .types = kWideIntTypes});
 KILN_REGISTER_ONNX_IMPORTER("Equal", import_binary, {.min_opset = 1, .types = kAllTypes});
 KILN_REGISTER_ONNX_IMPORTER("Less", import_binary, {.min_opset = 1, .types = kNumericTypes});
@@ -116,7 +125,8 @@ void import_variadic(NodeContext& ctx) {
   for (int i = 1; i < n; ++i) {
     const bool last = i == n - 1 && !mean;
     Tensor* next = ctx.required_input(i, "data_" + std::to_string(i));
-    acc = ctx.add_layer(kLayerElementWise, {acc, next}, 1, op_attrs(op), last ? "" : "acc" + std::to_string(i))->output(0);
+    acc = ctx.add_layer(kLayerElementWise, {acc, next}, 1, op_attrs(op), last ? "" : "acc" + std::to_string(i))
+              ->output(0);
   }
   if (mean) {
     Attributes a;
@@ -149,11 +159,11 @@ KILN_REGISTER_ONNX_IMPORTER("Mean", import_variadic, {.min_opset = 1, .types = k
 // ---- unary -------------------------------------------------------------------------------------
 
 constexpr OpName kUnaryOps[] = {
-    {"Sqrt", "sqrt"}, {"Exp", "exp"},     {"Log", "log"},     {"Abs", "abs"},     {"Neg", "neg"},
-    {"Reciprocal", "recip"}, {"Floor", "floor"}, {"Ceil", "ceil"}, {"Round", "round"}, {"Sin", "sin"},
-    {"Cos", "cos"},   {"Tan", "tan"},     {"Asin", "asin"},   {"Acos", "acos"},   {"Atan", "atan"},
-    {"Sinh", "sinh"}, {"Cosh", "cosh"},   {"Asinh", "asinh"}, {"Acosh", "acosh"}, {"Atanh", "atanh"},
-    {"Erf", "erf"},   {"Not", "not"},     {"Sign", "sign"},   {"IsNaN", "isnan"}, {"IsInf", "isinf"},
+    {"Sqrt", "sqrt"},        {"Exp", "exp"},     {"Log", "log"},     {"Abs", "abs"},     {"Neg", "neg"},
+    {"Reciprocal", "recip"}, {"Floor", "floor"}, {"Ceil", "ceil"},   {"Round", "round"}, {"Sin", "sin"},
+    {"Cos", "cos"},          {"Tan", "tan"},     {"Asin", "asin"},   {"Acos", "acos"},   {"Atan", "atan"},
+    {"Sinh", "sinh"},        {"Cosh", "cosh"},   {"Asinh", "asinh"}, {"Acosh", "acosh"}, {"Atanh", "atanh"},
+    {"Erf", "erf"},          {"Not", "not"},     {"Sign", "sign"},   {"IsNaN", "isnan"}, {"IsInf", "isinf"},
 };
 
 // IsInf detecting one sign only: isinf(x) and (x > -x) keeps +inf, (x < -x) keeps -inf; this
@@ -161,9 +171,12 @@ constexpr OpName kUnaryOps[] = {
 void import_is_inf_one_sign(NodeContext& ctx, Tensor* x, Tensor* any_inf, bool positive, bool negative) {
   Tensor* neg = ctx.add_layer(kLayerUnary, {x}, 1, op_attrs("neg"), "neg")->output(0);
   Tensor* sign = nullptr;
-  if (positive) sign = ctx.add_layer(kLayerElementWise, {x, neg}, 1, op_attrs("greater"), "positive")->output(0);
-  else if (negative) sign = ctx.add_layer(kLayerElementWise, {x, neg}, 1, op_attrs("less"), "negative")->output(0);
-  else sign = ctx.add_layer(kLayerUnary, {any_inf}, 1, op_attrs("not"), "none")->output(0);  // detects nothing
+  if (positive)
+    sign = ctx.add_layer(kLayerElementWise, {x, neg}, 1, op_attrs("greater"), "positive")->output(0);
+  else if (negative)
+    sign = ctx.add_layer(kLayerElementWise, {x, neg}, 1, op_attrs("less"), "negative")->output(0);
+  else
+    sign = ctx.add_layer(kLayerUnary, {any_inf}, 1, op_attrs("not"), "none")->output(0);  // detects nothing
   ctx.set_output(0, ctx.add_layer(kLayerElementWise, {any_inf, sign}, 1, op_attrs("and"))->output(0));
 }
 

@@ -23,23 +23,26 @@ void import_layer_normalization(NodeContext& ctx) {
   Attributes a = mode_attrs("layer", ctx.attr_float("epsilon", 1e-5));
   a.set("axis", ctx.attr_int("axis", -1));
   const int64_t stash = ctx.attr_int("stash_type", 1);
-  if (stash != 1) ctx.unsupported("stash_type " + std::to_string(stash) + " (kiln computes statistics in float32 or wider)");
+  if (stash != 1)
+    ctx.unsupported("stash_type " + std::to_string(stash) + " (kiln computes statistics in float32 or wider)");
   int outputs = 1;
   for (int i = 1; i < 3; ++i) {
     if (ctx.output_used(i)) outputs = i + 1;
   }
-  Layer* layer = ctx.add_layer(kLayerNormalization, {ctx.required_input(0, "X"), ctx.required_input(1, "Scale"), ctx.input(2)},
-                               outputs, std::move(a));
+  Layer* layer =
+      ctx.add_layer(kLayerNormalization, {ctx.required_input(0, "X"), ctx.required_input(1, "Scale"), ctx.input(2)},
+                    outputs, std::move(a));
   for (int i = 0; i < outputs; ++i) ctx.set_output(i, layer->output(i));
 }
 KILN_REGISTER_ONNX_IMPORTER("LayerNormalization", import_layer_normalization,
-                            {.min_opset = 17, .types = "float32, float16, float64",
+                            {.min_opset = 17,
+                             .types = "float32, float16, float64",
                              .notes = "Mean and InvStdDev outputs are float32"});
 
 void import_instance_normalization(NodeContext& ctx) {
-  Layer* layer = ctx.add_layer(kLayerNormalization,
-                               {ctx.required_input(0, "input"), ctx.required_input(1, "scale"), ctx.required_input(2, "B")}, 1,
-                               mode_attrs("instance", ctx.attr_float("epsilon", 1e-5)));
+  Layer* layer = ctx.add_layer(
+      kLayerNormalization, {ctx.required_input(0, "input"), ctx.required_input(1, "scale"), ctx.required_input(2, "B")},
+      1, mode_attrs("instance", ctx.attr_float("epsilon", 1e-5)));
   ctx.set_output(0, layer->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("InstanceNormalization", import_instance_normalization,
@@ -62,7 +65,8 @@ void import_group_normalization(NodeContext& ctx) {
     }
     const int64_t channels = (*dims)[1];
     if (groups < 1 || channels % groups != 0) {
-      ctx.fail("num_groups " + std::to_string(groups) + " does not divide the channel count " + std::to_string(channels));
+      ctx.fail("num_groups " + std::to_string(groups) + " does not divide the channel count " +
+               std::to_string(channels));
     }
     std::vector<int64_t> group_of(static_cast<size_t>(channels));
     for (int64_t c = 0; c < channels; ++c) group_of[static_cast<size_t>(c)] = c / (channels / groups);
@@ -77,7 +81,8 @@ void import_group_normalization(NodeContext& ctx) {
   ctx.set_output(0, layer->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("GroupNormalization", import_group_normalization,
-                            {.min_opset = 18, .types = "float32, float16, float64",
+                            {.min_opset = 18,
+                             .types = "float32, float16, float64",
                              .notes = "opset 18 (per-group scale) needs the channel count recorded in the model"});
 
 // MeanVarianceNormalization: `axes` from opset 9 on; opset 1 spells them across_channels
@@ -86,7 +91,8 @@ KILN_REGISTER_ONNX_IMPORTER("GroupNormalization", import_group_normalization,
 void import_mean_variance_normalization(NodeContext& ctx) {
   Attributes a = mode_attrs("mvn", 1e-9);
   if (ctx.opset() < 9) {
-    a.set("axes", ctx.attr_int("across_channels", 0) != 0 ? std::vector<int64_t>{0, 1, 2, 3} : std::vector<int64_t>{0, 2, 3});
+    a.set("axes",
+          ctx.attr_int("across_channels", 0) != 0 ? std::vector<int64_t>{0, 1, 2, 3} : std::vector<int64_t>{0, 2, 3});
     a.set("normalize_variance", ctx.attr_int("normalize_variance", 1));
   } else {
     a.set("axes", ctx.attr_ints("axes", {0, 2, 3}));

@@ -76,7 +76,8 @@ void import_quantize_linear(NodeContext& ctx) {
   ctx.set_output(0, ctx.add_layer(kLayerQuantize, inputs, 1, std::move(a))->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("QuantizeLinear", import_quantize_linear,
-                            {.min_opset = 10, .types = "float32, float16, float64 to int8, uint8",
+                            {.min_opset = 10,
+                             .types = "float32, float16, float64 to int8, uint8",
                              .notes = "per tensor, per axis, blocked; int16/int4/float8 outputs unsupported"});
 
 void import_dequantize_linear(NodeContext& ctx) {
@@ -89,7 +90,8 @@ void import_dequantize_linear(NodeContext& ctx) {
   ctx.set_output(0, ctx.add_layer(kLayerDequantize, inputs, 1, quant_attrs(ctx))->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("DequantizeLinear", import_dequantize_linear,
-                            {.min_opset = 10, .types = "int8, uint8, int32 to float32, float16, float64",
+                            {.min_opset = 10,
+                             .types = "int8, uint8, int32 to float32, float16, float64",
                              .notes = "per tensor, per axis, blocked; int16/int4/float8 inputs unsupported"});
 
 void import_dynamic_quantize_linear(NodeContext& ctx) {
@@ -253,7 +255,8 @@ void import_conv_integer(NodeContext& ctx) {
   Tensor* acc = f64_conv(ctx, 0, 2, 1, 3, -1, &spatial);
   ctx.set_output(0, cast(ctx, acc, DataType::kInt32, ""));
 }
-KILN_REGISTER_ONNX_IMPORTER("ConvInteger", import_conv_integer, {.min_opset = 10, .types = "int8, uint8", .notes = "1-D to 3-D"});
+KILN_REGISTER_ONNX_IMPORTER("ConvInteger", import_conv_integer,
+                            {.min_opset = 10, .types = "int8, uint8", .notes = "1-D to 3-D"});
 
 void import_qlinear_conv(NodeContext& ctx) {
   size_t spatial = 0;

@@ -27,7 +27,8 @@ void import_softmax(NodeContext& ctx) {
   if (!last_axis) {
     if (const auto dims = ctx.input_dims(0)) {
       const int rank = dims->rank();
-      if (axis < -rank || axis >= std::max(rank, 1)) ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+      if (axis < -rank || axis >= std::max(rank, 1))
+        ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
       last_axis = (axis < 0 ? axis + rank : axis) == rank - 1;
     }
   }
@@ -55,10 +56,11 @@ struct ReduceSpec {
 };
 
 constexpr ReduceSpec kReduceOps[] = {
-    {"ReduceMean", "mean", 18},        {"ReduceSum", "sum", 13},           {"ReduceMax", "max", 18},
-    {"ReduceMin", "min", 18},          {"ReduceProd", "prod", 18},         {"ReduceL1", "l1", 18},
-    {"ReduceL2", "l2", 18},            {"ReduceSumSquare", "sum_square", 18}, {"ReduceLogSum", "log_sum", 18},
-    {"ReduceLogSumExp", "log_sum_exp", 18},
+    {"ReduceMean", "mean", 18},      {"ReduceSum", "sum", 13},
+    {"ReduceMax", "max", 18},        {"ReduceMin", "min", 18},
+    {"ReduceProd", "prod", 18},      {"ReduceL1", "l1", 18},
+    {"ReduceL2", "l2", 18},          {"ReduceSumSquare", "sum_square", 18},
+    {"ReduceLogSum", "log_sum", 18}, {"ReduceLogSumExp", "log_sum_exp", 18},
 };
 
 // noop_with_empty_axes=1 with no axes reduces nothing, but the op's element-wise part still

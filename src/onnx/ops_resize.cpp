@@ -12,7 +12,8 @@ namespace {
 std::string interpolation_mode(NodeContext& ctx) {
   std::string mode = ctx.attr_string("mode", "nearest");
   if (mode == "bilinear" || mode == "trilinear") mode = "linear";  // spellings of old exporters
-  if (mode != "nearest" && mode != "linear" && (mode != "cubic" || ctx.opset() < 11)) ctx.fail("unknown mode " + quote(mode));
+  if (mode != "nearest" && mode != "linear" && (mode != "cubic" || ctx.opset() < 11))
+    ctx.fail("unknown mode " + quote(mode));
   return mode;
 }
 
@@ -68,10 +69,12 @@ void import_resize(NodeContext& ctx) {
   a.set("extrapolation_value", ctx.attr_float("extrapolation_value", 0.0));
   add_resize(ctx, x, present(ctx, 2), present(ctx, 3), std::move(a));
 }
-KILN_REGISTER_ONNX_IMPORTER("Resize", import_resize,
-                            {.min_opset = 10,
-                             .types = "nearest: every kiln type (float32/16/64, int8, uint8, int32, int64, bool); linear, cubic: float32, float16, float64",
-                             .notes = "tf_crop_and_resize (roi), antialias, axes and keep_aspect_ratio_policy are not supported"});
+KILN_REGISTER_ONNX_IMPORTER(
+    "Resize", import_resize,
+    {.min_opset = 10,
+     .types = "nearest: every kiln type (float32/16/64, int8, uint8, int32, int64, bool); linear, cubic: float32, "
+              "float16, float64",
+     .notes = "tf_crop_and_resize (roi), antialias, axes and keep_aspect_ratio_policy are not supported"});
 
 void import_upsample(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "X");
@@ -88,7 +91,8 @@ void import_upsample(NodeContext& ctx) {
 }
 KILN_REGISTER_ONNX_IMPORTER("Upsample", import_upsample,
                             {.min_opset = 7,
-                             .types = "nearest: every kiln type (float32/16/64, int8, uint8, int32, int64, bool); linear: float32, float16, float64"});
+                             .types = "nearest: every kiln type (float32/16/64, int8, uint8, int32, int64, bool); "
+                                      "linear: float32, float16, float64"});
 
 }  // namespace
 }  // namespace kiln

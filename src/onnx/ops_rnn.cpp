@@ -47,7 +47,8 @@ void import_recurrent(NodeContext& ctx) {
     for (const auto& s : attr->strings()) names.push_back(s);
   }
   if (names.empty()) {
-    for (size_t d = 0; d < dirs; ++d) names.insert(names.end(), spec->default_activations.begin(), spec->default_activations.end());
+    for (size_t d = 0; d < dirs; ++d)
+      names.insert(names.end(), spec->default_activations.begin(), spec->default_activations.end());
   } else if (names.size() == per_dir && dirs == 2) {
     const auto forward = names;
     names.insert(names.end(), forward.begin(), forward.end());
@@ -63,7 +64,8 @@ void import_recurrent(NodeContext& ctx) {
   std::vector<double> alpha, beta;
   for (const auto& name : names) {
     std::string lower = name;
-    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     const RnnActivation* info = nullptr;  // kiln's name is ONNX's in lower case with '_' between words
     for (const RnnActivation& a : rnn_activations()) {
       std::string joined = a.name;
@@ -103,8 +105,8 @@ void import_recurrent(NodeContext& ctx) {
     if (ctx.has_output(i)) ctx.set_output(i, layer->output(i));
   }
 }
-constexpr OnnxImporterInfo kRecurrentInfo{.min_opset = 7, .types = "float32, float16, float64",
-                                          .notes = "every ONNX activation; layout 1 from opset 14"};
+constexpr OnnxImporterInfo kRecurrentInfo{
+    .min_opset = 7, .types = "float32, float16, float64", .notes = "every ONNX activation; layout 1 from opset 14"};
 KILN_REGISTER_ONNX_IMPORTER("RNN", import_recurrent, kRecurrentInfo);
 KILN_REGISTER_ONNX_IMPORTER("GRU", import_recurrent, kRecurrentInfo);
 KILN_REGISTER_ONNX_IMPORTER("LSTM", import_recurrent, kRecurrentInfo);

@@ -21,7 +21,8 @@ void import_grid_sample(NodeContext& ctx) {
   if (mode != "linear" && mode != "nearest" && mode != "cubic") ctx.fail("unknown mode " + quote(mode));
   if (ctx.opset() < 20) {
     const auto dims = ctx.input_dims(0);
-    if (dims && dims->rank() != 4) ctx.fail("GridSample-" + std::to_string(ctx.opset()) + " takes 4-D input, got " + dims->to_string());
+    if (dims && dims->rank() != 4)
+      ctx.fail("GridSample-" + std::to_string(ctx.opset()) + " takes 4-D input, got " + dims->to_string());
   }
   Attributes a;
   a.set("mode", mode);
@@ -30,7 +31,9 @@ void import_grid_sample(NodeContext& ctx) {
   ctx.set_output(0, ctx.add_layer(kLayerGridSample, {x, grid}, 1, std::move(a))->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("GridSample", import_grid_sample,
-                            {.min_opset = 16, .types = "float32, float16, float64", .notes = "any number of spatial axes"});
+                            {.min_opset = 16,
+                             .types = "float32, float16, float64",
+                             .notes = "any number of spatial axes"});
 
 void import_roi_align(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "X");
@@ -42,8 +45,9 @@ void import_roi_align(NodeContext& ctx) {
   a.set("output_width", ctx.attr_int("output_width", 1));
   a.set("sampling_ratio", ctx.attr_int("sampling_ratio", 0));
   a.set("spatial_scale", ctx.attr_float("spatial_scale", 1.0));
-  a.set("coordinate_transformation_mode",
-        ctx.opset() < 16 ? std::string("output_half_pixel") : ctx.attr_string("coordinate_transformation_mode", "half_pixel"));
+  a.set("coordinate_transformation_mode", ctx.opset() < 16
+                                              ? std::string("output_half_pixel")
+                                              : ctx.attr_string("coordinate_transformation_mode", "half_pixel"));
   ctx.set_output(0, ctx.add_layer(kLayerRoiAlign, {x, rois, batch_indices}, 1, std::move(a))->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("RoiAlign", import_roi_align, {.min_opset = 10, .types = "float32, float16, float64"});

@@ -21,12 +21,14 @@ void import_scatter_mode(NodeContext& ctx, const char* mode) {
 void import_scatter_elements(NodeContext& ctx) { import_scatter_mode(ctx, "elements"); }
 void import_scatter_nd(NodeContext& ctx) { import_scatter_mode(ctx, "nd"); }
 KILN_REGISTER_ONNX_IMPORTER("ScatterElements", import_scatter_elements,
-                            {.min_opset = 11, .types = "all kiln types (reductions: not bool)",
+                            {.min_opset = 11,
+                             .types = "all kiln types (reductions: not bool)",
                              .notes = "reduction none, add, mul, max, min"});
 KILN_REGISTER_ONNX_IMPORTER("Scatter", import_scatter_elements,
                             {.min_opset = 9, .max_opset = 10, .types = "all kiln types"});
 KILN_REGISTER_ONNX_IMPORTER("ScatterND", import_scatter_nd,
-                            {.min_opset = 11, .types = "all kiln types (reductions: not bool)",
+                            {.min_opset = 11,
+                             .types = "all kiln types (reductions: not bool)",
                              .notes = "reduction none, add, mul, max, min"});
 
 }  // namespace

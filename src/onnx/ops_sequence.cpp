@@ -109,7 +109,8 @@ void import_sequence_erase(NodeContext& ctx) {
 
 void import_sequence_at(NodeContext& ctx) {
   const Elements& elements = input_sequence(ctx, 0);
-  const SequenceElement e = elements[static_cast<size_t>(position_input(ctx, 1, static_cast<int64_t>(elements.size()), false))];
+  const SequenceElement e =
+      elements[static_cast<size_t>(position_input(ctx, 1, static_cast<int64_t>(elements.size()), false))];
   if (!e.tensor) {
     ctx.set_output_constant(0, ctx.state().constants.at(e.constant).value);
     return;
@@ -131,7 +132,8 @@ void import_sequence_length(NodeContext& ctx) {
 std::optional<int64_t> static_extent(NodeContext& ctx, int64_t axis) {
   auto extent_in = [&](const Dims& d) -> std::optional<int64_t> {
     if (axis < -d.rank() || axis >= d.rank()) {
-      ctx.fail("axis " + str(axis) + " is out of range for input " + quote(ctx.input_name(0)) + " of dims " + d.to_string());
+      ctx.fail("axis " + str(axis) + " is out of range for input " + quote(ctx.input_name(0)) + " of dims " +
+               d.to_string());
     }
     const int64_t e = d[static_cast<int>(axis < 0 ? axis + d.rank() : axis)];
     return e == kDynamic ? std::nullopt : std::optional<int64_t>(e);
@@ -169,8 +171,8 @@ int64_t required_extent(NodeContext& ctx, int64_t axis, const std::string& why) 
 void import_split_to_sequence(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "input");
   const int64_t axis = ctx.attr_int("axis", 0);
-  std::vector<int64_t> sizes;      // the split, when known now
-  Tensor* split_input = nullptr;   // else a 1-D split of known length, read when shapes are inferred
+  std::vector<int64_t> sizes;     // the split, when known now
+  Tensor* split_input = nullptr;  // else a 1-D split of known length, read when shapes are inferred
   int64_t count = 0;
   bool squeeze = false;
   if (!ctx.has_input(1)) {
@@ -179,7 +181,8 @@ void import_split_to_sequence(NodeContext& ctx) {
     squeeze = ctx.attr_int("keepdims", 1) == 0;
   } else if (const HostTensor* split = ctx.constant(1)) {
     if (split->type() != DataType::kInt32 && split->type() != DataType::kInt64) {
-      ctx.fail("input " + quote(ctx.input_name(1)) + " (split) must be int32 or int64, got " + to_string(split->type()));
+      ctx.fail("input " + quote(ctx.input_name(1)) + " (split) must be int32 or int64, got " +
+               to_string(split->type()));
     }
     const std::vector<int64_t> values = split->to_int64();
     if (split->dims().rank() == 0) {
@@ -201,7 +204,8 @@ void import_split_to_sequence(NodeContext& ctx) {
                  "' has extent " + str(*extent));
       }
     } else {
-      ctx.fail("input " + quote(ctx.input_name(1)) + " (split) must be a scalar or 1-D, got dims " + split->dims().to_string());
+      ctx.fail("input " + quote(ctx.input_name(1)) + " (split) must be a scalar or 1-D, got dims " +
+               split->dims().to_string());
     }
   } else {
     // The element count must be known now; a 1-D split of recorded length keeps its values dynamic.
@@ -242,7 +246,8 @@ void import_concat_from_sequence(NodeContext& ctx) {
   const int64_t axis = ctx.attr_int("axis", 0);
   const int64_t new_axis = ctx.attr_int("new_axis", 0);
   if (new_axis != 0 && new_axis != 1) ctx.fail("attribute 'new_axis' must be 0 or 1, got " + str(new_axis));
-  if (elements.empty()) ctx.fail("the sequence " + quote(ctx.input_name(0)) + " is empty; there is nothing to concatenate");
+  if (elements.empty())
+    ctx.fail("the sequence " + quote(ctx.input_name(0)) + " is empty; there is nothing to concatenate");
   std::vector<Tensor*> inputs;
   for (size_t k = 0; k < elements.size(); ++k) {
     Tensor* t = element_tensor(ctx, elements[k]);
@@ -271,7 +276,8 @@ KILN_REGISTER_ONNX_IMPORTER("SequenceInsert", import_sequence_insert,
                             {.min_opset = 11, .types = kAllTypes, .notes = kPositionNote});
 KILN_REGISTER_ONNX_IMPORTER("SequenceErase", import_sequence_erase,
                             {.min_opset = 11, .types = kAllTypes, .notes = kPositionNote});
-KILN_REGISTER_ONNX_IMPORTER("SequenceAt", import_sequence_at, {.min_opset = 11, .types = kAllTypes, .notes = kPositionNote});
+KILN_REGISTER_ONNX_IMPORTER("SequenceAt", import_sequence_at,
+                            {.min_opset = 11, .types = kAllTypes, .notes = kPositionNote});
 KILN_REGISTER_ONNX_IMPORTER("SequenceLength", import_sequence_length,
                             {.min_opset = 11, .types = kAllTypes, .notes = "a sequence cannot be a graph input"});
 KILN_REGISTER_ONNX_IMPORTER("SplitToSequence", import_split_to_sequence,

@@ -21,7 +21,8 @@ Attributes shuffle_attrs(const std::string& reshape_mode) {
 
 void import_reshape(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "data");
-  Tensor* shape = ctx.opset() < 5 ? ctx.add_int64_constant(ctx.attr_ints("shape"), "shape") : ctx.required_input(1, "shape");
+  Tensor* shape =
+      ctx.opset() < 5 ? ctx.add_int64_constant(ctx.attr_ints("shape"), "shape") : ctx.required_input(1, "shape");
   Attributes a = shuffle_attrs("dims");
   a.set("zero_is_placeholder", int64_t{ctx.attr_int("allowzero", 0) == 0 ? 1 : 0});
   ctx.set_output(0, ctx.add_layer(kLayerShuffle, {x, shape}, 1, std::move(a))->output(0));
@@ -105,8 +106,10 @@ void import_split(NodeContext& ctx) {
   if (ctx.opset() < 13) {
     if (ctx.has_attr("split")) a.set("split", ctx.attr_ints("split"));
   } else if (ctx.has_input(1)) {
-    if (const HostTensor* split = ctx.constant(1)) a.set("split", split->to_int64());
-    else inputs.push_back(ctx.input(1));
+    if (const HostTensor* split = ctx.constant(1))
+      a.set("split", split->to_int64());
+    else
+      inputs.push_back(ctx.input(1));
   }
   if (a.has("split") && static_cast<int>(a.get_ints("split").size()) != ctx.num_outputs()) {
     ctx.fail("'split' has " + std::to_string(a.get_ints("split").size()) + " sizes for " +
@@ -161,7 +164,8 @@ KILN_REGISTER_ONNX_IMPORTER("Tile", import_tile, {.min_opset = 6, .types = kAllT
 void import_pad(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "data");
   const std::string mode = ctx.attr_string("mode", "constant");
-  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") ctx.unsupported("mode " + quote(mode));
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
+    ctx.unsupported("mode " + quote(mode));
   Attributes a;
   a.set("mode", mode);
   Tensor* pads = nullptr;
@@ -170,18 +174,23 @@ void import_pad(NodeContext& ctx) {
     if (!ctx.has_attr("pads")) ctx.fail("attribute 'pads' is required");
     pads = ctx.add_int64_constant(ctx.attr_ints("pads"), "pads");
     const double v = ctx.attr_float("value", 0.0);
-    if (v != 0.0) value = ctx.add_constant(HostTensor::from_vector(DataType::kFloat32, Dims{}, std::vector<float>{static_cast<float>(v)}), "value");
+    if (v != 0.0)
+      value = ctx.add_constant(
+          HostTensor::from_vector(DataType::kFloat32, Dims{}, std::vector<float>{static_cast<float>(v)}), "value");
   } else if (ctx.has_input(3)) {
     const auto axes = ctx.constant_input(3, "axes").to_int64();
     const auto partial = ctx.constant_input(1, "pads (with axes)").to_int64();
     const auto dims = ctx.input_dims(0);
-    if (!dims) ctx.fail("the 'axes' input needs the rank of input " + quote(ctx.input_name(0)) + ", which the model does not record");
+    if (!dims)
+      ctx.fail("the 'axes' input needs the rank of input " + quote(ctx.input_name(0)) +
+               ", which the model does not record");
     const int rank = dims->rank();
     if (partial.size() != 2 * axes.size()) ctx.fail("'pads' must have twice as many values as 'axes'");
     std::vector<int64_t> full(2 * static_cast<size_t>(rank), 0);
     for (size_t i = 0; i < axes.size(); ++i) {
       const int64_t axis = axes[i] < 0 ? axes[i] + rank : axes[i];
-      if (axis < 0 || axis >= rank) ctx.fail("axis " + std::to_string(axes[i]) + " is out of range for rank " + std::to_string(rank));
+      if (axis < 0 || axis >= rank)
+        ctx.fail("axis " + std::to_string(axes[i]) + " is out of range for rank " + std::to_string(rank));
       full[static_cast<size_t>(axis)] = partial[i];
       full[static_cast<size_t>(axis + rank)] = partial[i + axes.size()];
     }
@@ -195,10 +204,11 @@ void import_pad(NodeContext& ctx) {
   if (value) inputs.push_back(value);
   ctx.set_output(0, ctx.add_layer(kLayerPadding, inputs, 1, std::move(a))->output(0));
 }
-KILN_REGISTER_ONNX_IMPORTER("Pad", import_pad,
-                            {.min_opset = 1,
-                             .types = kAllTypes,
-                             .notes = "modes constant, reflect, edge, wrap; the axes input (opset 18) must be a constant"});
+KILN_REGISTER_ONNX_IMPORTER(
+    "Pad", import_pad,
+    {.min_opset = 1,
+     .types = kAllTypes,
+     .notes = "modes constant, reflect, edge, wrap; the axes input (opset 18) must be a constant"});
 
 void import_shape(NodeContext& ctx) {
   Attributes a;

@@ -33,7 +33,8 @@ void import_string_normalizer(NodeContext& ctx) {
   ctx.set_output(0, layer->output(0));
 }
 KILN_REGISTER_ONNX_IMPORTER("StringNormalizer", import_string_normalizer,
-                            {.min_opset = 10, .types = "string",
+                            {.min_opset = 10,
+                             .types = "string",
                              .notes = "CPU only; data-dependent output size; Unicode simple case mapping of "
                                       "UTF-8 text, the same for every accepted locale (tr, az, lt are rejected)"});
 

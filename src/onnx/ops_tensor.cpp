@@ -15,7 +15,8 @@ void import_constant(NodeContext& ctx) {
   if (ctx.has_attr("value")) {
     value = ctx.attr_tensor("value");
   } else if (ctx.has_attr("value_float")) {
-    value = HostTensor::from_vector(DataType::kFloat32, Dims{}, std::vector<float>{static_cast<float>(ctx.attr_float("value_float", 0))});
+    value = HostTensor::from_vector(DataType::kFloat32, Dims{},
+                                    std::vector<float>{static_cast<float>(ctx.attr_float("value_float", 0))});
   } else if (ctx.has_attr("value_floats")) {
     std::vector<float> v;
     for (double d : ctx.attr_floats("value_floats")) v.push_back(static_cast<float>(d));
@@ -44,7 +45,8 @@ void import_constant_of_shape(NodeContext& ctx) {
   a.set("mode", std::string("constant"));
   if (ctx.has_attr("value")) {
     HostTensor value = ctx.attr_tensor("value");
-    if (value.count() != 1) ctx.fail("attribute 'value' must have exactly one element, has " + std::to_string(value.count()));
+    if (value.count() != 1)
+      ctx.fail("attribute 'value' must have exactly one element, has " + std::to_string(value.count()));
     a.set("value", value);
   } else {
     a.set("value", HostTensor::from_vector(DataType::kFloat32, Dims{1}, std::vector<float>{0.0f}));
@@ -90,9 +92,7 @@ void pass_through(NodeContext& ctx) {
 
 void import_identity(NodeContext& ctx) { pass_through(ctx); }
 KILN_REGISTER_ONNX_IMPORTER("Identity", import_identity,
-                            {.min_opset = 1,
-                             .types = kAllTypes,
-                             .notes = "sequences and optionals are not supported"});
+                            {.min_opset = 1, .types = kAllTypes, .notes = "sequences and optionals are not supported"});
 
 // Inference: y = x and the mask is all true. In training mode Dropout is random unless its ratio
 // is 0, which the backend tests use; other training-mode ratios are rejected.
@@ -122,10 +122,11 @@ void import_dropout(NodeContext& ctx) {
   }
   pass_through(ctx);
 }
-KILN_REGISTER_ONNX_IMPORTER("Dropout", import_dropout,
-                            {.min_opset = 1,
-                             .types = kAllTypes,
-                             .notes = "inference: y = x, mask all true (opset 10+); training_mode=true only with ratio 0"});
+KILN_REGISTER_ONNX_IMPORTER(
+    "Dropout", import_dropout,
+    {.min_opset = 1,
+     .types = kAllTypes,
+     .notes = "inference: y = x, mask all true (opset 10+); training_mode=true only with ratio 0"});
 
 void import_gather_mode(NodeContext& ctx, const char* mode) {
   Tensor* data = ctx.required_input(0, "data");

@@ -160,9 +160,12 @@ std::string alias_blocker(const Layer& l, size_t s, const Tensor* in, const Tens
   int reads = 0;
   for (int i = 0; i < l.num_inputs(); ++i) reads += l.input(i) == in;
   if (reads != 1) return "input " + quoted(in) + " is read more than once by the layer";
-  if (!in->producer() || is_host_known(*in->producer(), states)) return "input " + quoted(in) + " is computed on the host";
-  if (es.container.count(in) || es.group_outputs.count(in)) return "input " + quoted(in) + " is part of an elided concatenation";
-  if (es.container.count(out) || es.group_outputs.count(out)) return "output " + quoted(out) + " is part of an elided concatenation";
+  if (!in->producer() || is_host_known(*in->producer(), states))
+    return "input " + quoted(in) + " is computed on the host";
+  if (es.container.count(in) || es.group_outputs.count(in))
+    return "input " + quoted(in) + " is part of an elided concatenation";
+  if (es.container.count(out) || es.group_outputs.count(out))
+    return "output " + quoted(out) + " is part of an elided concatenation";
   const TensorState& a = states.at(in);
   const TensorState& b = states.at(out);
   if (a.type != b.type || in->format() != out->format()) return "the input and the output differ in type or format";

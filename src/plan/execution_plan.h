@@ -49,7 +49,7 @@ struct InPlaceDecision {
 
 // What the planner decided for one Concatenation step.
 struct ConcatDecision {
-  int step = 0;        // index into the steps given to plan_activations
+  int step = 0;  // index into the steps given to plan_activations
   bool elided = false;
   std::string reason;  // why it was not elided (empty when elided)
 };

@@ -98,8 +98,10 @@ void configure_kernel_for_profile(Kernel& kernel, const Layer& layer, const Prof
   try {
     kernel.configure_profile(layer, in, out);
   } catch (const std::exception& e) {
-    throw Error("layer " + quote(layer.name()) + " (" + layer.type() + "): configuring its kernel for the optimization "
-                "profile failed: " + exception_text(e));
+    throw Error("layer " + quote(layer.name()) + " (" + layer.type() +
+                "): configuring its kernel for the optimization "
+                "profile failed: " +
+                exception_text(e));
   }
 }
 

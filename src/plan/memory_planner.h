@@ -8,9 +8,9 @@
 namespace kiln {
 
 struct BufferRequest {
-  uint64_t size = 0;    // bytes
-  int first_use = 0;    // index of the step that writes it
-  int last_use = 0;     // index of the last step that reads it (inclusive)
+  uint64_t size = 0;  // bytes
+  int first_use = 0;  // index of the step that writes it
+  int last_use = 0;   // index of the last step that reads it (inclusive)
 };
 
 struct MemoryPlan {

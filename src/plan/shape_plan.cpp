@@ -48,8 +48,9 @@ void log_in_place(const ShapePlan& plan, const std::vector<Layer*>& steps) {
       own += (own.empty() ? "" : "; ") + name + " (" + d.reason + ")";
     }
   }
-  log(Severity::kVerbose, "in-place plugin outputs sharing their input's memory: " + (shared.empty() ? "none" : shared) +
-                              (own.empty() ? "" : "; with their own buffer: " + own));
+  log(Severity::kVerbose,
+      "in-place plugin outputs sharing their input's memory: " + (shared.empty() ? "none" : shared) +
+          (own.empty() ? "" : "; with their own buffer: " + own));
 }
 
 // Whether every arena tensor of `states` fits its reservation in `plan`.
@@ -141,20 +142,24 @@ void prepare_steps(const PlanEnvironment& env, ShapePlan& plan, size_t first, co
     } catch (const std::exception& ex) {
       const std::string msg = exception_text(ex);
       if (msg.rfind("layer '", 0) == 0) throw Error(msg);
-      throw Error("layer " + quote(l.name()) + " (" + l.type() + "): preparing its kernel for input shapes failed: " + msg);
+      throw Error("layer " + quote(l.name()) + " (" + l.type() +
+                  "): preparing its kernel for input shapes failed: " + msg);
     }
     plan.workspace_bytes = std::max(plan.workspace_bytes, kernel->workspace_size());
     plan.reports_errors[s] = kernel->reports_device_errors();
   }
-  plan.any_reports_errors = std::any_of(plan.reports_errors.begin(), plan.reports_errors.end(), [](uint8_t b) { return b; });
+  plan.any_reports_errors =
+      std::any_of(plan.reports_errors.begin(), plan.reports_errors.end(), [](uint8_t b) { return b; });
   plan.io_slots.clear();
   for (size_t s = 0; s < steps.size(); ++s) {
     const StepLaunch& launch = plan.launches[s];
     for (size_t k = 0; k < launch.inputs.size(); ++k) {
-      if (launch.inputs[k].io >= 0) plan.io_slots.push_back({static_cast<uint32_t>(s), false, static_cast<uint32_t>(k), launch.inputs[k].io});
+      if (launch.inputs[k].io >= 0)
+        plan.io_slots.push_back({static_cast<uint32_t>(s), false, static_cast<uint32_t>(k), launch.inputs[k].io});
     }
     for (size_t k = 0; k < launch.outputs.size(); ++k) {
-      if (launch.outputs[k].io >= 0) plan.io_slots.push_back({static_cast<uint32_t>(s), true, static_cast<uint32_t>(k), launch.outputs[k].io});
+      if (launch.outputs[k].io >= 0)
+        plan.io_slots.push_back({static_cast<uint32_t>(s), true, static_cast<uint32_t>(k), launch.outputs[k].io});
     }
   }
   std::vector<uint8_t> needed(env.num_bindings, 0);
@@ -290,11 +295,15 @@ void bind_plan(ShapePlan& plan, const PlanMemory& memory, const std::vector<void
   const auto address = [&](const TensorLocation& loc, const TensorView& view) -> void* {
     if (!view.dims.volume()) return nullptr;
     switch (loc.kind) {
-      case TensorLocation::Kind::kNone: return nullptr;
-      case TensorLocation::Kind::kArena: return memory.arena + loc.offset;
-      case TensorLocation::Kind::kFixed: return loc.fixed;
+      case TensorLocation::Kind::kNone:
+        return nullptr;
+      case TensorLocation::Kind::kArena:
+        return memory.arena + loc.offset;
+      case TensorLocation::Kind::kFixed:
+        return loc.fixed;
       case TensorLocation::Kind::kInput:
-      case TensorLocation::Kind::kOutput: return addresses[static_cast<size_t>(loc.io)];
+      case TensorLocation::Kind::kOutput:
+        return addresses[static_cast<size_t>(loc.io)];
     }
     return nullptr;
   };

@@ -30,10 +30,10 @@ namespace kiln {
 // Where a tensor's data is during an inference.
 struct TensorLocation {
   enum class Kind : uint8_t {
-    kNone,    // an omitted optional input
-    kArena,   // `offset` bytes into the context's arena
-    kFixed,   // `fixed`: a constant's weights, a host-computed value, an overflow buffer
-    kInput,   // the address bound to network input/output `io`
+    kNone,   // an omitted optional input
+    kArena,  // `offset` bytes into the context's arena
+    kFixed,  // `fixed`: a constant's weights, a host-computed value, an overflow buffer
+    kInput,  // the address bound to network input/output `io`
     kOutput,
   };
   Kind kind = Kind::kNone;
@@ -62,7 +62,7 @@ struct PlanEnvironment {
   const std::vector<Layer*>* steps = nullptr;
   const std::unordered_map<const Tensor*, void*>* weights = nullptr;  // constants' data (device or host)
   const std::unordered_map<const Tensor*, int>* io_index = nullptr;   // network input/output -> binding index
-  size_t num_bindings = 0;                                           // network inputs + outputs
+  size_t num_bindings = 0;                                            // network inputs + outputs
   Backend* backend = nullptr;
 };
 
@@ -79,23 +79,23 @@ struct ShapePlanOptions {
 };
 
 struct ShapePlan {
-  uint64_t id = 0;                           // unique within its context (graph cache keys)
+  uint64_t id = 0;  // unique within its context (graph cache keys)
   std::map<std::string, Dims> input_dims;
   int num_threads = 1;
   bool concat_elision = true;
-  bool launch_tactics = false;               // kernels chosen for plain launches
+  bool launch_tactics = false;  // kernels chosen for plain launches
 
-  TensorStates states;                       // current shapes (after data-dependent sizes were read)
+  TensorStates states;  // current shapes (after data-dependent sizes were read)
   ActivationPlan memory;
-  bool uses_profile_plan = false;            // this shape's own plan did not fit the arena
-  size_t workspace_bytes = 0;                // the largest workspace_size() of its kernels
-  std::vector<std::unique_ptr<Kernel>> kernels;  // per step; null where no kernel runs
-  std::vector<StepLaunch> launches;          // per step
-  std::vector<uint8_t> runs;                 // per step: a kernel runs (not host-known, not elided)
+  bool uses_profile_plan = false;                   // this shape's own plan did not fit the arena
+  size_t workspace_bytes = 0;                       // the largest workspace_size() of its kernels
+  std::vector<std::unique_ptr<Kernel>> kernels;     // per step; null where no kernel runs
+  std::vector<StepLaunch> launches;                 // per step
+  std::vector<uint8_t> runs;                        // per step: a kernel runs (not host-known, not elided)
   std::vector<uint8_t> host_known, reports_errors;  // elided steps: memory.elided
   bool any_reports_errors = false;
   std::vector<OutputCopy> output_copies;
-  DeviceBuffer host_values;                  // device engines: all host-computed values, uploaded once
+  DeviceBuffer host_values;  // device engines: all host-computed values, uploaded once
   std::unordered_map<const Tensor*, void*> host_value_addresses;  // where kernels read each of them
   // The (step, input/output slot) of every location bound to a network input/output.
   struct IoSlot {
@@ -105,14 +105,14 @@ struct ShapePlan {
     int io;
   };
   std::vector<IoSlot> io_slots;
-  std::vector<int> required_io;              // bindings this plan reads or writes (non-empty tensors)
+  std::vector<int> required_io;  // bindings this plan reads or writes (non-empty tensors)
 
   // Data-dependent sizes (NonZero, NonMaxSuppression, plugins' size tensors): after a step that
   // writes one, the runtime reads it and re-targets the later steps (retarget_plan).
   std::vector<uint8_t> dd_step;
   bool has_dd = false;
-  TensorStates base_states;                  // with the sizes' upper bounds
-  bool retargeted = false;                   // states differ from base_states (an inference read sizes)
+  TensorStates base_states;  // with the sizes' upper bounds
+  bool retargeted = false;   // states differ from base_states (an inference read sizes)
 
   // Graph state (CUDA): ran once without a graph (the warm-up before any capture), and whether
   // a capture of this plan failed (no more attempts).

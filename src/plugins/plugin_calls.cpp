@@ -37,7 +37,8 @@ void GuardedPlugin::fail(const char* method, const PluginStatus& status) const {
 }
 
 void GuardedPlugin::fail_call(const std::string& call, const PluginStatus& status) const {
-  throw PluginCallError((label_.empty() ? std::string() : label_ + ": ") + call + " " + status.message(), status.message());
+  throw PluginCallError((label_.empty() ? std::string() : label_ + ": ") + call + " " + status.message(),
+                        status.message());
 }
 
 GuardedPlugin::Identity GuardedPlugin::identity() const {
@@ -158,9 +159,10 @@ std::vector<uint8_t> GuardedPlugin::serialize() const {
 
 CreatorIdentity creator_identity(const PluginCreator& creator) {
   CreatorIdentity id;
-  const PluginStatus s =
-      PluginRegistry::instance().entry_points(creator).creator_identity(creator, &id.name, &id.version, &id.plugin_namespace);
-  if (!s.ok()) throw PluginCallError("a plugin creator's name()/version()/plugin_namespace() " + s.message(), s.message());
+  const PluginStatus s = PluginRegistry::instance().entry_points(creator).creator_identity(
+      creator, &id.name, &id.version, &id.plugin_namespace);
+  if (!s.ok())
+    throw PluginCallError("a plugin creator's name()/version()/plugin_namespace() " + s.message(), s.message());
   return id;
 }
 
@@ -196,9 +198,11 @@ std::unique_ptr<GuardedPlugin> creator_create(const PluginCreator& creator, cons
 std::unique_ptr<GuardedPlugin> creator_deserialize(const PluginCreator& creator, const std::string& layer_name,
                                                    const void* data, size_t size, const std::string& where) {
   std::unique_ptr<Plugin> p;
-  const PluginStatus s = PluginRegistry::instance().entry_points(creator).deserialize(creator, layer_name, data, size, &p);
+  const PluginStatus s =
+      PluginRegistry::instance().entry_points(creator).deserialize(creator, layer_name, data, size, &p);
   if (!s.ok()) throw PluginCallError(creator_where(creator, where) + "deserialize() " + s.message(), s.message());
-  if (!p) throw PluginCallError(creator_where(creator, where) + "deserialize() returned no plugin", "returned no plugin");
+  if (!p)
+    throw PluginCallError(creator_where(creator, where) + "deserialize() returned no plugin", "returned no plugin");
   return std::make_unique<GuardedPlugin>(std::move(p), where);
 }
 

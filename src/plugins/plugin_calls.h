@@ -51,11 +51,14 @@ class GuardedPlugin {
   DimsExprs output_dims(int index, const std::vector<DimsExprs>& inputs, ExprBuilder& exprs) const;
   bool supports_format_combination(int pos, const std::vector<PluginTensorDesc>& in_out, int num_inputs,
                                    int num_outputs) const;
-  void configure(const std::vector<DynamicPluginTensorDesc>& inputs, const std::vector<DynamicPluginTensorDesc>& outputs);
-  size_t workspace_size(const std::vector<PluginTensorDesc>& inputs, const std::vector<PluginTensorDesc>& outputs) const;
+  void configure(const std::vector<DynamicPluginTensorDesc>& inputs,
+                 const std::vector<DynamicPluginTensorDesc>& outputs);
+  size_t workspace_size(const std::vector<PluginTensorDesc>& inputs,
+                        const std::vector<PluginTensorDesc>& outputs) const;
   // The status as it came back (execute paths add the device and their own wording).
-  PluginStatus enqueue(const std::vector<PluginTensorDesc>& input_descs, const std::vector<PluginTensorDesc>& output_descs,
-                       const void* const* inputs, void* const* outputs, void* workspace, const PluginExecContext& exec);
+  PluginStatus enqueue(const std::vector<PluginTensorDesc>& input_descs,
+                       const std::vector<PluginTensorDesc>& output_descs, const void* const* inputs,
+                       void* const* outputs, void* workspace, const PluginExecContext& exec);
   std::vector<std::string> tactics(const std::vector<PluginTensorDesc>& inputs,
                                    const std::vector<PluginTensorDesc>& outputs) const;
   void set_tactic(const std::string& name);

@@ -23,13 +23,13 @@
 namespace kiln {
 
 using plugin_check::Combination;
-using plugin_check::RunResult;
-using plugin_check::RunSpec;
-using plugin_check::Slot;
-using plugin_check::Stats;
 using plugin_check::compare;
 using plugin_check::is_float;
+using plugin_check::RunResult;
+using plugin_check::RunSpec;
 using plugin_check::sci;
+using plugin_check::Slot;
+using plugin_check::Stats;
 using plugin_check::stats_text;
 using plugin_check::tolerance_of;
 
@@ -47,9 +47,9 @@ constexpr uint8_t kPoisonA = 0xA5, kPoisonB = 0x5A;
 // dim fixed at one value shows.
 const std::vector<Dims>& candidate_shapes() {
   static const std::vector<Dims> shapes = {
-      Dims{13},          Dims{127},           Dims{1, 13},          Dims{3, 127},        Dims{1, 3, 13},
-      Dims{2, 5, 127},   Dims{1, 3, 13, 13},  Dims{2, 3, 13, 7},    Dims{3, 2, 5, 127},  Dims{1, 2, 3, 5, 7},
-      Dims{2, 3, 5, 7, 13}};
+      Dims{13},           Dims{127},           Dims{1, 13},         Dims{3, 127},
+      Dims{1, 3, 13},     Dims{2, 5, 127},     Dims{1, 3, 13, 13},  Dims{2, 3, 13, 7},
+      Dims{3, 2, 5, 127}, Dims{1, 2, 3, 5, 7}, Dims{2, 3, 5, 7, 13}};
   return shapes;
 }
 
@@ -94,9 +94,9 @@ struct Instance {
 // What the suite learned for one input shape.
 struct ShapeCase {
   std::vector<Dims> in_dims, out_dims;
-  std::string rejected;                        // why this shape is not usable ("" when it is)
-  std::vector<Combination> device_combos;      // claimed on the checked device
-  Combination reference;                       // first claimed on the CPU (empty: none)
+  std::string rejected;                    // why this shape is not usable ("" when it is)
+  std::vector<Combination> device_combos;  // claimed on the checked device
+  Combination reference;                   // first claimed on the CPU (empty: none)
 };
 
 // Two runs of one combination compared with each other and with the reference.
@@ -117,8 +117,7 @@ std::string count_of(int64_t n, const std::string& noun) {
 
 class Checker {
  public:
-  Checker(const PluginCreator& creator, const PluginCheckOptions& options)
-      : creator_(creator), options_(options) {}
+  Checker(const PluginCreator& creator, const PluginCheckOptions& options) : creator_(creator), options_(options) {}
 
   PluginCheckReport run();
 
@@ -155,9 +154,9 @@ class Checker {
   Instance main_, reference_;
   int num_inputs_ = 0, num_outputs_ = 0;
   std::vector<ShapeCase> cases_;
-  const ShapeCase* main_case_ = nullptr;   // the shape the type/format and round-trip checks use
+  const ShapeCase* main_case_ = nullptr;  // the shape the type/format and round-trip checks use
   std::vector<std::vector<double>> main_inputs_;
-  RunResult main_run_;                     // the original plugin's result on main_case_
+  RunResult main_run_;  // the original plugin's result on main_case_
   // Aggregated over every run.
   std::string nonfinite_, nondeterministic_, scratch_;
   int64_t scratch_extent_ = 0;
@@ -169,7 +168,8 @@ class Checker {
 
 std::string Checker::create_into(Instance& instance, const PluginFieldCollection& fields, DeviceType device) {
   std::unique_ptr<GuardedPlugin> plugin;
-  const std::string problem = plugin_check::run_guarded([&] { plugin = creator_create(creator_, "plugin_check", fields, "");  });
+  const std::string problem =
+      plugin_check::run_guarded([&] { plugin = creator_create(creator_, "plugin_check", fields, ""); });
   if (!problem.empty()) return "create() " + problem;
   return instance.adopt(std::move(plugin), device);
 }
@@ -208,7 +208,8 @@ bool Checker::setup() {
   } catch (const Error& e) {
     const std::string msg = e.what();
     if (msg.find("needs field") == std::string::npos) throw;
-    throw Error(msg + "; give it a value with --fields NAME=VALUE (a plugin's creator can declare example values "
+    throw Error(msg +
+                "; give it a value with --fields NAME=VALUE (a plugin's creator can declare example values "
                 "with example_fields())");
   }
   fields_ = resolved;
@@ -231,7 +232,8 @@ bool Checker::setup() {
   std::string problem = create_into(main_, resolved, options_.device);
   if (problem.empty()) problem = create_into(reference_, resolved, DeviceType::kCPU);
   if (!problem.empty()) {
-    add("create", CheckStatus::kFail, "the creator could not make the plugin from fields {" + report_.fields + "}: " + problem);
+    add("create", CheckStatus::kFail,
+        "the creator could not make the plugin from fields {" + report_.fields + "}: " + problem);
     return false;
   }
   GuardedPlugin& p = *main_.plugin;
@@ -246,11 +248,13 @@ bool Checker::setup() {
     return false;
   }
   const CreatorIdentity made_by = creator_identity(creator_);
-  if (id.type != made_by.name) identity += "type() is " + quote(id.type) + " but the creator is " + quote(made_by.name) + "; ";
+  if (id.type != made_by.name)
+    identity += "type() is " + quote(id.type) + " but the creator is " + quote(made_by.name) + "; ";
   if (id.version != made_by.version)
     identity += "version() is " + quote(id.version) + " but the creator's is " + quote(made_by.version) + "; ";
   if (id.plugin_namespace != made_by.plugin_namespace)
-    identity += "plugin_namespace() is " + quote(id.plugin_namespace) + " but the creator's is " + quote(made_by.plugin_namespace) + "; ";
+    identity += "plugin_namespace() is " + quote(id.plugin_namespace) + " but the creator's is " +
+                quote(made_by.plugin_namespace) + "; ";
   if (num_outputs_ < 1) identity += "num_outputs() is " + std::to_string(num_outputs_) + "; ";
   if (!identity.empty()) {
     add("create", CheckStatus::kFail,
@@ -296,19 +300,21 @@ std::vector<Combination> Checker::claimed(const GuardedPlugin& plugin, const Sha
       const std::string problem = plugin_check::run_guarded([&] { out_types = plugin.output_types(in_types); });
       if (!problem.empty() || static_cast<int>(out_types.size()) != num_outputs_) return;
     }
-    const std::vector<DataType> types =
-        pos < num_inputs_ ? std::vector<DataType>(std::begin(kTypes), std::end(kTypes))
-                          : std::vector<DataType>{out_types[static_cast<size_t>(pos - num_inputs_)]};
+    const std::vector<DataType> types = pos < num_inputs_
+                                            ? std::vector<DataType>(std::begin(kTypes), std::end(kTypes))
+                                            : std::vector<DataType>{out_types[static_cast<size_t>(pos - num_inputs_)]};
     for (const DataType t : types) {
       for (const TensorFormat f : kFormats) {
         io[static_cast<size_t>(pos)].type = t;
         io[static_cast<size_t>(pos)].format = f;
         bool yes = false;
-        plugin_check::run_guarded([&] { yes = plugin.supports_format_combination(pos, io, num_inputs_, num_outputs_); });
+        plugin_check::run_guarded(
+            [&] { yes = plugin.supports_format_combination(pos, io, num_inputs_, num_outputs_); });
         if (yes) visit(pos + 1);
       }
     }
-    io[static_cast<size_t>(pos)] = PluginTensorDesc{DataType::kFloat32, TensorFormat::kLinear, io[static_cast<size_t>(pos)].dims};
+    io[static_cast<size_t>(pos)] =
+        PluginTensorDesc{DataType::kFloat32, TensorFormat::kLinear, io[static_cast<size_t>(pos)].dims};
   };
   visit(0);
   return found;
@@ -327,9 +333,12 @@ ShapeCase Checker::make_case(const Dims& shape) {
       Dims dims;
       for (int k = 0; k < out.rank(); ++k) {
         const DimExpr* e = out.d[static_cast<size_t>(k)];
-        if (e == nullptr) throw Error("output_dims(" + std::to_string(o) + ") has a null expression at axis " + std::to_string(k));
+        if (e == nullptr)
+          throw Error("output_dims(" + std::to_string(o) + ") has a null expression at axis " + std::to_string(k));
         const int64_t v = e->evaluate(c.in_dims);
-        if (v < 0) throw Error("output_dims(" + std::to_string(o) + ") axis " + std::to_string(k) + " = " + e->to_string() + " is " + std::to_string(v));
+        if (v < 0)
+          throw Error("output_dims(" + std::to_string(o) + ") axis " + std::to_string(k) + " = " + e->to_string() +
+                      " is " + std::to_string(v));
         dims.push_back(v);
       }
       c.out_dims.push_back(dims);
@@ -343,15 +352,16 @@ ShapeCase Checker::make_case(const Dims& shape) {
   const std::vector<Combination> cpu = claimed(*reference_.plugin, c);
   if (!cpu.empty()) c.reference = cpu.front();
   if (c.device_combos.empty()) {
-    c.rejected = "supports_format_combination() refuses every type and format for rank-" + std::to_string(shape.rank()) +
-                 " inputs on " + to_string(options_.device);
+    c.rejected = "supports_format_combination() refuses every type and format for rank-" +
+                 std::to_string(shape.rank()) + " inputs on " + to_string(options_.device);
   }
   return c;
 }
 
 // Uniform in [-8, 8], rounded to what both the tested and the reference slot can hold, so that
 // the comparison measures the kernel and not the rounding of its inputs.
-std::vector<std::vector<double>> Checker::inputs_for(const ShapeCase& c, const Combination& combo, uint64_t seed) const {
+std::vector<std::vector<double>> Checker::inputs_for(const ShapeCase& c, const Combination& combo,
+                                                     uint64_t seed) const {
   std::mt19937_64 rng(seed);
   std::vector<std::vector<double>> values;
   for (int i = 0; i < num_inputs_; ++i) {
@@ -367,7 +377,8 @@ std::vector<std::vector<double>> Checker::inputs_for(const ShapeCase& c, const C
   return values;
 }
 
-RunSpec Checker::spec_for(const ShapeCase& c, const Combination& combo, const std::vector<std::vector<double>>& inputs) const {
+RunSpec Checker::spec_for(const ShapeCase& c, const Combination& combo,
+                          const std::vector<std::vector<double>>& inputs) const {
   RunSpec spec;
   spec.in_dims = c.in_dims;
   spec.out_dims = c.out_dims;
@@ -427,7 +438,8 @@ Observed Checker::observe(GuardedPlugin& plugin, const ShapeCase& c, const Combi
     }
     if (after > 0) {
       problem += says + " but the kernel wrote " + std::to_string(after) + " bytes past its end" +
-                 (size < 4 ? " (does the kernel treat " + std::string(to_string(combo[static_cast<size_t>(num_inputs_ + o)].type)) +
+                 (size < 4 ? " (does the kernel treat " +
+                                 std::string(to_string(combo[static_cast<size_t>(num_inputs_ + o)].type)) +
                                  " data as a wider type?)"
                            : " (element count too large?)") +
                  "; ";
@@ -438,9 +450,11 @@ Observed Checker::observe(GuardedPlugin& plugin, const ShapeCase& c, const Combi
     if (a.raw[k] != b.raw[k] && nondeterministic_.empty()) {
       int64_t differ = 0;
       for (int64_t i = 0; i < n; ++i)
-        differ += std::memcmp(a.raw[k].data() + static_cast<size_t>(i) * size, b.raw[k].data() + static_cast<size_t>(i) * size, size) != 0;
-      nondeterministic_ = label + ": two runs with the same inputs (1 and 2 threads) differ in " + std::to_string(differ) +
-                          " of " + std::to_string(n) + " elements of output " + std::to_string(o);
+        differ += std::memcmp(a.raw[k].data() + static_cast<size_t>(i) * size,
+                              b.raw[k].data() + static_cast<size_t>(i) * size, size) != 0;
+      nondeterministic_ = label + ": two runs with the same inputs (1 and 2 threads) differ in " +
+                          std::to_string(differ) + " of " + std::to_string(n) + " elements of output " +
+                          std::to_string(o);
     }
     if (is_float(combo[static_cast<size_t>(num_inputs_ + o)].type) && nonfinite_.empty()) {
       int64_t bad = 0, first = -1;
@@ -449,13 +463,15 @@ Observed Checker::observe(GuardedPlugin& plugin, const ShapeCase& c, const Combi
       }
       if (bad > 0) {
         nonfinite_ = label + ": output " + std::to_string(o) + " has " + std::to_string(bad) + " NaN/Inf of " +
-                     std::to_string(n) + " (first at element " + std::to_string(first) + ") for finite inputs in [-8, 8]";
+                     std::to_string(n) + " (first at element " + std::to_string(first) +
+                     ") for finite inputs in [-8, 8]";
       }
     }
   }
   for (int i = 0; i < num_inputs_; ++i) {
     if (a.input_modified[static_cast<size_t>(i)])
-      problem += "enqueue modified input " + std::to_string(i) + " (inputs are read-only; use the workspace for scratch); ";
+      problem +=
+          "enqueue modified input " + std::to_string(i) + " (inputs are read-only; use the workspace for scratch); ";
   }
   const int64_t extent = std::max(a.scratch_extent, b.scratch_extent);
   if ((extent > 0 || a.scratch_before || b.scratch_before) && scratch_.empty()) {
@@ -473,18 +489,22 @@ Comparison Checker::compare_with_reference(const ShapeCase& c, const Combination
                                            const std::vector<std::vector<double>>& inputs, const RunResult& run) {
   RunSpec spec = spec_for(c, c.reference, inputs);
   const RunResult ref = plugin_check::run_plugin(*reference_.plugin, *host_, spec);
-  if (!ref.error.empty()) return {false, "the CPU reference run (" + plugin_check::to_string(c.reference, num_inputs_) + ") failed: " + ref.error};
+  if (!ref.error.empty())
+    return {false,
+            "the CPU reference run (" + plugin_check::to_string(c.reference, num_inputs_) + ") failed: " + ref.error};
   Comparison result;
   for (int o = 0; o < num_outputs_; ++o) {
     const auto k = static_cast<size_t>(o);
     const DataType type = combo[static_cast<size_t>(num_inputs_ + o)].type;
     const Stats s = compare(run.outputs[k], ref.outputs[k], type);
-    result.text += (o ? "; " : "") + std::string(num_outputs_ > 1 ? "output " + std::to_string(o) + ": " : "") + stats_text(s);
+    result.text +=
+        (o ? "; " : "") + std::string(num_outputs_ > 1 ? "output " + std::to_string(o) + ": " : "") + stats_text(s);
     if (s.violations == 0) continue;
     const size_t first = static_cast<size_t>(s.first_violation);
     std::ostringstream m;
     m << " (tolerance " << tolerance_of(type) << "): " << count_of(s.violations, "element") << " of " << s.count
-      << " off, the first at index " << first << ": " << run.outputs[k][first] << " instead of " << ref.outputs[k][first];
+      << " off, the first at index " << first << ": " << run.outputs[k][first] << " instead of "
+      << ref.outputs[k][first];
     if (type == DataType::kFloat16) m << " (does the float16 kernel read or write the buffers as float32?)";
     result.text += m.str();
     result.ok = false;
@@ -540,7 +560,9 @@ void Checker::check_shapes() {
   for (const ShapeCase& c : cases_) {
     if (!c.rejected.empty()) continue;
     const Dims& d = c.in_dims.front();
-    const auto score = [](const Dims& x) { return (x.rank() == 4 ? 100 : x.rank()) + (x.rank() > 0 && x[0] > 1 ? 10 : 0); };
+    const auto score = [](const Dims& x) {
+      return (x.rank() == 4 ? 100 : x.rank()) + (x.rank() > 0 && x[0] > 1 ? 10 : 0);
+    };
     if (main_case_ == nullptr || score(d) > score(main_case_->in_dims.front())) main_case_ = &c;
   }
   if (main_case_ == nullptr) {
@@ -576,8 +598,7 @@ void Checker::check_dynamic_dims() {
           const bool varies = std::any_of(seen.begin(), seen.end(), [&](int64_t v) { return v != seen.front(); });
           std::string extents;
           for (const int64_t v : seen) extents += (extents.empty() ? "" : ", ") + std::to_string(v);
-          if (e->is_constant() && varies &&
-              std::find(seen.begin(), seen.end(), e->constant_value()) != seen.end()) {
+          if (e->is_constant() && varies && std::find(seen.begin(), seen.end(), e->constant_value()) != seen.end()) {
             problem = "output " + std::to_string(o) + " (rank-" + std::to_string(rank) + " inputs): output dim " +
                       std::to_string(k) + " is the constant " + std::to_string(e->constant_value()) +
                       ", it should follow the input's dynamic dim in0[" + std::to_string(k) + "] (extents " + extents +
@@ -590,14 +611,17 @@ void Checker::check_dynamic_dims() {
             if (e->evaluate(moved) == e->evaluate(same_rank.front()->in_dims)) {
               problem = "output " + std::to_string(o) + " (rank-" + std::to_string(rank) + " inputs): output dim " +
                         std::to_string(k) + " = " + e->to_string() + " does not change when the input's dim " +
-                        std::to_string(k) + " does, although the output has the input's shape: it should follow the "
-                        "input's dynamic dim in0[" + std::to_string(k) + "]";
+                        std::to_string(k) +
+                        " does, although the output has the input's shape: it should follow the "
+                        "input's dynamic dim in0[" +
+                        std::to_string(k) + "]";
             }
           }
         }
       }
     });
-    if (!threw.empty() && problem.empty()) problem = "output_dims() with symbolic rank-" + std::to_string(rank) + " inputs " + threw;
+    if (!threw.empty() && problem.empty())
+      problem = "output_dims() with symbolic rank-" + std::to_string(rank) + " inputs " + threw;
   }
   if (checked.empty()) {
     add("dynamic dims", CheckStatus::kSkip, "no accepted input shape");
@@ -623,12 +647,13 @@ void Checker::check_combinations() {
     const std::string name = "types " + plugin_check::to_string(combo, num_inputs_);
     const auto inputs = inputs_for(c, combo, ++seed);
     const Observed ob = observe(*main_.plugin, c, combo, inputs, name + at);
-    const Comparison values = ob.first.outputs.empty() ? Comparison{false, ""}
-                                                       : compare_with_reference(c, combo, inputs, ob.first);
+    const Comparison values =
+        ob.first.outputs.empty() ? Comparison{false, ""} : compare_with_reference(c, combo, inputs, ob.first);
     const std::string reference = "the plugin's CPU " + plugin_check::to_string(c.reference, num_inputs_) + " result";
     if (!ob.problem.empty()) {
-      add(name, CheckStatus::kFail, "claimed by supports_format_combination" + at + ", but " + ob.problem +
-                                        (values.text.empty() ? "" : "; vs " + reference + ": " + values.text));
+      add(name, CheckStatus::kFail,
+          "claimed by supports_format_combination" + at + ", but " + ob.problem +
+              (values.text.empty() ? "" : "; vs " + reference + ": " + values.text));
       continue;
     }
     add(name, values.ok ? CheckStatus::kPass : CheckStatus::kFail,
@@ -637,7 +662,8 @@ void Checker::check_combinations() {
             values.text);
   }
   if (c.device_combos.size() >= kMaxCombinations) {
-    add("types (more)", CheckStatus::kSkip, "only the first " + std::to_string(kMaxCombinations) + " combinations were run");
+    add("types (more)", CheckStatus::kSkip,
+        "only the first " + std::to_string(kMaxCombinations) + " combinations were run");
   }
   // The original plugin's result in its first combination: what the round trips must reproduce.
   main_inputs_ = inputs_for(c, c.device_combos.front(), options_.seed + 7);
@@ -666,26 +692,30 @@ void Checker::check_fields_round_trip() {
   Instance copy;
   problem = create_into(copy, resolved, options_.device);
   if (!problem.empty()) {
-    add(name, CheckStatus::kFail, "the creator cannot re-create the plugin from its fields() {" +
-                                      plugin_fields_to_string(written) + "}: " + problem);
+    add(name, CheckStatus::kFail,
+        "the creator cannot re-create the plugin from its fields() {" + plugin_fields_to_string(written) +
+            "}: " + problem);
     return;
   }
-  const RunResult again = plugin_check::run_plugin(*copy.plugin, *device_, spec_for(*main_case_, main_case_->device_combos.front(), main_inputs_));
+  const RunResult again = plugin_check::run_plugin(
+      *copy.plugin, *device_, spec_for(*main_case_, main_case_->device_combos.front(), main_inputs_));
   const std::string diff = bit_exact(main_run_, again);
   if (!diff.empty()) {
     add(name, CheckStatus::kFail,
-        "a plugin re-created from fields() {" + plugin_fields_to_string(written) + "} computes different results: " + diff +
-            "; fields() must return every value create() reads, under the name create() reads it from");
+        "a plugin re-created from fields() {" + plugin_fields_to_string(written) + "} computes different results: " +
+            diff + "; fields() must return every value create() reads, under the name create() reads it from");
     return;
   }
   PluginFieldCollection rewritten;
   plugin_check::run_guarded([&] { rewritten = copy.plugin->fields(); });
   if (plugin_fields_to_string(rewritten) != plugin_fields_to_string(written)) {
-    add(name, CheckStatus::kFail, "fields() is not stable: the plugin gives {" + plugin_fields_to_string(written) +
-                                      "}, the one re-created from them gives {" + plugin_fields_to_string(rewritten) + "}");
+    add(name, CheckStatus::kFail,
+        "fields() is not stable: the plugin gives {" + plugin_fields_to_string(written) +
+            "}, the one re-created from them gives {" + plugin_fields_to_string(rewritten) + "}");
     return;
   }
-  add(name, CheckStatus::kPass, "create(fields()) gives bit-identical results {" + plugin_fields_to_string(written) + "}");
+  add(name, CheckStatus::kPass,
+      "create(fields()) gives bit-identical results {" + plugin_fields_to_string(written) + "}");
 }
 
 void Checker::check_bytes_round_trip() {
@@ -705,8 +735,9 @@ void Checker::check_bytes_round_trip() {
   }
   const std::string size = std::to_string(first.size()) + " bytes";
   if (first != second) {
-    add(name, CheckStatus::kFail, "serialize() returned different bytes on two calls (" + size + ", then " +
-                                      std::to_string(second.size()) + "); it must be deterministic");
+    add(name, CheckStatus::kFail,
+        "serialize() returned different bytes on two calls (" + size + ", then " + std::to_string(second.size()) +
+            "); it must be deterministic");
     return;
   }
   // The bytes end right at an inaccessible page: reading past them faults, and is reported.
@@ -716,7 +747,8 @@ void Checker::check_bytes_round_trip() {
   uint8_t* bytes = base + (span - first.size());
   std::memcpy(bytes, first.data(), first.size());
   std::unique_ptr<GuardedPlugin> made;
-  problem = plugin_check::run_guarded([&] { made = creator_deserialize(creator_, "plugin_check", bytes, first.size(), ""); });
+  problem =
+      plugin_check::run_guarded([&] { made = creator_deserialize(creator_, "plugin_check", bytes, first.size(), ""); });
   if (problem.rfind("crashed", 0) == 0) {
     add(name, CheckStatus::kFail,
         "deserialize() read past the " + size + " serialize() wrote (" + problem +
@@ -738,7 +770,8 @@ void Checker::check_bytes_round_trip() {
     add(name, CheckStatus::kSkip, "the plugin does not run: " + main_run_.error);
     return;
   }
-  const RunResult again = plugin_check::run_plugin(*copy.plugin, *device_, spec_for(*main_case_, main_case_->device_combos.front(), main_inputs_));
+  const RunResult again = plugin_check::run_plugin(
+      *copy.plugin, *device_, spec_for(*main_case_, main_case_->device_combos.front(), main_inputs_));
   const std::string diff = bit_exact(main_run_, again);
   std::vector<uint8_t> third;
   plugin_check::run_guarded([&] { third = copy.plugin->serialize(); });
@@ -774,17 +807,20 @@ void Checker::check_clone() {
     }
     const std::string diff = bit_exact(main_run_, plugin_check::run_plugin(*copy.plugin, *device_, spec));
     if (!diff.empty()) {
-      add(name, CheckStatus::kFail, "the clone computes different results: " + diff + "; clone() must copy every setting");
+      add(name, CheckStatus::kFail,
+          "the clone computes different results: " + diff + "; clone() must copy every setting");
       return;
     }
   }  // the clone is terminated and destroyed here
   const std::string diff = bit_exact(main_run_, plugin_check::run_plugin(*main_.plugin, *device_, spec));
   if (!diff.empty()) {
-    add(name, CheckStatus::kFail, "after a clone was terminated and destroyed, the original " + diff +
-                                      " (does clone() share state that terminate() releases?)");
+    add(name, CheckStatus::kFail,
+        "after a clone was terminated and destroyed, the original " + diff +
+            " (does clone() share state that terminate() releases?)");
     return;
   }
-  add(name, CheckStatus::kPass, "the clone gives bit-identical results; the original still works after the clone is gone");
+  add(name, CheckStatus::kPass,
+      "the clone gives bit-identical results; the original still works after the clone is gone");
 }
 
 void Checker::check_capture() {
@@ -804,7 +840,8 @@ void Checker::check_capture() {
     add(name, CheckStatus::kFail,
         "enqueue launched on the default stream or synchronized the device: launch only on the given stream "
         "(PluginExecContext::stream) and do not call cudaDeviceSynchronize, cudaStreamSynchronize, cudaMalloc or "
-        "synchronous cudaMemcpy inside enqueue (CUDA reports: " + captured.capture_problem + ")");
+        "synchronous cudaMemcpy inside enqueue (CUDA reports: " +
+            captured.capture_problem + ")");
     return;
   }
   const std::string diff = bit_exact(main_run_, captured);
@@ -812,16 +849,18 @@ void Checker::check_capture() {
     add(name, CheckStatus::kFail, "replaying the captured graph " + diff + " compared with a direct enqueue");
     return;
   }
-  add(name, CheckStatus::kPass, "enqueue is capturable (global mode) and the replayed graph gives bit-identical results");
+  add(name, CheckStatus::kPass,
+      "enqueue is capturable (global mode) and the replayed graph gives bit-identical results");
 }
 
 void Checker::report_aggregates() {
   if (scratch_.empty()) {
-    add("workspace", CheckStatus::kPass, "no run wrote outside the declared workspace (" + std::to_string(runs_) + " runs)");
+    add("workspace", CheckStatus::kPass,
+        "no run wrote outside the declared workspace (" + std::to_string(runs_) + " runs)");
   } else {
     add("workspace", CheckStatus::kFail,
-        "wrote " + std::to_string(scratch_extent_) + " bytes of scratch but declared workspace_size() = " +
-            std::to_string(scratch_declared_) + " (" + scratch_ +
+        "wrote " + std::to_string(scratch_extent_) +
+            " bytes of scratch but declared workspace_size() = " + std::to_string(scratch_declared_) + " (" + scratch_ +
             "): return the scratch the kernel needs from workspace_size() and use only the workspace pointer");
   }
   add("finite", nonfinite_.empty() ? CheckStatus::kPass : CheckStatus::kFail,
@@ -869,14 +908,15 @@ PluginCheckReport check_plugin(const PluginCreator& creator, const PluginCheckOp
 }
 
 PluginCheckReport check_plugin(const PluginCheckOptions& options) {
-  const PluginCreator* creator = PluginRegistry::instance().find(options.name, options.version, options.plugin_namespace);
+  const PluginCreator* creator =
+      PluginRegistry::instance().find(options.name, options.version, options.plugin_namespace);
   if (creator == nullptr) {
     std::string known;
     for (const PluginInfo& p : PluginRegistry::instance().list()) {
       if (p.name == options.name) known += " " + quote(p.version) + "/" + quote(p.plugin_namespace);
     }
-    throw Error("plugin " + quote(options.name) + " version " + quote(options.version) + " namespace '" + options.plugin_namespace +
-                "' is not registered" +
+    throw Error("plugin " + quote(options.name) + " version " + quote(options.version) + " namespace '" +
+                options.plugin_namespace + "' is not registered" +
                 (known.empty() ? std::string("; load its library with --plugins LIB.so (see `kiln plugin list`)")
                                : "; registered versions/namespaces:" + known));
   }

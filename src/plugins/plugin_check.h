@@ -33,7 +33,7 @@ struct PluginCheckResult {
 };
 
 struct PluginCheckOptions {
-  std::string name;              // creator name
+  std::string name;  // creator name
   std::string version = "1";
   std::string plugin_namespace;
   DeviceType device = DeviceType::kCPU;
@@ -43,10 +43,10 @@ struct PluginCheckOptions {
 };
 
 struct PluginCheckReport {
-  std::string plugin;        // "TemperatureSwish version '1' namespace ''"
-  std::string library;       // where the creator came from ("" when built in)
+  std::string plugin;   // "TemperatureSwish version '1' namespace ''"
+  std::string library;  // where the creator came from ("" when built in)
   DeviceType device = DeviceType::kCPU;
-  std::string fields;        // "temperature=1"
+  std::string fields;  // "temperature=1"
   int num_inputs = 0, num_outputs = 0;
   std::vector<PluginCheckResult> checks;
 

@@ -46,8 +46,10 @@ class CudaDevice final : public CheckDevice {
   std::string synchronize() override {
     cudaError_t e = cudaStreamSynchronize(stream_);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();  // launches on other streams, too
-    if (e == cudaSuccess) e = cudaGetLastError();
-    else cudaGetLastError();
+    if (e == cudaSuccess)
+      e = cudaGetLastError();
+    else
+      cudaGetLastError();
     return e == cudaSuccess ? std::string() : error_text(e);
   }
 
@@ -101,8 +103,10 @@ CaptureOutcome capture_and_replay(CheckDevice& device, const std::function<int()
   if (e != cudaSuccess || graph == nullptr || rc != 0 || during != cudaSuccess) {
     if (graph) cudaGraphDestroy(graph);
     out.problem = e != cudaSuccess ? "cudaStreamEndCapture: " + error_text(e) : std::string();
-    if (during != cudaSuccess) out.problem += (out.problem.empty() ? "" : "; ") + std::string("during the capture: ") + error_text(during);
-    if (rc != 0) out.problem += (out.problem.empty() ? "" : "; ") + std::string("enqueue() returned ") + std::to_string(rc);
+    if (during != cudaSuccess)
+      out.problem += (out.problem.empty() ? "" : "; ") + std::string("during the capture: ") + error_text(during);
+    if (rc != 0)
+      out.problem += (out.problem.empty() ? "" : "; ") + std::string("enqueue() returned ") + std::to_string(rc);
     if (out.problem.empty()) out.problem = "the capture produced no graph";
     return out;
   }

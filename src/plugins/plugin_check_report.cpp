@@ -21,7 +21,8 @@ const char* to_string(CheckStatus status) {
 }
 
 bool PluginCheckReport::passed() const {
-  return std::none_of(checks.begin(), checks.end(), [](const PluginCheckResult& c) { return c.status == CheckStatus::kFail; });
+  return std::none_of(checks.begin(), checks.end(),
+                      [](const PluginCheckResult& c) { return c.status == CheckStatus::kFail; });
 }
 
 const PluginCheckResult* PluginCheckReport::find(const std::string& prefix) const {
@@ -58,8 +59,7 @@ double parse_number(const std::string& text, const std::string& field) {
     size_t used = 0;
     const double v = std::stod(text, &used);
     if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   throw Error("--fields: field " + quote(field) + " needs numbers, got " + quote(text));
 }
 
@@ -70,11 +70,21 @@ std::string plugin_fields_to_string(const PluginFieldCollection& fields) {
   for (const PluginField& f : fields.all()) {
     s += (s.empty() ? "" : ", ") + f.name + "=";
     switch (f.type) {
-      case PluginFieldType::kFloat32: s += join_values(f.f32); break;
-      case PluginFieldType::kFloat64: s += join_values(f.f64); break;
-      case PluginFieldType::kInt32: s += join_values(f.i32); break;
-      case PluginFieldType::kInt64: s += join_values(f.i64); break;
-      case PluginFieldType::kString: s += f.str; break;
+      case PluginFieldType::kFloat32:
+        s += join_values(f.f32);
+        break;
+      case PluginFieldType::kFloat64:
+        s += join_values(f.f64);
+        break;
+      case PluginFieldType::kInt32:
+        s += join_values(f.i32);
+        break;
+      case PluginFieldType::kInt64:
+        s += join_values(f.i64);
+        break;
+      case PluginFieldType::kString:
+        s += f.str;
+        break;
       case PluginFieldType::kTensor:
         s += "<tensor " + std::string(to_string(f.tensor.type())) + " " + f.tensor.dims().to_string() + ">";
         break;
@@ -107,27 +117,33 @@ PluginFieldCollection parse_plugin_fields(const std::string& text, const PluginC
     // Not a structured binding: clang 14 cannot capture one in the lambda below.
     const std::string& name = item.first;
     const std::string& value = item.second;
-    const auto spec = std::find_if(schema.begin(), schema.end(), [&](const PluginFieldSpec& s) { return s.name == name; });
+    const auto spec =
+        std::find_if(schema.begin(), schema.end(), [&](const PluginFieldSpec& s) { return s.name == name; });
     if (spec == schema.end()) {
       std::string names;
       for (const auto& s : schema) names += (names.empty() ? "" : ", ") + s.name;
-      throw Error("--fields: plugin " + quote(creator_identity(creator).name) + " has no field " + quote(name) + " (its fields: " +
-                  (names.empty() ? "none" : names) + ")");
+      throw Error("--fields: plugin " + quote(creator_identity(creator).name) + " has no field " + quote(name) +
+                  " (its fields: " + (names.empty() ? "none" : names) + ")");
     }
     std::vector<double> numbers;
     if (spec->type != PluginFieldType::kString && spec->type != PluginFieldType::kTensor) {
       size_t p = 0;
       while (true) {
         const size_t comma = value.find(',', p);
-        numbers.push_back(parse_number(value.substr(p, comma == std::string::npos ? std::string::npos : comma - p), name));
+        numbers.push_back(
+            parse_number(value.substr(p, comma == std::string::npos ? std::string::npos : comma - p), name));
         if (comma == std::string::npos) break;
         p = comma + 1;
       }
     }
     PluginField f;
     switch (spec->type) {
-      case PluginFieldType::kFloat32: f = PluginField::float32(name, {numbers.begin(), numbers.end()}); break;
-      case PluginFieldType::kFloat64: f = PluginField::float64(name, numbers); break;
+      case PluginFieldType::kFloat32:
+        f = PluginField::float32(name, {numbers.begin(), numbers.end()});
+        break;
+      case PluginFieldType::kFloat64:
+        f = PluginField::float64(name, numbers);
+        break;
       case PluginFieldType::kInt32:
       case PluginFieldType::kInt64: {
         std::vector<int64_t> ints;
@@ -139,9 +155,12 @@ PluginFieldCollection parse_plugin_fields(const std::string& text, const PluginC
                                                   : PluginField::int32(name, {ints.begin(), ints.end()});
         break;
       }
-      case PluginFieldType::kString: f = PluginField::string(name, value); break;
+      case PluginFieldType::kString:
+        f = PluginField::string(name, value);
+        break;
       case PluginFieldType::kTensor:
-        throw Error("--fields: field " + quote(name) + " is a tensor; tensor fields cannot be given on the command line");
+        throw Error("--fields: field " + quote(name) +
+                    " is a tensor; tensor fields cannot be given on the command line");
     }
     fields.add(std::move(f));
   }
@@ -150,21 +169,23 @@ PluginFieldCollection parse_plugin_fields(const std::string& text, const PluginC
 
 void print_plugin_check_report(const PluginCheckReport& report, std::ostream& out) {
   out << "plugin " << report.plugin << " from "
-      << (report.library.empty() ? "this program (built in or linked in)" : quote(report.library))
-      << ", checked on " << to_string(report.device) << "\n";
+      << (report.library.empty() ? "this program (built in or linked in)" : quote(report.library)) << ", checked on "
+      << to_string(report.device) << "\n";
   out << "fields: " << (report.fields.empty() ? "(none)" : report.fields) << "; inputs: " << report.num_inputs
       << ", outputs: " << report.num_outputs << "\n\n";
   size_t width = 5;
   for (const auto& c : report.checks) width = std::max(width, c.name.size());
-  out << std::left << std::setw(static_cast<int>(width) + 2) << "CHECK" << "RESULT  DETAILS\n";
+  out << std::left << std::setw(static_cast<int>(width) + 2) << "CHECK"
+      << "RESULT  DETAILS\n";
   int counts[3] = {0, 0, 0};
   for (const auto& c : report.checks) {
     ++counts[static_cast<int>(c.status)];
     out << std::left << std::setw(static_cast<int>(width) + 2) << c.name << std::setw(8) << to_string(c.status)
         << c.message << "\n";
   }
-  out << "\n" << counts[0] << " passed, " << counts[1] << " failed, " << counts[2] << " skipped: "
-      << (report.passed() ? "PASSED" : "FAILED") << "\n";
+  out << "\n"
+      << counts[0] << " passed, " << counts[1] << " failed, " << counts[2]
+      << " skipped: " << (report.passed() ? "PASSED" : "FAILED") << "\n";
 }
 
 }  // namespace kiln

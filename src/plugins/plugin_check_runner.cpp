@@ -90,10 +90,14 @@ extern "C" void on_fault(int sig, siginfo_t* info, void*) {
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case SIGSEGV: return "SIGSEGV (an access outside its buffers)";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE (integer division by zero?)";
-    case SIGILL: return "SIGILL";
+    case SIGSEGV:
+      return "SIGSEGV (an access outside its buffers)";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE (integer division by zero?)";
+    case SIGILL:
+      return "SIGILL";
   }
   return "a signal";
 }
@@ -151,8 +155,10 @@ std::string run_guarded(const std::function<void()>& fn) {
 std::string to_string(const Combination& combo, int num_inputs) {
   std::string s;
   for (size_t i = 0; i < combo.size(); ++i) {
-    if (i == static_cast<size_t>(num_inputs)) s += " -> ";
-    else if (i > 0) s += ", ";
+    if (i == static_cast<size_t>(num_inputs))
+      s += " -> ";
+    else if (i > 0)
+      s += ", ";
     s += std::string(kiln::to_string(combo[i].type)) + ":" + kiln::to_string(combo[i].format);
   }
   return s;
@@ -160,19 +166,30 @@ std::string to_string(const Combination& combo, int num_inputs) {
 
 double quantize(double v, DataType type) {
   switch (type) {
-    case DataType::kFloat32: return static_cast<float>(v);
-    case DataType::kFloat16: return static_cast<float>(half(static_cast<float>(v)));
-    case DataType::kFloat64: return v;
+    case DataType::kFloat32:
+      return static_cast<float>(v);
+    case DataType::kFloat16:
+      return static_cast<float>(half(static_cast<float>(v)));
+    case DataType::kFloat64:
+      return v;
     case DataType::kInt32:
-    case DataType::kInt64: return std::nearbyint(v);
-    case DataType::kInt8: return std::clamp(std::nearbyint(v), -128.0, 127.0);
-    case DataType::kUInt8: return std::clamp(std::nearbyint(v), 0.0, 255.0);
-    case DataType::kBool: return v > 0 ? 1.0 : 0.0;
-    case DataType::kInt16: return std::clamp(std::nearbyint(v), -32768.0, 32767.0);
-    case DataType::kUInt16: return std::clamp(std::nearbyint(v), 0.0, 65535.0);
+    case DataType::kInt64:
+      return std::nearbyint(v);
+    case DataType::kInt8:
+      return std::clamp(std::nearbyint(v), -128.0, 127.0);
+    case DataType::kUInt8:
+      return std::clamp(std::nearbyint(v), 0.0, 255.0);
+    case DataType::kBool:
+      return v > 0 ? 1.0 : 0.0;
+    case DataType::kInt16:
+      return std::clamp(std::nearbyint(v), -32768.0, 32767.0);
+    case DataType::kUInt16:
+      return std::clamp(std::nearbyint(v), 0.0, 65535.0);
     case DataType::kUInt32:
-    case DataType::kUInt64: return std::max(std::nearbyint(v), 0.0);
-    case DataType::kString: break;  // plugins take no string tensors
+    case DataType::kUInt64:
+      return std::max(std::nearbyint(v), 0.0);
+    case DataType::kString:
+      break;  // plugins take no string tensors
   }
   return v;
 }
@@ -181,37 +198,118 @@ namespace {
 
 void store(uint8_t* p, DataType type, double v) {
   switch (type) {
-    case DataType::kFloat32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-    case DataType::kFloat16: { const half h(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    case DataType::kFloat64: std::memcpy(p, &v, 8); break;
-    case DataType::kInt32: { const auto i = static_cast<int32_t>(v); std::memcpy(p, &i, 4); break; }
-    case DataType::kInt64: { const auto i = static_cast<int64_t>(v); std::memcpy(p, &i, 8); break; }
-    case DataType::kInt8: { const auto i = static_cast<int8_t>(v); std::memcpy(p, &i, 1); break; }
+    case DataType::kFloat32: {
+      const float f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      break;
+    }
+    case DataType::kFloat16: {
+      const half h(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DataType::kFloat64:
+      std::memcpy(p, &v, 8);
+      break;
+    case DataType::kInt32: {
+      const auto i = static_cast<int32_t>(v);
+      std::memcpy(p, &i, 4);
+      break;
+    }
+    case DataType::kInt64: {
+      const auto i = static_cast<int64_t>(v);
+      std::memcpy(p, &i, 8);
+      break;
+    }
+    case DataType::kInt8: {
+      const auto i = static_cast<int8_t>(v);
+      std::memcpy(p, &i, 1);
+      break;
+    }
     case DataType::kUInt8:
-    case DataType::kBool: *p = static_cast<uint8_t>(v); break;
-    case DataType::kInt16: { const auto i = static_cast<int16_t>(v); std::memcpy(p, &i, 2); break; }
-    case DataType::kUInt16: { const auto i = static_cast<uint16_t>(v); std::memcpy(p, &i, 2); break; }
-    case DataType::kUInt32: { const auto i = static_cast<uint32_t>(v); std::memcpy(p, &i, 4); break; }
-    case DataType::kUInt64: { const auto i = static_cast<uint64_t>(v); std::memcpy(p, &i, 8); break; }
-    case DataType::kString: break;  // plugins take no string tensors
+    case DataType::kBool:
+      *p = static_cast<uint8_t>(v);
+      break;
+    case DataType::kInt16: {
+      const auto i = static_cast<int16_t>(v);
+      std::memcpy(p, &i, 2);
+      break;
+    }
+    case DataType::kUInt16: {
+      const auto i = static_cast<uint16_t>(v);
+      std::memcpy(p, &i, 2);
+      break;
+    }
+    case DataType::kUInt32: {
+      const auto i = static_cast<uint32_t>(v);
+      std::memcpy(p, &i, 4);
+      break;
+    }
+    case DataType::kUInt64: {
+      const auto i = static_cast<uint64_t>(v);
+      std::memcpy(p, &i, 8);
+      break;
+    }
+    case DataType::kString:
+      break;  // plugins take no string tensors
   }
 }
 
 double load(const uint8_t* p, DataType type) {
   switch (type) {
-    case DataType::kFloat32: { float f; std::memcpy(&f, p, 4); return f; }
-    case DataType::kFloat16: { half h; std::memcpy(&h, p, 2); return static_cast<float>(h); }
-    case DataType::kFloat64: { double d; std::memcpy(&d, p, 8); return d; }
-    case DataType::kInt32: { int32_t i; std::memcpy(&i, p, 4); return i; }
-    case DataType::kInt64: { int64_t i; std::memcpy(&i, p, 8); return static_cast<double>(i); }
-    case DataType::kInt8: return static_cast<int8_t>(*p);
-    case DataType::kUInt8: return *p;
-    case DataType::kBool: return *p != 0 ? 1.0 : 0.0;
-    case DataType::kInt16: { int16_t i; std::memcpy(&i, p, 2); return i; }
-    case DataType::kUInt16: { uint16_t i; std::memcpy(&i, p, 2); return i; }
-    case DataType::kUInt32: { uint32_t i; std::memcpy(&i, p, 4); return i; }
-    case DataType::kUInt64: { uint64_t i; std::memcpy(&i, p, 8); return static_cast<double>(i); }
-    case DataType::kString: break;  // plugins take no string tensors
+    case DataType::kFloat32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case DataType::kFloat16: {
+      half h;
+      std::memcpy(&h, p, 2);
+      return static_cast<float>(h);
+    }
+    case DataType::kFloat64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case DataType::kInt32: {
+      int32_t i;
+      std::memcpy(&i, p, 4);
+      return i;
+    }
+    case DataType::kInt64: {
+      int64_t i;
+      std::memcpy(&i, p, 8);
+      return static_cast<double>(i);
+    }
+    case DataType::kInt8:
+      return static_cast<int8_t>(*p);
+    case DataType::kUInt8:
+      return *p;
+    case DataType::kBool:
+      return *p != 0 ? 1.0 : 0.0;
+    case DataType::kInt16: {
+      int16_t i;
+      std::memcpy(&i, p, 2);
+      return i;
+    }
+    case DataType::kUInt16: {
+      uint16_t i;
+      std::memcpy(&i, p, 2);
+      return i;
+    }
+    case DataType::kUInt32: {
+      uint32_t i;
+      std::memcpy(&i, p, 4);
+      return i;
+    }
+    case DataType::kUInt64: {
+      uint64_t i;
+      std::memcpy(&i, p, 8);
+      return static_cast<double>(i);
+    }
+    case DataType::kString:
+      break;  // plugins take no string tensors
   }
   return 0;
 }
@@ -227,7 +325,8 @@ std::vector<int64_t> physical_positions(const Dims& dims, TensorFormat format) {
   const int64_t batch = dims[0], channels = dims[1], rest = n / (batch * channels);
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t c = 0; c < channels; ++c)
-      for (int64_t r = 0; r < rest; ++r) pos[static_cast<size_t>((b * channels + c) * rest + r)] = (b * rest + r) * channels + c;
+      for (int64_t r = 0; r < rest; ++r)
+        pos[static_cast<size_t>((b * channels + c) * rest + r)] = (b * rest + r) * channels + c;
   return pos;
 }
 
@@ -237,7 +336,8 @@ std::vector<uint8_t> encode(const std::vector<double>& values, const Dims& dims,
   const size_t size = data_type_size(slot.type);
   std::vector<uint8_t> bytes(values.size() * size);
   const auto pos = physical_positions(dims, slot.format);
-  for (size_t i = 0; i < values.size(); ++i) store(bytes.data() + static_cast<size_t>(pos[i]) * size, slot.type, values[i]);
+  for (size_t i = 0; i < values.size(); ++i)
+    store(bytes.data() + static_cast<size_t>(pos[i]) * size, slot.type, values[i]);
   return bytes;
 }
 
@@ -302,8 +402,8 @@ Stats compare(const std::vector<double>& actual, const std::vector<double>& expe
 }
 
 std::string stats_text(const Stats& s) {
-  return "max rel err " + sci(s.max_rel) + ", mean rel err " + sci(s.mean_rel) + ", rel err > 1e-5: " +
-         percent(s.share_above_1e5);
+  return "max rel err " + sci(s.max_rel) + ", mean rel err " + sci(s.mean_rel) +
+         ", rel err > 1e-5: " + percent(s.share_above_1e5);
 }
 
 // ---- the guarded runner ------------------------------------------------------------------------
@@ -342,7 +442,8 @@ struct Fenced {
 
 std::vector<PluginTensorDesc> descs(const std::vector<Dims>& dims, const Combination& combo, size_t first) {
   std::vector<PluginTensorDesc> r;
-  for (size_t i = 0; i < dims.size(); ++i) r.push_back(PluginTensorDesc{combo[first + i].type, combo[first + i].format, dims[i]});
+  for (size_t i = 0; i < dims.size(); ++i)
+    r.push_back(PluginTensorDesc{combo[first + i].type, combo[first + i].format, dims[i]});
   return r;
 }
 

@@ -105,11 +105,11 @@ std::string stats_text(const Stats& stats);
 
 struct RunSpec {
   std::vector<Dims> in_dims, out_dims;
-  Combination combo;                         // num_inputs + num_outputs slots
-  std::vector<std::vector<double>> inputs;   // logical values, already quantized to their slot
+  Combination combo;                        // num_inputs + num_outputs slots
+  std::vector<std::vector<double>> inputs;  // logical values, already quantized to their slot
   int num_threads = 1;
-  uint8_t poison = 0xA5;                      // fills outputs, guards and workspace
-  bool capture = false;                       // CUDA: run under graph capture and replay it
+  uint8_t poison = 0xA5;  // fills outputs, guards and workspace
+  bool capture = false;   // CUDA: run under graph capture and replay it
 };
 
 struct RunResult {
@@ -119,10 +119,10 @@ struct RunResult {
   std::vector<int64_t> bytes_changed_before;  // per output: guard bytes changed before it
   std::vector<int64_t> bytes_changed_after;   // per output: extent of changed guard bytes after it
   std::vector<bool> input_modified;
-  size_t workspace_size = 0;                  // what workspace_size() declared
-  int64_t scratch_extent = 0;                 // bytes from the workspace start to its last changed byte
-  bool scratch_before = false;                // a byte before the workspace changed
-  std::string capture_problem;                // capture: why the capture failed ("" when it worked)
+  size_t workspace_size = 0;    // what workspace_size() declared
+  int64_t scratch_extent = 0;   // bytes from the workspace start to its last changed byte
+  bool scratch_before = false;  // a byte before the workspace changed
+  std::string capture_problem;  // capture: why the capture failed ("" when it worked)
 };
 
 // configure() (min = opt = max = the dims), workspace_size() and one enqueue of `plugin` on

@@ -61,17 +61,20 @@ uint64_t plugin_bytes_checksum(const void* data, size_t size) {
 
 // The plugin's in-place outputs (Plugin::aliased_input) as the layer attribute
 // plugin_aliased_inputs (one input index or -1 per output), when it declares any.
-void store_aliases(Attributes& attrs, const GuardedPlugin& plugin, int num_outputs, size_t num_inputs, const std::string& where) {
+void store_aliases(Attributes& attrs, const GuardedPlugin& plugin, int num_outputs, size_t num_inputs,
+                   const std::string& where) {
   std::vector<int64_t> aliases;
   bool any = false;
   for (int o = 0; o < num_outputs; ++o) {
     const int i = plugin.aliased_input(o);
     if (i < -1 || i >= static_cast<int>(num_inputs)) {
-      throw Error(where + ": plugin '" + plugin.identity().type + "' says output " + std::to_string(o) + " reuses input " +
-                  std::to_string(i) + ", but the layer has " + std::to_string(num_inputs) + " inputs");
+      throw Error(where + ": plugin '" + plugin.identity().type + "' says output " + std::to_string(o) +
+                  " reuses input " + std::to_string(i) + ", but the layer has " + std::to_string(num_inputs) +
+                  " inputs");
     }
     if (i >= 0 && std::find(aliases.begin(), aliases.end(), i) != aliases.end()) {
-      throw Error(where + ": plugin '" + plugin.identity().type + "' says two outputs reuse input " + std::to_string(i));
+      throw Error(where + ": plugin '" + plugin.identity().type + "' says two outputs reuse input " +
+                  std::to_string(i));
     }
     any |= i >= 0;
     aliases.push_back(i);
@@ -89,7 +92,8 @@ Layer* add_plugin(Network& network, const std::vector<Tensor*>& inputs, const Pl
   const GuardedPlugin plugin(std::move(copy), where);
   const GuardedPlugin::Identity id = plugin.identity();
   const int n = plugin.num_outputs();
-  if (n < 1) throw Error("plugin " + quote(id.type) + " declares " + std::to_string(n) + " outputs; it needs at least one");
+  if (n < 1)
+    throw Error("plugin " + quote(id.type) + " declares " + std::to_string(n) + " outputs; it needs at least one");
   Attributes attrs;
   const auto bytes = plugin.serialize();
   if (!bytes.empty()) {
@@ -161,8 +165,10 @@ std::unique_ptr<GuardedPlugin> plugin_from_layer(const Layer& layer, DeviceType 
     const auto size = static_cast<size_t>(layer.attrs().get_int("plugin_bytes_size", -1));
     const auto sum = static_cast<uint64_t>(layer.attrs().get_int("plugin_bytes_checksum", 0));
     if (size != bytes.nbytes() || sum != plugin_bytes_checksum(bytes.data(), bytes.nbytes())) {
-      throw Error(plugin_label(layer) + ": the plugin's serialized bytes do not match their recorded size/checksum "
-                  "(recorded " + std::to_string(size) + " bytes, found " + std::to_string(bytes.nbytes()) +
+      throw Error(plugin_label(layer) +
+                  ": the plugin's serialized bytes do not match their recorded size/checksum "
+                  "(recorded " +
+                  std::to_string(size) + " bytes, found " + std::to_string(bytes.nbytes()) +
                   "); the engine is corrupt");
     }
     plugin = creator_deserialize(*creator, layer.name(), bytes.data(), bytes.nbytes(), plugin_label(layer));
@@ -228,8 +234,8 @@ void load_engine_plugins_from_search_path(const EngineData& data, const std::str
       const std::string candidate = dir + "/" + name;
       if (!file_exists(candidate)) continue;
       load_plugin_library(candidate);
-      log(Severity::kInfo, source + ": loaded plugin library " + quote(candidate) + " (KILN_PLUGIN_PATH) for plugin '" +
-                               p.name + "'");
+      log(Severity::kInfo,
+          source + ": loaded plugin library " + quote(candidate) + " (KILN_PLUGIN_PATH) for plugin '" + p.name + "'");
       break;
     }
   }
@@ -240,7 +246,8 @@ void check_engine_plugins(const EngineData& data, const std::string& source) {
   std::vector<std::string> found;
   for (const auto& p : data.plugins) {
     if (PluginRegistry::instance().find(p.name, p.version, p.plugin_namespace)) continue;
-    missing += "\n  - plugin " + quote(p.name) + " version " + quote(p.version) + " namespace " + quote(p.plugin_namespace) +
+    missing += "\n  - plugin " + quote(p.name) + " version " + quote(p.version) + " namespace " +
+               quote(p.plugin_namespace) +
                (p.library.empty() ? std::string(" (built into the kiln that made the engine)")
                                   : " from library " + quote(p.library));
     if (p.library.empty()) continue;
@@ -256,8 +263,9 @@ void check_engine_plugins(const EngineData& data, const std::string& source) {
     }
   }
   if (missing.empty()) return;
-  std::string hint = "\nload their libraries first: kiln run --plugins LIB.so (C++: kiln::load_plugin_library), or put "
-                     "the folder holding them on KILN_PLUGIN_PATH (searched, and loaded from, automatically)";
+  std::string hint =
+      "\nload their libraries first: kiln run --plugins LIB.so (C++: kiln::load_plugin_library), or put "
+      "the folder holding them on KILN_PLUGIN_PATH (searched, and loaded from, automatically)";
   if (!found.empty()) {
     hint += "; found here:";
     for (const std::string& f : found) hint += " --plugins " + f;
@@ -293,13 +301,14 @@ void load_embedded_library(const EngineData::PluginLibrary& lib, const std::stri
   TempLibrary tmp;
   std::string dir = std::string(env && *env ? env : "/tmp") + "/kiln-plugins-XXXXXX";
   if (!::mkdtemp(dir.data())) {  // mode 0700
-    throw Error(where + ": cannot create a private temporary directory in '" + dir.substr(0, dir.rfind('/')) +
-                "' (" + std::strerror(errno) + "); set TMPDIR to a writable directory");
+    throw Error(where + ": cannot create a private temporary directory in '" + dir.substr(0, dir.rfind('/')) + "' (" +
+                std::strerror(errno) + "); set TMPDIR to a writable directory");
   }
   tmp.dir = dir;
   std::string file = dir + "/libXXXXXX";
   const int fd = ::mkstemp(file.data());  // mode 0600
-  if (fd < 0) throw Error(where + ": cannot create a temporary file in " + quote(dir) + " (" + std::strerror(errno) + ")");
+  if (fd < 0)
+    throw Error(where + ": cannot create a temporary file in " + quote(dir) + " (" + std::strerror(errno) + ")");
   tmp.file = file;
   size_t done = 0;
   while (done < lib.bytes.size()) {
@@ -338,8 +347,9 @@ void load_embedded_plugins(const EngineData& data, const std::string& source, bo
   std::string missing;
   for (const auto& p : data.plugins) {
     if (PluginRegistry::instance().find(p.name, p.version, p.plugin_namespace)) continue;
-    auto lib = std::find_if(data.plugin_libraries.begin(), data.plugin_libraries.end(),
-                            [&](const EngineData::PluginLibrary& l) { return !p.library.empty() && l.path == p.library; });
+    auto lib =
+        std::find_if(data.plugin_libraries.begin(), data.plugin_libraries.end(),
+                     [&](const EngineData::PluginLibrary& l) { return !p.library.empty() && l.path == p.library; });
     if (lib == data.plugin_libraries.end()) continue;  // check_engine_plugins names it
     missing += "\n  - plugin " + quote(p.name) + " version " + quote(p.version) + " namespace '" + p.plugin_namespace +
                "' from library " + quote(p.library) + " (embedded in the engine, " + std::to_string(lib->bytes.size()) +
@@ -370,8 +380,8 @@ std::vector<EngineData::PluginLibrary> read_plugin_libraries(const std::vector<E
     if (file.empty()) file = p.library;
     const std::string err = read_whole_file(file, lib.bytes);
     if (!err.empty() || lib.bytes.empty()) {
-      throw Error("cannot embed plugin library " + quote(file) + " (of plugin " + quote(p.name) + "): " +
-                  (err.empty() ? std::string("the file is empty") : err));
+      throw Error("cannot embed plugin library " + quote(file) + " (of plugin " + quote(p.name) +
+                  "): " + (err.empty() ? std::string("the file is empty") : err));
     }
     libraries.push_back(std::move(lib));
   }
@@ -413,7 +423,8 @@ void plugin_infer_shapes(ShapeContext& ctx) {
     const Dims declared = t ? t->dims() : Dims{};
     DimsExprs e;
     for (int k = 0; k < in_dims[i].rank(); ++k) {
-      const bool fixed = declared.rank() == in_dims[i].rank() && declared[k] != kDynamic && declared[k] == in_dims[i][k];
+      const bool fixed =
+          declared.rank() == in_dims[i].rank() && declared[k] != kDynamic && declared[k] == in_dims[i][k];
       e.d.push_back(fixed ? exprs.constant(in_dims[i][k]) : exprs.input_dim(static_cast<int>(i), k));
     }
     in_exprs.push_back(e);
@@ -457,10 +468,12 @@ void plugin_infer_shapes(ShapeContext& ctx) {
   }
   for (int o = 0; o < ctx.num_outputs(); ++o) {
     const DimsExprs& out = out_exprs[static_cast<size_t>(o)];
-    if (out.rank() > kMaxDims) ctx.fail("output_dims(" + std::to_string(o) + ") has rank " + std::to_string(out.rank()));
+    if (out.rank() > kMaxDims)
+      ctx.fail("output_dims(" + std::to_string(o) + ") has rank " + std::to_string(out.rank()));
     Dims dims;
     for (int k = 0; k < out.rank(); ++k) {
-      if (!out.d[static_cast<size_t>(k)]) ctx.fail("output_dims(" + std::to_string(o) + ") has a null expression at axis " + std::to_string(k));
+      if (!out.d[static_cast<size_t>(k)])
+        ctx.fail("output_dims(" + std::to_string(o) + ") has a null expression at axis " + std::to_string(k));
       int64_t v = 0;
       try {
         v = out.d[static_cast<size_t>(k)]->evaluate(in_dims, sizes, values);
@@ -602,7 +615,8 @@ bool plugin_supports(const Layer& layer, const std::vector<TensorDesc>& inputs, 
   const auto out_types = plugin->output_types(types);
   for (size_t i = 0; i < out_types.size(); ++i) {
     const int o = static_cast<int>(i);
-    io.push_back(PluginTensorDesc{out_types[i], o < layer.num_outputs() ? layer.output(o)->format() : TensorFormat::kLinear, Dims{}});
+    io.push_back(PluginTensorDesc{out_types[i],
+                                  o < layer.num_outputs() ? layer.output(o)->format() : TensorFormat::kLinear, Dims{}});
   }
   const int num_outputs = plugin->num_outputs();
   for (int pos = 0; pos < static_cast<int>(io.size()); ++pos) {

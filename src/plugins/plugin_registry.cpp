@@ -41,11 +41,16 @@ int64_t floor_div(int64_t a, int64_t b) {
 
 std::string DimExpr::to_string() const {
   switch (kind_) {
-    case Kind::kConstant: return std::to_string(value_);
-    case Kind::kInput: return "in" + std::to_string(input_) + "[" + std::to_string(axis_) + "]";
-    case Kind::kSize: return "size" + std::to_string(input_) + "(<=" + std::to_string(value_) + ")";
-    case Kind::kValue: return "value" + std::to_string(input_) + "[" + std::to_string(value_) + "]";
-    case Kind::kOp: return "(" + a_->to_string() + op_symbol(op_) + b_->to_string() + ")";
+    case Kind::kConstant:
+      return std::to_string(value_);
+    case Kind::kInput:
+      return "in" + std::to_string(input_) + "[" + std::to_string(axis_) + "]";
+    case Kind::kSize:
+      return "size" + std::to_string(input_) + "(<=" + std::to_string(value_) + ")";
+    case Kind::kValue:
+      return "value" + std::to_string(input_) + "[" + std::to_string(value_) + "]";
+    case Kind::kOp:
+      return "(" + a_->to_string() + op_symbol(op_) + b_->to_string() + ")";
   }
   return "?";
 }
@@ -56,7 +61,8 @@ int64_t DimExpr::evaluate(const std::vector<Dims>& inputs, const std::vector<int
     case Kind::kValue: {
       const HostTensor* v = static_cast<size_t>(input_) < values.size() ? values[static_cast<size_t>(input_)] : nullptr;
       if (!v) {
-        throw Error("plugin dimension expression " + to_string() + " needs the value of input " + std::to_string(input_) +
+        throw Error("plugin dimension expression " + to_string() + " needs the value of input " +
+                    std::to_string(input_) +
                     " when shapes are inferred, but it is computed by a kernel (a shape input must be a constant or "
                     "shape arithmetic)");
       }
@@ -67,7 +73,8 @@ int64_t DimExpr::evaluate(const std::vector<Dims>& inputs, const std::vector<int
       }
       return ints[static_cast<size_t>(value_)];
     }
-    case Kind::kConstant: return value_;
+    case Kind::kConstant:
+      return value_;
     case Kind::kInput:
       if (input_ < 0 || static_cast<size_t>(input_) >= inputs.size() || axis_ < 0 ||
           axis_ >= inputs[static_cast<size_t>(input_)].rank()) {
@@ -80,15 +87,24 @@ int64_t DimExpr::evaluate(const std::vector<Dims>& inputs, const std::vector<int
       const int64_t a = a_->evaluate(inputs, sizes, values), b = b_->evaluate(inputs, sizes, values);
       const std::string what = "plugin dimension expression " + to_string();
       switch (op_) {
-        case DimOp::kSum: return checked_add(a, b, what);
-        case DimOp::kSub: return checked_sub(a, b, what);
-        case DimOp::kProd: return checked_mul(a, b, what);
-        case DimOp::kFloorDiv: return floor_div(a, b);
-        case DimOp::kCeilDiv: return checked_sub(0, floor_div(checked_sub(0, a, what), b), what);
-        case DimOp::kMin: return std::min(a, b);
-        case DimOp::kMax: return std::max(a, b);
-        case DimOp::kEqual: return a == b;
-        case DimOp::kLess: return a < b;
+        case DimOp::kSum:
+          return checked_add(a, b, what);
+        case DimOp::kSub:
+          return checked_sub(a, b, what);
+        case DimOp::kProd:
+          return checked_mul(a, b, what);
+        case DimOp::kFloorDiv:
+          return floor_div(a, b);
+        case DimOp::kCeilDiv:
+          return checked_sub(0, floor_div(checked_sub(0, a, what), b), what);
+        case DimOp::kMin:
+          return std::min(a, b);
+        case DimOp::kMax:
+          return std::max(a, b);
+        case DimOp::kEqual:
+          return a == b;
+        case DimOp::kLess:
+          return a < b;
       }
     }
   }
@@ -169,8 +185,7 @@ DimsExprs ExprBuilder::broadcast(const DimsExprs& a, const DimsExprs& b) {
       out.d.push_back(x);
     } else if (x->is_constant() && y->is_constant()) {
       throw Error("broadcast: extents " + std::to_string(x->constant_value()) + " and " +
-                  std::to_string(y->constant_value()) + " at axis " + std::to_string(k) +
-                  " are neither equal nor 1");
+                  std::to_string(y->constant_value()) + " at axis " + std::to_string(k) + " are neither equal nor 1");
     } else {
       checks_.push_back(Check{x, y, true});
       out.d.push_back(operation(DimOp::kMax, *x, *y));
@@ -206,12 +221,18 @@ const char* to_string(PluginFieldType type) {
 
 int64_t PluginField::count() const {
   switch (type) {
-    case PluginFieldType::kFloat32: return static_cast<int64_t>(f32.size());
-    case PluginFieldType::kFloat64: return static_cast<int64_t>(f64.size());
-    case PluginFieldType::kInt32: return static_cast<int64_t>(i32.size());
-    case PluginFieldType::kInt64: return static_cast<int64_t>(i64.size());
-    case PluginFieldType::kString: return 1;
-    case PluginFieldType::kTensor: return 1;
+    case PluginFieldType::kFloat32:
+      return static_cast<int64_t>(f32.size());
+    case PluginFieldType::kFloat64:
+      return static_cast<int64_t>(f64.size());
+    case PluginFieldType::kInt32:
+      return static_cast<int64_t>(i32.size());
+    case PluginFieldType::kInt64:
+      return static_cast<int64_t>(i64.size());
+    case PluginFieldType::kString:
+      return 1;
+    case PluginFieldType::kTensor:
+      return 1;
   }
   return 0;
 }
@@ -262,23 +283,33 @@ PluginField PluginField::tensor_value(std::string name, HostTensor v) {
 AttrType attr_type_of(PluginFieldType type) {
   switch (type) {
     case PluginFieldType::kFloat32:
-    case PluginFieldType::kFloat64: return AttrType::kFloats;
+    case PluginFieldType::kFloat64:
+      return AttrType::kFloats;
     case PluginFieldType::kInt32:
-    case PluginFieldType::kInt64: return AttrType::kInts;
-    case PluginFieldType::kString: return AttrType::kString;
-    case PluginFieldType::kTensor: return AttrType::kTensor;
+    case PluginFieldType::kInt64:
+      return AttrType::kInts;
+    case PluginFieldType::kString:
+      return AttrType::kString;
+    case PluginFieldType::kTensor:
+      return AttrType::kTensor;
   }
   throw Error("invalid PluginFieldType " + std::to_string(static_cast<int>(type)));
 }
 
 AttrValue PluginField::value() const {
   switch (type) {
-    case PluginFieldType::kFloat32: return std::vector<double>(f32.begin(), f32.end());
-    case PluginFieldType::kFloat64: return f64;
-    case PluginFieldType::kInt32: return std::vector<int64_t>(i32.begin(), i32.end());
-    case PluginFieldType::kInt64: return i64;
-    case PluginFieldType::kString: return str;
-    case PluginFieldType::kTensor: return tensor;
+    case PluginFieldType::kFloat32:
+      return std::vector<double>(f32.begin(), f32.end());
+    case PluginFieldType::kFloat64:
+      return f64;
+    case PluginFieldType::kInt32:
+      return std::vector<int64_t>(i32.begin(), i32.end());
+    case PluginFieldType::kInt64:
+      return i64;
+    case PluginFieldType::kString:
+      return str;
+    case PluginFieldType::kTensor:
+      return tensor;
   }
   throw Error("field " + quote(name) + ": invalid PluginFieldType " + std::to_string(static_cast<int>(type)));
 }
@@ -297,7 +328,9 @@ PluginField PluginField::from_value(std::string name, PluginFieldType type, cons
       f.f32.assign(d.begin(), d.end());
       break;
     }
-    case PluginFieldType::kFloat64: f.f64 = std::get<std::vector<double>>(value); break;
+    case PluginFieldType::kFloat64:
+      f.f64 = std::get<std::vector<double>>(value);
+      break;
     case PluginFieldType::kInt32:
       for (int64_t x : std::get<std::vector<int64_t>>(value)) {
         if (x < INT32_MIN || x > INT32_MAX) {
@@ -306,9 +339,15 @@ PluginField PluginField::from_value(std::string name, PluginFieldType type, cons
         f.i32.push_back(static_cast<int32_t>(x));
       }
       break;
-    case PluginFieldType::kInt64: f.i64 = std::get<std::vector<int64_t>>(value); break;
-    case PluginFieldType::kString: f.str = std::get<std::string>(value); break;
-    case PluginFieldType::kTensor: f.tensor = std::get<HostTensor>(value); break;
+    case PluginFieldType::kInt64:
+      f.i64 = std::get<std::vector<int64_t>>(value);
+      break;
+    case PluginFieldType::kString:
+      f.str = std::get<std::string>(value);
+      break;
+    case PluginFieldType::kTensor:
+      f.tensor = std::get<HostTensor>(value);
+      break;
   }
   f.name = std::move(name);
   return f;
@@ -336,7 +375,9 @@ namespace {
 const PluginField& typed_field(const PluginFieldCollection& c, const std::string& name,
                                std::initializer_list<PluginFieldType> types, const char* wanted) {
   const PluginField* f = c.find(name);
-  if (!f) throw Error("plugin field " + quote(name) + " is missing (give the creator resolve_fields()' output, which fills defaults)");
+  if (!f)
+    throw Error("plugin field " + quote(name) +
+                " is missing (give the creator resolve_fields()' output, which fills defaults)");
   if (std::find(types.begin(), types.end(), f->type) == types.end()) {
     throw Error("plugin field " + quote(name) + " has type " + to_string(f->type) + ", expected " + wanted);
   }
@@ -353,10 +394,12 @@ float PluginFieldCollection::get_float32(const std::string& name) const {
       typed_field(*this, name, {PluginFieldType::kFloat32, PluginFieldType::kFloat64}, "float32 or float64")));
 }
 double PluginFieldCollection::get_float64(const std::string& name) const {
-  return first_float(typed_field(*this, name, {PluginFieldType::kFloat32, PluginFieldType::kFloat64}, "float32 or float64"));
+  return first_float(
+      typed_field(*this, name, {PluginFieldType::kFloat32, PluginFieldType::kFloat64}, "float32 or float64"));
 }
 int32_t PluginFieldCollection::get_int32(const std::string& name) const {
-  const int64_t v = first_int(typed_field(*this, name, {PluginFieldType::kInt32, PluginFieldType::kInt64}, "int32 or int64"));
+  const int64_t v =
+      first_int(typed_field(*this, name, {PluginFieldType::kInt32, PluginFieldType::kInt64}, "int32 or int64"));
   if (v < INT32_MIN || v > INT32_MAX) {
     throw Error("plugin field " + quote(name) + " value " + std::to_string(v) + " does not fit int32");
   }
@@ -403,9 +446,7 @@ struct PluginRegistry::Impl {
            const std::string& library, bool replace);
 };
 
-PluginRegistry::Impl& PluginRegistry::impl() const {
-  return *impl_;
-}
+PluginRegistry::Impl& PluginRegistry::impl() const { return *impl_; }
 
 PluginRegistry& PluginRegistry::instance() {
   static PluginRegistry* registry = [] {
@@ -465,11 +506,13 @@ void PluginRegistry::Impl::add(std::unique_ptr<PluginCreator> creator, const det
   entries.push_back(std::move(entry));
 }
 
-void PluginRegistry::register_creator(std::unique_ptr<PluginCreator> creator, const std::string& library, bool replace) {
+void PluginRegistry::register_creator(std::unique_ptr<PluginCreator> creator, const std::string& library,
+                                      bool replace) {
   impl().add(std::move(creator), detail::in_process_entry_points(), library, replace);
 }
 
-const PluginCreator* PluginRegistry::find(const std::string& name, const std::string& version, const std::string& ns) const {
+const PluginCreator* PluginRegistry::find(const std::string& name, const std::string& version,
+                                          const std::string& ns) const {
   Impl& m = impl();
   std::lock_guard<std::mutex> lock(m.mutex);
   for (const auto& e : m.entries) {
@@ -498,7 +541,8 @@ std::vector<PluginInfo> PluginRegistry::list() const {
   return r;
 }
 
-std::string PluginRegistry::library_of(const std::string& name, const std::string& version, const std::string& ns) const {
+std::string PluginRegistry::library_of(const std::string& name, const std::string& version,
+                                       const std::string& ns) const {
   Impl& m = impl();
   std::lock_guard<std::mutex> lock(m.mutex);
   for (const auto& e : m.entries) {
@@ -513,18 +557,22 @@ namespace {
 // int32 is an error), float32 and float64 both ways; anything else is a type error.
 PluginField converted_field(const PluginField& f, PluginFieldType to, const std::string& where) {
   const auto is_int = [](PluginFieldType t) { return t == PluginFieldType::kInt32 || t == PluginFieldType::kInt64; };
-  const auto is_float = [](PluginFieldType t) { return t == PluginFieldType::kFloat32 || t == PluginFieldType::kFloat64; };
+  const auto is_float = [](PluginFieldType t) {
+    return t == PluginFieldType::kFloat32 || t == PluginFieldType::kFloat64;
+  };
   PluginField r;
   r.name = f.name;
   r.type = to;
   if (is_int(f.type) && is_int(to)) {
-    std::vector<int64_t> v = f.type == PluginFieldType::kInt64 ? f.i64 : std::vector<int64_t>(f.i32.begin(), f.i32.end());
+    std::vector<int64_t> v =
+        f.type == PluginFieldType::kInt64 ? f.i64 : std::vector<int64_t>(f.i32.begin(), f.i32.end());
     if (to == PluginFieldType::kInt64) {
       r.i64 = std::move(v);
     } else {
       for (int64_t x : v) {
         if (x < INT32_MIN || x > INT32_MAX) {
-          throw Error(where + " field " + quote(f.name) + " is int32; the value " + std::to_string(x) + " does not fit it");
+          throw Error(where + " field " + quote(f.name) + " is int32; the value " + std::to_string(x) +
+                      " does not fit it");
         }
         r.i32.push_back(static_cast<int32_t>(x));
       }
@@ -550,20 +598,21 @@ PluginFieldCollection PluginRegistry::resolve_fields(const PluginCreator& creato
   const std::string cname = creator_identity(creator).name;
   PluginFieldCollection out;
   for (const auto& f : given.all()) {
-    const bool known = std::any_of(schema.begin(), schema.end(), [&](const PluginFieldSpec& s) { return s.name == f.name; });
+    const bool known =
+        std::any_of(schema.begin(), schema.end(), [&](const PluginFieldSpec& s) { return s.name == f.name; });
     if (!known) {
       std::string names;
       for (const auto& s : schema) names += (names.empty() ? "" : ", ") + s.name;
-      throw Error(where + ": plugin " + quote(cname) + " has no field " + quote(f.name) + " (its fields: " +
-                  (names.empty() ? "none" : names) + ")");
+      throw Error(where + ": plugin " + quote(cname) + " has no field " + quote(f.name) +
+                  " (its fields: " + (names.empty() ? "none" : names) + ")");
     }
   }
   for (const auto& spec : schema) {
     const PluginField* f = given.find(spec.name);
     if (!f) {
       if (spec.required) {
-        throw Error(where + ": plugin " + quote(cname) + " needs field " + quote(spec.name) + " (" + to_string(spec.type) +
-                    (spec.description.empty() ? "" : ": " + spec.description) + ")");
+        throw Error(where + ": plugin " + quote(cname) + " needs field " + quote(spec.name) + " (" +
+                    to_string(spec.type) + (spec.description.empty() ? "" : ": " + spec.description) + ")");
       }
       PluginField d = spec.default_value;
       d.name = spec.name;
@@ -645,8 +694,9 @@ std::vector<std::string> load_plugin_library(const std::string& path) {
       if (e.library == canonical) names.push_back(e.name + " v" + e.version);
     }
     m.loaded[canonical] = names;
-    log(Severity::kInfo, "plugin library " + quote(path) + " is already in this process (linked into the program or opened "
-                         "elsewhere); its plugins registered when it was first loaded");
+    log(Severity::kInfo, "plugin library " + quote(path) +
+                             " is already in this process (linked into the program or opened "
+                             "elsewhere); its plugins registered when it was first loaded");
     return names;
   }
   {

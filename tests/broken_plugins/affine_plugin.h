@@ -43,7 +43,8 @@ class AffinePlugin : public Plugin {
     return pos == 0 || (in_out[1].type == in_out[0].type && in_out[1].format == in_out[0].format);
   }
   int enqueue(const std::vector<PluginTensorDesc>& input_descs, const std::vector<PluginTensorDesc>& output_descs,
-              const void* const* inputs, void* const* outputs, void* workspace, const PluginExecContext& exec) override {
+              const void* const* inputs, void* const* outputs, void* workspace,
+              const PluginExecContext& exec) override {
     const auto* x = static_cast<const float*>(inputs[0]);
     auto* y = static_cast<float*>(outputs[0]);
     const int64_t n = element_count(input_descs[0].dims);

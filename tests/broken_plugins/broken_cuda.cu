@@ -28,7 +28,8 @@ class CudaAffine : public AffinePlugin {
  public:
   using AffinePlugin::AffinePlugin;
   int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>& out,
-              const void* const* inputs, void* const* outputs, void* workspace, const PluginExecContext& exec) override {
+              const void* const* inputs, void* const* outputs, void* workspace,
+              const PluginExecContext& exec) override {
     if (exec.device == DeviceType::kCPU) return AffinePlugin::enqueue(in, out, inputs, outputs, workspace, exec);
     const int64_t n = in[0].dims.volume();
     const int blocks = static_cast<int>((n + 255) / 256);
@@ -49,7 +50,7 @@ class BrokenDefaultStream final : public CudaAffine {
  protected:
   int launch(const float* x, float* y, int64_t n, int blocks, cudaStream_t) override {
     affine_kernel<<<blocks, 256>>>(x, y, n, alpha_, beta_);  // the legacy default stream
-    return 0;  // ignores the launch error, as careless plugins do
+    return 0;                                                // ignores the launch error, as careless plugins do
   }
 };
 using BrokenDefaultStreamCreator = AffineCreator<BrokenDefaultStream>;

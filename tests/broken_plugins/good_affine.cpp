@@ -22,7 +22,8 @@ class GoodAffine final : public AffinePlugin {
     if (d.type != DataType::kFloat32 && d.type != DataType::kFloat16) return false;
     return pos == 0 || (in_out[1].type == in_out[0].type && in_out[1].format == in_out[0].format);
   }
-  size_t workspace_size(const std::vector<PluginTensorDesc>& inputs, const std::vector<PluginTensorDesc>&) const override {
+  size_t workspace_size(const std::vector<PluginTensorDesc>& inputs,
+                        const std::vector<PluginTensorDesc>&) const override {
     return static_cast<size_t>(inputs[0].dims.volume()) * sizeof(float);
   }
   int enqueue(const std::vector<PluginTensorDesc>& in, const std::vector<PluginTensorDesc>&, const void* const* inputs,
@@ -54,7 +55,8 @@ class GoodAffineCreator final : public AffineCreator<GoodAffine> {
  public:
   std::unique_ptr<Plugin> deserialize(const std::string&, const void* data, size_t size) const override {
     float v[2];
-    if (size != sizeof v) throw Error("GoodAffine: expected " + std::to_string(sizeof v) + " bytes, got " + std::to_string(size));
+    if (size != sizeof v)
+      throw Error("GoodAffine: expected " + std::to_string(sizeof v) + " bytes, got " + std::to_string(size));
     std::memcpy(v, data, sizeof v);
     return std::make_unique<GoodAffine>(v[0], v[1]);
   }

@@ -62,8 +62,7 @@ inline int load_and_run(const uint8_t* data, size_t size) {
       context->set_tensor_address(t.name, buffers.back().data());
     }
     context->execute();
-  } catch (const kiln::Error&) {
-  }
+  } catch (const kiln::Error&) {}
   return 0;
 }
 

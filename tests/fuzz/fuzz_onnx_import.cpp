@@ -3,4 +3,6 @@
 // structure-aware twin is fuzz_onnx_structured.cpp.
 #include "onnx_import_body.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { return kiln_fuzz::import_and_build(data, size); }
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return kiln_fuzz::import_and_build(data, size);
+}

@@ -23,7 +23,9 @@
 
 extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { return kiln_fuzz::import_and_build(data, size); }
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return kiln_fuzz::import_and_build(data, size);
+}
 
 namespace {
 
@@ -90,15 +92,18 @@ float interesting_float(Rng& rng) {
 }
 
 std::string interesting_string(Rng& rng) {
-  static const char* const kStrings[] = {"",         "NOTSET",     "SAME_UPPER", "SAME_LOWER", "VALID",
-                                         "constant", "reflect",    "edge",       "linear",     "nearest",
-                                         "cubic",    "half_pixel", "asymmetric", "tanh",       "Sigmoid",
-                                         "forward",  "reverse",    "bidirectional", "ij,jk->ik", "...ii->...i",
-                                         "a\nb",     "DCR",        "CRD",        "none",       "mean"};
+  static const char* const kStrings[] = {"",         "NOTSET",     "SAME_UPPER",    "SAME_LOWER", "VALID",
+                                         "constant", "reflect",    "edge",          "linear",     "nearest",
+                                         "cubic",    "half_pixel", "asymmetric",    "tanh",       "Sigmoid",
+                                         "forward",  "reverse",    "bidirectional", "ij,jk->ik",  "...ii->...i",
+                                         "a\nb",     "DCR",        "CRD",           "none",       "mean"};
   switch (below(rng, 4)) {
-    case 0: return pick(rng, kOpNames);
-    case 1: return pick(rng, kAttrNames);
-    default: return pick(rng, kStrings);
+    case 0:
+      return pick(rng, kOpNames);
+    case 1:
+      return pick(rng, kAttrNames);
+    default:
+      return pick(rng, kStrings);
   }
 }
 
@@ -173,11 +178,15 @@ void move_last_to(Repeated* r, int to) {
 
 void mutate_int_list(google::protobuf::RepeatedField<int64_t>* list, Rng& rng) {
   switch (below(rng, 5)) {
-    case 0: list->Add(interesting_int(rng)); break;
+    case 0:
+      list->Add(interesting_int(rng));
+      break;
     case 1:
       if (!list->empty()) list->RemoveLast();
       break;
-    case 2: list->Clear(); break;
+    case 2:
+      list->Clear();
+      break;
     case 3: {
       list->Clear();
       const size_t n = below(rng, 9);
@@ -185,8 +194,10 @@ void mutate_int_list(google::protobuf::RepeatedField<int64_t>* list, Rng& rng) {
       break;
     }
     default:
-      if (list->empty()) list->Add(interesting_int(rng));
-      else list->Set(static_cast<int>(below(rng, list->size())), interesting_int(rng));
+      if (list->empty())
+        list->Add(interesting_int(rng));
+      else
+        list->Set(static_cast<int>(below(rng, list->size())), interesting_int(rng));
   }
 }
 
@@ -200,13 +211,19 @@ bool mutate_dim(onnx::ModelProto& model, Rng& rng) {
   onnx::TypeProto_Tensor* tt = v->mutable_type()->mutable_tensor_type();
   onnx::TensorShapeProto* shape = tt->mutable_shape();
   switch (below(rng, 8)) {
-    case 0: tt->set_elem_type(static_cast<int32_t>(below(rng, 26)) - (chance(rng, 8) ? 30 : 0)); return true;
-    case 1: shape->add_dim()->set_dim_value(interesting_int(rng)); return true;
+    case 0:
+      tt->set_elem_type(static_cast<int32_t>(below(rng, 26)) - (chance(rng, 8) ? 30 : 0));
+      return true;
+    case 1:
+      shape->add_dim()->set_dim_value(interesting_int(rng));
+      return true;
     case 2:
       if (shape->dim_size() == 0) return false;
       delete_at(shape->mutable_dim(), static_cast<int>(below(rng, shape->dim_size())));
       return true;
-    case 3: tt->clear_shape(); return true;
+    case 3:
+      tt->clear_shape();
+      return true;
     case 4: {
       if (shape->dim_size() == 0) return false;
       static const char* const kParams[] = {"N", "batch", "", "M", "?"};
@@ -233,9 +250,15 @@ void random_attribute_value(onnx::AttributeProto* a, Rng& rng) {
       onnx::AttributeProto::INTS,   onnx::AttributeProto::STRINGS, onnx::AttributeProto::UNDEFINED};
   a->set_type(pick(rng, kTypes));
   switch (a->type()) {
-    case onnx::AttributeProto::FLOAT: a->set_f(interesting_float(rng)); break;
-    case onnx::AttributeProto::INT: a->set_i(interesting_int(rng)); break;
-    case onnx::AttributeProto::STRING: a->set_s(interesting_string(rng)); break;
+    case onnx::AttributeProto::FLOAT:
+      a->set_f(interesting_float(rng));
+      break;
+    case onnx::AttributeProto::INT:
+      a->set_i(interesting_int(rng));
+      break;
+    case onnx::AttributeProto::STRING:
+      a->set_s(interesting_string(rng));
+      break;
     case onnx::AttributeProto::TENSOR: {
       onnx::TensorProto* t = a->mutable_t();
       t->set_data_type(static_cast<int32_t>(below(rng, 17)));
@@ -244,7 +267,9 @@ void random_attribute_value(onnx::AttributeProto* a, Rng& rng) {
       for (size_t i = 0; i < below(rng, 5); ++i) t->add_int64_data(interesting_int(rng));
       break;
     }
-    case onnx::AttributeProto::GRAPH: a->mutable_g()->set_name("fuzz_sub"); break;
+    case onnx::AttributeProto::GRAPH:
+      a->mutable_g()->set_name("fuzz_sub");
+      break;
     case onnx::AttributeProto::FLOATS:
       for (size_t i = 0; i < below(rng, 6); ++i) a->add_floats(interesting_float(rng));
       break;
@@ -254,7 +279,8 @@ void random_attribute_value(onnx::AttributeProto* a, Rng& rng) {
     case onnx::AttributeProto::STRINGS:
       for (size_t i = 0; i < below(rng, 4); ++i) a->add_strings(interesting_string(rng));
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -273,15 +299,21 @@ bool mutate_attribute(onnx::ModelProto& model, Rng& rng) {
   const int index = static_cast<int>(below(rng, node->attribute_size()));
   onnx::AttributeProto* a = node->mutable_attribute(index);
   switch (below(rng, 12)) {
-    case 0: delete_at(node->mutable_attribute(), index); return true;
-    case 1: *node->add_attribute() = *a; return true;  // duplicated
-    case 2: a->set_name(pick(rng, kAttrNames)); return true;
+    case 0:
+      delete_at(node->mutable_attribute(), index);
+      return true;
+    case 1:
+      *node->add_attribute() = *a;
+      return true;  // duplicated
+    case 2:
+      a->set_name(pick(rng, kAttrNames));
+      return true;
     case 3: {  // another type, same payload
       static const onnx::AttributeProto_AttributeType kTypes[] = {
-          onnx::AttributeProto::UNDEFINED, onnx::AttributeProto::FLOAT,   onnx::AttributeProto::INT,
-          onnx::AttributeProto::STRING,    onnx::AttributeProto::TENSOR,  onnx::AttributeProto::GRAPH,
-          onnx::AttributeProto::FLOATS,    onnx::AttributeProto::INTS,    onnx::AttributeProto::STRINGS,
-          onnx::AttributeProto::TENSORS,   onnx::AttributeProto::GRAPHS,  onnx::AttributeProto::SPARSE_TENSOR};
+          onnx::AttributeProto::UNDEFINED, onnx::AttributeProto::FLOAT,  onnx::AttributeProto::INT,
+          onnx::AttributeProto::STRING,    onnx::AttributeProto::TENSOR, onnx::AttributeProto::GRAPH,
+          onnx::AttributeProto::FLOATS,    onnx::AttributeProto::INTS,   onnx::AttributeProto::STRINGS,
+          onnx::AttributeProto::TENSORS,   onnx::AttributeProto::GRAPHS, onnx::AttributeProto::SPARSE_TENSOR};
       a->set_type(pick(rng, kTypes));
       return true;
     }
@@ -292,13 +324,21 @@ bool mutate_attribute(onnx::ModelProto& model, Rng& rng) {
       random_attribute_value(a, rng);
       return true;
     }
-    case 5: a->set_s(interesting_string(rng)); return true;
-    case 6: a->set_f(interesting_float(rng)); return true;
-    case 7:
-      if (a->floats_size() == 0) a->add_floats(interesting_float(rng));
-      else a->set_floats(static_cast<int>(below(rng, a->floats_size())), interesting_float(rng));
+    case 5:
+      a->set_s(interesting_string(rng));
       return true;
-    case 8: mutate_int_list(a->mutable_ints(), rng); return true;
+    case 6:
+      a->set_f(interesting_float(rng));
+      return true;
+    case 7:
+      if (a->floats_size() == 0)
+        a->add_floats(interesting_float(rng));
+      else
+        a->set_floats(static_cast<int>(below(rng, a->floats_size())), interesting_float(rng));
+      return true;
+    case 8:
+      mutate_int_list(a->mutable_ints(), rng);
+      return true;
     case 9:
       if (a->has_t()) return mutate_tensor(a->mutable_t(), rng);
       mutate_int_list(a->mutable_ints(), rng);
@@ -306,11 +346,19 @@ bool mutate_attribute(onnx::ModelProto& model, Rng& rng) {
     default:
       // The value the attribute's type says, changed.
       switch (a->type()) {
-        case onnx::AttributeProto::INTS: mutate_int_list(a->mutable_ints(), rng); break;
-        case onnx::AttributeProto::FLOAT: a->set_f(interesting_float(rng)); break;
-        case onnx::AttributeProto::STRING: a->set_s(interesting_string(rng)); break;
-        case onnx::AttributeProto::TENSOR: return mutate_tensor(a->mutable_t(), rng);
-        default: a->set_i(interesting_int(rng));
+        case onnx::AttributeProto::INTS:
+          mutate_int_list(a->mutable_ints(), rng);
+          break;
+        case onnx::AttributeProto::FLOAT:
+          a->set_f(interesting_float(rng));
+          break;
+        case onnx::AttributeProto::STRING:
+          a->set_s(interesting_string(rng));
+          break;
+        case onnx::AttributeProto::TENSOR:
+          return mutate_tensor(a->mutable_t(), rng);
+        default:
+          a->set_i(interesting_int(rng));
       }
       return true;
   }
@@ -340,8 +388,12 @@ bool mutate_nodes(onnx::ModelProto& model, Rng& rng) {
       move_last_to(g->mutable_node(), static_cast<int>(below(rng, n + 1)));
       return true;
     }
-    case 1: delete_at(g->mutable_node(), i); return true;
-    case 2: g->mutable_node()->SwapElements(i, j); return true;
+    case 1:
+      delete_at(g->mutable_node(), i);
+      return true;
+    case 2:
+      g->mutable_node()->SwapElements(i, j);
+      return true;
     case 3: {  // a duplicate whose outputs are renamed (a second consumer chain)
       onnx::NodeProto* copy = g->add_node();
       *copy = g->node(i);
@@ -359,12 +411,16 @@ bool rewire(onnx::ModelProto& model, Rng& rng) {
   if (g->node_size() == 0) return false;
   onnx::NodeProto* node = g->mutable_node(static_cast<int>(below(rng, g->node_size())));
   switch (below(rng, 6)) {
-    case 0: node->add_input(some_tensor_name(*g, rng)); return true;
+    case 0:
+      node->add_input(some_tensor_name(*g, rng));
+      return true;
     case 1:
       if (node->input_size() == 0) return false;
       node->mutable_input()->RemoveLast();
       return true;
-    case 2: node->add_output(chance(rng, 2) ? some_tensor_name(*g, rng) : "fuzz_out"); return true;
+    case 2:
+      node->add_output(chance(rng, 2) ? some_tensor_name(*g, rng) : "fuzz_out");
+      return true;
     case 3:
       if (node->output_size() == 0) return false;
       node->set_output(static_cast<int>(below(rng, node->output_size())), some_tensor_name(*g, rng));
@@ -386,19 +442,27 @@ bool rewire(onnx::ModelProto& model, Rng& rng) {
 bool mutate_tensor(onnx::TensorProto* t, Rng& rng) {
   switch (below(rng, 12)) {
     case 0:
-      if (t->dims_size() == 0) t->add_dims(interesting_int(rng));
-      else t->set_dims(static_cast<int>(below(rng, t->dims_size())), interesting_int(rng));
+      if (t->dims_size() == 0)
+        t->add_dims(interesting_int(rng));
+      else
+        t->set_dims(static_cast<int>(below(rng, t->dims_size())), interesting_int(rng));
       return true;
-    case 1: t->add_dims(chance(rng, 2) ? 1 : interesting_int(rng)); return true;
+    case 1:
+      t->add_dims(chance(rng, 2) ? 1 : interesting_int(rng));
+      return true;
     case 2:
       if (t->dims_size() == 0) return false;
       t->mutable_dims()->RemoveLast();
       return true;
-    case 3: t->set_data_type(static_cast<int32_t>(below(rng, 26)) - (chance(rng, 8) ? 30 : 0)); return true;
+    case 3:
+      t->set_data_type(static_cast<int32_t>(below(rng, 26)) - (chance(rng, 8) ? 30 : 0));
+      return true;
     case 4: {  // raw_data cut short or grown
       std::string* raw = t->mutable_raw_data();
-      if (!raw->empty() && chance(rng, 2)) raw->resize(below(rng, raw->size()));
-      else raw->append(below(rng, 16) + 1, static_cast<char>(below(rng, 256)));
+      if (!raw->empty() && chance(rng, 2))
+        raw->resize(below(rng, raw->size()));
+      else
+        raw->append(below(rng, 16) + 1, static_cast<char>(below(rng, 256)));
       return true;
     }
     case 5: {  // raw_data bytes changed by libFuzzer's byte mutator
@@ -416,10 +480,17 @@ bool mutate_tensor(onnx::TensorProto* t, Rng& rng) {
       const size_t n = below(rng, 6);
       for (size_t i = 0; i < n; ++i) {
         switch (below(rng, 4)) {
-          case 0: t->add_float_data(interesting_float(rng)); break;
-          case 1: t->add_int64_data(interesting_int(rng)); break;
-          case 2: t->add_int32_data(static_cast<int32_t>(interesting_int(rng))); break;
-          default: t->add_double_data(static_cast<double>(interesting_float(rng)));
+          case 0:
+            t->add_float_data(interesting_float(rng));
+            break;
+          case 1:
+            t->add_int64_data(interesting_int(rng));
+            break;
+          case 2:
+            t->add_int32_data(static_cast<int32_t>(interesting_int(rng)));
+            break;
+          default:
+            t->add_double_data(static_cast<double>(interesting_float(rng)));
         }
       }
       return true;
@@ -438,12 +509,19 @@ bool mutate_tensor(onnx::TensorProto* t, Rng& rng) {
       }
       return true;
     }
-    case 8: t->clear_dims(); return true;
-    case 9: t->add_string_data(interesting_string(rng)); return true;
-    case 10: t->set_data_location(onnx::TensorProto::DEFAULT); return true;
-    default: {  // dims no longer matching the payload's length: every dim times k
+    case 8:
+      t->clear_dims();
+      return true;
+    case 9:
+      t->add_string_data(interesting_string(rng));
+      return true;
+    case 10:
+      t->set_data_location(onnx::TensorProto::DEFAULT);
+      return true;
+    default: {                               // dims no longer matching the payload's length: every dim times k
       const uint64_t k = below(rng, 3) + 1;  // wraps (unsigned) rather than overflow
-      for (int i = 0; i < t->dims_size(); ++i) t->set_dims(i, static_cast<int64_t>(static_cast<uint64_t>(t->dims(i)) * k));
+      for (int i = 0; i < t->dims_size(); ++i)
+        t->set_dims(i, static_cast<int64_t>(static_cast<uint64_t>(t->dims(i)) * k));
       return true;
     }
   }
@@ -502,8 +580,30 @@ bool mutate_io(onnx::ModelProto& model, Rng& rng) {
 }
 
 bool mutate_opset(onnx::ModelProto& model, Rng& rng) {
-  static const int64_t kVersions[] = {1, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 99, 0, -1,
-                                      std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()};
+  static const int64_t kVersions[] = {1,
+                                      5,
+                                      6,
+                                      7,
+                                      9,
+                                      10,
+                                      11,
+                                      12,
+                                      13,
+                                      14,
+                                      15,
+                                      16,
+                                      17,
+                                      18,
+                                      19,
+                                      20,
+                                      21,
+                                      22,
+                                      23,
+                                      99,
+                                      0,
+                                      -1,
+                                      std::numeric_limits<int64_t>::max(),
+                                      std::numeric_limits<int64_t>::min()};
   static const char* const kDomains[] = {"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "kiln"};
   switch (below(rng, 6)) {
     case 0: {
@@ -523,11 +623,13 @@ bool mutate_opset(onnx::ModelProto& model, Rng& rng) {
       return true;
     case 3:
       if (model.opset_import_size() == 0) return false;
-      model.mutable_opset_import(static_cast<int>(below(rng, model.opset_import_size())))->set_domain(pick(rng, kDomains));
+      model.mutable_opset_import(static_cast<int>(below(rng, model.opset_import_size())))
+          ->set_domain(pick(rng, kDomains));
       return true;
     default:
       if (model.opset_import_size() == 0) model.add_opset_import()->set_version(13);
-      model.mutable_opset_import(static_cast<int>(below(rng, model.opset_import_size())))->set_version(pick(rng, kVersions));
+      model.mutable_opset_import(static_cast<int>(below(rng, model.opset_import_size())))
+          ->set_version(pick(rng, kVersions));
       return true;
   }
 }
@@ -537,24 +639,32 @@ bool mutate_once(onnx::ModelProto& model, Rng& rng) {
   switch (below(rng, 20)) {
     case 0:
     case 1:
-    case 2: return mutate_dim(model, rng);
+    case 2:
+      return mutate_dim(model, rng);
     case 3:
     case 4:
     case 5:
-    case 6: return mutate_attribute(model, rng);
+    case 6:
+      return mutate_attribute(model, rng);
     case 7:
-    case 8: return mutate_op_type(model, rng);
+    case 8:
+      return mutate_op_type(model, rng);
     case 9:
-    case 10: return mutate_nodes(model, rng);
+    case 10:
+      return mutate_nodes(model, rng);
     case 11:
     case 12:
-    case 13: return rewire(model, rng);
+    case 13:
+      return rewire(model, rng);
     case 14:
     case 15:
-    case 16: return mutate_initializer(model, rng);
+    case 16:
+      return mutate_initializer(model, rng);
     case 17:
-    case 18: return mutate_io(model, rng);
-    default: return mutate_opset(model, rng);
+    case 18:
+      return mutate_io(model, rng);
+    default:
+      return mutate_opset(model, rng);
   }
 }
 

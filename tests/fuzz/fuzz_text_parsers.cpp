@@ -61,7 +61,8 @@ std::vector<std::string> split_at(std::string_view text, char sep) {
 // The inputs the shape flags name: dynamic, static, and a name with ':' in it.
 std::unique_ptr<kiln::Network> shapes_network() {
   auto network = std::make_unique<kiln::Network>();
-  kiln::Tensor* images = network->add_input("images", kiln::DataType::kFloat32, kiln::Dims{kiln::kDynamic, 3, kiln::kDynamic, kiln::kDynamic});
+  kiln::Tensor* images = network->add_input("images", kiln::DataType::kFloat32,
+                                            kiln::Dims{kiln::kDynamic, 3, kiln::kDynamic, kiln::kDynamic});
   kiln::Tensor* ids = network->add_input("input:0", kiln::DataType::kInt64, kiln::Dims{kiln::kDynamic});
   kiln::Tensor* mask = network->add_input("mask", kiln::DataType::kFloat32, kiln::Dims{1, 4});
   for (kiln::Tensor* t : {images, ids, mask}) network->mark_output(t);
@@ -152,8 +153,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
     }
-  } catch (const kiln::Error&) {
-  }
+  } catch (const kiln::Error&) {}
   if (which == 6) {  // glob_match never throws
     const std::string_view text(reinterpret_cast<const char*>(data), size);
     const size_t nul = text.find('\0');

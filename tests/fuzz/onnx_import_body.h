@@ -63,8 +63,7 @@ inline int import_and_build(const uint8_t* data, size_t size) {
       std::ofstream(std::string(dir) + "/engine_" + std::to_string(n++), std::ios::binary)
           .write(reinterpret_cast<const char*>(engine.data()), static_cast<std::streamsize>(engine.size()));
     }
-  } catch (const kiln::Error&) {
-  }
+  } catch (const kiln::Error&) {}
   return 0;
 }
 

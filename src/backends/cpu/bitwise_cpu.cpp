@@ -40,20 +40,30 @@ void bit_shift(const KernelContext& ctx) {
 
 void bit_shift_any(const KernelContext& ctx) {
   switch (ctx.inputs[0].type) {
-    case DataType::kUInt8: return bit_shift<uint8_t>(ctx);
-    case DataType::kInt8: return bit_shift<int8_t>(ctx);
-    case DataType::kInt32: return bit_shift<int32_t>(ctx);
-    case DataType::kInt64: return bit_shift<int64_t>(ctx);
-    case DataType::kUInt16: return bit_shift<uint16_t>(ctx);
-    case DataType::kUInt32: return bit_shift<uint32_t>(ctx);
-    case DataType::kUInt64: return bit_shift<uint64_t>(ctx);
-    case DataType::kInt16: return bit_shift<int16_t>(ctx);
-    default: throw Error(std::string("BitShift: unsupported data type ") + to_string(ctx.inputs[0].type));
+    case DataType::kUInt8:
+      return bit_shift<uint8_t>(ctx);
+    case DataType::kInt8:
+      return bit_shift<int8_t>(ctx);
+    case DataType::kInt32:
+      return bit_shift<int32_t>(ctx);
+    case DataType::kInt64:
+      return bit_shift<int64_t>(ctx);
+    case DataType::kUInt16:
+      return bit_shift<uint16_t>(ctx);
+    case DataType::kUInt32:
+      return bit_shift<uint32_t>(ctx);
+    case DataType::kUInt64:
+      return bit_shift<uint64_t>(ctx);
+    case DataType::kInt16:
+      return bit_shift<int16_t>(ctx);
+    default:
+      throw Error(std::string("BitShift: unsupported data type ") + to_string(ctx.inputs[0].type));
   }
 }
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerBitShift, "reference", 0, nullptr, function_kernel(bit_shift_any)});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerBitShift, "reference", 0, nullptr,
+                                 function_kernel(bit_shift_any)});
 
 }  // namespace kiln

@@ -227,13 +227,11 @@ bool supports_conv_ref(const Layer&, const std::vector<TensorDesc>& inputs) {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerConvolution, "reference", 0, supports_conv_ref,
-                                 [](const Layer& layer) {
-                                   return std::make_unique<ConvolutionRef>(params_of<ConvParams>(layer));
-                                 }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerDeconvolution, "reference", 0, supports_conv_ref,
-                                 [](const Layer& layer) {
-                                   return std::make_unique<DeconvolutionRef>(params_of<ConvParams>(layer));
-                                 }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerConvolution, "reference", 0, supports_conv_ref,
+    [](const Layer& layer) { return std::make_unique<ConvolutionRef>(params_of<ConvParams>(layer)); }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerDeconvolution, "reference", 0, supports_conv_ref,
+    [](const Layer& layer) { return std::make_unique<DeconvolutionRef>(params_of<ConvParams>(layer)); }});
 
 }  // namespace kiln

@@ -4,8 +4,8 @@
 //
 // Layout: x/y/residual kLinear (NCHW...) or kChannelsLast (NHWC...), contiguous; w and b plain.
 // x, y and the residual may each be in either format. For kLinear tensors oneDNN picks its own
-// (blocked) src/dst formats and the kernel reorders in and out through its workspace: on the AVX2 development machines oneDNN's plain-NCHW path is a
-// generic GEMM convolution that is 1.1-2.2x slower than blocked jit kernels plus the two
+// (blocked) src/dst formats and the kernel reorders in and out through its workspace: on the AVX2 development machines
+// oneDNN's plain-NCHW path is a generic GEMM convolution that is 1.1-2.2x slower than blocked jit kernels plus the two
 // reorders (ResNet-50 shapes, 1 and 2 threads). Channels-last tensors are used as they are (oneDNN
 // has native NHWC kernels). Weights are reordered once per prepare() shape into the format the
 // primitive chose, from the constant's host value (TensorDesc::value); non-constant weights are
@@ -221,7 +221,8 @@ class ConvOneDnn : public Kernel {
                     "); the reference tactic handles this layer");
       }
       const HostTensor* w = inputs[1].value;
-      if (w && w->type() == DataType::kFloat32 && w->count() * 4 == static_cast<int64_t>(plan.user_weights.get_size())) {
+      if (w && w->type() == DataType::kFloat32 &&
+          w->count() * 4 == static_cast<int64_t>(plan.user_weights.get_size())) {
         auto& eng = onednn::engine();
         memory user(plan.user_weights, eng, const_cast<void*>(w->data()));
         plan.cached_weights = memory(plan.weights, eng);
@@ -306,7 +307,8 @@ bool supports_conv(const Layer& layer, const std::vector<TensorDesc>& inputs, bo
   if (!onednn::activation_supported(attrs.post)) return false;
   if (!inputs[0].dims.is_dynamic() && inputs[0].dims.volume() == 0) return false;
   if (inputs[1].format != TensorFormat::kLinear) return false;
-  if (inputs.size() > 2 && inputs[2].present && (inputs[2].dims.rank() != 1 || inputs[2].format != TensorFormat::kLinear)) {
+  if (inputs.size() > 2 && inputs[2].present &&
+      (inputs[2].dims.rank() != 1 || inputs[2].format != TensorFormat::kLinear)) {
     return false;
   }
   const bool has_residual = inputs.size() > 3 && inputs[3].present;

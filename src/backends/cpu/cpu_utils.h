@@ -13,7 +13,6 @@
 
 namespace kiln::cpu {
 
-
 // Strides of `in` broadcast to `out` (rank(out) >= rank(in), trailing alignment): 0 where the
 // input extent is 1 and the output's is not.
 inline std::vector<int64_t> broadcast_strides(const Dims& in, const Dims& out) {
@@ -46,7 +45,7 @@ void parallel_for(int64_t n, int num_threads, Fn fn, int64_t min_chunk = 4096) {
     fn(int64_t{0}, n);
     return;
   }
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
     fn(b, e);
@@ -56,35 +55,98 @@ void parallel_for(int64_t n, int num_threads, Fn fn, int64_t min_chunk = 4096) {
 }  // namespace kiln::cpu
 
 // Calls BODY with `using T = <C++ type>` for the data type; throws for types not listed.
-#define KILN_DISPATCH_NUMERIC(dtype, what, ...)                                                   \
-  switch (dtype) {                                                                                \
-    case ::kiln::DataType::kFloat32: { using T = float; __VA_ARGS__; break; }                   \
-    case ::kiln::DataType::kFloat64: { using T = double; __VA_ARGS__; break; }                  \
-    case ::kiln::DataType::kFloat16: { using T = ::kiln::half; __VA_ARGS__; break; }            \
-    case ::kiln::DataType::kInt32: { using T = int32_t; __VA_ARGS__; break; }                   \
-    case ::kiln::DataType::kInt64: { using T = int64_t; __VA_ARGS__; break; }                   \
-    case ::kiln::DataType::kInt8: { using T = int8_t; __VA_ARGS__; break; }                     \
-    case ::kiln::DataType::kUInt8: { using T = uint8_t; __VA_ARGS__; break; }                   \
-    case ::kiln::DataType::kBool: { using T = bool; __VA_ARGS__; break; }                       \
-    default: throw ::kiln::Error(std::string(what) + ": unsupported data type " + ::kiln::to_string(dtype)); \
+#define KILN_DISPATCH_NUMERIC(dtype, what, ...)                                                       \
+  switch (dtype) {                                                                                    \
+    case ::kiln::DataType::kFloat32: {                                                                \
+      using T = float;                                                                                \
+      __VA_ARGS__;                                                                                    \
+      break;                                                                                          \
+    }                                                                                                 \
+    case ::kiln::DataType::kFloat64: {                                                                \
+      using T = double;                                                                               \
+      __VA_ARGS__;                                                                                    \
+      break;                                                                                          \
+    }                                                                                                 \
+    case ::kiln::DataType::kFloat16: {                                                                \
+      using T = ::kiln::half;                                                                         \
+      __VA_ARGS__;                                                                                    \
+      break;                                                                                          \
+    }                                                                                                 \
+    case ::kiln::DataType::kInt32: {                                                                  \
+      using T = int32_t;                                                                              \
+      __VA_ARGS__;                                                                                    \
+      break;                                                                                          \
+    }                                                                                                 \
+    case ::kiln::DataType::kInt64: {                                                                  \
+      using T = int64_t;                                                                              \
+      __VA_ARGS__;                                                                                    \
+      break;                                                                                          \
+    }                                                                                                 \
+    case ::kiln::DataType::kInt8: {                                                                   \
+      using T = int8_t;                                                                               \
+      __VA_ARGS__;                                                                                    \
+      break;                                                                                          \
+    }                                                                                                 \
+    case ::kiln::DataType::kUInt8: {                                                                  \
+      using T = uint8_t;                                                                              \
+      __VA_ARGS__;                                                                                    \
+      break;                                                                                          \
+    }                                                                                                 \
+    case ::kiln::DataType::kBool: {                                                                   \
+      using T = bool;                                                                                 \
+      __VA_ARGS__;                                                                                    \
+      break;                                                                                          \
+    }                                                                                                 \
+    default:                                                                                          \
+      throw ::kiln::Error(std::string(what) + ": unsupported data type " + ::kiln::to_string(dtype)); \
   }
 
 // KILN_DISPATCH_NUMERIC plus the types only some kernels take (int16, uint16, uint32, uint64):
 // ElementWise, BitShift and Cast.
-#define KILN_DISPATCH_NUMERIC_WIDE(dtype, what, ...)                                              \
-  switch (dtype) {                                                                                \
-    case ::kiln::DataType::kInt16: { using T = int16_t; __VA_ARGS__; break; }                   \
-    case ::kiln::DataType::kUInt16: { using T = uint16_t; __VA_ARGS__; break; }                 \
-    case ::kiln::DataType::kUInt32: { using T = uint32_t; __VA_ARGS__; break; }                 \
-    case ::kiln::DataType::kUInt64: { using T = uint64_t; __VA_ARGS__; break; }                 \
-    default: KILN_DISPATCH_NUMERIC(dtype, what, __VA_ARGS__);                                    \
+#define KILN_DISPATCH_NUMERIC_WIDE(dtype, what, ...)   \
+  switch (dtype) {                                     \
+    case ::kiln::DataType::kInt16: {                   \
+      using T = int16_t;                               \
+      __VA_ARGS__;                                     \
+      break;                                           \
+    }                                                  \
+    case ::kiln::DataType::kUInt16: {                  \
+      using T = uint16_t;                              \
+      __VA_ARGS__;                                     \
+      break;                                           \
+    }                                                  \
+    case ::kiln::DataType::kUInt32: {                  \
+      using T = uint32_t;                              \
+      __VA_ARGS__;                                     \
+      break;                                           \
+    }                                                  \
+    case ::kiln::DataType::kUInt64: {                  \
+      using T = uint64_t;                              \
+      __VA_ARGS__;                                     \
+      break;                                           \
+    }                                                  \
+    default:                                           \
+      KILN_DISPATCH_NUMERIC(dtype, what, __VA_ARGS__); \
   }
 
 // Same, limited to floating-point types.
-#define KILN_DISPATCH_FLOAT(dtype, what, ...)                                                     \
-  switch (dtype) {                                                                                \
-    case ::kiln::DataType::kFloat32: { using T = float; __VA_ARGS__; break; }                   \
-    case ::kiln::DataType::kFloat64: { using T = double; __VA_ARGS__; break; }                  \
-    case ::kiln::DataType::kFloat16: { using T = ::kiln::half; __VA_ARGS__; break; }            \
-    default: throw ::kiln::Error(std::string(what) + ": expects a floating-point tensor, got " + ::kiln::to_string(dtype)); \
+#define KILN_DISPATCH_FLOAT(dtype, what, ...)                                                                        \
+  switch (dtype) {                                                                                                   \
+    case ::kiln::DataType::kFloat32: {                                                                               \
+      using T = float;                                                                                               \
+      __VA_ARGS__;                                                                                                   \
+      break;                                                                                                         \
+    }                                                                                                                \
+    case ::kiln::DataType::kFloat64: {                                                                               \
+      using T = double;                                                                                              \
+      __VA_ARGS__;                                                                                                   \
+      break;                                                                                                         \
+    }                                                                                                                \
+    case ::kiln::DataType::kFloat16: {                                                                               \
+      using T = ::kiln::half;                                                                                        \
+      __VA_ARGS__;                                                                                                   \
+      break;                                                                                                         \
+    }                                                                                                                \
+    default:                                                                                                         \
+      throw ::kiln::Error(std::string(what) + ": expects a floating-point tensor, got " + ::kiln::to_string(dtype)); \
   }

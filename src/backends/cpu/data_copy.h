@@ -24,11 +24,20 @@ namespace kiln::cpu {
 template <typename Fn>
 void dispatch_width(DataType type, const char* what, Fn&& fn) {
   switch (data_type_size(type)) {
-    case 1: fn(std::type_identity<uint8_t>{}); break;
-    case 2: fn(std::type_identity<uint16_t>{}); break;
-    case 4: fn(std::type_identity<uint32_t>{}); break;
-    case 8: fn(std::type_identity<uint64_t>{}); break;
-    default: throw Error(std::string(what) + ": unsupported element size for " + to_string(type));
+    case 1:
+      fn(std::type_identity<uint8_t>{});
+      break;
+    case 2:
+      fn(std::type_identity<uint16_t>{});
+      break;
+    case 4:
+      fn(std::type_identity<uint32_t>{});
+      break;
+    case 8:
+      fn(std::type_identity<uint64_t>{});
+      break;
+    default:
+      throw Error(std::string(what) + ": unsupported element size for " + to_string(type));
   }
 }
 
@@ -60,36 +69,39 @@ void table_copy(E* dst, const E* src, const Dims& out, const std::vector<std::ve
   const int64_t n = out[r - 1];
   const int64_t rows = total / n;
   const std::vector<int64_t>& inner = maps[static_cast<size_t>(r - 1)];
-  parallel_for(rows, num_threads, [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> c(static_cast<size_t>(r), 0);
-    int64_t rest = begin;
-    for (int k = r - 2; k >= 0; --k) {
-      c[static_cast<size_t>(k)] = rest % out[k];
-      rest /= out[k];
-    }
-    for (int64_t row = begin; row < end; ++row) {
-      int64_t base = 0;
-      bool outside = false;
-      for (int k = 0; k < r - 1; ++k) {
-        const int64_t m = maps[static_cast<size_t>(k)][static_cast<size_t>(c[static_cast<size_t>(k)])];
-        outside = outside || m < 0;
-        base += m;
-      }
-      E* d = dst + row * n;
-      if (outside) {
-        for (int64_t j = 0; j < n; ++j) d[j] = fill;
-      } else {
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t m = inner[static_cast<size_t>(j)];
-          d[j] = m < 0 ? fill : src[base + m];
+  parallel_for(
+      rows, num_threads,
+      [&](int64_t begin, int64_t end) {
+        std::vector<int64_t> c(static_cast<size_t>(r), 0);
+        int64_t rest = begin;
+        for (int k = r - 2; k >= 0; --k) {
+          c[static_cast<size_t>(k)] = rest % out[k];
+          rest /= out[k];
         }
-      }
-      for (int k = r - 2; k >= 0; --k) {
-        if (++c[static_cast<size_t>(k)] < out[k]) break;
-        c[static_cast<size_t>(k)] = 0;
-      }
-    }
-  }, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)));
+        for (int64_t row = begin; row < end; ++row) {
+          int64_t base = 0;
+          bool outside = false;
+          for (int k = 0; k < r - 1; ++k) {
+            const int64_t m = maps[static_cast<size_t>(k)][static_cast<size_t>(c[static_cast<size_t>(k)])];
+            outside = outside || m < 0;
+            base += m;
+          }
+          E* d = dst + row * n;
+          if (outside) {
+            for (int64_t j = 0; j < n; ++j) d[j] = fill;
+          } else {
+            for (int64_t j = 0; j < n; ++j) {
+              const int64_t m = inner[static_cast<size_t>(j)];
+              d[j] = m < 0 ? fill : src[base + m];
+            }
+          }
+          for (int k = r - 2; k >= 0; --k) {
+            if (++c[static_cast<size_t>(k)] < out[k]) break;
+            c[static_cast<size_t>(k)] = 0;
+          }
+        }
+      },
+      std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)));
 }
 
 // Type-erased front end: maps per output axis, fill given as the bytes of one element (null:

@@ -249,7 +249,8 @@ void tile_execute(const KernelContext& ctx) {
   const auto stride = row_major_strides(x.dims);
   Maps maps(static_cast<size_t>(x.dims.rank()));
   for (int k = 0; k < x.dims.rank(); ++k) {
-    for (int64_t o = 0; o < y.dims[k]; ++o) maps[static_cast<size_t>(k)].push_back((o % x.dims[k]) * stride[static_cast<size_t>(k)]);
+    for (int64_t o = 0; o < y.dims[k]; ++o)
+      maps[static_cast<size_t>(k)].push_back((o % x.dims[k]) * stride[static_cast<size_t>(k)]);
   }
   cpu::table_copy(x, y, maps, nullptr, ctx.num_threads, "Tile");
 }
@@ -353,9 +354,12 @@ class GatherRef : public Kernel {
   void execute(const KernelContext& ctx) override {
     const auto idx = read_ints(ctx.inputs.at(1), "Gather indices");
     switch (params_.mode) {
-      case GatherMode::kDefault: return gather_default(params_, ctx, idx);
-      case GatherMode::kElements: return gather_elements(params_, ctx, idx);
-      case GatherMode::kNd: return gather_nd(params_, ctx, idx);
+      case GatherMode::kDefault:
+        return gather_default(params_, ctx, idx);
+      case GatherMode::kElements:
+        return gather_elements(params_, ctx, idx);
+      case GatherMode::kNd:
+        return gather_nd(params_, ctx, idx);
     }
   }
 
@@ -428,7 +432,6 @@ bool supports_fill(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kInt32 || t == DataType::kInt64;
 }
 
-
 // ---- "fast" tactics: Concatenation as row memcpys, Shuffle as at most two blocked transposes ---
 
 // A transpose reduced to its essentials: extent-1 axes dropped and input axes that stay adjacent
@@ -498,26 +501,29 @@ void transpose_blocked(const TransposePlan& p, const E* src, E* dst, int num_thr
   constexpr int64_t kTile = 32;
   const int64_t ti = (ni + kTile - 1) / kTile, tj = (nj + kTile - 1) / kTile;
   const int64_t outer = total / (ni * nj);
-  cpu::parallel_for(outer * ti * tj, num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t w = begin; w < end; ++w) {
-      int64_t o = w / (ti * tj);
-      const int64_t it = (w / tj) % ti, jt = w % tj;
-      int64_t ib = 0, ob = 0;  // offsets of the outer coordinates (output axes other than b, r-1)
-      for (int j = r - 2; j >= 0; --j) {
-        if (j == b) continue;
-        const int64_t c = o % od[static_cast<size_t>(j)];
-        o /= od[static_cast<size_t>(j)];
-        ob += c * os[static_cast<size_t>(j)];
-        ib += c * is[static_cast<size_t>(p.perm[static_cast<size_t>(j)])];
-      }
-      const int64_t i_end = std::min(ni, (it + 1) * kTile), j_end = std::min(nj, (jt + 1) * kTile);
-      for (int64_t i = it * kTile; i < i_end; ++i) {
-        E* d = dst + ob + i * osb;
-        const E* s = src + ib + i;
-        for (int64_t j = jt * kTile; j < j_end; ++j) d[j] = s[j * isa];
-      }
-    }
-  }, 4);
+  cpu::parallel_for(
+      outer * ti * tj, num_threads,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t w = begin; w < end; ++w) {
+          int64_t o = w / (ti * tj);
+          const int64_t it = (w / tj) % ti, jt = w % tj;
+          int64_t ib = 0, ob = 0;  // offsets of the outer coordinates (output axes other than b, r-1)
+          for (int j = r - 2; j >= 0; --j) {
+            if (j == b) continue;
+            const int64_t c = o % od[static_cast<size_t>(j)];
+            o /= od[static_cast<size_t>(j)];
+            ob += c * os[static_cast<size_t>(j)];
+            ib += c * is[static_cast<size_t>(p.perm[static_cast<size_t>(j)])];
+          }
+          const int64_t i_end = std::min(ni, (it + 1) * kTile), j_end = std::min(nj, (jt + 1) * kTile);
+          for (int64_t i = it * kTile; i < i_end; ++i) {
+            E* d = dst + ob + i * osb;
+            const E* s = src + ib + i;
+            for (int64_t j = jt * kTile; j < j_end; ++j) d[j] = s[j * isa];
+          }
+        }
+      },
+      4);
 }
 
 // Moves whole runs when the innermost axis stays innermost, else tiles.
@@ -528,9 +534,12 @@ void transpose_fast(const TransposePlan& p, DataType type, const void* src, void
   if (total == 0) return;
   if (!moves_data(p)) {
     if (src != dst) {
-      cpu::parallel_for(total, num_threads, [&](int64_t b, int64_t e) {
-        std::memcpy(static_cast<char*>(dst) + b * esz, static_cast<const char*>(src) + b * esz, (e - b) * esz);
-      }, 1 << 16);
+      cpu::parallel_for(
+          total, num_threads,
+          [&](int64_t b, int64_t e) {
+            std::memcpy(static_cast<char*>(dst) + b * esz, static_cast<const char*>(src) + b * esz, (e - b) * esz);
+          },
+          1 << 16);
     }
     return;
   }
@@ -543,17 +552,20 @@ void transpose_fast(const TransposePlan& p, DataType type, const void* src, void
       is[static_cast<size_t>(a)] = acc;
       acc *= p.dims[static_cast<size_t>(a)];
     }
-    cpu::parallel_for(runs, num_threads, [&](int64_t begin, int64_t end) {
-      for (int64_t w = begin; w < end; ++w) {
-        int64_t o = w, off = 0;
-        for (int j = r - 2; j >= 0; --j) {
-          const int64_t extent = p.dims[static_cast<size_t>(p.perm[static_cast<size_t>(j)])];
-          off += (o % extent) * is[static_cast<size_t>(p.perm[static_cast<size_t>(j)])];
-          o /= extent;
-        }
-        std::memcpy(static_cast<char*>(dst) + w * run * esz, static_cast<const char*>(src) + off * esz, run * esz);
-      }
-    }, std::max<int64_t>(1, 8192 / run));
+    cpu::parallel_for(
+        runs, num_threads,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t w = begin; w < end; ++w) {
+            int64_t o = w, off = 0;
+            for (int j = r - 2; j >= 0; --j) {
+              const int64_t extent = p.dims[static_cast<size_t>(p.perm[static_cast<size_t>(j)])];
+              off += (o % extent) * is[static_cast<size_t>(p.perm[static_cast<size_t>(j)])];
+              o /= extent;
+            }
+            std::memcpy(static_cast<char*>(dst) + w * run * esz, static_cast<const char*>(src) + off * esz, run * esz);
+          }
+        },
+        std::max<int64_t>(1, 8192 / run));
     return;
   }
   dispatch_width(type, "Shuffle", [&](auto tag) {
@@ -638,20 +650,23 @@ void concat_fast(const KernelContext& ctx) {
   std::vector<int64_t> row(ctx.inputs.size()), offset(ctx.inputs.size());
   int64_t acc = 0;
   for (size_t k = 0; k < ctx.inputs.size(); ++k) {
-    row[k] = memory_order(ctx.inputs[k].dims, y.format, nullptr)[static_cast<int>(axis)] * inner *
-             static_cast<int64_t>(esz);
+    row[k] =
+        memory_order(ctx.inputs[k].dims, y.format, nullptr)[static_cast<int>(axis)] * inner * static_cast<int64_t>(esz);
     offset[k] = acc;
     acc += row[k];
   }
   const int64_t out_row = acc;
-  cpu::parallel_for(outer * k_inputs, ctx.num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t w = begin; w < end; ++w) {
-      const int64_t o = w / k_inputs;
-      const auto k = static_cast<size_t>(w % k_inputs);
-      std::memcpy(static_cast<char*>(y.data) + o * out_row + offset[k],
-                  static_cast<const char*>(ctx.inputs[k].data) + o * row[k], static_cast<size_t>(row[k]));
-    }
-  }, std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(out_row / std::max<int64_t>(k_inputs, 1), 1)));
+  cpu::parallel_for(
+      outer * k_inputs, ctx.num_threads,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t w = begin; w < end; ++w) {
+          const int64_t o = w / k_inputs;
+          const auto k = static_cast<size_t>(w % k_inputs);
+          std::memcpy(static_cast<char*>(y.data) + o * out_row + offset[k],
+                      static_cast<const char*>(ctx.inputs[k].data) + o * row[k], static_cast<size_t>(row[k]));
+        }
+      },
+      std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(out_row / std::max<int64_t>(k_inputs, 1), 1)));
 }
 
 KernelEntry reference(const char* type, FunctionKernel::Fn fn, KernelSupportsFn supports = all_linear) {
@@ -670,8 +685,9 @@ KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerShuffle, "fast", 10, al
                                  [](const Layer& layer) { return std::make_unique<ShuffleFast>(layer); }});
 KILN_REGISTER_KERNEL(reference(kLayerSplit, [](const KernelContext& ctx) { concat_or_split(ctx, true); }));
 KILN_REGISTER_KERNEL(reference(kLayerSlice, slice_execute));
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerGather, "reference", 0, all_linear,
-                                 [](const Layer& layer) { return std::make_unique<GatherRef>(params_of<GatherParams>(layer)); }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerGather, "reference", 0, all_linear, [](const Layer& layer) {
+                                   return std::make_unique<GatherRef>(params_of<GatherParams>(layer));
+                                 }});
 KILN_REGISTER_KERNEL(reference(kLayerPadding, padding_execute));
 KILN_REGISTER_KERNEL(reference(kLayerShape, shape_execute, nullptr));
 KILN_REGISTER_KERNEL(reference(kLayerFill, fill_execute, supports_fill));

@@ -53,11 +53,10 @@ void non_zero(const TensorView& x, const TensorView& out, const TensorView& size
   size.as<int64_t>()[0] = count;
 }
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerNonZero, "reference", 0, nullptr,
-                                 function_kernel([](const KernelContext& ctx) {
-                                   KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "NonZero",
-                                                         non_zero<T>(ctx.inputs[0], ctx.outputs[0], ctx.outputs[1]));
-                                 })});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerNonZero, "reference", 0, nullptr, function_kernel([](const KernelContext& ctx) {
+      KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "NonZero", non_zero<T>(ctx.inputs[0], ctx.outputs[0], ctx.outputs[1]));
+    })});
 
 // ---- NonMaxSuppression ---------------------------------------------------------------------------
 // ONNX Runtime's algorithm and float arithmetic (non_max_suppression_helper.h), which the ONNX
@@ -166,17 +165,16 @@ void non_max_suppression(const KernelContext& ctx) {
   ctx.outputs[1].as<int64_t>()[0] = count;
 }
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerNonMaxSuppression, "reference", 0, nullptr,
-                                 function_kernel([](const KernelContext& ctx) {
-                                   if (ctx.inputs[0].type == DataType::kFloat16) {
-                                     non_max_suppression<half>(ctx);
-                                   } else if (ctx.inputs[0].type == DataType::kFloat32) {
-                                     non_max_suppression<float>(ctx);
-                                   } else {
-                                     throw Error(std::string("NonMaxSuppression: unsupported data type ") +
-                                                 to_string(ctx.inputs[0].type));
-                                   }
-                                 })});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerNonMaxSuppression, "reference", 0, nullptr, function_kernel([](const KernelContext& ctx) {
+      if (ctx.inputs[0].type == DataType::kFloat16) {
+        non_max_suppression<half>(ctx);
+      } else if (ctx.inputs[0].type == DataType::kFloat32) {
+        non_max_suppression<float>(ctx);
+      } else {
+        throw Error(std::string("NonMaxSuppression: unsupported data type ") + to_string(ctx.inputs[0].type));
+      }
+    })});
 
 // ---- Unique -----------------------------------------------------------------------------------------
 // x is viewed as [outer, n, inner] around the axis (flatten: [1, volume, 1]); "element" j is the

@@ -38,7 +38,8 @@ void einsum(const KernelContext& ctx) {
   const size_t num_labels = plan.label_sizes.size();
   const size_t num_operands = ctx.inputs.size();
   std::vector<std::vector<int64_t>> strides;
-  for (size_t k = 0; k < num_operands; ++k) strides.push_back(label_strides(plan.operand_labels[k], dims[k], num_labels));
+  for (size_t k = 0; k < num_operands; ++k)
+    strides.push_back(label_strides(plan.operand_labels[k], dims[k], num_labels));
   const std::vector<int64_t> out_strides = label_strides(plan.output_labels, plan.output_dims, num_labels);
 
   using Acc = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
@@ -68,7 +69,8 @@ void einsum(const KernelContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerEinsum, "reference", 0, nullptr, function_kernel([](const KernelContext& ctx) {
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerEinsum, "reference", 0, nullptr,
+                                 function_kernel([](const KernelContext& ctx) {
                                    KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "Einsum", einsum<T>(ctx));
                                  })});
 

@@ -101,33 +101,57 @@ C wrapping(C a, C b, F f) {
   }
 }
 struct OpSum {
-  template <typename C> static C apply(C a, C b, bool) { return wrapping(a, b, [](auto x, auto y) { return x + y; }); }
+  template <typename C>
+  static C apply(C a, C b, bool) {
+    return wrapping(a, b, [](auto x, auto y) { return x + y; });
+  }
 };
 struct OpSub {
-  template <typename C> static C apply(C a, C b, bool) { return wrapping(a, b, [](auto x, auto y) { return x - y; }); }
+  template <typename C>
+  static C apply(C a, C b, bool) {
+    return wrapping(a, b, [](auto x, auto y) { return x - y; });
+  }
 };
 struct OpProd {
-  template <typename C> static C apply(C a, C b, bool) { return wrapping(a, b, [](auto x, auto y) { return x * y; }); }
+  template <typename C>
+  static C apply(C a, C b, bool) {
+    return wrapping(a, b, [](auto x, auto y) { return x * y; });
+  }
 };
 struct OpDiv {
-  template <typename C> static C apply(C a, C b, bool) {
-    if constexpr (std::is_integral_v<C>) return int_div(a, b); else return a / b;
+  template <typename C>
+  static C apply(C a, C b, bool) {
+    if constexpr (std::is_integral_v<C>)
+      return int_div(a, b);
+    else
+      return a / b;
   }
 };
 struct OpPow {
-  template <typename C> static C apply(C a, C b, bool) {
-    if constexpr (std::is_integral_v<C>) return int_pow(a, b); else return std::pow(a, b);
+  template <typename C>
+  static C apply(C a, C b, bool) {
+    if constexpr (std::is_integral_v<C>)
+      return int_pow(a, b);
+    else
+      return std::pow(a, b);
   }
 };
 // max/min propagate NaN (numpy, ONNX Runtime).
 struct OpMax {
-  template <typename C> static C apply(C a, C b, bool) { return (a >= b || a != a) ? a : b; }
+  template <typename C>
+  static C apply(C a, C b, bool) {
+    return (a >= b || a != a) ? a : b;
+  }
 };
 struct OpMin {
-  template <typename C> static C apply(C a, C b, bool) { return (a <= b || a != a) ? a : b; }
+  template <typename C>
+  static C apply(C a, C b, bool) {
+    return (a <= b || a != a) ? a : b;
+  }
 };
 struct OpMod {
-  template <typename C> static C apply(C a, C b, bool fmod) {
+  template <typename C>
+  static C apply(C a, C b, bool fmod) {
     if constexpr (std::is_integral_v<C>) {
       return int_mod(a, b, fmod);
     } else {
@@ -138,18 +162,62 @@ struct OpMod {
   }
 };
 struct OpFloorDiv {
-  template <typename C> static C apply(C a, C b, bool) {
-    if constexpr (std::is_integral_v<C>) return int_floor_div(a, b); else return std::floor(a / b);
+  template <typename C>
+  static C apply(C a, C b, bool) {
+    if constexpr (std::is_integral_v<C>)
+      return int_floor_div(a, b);
+    else
+      return std::floor(a / b);
   }
 };
-struct OpEqual { template <typename C> static bool apply(C a, C b, bool) { return a == b; } };
-struct OpLess { template <typename C> static bool apply(C a, C b, bool) { return a < b; } };
-struct OpGreater { template <typename C> static bool apply(C a, C b, bool) { return a > b; } };
-struct OpLessOrEqual { template <typename C> static bool apply(C a, C b, bool) { return a <= b; } };
-struct OpGreaterOrEqual { template <typename C> static bool apply(C a, C b, bool) { return a >= b; } };
-struct OpAnd { template <typename C> static bool apply(C a, C b, bool) { return a != C(0) && b != C(0); } };
-struct OpOr { template <typename C> static bool apply(C a, C b, bool) { return a != C(0) || b != C(0); } };
-struct OpXor { template <typename C> static bool apply(C a, C b, bool) { return (a != C(0)) != (b != C(0)); } };
+struct OpEqual {
+  template <typename C>
+  static bool apply(C a, C b, bool) {
+    return a == b;
+  }
+};
+struct OpLess {
+  template <typename C>
+  static bool apply(C a, C b, bool) {
+    return a < b;
+  }
+};
+struct OpGreater {
+  template <typename C>
+  static bool apply(C a, C b, bool) {
+    return a > b;
+  }
+};
+struct OpLessOrEqual {
+  template <typename C>
+  static bool apply(C a, C b, bool) {
+    return a <= b;
+  }
+};
+struct OpGreaterOrEqual {
+  template <typename C>
+  static bool apply(C a, C b, bool) {
+    return a >= b;
+  }
+};
+struct OpAnd {
+  template <typename C>
+  static bool apply(C a, C b, bool) {
+    return a != C(0) && b != C(0);
+  }
+};
+struct OpOr {
+  template <typename C>
+  static bool apply(C a, C b, bool) {
+    return a != C(0) || b != C(0);
+  }
+};
+struct OpXor {
+  template <typename C>
+  static bool apply(C a, C b, bool) {
+    return (a != C(0)) != (b != C(0));
+  }
+};
 
 // Output element type: bool for comparisons and logic, else the input type.
 template <typename T, typename Op>
@@ -213,7 +281,10 @@ BinaryFn binary_reference_fn(ElementWiseOp op) {
 // base type (toward zero for integers; NaN and out-of-range give the type's minimum, as Cast).
 template <typename T>
 double as_double(T v) {
-  if constexpr (std::is_same_v<T, half>) return static_cast<float>(v); else return static_cast<double>(v);
+  if constexpr (std::is_same_v<T, half>)
+    return static_cast<float>(v);
+  else
+    return static_cast<double>(v);
 }
 
 template <typename B, typename E>
@@ -235,7 +306,7 @@ void pow_mixed_reference(const KernelContext& ctx) {
       } else if constexpr (std::is_integral_v<B>) {
         const double r = std::pow(as_double(va), as_double(vb));
         py[i] = (std::isnan(r) || r < -9.2e18 || r > 9.2e18) ? std::numeric_limits<B>::min()
-                                                              : static_cast<B>(static_cast<int64_t>(r));
+                                                             : static_cast<B>(static_cast<int64_t>(r));
       } else {
         py[i] = static_cast<B>(static_cast<Calc<B>>(std::pow(as_double(va), as_double(vb))));
       }
@@ -281,33 +352,39 @@ void per_channel_loop(const float* full, const float* small, float* y, const Cha
   const int64_t small_batch_stride = sh.per_channel_batched ? C : 0;
   if (!channels_last) {
     // Rows of S contiguous elements, one per (n, c).
-    cpu::parallel_for(sh.batch * C, num_threads, [=](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float v = small[(r / C) * small_batch_stride + r % C];
-        const float* x = full + r * S;
-        float* out = y + r * S;
-        if constexpr (kSmallIsA) {
-          for (int64_t i = 0; i < S; ++i) out[i] = Op::apply(v, x[i], false);
-        } else {
-          for (int64_t i = 0; i < S; ++i) out[i] = Op::apply(x[i], v, false);
-        }
-      }
-    }, std::max<int64_t>(1, 4096 / std::max<int64_t>(S, 1)));
+    cpu::parallel_for(
+        sh.batch * C, num_threads,
+        [=](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            const float v = small[(r / C) * small_batch_stride + r % C];
+            const float* x = full + r * S;
+            float* out = y + r * S;
+            if constexpr (kSmallIsA) {
+              for (int64_t i = 0; i < S; ++i) out[i] = Op::apply(v, x[i], false);
+            } else {
+              for (int64_t i = 0; i < S; ++i) out[i] = Op::apply(x[i], v, false);
+            }
+          }
+        },
+        std::max<int64_t>(1, 4096 / std::max<int64_t>(S, 1)));
     return;
   }
   // Rows of C contiguous channels, one per (n, spatial position).
-  cpu::parallel_for(sh.batch * S, num_threads, [=](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* v = small + (r / S) * small_batch_stride;
-      const float* x = full + r * C;
-      float* out = y + r * C;
-      if constexpr (kSmallIsA) {
-        for (int64_t c = 0; c < C; ++c) out[c] = Op::apply(v[c], x[c], false);
-      } else {
-        for (int64_t c = 0; c < C; ++c) out[c] = Op::apply(x[c], v[c], false);
-      }
-    }
-  }, std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)));
+  cpu::parallel_for(
+      sh.batch * S, num_threads,
+      [=](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const float* v = small + (r / S) * small_batch_stride;
+          const float* x = full + r * C;
+          float* out = y + r * C;
+          if constexpr (kSmallIsA) {
+            for (int64_t c = 0; c < C; ++c) out[c] = Op::apply(v[c], x[c], false);
+          } else {
+            for (int64_t c = 0; c < C; ++c) out[c] = Op::apply(x[c], v[c], false);
+          }
+        }
+      },
+      std::max<int64_t>(1, 4096 / std::max<int64_t>(C, 1)));
 }
 
 // The three loops have compile-time strides so that the compiler emits SIMD code.
@@ -460,9 +537,8 @@ class ElementWiseVectorized : public Kernel {
       const bool small_is_a = mode == Operands::kChannelA;
       const TensorView& full = small_is_a ? b : a;
       const TensorView& small = small_is_a ? a : b;
-      (small_is_a ? entry_.channel_a : entry_.channel_b)(full.as<const float>(), small.as<const float>(),
-                                                          y.as<float>(), sh,
-                                                          y.format == TensorFormat::kChannelsLast, ctx.num_threads);
+      (small_is_a ? entry_.channel_a : entry_.channel_b)(full.as<const float>(), small.as<const float>(), y.as<float>(),
+                                                         sh, y.format == TensorFormat::kChannelsLast, ctx.num_threads);
       return;
     }
     const VectorizedFn fn = mode == Operands::kSameShape ? entry_.same
@@ -488,8 +564,13 @@ C via_float(C x, F f) {
   }
 }
 
-#define KILN_UNARY_MATH(Name, expr) \
-  struct Name { template <typename C> static C apply(C x) { return via_float(x, [](auto v) { return expr; }); } }
+#define KILN_UNARY_MATH(Name, expr)                     \
+  struct Name {                                         \
+    template <typename C>                               \
+    static C apply(C x) {                               \
+      return via_float(x, [](auto v) { return expr; }); \
+    }                                                   \
+  }
 KILN_UNARY_MATH(UExp, std::exp(v));
 KILN_UNARY_MATH(ULog, std::log(v));
 KILN_UNARY_MATH(USqrt, std::sqrt(v));
@@ -510,33 +591,78 @@ KILN_UNARY_MATH(UErf, std::erf(v));
 #undef KILN_UNARY_MATH
 
 struct UAbs {
-  template <typename C> static C apply(C x) {
-    if constexpr (std::is_integral_v<C>) return x < C(0) ? static_cast<C>(-x) : x; else return std::fabs(x);
+  template <typename C>
+  static C apply(C x) {
+    if constexpr (std::is_integral_v<C>)
+      return x < C(0) ? static_cast<C>(-x) : x;
+    else
+      return std::fabs(x);
   }
 };
-struct UNeg { template <typename C> static C apply(C x) { return static_cast<C>(-x); } };
+struct UNeg {
+  template <typename C>
+  static C apply(C x) {
+    return static_cast<C>(-x);
+  }
+};
 // floor/ceil/round are the identity on integers; round is half-to-even (default FP rounding mode).
 struct UFloor {
-  template <typename C> static C apply(C x) { if constexpr (std::is_integral_v<C>) return x; else return std::floor(x); }
+  template <typename C>
+  static C apply(C x) {
+    if constexpr (std::is_integral_v<C>)
+      return x;
+    else
+      return std::floor(x);
+  }
 };
 struct UCeil {
-  template <typename C> static C apply(C x) { if constexpr (std::is_integral_v<C>) return x; else return std::ceil(x); }
+  template <typename C>
+  static C apply(C x) {
+    if constexpr (std::is_integral_v<C>)
+      return x;
+    else
+      return std::ceil(x);
+  }
 };
 struct URound {
-  template <typename C> static C apply(C x) { if constexpr (std::is_integral_v<C>) return x; else return std::nearbyint(x); }
+  template <typename C>
+  static C apply(C x) {
+    if constexpr (std::is_integral_v<C>)
+      return x;
+    else
+      return std::nearbyint(x);
+  }
 };
 struct USign {
-  template <typename C> static C apply(C x) {
+  template <typename C>
+  static C apply(C x) {
     if (x != x) return x;  // NaN stays NaN (numpy)
     return static_cast<C>((C(0) < x) - (x < C(0)));
   }
 };
-struct UNot { template <typename C> static bool apply(C x) { return x == C(0); } };
+struct UNot {
+  template <typename C>
+  static bool apply(C x) {
+    return x == C(0);
+  }
+};
 struct UIsNaN {
-  template <typename C> static bool apply(C x) { if constexpr (std::is_integral_v<C>) return false; else return std::isnan(x); }
+  template <typename C>
+  static bool apply(C x) {
+    if constexpr (std::is_integral_v<C>)
+      return false;
+    else
+      return std::isnan(x);
+  }
 };
 struct UIsInf {
-  template <typename C> static bool apply(C x) { if constexpr (std::is_integral_v<C>) return false; else return std::isinf(x); }
+  template <typename C>
+  static bool apply(C x) {
+    if constexpr (std::is_integral_v<C>)
+      return false;
+    else
+      return std::isinf(x);
+  }
 };
 
 template <typename T, typename Op>
@@ -591,7 +717,7 @@ void select_reference(const KernelContext& ctx) {
   cpu::parallel_for(y.count(), ctx.num_threads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       py[i] = pc[cpu::broadcast_offset(i, y.dims, sc)] != 0 ? pa[cpu::broadcast_offset(i, y.dims, sa)]
-                                                             : pb[cpu::broadcast_offset(i, y.dims, sb)];
+                                                            : pb[cpu::broadcast_offset(i, y.dims, sb)];
     }
   });
 }
@@ -613,7 +739,10 @@ constexpr bool kIsFloat = std::is_floating_point_v<T> || std::is_same_v<T, half>
 template <typename S, typename D>
 D cast_value(S v) {
   if constexpr (std::is_same_v<D, bool>) {
-    if constexpr (std::is_same_v<S, half>) return static_cast<float>(v) != 0.0f; else return v != S(0);
+    if constexpr (std::is_same_v<S, half>)
+      return static_cast<float>(v) != 0.0f;
+    else
+      return v != S(0);
   } else if constexpr (std::is_same_v<D, half>) {
     return half(static_cast<float>(v));
   } else if constexpr (std::is_integral_v<D> && kIsFloat<S>) {
@@ -673,8 +802,7 @@ bool elementwise_reference_supports(const Layer& layer, const std::vector<Tensor
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerElementWise, "reference", 0, elementwise_reference_supports,
                                  [](const Layer& layer) { return std::make_unique<ElementWiseReference>(layer); }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerElementWise, "vectorized", 10,
-                                 elementwise_vectorized_supports,
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerElementWise, "vectorized", 10, elementwise_vectorized_supports,
                                  [](const Layer& layer) { return std::make_unique<ElementWiseVectorized>(layer); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerUnary, "reference", 0, nullptr, [](const Layer& layer) {
                                    const UnaryOp op = params_of<UnaryParams>(layer).op;

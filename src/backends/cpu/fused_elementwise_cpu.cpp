@@ -35,30 +35,54 @@ void act_block(const float* x, float* y, int64_t n, float alpha, float beta) {
 template <UnaryOp Op>
 float unary_value(float x) {
   switch (Op) {
-    case UnaryOp::kExp: return std::exp(x);
-    case UnaryOp::kLog: return std::log(x);
-    case UnaryOp::kSqrt: return std::sqrt(x);
-    case UnaryOp::kRecip: return 1.0f / x;
-    case UnaryOp::kAbs: return std::fabs(x);
-    case UnaryOp::kNeg: return -x;
-    case UnaryOp::kFloor: return std::floor(x);
-    case UnaryOp::kCeil: return std::ceil(x);
-    case UnaryOp::kRound: return std::nearbyint(x);
-    case UnaryOp::kSin: return std::sin(x);
-    case UnaryOp::kCos: return std::cos(x);
-    case UnaryOp::kTan: return std::tan(x);
-    case UnaryOp::kAsin: return std::asin(x);
-    case UnaryOp::kAcos: return std::acos(x);
-    case UnaryOp::kAtan: return std::atan(x);
-    case UnaryOp::kSinh: return std::sinh(x);
-    case UnaryOp::kCosh: return std::cosh(x);
-    case UnaryOp::kTanh: return std::tanh(x);
-    case UnaryOp::kAsinh: return std::asinh(x);
-    case UnaryOp::kAcosh: return std::acosh(x);
-    case UnaryOp::kAtanh: return std::atanh(x);
-    case UnaryOp::kErf: return std::erf(x);
-    case UnaryOp::kSign: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x != x ? x : 0.0f));  // NaN stays NaN
-    default: return x;  // bool-valued ops never reach here: the parser rejects them
+    case UnaryOp::kExp:
+      return std::exp(x);
+    case UnaryOp::kLog:
+      return std::log(x);
+    case UnaryOp::kSqrt:
+      return std::sqrt(x);
+    case UnaryOp::kRecip:
+      return 1.0f / x;
+    case UnaryOp::kAbs:
+      return std::fabs(x);
+    case UnaryOp::kNeg:
+      return -x;
+    case UnaryOp::kFloor:
+      return std::floor(x);
+    case UnaryOp::kCeil:
+      return std::ceil(x);
+    case UnaryOp::kRound:
+      return std::nearbyint(x);
+    case UnaryOp::kSin:
+      return std::sin(x);
+    case UnaryOp::kCos:
+      return std::cos(x);
+    case UnaryOp::kTan:
+      return std::tan(x);
+    case UnaryOp::kAsin:
+      return std::asin(x);
+    case UnaryOp::kAcos:
+      return std::acos(x);
+    case UnaryOp::kAtan:
+      return std::atan(x);
+    case UnaryOp::kSinh:
+      return std::sinh(x);
+    case UnaryOp::kCosh:
+      return std::cosh(x);
+    case UnaryOp::kTanh:
+      return std::tanh(x);
+    case UnaryOp::kAsinh:
+      return std::asinh(x);
+    case UnaryOp::kAcosh:
+      return std::acosh(x);
+    case UnaryOp::kAtanh:
+      return std::atanh(x);
+    case UnaryOp::kErf:
+      return std::erf(x);
+    case UnaryOp::kSign:
+      return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x != x ? x : 0.0f));  // NaN stays NaN
+    default:
+      return x;  // bool-valued ops never reach here: the parser rejects them
   }
 }
 
@@ -70,14 +94,22 @@ void unary_block(const float* x, float* y, int64_t n) {
 template <ElementWiseOp Op>
 float binary_value(float a, float b) {
   switch (Op) {
-    case ElementWiseOp::kSum: return a + b;
-    case ElementWiseOp::kSub: return a - b;
-    case ElementWiseOp::kProd: return a * b;
-    case ElementWiseOp::kDiv: return a / b;
-    case ElementWiseOp::kPow: return std::pow(a, b);
-    case ElementWiseOp::kMax: return (a >= b || a != a) ? a : b;  // NaN propagates, as in the ElementWise kernel
-    case ElementWiseOp::kMin: return (a <= b || a != a) ? a : b;
-    default: return a;  // the parser admits only the ops above
+    case ElementWiseOp::kSum:
+      return a + b;
+    case ElementWiseOp::kSub:
+      return a - b;
+    case ElementWiseOp::kProd:
+      return a * b;
+    case ElementWiseOp::kDiv:
+      return a / b;
+    case ElementWiseOp::kPow:
+      return std::pow(a, b);
+    case ElementWiseOp::kMax:
+      return (a >= b || a != a) ? a : b;  // NaN propagates, as in the ElementWise kernel
+    case ElementWiseOp::kMin:
+      return (a <= b || a != a) ? a : b;
+    default:
+      return a;  // the parser admits only the ops above
   }
 }
 
@@ -179,7 +211,8 @@ class FusedElementWiseRef : public Kernel {
               kBinaryFns[static_cast<size_t>(ins.op)](a, reg[static_cast<size_t>(ins.b)], dst, m);
               break;
             case FusedOpCode::kScale: {
-              const float s = static_cast<float>(ins.p0), t = static_cast<float>(ins.p1), p = static_cast<float>(ins.p2);
+              const float s = static_cast<float>(ins.p0), t = static_cast<float>(ins.p1),
+                          p = static_cast<float>(ins.p2);
               if (p == 1.0f) {
                 for (int64_t i = 0; i < m; ++i) dst[i] = a[i] * s + t;
               } else {
@@ -210,10 +243,9 @@ static bool fused_reference_supports(const Layer& layer, const std::vector<Tenso
   return true;
 }
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerFusedElementWise, "reference", 0, fused_reference_supports,
-                                 [](const Layer& layer) -> std::unique_ptr<Kernel> {
-                                   return std::make_unique<FusedElementWiseRef>(layer);
-                                 }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerFusedElementWise, "reference", 0, fused_reference_supports,
+    [](const Layer& layer) -> std::unique_ptr<Kernel> { return std::make_unique<FusedElementWiseRef>(layer); }});
 
 }  // namespace
 }  // namespace kiln

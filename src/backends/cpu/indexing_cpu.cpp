@@ -183,8 +183,10 @@ void trilu(const KernelContext& ctx) {
       for (int64_t c = 0; c < cols; ++c) {
         const size_t at = static_cast<size_t>((b * rows + r) * cols + c) * es;
         const bool keep = upper ? c - r >= k : c - r <= k;
-        if (keep) std::memcpy(y + at, x + at, es);
-        else std::memset(y + at, 0, es);
+        if (keep)
+          std::memcpy(y + at, x + at, es);
+        else
+          std::memset(y + at, 0, es);
       }
     }
   }
@@ -221,7 +223,8 @@ void reverse_sequence(const KernelContext& ctx) {
   const int time_axis = normalized(attr_int(*ctx.layer, "time_axis"), d.rank());
   std::vector<int64_t> lens(static_cast<size_t>(ctx.inputs[1].count()));
   for (size_t b = 0; b < lens.size(); ++b) {
-    lens[b] = ctx.inputs[1].type == DataType::kInt32 ? ctx.inputs[1].as<const int32_t>()[b] : ctx.inputs[1].as<const int64_t>()[b];
+    lens[b] = ctx.inputs[1].type == DataType::kInt32 ? ctx.inputs[1].as<const int32_t>()[b]
+                                                     : ctx.inputs[1].as<const int64_t>()[b];
     if (lens[b] < 0 || lens[b] > d[time_axis]) {
       throw Error("sequence_lens[" + std::to_string(b) + "] = " + std::to_string(lens[b]) + " is outside [0, " +
                   std::to_string(d[time_axis]) + "] (the time axis extent)");
@@ -268,8 +271,9 @@ void max_unpool(const KernelContext& ctx) {
   auto* y = static_cast<uint8_t*>(out.data);
   for (int64_t i = 0; i < xv.count(); ++i) {
     if (idx[i] < 0 || idx[i] >= total) {
-      throw Error("indices[" + std::to_string(i) + "] = " + std::to_string(idx[i]) + " is outside the unpooled tensor (" +
-                  unpooled.to_string() + ", " + std::to_string(total) + " elements)");
+      throw Error("indices[" + std::to_string(i) + "] = " + std::to_string(idx[i]) +
+                  " is outside the unpooled tensor (" + unpooled.to_string() + ", " + std::to_string(total) +
+                  " elements)");
     }
     int64_t at = 0, rest = idx[i];
     for (int d = 0; d < unpooled.rank(); ++d) {
@@ -282,18 +286,22 @@ void max_unpool(const KernelContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerArgReduce, "reference", 0, nullptr,
-                                 [](const Layer& layer) { return std::make_unique<ArgReduceRef>(params_of<ArgReduceParams>(layer)); }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerTopK, "reference", 0, nullptr, function_kernel([](const KernelContext& ctx) {
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerArgReduce, "reference", 0, nullptr, [](const Layer& layer) {
+                                   return std::make_unique<ArgReduceRef>(params_of<ArgReduceParams>(layer));
+                                 }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerTopK, "reference", 0, nullptr,
+                                 function_kernel([](const KernelContext& ctx) {
                                    KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "TopK", top_k<T>(ctx));
                                  })});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerCumSum, "reference", 0, nullptr, function_kernel([](const KernelContext& ctx) {
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerCumSum, "reference", 0, nullptr,
+                                 function_kernel([](const KernelContext& ctx) {
                                    KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "CumSum", cum_sum<T>(ctx));
                                  })});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerTrilu, "reference", 0, nullptr, function_kernel(trilu)});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerOneHot, "reference", 0, nullptr, function_kernel(one_hot)});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerReverseSequence, "reference", 0, nullptr,
                                  function_kernel(reverse_sequence)});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerMaxUnpool, "reference", 0, nullptr, function_kernel(max_unpool)});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerMaxUnpool, "reference", 0, nullptr,
+                                 function_kernel(max_unpool)});
 
 }  // namespace kiln

@@ -45,13 +45,17 @@ double determinant(std::vector<double>& a, int64_t n) {
 // half converts through float; float and double directly.
 template <typename T>
 double to_double(T v) {
-  if constexpr (std::is_same_v<T, half>) return static_cast<double>(static_cast<float>(v));
-  else return static_cast<double>(v);
+  if constexpr (std::is_same_v<T, half>)
+    return static_cast<double>(static_cast<float>(v));
+  else
+    return static_cast<double>(v);
 }
 template <typename T>
 T from_double(double v) {
-  if constexpr (std::is_same_v<T, half>) return half(static_cast<float>(v));
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, half>)
+    return half(static_cast<float>(v));
+  else
+    return static_cast<T>(v);
 }
 
 template <typename T>
@@ -61,22 +65,32 @@ void det(const KernelContext& ctx) {
   const int64_t matrices = ctx.outputs[0].count();
   const T* x = ctx.inputs[0].as<const T>();
   T* y = ctx.outputs[0].as<T>();
-  cpu::parallel_for(matrices, ctx.num_threads, [&](int64_t begin, int64_t end) {
-    std::vector<double> a(static_cast<size_t>(n * n));
-    for (int64_t m = begin; m < end; ++m) {
-      const T* src = x + m * n * n;
-      for (int64_t i = 0; i < n * n; ++i) a[static_cast<size_t>(i)] = to_double(src[i]);
-      y[m] = from_double<T>(determinant(a, n));
-    }
-  }, 64);
+  cpu::parallel_for(
+      matrices, ctx.num_threads,
+      [&](int64_t begin, int64_t end) {
+        std::vector<double> a(static_cast<size_t>(n * n));
+        for (int64_t m = begin; m < end; ++m) {
+          const T* src = x + m * n * n;
+          for (int64_t i = 0; i < n * n; ++i) a[static_cast<size_t>(i)] = to_double(src[i]);
+          y[m] = from_double<T>(determinant(a, n));
+        }
+      },
+      64);
 }
 
 void det_kernel(const KernelContext& ctx) {
   switch (ctx.inputs[0].type) {
-    case DataType::kFloat32: det<float>(ctx); break;
-    case DataType::kFloat64: det<double>(ctx); break;
-    case DataType::kFloat16: det<half>(ctx); break;
-    default: throw Error(std::string("Det: unsupported data type ") + to_string(ctx.inputs[0].type));
+    case DataType::kFloat32:
+      det<float>(ctx);
+      break;
+    case DataType::kFloat64:
+      det<double>(ctx);
+      break;
+    case DataType::kFloat16:
+      det<half>(ctx);
+      break;
+    default:
+      throw Error(std::string("Det: unsupported data type ") + to_string(ctx.inputs[0].type));
   }
 }
 

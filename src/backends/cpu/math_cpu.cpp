@@ -55,7 +55,10 @@ struct ActivationArgs {
   double alpha64, beta64;  // the attributes as stored, for the float64 path
   explicit ActivationArgs(const Layer& layer) : ActivationArgs(params_of<ActivationParams>(layer)) {}
   explicit ActivationArgs(const ActivationParams& p)
-      : kind(p.kind), alpha(static_cast<float>(p.alpha)), beta(static_cast<float>(p.beta)), alpha64(p.alpha),
+      : kind(p.kind),
+        alpha(static_cast<float>(p.alpha)),
+        beta(static_cast<float>(p.beta)),
+        alpha64(p.alpha),
         beta64(p.beta) {}
 };
 
@@ -166,9 +169,9 @@ struct ScaleParams {
   ScaleModeKind mode;
   int64_t channel_axis;
   explicit ScaleParams(const Layer& layer) : channel_axis(attr_int(layer, "channel_axis")) {
-    static const std::map<std::string, ScaleModeKind> kModes = {
-        {"uniform", ScaleModeKind::kUniform}, {"channel", ScaleModeKind::kChannel},
-        {"elementwise", ScaleModeKind::kElementWise}};
+    static const std::map<std::string, ScaleModeKind> kModes = {{"uniform", ScaleModeKind::kUniform},
+                                                                {"channel", ScaleModeKind::kChannel},
+                                                                {"elementwise", ScaleModeKind::kElementWise}};
     const auto it = kModes.find(attr_string(layer, "mode"));
     if (it == kModes.end()) {
       throw Error("Scale layer " + quote(layer.name()) + ": unknown mode '" + attr_string(layer, "mode") + "'");
@@ -194,9 +197,12 @@ struct ScaleTermIndex {
 
   int64_t operator()(int64_t i) const {
     switch (mode) {
-      case ScaleModeKind::kUniform: return 0;
-      case ScaleModeKind::kChannel: return (i / inner) % channels;
-      case ScaleModeKind::kElementWise: return broadcast ? cpu::broadcast_offset(i, *x_dims, strides) : i;
+      case ScaleModeKind::kUniform:
+        return 0;
+      case ScaleModeKind::kChannel:
+        return (i / inner) % channels;
+      case ScaleModeKind::kElementWise:
+        return broadcast ? cpu::broadcast_offset(i, *x_dims, strides) : i;
     }
     return 0;
   }
@@ -248,19 +254,22 @@ void scale_reference(const KernelContext& ctx, const ScaleParams& p) {
 // float32, contiguous rows of `inner` elements sharing one scale/shift/power.
 void scale_rows(const float* x, float* y, int64_t rows, int64_t inner, const float* scale, const float* shift,
                 const float* power, int64_t channels, int num_threads) {
-  cpu::parallel_for(rows, num_threads, [=](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t c = r % channels;
-      const float s = scale ? scale[c] : 1.0f, b = shift ? shift[c] : 0.0f;
-      const float* xr = x + r * inner;
-      float* yr = y + r * inner;
-      for (int64_t i = 0; i < inner; ++i) yr[i] = xr[i] * s + b;
-      if (power) {
-        const float pw = power[c];
-        for (int64_t i = 0; i < inner; ++i) yr[i] = std::pow(yr[i], pw);
-      }
-    }
-  }, std::max<int64_t>(1, 4096 / std::max<int64_t>(inner, 1)));
+  cpu::parallel_for(
+      rows, num_threads,
+      [=](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const int64_t c = r % channels;
+          const float s = scale ? scale[c] : 1.0f, b = shift ? shift[c] : 0.0f;
+          const float* xr = x + r * inner;
+          float* yr = y + r * inner;
+          for (int64_t i = 0; i < inner; ++i) yr[i] = xr[i] * s + b;
+          if (power) {
+            const float pw = power[c];
+            for (int64_t i = 0; i < inner; ++i) yr[i] = std::pow(yr[i], pw);
+          }
+        }
+      },
+      std::max<int64_t>(1, 4096 / std::max<int64_t>(inner, 1)));
 }
 
 // Per-element terms of x's size (term pointers may be null).
@@ -345,39 +354,42 @@ void softmax_reference(const KernelContext& ctx, int64_t axis_attr, bool log) {
   KILN_DISPATCH_FLOAT(xv.type, "SoftMax", {
     const T* x = xv.as<const T>();
     T* y = ctx.outputs[0].as<T>();
-    cpu::parallel_for(outer * inner, ctx.num_threads, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t base = (r / inner) * length * inner + r % inner;
-        double max = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j < length; ++j) max = std::max(max, static_cast<double>(x[base + j * inner]));
-        double sum = 0.0;
-        for (int64_t j = 0; j < length; ++j) sum += std::exp(static_cast<double>(x[base + j * inner]) - max);
-        const double log_sum = std::log(sum);
-        for (int64_t j = 0; j < length; ++j) {
-          const double shifted = static_cast<double>(x[base + j * inner]) - max;
-          y[base + j * inner] = static_cast<T>(log ? shifted - log_sum : std::exp(shifted) / sum);
-        }
-      }
-    }, std::max<int64_t>(1, 1024 / std::max<int64_t>(length, 1)));
+    cpu::parallel_for(
+        outer * inner, ctx.num_threads,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            const int64_t base = (r / inner) * length * inner + r % inner;
+            double max = -std::numeric_limits<double>::infinity();
+            for (int64_t j = 0; j < length; ++j) max = std::max(max, static_cast<double>(x[base + j * inner]));
+            double sum = 0.0;
+            for (int64_t j = 0; j < length; ++j) sum += std::exp(static_cast<double>(x[base + j * inner]) - max);
+            const double log_sum = std::log(sum);
+            for (int64_t j = 0; j < length; ++j) {
+              const double shifted = static_cast<double>(x[base + j * inner]) - max;
+              y[base + j * inner] = static_cast<T>(log ? shifted - log_sum : std::exp(shifted) / sum);
+            }
+          }
+        },
+        std::max<int64_t>(1, 1024 / std::max<int64_t>(length, 1)));
   });
 }
 
 // ---- Reduce -----------------------------------------------------------------------------------
 
 // Each op folds the `count` values p[offsets[j]] of one output element.
-#define KILN_REDUCE_OP(Name, init, step, finish)                                        \
-  struct Name {                                                                         \
-    template <typename T>                                                               \
-    static T run(const T* p, const int64_t* offsets, int64_t count) {                   \
-      using A = Acc<T>;                                                                 \
-      A acc = init;                                                                     \
-      for (int64_t j = 0; j < count; ++j) {                                             \
-        const A v = static_cast<A>(p[offsets[j]]);                                      \
-        step;                                                                           \
-      }                                                                                 \
-      (void)count;                                                                      \
-      return static_cast<T>(finish);                                                    \
-    }                                                                                   \
+#define KILN_REDUCE_OP(Name, init, step, finish)                      \
+  struct Name {                                                       \
+    template <typename T>                                             \
+    static T run(const T* p, const int64_t* offsets, int64_t count) { \
+      using A = Acc<T>;                                               \
+      A acc = init;                                                   \
+      for (int64_t j = 0; j < count; ++j) {                           \
+        const A v = static_cast<A>(p[offsets[j]]);                    \
+        step;                                                         \
+      }                                                               \
+      (void)count;                                                    \
+      return static_cast<T>(finish);                                  \
+    }                                                                 \
   }
 KILN_REDUCE_OP(RSum, A(0), acc += v, acc);
 KILN_REDUCE_OP(RMean, A(0), acc += v, count > 0 ? acc / static_cast<A>(count) : A(0) / A(1));
@@ -426,11 +438,14 @@ void reduce_loop(const KernelContext& ctx, const std::vector<bool>& reduced) {
   const T* x = xv.as<const T>();
   T* y = ctx.outputs[0].as<T>();
   const auto count = static_cast<int64_t>(offsets.size());
-  cpu::parallel_for(keep_shape.volume(), ctx.num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t o = begin; o < end; ++o) {
-      y[o] = Op::run(x + cpu::broadcast_offset(o, keep_shape, in_strides), offsets.data(), count);
-    }
-  }, std::max<int64_t>(1, 4096 / std::max<int64_t>(count, 1)));
+  cpu::parallel_for(
+      keep_shape.volume(), ctx.num_threads,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t o = begin; o < end; ++o) {
+          y[o] = Op::run(x + cpu::broadcast_offset(o, keep_shape, in_strides), offsets.data(), count);
+        }
+      },
+      std::max<int64_t>(1, 4096 / std::max<int64_t>(count, 1)));
 }
 
 using ReduceFn = void (*)(const KernelContext&, const std::vector<bool>&);
@@ -438,10 +453,10 @@ using ReduceFn = void (*)(const KernelContext&, const std::vector<bool>&);
 template <typename T>
 ReduceFn reduce_fn(ReduceOp op) {
   static const std::map<ReduceOp, ReduceFn> kTable = {
-      {ReduceOp::kSum, &reduce_loop<T, RSum>},   {ReduceOp::kMean, &reduce_loop<T, RMean>},
-      {ReduceOp::kMax, &reduce_loop<T, RMax>},   {ReduceOp::kMin, &reduce_loop<T, RMin>},
-      {ReduceOp::kProd, &reduce_loop<T, RProd>}, {ReduceOp::kL1, &reduce_loop<T, RL1>},
-      {ReduceOp::kL2, &reduce_loop<T, RL2>},     {ReduceOp::kSumSquare, &reduce_loop<T, RSumSquare>},
+      {ReduceOp::kSum, &reduce_loop<T, RSum>},       {ReduceOp::kMean, &reduce_loop<T, RMean>},
+      {ReduceOp::kMax, &reduce_loop<T, RMax>},       {ReduceOp::kMin, &reduce_loop<T, RMin>},
+      {ReduceOp::kProd, &reduce_loop<T, RProd>},     {ReduceOp::kL1, &reduce_loop<T, RL1>},
+      {ReduceOp::kL2, &reduce_loop<T, RL2>},         {ReduceOp::kSumSquare, &reduce_loop<T, RSumSquare>},
       {ReduceOp::kLogSum, &reduce_loop<T, RLogSum>}, {ReduceOp::kLogSumExp, &reduce_loop<T, RLogSumExp>},
   };
   return kTable.at(op);
@@ -507,8 +522,8 @@ void matrix_multiply_reference(const KernelContext& ctx, bool transpose_a, bool 
   const MatrixOperand a(ctx.inputs[0].dims, transpose_a, true);
   const MatrixOperand b(ctx.inputs[1].dims, transpose_b, false);
   if (a.cols != b.rows) {
-    throw Error("MatrixMultiply: inner dimensions differ (" + std::to_string(a.cols) + " vs " +
-                std::to_string(b.rows) + ")");
+    throw Error("MatrixMultiply: inner dimensions differ (" + std::to_string(a.cols) + " vs " + std::to_string(b.rows) +
+                ")");
   }
   const Dims batch = broadcast_batch(a.batch, b.batch);
   const auto a_batch_strides = cpu::broadcast_strides(a.batch, batch);
@@ -518,33 +533,36 @@ void matrix_multiply_reference(const KernelContext& ctx, bool transpose_a, bool 
   const T* pb = ctx.inputs[1].as<const T>();
   T* py = ctx.outputs[0].as<T>();
   const int64_t min_rows = std::max<int64_t>(1, 16384 / std::max<int64_t>(n_size * k_size, 1));
-  cpu::parallel_for(batch.volume() * m_size, ctx.num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t bi = row / m_size, m = row % m_size;
-      const T* ra = pa + cpu::broadcast_offset(bi, batch, a_batch_strides) * a.matrix_size + m * a.row_stride;
-      const T* mb = pb + cpu::broadcast_offset(bi, batch, b_batch_strides) * b.matrix_size;
-      for (int64_t n = 0; n < n_size; ++n) {
-        Acc<T> acc = 0;
-        for (int64_t k = 0; k < k_size; ++k) {
-          acc += static_cast<Acc<T>>(ra[k * a.col_stride]) *
-                 static_cast<Acc<T>>(mb[k * b.row_stride + n * b.col_stride]);
+  cpu::parallel_for(
+      batch.volume() * m_size, ctx.num_threads,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t row = begin; row < end; ++row) {
+          const int64_t bi = row / m_size, m = row % m_size;
+          const T* ra = pa + cpu::broadcast_offset(bi, batch, a_batch_strides) * a.matrix_size + m * a.row_stride;
+          const T* mb = pb + cpu::broadcast_offset(bi, batch, b_batch_strides) * b.matrix_size;
+          for (int64_t n = 0; n < n_size; ++n) {
+            Acc<T> acc = 0;
+            for (int64_t k = 0; k < k_size; ++k) {
+              acc += static_cast<Acc<T>>(ra[k * a.col_stride]) *
+                     static_cast<Acc<T>>(mb[k * b.row_stride + n * b.col_stride]);
+            }
+            py[row * n_size + n] = static_cast<T>(acc);
+          }
         }
-        py[row * n_size + n] = static_cast<T>(acc);
-      }
-    }
-  }, min_rows);
+      },
+      min_rows);
 }
 
 class GemmReference : public Kernel {
  public:
   explicit GemmReference(const Layer& layer)
-      : alpha_(params_of<GemmParams>(layer).alpha), beta_(params_of<GemmParams>(layer).beta),
-        trans_a_(params_of<GemmParams>(layer).trans_a), trans_b_(params_of<GemmParams>(layer).trans_b),
+      : alpha_(params_of<GemmParams>(layer).alpha),
+        beta_(params_of<GemmParams>(layer).beta),
+        trans_a_(params_of<GemmParams>(layer).trans_a),
+        trans_b_(params_of<GemmParams>(layer).trans_b),
         post_(read_post_op(layer)) {}
 
-  void execute(const KernelContext& ctx) override {
-    KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "Gemm", run<T>(ctx));
-  }
+  void execute(const KernelContext& ctx) override { KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "Gemm", run<T>(ctx)); }
 
  private:
   template <typename T>
@@ -563,20 +581,23 @@ class GemmReference : public Kernel {
     const T* pc = c ? c->as<const T>() : nullptr;
     T* py = ctx.outputs[0].as<T>();
     const int64_t min_rows = std::max<int64_t>(1, 16384 / std::max<int64_t>(n_size * k_size, 1));
-    cpu::parallel_for(m_size, ctx.num_threads, [&](int64_t begin, int64_t end) {
-      for (int64_t m = begin; m < end; ++m) {
-        for (int64_t n = 0; n < n_size; ++n) {
-          double acc = 0.0;
-          for (int64_t k = 0; k < k_size; ++k) {
-            acc += static_cast<double>(pa[m * a.row_stride + k * a.col_stride]) *
-                   static_cast<double>(pb[k * b.row_stride + n * b.col_stride]);
+    cpu::parallel_for(
+        m_size, ctx.num_threads,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t m = begin; m < end; ++m) {
+            for (int64_t n = 0; n < n_size; ++n) {
+              double acc = 0.0;
+              for (int64_t k = 0; k < k_size; ++k) {
+                acc += static_cast<double>(pa[m * a.row_stride + k * a.col_stride]) *
+                       static_cast<double>(pb[k * b.row_stride + n * b.col_stride]);
+              }
+              double v = alpha_ * acc;
+              if (pc) v += beta_ * static_cast<double>(pc[m * c_strides[0] + n * c_strides[1]]);
+              py[m * n_size + n] = static_cast<T>(post_.enabled ? post_.apply(static_cast<float>(v)) : v);
+            }
           }
-          double v = alpha_ * acc;
-          if (pc) v += beta_ * static_cast<double>(pc[m * c_strides[0] + n * c_strides[1]]);
-          py[m * n_size + n] = static_cast<T>(post_.enabled ? post_.apply(static_cast<float>(v)) : v);
-        }
-      }
-    }, min_rows);
+        },
+        min_rows);
   }
 
   double alpha_, beta_;
@@ -608,17 +629,17 @@ KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerSoftMax, "reference", 0
                                    return std::make_unique<FunctionKernel>(
                                        [axis, log](const KernelContext& ctx) { softmax_reference(ctx, axis, log); });
                                  }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerReduce, "reference", 0, nullptr,
-                                 [](const Layer& layer) { return std::make_unique<ReduceReference>(params_of<ReduceParams>(layer)); }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerMatrixMultiply, "reference", 0, nullptr,
-                                 [](const Layer& layer) {
-                                   const bool ta = params_of<MatMulParams>(layer).transpose_a;
-                                   const bool tb = params_of<MatMulParams>(layer).transpose_b;
-                                   return std::make_unique<FunctionKernel>([ta, tb](const KernelContext& ctx) {
-                                     KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "MatrixMultiply",
-                                                           matrix_multiply_reference<T>(ctx, ta, tb));
-                                   });
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerReduce, "reference", 0, nullptr, [](const Layer& layer) {
+                                   return std::make_unique<ReduceReference>(params_of<ReduceParams>(layer));
                                  }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerMatrixMultiply, "reference", 0, nullptr, [](const Layer& layer) {
+      const bool ta = params_of<MatMulParams>(layer).transpose_a;
+      const bool tb = params_of<MatMulParams>(layer).transpose_b;
+      return std::make_unique<FunctionKernel>([ta, tb](const KernelContext& ctx) {
+        KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "MatrixMultiply", matrix_multiply_reference<T>(ctx, ta, tb));
+      });
+    }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerGemm, "reference", 0, nullptr,
                                  [](const Layer& layer) { return std::make_unique<GemmReference>(layer); }});
 

@@ -33,7 +33,7 @@ struct MatmulSpec {
   memory::desc a, b, dst, bias;  // b: kiln's layout; bias empty when absent
   bool b_constant = false;       // b's host value is known: let oneDNN pick its format
   float output_scale = 1.f;
-  bool sum = false;              // seed dst with C and add it scaled by sum_scale
+  bool sum = false;  // seed dst with C and add it scaled by sum_scale
   float sum_scale = 1.f;
   PostOp post;
 };
@@ -279,8 +279,9 @@ class MatmulOneDnn : public Kernel {
     float* y = ctx.outputs.at(0).as<float>();
     if (p.seed_c) seed_c(p, ctx.inputs.at(2), y);
     memory b = p.cached_b ? p.cached_b : memory(p.user_b, eng, ctx.inputs.at(1).data);
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, memory(p.a, eng, ctx.inputs.at(0).data)}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, memory(p.dst, eng, y)}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.a, eng, ctx.inputs.at(0).data)},
+                                         {DNNL_ARG_WEIGHTS, b},
+                                         {DNNL_ARG_DST, memory(p.dst, eng, y)}};
     if (p.bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, ctx.inputs.at(2).data));
     if (p.workspace) {
       args.emplace(DNNL_ARG_SCRATCHPAD,
@@ -373,8 +374,7 @@ bool supports_matmul(const Layer& layer, const std::vector<TensorDesc>& inputs) 
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerMatrixMultiply, onednn::kTactic, onednn::kPriority,
-                                 supports_matmul,
-                                 [](const Layer& layer) { return std::make_unique<MatmulOneDnn>(); }});
+                                 supports_matmul, [](const Layer& layer) { return std::make_unique<MatmulOneDnn>(); }});
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerGemm, onednn::kTactic, onednn::kPriority, supports_matmul,
                                  [](const Layer& layer) { return std::make_unique<MatmulOneDnn>(); }});

@@ -86,35 +86,41 @@ void moments_normalize(const KernelContext& ctx, const NormalizationParams& para
     }
   }
   std::vector<int64_t> offsets(static_cast<size_t>(red_dims.volume()));
-  for (size_t j = 0; j < offsets.size(); ++j) offsets[j] = cpu::broadcast_offset(static_cast<int64_t>(j), red_dims, red_strides);
+  for (size_t j = 0; j < offsets.size(); ++j)
+    offsets[j] = cpu::broadcast_offset(static_cast<int64_t>(j), red_dims, red_strides);
   const auto count = static_cast<int64_t>(offsets.size());
 
   const T* x = ctx.inputs[0].as<const T>();
   T* y = ctx.outputs[0].as<T>();
   float* mean_out = ctx.outputs.size() > 1 ? ctx.outputs[1].as<float>() : nullptr;
   float* inv_std_out = ctx.outputs.size() > 2 ? ctx.outputs[2].as<float>() : nullptr;
-  cpu::parallel_for(keep.volume(), ctx.num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) {
-      const int64_t base = cpu::broadcast_offset(g, keep, strides);
-      double sum = 0.0;
-      for (int64_t j = 0; j < count; ++j) sum += static_cast<double>(x[base + offsets[static_cast<size_t>(j)]]);
-      const double mean = count > 0 ? sum / static_cast<double>(count) : 0.0;
-      double sq = 0.0;
-      for (int64_t j = 0; j < count; ++j) {
-        const double d = static_cast<double>(x[base + offsets[static_cast<size_t>(j)]]) - mean;
-        sq += d * d;
-      }
-      const double var = count > 0 ? sq / static_cast<double>(count) : 0.0;
-      const double inv = !normalize_variance ? 1.0 : mvn ? 1.0 / (std::sqrt(var) + epsilon) : 1.0 / std::sqrt(var + epsilon);
-      for (int64_t j = 0; j < count; ++j) {
-        const int64_t flat = base + offsets[static_cast<size_t>(j)];
-        const double v = (static_cast<double>(x[flat]) - mean) * inv;
-        y[flat] = static_cast<T>(affine.apply<T>(v, flat, x_dims));
-      }
-      if (mean_out) mean_out[g] = static_cast<float>(mean);
-      if (inv_std_out) inv_std_out[g] = static_cast<float>(inv);
-    }
-  }, 1);
+  cpu::parallel_for(
+      keep.volume(), ctx.num_threads,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t g = begin; g < end; ++g) {
+          const int64_t base = cpu::broadcast_offset(g, keep, strides);
+          double sum = 0.0;
+          for (int64_t j = 0; j < count; ++j) sum += static_cast<double>(x[base + offsets[static_cast<size_t>(j)]]);
+          const double mean = count > 0 ? sum / static_cast<double>(count) : 0.0;
+          double sq = 0.0;
+          for (int64_t j = 0; j < count; ++j) {
+            const double d = static_cast<double>(x[base + offsets[static_cast<size_t>(j)]]) - mean;
+            sq += d * d;
+          }
+          const double var = count > 0 ? sq / static_cast<double>(count) : 0.0;
+          const double inv = !normalize_variance ? 1.0
+                             : mvn               ? 1.0 / (std::sqrt(var) + epsilon)
+                                                 : 1.0 / std::sqrt(var + epsilon);
+          for (int64_t j = 0; j < count; ++j) {
+            const int64_t flat = base + offsets[static_cast<size_t>(j)];
+            const double v = (static_cast<double>(x[flat]) - mean) * inv;
+            y[flat] = static_cast<T>(affine.apply<T>(v, flat, x_dims));
+          }
+          if (mean_out) mean_out[g] = static_cast<float>(mean);
+          if (inv_std_out) inv_std_out[g] = static_cast<float>(inv);
+        }
+      },
+      1);
 }
 
 // Lp normalization along one axis: y = x / ||x||_p; a zero norm gives zeros (as ONNX Runtime).
@@ -147,8 +153,10 @@ class NormalizationReference : public Kernel {
   explicit NormalizationReference(const NormalizationParams& params) : params_(params) {}
   void execute(const KernelContext& ctx) override {
     KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "Normalization", {
-      if (params_.mode == NormMode::kLp) lp_normalize<T>(ctx, params_);
-      else moments_normalize<T>(ctx, params_);
+      if (params_.mode == NormMode::kLp)
+        lp_normalize<T>(ctx, params_);
+      else
+        moments_normalize<T>(ctx, params_);
     });
   }
 
@@ -169,21 +177,25 @@ void lrn(const LrnParams& params, const KernelContext& ctx) {
   const int64_t before = (size - 1) / 2, after = size - 1 - before;
   const T* x = ctx.inputs[0].as<const T>();
   T* y = ctx.outputs[0].as<T>();
-  cpu::parallel_for(n_batch * channels, ctx.num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t nc = begin; nc < end; ++nc) {
-      const int64_t n = nc / channels, c = nc % channels;
-      const int64_t lo = std::max<int64_t>(0, c - before), hi = std::min<int64_t>(channels - 1, c + after);
-      for (int64_t i = 0; i < inner; ++i) {
-        double sum = 0.0;
-        for (int64_t k = lo; k <= hi; ++k) {
-          const double v = static_cast<double>(x[(n * channels + k) * inner + i]);
-          sum += v * v;
+  cpu::parallel_for(
+      n_batch * channels, ctx.num_threads,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t nc = begin; nc < end; ++nc) {
+          const int64_t n = nc / channels, c = nc % channels;
+          const int64_t lo = std::max<int64_t>(0, c - before), hi = std::min<int64_t>(channels - 1, c + after);
+          for (int64_t i = 0; i < inner; ++i) {
+            double sum = 0.0;
+            for (int64_t k = lo; k <= hi; ++k) {
+              const double v = static_cast<double>(x[(n * channels + k) * inner + i]);
+              sum += v * v;
+            }
+            const int64_t at = nc * inner + i;
+            y[at] = static_cast<T>(static_cast<double>(x[at]) /
+                                   std::pow(bias + alpha / static_cast<double>(size) * sum, beta));
+          }
         }
-        const int64_t at = nc * inner + i;
-        y[at] = static_cast<T>(static_cast<double>(x[at]) / std::pow(bias + alpha / static_cast<double>(size) * sum, beta));
-      }
-    }
-  }, 1);
+      },
+      1);
 }
 
 class LrnRef : public Kernel {
@@ -199,11 +211,12 @@ class LrnRef : public Kernel {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerNormalization, "reference", 0, nullptr,
-                                 [](const Layer& layer) {
-                                   return std::make_unique<NormalizationReference>(params_of<NormalizationParams>(layer));
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerNormalization, "reference", 0, nullptr, [](const Layer& layer) {
+      return std::make_unique<NormalizationReference>(params_of<NormalizationParams>(layer));
+    }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerLRN, "reference", 0, nullptr, [](const Layer& layer) {
+                                   return std::make_unique<LrnRef>(params_of<LrnParams>(layer));
                                  }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerLRN, "reference", 0, nullptr,
-                                 [](const Layer& layer) { return std::make_unique<LrnRef>(params_of<LrnParams>(layer)); }});
 
 }  // namespace kiln

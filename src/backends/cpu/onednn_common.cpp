@@ -76,20 +76,40 @@ using StepsFn = std::optional<Steps> (*)(float alpha, float beta);
 const std::map<ActivationType, StepsFn>& activation_table() {
   using A = dnnl::algorithm;
   static const std::map<ActivationType, StepsFn> table = {
-      {ActivationType::kRelu, [](float, float) -> std::optional<Steps> { return Steps{{A::eltwise_relu, 0.f, 0.f}}; }},
+      {ActivationType::kRelu,
+       [](float, float) -> std::optional<Steps> {
+         return Steps{{A::eltwise_relu, 0.f, 0.f}};
+       }},
       {ActivationType::kSigmoid,
-       [](float, float) -> std::optional<Steps> { return Steps{{A::eltwise_logistic, 0.f, 0.f}}; }},
-      {ActivationType::kTanh, [](float, float) -> std::optional<Steps> { return Steps{{A::eltwise_tanh, 0.f, 0.f}}; }},
+       [](float, float) -> std::optional<Steps> {
+         return Steps{{A::eltwise_logistic, 0.f, 0.f}};
+       }},
+      {ActivationType::kTanh,
+       [](float, float) -> std::optional<Steps> {
+         return Steps{{A::eltwise_tanh, 0.f, 0.f}};
+       }},
       {ActivationType::kLeakyRelu,
-       [](float a, float) -> std::optional<Steps> { return Steps{{A::eltwise_relu, a, 0.f}}; }},
-      {ActivationType::kElu, [](float a, float) -> std::optional<Steps> { return Steps{{A::eltwise_elu, a, 0.f}}; }},
+       [](float a, float) -> std::optional<Steps> {
+         return Steps{{A::eltwise_relu, a, 0.f}};
+       }},
+      {ActivationType::kElu,
+       [](float a, float) -> std::optional<Steps> {
+         return Steps{{A::eltwise_elu, a, 0.f}};
+       }},
       // selu = beta * elu_alpha(x)
       {ActivationType::kSelu,
-       [](float a, float b) -> std::optional<Steps> { return Steps{{A::eltwise_elu, a, 0.f, b}}; }},
+       [](float a, float b) -> std::optional<Steps> {
+         return Steps{{A::eltwise_elu, a, 0.f, b}};
+       }},
       // 2.6's soft_relu is log(1 + e^x) and ignores alpha (3.x added a scale).
       {ActivationType::kSoftplus,
-       [](float, float) -> std::optional<Steps> { return Steps{{A::eltwise_soft_relu, 0.f, 0.f}}; }},
-      {ActivationType::kClip, [](float a, float b) -> std::optional<Steps> { return Steps{{A::eltwise_clip, a, b}}; }},
+       [](float, float) -> std::optional<Steps> {
+         return Steps{{A::eltwise_soft_relu, 0.f, 0.f}};
+       }},
+      {ActivationType::kClip,
+       [](float a, float b) -> std::optional<Steps> {
+         return Steps{{A::eltwise_clip, a, b}};
+       }},
       // 2.6 has no hardsigmoid: clip(alpha*x + beta, 0, 1).
       {ActivationType::kHardSigmoid,
        [](float a, float b) -> std::optional<Steps> {
@@ -97,14 +117,29 @@ const std::map<ActivationType, StepsFn>& activation_table() {
        }},
       // 2.6's hardswish is x * relu6(x + 3) / 6, kiln's hard_swish exactly.
       {ActivationType::kHardSwish,
-       [](float, float) -> std::optional<Steps> { return Steps{{A::eltwise_hardswish, 0.f, 0.f}}; }},
-      {ActivationType::kSilu, [](float, float) -> std::optional<Steps> { return Steps{{A::eltwise_swish, 1.f, 0.f}}; }},
-      {ActivationType::kSwish, [](float a, float) -> std::optional<Steps> { return Steps{{A::eltwise_swish, a, 0.f}}; }},
+       [](float, float) -> std::optional<Steps> {
+         return Steps{{A::eltwise_hardswish, 0.f, 0.f}};
+       }},
+      {ActivationType::kSilu,
+       [](float, float) -> std::optional<Steps> {
+         return Steps{{A::eltwise_swish, 1.f, 0.f}};
+       }},
+      {ActivationType::kSwish,
+       [](float a, float) -> std::optional<Steps> {
+         return Steps{{A::eltwise_swish, a, 0.f}};
+       }},
       {ActivationType::kGeluErf,
-       [](float, float) -> std::optional<Steps> { return Steps{{A::eltwise_gelu_erf, 0.f, 0.f}}; }},
+       [](float, float) -> std::optional<Steps> {
+         return Steps{{A::eltwise_gelu_erf, 0.f, 0.f}};
+       }},
       {ActivationType::kGeluTanh,
-       [](float, float) -> std::optional<Steps> { return Steps{{A::eltwise_gelu_tanh, 0.f, 0.f}}; }},
-      {ActivationType::kMish, [](float, float) -> std::optional<Steps> { return Steps{{A::eltwise_mish, 0.f, 0.f}}; }},
+       [](float, float) -> std::optional<Steps> {
+         return Steps{{A::eltwise_gelu_tanh, 0.f, 0.f}};
+       }},
+      {ActivationType::kMish,
+       [](float, float) -> std::optional<Steps> {
+         return Steps{{A::eltwise_mish, 0.f, 0.f}};
+       }},
       // celu_a(x) = a * elu_1(x / a), valid for a > 0 only (the sign of a flips the branch test).
       {ActivationType::kCelu,
        [](float a, float) -> std::optional<Steps> {
@@ -174,9 +209,7 @@ void* workspace_at(const KernelContext& ctx, size_t offset, size_t needed, const
   return static_cast<uint8_t*>(ctx.workspace) + offset;
 }
 
-std::string where(const Layer& layer) {
-  return "layer " + quote(layer.name()) + " (" + layer.type() + ") onednn: ";
-}
+std::string where(const Layer& layer) { return "layer " + quote(layer.name()) + " (" + layer.type() + ") onednn: "; }
 
 std::string shape_key(const std::vector<TensorDesc>& inputs) {
   std::string key;

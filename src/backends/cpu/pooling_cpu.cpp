@@ -43,8 +43,8 @@ RefGeometry make_geometry(const PoolParams& params, const KernelContext& ctx) {
   const Dims& y = ctx.outputs.at(0).dims;
   const int k = x.rank() - 2;
   if (k < 1 || k > kMaxSpatial || y.rank() != x.rank() || y[0] != x[0] || y[1] != x[1]) {
-    throw Error("Pooling reference: expects x and y of rank 3..5 with equal N and C, got x " + x.to_string() +
-                ", y " + y.to_string());
+    throw Error("Pooling reference: expects x and y of rank 3..5 with equal N and C, got x " + x.to_string() + ", y " +
+                y.to_string());
   }
   const PoolGeometry pg = pool_geometry(params, x);
   RefGeometry g;
@@ -83,7 +83,9 @@ void pooling_ref(const RefGeometry& g, const PoolParams& a, const KernelContext&
   T* y = ctx.outputs[0].as<T>();
   const Layout xl(ctx.inputs[0].format, g.channels, g.in), yl(ctx.outputs[0].format, g.channels, g.out);
   // Taps of the window at output index o along spatial dim j: positions start + t*dilation.
-  const auto start = [&g](int j, int64_t o) { return o * g.stride[static_cast<size_t>(j)] - g.pad_begin[static_cast<size_t>(j)]; };
+  const auto start = [&g](int j, int64_t o) {
+    return o * g.stride[static_cast<size_t>(j)] - g.pad_begin[static_cast<size_t>(j)];
+  };
   // Taps inside the padded extent [-pad_begin, in + pad_end) (count_include_pad=1 divisor).
   const auto padded_taps = [&g](int j, int64_t first) {
     const auto u = static_cast<size_t>(j);
@@ -148,9 +150,14 @@ class PoolingRef : public Kernel {
                   to_string(type));
     }
     switch (type) {
-      case DataType::kInt8: pooling_ref<int8_t>(g, attrs_, ctx); break;
-      case DataType::kUInt8: pooling_ref<uint8_t>(g, attrs_, ctx); break;
-      default: KILN_DISPATCH_FLOAT(type, "Pooling reference", pooling_ref<T>(g, attrs_, ctx));
+      case DataType::kInt8:
+        pooling_ref<int8_t>(g, attrs_, ctx);
+        break;
+      case DataType::kUInt8:
+        pooling_ref<uint8_t>(g, attrs_, ctx);
+        break;
+      default:
+        KILN_DISPATCH_FLOAT(type, "Pooling reference", pooling_ref<T>(g, attrs_, ctx));
     }
   }
 
@@ -167,9 +174,8 @@ bool supports_pooling(const Layer& layer, const std::vector<TensorDesc>& inputs)
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerPooling, "reference", 0, supports_pooling,
-                                 [](const Layer& layer) {
-                                   return std::make_unique<PoolingRef>(params_of<PoolParams>(layer));
-                                 }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerPooling, "reference", 0, supports_pooling,
+    [](const Layer& layer) { return std::make_unique<PoolingRef>(params_of<PoolParams>(layer)); }});
 
 }  // namespace kiln

@@ -157,9 +157,11 @@ class PoolingOneDnn : public Kernel {
     const char* what = "Pooling onednn";
     memory user_dst(p.user_dst, eng, ctx.outputs.at(0).data);
     memory dst = p.reorder_dst ? memory(p.dst, eng, onednn::workspace_at(ctx, p.dst_off, p.workspace, what)) : user_dst;
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.src, eng, ctx.inputs.at(0).data)}, {DNNL_ARG_DST, dst}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.src, eng, ctx.inputs.at(0).data)},
+                                         {DNNL_ARG_DST, dst}};
     if (p.scratch.get_size()) {
-      args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, onednn::workspace_at(ctx, p.scratch_off, p.workspace, what)));
+      args.emplace(DNNL_ARG_SCRATCHPAD,
+                   memory(p.scratch, eng, onednn::workspace_at(ctx, p.scratch_off, p.workspace, what)));
     }
     p.pool.execute(stream_, args);
     if (p.reorder_dst) p.dst_out.execute(stream_, dst, user_dst);
@@ -191,9 +193,8 @@ bool supports_pooling(const Layer& layer, const std::vector<TensorDesc>& inputs)
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerPooling, onednn::kTactic, onednn::kPriority, supports_pooling,
-                                 [](const Layer& layer) {
-                                   return std::make_unique<PoolingOneDnn>(params_of<PoolParams>(layer));
-                                 }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerPooling, onednn::kTactic, onednn::kPriority, supports_pooling,
+    [](const Layer& layer) { return std::make_unique<PoolingOneDnn>(params_of<PoolParams>(layer)); }});
 
 }  // namespace kiln

@@ -56,10 +56,17 @@ std::vector<int32_t> zero_points(const KernelContext& ctx, int64_t count) {
   const TensorView& z = ctx.inputs[2];
   for (int64_t i = 0; i < count; ++i) {
     switch (z.type) {
-      case DataType::kInt8: zp[static_cast<size_t>(i)] = z.as<const int8_t>()[i]; break;
-      case DataType::kUInt8: zp[static_cast<size_t>(i)] = z.as<const uint8_t>()[i]; break;
-      case DataType::kInt32: zp[static_cast<size_t>(i)] = z.as<const int32_t>()[i]; break;
-      default: throw Error(std::string("Quantize/Dequantize: zero point of type ") + to_string(z.type));
+      case DataType::kInt8:
+        zp[static_cast<size_t>(i)] = z.as<const int8_t>()[i];
+        break;
+      case DataType::kUInt8:
+        zp[static_cast<size_t>(i)] = z.as<const uint8_t>()[i];
+        break;
+      case DataType::kInt32:
+        zp[static_cast<size_t>(i)] = z.as<const int32_t>()[i];
+        break;
+      default:
+        throw Error(std::string("Quantize/Dequantize: zero point of type ") + to_string(z.type));
     }
   }
   return zp;
@@ -70,7 +77,8 @@ template <typename C>
 std::vector<C> scales(const TensorView& s) {
   std::vector<C> out(static_cast<size_t>(s.count()));
   KILN_DISPATCH_FLOAT(s.type, "Quantize/Dequantize scale", {
-    for (int64_t i = 0; i < s.count(); ++i) out[static_cast<size_t>(i)] = static_cast<C>(static_cast<double>(s.as<const T>()[i]));
+    for (int64_t i = 0; i < s.count(); ++i)
+      out[static_cast<size_t>(i)] = static_cast<C>(static_cast<double>(s.as<const T>()[i]));
   });
   return out;
 }
@@ -102,18 +110,30 @@ void quantize_loop(const KernelContext& ctx) {
 template <typename X, typename C>
 void quantize_to(const KernelContext& ctx) {
   switch (ctx.outputs[0].type) {
-    case DataType::kInt8: quantize_loop<X, C, int8_t>(ctx); break;
-    case DataType::kUInt8: quantize_loop<X, C, uint8_t>(ctx); break;
-    default: throw Error(std::string("Quantize: output type ") + to_string(ctx.outputs[0].type) + " is not int8/uint8");
+    case DataType::kInt8:
+      quantize_loop<X, C, int8_t>(ctx);
+      break;
+    case DataType::kUInt8:
+      quantize_loop<X, C, uint8_t>(ctx);
+      break;
+    default:
+      throw Error(std::string("Quantize: output type ") + to_string(ctx.outputs[0].type) + " is not int8/uint8");
   }
 }
 
 void quantize_execute(const KernelContext& ctx) {
   switch (ctx.inputs[0].type) {
-    case DataType::kFloat32: quantize_to<float, float>(ctx); break;
-    case DataType::kFloat16: quantize_to<half, float>(ctx); break;
-    case DataType::kFloat64: quantize_to<double, double>(ctx); break;
-    default: throw Error(std::string("Quantize: input type ") + to_string(ctx.inputs[0].type) + " is not floating-point");
+    case DataType::kFloat32:
+      quantize_to<float, float>(ctx);
+      break;
+    case DataType::kFloat16:
+      quantize_to<half, float>(ctx);
+      break;
+    case DataType::kFloat64:
+      quantize_to<double, double>(ctx);
+      break;
+    default:
+      throw Error(std::string("Quantize: input type ") + to_string(ctx.inputs[0].type) + " is not floating-point");
   }
 }
 
@@ -138,19 +158,33 @@ void dequantize_loop(const KernelContext& ctx) {
 template <typename Q>
 void dequantize_from(const KernelContext& ctx) {
   switch (ctx.outputs[0].type) {
-    case DataType::kFloat32: dequantize_loop<Q, float, float>(ctx); break;
-    case DataType::kFloat16: dequantize_loop<Q, float, half>(ctx); break;
-    case DataType::kFloat64: dequantize_loop<Q, double, double>(ctx); break;
-    default: throw Error(std::string("Dequantize: output type ") + to_string(ctx.outputs[0].type) + " is not floating-point");
+    case DataType::kFloat32:
+      dequantize_loop<Q, float, float>(ctx);
+      break;
+    case DataType::kFloat16:
+      dequantize_loop<Q, float, half>(ctx);
+      break;
+    case DataType::kFloat64:
+      dequantize_loop<Q, double, double>(ctx);
+      break;
+    default:
+      throw Error(std::string("Dequantize: output type ") + to_string(ctx.outputs[0].type) + " is not floating-point");
   }
 }
 
 void dequantize_execute(const KernelContext& ctx) {
   switch (ctx.inputs[0].type) {
-    case DataType::kInt8: dequantize_from<int8_t>(ctx); break;
-    case DataType::kUInt8: dequantize_from<uint8_t>(ctx); break;
-    case DataType::kInt32: dequantize_from<int32_t>(ctx); break;
-    default: throw Error(std::string("Dequantize: input type ") + to_string(ctx.inputs[0].type) + " is not int8/uint8/int32");
+    case DataType::kInt8:
+      dequantize_from<int8_t>(ctx);
+      break;
+    case DataType::kUInt8:
+      dequantize_from<uint8_t>(ctx);
+      break;
+    case DataType::kInt32:
+      dequantize_from<int32_t>(ctx);
+      break;
+    default:
+      throw Error(std::string("Dequantize: input type ") + to_string(ctx.inputs[0].type) + " is not int8/uint8/int32");
   }
 }
 

@@ -50,20 +50,23 @@ void transpose_batched(const T* src, T* dst, int64_t batch, int64_t rows, int64_
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
   const int64_t matrix = rows * cols;
   // One work item = one tile row of one matrix: [kTile rows, all cols].
-  cpu::parallel_for(batch * row_tiles, num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t w = begin; w < end; ++w) {
-      const int64_t b = w / row_tiles;
-      const int64_t r0 = (w % row_tiles) * kTile, r1 = std::min(rows, r0 + kTile);
-      const T* s = src + b * matrix;
-      T* d = dst + b * matrix;
-      for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-        const int64_t c1 = std::min(cols, c0 + kTile);
-        for (int64_t c = c0; c < c1; ++c) {
-          for (int64_t r = r0; r < r1; ++r) d[c * rows + r] = s[r * cols + c];
+  cpu::parallel_for(
+      batch * row_tiles, num_threads,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t w = begin; w < end; ++w) {
+          const int64_t b = w / row_tiles;
+          const int64_t r0 = (w % row_tiles) * kTile, r1 = std::min(rows, r0 + kTile);
+          const T* s = src + b * matrix;
+          T* d = dst + b * matrix;
+          for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+            const int64_t c1 = std::min(cols, c0 + kTile);
+            for (int64_t c = c0; c < c1; ++c) {
+              for (int64_t r = r0; r < r1; ++r) d[c * rows + r] = s[r * cols + c];
+            }
+          }
         }
-      }
-    }
-  }, std::max<int64_t>(1, 4096 / std::max<int64_t>(kTile * cols, 1)));
+      },
+      std::max<int64_t>(1, 4096 / std::max<int64_t>(kTile * cols, 1)));
 }
 
 template <typename T>
@@ -87,11 +90,21 @@ void reformat_fast(const KernelContext& ctx) {
     return;
   }
   switch (elem) {
-    case 1: transpose_typed<uint8_t>(x, y, ctx.num_threads); break;
-    case 2: transpose_typed<uint16_t>(x, y, ctx.num_threads); break;
-    case 4: transpose_typed<uint32_t>(x, y, ctx.num_threads); break;
-    case 8: transpose_typed<uint64_t>(x, y, ctx.num_threads); break;
-    default: reformat_reference(ctx); break;
+    case 1:
+      transpose_typed<uint8_t>(x, y, ctx.num_threads);
+      break;
+    case 2:
+      transpose_typed<uint16_t>(x, y, ctx.num_threads);
+      break;
+    case 4:
+      transpose_typed<uint32_t>(x, y, ctx.num_threads);
+      break;
+    case 8:
+      transpose_typed<uint64_t>(x, y, ctx.num_threads);
+      break;
+    default:
+      reformat_reference(ctx);
+      break;
   }
 }
 

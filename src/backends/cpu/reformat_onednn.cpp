@@ -84,7 +84,6 @@ bool supports_reformat(const Layer&, const std::vector<TensorDesc>& inputs) {
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerReformat, onednn::kTactic, onednn::kPriority,
-                                 supports_reformat,
-                                 [](const Layer&) { return std::make_unique<ReformatOneDnn>(); }});
+                                 supports_reformat, [](const Layer&) { return std::make_unique<ReformatOneDnn>(); }});
 
 }  // namespace kiln

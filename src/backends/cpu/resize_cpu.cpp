@@ -38,18 +38,22 @@ namespace {
 // Runtime); `resized_len` is ResizeAxis::resized_len.
 float transform_coord(ResizeCoordMode mode, float x, float s, float out_len, double resized_len, float in_len) {
   switch (mode) {
-    case ResizeCoordMode::kHalfPixel: return (x + 0.5f) / s - 0.5f;
+    case ResizeCoordMode::kHalfPixel:
+      return (x + 0.5f) / s - 0.5f;
     case ResizeCoordMode::kHalfPixelSymmetric: {
       const float adjustment = out_len / (s * in_len);
       const float center = in_len / 2;
       const float offset = center * (1 - adjustment);
       return static_cast<float>(offset + (x + 0.5) / s - 0.5);  // in double, as ONNX Runtime
     }
-    case ResizeCoordMode::kPytorchHalfPixel: return resized_len > 1 ? (x + 0.5f) / s - 0.5f : 0.0f;
+    case ResizeCoordMode::kPytorchHalfPixel:
+      return resized_len > 1 ? (x + 0.5f) / s - 0.5f : 0.0f;
     case ResizeCoordMode::kAlignCorners:
       return resized_len == 1 ? 0.0f : static_cast<float>(x * (in_len - 1.0) / (resized_len - 1.0));
-    case ResizeCoordMode::kAsymmetric: return x / s;
-    case ResizeCoordMode::kTfHalfPixelForNn: return (x + 0.5f) / s;
+    case ResizeCoordMode::kAsymmetric:
+      return x / s;
+    case ResizeCoordMode::kTfHalfPixelForNn:
+      return (x + 0.5f) / s;
   }
   return x;
 }
@@ -60,9 +64,12 @@ int64_t nearest_index(ResizeNearestMode mode, float x) {
       const float f = std::floor(x);
       return static_cast<int64_t>(x - f == 0.5f ? f : std::round(x));
     }
-    case ResizeNearestMode::kRoundPreferCeil: return static_cast<int64_t>(std::round(x));
-    case ResizeNearestMode::kFloor: return static_cast<int64_t>(std::floor(x));
-    case ResizeNearestMode::kCeil: return static_cast<int64_t>(std::ceil(x));
+    case ResizeNearestMode::kRoundPreferCeil:
+      return static_cast<int64_t>(std::round(x));
+    case ResizeNearestMode::kFloor:
+      return static_cast<int64_t>(std::floor(x));
+    case ResizeNearestMode::kCeil:
+      return static_cast<int64_t>(std::ceil(x));
   }
   return 0;
 }
@@ -186,32 +193,36 @@ void interpolate(const T* src, T* dst, const Dims& out, const std::vector<AxisTa
   }
   const int64_t n = out[r - 1], rows = out.volume() / n;
   const AxisTaps& inner = taps[static_cast<size_t>(r - 1)];
-  cpu::parallel_for(rows, num_threads, [&](int64_t begin, int64_t end) {
-    std::vector<Tap> combos, next;
-    for (int64_t row = begin; row < end; ++row) {
-      combos.assign(1, Tap{0, 1.0});
-      int64_t rest = row;
-      for (int k = r - 2; k >= 0; --k) {
-        const int64_t c = rest % out[k];
-        rest /= out[k];
-        next.clear();
-        for (const Tap& a : combos) {
-          for (const Tap& b : taps[static_cast<size_t>(k)][static_cast<size_t>(c)]) {
-            next.push_back({a.offset + b.offset, a.weight * b.weight});
+  cpu::parallel_for(
+      rows, num_threads,
+      [&](int64_t begin, int64_t end) {
+        std::vector<Tap> combos, next;
+        for (int64_t row = begin; row < end; ++row) {
+          combos.assign(1, Tap{0, 1.0});
+          int64_t rest = row;
+          for (int k = r - 2; k >= 0; --k) {
+            const int64_t c = rest % out[k];
+            rest /= out[k];
+            next.clear();
+            for (const Tap& a : combos) {
+              for (const Tap& b : taps[static_cast<size_t>(k)][static_cast<size_t>(c)]) {
+                next.push_back({a.offset + b.offset, a.weight * b.weight});
+              }
+            }
+            combos.swap(next);
+          }
+          T* d = dst + row * n;
+          for (int64_t j = 0; j < n; ++j) {
+            double acc = 0;
+            for (const Tap& a : combos) {
+              for (const Tap& b : inner[static_cast<size_t>(j)])
+                acc += a.weight * b.weight * load(src[a.offset + b.offset]);
+            }
+            d[j] = store<T>(acc);
           }
         }
-        combos.swap(next);
-      }
-      T* d = dst + row * n;
-      for (int64_t j = 0; j < n; ++j) {
-        double acc = 0;
-        for (const Tap& a : combos) {
-          for (const Tap& b : inner[static_cast<size_t>(j)]) acc += a.weight * b.weight * load(src[a.offset + b.offset]);
-        }
-        d[j] = store<T>(acc);
-      }
-    }
-  }, 16);
+      },
+      16);
 }
 
 class ResizeRef : public Kernel {
@@ -271,22 +282,25 @@ class ResizeNearestFast : public Kernel {
     for (int64_t j = 0; doubles && j < w_out; ++j) doubles = wmap[static_cast<size_t>(j)] == j / 2;
     const float* src = x.as<const float>();
     float* dst = y.as<float>();
-    cpu::parallel_for(rows, ctx.num_threads, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        const int64_t plane = row / h_out, oy = row % h_out;
-        float* d = dst + row * w_out;
-        if (row > begin && oy > 0 && hmap[static_cast<size_t>(oy)] == hmap[static_cast<size_t>(oy - 1)]) {
-          std::memcpy(d, d - w_out, static_cast<size_t>(w_out) * sizeof(float));
-          continue;
-        }
-        const float* s = src + plane * h_in * w_in + hmap[static_cast<size_t>(oy)];
-        if (doubles) {
-          for (int64_t i = 0; i < w_in; ++i) d[2 * i] = d[2 * i + 1] = s[i];
-        } else {
-          for (int64_t j = 0; j < w_out; ++j) d[j] = s[wmap[static_cast<size_t>(j)]];
-        }
-      }
-    }, std::max<int64_t>(1, 8192 / std::max<int64_t>(w_out, 1)));
+    cpu::parallel_for(
+        rows, ctx.num_threads,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t row = begin; row < end; ++row) {
+            const int64_t plane = row / h_out, oy = row % h_out;
+            float* d = dst + row * w_out;
+            if (row > begin && oy > 0 && hmap[static_cast<size_t>(oy)] == hmap[static_cast<size_t>(oy - 1)]) {
+              std::memcpy(d, d - w_out, static_cast<size_t>(w_out) * sizeof(float));
+              continue;
+            }
+            const float* s = src + plane * h_in * w_in + hmap[static_cast<size_t>(oy)];
+            if (doubles) {
+              for (int64_t i = 0; i < w_in; ++i) d[2 * i] = d[2 * i + 1] = s[i];
+            } else {
+              for (int64_t j = 0; j < w_out; ++j) d[j] = s[wmap[static_cast<size_t>(j)]];
+            }
+          }
+        },
+        std::max<int64_t>(1, 8192 / std::max<int64_t>(w_out, 1)));
   }
 
  private:
@@ -300,9 +314,11 @@ bool supports_resize_fast(const Layer& layer, const std::vector<TensorDesc>& inp
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerResize, "reference", 0, supports_resize_ref,
-                                 [](const Layer& layer) { return std::make_unique<ResizeRef>(params_of<ResizeParams>(layer)); }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerResize, "fast", 10, supports_resize_fast,
-                                 [](const Layer& layer) { return std::make_unique<ResizeNearestFast>(params_of<ResizeParams>(layer)); }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerResize, "reference", 0, supports_resize_ref,
+    [](const Layer& layer) { return std::make_unique<ResizeRef>(params_of<ResizeParams>(layer)); }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerResize, "fast", 10, supports_resize_fast,
+    [](const Layer& layer) { return std::make_unique<ResizeNearestFast>(params_of<ResizeParams>(layer)); }});
 
 }  // namespace kiln

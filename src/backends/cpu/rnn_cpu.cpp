@@ -67,7 +67,8 @@ std::vector<C> to_compute(const TensorView& v) {
   if (!v.data) return out;
   out.resize(static_cast<size_t>(v.count()));
   KILN_DISPATCH_FLOAT(v.type, "RNN", {
-    for (int64_t i = 0; i < v.count(); ++i) out[static_cast<size_t>(i)] = static_cast<C>(static_cast<double>(v.as<const T>()[i]));
+    for (int64_t i = 0; i < v.count(); ++i)
+      out[static_cast<size_t>(i)] = static_cast<C>(static_cast<double>(v.as<const T>()[i]));
   });
   return out;
 }
@@ -108,7 +109,8 @@ void run_sequence(const RnnProblem<C>& pb, int64_t d, int64_t n, C* y, C* yh, C*
   const bool reverse = pb.reverse_only || d == 1;
   const C* W = pb.w.data() + d * G * H * I;
   const C* R = pb.r.data() + d * G * H * H;
-  std::vector<C> wb(static_cast<size_t>(G * H), 0), rb(static_cast<size_t>(G * H), 0), pp(static_cast<size_t>(3 * H), 0);
+  std::vector<C> wb(static_cast<size_t>(G * H), 0), rb(static_cast<size_t>(G * H), 0),
+      pp(static_cast<size_t>(3 * H), 0);
   if (!pb.b.empty()) {
     std::copy_n(pb.b.data() + d * 2 * G * H, G * H, wb.data());
     std::copy_n(pb.b.data() + d * 2 * G * H + G * H, G * H, rb.data());
@@ -219,9 +221,13 @@ void rnn_run(const KernelContext& ctx) {
   }
   const size_t state_count = static_cast<size_t>(pb.dirs * pb.batch * pb.hidden);
   std::vector<C> y(static_cast<size_t>(ctx.outputs[0].count())), yh(state_count), yc(state_count);
-  cpu::parallel_for(pb.dirs * pb.batch, ctx.num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t w = begin; w < end; ++w) run_sequence(pb, w / pb.batch, w % pb.batch, y.data(), yh.data(), yc.data());
-  }, 1);
+  cpu::parallel_for(
+      pb.dirs * pb.batch, ctx.num_threads,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t w = begin; w < end; ++w)
+          run_sequence(pb, w / pb.batch, w % pb.batch, y.data(), yh.data(), yc.data());
+      },
+      1);
   const std::vector<C>* results[] = {&y, &yh, &yc};
   for (size_t o = 0; o < ctx.outputs.size() && o < 3; ++o) {
     T* dst = ctx.outputs[o].as<T>();
@@ -241,6 +247,7 @@ bool linear_only(const Layer&, const std::vector<TensorDesc>& inputs) {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerRNN, "reference", 0, linear_only, function_kernel(rnn_execute)});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerRNN, "reference", 0, linear_only,
+                                 function_kernel(rnn_execute)});
 
 }  // namespace kiln

@@ -28,11 +28,21 @@ using Reduction = ScatterReduction;
 template <typename T>
 void combine(T& dst, T src, Reduction r) {
   switch (r) {
-    case Reduction::kNone: dst = src; break;
-    case Reduction::kAdd: dst = static_cast<T>(dst + src); break;
-    case Reduction::kMul: dst = static_cast<T>(dst * src); break;
-    case Reduction::kMax: dst = src > dst ? src : dst; break;
-    case Reduction::kMin: dst = src < dst ? src : dst; break;
+    case Reduction::kNone:
+      dst = src;
+      break;
+    case Reduction::kAdd:
+      dst = static_cast<T>(dst + src);
+      break;
+    case Reduction::kMul:
+      dst = static_cast<T>(dst * src);
+      break;
+    case Reduction::kMax:
+      dst = src > dst ? src : dst;
+      break;
+    case Reduction::kMin:
+      dst = src < dst ? src : dst;
+      break;
   }
 }
 
@@ -137,7 +147,8 @@ bool linear_only(const Layer&, const std::vector<TensorDesc>& inputs) {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerScatter, "reference", 0, linear_only,
-                                 [](const Layer& layer) { return std::make_unique<ScatterRef>(params_of<ScatterParams>(layer)); }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerScatter, "reference", 0, linear_only, [](const Layer& layer) {
+                                   return std::make_unique<ScatterRef>(params_of<ScatterParams>(layer));
+                                 }});
 
 }  // namespace kiln

@@ -27,7 +27,8 @@ namespace {
 
 StringArena& arena_of(const KernelContext& ctx, const char* what) {
   if (!ctx.strings) {
-    throw Error(std::string(what) + ": string tensors are supported on the CPU only (this kernel got no string storage)");
+    throw Error(std::string(what) +
+                ": string tensors are supported on the CPU only (this kernel got no string storage)");
   }
   return *ctx.strings;
 }
@@ -71,16 +72,18 @@ class StringNormalizerCpu : public Kernel {
   std::set<std::string, std::less<>> stopwords_;
 };
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerStringNormalizer, "reference", 0, nullptr,
-                                 [](const Layer& layer) {
-                                   return std::make_unique<StringNormalizerCpu>(params_of<StringNormalizerParams>(layer));
-                                 }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerStringNormalizer, "reference", 0, nullptr, [](const Layer& layer) {
+      return std::make_unique<StringNormalizerCpu>(params_of<StringNormalizerParams>(layer));
+    }});
 
 // ---- number <-> text -------------------------------------------------------------------------------
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 

@@ -148,14 +148,22 @@ UnaryRunner unary_runner_typed(UnaryOp op) {
 
 UnaryRunner unary_runner(DataType t, UnaryOp op) {
   switch (t) {
-    case DataType::kFloat32: return unary_runner_typed<float>(op);
-    case DataType::kFloat16: return unary_runner_typed<__half>(op);
-    case DataType::kInt8: return unary_runner_typed<int8_t>(op);
-    case DataType::kUInt8: return unary_runner_typed<uint8_t>(op);
-    case DataType::kInt32: return unary_runner_typed<int32_t>(op);
-    case DataType::kInt64: return unary_runner_typed<int64_t>(op);
-    case DataType::kBool: return unary_runner_typed<bool>(op);
-    default: return nullptr;
+    case DataType::kFloat32:
+      return unary_runner_typed<float>(op);
+    case DataType::kFloat16:
+      return unary_runner_typed<__half>(op);
+    case DataType::kInt8:
+      return unary_runner_typed<int8_t>(op);
+    case DataType::kUInt8:
+      return unary_runner_typed<uint8_t>(op);
+    case DataType::kInt32:
+      return unary_runner_typed<int32_t>(op);
+    case DataType::kInt64:
+      return unary_runner_typed<int64_t>(op);
+    case DataType::kBool:
+      return unary_runner_typed<bool>(op);
+    default:
+      return nullptr;
   }
 }
 
@@ -265,7 +273,7 @@ void run_scale(const ScalePlan& p, const KernelContext& ctx) {
   const T* term[3] = {nullptr, nullptr, nullptr};
   for (size_t i = 1; i < 4 && i < ctx.inputs.size(); ++i) term[i - 1] = ctx.inputs[i].as<const T>();
   cudaStream_t s = cuda::stream_of(ctx);
-  auto run = [&](auto index, const StridedIndex<3>& ix, int64_t n, int64_t out_offset, const int64_t (&offsets)[3]) {
+  auto run = [&](auto index, const StridedIndex<3>& ix, int64_t n, int64_t out_offset, const int64_t(&offsets)[3]) {
     constexpr ScaleIndex kIndex = decltype(index)::value;
     const T* xp = x + out_offset;
     T* yp = y + out_offset;
@@ -278,9 +286,15 @@ void run_scale(const ScalePlan& p, const KernelContext& ctx) {
   const int64_t zero[3] = {0, 0, 0};
   using I = ScaleIndex;
   switch (p.index) {
-    case I::kUniform: run(std::integral_constant<I, I::kUniform>{}, StridedIndex<3>{}, p.n, 0, zero); break;
-    case I::kFlat: run(std::integral_constant<I, I::kFlat>{}, StridedIndex<3>{}, p.n, 0, zero); break;
-    case I::kChannel: run(std::integral_constant<I, I::kChannel>{}, StridedIndex<3>{}, p.n, 0, zero); break;
+    case I::kUniform:
+      run(std::integral_constant<I, I::kUniform>{}, StridedIndex<3>{}, p.n, 0, zero);
+      break;
+    case I::kFlat:
+      run(std::integral_constant<I, I::kFlat>{}, StridedIndex<3>{}, p.n, 0, zero);
+      break;
+    case I::kChannel:
+      run(std::integral_constant<I, I::kChannel>{}, StridedIndex<3>{}, p.n, 0, zero);
+      break;
     case I::kStrided:
       for (const cuda::IndexPiece<3>& piece : p.pieces) {
         run(std::integral_constant<I, I::kStrided>{}, piece.index, piece.n, piece.out_offset, piece.offsets);

@@ -109,9 +109,8 @@ class BitShiftCuda : public Kernel {
   void execute(const KernelContext& ctx) override {
     if (p_.count == 0) return;
     const cudaStream_t stream = stream_of(ctx);
-    const bool known = dispatch_type(IntegerTypes{}, type_, [&](auto tag) {
-      launch<typename decltype(tag)::type>(ctx, stream);
-    });
+    const bool known =
+        dispatch_type(IntegerTypes{}, type_, [&](auto tag) { launch<typename decltype(tag)::type>(ctx, stream); });
     if (!known) throw Error(std::string("BitShift (CUDA): unsupported data type ") + to_string(type_));
   }
 

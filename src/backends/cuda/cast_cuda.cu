@@ -26,12 +26,21 @@ constexpr bool kIsFloat = std::is_floating_point_v<T> || std::is_same_v<T, __hal
 template <typename S, typename D>
 __device__ __forceinline__ D cast_value(S v) {
   if constexpr (std::is_same_v<D, bool>) {
-    if constexpr (std::is_same_v<S, __half>) return __half2float(v) != 0.0f; else return v != S(0);
+    if constexpr (std::is_same_v<S, __half>)
+      return __half2float(v) != 0.0f;
+    else
+      return v != S(0);
   } else if constexpr (std::is_same_v<D, __half>) {
-    if constexpr (std::is_same_v<S, __half>) return v; else return __float2half_rn(static_cast<float>(v));
+    if constexpr (std::is_same_v<S, __half>)
+      return v;
+    else
+      return __float2half_rn(static_cast<float>(v));
   } else if constexpr (std::is_integral_v<D> && kIsFloat<S>) {
     double d;
-    if constexpr (std::is_same_v<S, __half>) d = static_cast<double>(__half2float(v)); else d = static_cast<double>(v);
+    if constexpr (std::is_same_v<S, __half>)
+      d = static_cast<double>(__half2float(v));
+    else
+      d = static_cast<double>(v);
     if (d != d || d < -9.2e18 || d > 9.2e18) return std::numeric_limits<D>::min();
     return static_cast<D>(static_cast<int64_t>(d));  // toward zero; narrowing wraps
   } else if constexpr (std::is_same_v<S, __half>) {
@@ -91,7 +100,8 @@ CastRunner cast_runner(DataType from, DataType to) {
 
 bool cast_supports(const Layer& layer, const std::vector<TensorDesc>& in) {
   if (in.empty()) return false;
-  const TensorFormat of = layer.num_outputs() > 0 && layer.output(0) ? layer.output(0)->format() : TensorFormat::kLinear;
+  const TensorFormat of =
+      layer.num_outputs() > 0 && layer.output(0) ? layer.output(0)->format() : TensorFormat::kLinear;
   if (!cuda::same_memory_order(in[0].dims, in[0].format, of)) return false;
   try {
     return cast_runner(in[0].type, parse_data_type(attr_string(layer, "to"))) != nullptr;

@@ -20,8 +20,8 @@ template <typename T>
 inline constexpr bool kIsHalf = std::is_same_v<T, __half>;
 
 template <typename T>
-using Calc = std::conditional_t<kIsHalf<T>, float,
-                                std::conditional_t<std::is_integral_v<T> && (sizeof(T) < 4), int32_t, T>>;
+using Calc =
+    std::conditional_t<kIsHalf<T>, float, std::conditional_t<std::is_integral_v<T> && (sizeof(T) < 4), int32_t, T>>;
 
 template <typename T>
 using Accum = std::conditional_t<std::is_same_v<T, float> || kIsHalf<T>, float, int64_t>;

@@ -27,11 +27,11 @@ constexpr int kMaxParts = 32;
 // The parts of one launch; passed by value (about 1.6 KB of kernel parameters).
 struct PartTable {
   int num = 0;
-  int64_t whole_row = 0;          // vector units
+  int64_t whole_row = 0;  // vector units
   void* ptr[kMaxParts] = {};
-  int64_t row[kMaxParts] = {};    // vector units per outer row of the part
-  int64_t offset[kMaxParts] = {}; // where that row sits in the whole row
-  int64_t count[kMaxParts] = {};  // outer * row
+  int64_t row[kMaxParts] = {};     // vector units per outer row of the part
+  int64_t offset[kMaxParts] = {};  // where that row sits in the whole row
+  int64_t count[kMaxParts] = {};   // outer * row
   IndexDiv row_div[kMaxParts];
 };
 
@@ -61,7 +61,8 @@ struct Layout {
 Layout layout_of(const std::vector<TensorDesc>& parts, const TensorDesc& whole, int64_t axis_attr, const char* what) {
   const int rank = whole.dims.rank();
   const int64_t axis = axis_attr < 0 ? axis_attr + rank : axis_attr;
-  if (axis < 0 || axis >= rank) throw Error(std::string(what) + ": axis " + std::to_string(axis_attr) + " out of range");
+  if (axis < 0 || axis >= rank)
+    throw Error(std::string(what) + ": axis " + std::to_string(axis_attr) + " out of range");
   const auto order = cuda::memory_order(rank, whole.format);
   const int pos = static_cast<int>(std::find(order.begin(), order.end(), static_cast<int>(axis)) - order.begin());
   const auto mem = cuda::memory_dims(whole.dims, whole.format);
@@ -124,11 +125,15 @@ class ConcatSplitCuda : public Kernel {
         using W = typename decltype(tag)::type;
         W* p = static_cast<W*>(whole);
         if (split_) {
-          if (k32) cuda::launch_for_each_part(ConcatSplitBody<W, true, true>{p, t}, t.num, max_count, stream);
-          else cuda::launch_for_each_part(ConcatSplitBody<W, true, false>{p, t}, t.num, max_count, stream);
+          if (k32)
+            cuda::launch_for_each_part(ConcatSplitBody<W, true, true>{p, t}, t.num, max_count, stream);
+          else
+            cuda::launch_for_each_part(ConcatSplitBody<W, true, false>{p, t}, t.num, max_count, stream);
         } else {
-          if (k32) cuda::launch_for_each_part(ConcatSplitBody<W, false, true>{p, t}, t.num, max_count, stream);
-          else cuda::launch_for_each_part(ConcatSplitBody<W, false, false>{p, t}, t.num, max_count, stream);
+          if (k32)
+            cuda::launch_for_each_part(ConcatSplitBody<W, false, true>{p, t}, t.num, max_count, stream);
+          else
+            cuda::launch_for_each_part(ConcatSplitBody<W, false, false>{p, t}, t.num, max_count, stream);
         }
       });
       t.num = 0;
@@ -186,9 +191,7 @@ bool same_formats(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   return e == 1 || e == 2 || e == 4 || e == 8;
 }
 
-bool supports_concat(const Layer& layer, const std::vector<TensorDesc>& inputs) {
-  return same_formats(layer, inputs);
-}
+bool supports_concat(const Layer& layer, const std::vector<TensorDesc>& inputs) { return same_formats(layer, inputs); }
 
 // Split's input 1 (sizes) is a host shape input, not a part: only input 0 has a format that matters.
 bool supports_split(const Layer& layer, const std::vector<TensorDesc>& inputs) {
@@ -213,17 +216,16 @@ KernelFactory factory(bool split, bool memcpy2d) {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerConcatenation, "cuda", 10, supports_concat, factory(false, false)});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerConcatenation, "cuda_memcpy2d", 5,
-                                 [](const Layer& l, const std::vector<TensorDesc>& in) {
-                                   return supports_concat(l, in) && pitch_fits(in, false);
-                                 },
-                                 factory(false, true)});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerConcatenation, "cuda", 10, supports_concat,
+                                 factory(false, false)});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCUDA, kLayerConcatenation, "cuda_memcpy2d", 5,
+    [](const Layer& l, const std::vector<TensorDesc>& in) { return supports_concat(l, in) && pitch_fits(in, false); },
+    factory(false, true)});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerSplit, "cuda", 10, supports_split, factory(true, false)});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerSplit, "cuda_memcpy2d", 5,
-                                 [](const Layer& l, const std::vector<TensorDesc>& in) {
-                                   return supports_split(l, in) && pitch_fits(in, true);
-                                 },
-                                 factory(true, true)});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCUDA, kLayerSplit, "cuda_memcpy2d", 5,
+    [](const Layer& l, const std::vector<TensorDesc>& in) { return supports_split(l, in) && pitch_fits(in, true); },
+    factory(true, true)});
 
 }  // namespace kiln

@@ -91,13 +91,20 @@ bool supports_lt_conv(const Layer& layer, const std::vector<TensorDesc>& inputs)
 
 const char* epilogue_name(cublasLtEpilogue_t e) {
   switch (e) {
-    case CUBLASLT_EPILOGUE_DEFAULT: return "none";
-    case CUBLASLT_EPILOGUE_BIAS: return "bias";
-    case CUBLASLT_EPILOGUE_RELU: return "relu";
-    case CUBLASLT_EPILOGUE_RELU_BIAS: return "bias+relu";
-    case CUBLASLT_EPILOGUE_GELU: return "gelu";
-    case CUBLASLT_EPILOGUE_GELU_BIAS: return "bias+gelu";
-    default: return "?";
+    case CUBLASLT_EPILOGUE_DEFAULT:
+      return "none";
+    case CUBLASLT_EPILOGUE_BIAS:
+      return "bias";
+    case CUBLASLT_EPILOGUE_RELU:
+      return "relu";
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+      return "bias+relu";
+    case CUBLASLT_EPILOGUE_GELU:
+      return "gelu";
+    case CUBLASLT_EPILOGUE_GELU_BIAS:
+      return "bias+gelu";
+    default:
+      return "?";
   }
 }
 
@@ -110,8 +117,7 @@ class LtConvolution : public Kernel {
     what_ = "Convolution layer '" + layer.name() + "' (CUDA tactic cublaslt)";
     s_ = make_conv_shape(layer, inputs, outputs, false);
     for (size_t i = 0; i < 3; ++i) {
-      if (s_.kernel[i] != 1 || s_.stride[i] != 1 || s_.pad_begin[i] != 0 || s_.pad_end[i] != 0 ||
-          s_.dilation[i] != 1) {
+      if (s_.kernel[i] != 1 || s_.stride[i] != 1 || s_.pad_begin[i] != 0 || s_.pad_end[i] != 0 || s_.dilation[i] != 1) {
         throw Error(what_ + ": not a 1x1 convolution with stride 1, no padding and dilation 1");
       }
     }

@@ -37,8 +37,8 @@ struct DirectGeometry {
 };
 
 // Splits output index i into (n, m, o0, o1, o2) in the tensor's format.
-__device__ __forceinline__ void split_output(const DirectGeometry& g, int64_t i, int64_t& n, int64_t& m,
-                                             int64_t& o0, int64_t& o1, int64_t& o2) {
+__device__ __forceinline__ void split_output(const DirectGeometry& g, int64_t i, int64_t& n, int64_t& m, int64_t& o0,
+                                             int64_t& o1, int64_t& o2) {
   if (g.channels_last) {
     m = i % g.channels_out;
     i /= g.channels_out;
@@ -82,7 +82,8 @@ __global__ void conv_direct_kernel(DirectGeometry g, const T* __restrict__ x, co
     split_output(g, i, n, m, o0, o1, o2);
     const int64_t c0 = (m / g.mg) * g.cg;  // first input channel of m's group
     // x offset of (n, c0) and the step between channels.
-    const int64_t x_base = g.channels_last ? n * g.in_volume * g.channels_in + c0 : (n * g.channels_in + c0) * g.in_volume;
+    const int64_t x_base =
+        g.channels_last ? n * g.in_volume * g.channels_in + c0 : (n * g.channels_in + c0) * g.in_volume;
     const int64_t x_cstep = g.channels_last ? 1 : g.in_volume;
     const int64_t x_sstep = g.channels_last ? g.channels_in : 1;  // per spatial position
     // w offset of (channel 0 of the group, tap 0) and the step between channels.
@@ -240,9 +241,14 @@ void launch_conv_direct(const ConvShape& s, const void* x, const void* w, const 
   }
   const DevicePostOp p = device_post_op(post);
   switch (s.type) {
-    case DataType::kFloat32: launch_direct_typed<float>(s, g, x, w, bias, residual, y, p, stream); return;
-    case DataType::kFloat16: launch_direct_typed<__half>(s, g, x, w, bias, residual, y, p, stream); return;
-    default: break;
+    case DataType::kFloat32:
+      launch_direct_typed<float>(s, g, x, w, bias, residual, y, p, stream);
+      return;
+    case DataType::kFloat16:
+      launch_direct_typed<__half>(s, g, x, w, bias, residual, y, p, stream);
+      return;
+    default:
+      break;
   }
   throw Error(std::string(layer_kind(s.deconv)) + " (CUDA direct kernel): unsupported data type " + to_string(s.type));
 }
@@ -260,7 +266,8 @@ void launch_weights_to_channels_last(size_t element_size, int64_t k0, int64_t k1
       weights_to_channels_last_kernel<uint32_t><<<grid_for(count), kBlock, 0, stream>>>(
           k0, k1, spatial, static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst));
       break;
-    default: throw Error("weights_to_channels_last: element size " + std::to_string(element_size) + " not supported");
+    default:
+      throw Error("weights_to_channels_last: element size " + std::to_string(element_size) + " not supported");
   }
   KILN_CUDA_CHECK_LAUNCH();
 }
@@ -365,8 +372,13 @@ std::shared_ptr<const PreparedWeights> prepared_weights(const HostTensor& value,
   }
   int device = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&device));
-  WeightKey key{value.data(), value.nbytes(), static_cast<int>(value.type()), static_cast<int>(layout), device,
-                std::vector<int64_t>(d.begin(), d.end()), content_hash(value.data(), value.nbytes())};
+  WeightKey key{value.data(),
+                value.nbytes(),
+                static_cast<int>(value.type()),
+                static_cast<int>(layout),
+                device,
+                std::vector<int64_t>(d.begin(), d.end()),
+                content_hash(value.data(), value.nbytes())};
   WeightCache& cache = weight_cache();
   // Held while a missing copy is made, so that two threads preparing the same weights upload once.
   std::lock_guard<std::mutex> lock(cache.mutex);

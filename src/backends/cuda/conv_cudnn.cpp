@@ -144,18 +144,20 @@ void set_tensor(const TensorDescriptor& desc, DataType type, TensorFormat format
 
 void set_filter(const FilterDescriptor& desc, DataType type, TensorFormat format, const std::vector<int>& dims) {
   const cudnnTensorFormat_t f = format == TensorFormat::kChannelsLast ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
-  KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(desc.get(), cudnn_type(type), f, static_cast<int>(dims.size()), dims.data()));
+  KILN_CUDNN_CHECK(
+      cudnnSetFilterNdDescriptor(desc.get(), cudnn_type(type), f, static_cast<int>(dims.size()), dims.data()));
 }
 
-void set_convolution(const ConvolutionDescriptor& desc, const ConvShape& s, const Spatial3& pads, const std::string& what) {
+void set_convolution(const ConvolutionDescriptor& desc, const ConvShape& s, const Spatial3& pads,
+                     const std::string& what) {
   const int rank = cudnn_rank(s);
   const std::vector<int> p = nd_spatial(rank, pads, what), st = nd_spatial(rank, s.stride, what),
                          dl = nd_spatial(rank, s.dilation, what);
   KILN_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(desc.get(), rank - 2, p.data(), st.data(), dl.data(),
                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(desc.get(), to_int(s.group, what)));
-  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(
-      desc.get(), s.type == DataType::kFloat16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  KILN_CUDNN_CHECK(
+      cudnnSetConvolutionMathType(desc.get(), s.type == DataType::kFloat16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
 }
 
 size_t element_size(const ConvShape& s) { return data_type_size(s.type); }
@@ -276,9 +278,11 @@ class CudnnConvolution : public Kernel {
       shift_[i] = sym[i] - s_.pad_begin[i];
       pad_input_ = pad_input_ || padded_[i] != s_.in[i];
     }
-    pad_bytes_ = pad_input_ ? workspace_granule(static_cast<size_t>(s_.batch * s_.in_channels * padded_[0] *
-                                                                    padded_[1] * padded_[2]) * element_size(s_))
-                            : 0;
+    pad_bytes_ =
+        pad_input_
+            ? workspace_granule(static_cast<size_t>(s_.batch * s_.in_channels * padded_[0] * padded_[1] * padded_[2]) *
+                                element_size(s_))
+            : 0;
 
     const std::vector<int> y_dims = nd_dims(rank, s_.batch, s_.out_channels, s_.out, what);
     set_tensor(x_, s_.type, s_.format, nd_dims(rank, s_.batch, s_.in_channels, padded_, what));
@@ -293,8 +297,9 @@ class CudnnConvolution : public Kernel {
     algo_ = choice.algo;
     algo_bytes_ = choice.bytes;
 
-    fused_ = (post_.enabled ? post_.kind == ActivationType::kRelu
-                            : (has_bias_ || has_residual_) && algo_ == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM);
+    fused_ =
+        (post_.enabled ? post_.kind == ActivationType::kRelu
+                       : (has_bias_ || has_residual_) && algo_ == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM);
     if (fused_) {
       KILN_CUDNN_CHECK(cudnnSetActivationDescriptor(
           act_.get(), post_.enabled ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY, CUDNN_NOT_PROPAGATE_NAN, 0.0));
@@ -405,13 +410,15 @@ class CudnnDeconvolution : public Kernel {
       } else {
         crop_ = true;
         pads[i] = 0;
-        full_[i] = (s_.in[i] - 1) * s + span + std::min(std::max<int64_t>(0, s_.output_padding[i] - s_.pad_end[i]), s - 1);
+        full_[i] =
+            (s_.in[i] - 1) * s + span + std::min(std::max<int64_t>(0, s_.output_padding[i] - s_.pad_end[i]), s - 1);
         shift_[i] = s_.pad_begin[i];
       }
     }
-    crop_bytes_ = crop_ ? workspace_granule(static_cast<size_t>(s_.batch * s_.out_channels * full_[0] * full_[1] *
-                                                               full_[2]) * element_size(s_))
-                        : 0;
+    crop_bytes_ =
+        crop_ ? workspace_granule(static_cast<size_t>(s_.batch * s_.out_channels * full_[0] * full_[1] * full_[2]) *
+                                  element_size(s_))
+              : 0;
 
     const std::vector<int> x_dims = nd_dims(rank, s_.batch, s_.in_channels, s_.in, what);
     set_tensor(dy_, s_.type, s_.format, x_dims);
@@ -442,8 +449,8 @@ class CudnnDeconvolution : public Kernel {
     void* y = ctx.outputs[0].data;
     void* dx = crop_ ? static_cast<void*>(ws) : y;
     const float one = 1.0f, zero = 0.0f;
-    KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &one, w_.get(), w, dy_.get(), ctx.inputs[0].data,
-                                                  conv_.get(), algo_, algo_ws, algo_bytes_, &zero, dx_.get(), dx));
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &one, w_.get(), w, dy_.get(), ctx.inputs[0].data, conv_.get(),
+                                                  algo_, algo_ws, algo_bytes_, &zero, dx_.get(), dx));
     EpilogueArgs e = output_epilogue(s_, y);
     if (crop_) {
       e.source = dx;
@@ -552,12 +559,12 @@ void register_tactics(const char* layer_type, const std::vector<Tactic<Traits>>&
     const AlgoNeeds needs = t.needs;
     const std::string name = t.name;
     const auto algo = t.algo;
-    KernelRegistry::instance().add(KernelEntry{
-        DeviceType::kCUDA, layer_type, name, t.priority,
-        [needs, operands_ok](const Layer& layer, const std::vector<TensorDesc>& inputs) {
-          return operands_ok(layer, inputs) && meets(needs, layer, inputs);
-        },
-        [name, algo](const Layer& layer) { return std::make_unique<KernelType>(layer, name, algo); }});
+    KernelRegistry::instance().add(
+        KernelEntry{DeviceType::kCUDA, layer_type, name, t.priority,
+                    [needs, operands_ok](const Layer& layer, const std::vector<TensorDesc>& inputs) {
+                      return operands_ok(layer, inputs) && meets(needs, layer, inputs);
+                    },
+                    [name, algo](const Layer& layer) { return std::make_unique<KernelType>(layer, name, algo); }});
   }
 }
 

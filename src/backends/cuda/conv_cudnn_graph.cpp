@@ -296,8 +296,8 @@ GraphHandle* thread_graph_handle(int device) {
 // ---- settings read at every prepare() (so that tests and GPU runs can change them) -----------
 
 struct Settings {
-  std::string deny_text;           // KILN_CUDNN_GRAPH_DENY as given
-  std::vector<std::string> deny;   // its non-empty comma-separated items
+  std::string deny_text;                        // KILN_CUDNN_GRAPH_DENY as given
+  std::vector<std::string> deny;                // its non-empty comma-separated items
   PlanSharing sharing = kPlanSharingByDefault;  // KILN_CUDNN_GRAPH_PRIVATE
 };
 
@@ -315,17 +315,20 @@ Settings read_settings() {
   if (p && *p) {
     const std::string v = p;
     s.sharing = v == "handle" ? PlanSharing::kPerKernelHandle
-                : v == "0"      ? PlanSharing::kPerThread
-                                : PlanSharing::kPerKernel;
+                : v == "0"    ? PlanSharing::kPerThread
+                              : PlanSharing::kPerKernel;
   }
   return s;
 }
 
 const char* sharing_name(PlanSharing s) {
   switch (s) {
-    case PlanSharing::kPerThread: return "shared per thread";
-    case PlanSharing::kPerKernel: return "private to the kernel object";
-    case PlanSharing::kPerKernelHandle: return "private to the kernel object, with its own cuDNN handle";
+    case PlanSharing::kPerThread:
+      return "shared per thread";
+    case PlanSharing::kPerKernel:
+      return "private to the kernel object";
+    case PlanSharing::kPerKernelHandle:
+      return "private to the kernel object, with its own cuDNN handle";
   }
   return "?";
 }
@@ -345,15 +348,15 @@ struct GraphSpec {
   ConvShape s;
   bool bias = false, residual = false;
   const GraphActivation* act = nullptr;
-  PostOp post;  // the activation's parameters when act is set
+  PostOp post;       // the activation's parameters when act is set
   int sm_count = 0;  // > 0: heuristics and engines for this many SMs (tuned for several streams)
 };
 
 std::string spec_key(const GraphSpec& g) {
   const ConvShape& s = g.s;
   std::ostringstream k;
-  k << static_cast<int>(s.type) << '|' << static_cast<int>(s.format) << '|' << s.spatial_rank << '|' << s.batch
-    << ',' << s.in_channels << ',' << s.out_channels << ',' << s.group;
+  k << static_cast<int>(s.type) << '|' << static_cast<int>(s.format) << '|' << s.spatial_rank << '|' << s.batch << ','
+    << s.in_channels << ',' << s.out_channels << ',' << s.group;
   for (const Spatial3* v : {&s.in, &s.out, &s.kernel, &s.stride, &s.pad_begin, &s.pad_end, &s.dilation}) {
     k << '|' << (*v)[0] << ',' << (*v)[1] << ',' << (*v)[2];
   }
@@ -379,9 +382,9 @@ class KilnGraph : public fe::graph::Graph {
   }
 };
 
-const cudnnBackendNumericalNote_t kBarredNumericalNotes[] = {
-    CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS, CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION,
-    CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC};
+const cudnnBackendNumericalNote_t kBarredNumericalNotes[] = {CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS,
+                                                             CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION,
+                                                             CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC};
 const cudnnBackendBehaviorNote_t kBarredBehaviorNotes[] = {CUDNN_BEHAVIOR_NOTE_REQUIRES_FILTER_INT8x32_REORDER,
                                                            CUDNN_BEHAVIOR_NOTE_REQUIRES_BIAS_INT8x32_REORDER};
 
@@ -405,9 +408,9 @@ struct GraphEntry {
   std::shared_ptr<KilnGraph> graph;
   TensorAttr x, w, b, r, y;
   int64_t configs = 0;
-  int64_t next = 0;              // next config to try building
-  std::vector<PlanInfo> built;   // configs that built and passed the checks, in heuristic order
-  std::string failures;          // why the others did not
+  int64_t next = 0;             // next config to try building
+  std::vector<PlanInfo> built;  // configs that built and passed the checks, in heuristic order
+  std::string failures;         // why the others did not
   // Direct execution (decided once, after the first plan built).
   bool direct_checked = false, direct = false;
   size_t alignment = kAlignment;
@@ -802,8 +805,9 @@ class CudnnGraphConvolution : public Kernel {
     (r.epilogue_post.enabled ? rest : fused) += post_.enabled ? std::string(" ") + to_string(post_.kind) : "";
     std::string line = what_ + ": engine " + r.plan.name + " (config " + std::to_string(r.plan.index) + " of " +
                        std::to_string(r.entry->configs) + ", notes: " + (r.plan.notes.empty() ? "none" : r.plan.notes) +
-                       "); fused:" + (fused.empty() ? " nothing" : fused) + "; kiln epilogue:" +
-                       (rest.empty() ? " none" : rest) + "; workspace " + std::to_string(r.workspace) + " B; " +
+                       "); fused:" + (fused.empty() ? " nothing" : fused) +
+                       "; kiln epilogue:" + (rest.empty() ? " none" : rest) + "; workspace " +
+                       std::to_string(r.workspace) + " B; " +
                        (r.raw_plan ? "cudnnBackendExecute" : "frontend execute (" + r.entry->direct_why + ")") +
                        "; plans " + sharing_name(settings_.sharing);
     if (s_.format == TensorFormat::kChannelsLast) {
@@ -830,10 +834,9 @@ class CudnnGraphConvolution : public Kernel {
     std::vector<GraphSpec> attempts{fused};
     if (fused.bias || fused.residual || fused.act) attempts.push_back(plain);
 
-    const std::string scope = std::to_string(handle->id) + "|" + settings_.deny_text + "|" +
-                              (settings_.sharing == PlanSharing::kPerThread ? std::string("shared")
-                                                                            : std::to_string(serial_)) +
-                              "|";
+    const std::string scope =
+        std::to_string(handle->id) + "|" + settings_.deny_text + "|" +
+        (settings_.sharing == PlanSharing::kPerThread ? std::string("shared") : std::to_string(serial_)) + "|";
     if (may_build) KILN_CUDNN_CHECK(cudnnSetStream(handle->handle, prepare_stream()));
     std::string why;
     std::unique_ptr<Resolved> r;
@@ -950,7 +953,7 @@ class CudnnGraphConvolution : public Kernel {
   int sm_target_ = 0;  // cuda::sm_count_target of the layer's concurrent_streams
   Settings settings_;
   size_t workspace_ = 0;
-  GraphHandle* own_handle_ = nullptr;  // kPerKernelHandle only; never destroyed (see GraphHandle)
+  GraphHandle* own_handle_ = nullptr;                // kPerKernelHandle only; never destroyed (see GraphHandle)
   std::vector<std::unique_ptr<Resolved>> resolved_;  // one per handle this kernel ran with
   Resolved* current_ = nullptr;
   ChannelsLastFilter filter_;
@@ -963,16 +966,15 @@ struct GraphTactic {
   // Above the legacy "cudnn" (100): a build without timing takes the plan prepared once (a few
   // microseconds to launch, capture-safe) over the legacy call (40-150 us of host time each).
   int priority;
-  int rank;      // which buildable engine config of the heuristic's list
+  int rank;                    // which buildable engine config of the heuristic's list
   int min_optimization_level;  // the builder level from which the tactic is a candidate
 };
 
 // Ranks 3-7 (cuDNN's 4th to 8th buildable engine configs) are slow to try (each builds and
 // checks a plan per shape): builder optimization level 5 only.
 const GraphTactic kGraphTactics[] = {
-    {"cudnn_graph", 101, 0, 0},  {"cudnn_graph_1", 42, 1, 0}, {"cudnn_graph_2", 41, 2, 0},
-    {"cudnn_graph_3", 39, 3, 5}, {"cudnn_graph_4", 38, 4, 5}, {"cudnn_graph_5", 37, 5, 5},
-    {"cudnn_graph_6", 36, 6, 5}, {"cudnn_graph_7", 35, 7, 5},
+    {"cudnn_graph", 101, 0, 0},  {"cudnn_graph_1", 42, 1, 0}, {"cudnn_graph_2", 41, 2, 0}, {"cudnn_graph_3", 39, 3, 5},
+    {"cudnn_graph_4", 38, 4, 5}, {"cudnn_graph_5", 37, 5, 5}, {"cudnn_graph_6", 36, 6, 5}, {"cudnn_graph_7", 35, 7, 5},
 };
 
 // KILN_CUDNN_GRAPH=1 / =0 turn the tactics on / off; unset, kGraphTacticsByDefault decides. Opt-in
@@ -995,7 +997,11 @@ struct Registrar {
       const std::string name = t.name;
       const int rank = t.rank;
       KernelEntry entry{
-          DeviceType::kCUDA, kLayerConvolution, name, t.priority, supports_graph_conv,
+          DeviceType::kCUDA,
+          kLayerConvolution,
+          name,
+          t.priority,
+          supports_graph_conv,
           [name, rank](const Layer& layer) { return std::make_unique<CudnnGraphConvolution>(layer, name, rank); }};
       entry.min_optimization_level = t.min_optimization_level;
       KernelRegistry::instance().add(std::move(entry));

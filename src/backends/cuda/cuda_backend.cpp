@@ -26,9 +26,9 @@ class CudaBackend : public Backend {
     if (e != cudaSuccess || count == 0) {
       cudaGetLastError();
       if (why) {
-        *why = e != cudaSuccess ? std::string("no usable CUDA device (") + cudaGetErrorName(e) + ": " +
-                                      cudaGetErrorString(e) + ")"
-                                : std::string("no CUDA device found");
+        *why = e != cudaSuccess
+                   ? std::string("no usable CUDA device (") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")"
+                   : std::string("no CUDA device found");
       }
       return false;
     }
@@ -147,7 +147,8 @@ class CudaBackend : public Backend {
     const auto h0 = std::chrono::steady_clock::now();
     for (int r = 0; r < runs; ++r) enqueue();
     if (host_ms_per_run) {
-      *host_ms_per_run = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count() / runs;
+      *host_ms_per_run =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count() / runs;
     }
     KILN_CUDA_CHECK(cudaEventRecord(ev.stop, s));
     KILN_CUDA_CHECK(cudaEventSynchronize(ev.stop));
@@ -192,7 +193,8 @@ class CudaBackend : public Backend {
     for (size_t i = 1; i < n; ++i) done.push_back(ev.make(cudaEventDisableTiming));
     cuda::launch_spin(s0, std::min(50.0, 0.05 + 2.0 * host_ms * runs));
     KILN_CUDA_CHECK(cudaEventRecord(start, s0));
-    for (size_t i = 1; i < n; ++i) KILN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(streams[i]), start, 0));
+    for (size_t i = 1; i < n; ++i)
+      KILN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(streams[i]), start, 0));
     const auto h0 = std::chrono::steady_clock::now();
     for (int r = 0; r < runs; ++r) {
       for (size_t i = 0; i < n; ++i) enqueue(i);
@@ -292,7 +294,9 @@ class CudaBackend : public Backend {
   void record_event(void* event, void* stream) override {
     KILN_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
   }
-  void event_synchronize(void* event) override { KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
+  void event_synchronize(void* event) override {
+    KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  }
   double elapsed_ms(void* start, void* end) override {
     float ms = 0.0f;
     KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));

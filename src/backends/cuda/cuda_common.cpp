@@ -85,19 +85,28 @@ cublasLtHandle_t cublaslt_handle() {
 
 cudnnDataType_t cudnn_type(DataType t) {
   switch (t) {
-    case DataType::kFloat32: return CUDNN_DATA_FLOAT;
-    case DataType::kFloat16: return CUDNN_DATA_HALF;
-    case DataType::kFloat64: return CUDNN_DATA_DOUBLE;
-    case DataType::kInt8: return CUDNN_DATA_INT8;
-    case DataType::kInt32: return CUDNN_DATA_INT32;
-    case DataType::kInt64: return CUDNN_DATA_INT64;
-    case DataType::kUInt8: return CUDNN_DATA_UINT8;
-    case DataType::kBool: return CUDNN_DATA_BOOLEAN;
+    case DataType::kFloat32:
+      return CUDNN_DATA_FLOAT;
+    case DataType::kFloat16:
+      return CUDNN_DATA_HALF;
+    case DataType::kFloat64:
+      return CUDNN_DATA_DOUBLE;
+    case DataType::kInt8:
+      return CUDNN_DATA_INT8;
+    case DataType::kInt32:
+      return CUDNN_DATA_INT32;
+    case DataType::kInt64:
+      return CUDNN_DATA_INT64;
+    case DataType::kUInt8:
+      return CUDNN_DATA_UINT8;
+    case DataType::kBool:
+      return CUDNN_DATA_BOOLEAN;
     case DataType::kString:  // CPU-only types
     case DataType::kInt16:
     case DataType::kUInt16:
     case DataType::kUInt32:
-    case DataType::kUInt64: break;
+    case DataType::kUInt64:
+      break;
   }
   throw Error(std::string("cuDNN does not take data type ") + to_string(t));
 }

@@ -27,20 +27,22 @@ namespace kiln::cuda {
 [[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
 
-#define KILN_CUDA_CHECK(call)                                                         \
-  do {                                                                                \
-    const cudaError_t kiln_status_ = (call);                                          \
+#define KILN_CUDA_CHECK(call)                                                                                 \
+  do {                                                                                                        \
+    const cudaError_t kiln_status_ = (call);                                                                  \
     if (kiln_status_ != cudaSuccess) ::kiln::cuda::throw_cuda_error(kiln_status_, #call, __FILE__, __LINE__); \
   } while (0)
-#define KILN_CUDNN_CHECK(call)                                                        \
-  do {                                                                                \
-    const cudnnStatus_t kiln_status_ = (call);                                        \
-    if (kiln_status_ != CUDNN_STATUS_SUCCESS) ::kiln::cuda::throw_cudnn_error(kiln_status_, #call, __FILE__, __LINE__); \
+#define KILN_CUDNN_CHECK(call)                                                  \
+  do {                                                                          \
+    const cudnnStatus_t kiln_status_ = (call);                                  \
+    if (kiln_status_ != CUDNN_STATUS_SUCCESS)                                   \
+      ::kiln::cuda::throw_cudnn_error(kiln_status_, #call, __FILE__, __LINE__); \
   } while (0)
-#define KILN_CUBLAS_CHECK(call)                                                       \
-  do {                                                                                \
-    const cublasStatus_t kiln_status_ = (call);                                       \
-    if (kiln_status_ != CUBLAS_STATUS_SUCCESS) ::kiln::cuda::throw_cublas_error(kiln_status_, #call, __FILE__, __LINE__); \
+#define KILN_CUBLAS_CHECK(call)                                                  \
+  do {                                                                           \
+    const cublasStatus_t kiln_status_ = (call);                                  \
+    if (kiln_status_ != CUBLAS_STATUS_SUCCESS)                                   \
+      ::kiln::cuda::throw_cublas_error(kiln_status_, #call, __FILE__, __LINE__); \
   } while (0)
 // After a <<<...>>> launch: reports launch-configuration errors at once (asynchronous faults
 // surface at the next synchronization and are reported there).
@@ -92,8 +94,12 @@ __host__ __device__ inline float to_float(__half v) { return __half2float(v); }
 template <typename T>
 __host__ __device__ inline T from_float(float v);
 template <>
-__host__ __device__ inline float from_float<float>(float v) { return v; }
+__host__ __device__ inline float from_float<float>(float v) {
+  return v;
+}
 template <>
-__host__ __device__ inline __half from_float<__half>(float v) { return __float2half_rn(v); }
+__host__ __device__ inline __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
 
 }  // namespace kiln::cuda

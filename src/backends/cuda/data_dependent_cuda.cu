@@ -89,7 +89,6 @@ __global__ void non_zero_count_kernel(const T* __restrict__ x, int64_t n, int64_
   if (threadIdx.x == 0) tile_counts[blockIdx.x] = total;
 }
 
-
 template <typename T>
 __global__ void non_zero_write_kernel(const T* __restrict__ x, NonZeroShape s, const int64_t* __restrict__ tile_offsets,
                                       const int64_t* __restrict__ size, int64_t* __restrict__ coords) {
@@ -135,7 +134,8 @@ class NonZeroCuda : public Kernel {
       KILN_CUDA_CHECK_LAUNCH();
       exclusive_scan_one_block_kernel<<<1, kScanBlock, 0, stream>>>(tile_counts, tiles_, size);
       KILN_CUDA_CHECK_LAUNCH();
-      non_zero_write_kernel<T><<<grid, kThreads, 0, stream>>>(x, shape_, tile_counts, size, ctx.outputs[0].as<int64_t>());
+      non_zero_write_kernel<T>
+          <<<grid, kThreads, 0, stream>>>(x, shape_, tile_counts, size, ctx.outputs[0].as<int64_t>());
       KILN_CUDA_CHECK_LAUNCH();
     };
     dispatch_data_dependent_type(ctx.inputs[0].type, "NonZero", run);
@@ -217,8 +217,8 @@ __device__ __forceinline__ bool nms_before(const NmsPair& a, const NmsPair& b) {
 
 __global__ void __launch_bounds__(kNmsThreads)
     nms_select_kernel(const float* __restrict__ boxes, const float* __restrict__ scores, const void* max_per_class,
-                      const float* iou_threshold, const float* score_threshold, NmsArgs a,
-                      NmsPair* __restrict__ work, int32_t* __restrict__ selected, int64_t* __restrict__ counts) {
+                      const float* iou_threshold, const float* score_threshold, NmsArgs a, NmsPair* __restrict__ work,
+                      int32_t* __restrict__ selected, int64_t* __restrict__ counts) {
   __shared__ NmsPair shared_pairs[kNmsSharedPairs];
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t seg = blockIdx.x;  // batch * classes + class
@@ -303,8 +303,8 @@ class NonMaxSuppressionCuda : public Kernel {
     segments_ = inputs[0].dims[0] * a_.classes;
   }
   size_t workspace_size() const override {
-    size_t bytes = static_cast<size_t>(segments_) * sizeof(int64_t);                       // counts
-    bytes += (static_cast<size_t>(segments_ * a_.n) * sizeof(int32_t) + 7) / 8 * 8;         // selected
+    size_t bytes = static_cast<size_t>(segments_) * sizeof(int64_t);                 // counts
+    bytes += (static_cast<size_t>(segments_ * a_.n) * sizeof(int32_t) + 7) / 8 * 8;  // selected
     if (a_.padded > kNmsSharedPairs) bytes += static_cast<size_t>(segments_ * a_.padded) * sizeof(NmsPair);
     return bytes;
   }
@@ -315,9 +315,7 @@ class NonMaxSuppressionCuda : public Kernel {
       KILN_CUDA_CHECK(cudaMemsetAsync(size, 0, sizeof(int64_t), stream));
       return;
     }
-    auto input = [&](size_t i) -> const void* {
-      return i < ctx.inputs.size() ? ctx.inputs[i].data : nullptr;
-    };
+    auto input = [&](size_t i) -> const void* { return i < ctx.inputs.size() ? ctx.inputs[i].data : nullptr; };
     auto* ws = static_cast<uint8_t*>(ctx.workspace);
     auto* counts = reinterpret_cast<int64_t*>(ws);
     ws += static_cast<size_t>(segments_) * sizeof(int64_t);
@@ -326,13 +324,13 @@ class NonMaxSuppressionCuda : public Kernel {
     auto* work = a_.padded > kNmsSharedPairs ? reinterpret_cast<NmsPair*>(ws) : nullptr;
     const auto grid = static_cast<unsigned>(segments_);
     nms_select_kernel<<<grid, kNmsThreads, 0, stream>>>(
-        ctx.inputs[0].as<const float>(), ctx.inputs[1].as<const float>(), input(2),
-        static_cast<const float*>(input(3)), static_cast<const float*>(input(4)), a_, work, selected, counts);
+        ctx.inputs[0].as<const float>(), ctx.inputs[1].as<const float>(), input(2), static_cast<const float*>(input(3)),
+        static_cast<const float*>(input(4)), a_, work, selected, counts);
     KILN_CUDA_CHECK_LAUNCH();
     exclusive_scan_one_block_kernel<<<1, kScanBlock, 0, stream>>>(counts, segments_, size);
     KILN_CUDA_CHECK_LAUNCH();
     nms_write_kernel<<<grid, kNmsThreads, 0, stream>>>(selected, counts, size, a_, segments_,
-                                                        ctx.outputs[0].as<int64_t>());
+                                                       ctx.outputs[0].as<int64_t>());
     KILN_CUDA_CHECK_LAUNCH();
   }
 
@@ -358,8 +356,7 @@ bool non_max_suppression_supports(const Layer&, const std::vector<TensorDesc>& i
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerNonZero, "cuda", 100, non_zero_supports,
                                  [](const Layer&) { return std::make_unique<NonZeroCuda>(); }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerNonMaxSuppression, "cuda", 100,
-                                 non_max_suppression_supports,
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerNonMaxSuppression, "cuda", 100, non_max_suppression_supports,
                                  [](const Layer&) { return std::make_unique<NonMaxSuppressionCuda>(); }});
 
 }  // namespace kiln::cuda

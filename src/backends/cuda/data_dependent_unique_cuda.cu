@@ -29,7 +29,7 @@
 namespace kiln::cuda {
 namespace {
 
-constexpr int kTile = 2048;        // slice numbers one shared-memory sort pass holds
+constexpr int kTile = 2048;  // slice numbers one shared-memory sort pass holds
 
 struct UniqueShape {
   int64_t outer = 1, n = 0, inner = 1;
@@ -86,8 +86,8 @@ __device__ __forceinline__ bool slice_before(const T* x, const UniqueShape& s, i
 
 // The compare-exchange of element i (row index) with i ^ stride at stage `block`.
 template <typename T>
-__device__ __forceinline__ void exchange(const T* x, const UniqueShape& s, int32_t* v, int64_t e, int64_t pe,
-                                         int64_t i, int64_t block) {
+__device__ __forceinline__ void exchange(const T* x, const UniqueShape& s, int32_t* v, int64_t e, int64_t pe, int64_t i,
+                                         int64_t block) {
   const bool asc = (i & block) == 0;
   const int32_t a = v[e], b = v[pe];
   if (asc ? slice_before(x, s, b, a) : slice_before(x, s, a, b)) {
@@ -98,8 +98,8 @@ __device__ __forceinline__ void exchange(const T* x, const UniqueShape& s, int32
 
 // Each tile of s.tile numbers: loaded (0..n-1, padding after) and sorted completely in shared memory.
 template <typename T>
-__global__ void __launch_bounds__(kTile / 2) unique_sort_tile_kernel(const T* __restrict__ x, UniqueShape s,
-                                                                    int32_t* __restrict__ order) {
+__global__ void __launch_bounds__(kTile / 2)
+    unique_sort_tile_kernel(const T* __restrict__ x, UniqueShape s, int32_t* __restrict__ order) {
   __shared__ int32_t tile[kTile];
   const int64_t first = static_cast<int64_t>(blockIdx.x) * s.tile;
   for (int64_t e = threadIdx.x; e < s.tile; e += blockDim.x) {
@@ -131,8 +131,8 @@ __global__ void unique_sort_global_kernel(const T* __restrict__ x, UniqueShape s
 
 // The strides < tile of stage `block`, a tile at a time in shared memory.
 template <typename T>
-__global__ void __launch_bounds__(kTile / 2) unique_sort_tail_kernel(const T* __restrict__ x, UniqueShape s,
-                                                                    int32_t* __restrict__ order, int64_t block) {
+__global__ void __launch_bounds__(kTile / 2)
+    unique_sort_tail_kernel(const T* __restrict__ x, UniqueShape s, int32_t* __restrict__ order, int64_t block) {
   __shared__ int32_t tile[kTile];
   const int64_t first = static_cast<int64_t>(blockIdx.x) * s.tile;
   for (int64_t e = threadIdx.x; e < s.tile; e += blockDim.x) tile[e] = order[first + e];
@@ -160,7 +160,6 @@ __global__ void unique_flag_kernel(const T* __restrict__ x, UniqueShape s, const
     flags[r] = starts_group(x, s, order, r) ? 1 : 0;
   }
 }
-
 
 struct UniqueWork {
   const int32_t* order;
@@ -261,8 +260,12 @@ class UniqueCuda : public Kernel {
     };
     auto* order = static_cast<int32_t*>(take(static_cast<size_t>(s_.padded) * 4));
     auto* before = static_cast<int64_t*>(take(n * 8));
-    UniqueWork w{order, before, static_cast<int32_t*>(take(n * 4)), static_cast<int32_t*>(take(n * 4)),
-                 static_cast<int32_t*>(take(n * 4)), static_cast<int64_t*>(take(n * 8)),
+    UniqueWork w{order,
+                 before,
+                 static_cast<int32_t*>(take(n * 4)),
+                 static_cast<int32_t*>(take(n * 4)),
+                 static_cast<int32_t*>(take(n * 4)),
+                 static_cast<int64_t*>(take(n * 8)),
                  static_cast<int32_t*>(take(n * 4))};
     auto* scratch = static_cast<int64_t*>(take(8));
     auto run = [&](auto tag) {

@@ -23,27 +23,44 @@ __device__ __forceinline__ float dev_softplus(float x) { return x > 20.0f ? x : 
 
 __device__ __forceinline__ float dev_activation(ActivationType kind, float x, float alpha, float beta) {
   switch (kind) {
-    case ActivationType::kRelu: return x > 0.0f ? x : 0.0f;
-    case ActivationType::kSigmoid: return dev_sigmoid(x);
-    case ActivationType::kTanh: return dev_tanh(x);
-    case ActivationType::kLeakyRelu: return x >= 0.0f ? x : alpha * x;
-    case ActivationType::kElu: return x >= 0.0f ? x : alpha * (expf(x) - 1.0f);
-    case ActivationType::kSelu: return beta * (x > 0.0f ? x : alpha * (expf(x) - 1.0f));
-    case ActivationType::kSoftplus: return dev_softplus(x);
-    case ActivationType::kClip: return fminf(fmaxf(x, alpha), beta);
-    case ActivationType::kHardSigmoid: return fmaxf(0.0f, fminf(1.0f, alpha * x + beta));
-    case ActivationType::kHardSwish: return x * fmaxf(0.0f, fminf(1.0f, x / 6.0f + 0.5f));
-    case ActivationType::kSilu: return x * dev_sigmoid(x);
-    case ActivationType::kSwish: return x * dev_sigmoid(alpha * x);
-    case ActivationType::kGeluErf: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case ActivationType::kRelu:
+      return x > 0.0f ? x : 0.0f;
+    case ActivationType::kSigmoid:
+      return dev_sigmoid(x);
+    case ActivationType::kTanh:
+      return dev_tanh(x);
+    case ActivationType::kLeakyRelu:
+      return x >= 0.0f ? x : alpha * x;
+    case ActivationType::kElu:
+      return x >= 0.0f ? x : alpha * (expf(x) - 1.0f);
+    case ActivationType::kSelu:
+      return beta * (x > 0.0f ? x : alpha * (expf(x) - 1.0f));
+    case ActivationType::kSoftplus:
+      return dev_softplus(x);
+    case ActivationType::kClip:
+      return fminf(fmaxf(x, alpha), beta);
+    case ActivationType::kHardSigmoid:
+      return fmaxf(0.0f, fminf(1.0f, alpha * x + beta));
+    case ActivationType::kHardSwish:
+      return x * fmaxf(0.0f, fminf(1.0f, x / 6.0f + 0.5f));
+    case ActivationType::kSilu:
+      return x * dev_sigmoid(x);
+    case ActivationType::kSwish:
+      return x * dev_sigmoid(alpha * x);
+    case ActivationType::kGeluErf:
+      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
     case ActivationType::kGeluTanh: {
       const float k = 0.79788456080286536f;  // sqrt(2/pi)
       return 0.5f * x * (1.0f + dev_tanh(k * (x + 0.044715f * x * x * x)));
     }
-    case ActivationType::kMish: return x * dev_tanh(dev_softplus(x));
-    case ActivationType::kSoftsign: return x / (1.0f + fabsf(x));
-    case ActivationType::kCelu: return fmaxf(0.0f, x) + fminf(0.0f, alpha * (expf(x / alpha) - 1.0f));
-    case ActivationType::kThresholdedRelu: return x > alpha ? x : 0.0f;
+    case ActivationType::kMish:
+      return x * dev_tanh(dev_softplus(x));
+    case ActivationType::kSoftsign:
+      return x / (1.0f + fabsf(x));
+    case ActivationType::kCelu:
+      return fmaxf(0.0f, x) + fminf(0.0f, alpha * (expf(x / alpha) - 1.0f));
+    case ActivationType::kThresholdedRelu:
+      return x > alpha ? x : 0.0f;
   }
   return x;
 }

@@ -35,12 +35,13 @@ namespace {
 
 constexpr int kMaxOperands = 8;
 constexpr int kMaxLabels = 16;
-constexpr int kWarpThreads = 128;        // threads per block of the warp-per-output kernel
+constexpr int kWarpThreads = 128;  // threads per block of the warp-per-output kernel
 constexpr int64_t kWarpMaxOutputs = 8192;
 constexpr int64_t kWarpMinSum = 128;
 
 template <typename T>
-using EAcc = std::conditional_t<std::is_integral_v<T>, int64_t, std::conditional_t<std::is_same_v<T, double>, double, float>>;
+using EAcc =
+    std::conditional_t<std::is_integral_v<T>, int64_t, std::conditional_t<std::is_same_v<T, double>, double, float>>;
 
 template <typename T>
 __device__ __forceinline__ EAcc<T> e_load(const T* p, int64_t i) {
@@ -82,11 +83,11 @@ __device__ __forceinline__ A e_add(A a, A b) {
 struct EinsumArgs {
   int operands = 0;
   const void* data[kMaxOperands] = {};
-  int n_out = 0, n_sum = 0;           // output labels, summed labels
+  int n_out = 0, n_sum = 0;  // output labels, summed labels
   int64_t total_out = 0, total_sum = 1;
   bool k32 = true;
-  IndexDiv out_div[kMaxLabels];       // output label extents (row-major over the output)
-  IndexDiv sum_div[kMaxLabels];       // summed label extents (last fastest)
+  IndexDiv out_div[kMaxLabels];  // output label extents (row-major over the output)
+  IndexDiv sum_div[kMaxLabels];  // summed label extents (last fastest)
   int64_t out_stride[kMaxOperands][kMaxLabels] = {};
   int64_t sum_stride[kMaxOperands][kMaxLabels] = {};
 };
@@ -203,7 +204,8 @@ class EinsumCuda : public Kernel {
     std::vector<bool> in_output(num_labels, false);
     for (int l : plan.output_labels) in_output[static_cast<size_t>(l)] = true;
     std::vector<std::vector<int64_t>> strides;
-    for (size_t k = 0; k < inputs.size(); ++k) strides.push_back(label_strides(plan.operand_labels[k], dims[k], num_labels));
+    for (size_t k = 0; k < inputs.size(); ++k)
+      strides.push_back(label_strides(plan.operand_labels[k], dims[k], num_labels));
     a_.total_out = plan.output_dims.volume();
     for (int l : plan.output_labels) {
       const int i = a_.n_out++;

@@ -20,18 +20,54 @@ namespace kiln::cuda {
 
 template <DataType kType>
 struct ElementOf;
-template <> struct ElementOf<DataType::kFloat32> { using type = float; };
-template <> struct ElementOf<DataType::kFloat16> { using type = __half; };
-template <> struct ElementOf<DataType::kFloat64> { using type = double; };
-template <> struct ElementOf<DataType::kInt8> { using type = int8_t; };
-template <> struct ElementOf<DataType::kUInt8> { using type = uint8_t; };
-template <> struct ElementOf<DataType::kInt16> { using type = int16_t; };
-template <> struct ElementOf<DataType::kUInt16> { using type = uint16_t; };
-template <> struct ElementOf<DataType::kInt32> { using type = int32_t; };
-template <> struct ElementOf<DataType::kUInt32> { using type = uint32_t; };
-template <> struct ElementOf<DataType::kInt64> { using type = int64_t; };
-template <> struct ElementOf<DataType::kUInt64> { using type = uint64_t; };
-template <> struct ElementOf<DataType::kBool> { using type = bool; };
+template <>
+struct ElementOf<DataType::kFloat32> {
+  using type = float;
+};
+template <>
+struct ElementOf<DataType::kFloat16> {
+  using type = __half;
+};
+template <>
+struct ElementOf<DataType::kFloat64> {
+  using type = double;
+};
+template <>
+struct ElementOf<DataType::kInt8> {
+  using type = int8_t;
+};
+template <>
+struct ElementOf<DataType::kUInt8> {
+  using type = uint8_t;
+};
+template <>
+struct ElementOf<DataType::kInt16> {
+  using type = int16_t;
+};
+template <>
+struct ElementOf<DataType::kUInt16> {
+  using type = uint16_t;
+};
+template <>
+struct ElementOf<DataType::kInt32> {
+  using type = int32_t;
+};
+template <>
+struct ElementOf<DataType::kUInt32> {
+  using type = uint32_t;
+};
+template <>
+struct ElementOf<DataType::kInt64> {
+  using type = int64_t;
+};
+template <>
+struct ElementOf<DataType::kUInt64> {
+  using type = uint64_t;
+};
+template <>
+struct ElementOf<DataType::kBool> {
+  using type = bool;
+};
 
 template <DataType kType>
 using Element = typename ElementOf<kType>::type;
@@ -47,12 +83,12 @@ struct TypeList {
 using NumericTypes = TypeList<DataType::kFloat32, DataType::kFloat16, DataType::kFloat64, DataType::kInt32,
                               DataType::kInt64, DataType::kInt8, DataType::kUInt8>;
 // Every integer type (BitShift).
-using IntegerTypes = TypeList<DataType::kInt8, DataType::kUInt8, DataType::kInt16, DataType::kUInt16,
-                              DataType::kInt32, DataType::kUInt32, DataType::kInt64, DataType::kUInt64>;
+using IntegerTypes = TypeList<DataType::kInt8, DataType::kUInt8, DataType::kInt16, DataType::kUInt16, DataType::kInt32,
+                              DataType::kUInt32, DataType::kInt64, DataType::kUInt64>;
 // Every type with a device representation (Cast).
-using AllTypes = TypeList<DataType::kFloat32, DataType::kFloat16, DataType::kFloat64, DataType::kInt8,
-                          DataType::kUInt8, DataType::kInt16, DataType::kUInt16, DataType::kInt32,
-                          DataType::kUInt32, DataType::kInt64, DataType::kUInt64, DataType::kBool>;
+using AllTypes = TypeList<DataType::kFloat32, DataType::kFloat16, DataType::kFloat64, DataType::kInt8, DataType::kUInt8,
+                          DataType::kInt16, DataType::kUInt16, DataType::kInt32, DataType::kUInt32, DataType::kInt64,
+                          DataType::kUInt64, DataType::kBool>;
 
 // Calls fn(std::type_identity<Element<K>>{}) for the K of the list equal to t; false (fn not
 // called) when t is not in the list.

@@ -34,13 +34,13 @@ namespace kiln {
 namespace {
 
 using cuda::aligned_to;
-using cuda::grid_step;
-using cuda::launch;
-using cuda::thread_start;
 using cuda::ChannelBroadcast;
 using cuda::FastDivmod;
+using cuda::grid_step;
 using cuda::kVecWidth;
+using cuda::launch;
 using cuda::StridedIndex;
+using cuda::thread_start;
 
 constexpr int64_t kMax32 = int64_t{1} << 31;
 
@@ -91,8 +91,8 @@ __global__ void binary_flat_kernel(F f, const TA* __restrict__ a, const TB* __re
 // y[i] = f(dense[i], chan[(i / inner) % channels]) (or with the operands swapped); n < 2^31.
 template <typename F, typename T, int V>
 __global__ void binary_channel_kernel(F f, const T* __restrict__ dense, const T* __restrict__ chan,
-                                      typename F::Out* __restrict__ y, int64_t n, FastDivmod inner_dm,
-                                      int64_t inner, FastDivmod chan_dm, int64_t channels, bool dense_first, bool vec) {
+                                      typename F::Out* __restrict__ y, int64_t n, FastDivmod inner_dm, int64_t inner,
+                                      FastDivmod chan_dm, int64_t channels, bool dense_first, bool vec) {
   using Out = typename F::Out;
   for (int64_t base = thread_start(V); base < n; base += grid_step(V)) {
     const int count = n - base < V ? static_cast<int>(n - base) : V;
@@ -125,7 +125,7 @@ __global__ void binary_general_kernel(F f, StridedIndex<2> ix, const TA* __restr
   for (int64_t base = thread_start(kRun); base < n; base += grid_step(kRun)) {
     const int64_t count = n - base < kRun ? n - base : kRun;
     cuda::for_each_strided<2, uint32_t>(ix, base, count,
-                                     [&](int64_t i, const int64_t(&off)[2]) { y[i] = f(a[off[0]], b[off[1]]); });
+                                        [&](int64_t i, const int64_t(&off)[2]) { y[i] = f(a[off[0]], b[off[1]]); });
   }
 }
 
@@ -242,7 +242,8 @@ void memory_dims_or_throw(const Layer& layer, const TensorDesc& out, const std::
                           std::vector<Dims>* in_mem) {
   if (!memory_dims(out.dims, out.format, in, out_mem, in_mem)) {
     std::string formats;
-    for (const TensorDesc& d : in) formats += std::string(formats.empty() ? "" : ", ") + d.dims.to_string() + " " + to_string(d.format);
+    for (const TensorDesc& d : in)
+      formats += std::string(formats.empty() ? "" : ", ") + d.dims.to_string() + " " + to_string(d.format);
     throw Error(layer_where(layer) + ": the CUDA kernel cannot combine inputs " + formats + " into a " +
                 to_string(out.format) + " output; keep these tensors linear");
   }
@@ -263,10 +264,9 @@ struct EwFn {
 // The channel kernel is compiled for the float arithmetic that dominates real models (biases,
 // per-channel scales); other combinations take the general kernel.
 template <ElementWiseOp kOp, typename T>
-constexpr bool kEwChannelPath =
-    (std::is_same_v<T, float> || std::is_same_v<T, __half>) &&
-    (kOp == ElementWiseOp::kSum || kOp == ElementWiseOp::kSub || kOp == ElementWiseOp::kProd ||
-     kOp == ElementWiseOp::kDiv || kOp == ElementWiseOp::kMax || kOp == ElementWiseOp::kMin);
+constexpr bool kEwChannelPath = (std::is_same_v<T, float> || std::is_same_v<T, __half>)&&(
+    kOp == ElementWiseOp::kSum || kOp == ElementWiseOp::kSub || kOp == ElementWiseOp::kProd ||
+    kOp == ElementWiseOp::kDiv || kOp == ElementWiseOp::kMax || kOp == ElementWiseOp::kMin);
 
 using EwRunner = void (*)(const BinaryPlan&, bool fmod, const void*, const void*, void*, cudaStream_t);
 
@@ -360,7 +360,8 @@ class ElementWiseCuda : public Kernel {
     if (in[0].type != in[1].type) {
       if (op_ == ElementWiseOp::kPow) pow_runner_ = pow_mixed_runner(in[0].type, in[1].type);
       if (!pow_runner_) {
-        throw Error(where + ": no CUDA ElementWise kernel for " + to_string(in[0].type) + " and " + to_string(in[1].type));
+        throw Error(where + ": no CUDA ElementWise kernel for " + to_string(in[0].type) + " and " +
+                    to_string(in[1].type));
       }
     } else if (!dispatch_ew_type(in[0].type,
                                  [&](auto tag) { runner_ = ew_runner<typename decltype(tag)::type>(op_); })) {
@@ -475,9 +476,8 @@ __global__ void select_general_kernel(StridedIndex<3> ix, const bool* __restrict
                                       const W* __restrict__ b, W* __restrict__ y, int64_t n) {
   for (int64_t base = thread_start(kRun); base < n; base += grid_step(kRun)) {
     const int64_t count = n - base < kRun ? n - base : kRun;
-    cuda::for_each_strided<3, uint32_t>(ix, base, count, [&](int64_t i, const int64_t(&off)[3]) {
-      y[i] = c[off[0]] ? a[off[1]] : b[off[2]];
-    });
+    cuda::for_each_strided<3, uint32_t>(
+        ix, base, count, [&](int64_t i, const int64_t(&off)[3]) { y[i] = c[off[0]] ? a[off[1]] : b[off[2]]; });
   }
 }
 
@@ -491,7 +491,7 @@ struct SelectPlan {
 template <typename W>
 void run_select(const SelectPlan& p, const KernelContext& ctx) {
   // At most 8 elements per thread: the condition pack stays within 8 bytes for 1-byte words.
-  constexpr int V = kVecWidth<W> > 8 ? 8 : kVecWidth<W>;
+  constexpr int V = kVecWidth < W >> 8 ? 8 : kVecWidth<W>;
   if (p.n == 0) return;
   const bool* c = ctx.inputs[0].as<const bool>();
   const W* a = ctx.inputs[1].as<const W>();
@@ -537,11 +537,20 @@ class SelectCuda : public Kernel {
 
   void execute(const KernelContext& ctx) override {
     switch (width_) {
-      case 1: run_select<uint8_t>(plan_, ctx); break;
-      case 2: run_select<uint16_t>(plan_, ctx); break;
-      case 4: run_select<uint32_t>(plan_, ctx); break;
-      case 8: run_select<uint64_t>(plan_, ctx); break;
-      default: throw Error("Select: unsupported element size " + std::to_string(width_));
+      case 1:
+        run_select<uint8_t>(plan_, ctx);
+        break;
+      case 2:
+        run_select<uint16_t>(plan_, ctx);
+        break;
+      case 4:
+        run_select<uint32_t>(plan_, ctx);
+        break;
+      case 8:
+        run_select<uint64_t>(plan_, ctx);
+        break;
+      default:
+        throw Error("Select: unsupported element size " + std::to_string(width_));
     }
   }
 

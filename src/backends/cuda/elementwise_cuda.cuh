@@ -97,7 +97,8 @@ inline bool format_irrelevant(const Dims& dims) {
 // Strides of `in` broadcast to `out` (numpy: trailing alignment, rank(in) <= rank(out)): 0 on
 // axes where `in` has extent 1 (or no axis) and `out` does not.
 inline std::vector<int64_t> broadcast_strides_to(const Dims& in, const Dims& out) {
-  if (in.rank() > out.rank()) throw Error("broadcast_strides_to: " + in.to_string() + " does not broadcast to " + out.to_string());
+  if (in.rank() > out.rank())
+    throw Error("broadcast_strides_to: " + in.to_string() + " does not broadcast to " + out.to_string());
   std::vector<int64_t> s(static_cast<size_t>(out.rank()), 0);
   const auto in_strides = row_major_strides(in);
   const int offset = out.rank() - in.rank();
@@ -444,7 +445,7 @@ struct FusedKernelInstr {
   uint8_t op = 0;    // ActivationType, UnaryOp or ElementWiseOp value
   uint8_t dst = 0, a = kFusedImmediate, b = kFusedImmediate;
   uint8_t pad[3] = {0, 0, 0};
-  float ia = 0.0f, ib = 0.0f;  // immediate operands
+  float ia = 0.0f, ib = 0.0f;             // immediate operands
   float p0 = 0.0f, p1 = 0.0f, p2 = 0.0f;  // const value; act alpha, beta; scale scale, shift, power
   float pad2 = 0.0f;
 };
@@ -773,9 +774,15 @@ __device__ __forceinline__ auto binary_value(C a, C b, bool fmod) {
   } else if constexpr (kOp == E::kProd) {
     return static_cast<C>(a * b);
   } else if constexpr (kOp == E::kDiv) {
-    if constexpr (kInt) return int_div(a, b); else return __fdiv_rn(a, b);
+    if constexpr (kInt)
+      return int_div(a, b);
+    else
+      return __fdiv_rn(a, b);
   } else if constexpr (kOp == E::kPow) {
-    if constexpr (kInt) return int_pow(a, b); else return precise_pow(a, b);
+    if constexpr (kInt)
+      return int_pow(a, b);
+    else
+      return precise_pow(a, b);
   } else if constexpr (kOp == E::kMax) {
     return (a >= b || a != a) ? a : b;  // NaN propagates (numpy, ONNX Runtime)
   } else if constexpr (kOp == E::kMin) {
@@ -789,7 +796,10 @@ __device__ __forceinline__ auto binary_value(C a, C b, bool fmod) {
       return r;
     }
   } else if constexpr (kOp == E::kFloorDiv) {
-    if constexpr (kInt) return int_floor_div(a, b); else return floorf(__fdiv_rn(a, b));
+    if constexpr (kInt)
+      return int_floor_div(a, b);
+    else
+      return floorf(__fdiv_rn(a, b));
   } else if constexpr (kOp == E::kEqual) {
     return a == b;
   } else if constexpr (kOp == E::kLess) {
@@ -828,11 +838,20 @@ __device__ __forceinline__ auto unary_value(C x) {
   if constexpr (kOp == U::kNot) {
     return x == C(0);
   } else if constexpr (kOp == U::kIsNaN) {
-    if constexpr (kInt) return false; else return x != x;
+    if constexpr (kInt)
+      return false;
+    else
+      return x != x;
   } else if constexpr (kOp == U::kIsInf) {
-    if constexpr (kInt) return false; else return fabsf(x) == INFINITY;
+    if constexpr (kInt)
+      return false;
+    else
+      return fabsf(x) == INFINITY;
   } else if constexpr (kOp == U::kAbs) {
-    if constexpr (kInt) return x < C(0) ? static_cast<C>(-x) : x; else return fabsf(x);
+    if constexpr (kInt)
+      return x < C(0) ? static_cast<C>(-x) : x;
+    else
+      return fabsf(x);
   } else if constexpr (kOp == U::kNeg) {
     return static_cast<C>(-x);
   } else if constexpr (kOp == U::kSign) {

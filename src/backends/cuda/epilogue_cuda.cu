@@ -178,9 +178,14 @@ void launch_typed(const EpilogueArgs& a, cudaStream_t stream) {
 void launch_epilogue(const EpilogueArgs& args, cudaStream_t stream) {
   if (epilogue_is_identity(args)) return;
   switch (args.type) {
-    case DataType::kFloat32: launch_typed<float>(args, stream); return;
-    case DataType::kFloat16: launch_typed<__half>(args, stream); return;
-    default: break;
+    case DataType::kFloat32:
+      launch_typed<float>(args, stream);
+      return;
+    case DataType::kFloat16:
+      launch_typed<__half>(args, stream);
+      return;
+    default:
+      break;
   }
   throw Error(std::string("CUDA convolution epilogue: unsupported data type ") + to_string(args.type) +
               " (float32 and float16 only)");

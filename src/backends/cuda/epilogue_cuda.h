@@ -19,7 +19,7 @@
 namespace kiln::cuda {
 
 struct EpilogueArgs {
-  DataType type = DataType::kFloat32;     // float32 or float16; every tensor has this type
+  DataType type = DataType::kFloat32;           // float32 or float16; every tensor has this type
   TensorFormat format = TensorFormat::kLinear;  // of y, the source and the residual alike
   int64_t batch = 0, channels = 0;
   std::array<int64_t, 3> out{1, 1, 1};    // y's spatial extents (right-aligned: 1-D is {1, 1, L})
@@ -29,7 +29,7 @@ struct EpilogueArgs {
   const void* bias = nullptr;             // [channels] or null
   const void* residual = nullptr;         // shaped and formatted like y, or null; must not alias y
   void* y = nullptr;
-  PostOp post;                            // applied last; disabled: none
+  PostOp post;  // applied last; disabled: none
 };
 
 // True when an in-place epilogue would change nothing (no bias, residual or activation).

@@ -37,10 +37,10 @@ struct FusedIo {
 
 // Device code dispatches with switches: a table of function pointers would be an indirect call
 // per instruction and element, and a switch on a warp-uniform value is a single jump.
-#define KILN_ACT_CASE(K)                                                                    \
-  case ActivationType::K:                                                                   \
-    KILN_UNROLL for (int v = 0; v < kLanes; ++v) r[v] =                                     \
-        cuda::activation_value<ActivationType::K>(a[v], ins.p0, ins.p1);                    \
+#define KILN_ACT_CASE(K)                                                 \
+  case ActivationType::K:                                                \
+    KILN_UNROLL for (int v = 0; v < kLanes; ++v) r[v] =                  \
+        cuda::activation_value<ActivationType::K>(a[v], ins.p0, ins.p1); \
     break;
 
 __device__ __forceinline__ void fused_activation(const FusedKernelInstr& ins, const float (&a)[kLanes],
@@ -68,8 +68,8 @@ __device__ __forceinline__ void fused_activation(const FusedKernelInstr& ins, co
 }
 #undef KILN_ACT_CASE
 
-#define KILN_UNARY_CASE(K)                                                                         \
-  case UnaryOp::K:                                                                                 \
+#define KILN_UNARY_CASE(K)                                                                          \
+  case UnaryOp::K:                                                                                  \
     KILN_UNROLL for (int v = 0; v < kLanes; ++v) r[v] = cuda::unary_value<UnaryOp::K, float>(a[v]); \
     break;
 
@@ -104,9 +104,10 @@ __device__ __forceinline__ void fused_unary(const FusedKernelInstr& ins, const f
 }
 #undef KILN_UNARY_CASE
 
-#define KILN_BINARY_CASE(K)                                                                                 \
-  case ElementWiseOp::K:                                                                                    \
-    KILN_UNROLL for (int v = 0; v < kLanes; ++v) r[v] = cuda::binary_value<ElementWiseOp::K, float>(a[v], b[v], false); \
+#define KILN_BINARY_CASE(K)                                             \
+  case ElementWiseOp::K:                                                \
+    KILN_UNROLL for (int v = 0; v < kLanes; ++v) r[v] =                 \
+        cuda::binary_value<ElementWiseOp::K, float>(a[v], b[v], false); \
     break;
 
 __device__ __forceinline__ void fused_binary(const FusedKernelInstr& ins, const float (&a)[kLanes],
@@ -158,8 +159,8 @@ __global__ void fused_elementwise_kernel(FusedKernelProgram prog, FusedIo io, in
       if (s == kFusedNoSlot || prog.input_pinned[i]) continue;
       T x[kLanes];
       cuda::load_pack<T, kLanes>(static_cast<const T*>(io.in[i]) + base, x, count, vec);
-      slots[s * stride] = make_float4(cuda::to_float(x[0]), cuda::to_float(x[1]), cuda::to_float(x[2]),
-                                      cuda::to_float(x[3]));
+      slots[s * stride] =
+          make_float4(cuda::to_float(x[0]), cuda::to_float(x[1]), cuda::to_float(x[2]), cuda::to_float(x[3]));
     }
     float r[kLanes] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int k = 0; k < prog.num_instrs; ++k) {
@@ -207,7 +208,8 @@ bool fused_supports(const Layer& layer, const std::vector<TensorDesc>& in) {
   if (in.empty() || static_cast<int>(in.size()) > kFusedMaxInputs) return false;
   const DataType t = in[0].type;
   if (!cuda::is_cuda_float(t)) return false;
-  const TensorFormat of = layer.num_outputs() > 0 && layer.output(0) ? layer.output(0)->format() : TensorFormat::kLinear;
+  const TensorFormat of =
+      layer.num_outputs() > 0 && layer.output(0) ? layer.output(0)->format() : TensorFormat::kLinear;
   for (const TensorDesc& d : in) {
     if (!d.present || d.type != t) return false;
     const bool single = !d.dims.is_dynamic() && d.dims.volume() == 1;

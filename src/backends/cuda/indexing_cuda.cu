@@ -115,7 +115,8 @@ __device__ __forceinline__ Cand<CmpT<T>> arg_scan(const T* row, int64_t n, int64
   for (int64_t j = t; j < n; j += stride) {
     const CmpT<T> v = to_cmp(row[j]);
     if (is_nan_value(v)) continue;
-    if (c.j < 0 || (is_max ? (v > c.v || (last && v == c.v)) : (v < c.v || (last && v == c.v)))) c = Cand<CmpT<T>>{v, j};
+    if (c.j < 0 || (is_max ? (v > c.v || (last && v == c.v)) : (v < c.v || (last && v == c.v))))
+      c = Cand<CmpT<T>>{v, j};
   }
   return c;
 }
@@ -127,7 +128,8 @@ __device__ __forceinline__ int64_t arg_result(const T* row, Cand<CmpT<T>> c) {
 
 // inner == 1: a warp per row.
 template <typename T>
-__global__ void __launch_bounds__(kRowThreads) arg_warp_kernel(const T* __restrict__ x, void* __restrict__ y, ArgArgs a) {
+__global__ void __launch_bounds__(kRowThreads)
+    arg_warp_kernel(const T* __restrict__ x, void* __restrict__ y, ArgArgs a) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
@@ -148,7 +150,8 @@ __global__ void __launch_bounds__(kRowThreads) arg_warp_kernel(const T* __restri
 
 // inner == 1, long rows: a block per row.
 template <typename T>
-__global__ void __launch_bounds__(kBlockThreads) arg_block_kernel(const T* __restrict__ x, void* __restrict__ y, ArgArgs a) {
+__global__ void __launch_bounds__(kBlockThreads)
+    arg_block_kernel(const T* __restrict__ x, void* __restrict__ y, ArgArgs a) {
   using C = CmpT<T>;
   __shared__ Cand<C> shared[kBlockThreads / 32];
   __shared__ int64_t result;
@@ -180,8 +183,7 @@ class ArgReduceCuda : public Kernel {
  public:
   explicit ArgReduceCuda(const ArgReduceParams& params) : params_(params) {}
 
-  void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&,
-               int) override {
+  void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&, int) override {
     const Dims& d = inputs[0].dims;
     const AxisView v(d, arg_reduce_axis(params_, d.rank()));
     a_ = ArgArgs{};
@@ -385,8 +387,8 @@ class CumSumCuda : public Kernel {
       KILN_CUDA_CHECK(cudaMemsetAsync(a.flag, 0, sizeof(int), stream));
       dispatch_numeric(ctx.inputs[0].type, "CumSum", [&](auto tag) {
         using T = typename decltype(tag)::type;
-        cum_dynamic_kernel<T><<<grid_for(a.total), kBlock, 0, stream>>>(ctx.inputs[0].as<const T>(),
-                                                                       ctx.outputs[0].as<T>(), a);
+        cum_dynamic_kernel<T>
+            <<<grid_for(a.total), kBlock, 0, stream>>>(ctx.inputs[0].as<const T>(), ctx.outputs[0].as<T>(), a);
         KILN_CUDA_CHECK_LAUNCH();
       });
       return;
@@ -431,7 +433,8 @@ struct TriluArgs {
 
 template <typename W>
 __global__ void trilu_kernel(const W* __restrict__ x, W* __restrict__ y, TriluArgs a) {
-  const int64_t k = a.k == nullptr ? 0 : (a.k64 ? *static_cast<const int64_t*>(a.k) : *static_cast<const int32_t*>(a.k));
+  const int64_t k =
+      a.k == nullptr ? 0 : (a.k64 ? *static_cast<const int64_t*>(a.k) : *static_cast<const int32_t*>(a.k));
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.total; i += step) {
     const int64_t rc = a.k32 ? a.col_div.div<true>(i) : a.col_div.div<false>(i);
@@ -620,8 +623,7 @@ class ReverseSequenceCuda : public Kernel {
       for (size_t b = 0; b < v.size(); ++b) {
         if (v[b] < 0 || v[b] > a_.time) {
           throw Error("ReverseSequence layer '" + layer.name() + "': sequence_lens[" + std::to_string(b) + "] = " +
-                      std::to_string(v[b]) + " is outside [0, " + std::to_string(a_.time) +
-                      "] (the time axis extent)");
+                      std::to_string(v[b]) + " is outside [0, " + std::to_string(a_.time) + "] (the time axis extent)");
         }
       }
     }
@@ -638,8 +640,8 @@ class ReverseSequenceCuda : public Kernel {
     KILN_CUDA_CHECK(cudaMemsetAsync(a.flag, 0, sizeof(int), stream));
     dispatch_bytes(data_type_size(ctx.inputs[0].type), "ReverseSequence", [&](auto tag) {
       using W = typename decltype(tag)::type;
-      reverse_sequence_kernel<W><<<grid_for(a.total), kBlock, 0, stream>>>(
-          static_cast<const W*>(ctx.inputs[0].data), static_cast<W*>(ctx.outputs[0].data), a);
+      reverse_sequence_kernel<W><<<grid_for(a.total), kBlock, 0, stream>>>(static_cast<const W*>(ctx.inputs[0].data),
+                                                                           static_cast<W*>(ctx.outputs[0].data), a);
       KILN_CUDA_CHECK_LAUNCH();
     });
   }
@@ -751,9 +753,9 @@ class MaxUnpoolCuda : public Kernel {
       const std::vector<int64_t> v = idx->to_int64();
       for (size_t i = 0; i < v.size(); ++i) {
         if (v[i] < 0 || v[i] >= a_.unpooled_count) {
-          throw Error("MaxUnpool layer '" + layer.name() + "': indices[" + std::to_string(i) + "] = " +
-                      std::to_string(v[i]) + " is outside the unpooled tensor (" + unpooled.to_string() + ", " +
-                      std::to_string(a_.unpooled_count) + " elements)");
+          throw Error("MaxUnpool layer '" + layer.name() + "': indices[" + std::to_string(i) +
+                      "] = " + std::to_string(v[i]) + " is outside the unpooled tensor (" + unpooled.to_string() +
+                      ", " + std::to_string(a_.unpooled_count) + " elements)");
         }
       }
     }
@@ -805,8 +807,9 @@ bool max_unpool_supports(const Layer& layer, const std::vector<TensorDesc>& inpu
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerArgReduce, "cuda", 100, arg_reduce_supports,
-                                 [](const Layer& layer) { return std::make_unique<ArgReduceCuda>(params_of<ArgReduceParams>(layer)); }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCUDA, kLayerArgReduce, "cuda", 100, arg_reduce_supports,
+    [](const Layer& layer) { return std::make_unique<ArgReduceCuda>(params_of<ArgReduceParams>(layer)); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerCumSum, "cuda", 100, cum_sum_supports,
                                  [](const Layer&) { return std::make_unique<CumSumCuda>(); }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerTrilu, "cuda", 100, trilu_supports,

@@ -27,14 +27,24 @@ __device__ __forceinline__ double load_double(float v) { return static_cast<doub
 __device__ __forceinline__ double load_double(double v) { return v; }
 __device__ __forceinline__ double load_double(__half v) { return static_cast<double>(__half2float(v)); }
 
-template <typename T> __device__ T store_double(double v);
-template <> __device__ float store_double<float>(double v) { return static_cast<float>(v); }
-template <> __device__ double store_double<double>(double v) { return v; }
-template <> __device__ __half store_double<__half>(double v) { return __float2half_rn(static_cast<float>(v)); }
+template <typename T>
+__device__ T store_double(double v);
+template <>
+__device__ float store_double<float>(double v) {
+  return static_cast<float>(v);
+}
+template <>
+__device__ double store_double<double>(double v) {
+  return v;
+}
+template <>
+__device__ __half store_double<__half>(double v) {
+  return __float2half_rn(static_cast<float>(v));
+}
 
 template <typename T>
-__global__ void det_kernel(const T* __restrict__ x, T* __restrict__ y, double* __restrict__ scratch,
-                           int64_t matrices, int64_t n) {
+__global__ void det_kernel(const T* __restrict__ x, T* __restrict__ y, double* __restrict__ scratch, int64_t matrices,
+                           int64_t n) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t nn = n * n;
   for (int64_t m = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; m < matrices; m += step) {

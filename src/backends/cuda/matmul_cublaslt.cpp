@@ -176,9 +176,9 @@ class LtMatmul : public Kernel {
     const cublasLtHandle_t handle = cublaslt_handle();
     for (const Slice& s : slices_) {
       // cuBLASLt's A is kiln's b and its B kiln's a (row-major trick, see the file comment).
-      KILN_CUBLAS_CHECK(cublasLtMatmul(handle, plan->desc.get(), &alpha, pb + s.b * es, plan->la.get(),
-                                       pa + s.a * es, plan->lb.get(), &beta, pc + s.y * es, plan->ld.get(),
-                                       py + s.y * es, plan->ld.get(), &plan->algo, ctx.workspace,
+      KILN_CUBLAS_CHECK(cublasLtMatmul(handle, plan->desc.get(), &alpha, pb + s.b * es, plan->la.get(), pa + s.a * es,
+                                       plan->lb.get(), &beta, pc + s.y * es, plan->ld.get(), py + s.y * es,
+                                       plan->ld.get(), &plan->algo, ctx.workspace,
                                        ctx.workspace ? ctx.workspace_size : 0, stream));
     }
     if (terms_.post.enabled && !fused_act_) {
@@ -339,7 +339,8 @@ class LtMatmul : public Kernel {
     // Keep the successful results in order; take the requested rank or the last one there is.
     std::vector<const cublasLtMatmulHeuristicResult_t*> ok;
     for (int i = 0; i < count; ++i) {
-      if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS) ok.push_back(&results[static_cast<size_t>(i)]);
+      if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS)
+        ok.push_back(&results[static_cast<size_t>(i)]);
     }
     if (ok.empty()) return false;
     const auto* chosen = ok[static_cast<size_t>(std::min<int>(heuristic_, static_cast<int>(ok.size()) - 1))];
@@ -363,7 +364,7 @@ class LtMatmul : public Kernel {
   std::string name_;
   bool ta_ = false, tb_ = false;
   int sm_target_ = 0;  // cuda::sm_count_target of the layer's concurrent_streams
-  GemmTerms terms_;  // MatrixMultiply: alpha 1, no C, no post-op
+  GemmTerms terms_;    // MatrixMultiply: alpha 1, no C, no post-op
 
   DataType type_ = DataType::kFloat32;
   MatmulGeometry g_;
@@ -407,14 +408,14 @@ bool lt_supports(const Layer& layer, const std::vector<TensorDesc>& inputs, bool
 // heuristic's 4th to 8th results: slow to try, rarely faster).
 KernelEntry lt_entry(const char* layer_type, const char* tactic, int priority, int heuristic, int min_level = 0) {
   const bool gemm = std::string(layer_type) == kLayerGemm;
-  return KernelEntry{DeviceType::kCUDA, layer_type, tactic, priority,
-                     [gemm](const Layer& layer, const std::vector<TensorDesc>& inputs) {
-                       return lt_supports(layer, inputs, gemm);
-                     },
-                     [gemm, heuristic](const Layer& layer) {
-                       return std::make_unique<LtMatmul>(layer, gemm, heuristic);
-                     },
-                     min_level};
+  return KernelEntry{
+      DeviceType::kCUDA,
+      layer_type,
+      tactic,
+      priority,
+      [gemm](const Layer& layer, const std::vector<TensorDesc>& inputs) { return lt_supports(layer, inputs, gemm); },
+      [gemm, heuristic](const Layer& layer) { return std::make_unique<LtMatmul>(layer, gemm, heuristic); },
+      min_level};
 }
 
 }  // namespace

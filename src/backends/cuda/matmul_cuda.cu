@@ -109,9 +109,9 @@ namespace {
 
 // ---- tiled kernel -------------------------------------------------------------------------
 
-constexpr int kTile = 64;       // output tile: kTile x kTile
-constexpr int kTileK = 16;      // K step
-constexpr int kThreads = 256;   // 16 x 16 threads, each a 4x4 sub-tile
+constexpr int kTile = 64;      // output tile: kTile x kTile
+constexpr int kTileK = 16;     // K step
+constexpr int kThreads = 256;  // 16 x 16 threads, each a 4x4 sub-tile
 constexpr int kSub = kTile / 16;
 
 // Accum<T>: compute_types_cuda.cuh.
@@ -278,14 +278,13 @@ void launch_tiled(const MatmulGeometry& g, const void* a, const void* b, void* y
   KILN_CUDA_CHECK_LAUNCH();
 }
 
-using TiledLauncher = void (*)(const MatmulGeometry&, const void*, const void*, void*, const GemmTerms*,
-                               cudaStream_t);
+using TiledLauncher = void (*)(const MatmulGeometry&, const void*, const void*, void*, const GemmTerms*, cudaStream_t);
 
 const std::map<DataType, TiledLauncher>& tiled_launchers() {
   static const std::map<DataType, TiledLauncher> kTable = {
-      {DataType::kFloat32, &launch_tiled<float>},  {DataType::kFloat16, &launch_tiled<__half>},
-      {DataType::kInt32, &launch_tiled<int32_t>},  {DataType::kInt64, &launch_tiled<int64_t>},
-      {DataType::kInt8, &launch_tiled<int8_t>},    {DataType::kUInt8, &launch_tiled<uint8_t>},
+      {DataType::kFloat32, &launch_tiled<float>}, {DataType::kFloat16, &launch_tiled<__half>},
+      {DataType::kInt32, &launch_tiled<int32_t>}, {DataType::kInt64, &launch_tiled<int64_t>},
+      {DataType::kInt8, &launch_tiled<int8_t>},   {DataType::kUInt8, &launch_tiled<uint8_t>},
   };
   return kTable;
 }
@@ -344,10 +343,10 @@ void launch_broadcast_c(DataType type, const void* c, int64_t c_rs, int64_t c_cs
   if (total == 0) return;
   if (type == DataType::kFloat32) {
     broadcast_c_kernel<float><<<grid_for(total), kBlock, 0, stream>>>(static_cast<const float*>(c), c_rs, c_cs,
-                                                                       static_cast<float*>(d), m, n);
+                                                                      static_cast<float*>(d), m, n);
   } else if (type == DataType::kFloat16) {
     broadcast_c_kernel<__half><<<grid_for(total), kBlock, 0, stream>>>(static_cast<const __half*>(c), c_rs, c_cs,
-                                                                        static_cast<__half*>(d), m, n);
+                                                                       static_cast<__half*>(d), m, n);
   } else {
     throw Error(std::string("Gemm (CUDA): C of type ") + to_string(type) + " is not supported");
   }

@@ -147,8 +147,10 @@ class FillCuda : public Kernel {
     n_ = out[0].dims.volume();
     if (range_) {
       if (!range_type(type_) || in[0].type != type_ || in[2].type != type_) {
-        throw Error(layer_where(layer) + ": range supports float32, float64, int32 and int64 (start, delta and "
-                    "output of one type), got " + to_string(type_));
+        throw Error(layer_where(layer) +
+                    ": range supports float32, float64, int32 and int64 (start, delta and "
+                    "output of one type), got " +
+                    to_string(type_));
       }
       return;
     }
@@ -166,20 +168,38 @@ class FillCuda : public Kernel {
     void* y = ctx.outputs[0].data;
     if (range_) {
       switch (type_) {
-        case DataType::kFloat32: run_fill_range<float>(ctx, n_); break;
-        case DataType::kFloat64: run_fill_range<double>(ctx, n_); break;
-        case DataType::kInt32: run_fill_range<int32_t>(ctx, n_); break;
-        case DataType::kInt64: run_fill_range<int64_t>(ctx, n_); break;
-        default: throw Error("Fill range: unsupported type " + std::string(to_string(type_)));
+        case DataType::kFloat32:
+          run_fill_range<float>(ctx, n_);
+          break;
+        case DataType::kFloat64:
+          run_fill_range<double>(ctx, n_);
+          break;
+        case DataType::kInt32:
+          run_fill_range<int32_t>(ctx, n_);
+          break;
+        case DataType::kInt64:
+          run_fill_range<int64_t>(ctx, n_);
+          break;
+        default:
+          throw Error("Fill range: unsupported type " + std::string(to_string(type_)));
       }
       return;
     }
     switch (data_type_size(type_)) {
-      case 1: run_fill_constant<uint8_t>(bits_, y, n_, s); break;
-      case 2: run_fill_constant<uint16_t>(bits_, y, n_, s); break;
-      case 4: run_fill_constant<uint32_t>(bits_, y, n_, s); break;
-      case 8: run_fill_constant<uint64_t>(bits_, y, n_, s); break;
-      default: throw Error("Fill: unsupported element size");
+      case 1:
+        run_fill_constant<uint8_t>(bits_, y, n_, s);
+        break;
+      case 2:
+        run_fill_constant<uint16_t>(bits_, y, n_, s);
+        break;
+      case 4:
+        run_fill_constant<uint32_t>(bits_, y, n_, s);
+        break;
+      case 8:
+        run_fill_constant<uint64_t>(bits_, y, n_, s);
+        break;
+      default:
+        throw Error("Fill: unsupported element size");
     }
   }
 

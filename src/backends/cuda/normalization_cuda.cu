@@ -47,13 +47,13 @@ using oph::map_at;
 using oph::Pack;
 using oph::SmallMap;
 
-constexpr int kWarpBlock = 128;     // threads per block of the warp-per-row kernel
-constexpr int kNormBlock = 256;     // threads per block of the block-per-row and split kernels
+constexpr int kWarpBlock = 128;  // threads per block of the warp-per-row kernel
+constexpr int kNormBlock = 256;  // threads per block of the block-per-row and split kernels
 constexpr int64_t kMaxWarpRow = 1024;
 constexpr int64_t kMaxBlockRow = 8192;
-constexpr int64_t kMinChunk = 4096;     // elements per block of the split stats kernel, at least
-constexpr int64_t kTargetBlocks = 1024; // the split path splits rows until about this many blocks
-constexpr int64_t kColumnGroups = 4096; // generic layouts with this many groups take the column path
+constexpr int64_t kMinChunk = 4096;      // elements per block of the split stats kernel, at least
+constexpr int64_t kTargetBlocks = 1024;  // the split path splits rows until about this many blocks
+constexpr int64_t kColumnGroups = 4096;  // generic layouts with this many groups take the column path
 
 // What the per-group scalar `inv` is.
 enum class StatKind : int { kVar, kMvn, kMeanOnly, kL1, kL2 };
@@ -64,10 +64,14 @@ __host__ __device__ __forceinline__ bool subtracts_mean(StatKind k) { return k !
 __device__ __forceinline__ float finish_inv(StatKind kind, float m2, float n, double eps) {
   const double var = n > 0.0f ? static_cast<double>(m2) / static_cast<double>(n) : 0.0;
   switch (kind) {
-    case StatKind::kVar: return static_cast<float>(1.0 / sqrt(var + eps));
-    case StatKind::kMvn: return static_cast<float>(1.0 / (sqrt(var) + eps));
-    case StatKind::kMeanOnly: return 1.0f;
-    case StatKind::kL1: return m2 == 0.0f ? 0.0f : static_cast<float>(1.0 / static_cast<double>(m2));
+    case StatKind::kVar:
+      return static_cast<float>(1.0 / sqrt(var + eps));
+    case StatKind::kMvn:
+      return static_cast<float>(1.0 / (sqrt(var) + eps));
+    case StatKind::kMeanOnly:
+      return 1.0f;
+    case StatKind::kL1:
+      return m2 == 0.0f ? 0.0f : static_cast<float>(1.0 / static_cast<double>(m2));
     case StatKind::kL2: {
       const double norm = sqrt(static_cast<double>(m2));
       return norm == 0.0 ? 0.0f : static_cast<float>(1.0 / norm);
@@ -225,8 +229,8 @@ using RowLaunch = void (*)(const void*, void*, const RowArgs&, cudaStream_t);
 template <typename T, int kV, int kVecs, int kWidth>
 void launch_warp(const void* x, void* y, const RowArgs& a, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kWarpBlock / kWidth;
-  norm_warp_kernel<T, kV, kVecs, kWidth><<<grid_for(a.rows, kRowsPerBlock), kWarpBlock, 0, stream>>>(
-      static_cast<const T*>(x), static_cast<T*>(y), a);
+  norm_warp_kernel<T, kV, kVecs, kWidth>
+      <<<grid_for(a.rows, kRowsPerBlock), kWarpBlock, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), a);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
@@ -291,8 +295,8 @@ __global__ void __launch_bounds__(kNormBlock) norm_block_kernel(const T* __restr
 
 template <typename T, int kV, int kVecs>
 void launch_block(const void* x, void* y, const RowArgs& a, cudaStream_t stream) {
-  norm_block_kernel<T, kV, kVecs><<<grid_for(a.rows, 1), kNormBlock, 0, stream>>>(static_cast<const T*>(x),
-                                                                                   static_cast<T*>(y), a);
+  norm_block_kernel<T, kV, kVecs>
+      <<<grid_for(a.rows, 1), kNormBlock, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), a);
   KILN_CUDA_CHECK_LAUNCH();
 }
 
@@ -371,8 +375,8 @@ struct SplitArgs {
 // One block per (group, chunk) work item; kV > 1 only for contiguous rows of a multiple of kV
 // elements at a 16-byte aligned x.
 template <typename T, int kV>
-__global__ void __launch_bounds__(kNormBlock) norm_stats_kernel(const T* __restrict__ x, Welford* __restrict__ partial,
-                                                               SplitArgs a) {
+__global__ void __launch_bounds__(kNormBlock)
+    norm_stats_kernel(const T* __restrict__ x, Welford* __restrict__ partial, SplitArgs a) {
   using P = Pack<T, kV>;
   __shared__ Welford shared[32];
   const GroupLayout& L = a.layout;
@@ -554,7 +558,8 @@ class NormalizationCuda : public Kernel {
   void plan_layout(const std::vector<int64_t>& view, const std::vector<bool>& reduced) {
     const int r = static_cast<int>(view.size());
     std::vector<int64_t> vstride(static_cast<size_t>(r), 1);
-    for (int i = r - 2; i >= 0; --i) vstride[static_cast<size_t>(i)] = vstride[static_cast<size_t>(i + 1)] * view[static_cast<size_t>(i + 1)];
+    for (int i = r - 2; i >= 0; --i)
+      vstride[static_cast<size_t>(i)] = vstride[static_cast<size_t>(i + 1)] * view[static_cast<size_t>(i + 1)];
     std::vector<int64_t> kept_ext, kept_str, red_ext, red_str;
     for (int i = 0; i < r; ++i) {
       if (reduced[static_cast<size_t>(i)]) {
@@ -577,8 +582,10 @@ class NormalizationCuda : public Kernel {
     L.contig = true;
     for (int i = 0; i < r; ++i) {
       if (view[static_cast<size_t>(i)] == 1) continue;
-      if (reduced[static_cast<size_t>(i)]) seen_reduced = true;
-      else if (seen_reduced) L.contig = false;
+      if (reduced[static_cast<size_t>(i)])
+        seen_reduced = true;
+      else if (seen_reduced)
+        L.contig = false;
     }
     L.count_div = IndexDiv(L.count);
     if (!L.contig) {
@@ -714,7 +721,8 @@ class NormalizationCuda : public Kernel {
     constexpr int kV = static_cast<int>(16 / sizeof(T));
     const bool vec = layout_.contig && layout_.count % kV == 0 && oph::aligned_to(x, 16) && oph::aligned_to(y, 16);
     switch (path_) {
-      case NormPath::kNone: return;
+      case NormPath::kNone:
+        return;
       case NormPath::kWarp: {
         static constexpr auto kScalar = warp_table<T, 1>(std::make_index_sequence<11>{});
         static constexpr auto kVector = warp_table<T, kV>(std::make_index_sequence<9>{});
@@ -737,9 +745,9 @@ class NormalizationCuda : public Kernel {
                                                  &launch_block<T, kV, 4>, &launch_block<T, kV, 8>};
           kTable[need](x, y, a, stream);
         } else {
-          static constexpr RowLaunch kTable[] = {&launch_block<T, 1, 8>, &launch_block<T, 1, 8>, &launch_block<T, 1, 8>,
-                                                 &launch_block<T, 1, 8>, &launch_block<T, 1, 16>,
-                                                 &launch_block<T, 1, 32>};
+          static constexpr RowLaunch kTable[] = {&launch_block<T, 1, 8>,  &launch_block<T, 1, 8>,
+                                                 &launch_block<T, 1, 8>,  &launch_block<T, 1, 8>,
+                                                 &launch_block<T, 1, 16>, &launch_block<T, 1, 32>};
           kTable[need](x, y, a, stream);
         }
         return;
@@ -752,8 +760,8 @@ class NormalizationCuda : public Kernel {
         a.affine = bound_affine(ctx);
         a.mean_out = optional_output(ctx, 1);
         a.inv_out = optional_output(ctx, 2);
-        norm_column_kernel<T><<<grid_for(layout_.groups), kBlock, 0, stream>>>(static_cast<const T*>(x),
-                                                                               static_cast<T*>(y), a);
+        norm_column_kernel<T>
+            <<<grid_for(layout_.groups), kBlock, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), a);
         KILN_CUDA_CHECK_LAUNCH();
         return;
       }
@@ -763,11 +771,11 @@ class NormalizationCuda : public Kernel {
         const int64_t items = layout_.groups * split_.chunks;
         const bool vx = layout_.contig && layout_.count % kV == 0 && oph::aligned_to(x, 16);
         if (vx) {
-          norm_stats_kernel<T, kV><<<grid_for(items, 1), kNormBlock, 0, stream>>>(static_cast<const T*>(x), partial,
-                                                                                  split_);
+          norm_stats_kernel<T, kV>
+              <<<grid_for(items, 1), kNormBlock, 0, stream>>>(static_cast<const T*>(x), partial, split_);
         } else {
-          norm_stats_kernel<T, 1><<<grid_for(items, 1), kNormBlock, 0, stream>>>(static_cast<const T*>(x), partial,
-                                                                                 split_);
+          norm_stats_kernel<T, 1>
+              <<<grid_for(items, 1), kNormBlock, 0, stream>>>(static_cast<const T*>(x), partial, split_);
         }
         KILN_CUDA_CHECK_LAUNCH();
         FinalArgs f;
@@ -785,11 +793,11 @@ class NormalizationCuda : public Kernel {
         a.total = total_;
         a.affine = bound_affine(ctx);
         if (vec) {
-          norm_apply_kernel<T, kV><<<grid_for(total_ / kV), kBlock, 0, stream>>>(static_cast<const T*>(x),
-                                                                                 static_cast<T*>(y), stats, a);
+          norm_apply_kernel<T, kV>
+              <<<grid_for(total_ / kV), kBlock, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), stats, a);
         } else {
-          norm_apply_kernel<T, 1><<<grid_for(total_), kBlock, 0, stream>>>(static_cast<const T*>(x),
-                                                                           static_cast<T*>(y), stats, a);
+          norm_apply_kernel<T, 1>
+              <<<grid_for(total_), kBlock, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), stats, a);
         }
         KILN_CUDA_CHECK_LAUNCH();
         return;
@@ -845,8 +853,7 @@ class LrnCuda : public Kernel {
  public:
   explicit LrnCuda(const LrnParams& params) : params_(params) {}
 
-  void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&,
-               int) override {
+  void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&, int) override {
     const Dims& d = inputs[0].dims;
     const int64_t size = params_.size;
     a_ = LrnArgs{};
@@ -868,10 +875,10 @@ class LrnCuda : public Kernel {
     const cudaStream_t stream = stream_of(ctx);
     if (ctx.inputs[0].type == DataType::kFloat16) {
       lrn_kernel<__half><<<grid_for(a_.total), kBlock, 0, stream>>>(ctx.inputs[0].as<const __half>(),
-                                                                   ctx.outputs[0].as<__half>(), a_);
+                                                                    ctx.outputs[0].as<__half>(), a_);
     } else {
-      lrn_kernel<float><<<grid_for(a_.total), kBlock, 0, stream>>>(ctx.inputs[0].as<const float>(),
-                                                                  ctx.outputs[0].as<float>(), a_);
+      lrn_kernel<float>
+          <<<grid_for(a_.total), kBlock, 0, stream>>>(ctx.inputs[0].as<const float>(), ctx.outputs[0].as<float>(), a_);
     }
     KILN_CUDA_CHECK_LAUNCH();
   }
@@ -911,11 +918,11 @@ bool lrn_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerNormalization, "cuda", 100, normalization_supports,
-                                 [](const Layer& layer) {
-                                   return std::make_unique<NormalizationCuda>(params_of<NormalizationParams>(layer));
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCUDA, kLayerNormalization, "cuda", 100, normalization_supports,
+    [](const Layer& layer) { return std::make_unique<NormalizationCuda>(params_of<NormalizationParams>(layer)); }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerLRN, "cuda", 100, lrn_supports, [](const Layer& layer) {
+                                   return std::make_unique<LrnCuda>(params_of<LrnParams>(layer));
                                  }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerLRN, "cuda", 100, lrn_supports,
-                                 [](const Layer& layer) { return std::make_unique<LrnCuda>(params_of<LrnParams>(layer)); }});
 
 }  // namespace kiln::cuda

@@ -50,7 +50,8 @@ class BroadcastCopyCuda : public Kernel {
     if (tile_) {
       if (x.rank() != y.rank()) throw Error("Tile (CUDA): input and output ranks differ");
       for (int k = 0; k < x.rank(); ++k) {
-        if (x[k] == 0 || y[k] % x[k] != 0) throw Error("Tile (CUDA): output " + y.to_string() + " is no tiling of " + x.to_string());
+        if (x[k] == 0 || y[k] % x[k] != 0)
+          throw Error("Tile (CUDA): output " + y.to_string() + " is no tiling of " + x.to_string());
         map_.push(y[k] / x[k], 0);
         map_.push(x[k], stride[static_cast<size_t>(k)]);
       }
@@ -61,7 +62,8 @@ class BroadcastCopyCuda : public Kernel {
       for (int k = 0; k < y.rank(); ++k) {
         const int i = k - offset;
         const bool broadcast = i < 0 || x[i] == 1;
-        if (!broadcast && x[i] != y[k]) throw Error("Expand (CUDA): " + x.to_string() + " does not broadcast to " + y.to_string());
+        if (!broadcast && x[i] != y[k])
+          throw Error("Expand (CUDA): " + x.to_string() + " does not broadcast to " + y.to_string());
         map_.push(y[k], broadcast ? 0 : stride[static_cast<size_t>(i)]);
       }
     }
@@ -164,10 +166,14 @@ struct PadBody {
 template <typename Fn>
 void dispatch_mode(PadMode mode, Fn&& fn) {
   switch (mode) {
-    case kPadConstant: return fn(std::integral_constant<int, kPadConstant>{});
-    case kPadReflect: return fn(std::integral_constant<int, kPadReflect>{});
-    case kPadEdge: return fn(std::integral_constant<int, kPadEdge>{});
-    case kPadWrap: return fn(std::integral_constant<int, kPadWrap>{});
+    case kPadConstant:
+      return fn(std::integral_constant<int, kPadConstant>{});
+    case kPadReflect:
+      return fn(std::integral_constant<int, kPadReflect>{});
+    case kPadEdge:
+      return fn(std::integral_constant<int, kPadEdge>{});
+    case kPadWrap:
+      return fn(std::integral_constant<int, kPadWrap>{});
   }
 }
 

@@ -11,10 +11,10 @@
 // contiguous, both kLinear (NCDHW) or both kChannelsLast (NDHWC); no alignment assumptions.
 //
 // Windowed pooling runs one thread per output element (channels-last: channel innermost, so a
-// warp reads neighbouring channels; 16 bytes of channels per thread when C allows), with the valid tap range computed per dim instead of tested
-// per tap and 32-bit index math when the tensors are small enough. Global pooling is a reduction:
-// linear format, a warp (or a whole block for large planes) per (n, c) plane; channels-last, a
-// 32x8 block per (n, 32 channels) with the 8 rows splitting the spatial positions.
+// warp reads neighbouring channels; 16 bytes of channels per thread when C allows), with the valid tap range computed
+// per dim instead of tested per tap and 32-bit index math when the tensors are small enough. Global pooling is a
+// reduction: linear format, a warp (or a whole block for large planes) per (n, c) plane; channels-last, a 32x8 block
+// per (n, 32 channels) with the 8 rows splitting the spatial positions.
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -53,13 +53,21 @@ __device__ __forceinline__ __half store_f<__half>(float v) {
 template <typename T>
 __device__ __forceinline__ float lowest_value();
 template <>
-__device__ __forceinline__ float lowest_value<float>() { return -FLT_MAX; }
+__device__ __forceinline__ float lowest_value<float>() {
+  return -FLT_MAX;
+}
 template <>
-__device__ __forceinline__ float lowest_value<__half>() { return -65504.0f; }
+__device__ __forceinline__ float lowest_value<__half>() {
+  return -65504.0f;
+}
 template <>
-__device__ __forceinline__ float lowest_value<int8_t>() { return -128.0f; }
+__device__ __forceinline__ float lowest_value<int8_t>() {
+  return -128.0f;
+}
 template <>
-__device__ __forceinline__ float lowest_value<uint8_t>() { return 0.0f; }
+__device__ __forceinline__ float lowest_value<uint8_t>() {
+  return 0.0f;
+}
 
 // max that propagates NaN (either operand).
 __device__ __forceinline__ float nan_max(float a, float b) {
@@ -73,8 +81,8 @@ __device__ __forceinline__ float nan_max(float a, float b) {
 // Spatial lists right-aligned in 3 slots (1-D: {1, 1, L}); neutral values in unused slots.
 struct PoolGeometry {
   int64_t count = 0, channels = 0;
-  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1},
-          pad_begin[3] = {0, 0, 0}, pad_end[3] = {0, 0, 0}, dilation[3] = {1, 1, 1};
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1}, kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, pad_begin[3] = {0, 0, 0},
+          pad_end[3] = {0, 0, 0}, dilation[3] = {1, 1, 1};
   bool channels_last = false, count_include_pad = false;
 };
 
@@ -237,7 +245,10 @@ __global__ void global_pool_channels_last_kernel(const T* __restrict__ x, T* __r
 class PoolingCuda : public Kernel {
  public:
   explicit PoolingCuda(const PoolParams& params)
-      : is_max_(params.is_max()), global_(params.global), count_include_pad_(params.count_include_pad), params_(params) {}
+      : is_max_(params.is_max()),
+        global_(params.global),
+        count_include_pad_(params.count_include_pad),
+        params_(params) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {
@@ -284,11 +295,20 @@ class PoolingCuda : public Kernel {
 
   void execute(const KernelContext& ctx) override {
     switch (type_) {
-      case DataType::kFloat32: run<float>(ctx); return;
-      case DataType::kFloat16: run<__half>(ctx); return;
-      case DataType::kInt8: run<int8_t>(ctx); return;
-      case DataType::kUInt8: run<uint8_t>(ctx); return;
-      default: break;
+      case DataType::kFloat32:
+        run<float>(ctx);
+        return;
+      case DataType::kFloat16:
+        run<__half>(ctx);
+        return;
+      case DataType::kInt8:
+        run<int8_t>(ctx);
+        return;
+      case DataType::kUInt8:
+        run<uint8_t>(ctx);
+        return;
+      default:
+        break;
     }
     throw Error(std::string("Pooling (CUDA): unsupported data type ") + to_string(type_));
   }
@@ -315,8 +335,8 @@ class PoolingCuda : public Kernel {
   template <typename T, typename I, bool kMax>
   void launch_window(const T* x, T* y, cudaStream_t stream) {
     constexpr int kVec = 16 / sizeof(T);
-    const bool vectorize = g_.channels_last && g_.channels % kVec == 0 &&
-                           reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
+    const bool vectorize = g_.channels_last && g_.channels % kVec == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                           reinterpret_cast<uintptr_t>(y) % 16 == 0;
     if (vectorize) {
       pool_window_kernel<T, I, kMax, kVec><<<grid_for(g_.count / kVec), kBlock, 0, stream>>>(g_, x, y);
     } else {
@@ -361,9 +381,8 @@ bool supports_pooling_cuda(const Layer& layer, const std::vector<TensorDesc>& in
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerPooling, "cuda", 100, supports_pooling_cuda,
-                                 [](const Layer& layer) {
-                                   return std::make_unique<PoolingCuda>(params_of<PoolParams>(layer));
-                                 }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCUDA, kLayerPooling, "cuda", 100, supports_pooling_cuda,
+    [](const Layer& layer) { return std::make_unique<PoolingCuda>(params_of<PoolParams>(layer)); }});
 
 }  // namespace kiln::cuda

@@ -49,21 +49,27 @@ struct QParams {
   }
   __device__ __forceinline__ double scale_at(int64_t p) const {
     switch (scale_type) {
-      case 0: return static_cast<double>(static_cast<const float*>(scale)[p]);
-      case 1: return static_cast<double>(__half2float(static_cast<const __half*>(scale)[p]));
-      default: return static_cast<const double*>(scale)[p];
+      case 0:
+        return static_cast<double>(static_cast<const float*>(scale)[p]);
+      case 1:
+        return static_cast<double>(__half2float(static_cast<const __half*>(scale)[p]));
+      default:
+        return static_cast<const double*>(scale)[p];
     }
   }
   __device__ __forceinline__ int32_t zp_at(int64_t p) const {
     switch (zp_type) {
-      case 0: return static_cast<const int8_t*>(zp)[p];
-      case 1: return static_cast<const uint8_t*>(zp)[p];
-      case 2: return static_cast<const int32_t*>(zp)[p];
-      default: return 0;
+      case 0:
+        return static_cast<const int8_t*>(zp)[p];
+      case 1:
+        return static_cast<const uint8_t*>(zp)[p];
+      case 2:
+        return static_cast<const int32_t*>(zp)[p];
+      default:
+        return 0;
     }
   }
 };
-
 
 template <typename X, typename Q>
 __global__ void quantize_kernel(const X* __restrict__ x, Q* __restrict__ y, QParams p) {
@@ -93,19 +99,27 @@ __global__ void dequantize_kernel(const Q* __restrict__ x, Y* __restrict__ y, QP
 
 int scale_code(DataType t) {
   switch (t) {
-    case DataType::kFloat32: return 0;
-    case DataType::kFloat16: return 1;
-    case DataType::kFloat64: return 2;
-    default: return -1;
+    case DataType::kFloat32:
+      return 0;
+    case DataType::kFloat16:
+      return 1;
+    case DataType::kFloat64:
+      return 2;
+    default:
+      return -1;
   }
 }
 
 int zp_code(DataType t) {
   switch (t) {
-    case DataType::kInt8: return 0;
-    case DataType::kUInt8: return 1;
-    case DataType::kInt32: return 2;
-    default: return -1;
+    case DataType::kInt8:
+      return 0;
+    case DataType::kUInt8:
+      return 1;
+    case DataType::kInt32:
+      return 2;
+    default:
+      return -1;
   }
 }
 
@@ -177,9 +191,11 @@ class QuantizeCuda : public Kernel {
   template <typename X>
   void quantize_to(const void* x, void* y, const QParams& p, cudaStream_t stream) const {
     if (out_ == DataType::kInt8) {
-      quantize_kernel<X, int8_t><<<grid_for(p.count), kBlock, 0, stream>>>(static_cast<const X*>(x), static_cast<int8_t*>(y), p);
+      quantize_kernel<X, int8_t>
+          <<<grid_for(p.count), kBlock, 0, stream>>>(static_cast<const X*>(x), static_cast<int8_t*>(y), p);
     } else if (out_ == DataType::kUInt8) {
-      quantize_kernel<X, uint8_t><<<grid_for(p.count), kBlock, 0, stream>>>(static_cast<const X*>(x), static_cast<uint8_t*>(y), p);
+      quantize_kernel<X, uint8_t>
+          <<<grid_for(p.count), kBlock, 0, stream>>>(static_cast<const X*>(x), static_cast<uint8_t*>(y), p);
     } else {
       throw Error(std::string("Quantize (CUDA): output type ") + to_string(out_) + " is not int8/uint8");
     }

@@ -40,9 +40,9 @@ namespace {
 
 using namespace reduction;  // NOLINT: this file's own helper header
 
-constexpr int kThreads = 256;        // threads of the strided kernel and the warp-per-row kernel
-constexpr int kRowBlock = 512;       // threads of the block-per-row kernel
-constexpr int64_t kMinRow = 32;      // shorter innermost runs take the strided path
+constexpr int kThreads = 256;    // threads of the strided kernel and the warp-per-row kernel
+constexpr int kRowBlock = 512;   // threads of the block-per-row kernel
+constexpr int64_t kMinRow = 32;  // shorter innermost runs take the strided path
 constexpr int64_t kMaxWarpRow = 1024;
 constexpr int64_t kMinChunk = 8192;  // elements per block when long rows are split
 constexpr size_t kStateBytes = 8;    // the largest State (int64 or MaxSum): workspace per partial
@@ -80,11 +80,15 @@ struct Reducer {
     if constexpr (kLse) {
       return max_sum_init();
     } else if constexpr (kOp == ReduceOp::kMax) {
-      if constexpr (std::is_integral_v<Acc>) return std::numeric_limits<Acc>::lowest();
-      else return -INFINITY;
+      if constexpr (std::is_integral_v<Acc>)
+        return std::numeric_limits<Acc>::lowest();
+      else
+        return -INFINITY;
     } else if constexpr (kOp == ReduceOp::kMin) {
-      if constexpr (std::is_integral_v<Acc>) return std::numeric_limits<Acc>::max();
-      else return INFINITY;
+      if constexpr (std::is_integral_v<Acc>)
+        return std::numeric_limits<Acc>::max();
+      else
+        return INFINITY;
     } else if constexpr (kOp == ReduceOp::kProd) {
       return Acc(1);
     } else {
@@ -97,9 +101,12 @@ struct Reducer {
       return max_sum_push<T>(s, to_float(raw));
     } else {
       const Acc v = load_acc(raw);
-      if constexpr (kOp == ReduceOp::kL1) return s + (v < Acc(0) ? -v : v);
-      else if constexpr (kOp == ReduceOp::kL2 || kOp == ReduceOp::kSumSquare) return s + v * v;
-      else return merge(s, v);
+      if constexpr (kOp == ReduceOp::kL1)
+        return s + (v < Acc(0) ? -v : v);
+      else if constexpr (kOp == ReduceOp::kL2 || kOp == ReduceOp::kSumSquare)
+        return s + v * v;
+      else
+        return merge(s, v);
     }
   }
 
@@ -157,8 +164,8 @@ struct RowsArgs {
 };
 
 template <ReduceOp kOp, typename T>
-__device__ __forceinline__ typename Reducer<kOp, T>::State fold_range(const T* x, int64_t begin, int64_t end,
-                                                                      int first, int step, bool vec) {
+__device__ __forceinline__ typename Reducer<kOp, T>::State fold_range(const T* x, int64_t begin, int64_t end, int first,
+                                                                      int step, bool vec) {
   using R = Reducer<kOp, T>;
   typename R::State s = R::init();
   if (vec) {
@@ -240,8 +247,7 @@ void launch_rows(const RowsArgs& a, cudaStream_t stream) {
   }
   KILN_CUDA_CHECK_LAUNCH();
   if (a.chunks > 1) {
-    reduce_partials_kernel<kOp, T><<<grid_for(a.rows), kBlock, 0, stream>>>(a.partial, a.y, a.rows, a.chunks,
-                                                                             a.length);
+    reduce_partials_kernel<kOp, T><<<grid_for(a.rows), kBlock, 0, stream>>>(a.partial, a.y, a.rows, a.chunks, a.length);
     KILN_CUDA_CHECK_LAUNCH();
   }
 }
@@ -360,8 +366,8 @@ class ReduceCuda : public Kernel {
   void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&, int) override {
     const auto it = launchers().find(LauncherKey{inputs[0].type, params_.op});
     if (it == launchers().end()) {
-      throw Error("Reduce layer '" + name_ + "' (CUDA): op " + to_string(params_.op) + " on " + to_string(inputs[0].type) +
-                  " is not supported");
+      throw Error("Reduce layer '" + name_ + "' (CUDA): op " + to_string(params_.op) + " on " +
+                  to_string(inputs[0].type) + " is not supported");
     }
     launch_ = it->second;
     const Dims& d = inputs[0].dims;
@@ -475,7 +481,8 @@ bool reduce_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) 
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerReduce, "cuda", 10, reduce_supports,
-                                 [](const Layer& layer) { return std::make_unique<ReduceCuda>(layer, params_of<ReduceParams>(layer)); }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerReduce, "cuda", 10, reduce_supports, [](const Layer& layer) {
+                                   return std::make_unique<ReduceCuda>(layer, params_of<ReduceParams>(layer));
+                                 }});
 
 }  // namespace kiln::cuda

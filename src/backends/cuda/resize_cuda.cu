@@ -50,28 +50,34 @@ using cuda::sub_rn;
 // x_original of output index j (resize_cpu.cpp's coord_modes and source_coord). `resized_len` is
 // in * scale (double, possibly fractional) when `scales` was given, else the output extent:
 // align_corners and pytorch_half_pixel use it, not the output extent (ONNX's reference).
-__host__ __device__ __forceinline__ float source_coord(ResizeCoordMode mode, int64_t j, float s, float out_len, float in_len,
-                                                       double resized_len) {
+__host__ __device__ __forceinline__ float source_coord(ResizeCoordMode mode, int64_t j, float s, float out_len,
+                                                       float in_len, double resized_len) {
   const float x = static_cast<float>(j);
   if (s == 1.0f) return x;
   switch (mode) {
-    case ResizeCoordMode::kHalfPixel: return sub_rn(div_rn(add_rn(x, 0.5f), s), 0.5f);
+    case ResizeCoordMode::kHalfPixel:
+      return sub_rn(div_rn(add_rn(x, 0.5f), s), 0.5f);
     case ResizeCoordMode::kHalfPixelSymmetric: {
       const float adjustment = div_rn(out_len, mul_rn(s, in_len));
       const float center = div_rn(in_len, 2.0f);
       const float offset = mul_rn(center, sub_rn(1.0f, adjustment));
       // offset + (x + 0.5) / s - 0.5 in double, as ONNX Runtime.
-      return static_cast<float>(
-          add_rn(add_rn(static_cast<double>(offset), div_rn(add_rn(static_cast<double>(x), 0.5), static_cast<double>(s))), -0.5));
+      return static_cast<float>(add_rn(
+          add_rn(static_cast<double>(offset), div_rn(add_rn(static_cast<double>(x), 0.5), static_cast<double>(s))),
+          -0.5));
     }
-    case ResizeCoordMode::kPytorchHalfPixel: return resized_len > 1 ? sub_rn(div_rn(add_rn(x, 0.5f), s), 0.5f) : 0.0f;
+    case ResizeCoordMode::kPytorchHalfPixel:
+      return resized_len > 1 ? sub_rn(div_rn(add_rn(x, 0.5f), s), 0.5f) : 0.0f;
     case ResizeCoordMode::kAlignCorners:
       // x * (in - 1.0) / (resized - 1.0) in double, as the CPU reference.
-      return resized_len == 1 ? 0.0f
-                              : static_cast<float>(div_rn(mul_rn(static_cast<double>(x), sub_rn(static_cast<double>(in_len), 1.0)),
-                                                         sub_rn(resized_len, 1.0)));
-    case ResizeCoordMode::kAsymmetric: return div_rn(x, s);
-    default: return div_rn(add_rn(x, 0.5f), s);  // tf_half_pixel_for_nn
+      return resized_len == 1
+                 ? 0.0f
+                 : static_cast<float>(div_rn(mul_rn(static_cast<double>(x), sub_rn(static_cast<double>(in_len), 1.0)),
+                                             sub_rn(resized_len, 1.0)));
+    case ResizeCoordMode::kAsymmetric:
+      return div_rn(x, s);
+    default:
+      return div_rn(add_rn(x, 0.5f), s);  // tf_half_pixel_for_nn
   }
 }
 
@@ -81,9 +87,12 @@ __host__ __device__ __forceinline__ int64_t nearest_round(ResizeNearestMode mode
       const float f = floorf(x);
       return static_cast<int64_t>(sub_rn(x, f) == 0.5f ? f : roundf(x));
     }
-    case ResizeNearestMode::kRoundPreferCeil: return static_cast<int64_t>(roundf(x));
-    case ResizeNearestMode::kFloor: return static_cast<int64_t>(floorf(x));
-    default: return static_cast<int64_t>(ceilf(x));
+    case ResizeNearestMode::kRoundPreferCeil:
+      return static_cast<int64_t>(roundf(x));
+    case ResizeNearestMode::kFloor:
+      return static_cast<int64_t>(floorf(x));
+    default:
+      return static_cast<int64_t>(ceilf(x));
   }
 }
 
@@ -474,8 +483,7 @@ class ResizeCuda : public Kernel {
     const int rank = static_cast<int>(geo_.out.size());
     // Groups of 4 along a passthrough innermost axis (unrolled kernels only: fewer than 2^31 groups).
     const int64_t v = geo_.inner_passthrough && geo_.out.back() % 4 == 0 && geo_.count < cuda::kFast32Limit &&
-                              geo_.active.size() <= 3 &&
-                              cuda::vector_bytes(elem_, {}, {src, dst}) >= 4 * elem_
+                              geo_.active.size() <= 3 && cuda::vector_bytes(elem_, {}, {src, dst}) >= 4 * elem_
                           ? 4
                           : 1;
     enqueue_tables(workspace, 1, stream);
@@ -547,7 +555,8 @@ bool supports_resize(const Layer& layer, const std::vector<TensorDesc>& inputs) 
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerResize, "cuda", 10, supports_resize,
-                                 [](const Layer& layer) { return std::make_unique<ResizeCuda>(params_of<ResizeParams>(layer)); }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerResize, "cuda", 10, supports_resize, [](const Layer& layer) {
+                                   return std::make_unique<ResizeCuda>(params_of<ResizeParams>(layer));
+                                 }});
 
 }  // namespace kiln

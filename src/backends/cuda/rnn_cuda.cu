@@ -46,15 +46,30 @@ enum class Cell : int { kRnn, kGru, kLstm };
 
 // The activations of rnn_cpu.cpp's table, in the same formulas.
 enum class RnnAct : int {
-  kRelu, kTanh, kSigmoid, kAffine, kLeakyRelu, kThresholdedRelu, kScaledTanh, kHardSigmoid, kElu, kSoftsign, kSoftplus,
+  kRelu,
+  kTanh,
+  kSigmoid,
+  kAffine,
+  kLeakyRelu,
+  kThresholdedRelu,
+  kScaledTanh,
+  kHardSigmoid,
+  kElu,
+  kSoftsign,
+  kSoftplus,
 };
 
 constexpr std::pair<const char*, RnnAct> kActNames[] = {
-    {"relu", RnnAct::kRelu},       {"tanh", RnnAct::kTanh},
-    {"sigmoid", RnnAct::kSigmoid}, {"affine", RnnAct::kAffine},
-    {"leaky_relu", RnnAct::kLeakyRelu}, {"thresholded_relu", RnnAct::kThresholdedRelu},
-    {"scaled_tanh", RnnAct::kScaledTanh}, {"hard_sigmoid", RnnAct::kHardSigmoid},
-    {"elu", RnnAct::kElu},         {"softsign", RnnAct::kSoftsign},
+    {"relu", RnnAct::kRelu},
+    {"tanh", RnnAct::kTanh},
+    {"sigmoid", RnnAct::kSigmoid},
+    {"affine", RnnAct::kAffine},
+    {"leaky_relu", RnnAct::kLeakyRelu},
+    {"thresholded_relu", RnnAct::kThresholdedRelu},
+    {"scaled_tanh", RnnAct::kScaledTanh},
+    {"hard_sigmoid", RnnAct::kHardSigmoid},
+    {"elu", RnnAct::kElu},
+    {"softsign", RnnAct::kSoftsign},
     {"softplus", RnnAct::kSoftplus},
 };
 
@@ -86,21 +101,31 @@ template <typename C>
 __device__ C apply_act(const DevAct<C>& a, C x) {
   const C one = C(1), zero = C(0);
   switch (a.kind) {
-    case RnnAct::kRelu: return x > zero ? x : zero;
-    case RnnAct::kTanh: return m_tanh(x);
-    case RnnAct::kSigmoid: return m_div(one, one + m_exp(-x));
-    case RnnAct::kAffine: return a.alpha * x + a.beta;
-    case RnnAct::kLeakyRelu: return x >= zero ? x : a.alpha * x;
-    case RnnAct::kThresholdedRelu: return x > a.alpha ? x : zero;
-    case RnnAct::kScaledTanh: return a.alpha * m_tanh(a.beta * x);
+    case RnnAct::kRelu:
+      return x > zero ? x : zero;
+    case RnnAct::kTanh:
+      return m_tanh(x);
+    case RnnAct::kSigmoid:
+      return m_div(one, one + m_exp(-x));
+    case RnnAct::kAffine:
+      return a.alpha * x + a.beta;
+    case RnnAct::kLeakyRelu:
+      return x >= zero ? x : a.alpha * x;
+    case RnnAct::kThresholdedRelu:
+      return x > a.alpha ? x : zero;
+    case RnnAct::kScaledTanh:
+      return a.alpha * m_tanh(a.beta * x);
     case RnnAct::kHardSigmoid: {  // std::max(0, std::min(1, v)), NaN handling included
       const C v = a.alpha * x + a.beta;
       const C lo = v < one ? v : one;
       return zero < lo ? lo : zero;
     }
-    case RnnAct::kElu: return x >= zero ? x : a.alpha * (m_exp(x) - one);
-    case RnnAct::kSoftsign: return m_div(x, one + m_abs(x));
-    case RnnAct::kSoftplus: return m_log1p(m_exp(x));
+    case RnnAct::kElu:
+      return x >= zero ? x : a.alpha * (m_exp(x) - one);
+    case RnnAct::kSoftsign:
+      return m_div(x, one + m_abs(x));
+    case RnnAct::kSoftplus:
+      return m_log1p(m_exp(x));
   }
   return x;
 }
@@ -109,13 +134,26 @@ __device__ __forceinline__ float load_c(float v, float) { return v; }
 __device__ __forceinline__ float load_c(__half v, float) { return __half2float(v); }
 __device__ __forceinline__ double load_c(double v, double) { return v; }
 template <typename C, typename T>
-__device__ __forceinline__ C ld(const T& v) { return load_c(v, C(0)); }
+__device__ __forceinline__ C ld(const T& v) {
+  return load_c(v, C(0));
+}
 
-template <typename T> __device__ __forceinline__ T st(float v);
-template <> __device__ __forceinline__ float st<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half st<__half>(float v) { return __float2half_rn(v); }
-template <typename T> __device__ __forceinline__ T st(double v);
-template <> __device__ __forceinline__ double st<double>(double v) { return v; }
+template <typename T>
+__device__ __forceinline__ T st(float v);
+template <>
+__device__ __forceinline__ float st<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half st<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <typename T>
+__device__ __forceinline__ T st(double v);
+template <>
+__device__ __forceinline__ double st<double>(double v) {
+  return v;
+}
 
 // ---- parameters --------------------------------------------------------------------------------
 
@@ -124,19 +162,19 @@ struct RnnParams {
   const T* x = nullptr;
   const T* w = nullptr;
   const T* r = nullptr;
-  const T* b = nullptr;      // null: zero biases
+  const T* b = nullptr;        // null: zero biases
   const void* lens = nullptr;  // null: every sequence is seq long
   bool lens64 = false;
   const T* h0 = nullptr;
   const T* c0 = nullptr;
-  const T* p = nullptr;      // null: zero peepholes
+  const T* p = nullptr;  // null: zero peepholes
   T* y = nullptr;
   T* yh = nullptr;
   T* yc = nullptr;
-  C* h_in = nullptr;         // state before the step, [dirs][batch][hidden]
-  C* h_out = nullptr;        // state after the step
-  C* c = nullptr;            // lstm cell state (in place)
-  C* rh = nullptr;           // gru: r . h of the step
+  C* h_in = nullptr;   // state before the step, [dirs][batch][hidden]
+  C* h_out = nullptr;  // state after the step
+  C* c = nullptr;      // lstm cell state (in place)
+  C* rh = nullptr;     // gru: r . h of the step
   int32_t* error = nullptr;
   int64_t seq = 0, batch = 0, input = 0, hidden = 0;
   int dirs = 1, gates = 1, acts_per_dir = 1;
@@ -372,17 +410,19 @@ class RnnCuda : public Kernel {
     if (state_ == 0) return;  // no batch entries: every output is empty
     if (!ctx.workspace || ctx.workspace_size < workspace_) fail("missing workspace");
     switch (type_) {
-      case DataType::kFloat32: return run<float, float>(ctx);
-      case DataType::kFloat16: return run<__half, float>(ctx);
-      case DataType::kFloat64: return run<double, double>(ctx);
-      default: fail(std::string("unsupported data type ") + to_string(type_));
+      case DataType::kFloat32:
+        return run<float, float>(ctx);
+      case DataType::kFloat16:
+        return run<__half, float>(ctx);
+      case DataType::kFloat64:
+        return run<double, double>(ctx);
+      default:
+        fail(std::string("unsupported data type ") + to_string(type_));
     }
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw Error("RNN layer '" + name_ + "' (CUDA): " + what);
-  }
+  [[noreturn]] void fail(const std::string& what) const { throw Error("RNN layer '" + name_ + "' (CUDA): " + what); }
 
   template <typename T, typename C>
   void run(const KernelContext& ctx) const {

@@ -12,18 +12,22 @@
 
 namespace kiln::cuda {
 
-template <typename T> struct Elem;
-template <> struct Elem<float> {
+template <typename T>
+struct Elem;
+template <>
+struct Elem<float> {
   using C = float;
   __device__ static float load(float v) { return v; }
   __device__ static float store(float v) { return v; }
 };
-template <> struct Elem<__half> {
+template <>
+struct Elem<__half> {
   using C = float;
   __device__ static float load(__half v) { return __half2float(v); }
   __device__ static __half store(float v) { return __float2half_rn(v); }
 };
-template <> struct Elem<double> {
+template <>
+struct Elem<double> {
   using C = double;
   __device__ static double load(double v) { return v; }
   __device__ static double store(double v) { return v; }

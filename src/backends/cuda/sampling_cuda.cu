@@ -37,7 +37,9 @@ namespace {
 
 // Element types and IEEE-rounded arithmetic: rounded_math_cuda.cuh.
 
-__device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (hi < v ? hi : v); }
+__device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
+  return v < lo ? lo : (hi < v ? hi : v);
+}
 
 // ---- GridSample ----------------------------------------------------------------------------------
 
@@ -109,7 +111,8 @@ __global__ void grid_sample_kernel(const T* __restrict__ x, const T* __restrict_
       const int64_t extent = p.size[d];
       const C n_d = static_cast<C>(extent);
       const C v = Elem<T>::load(gp[p.k - 1 - d]);  // the grid lists x (the last axis) first
-      C c = p.align ? mul_rn(div_rn(add_rn(v, C(1)), C(2)), sub_rn(n_d, C(1))) : div_rn(sub_rn(mul_rn(add_rn(v, C(1)), n_d), C(1)), C(2));
+      C c = p.align ? mul_rn(div_rn(add_rn(v, C(1)), C(2)), sub_rn(n_d, C(1)))
+                    : div_rn(sub_rn(mul_rn(add_rn(v, C(1)), n_d), C(1)), C(2));
       if (p.interp == kInterpNearest) c = round_even(c);
       const C lo = p.align ? C(0) : C(-0.5);
       const C hi = p.align ? sub_rn(n_d, C(1)) : sub_rn(n_d, C(0.5));
@@ -177,7 +180,7 @@ class GridSampleCuda : public Kernel {
     if (p_.k < 1 || p_.k > kMaxGridAxes) throw Error("GridSample (CUDA): input rank " + std::to_string(x.rank()));
     p_.interp = params_.mode == GridSampleMode::kNearest ? kInterpNearest
                 : params_.mode == GridSampleMode::kCubic ? kInterpCubic
-                                                          : kInterpLinear;
+                                                         : kInterpLinear;
     p_.padding = params_.padding == GridSamplePadding::kBorder       ? kPadBorder
                  : params_.padding == GridSamplePadding::kReflection ? kPadReflection
                                                                      : kPadZeros;
@@ -208,9 +211,8 @@ class GridSampleCuda : public Kernel {
  private:
   template <typename T>
   void launch(const KernelContext& ctx, cudaStream_t stream) const {
-    grid_sample_kernel<T><<<grid_for(p_.count), kBlock, 0, stream>>>(ctx.inputs[0].as<const T>(),
-                                                                     ctx.inputs[1].as<const T>(),
-                                                                     ctx.outputs[0].as<T>(), p_);
+    grid_sample_kernel<T><<<grid_for(p_.count), kBlock, 0, stream>>>(
+        ctx.inputs[0].as<const T>(), ctx.inputs[1].as<const T>(), ctx.outputs[0].as<T>(), p_);
     KILN_CUDA_CHECK_LAUNCH();
   }
 
@@ -219,7 +221,9 @@ class GridSampleCuda : public Kernel {
   DataType type_ = DataType::kFloat32;
 };
 
-bool sampling_float(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat16 || t == DataType::kFloat64; }
+bool sampling_float(DataType t) {
+  return t == DataType::kFloat32 || t == DataType::kFloat16 || t == DataType::kFloat64;
+}
 
 bool linear_io(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (layer.num_outputs() < 1 || !layer.output(0) || layer.output(0)->format() != TensorFormat::kLinear) return false;
@@ -247,8 +251,8 @@ struct RoiArgs {
 };
 
 template <typename T>
-__global__ void roi_align_kernel(const T* __restrict__ x, const T* __restrict__ rois, const void* __restrict__ batch_idx,
-                                 T* __restrict__ y, RoiArgs p) {
+__global__ void roi_align_kernel(const T* __restrict__ x, const T* __restrict__ rois,
+                                 const void* __restrict__ batch_idx, T* __restrict__ y, RoiArgs p) {
   using C = typename Elem<T>::C;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < p.count; e += step) {
@@ -286,9 +290,11 @@ __global__ void roi_align_kernel(const T* __restrict__ x, const T* __restrict__ 
     bool first = true;
     for (int64_t iy = 0; iy < grid_h; ++iy) {
       // y1 + ph * bin_h + (iy + 0.5) * bin_h / grid_h, in the reference's order.
-      const C yy = add_rn(add_rn(y1, mul_rn(static_cast<C>(ph), bin_h)), div_rn(mul_rn(add_rn(static_cast<C>(iy), C(0.5)), bin_h), gh));
+      const C yy = add_rn(add_rn(y1, mul_rn(static_cast<C>(ph), bin_h)),
+                          div_rn(mul_rn(add_rn(static_cast<C>(iy), C(0.5)), bin_h), gh));
       for (int64_t ix = 0; ix < grid_w; ++ix) {
-        C xx = add_rn(add_rn(x1, mul_rn(static_cast<C>(pw), bin_w)), div_rn(mul_rn(add_rn(static_cast<C>(ix), C(0.5)), bin_w), gw));
+        C xx = add_rn(add_rn(x1, mul_rn(static_cast<C>(pw), bin_w)),
+                      div_rn(mul_rn(add_rn(static_cast<C>(ix), C(0.5)), bin_w), gw));
         C yv = yy;
         int64_t pos[4] = {0, 0, 0, 0};
         C w[4] = {0, 0, 0, 0};
@@ -383,9 +389,8 @@ class RoiAlignCuda : public Kernel {
  private:
   template <typename T>
   void launch(const KernelContext& ctx, cudaStream_t stream) const {
-    roi_align_kernel<T><<<grid_for(p_.count), kBlock, 0, stream>>>(ctx.inputs[0].as<const T>(),
-                                                                   ctx.inputs[1].as<const T>(), ctx.inputs[2].data,
-                                                                   ctx.outputs[0].as<T>(), p_);
+    roi_align_kernel<T><<<grid_for(p_.count), kBlock, 0, stream>>>(
+        ctx.inputs[0].as<const T>(), ctx.inputs[1].as<const T>(), ctx.inputs[2].data, ctx.outputs[0].as<T>(), p_);
     KILN_CUDA_CHECK_LAUNCH();
   }
 
@@ -403,9 +408,11 @@ bool roi_align_supports(const Layer& layer, const std::vector<TensorDesc>& input
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerGridSample, "cuda", 100, grid_sample_supports,
-                                 [](const Layer& layer) { return std::make_unique<GridSampleCuda>(params_of<GridSampleParams>(layer)); }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerRoiAlign, "cuda", 100, roi_align_supports,
-                                 [](const Layer& layer) { return std::make_unique<RoiAlignCuda>(params_of<RoiAlignParams>(layer)); }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCUDA, kLayerGridSample, "cuda", 100, grid_sample_supports,
+    [](const Layer& layer) { return std::make_unique<GridSampleCuda>(params_of<GridSampleParams>(layer)); }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCUDA, kLayerRoiAlign, "cuda", 100, roi_align_supports,
+    [](const Layer& layer) { return std::make_unique<RoiAlignCuda>(params_of<RoiAlignParams>(layer)); }});
 
 }  // namespace kiln::cuda

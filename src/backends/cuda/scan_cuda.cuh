@@ -20,15 +20,30 @@ namespace kiln::cuda {
 template <typename Fn>
 void dispatch_data_dependent_type(DataType t, const char* what, Fn&& fn) {
   switch (t) {
-    case DataType::kFloat32: fn(float{}); break;
-    case DataType::kFloat16: fn(__half{}); break;
-    case DataType::kFloat64: fn(double{}); break;
-    case DataType::kInt32: fn(int32_t{}); break;
-    case DataType::kInt64: fn(int64_t{}); break;
-    case DataType::kInt8: fn(int8_t{}); break;
+    case DataType::kFloat32:
+      fn(float{});
+      break;
+    case DataType::kFloat16:
+      fn(__half{});
+      break;
+    case DataType::kFloat64:
+      fn(double{});
+      break;
+    case DataType::kInt32:
+      fn(int32_t{});
+      break;
+    case DataType::kInt64:
+      fn(int64_t{});
+      break;
+    case DataType::kInt8:
+      fn(int8_t{});
+      break;
     case DataType::kUInt8:
-    case DataType::kBool: fn(uint8_t{}); break;
-    default: throw Error(std::string(what) + ": unsupported data type " + to_string(t));
+    case DataType::kBool:
+      fn(uint8_t{});
+      break;
+    default:
+      throw Error(std::string(what) + ": unsupported data type " + to_string(t));
   }
 }
 
@@ -37,8 +52,8 @@ constexpr int kScanBlock = 256;
 // v[0..count) -> exclusive prefix sums in place; the sum into *total. A template so that every
 // translation unit that launches it has its own instance (no relocatable device code needed).
 template <int Block = kScanBlock>
-__global__ void __launch_bounds__(Block) exclusive_scan_one_block_kernel(int64_t* __restrict__ v, int64_t count,
-                                                                       int64_t* __restrict__ total) {
+__global__ void __launch_bounds__(Block)
+    exclusive_scan_one_block_kernel(int64_t* __restrict__ v, int64_t count, int64_t* __restrict__ total) {
   __shared__ int64_t carry;
   __shared__ int64_t sums[Block];
   if (threadIdx.x == 0) carry = 0;

@@ -42,9 +42,9 @@
 namespace kiln::cuda {
 namespace {
 
-constexpr int64_t kSerialMinGroups = 256;   // float add/mul: serial with at least this many groups,
-constexpr int64_t kSerialShortChain = 64;   // or with chains this short
-constexpr int64_t kNoneSerialGroups = 4096; // reduction none, elements mode: serial above this
+constexpr int64_t kSerialMinGroups = 256;    // float add/mul: serial with at least this many groups,
+constexpr int64_t kSerialShortChain = 64;    // or with chains this short
+constexpr int64_t kNoneSerialGroups = 4096;  // reduction none, elements mode: serial above this
 
 using Reduction = ScatterReduction;
 
@@ -56,22 +56,32 @@ __device__ __forceinline__ T combine(T dst, T src, Reduction r) {
   if constexpr (std::is_same_v<T, __half>) {
     const float d = __half2float(dst), s = __half2float(src);
     switch (r) {
-      case Reduction::kNone: return src;
-      case Reduction::kAdd: return __float2half_rn(d + s);
-      case Reduction::kMul: return __float2half_rn(d * s);
-      case Reduction::kMax: return s > d ? src : dst;
-      case Reduction::kMin: return s < d ? src : dst;
+      case Reduction::kNone:
+        return src;
+      case Reduction::kAdd:
+        return __float2half_rn(d + s);
+      case Reduction::kMul:
+        return __float2half_rn(d * s);
+      case Reduction::kMax:
+        return s > d ? src : dst;
+      case Reduction::kMin:
+        return s < d ? src : dst;
     }
     return dst;
   } else if constexpr (std::is_same_v<T, bool>) {
     return r == Reduction::kNone ? src : dst;
   } else {
     switch (r) {
-      case Reduction::kNone: return src;
-      case Reduction::kAdd: return static_cast<T>(dst + src);
-      case Reduction::kMul: return static_cast<T>(dst * src);
-      case Reduction::kMax: return src > dst ? src : dst;
-      case Reduction::kMin: return src < dst ? src : dst;
+      case Reduction::kNone:
+        return src;
+      case Reduction::kAdd:
+        return static_cast<T>(dst + src);
+      case Reduction::kMul:
+        return static_cast<T>(dst * src);
+      case Reduction::kMax:
+        return src > dst ? src : dst;
+      case Reduction::kMin:
+        return src < dst ? src : dst;
     }
     return dst;
   }
@@ -258,9 +268,7 @@ __global__ void scatter_serial_kernel(const T* __restrict__ updates, T* __restri
 
 enum class ScatterPath { kOwner, kSerial, kAtomic };
 
-bool is_float(DataType t) {
-  return t == DataType::kFloat32 || t == DataType::kFloat16 || t == DataType::kFloat64;
-}
+bool is_float(DataType t) { return t == DataType::kFloat32 || t == DataType::kFloat16 || t == DataType::kFloat64; }
 
 // The reference's types (cuda::NumericTypes and bool; not int16, uint16, uint32, uint64).
 using ScatterTypes = TypeList<DataType::kFloat32, DataType::kFloat16, DataType::kFloat64, DataType::kInt32,
@@ -285,7 +293,8 @@ class ScatterCuda : public Kernel {
     const std::string where = "Scatter layer '" + layer.name() + "': ";
     const int rank = data.rank();
     std::vector<int64_t> dstride(static_cast<size_t>(rank), 1);
-    for (int i = rank - 2; i >= 0; --i) dstride[static_cast<size_t>(i)] = dstride[static_cast<size_t>(i + 1)] * data[i + 1];
+    for (int i = rank - 2; i >= 0; --i)
+      dstride[static_cast<size_t>(i)] = dstride[static_cast<size_t>(i + 1)] * data[i + 1];
     a_ = ScatterArgs{};
     a_.nd = nd_;
     a_.idx64 = inputs[1].type == DataType::kInt64;
@@ -310,8 +319,8 @@ class ScatterCuda : public Kernel {
       std::vector<int64_t> ext, str;
       for (int i = 0; i < rank; ++i) {
         if (i != axis && upd[i] > data[i]) {
-          throw Error(where + "updates dims " + upd.to_string() + " exceed data dims " + data.to_string() + " at axis " +
-                      std::to_string(i));
+          throw Error(where + "updates dims " + upd.to_string() + " exceed data dims " + data.to_string() +
+                      " at axis " + std::to_string(i));
         }
         ext.push_back(upd[i]);
         str.push_back(i == axis ? 0 : dstride[static_cast<size_t>(i)]);
@@ -354,8 +363,8 @@ class ScatterCuda : public Kernel {
     const TensorView& y = ctx.outputs[0];
     const size_t es = data_type_size(data.type);
     if (data_count_ > 0 && y.data != data.data) {
-      KILN_CUDA_CHECK(cudaMemcpyAsync(y.data, data.data, static_cast<size_t>(data_count_) * es,
-                                      cudaMemcpyDeviceToDevice, stream));
+      KILN_CUDA_CHECK(
+          cudaMemcpyAsync(y.data, data.data, static_cast<size_t>(data_count_) * es, cudaMemcpyDeviceToDevice, stream));
     }
     if (a_.updates == 0 || data_count_ == 0) return;
     ScatterArgs a = a_;
@@ -403,8 +412,8 @@ class ScatterCuda : public Kernel {
     KILN_CUDA_CHECK_LAUNCH();
     dispatch_bytes(es, "Scatter", [&](auto tag) {
       using W = typename decltype(tag)::type;
-      scatter_owned_write_kernel<W, O><<<grid_for(a.updates), kBlock, 0, stream>>>(static_cast<const W*>(upd), owner,
-                                                                                   static_cast<W*>(y), a);
+      scatter_owned_write_kernel<W, O>
+          <<<grid_for(a.updates), kBlock, 0, stream>>>(static_cast<const W*>(upd), owner, static_cast<W*>(y), a);
       KILN_CUDA_CHECK_LAUNCH();
     });
   }
@@ -454,7 +463,8 @@ bool scatter_supports(const Layer& layer, const std::vector<TensorDesc>& inputs)
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerScatter, "cuda", 100, scatter_supports,
-                                 [](const Layer& layer) { return std::make_unique<ScatterCuda>(params_of<ScatterParams>(layer)); }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCUDA, kLayerScatter, "cuda", 100, scatter_supports,
+    [](const Layer& layer) { return std::make_unique<ScatterCuda>(params_of<ScatterParams>(layer)); }});
 
 }  // namespace kiln::cuda

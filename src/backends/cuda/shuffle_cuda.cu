@@ -55,9 +55,7 @@ class ShuffleCuda : public Kernel {
     first_plan_ = cuda::plan_transpose(x.to_vector(), p1);
     second_plan_ = cuda::plan_transpose(reshaped, p2);
     elem_ = data_type_size(inputs[0].type);
-    workspace_ = first_plan_.moves_data() && second_plan_.moves_data()
-                     ? static_cast<size_t>(y.volume()) * elem_
-                     : 0;
+    workspace_ = first_plan_.moves_data() && second_plan_.moves_data() ? static_cast<size_t>(y.volume()) * elem_ : 0;
   }
 
   size_t workspace_size() const override { return workspace_; }
@@ -69,8 +67,10 @@ class ShuffleCuda : public Kernel {
     const cudaStream_t stream = cuda::stream_of(ctx);
     // The memory of x, of the first transpose's result and of the reshaped tensor is the same
     // sequence, so a transpose that moves nothing simply disappears.
-    if (!second_plan_.moves_data()) return cuda::transpose(first_plan_, elem_, x.data, y.data, stream, kind_, "Shuffle");
-    if (!first_plan_.moves_data()) return cuda::transpose(second_plan_, elem_, x.data, y.data, stream, kind_, "Shuffle");
+    if (!second_plan_.moves_data())
+      return cuda::transpose(first_plan_, elem_, x.data, y.data, stream, kind_, "Shuffle");
+    if (!first_plan_.moves_data())
+      return cuda::transpose(second_plan_, elem_, x.data, y.data, stream, kind_, "Shuffle");
     if (!ctx.workspace || ctx.workspace_size < workspace_) {
       throw Error("Shuffle (CUDA): needs a workspace of " + std::to_string(workspace_) + " bytes");
     }

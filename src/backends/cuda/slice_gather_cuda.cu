@@ -297,9 +297,12 @@ class GatherCuda : public Kernel {
     };
     by_index_type([&](auto* indices) {
       switch (mode_) {
-        case GatherMode::kDefault: return run_default(data.data, indices, y.data, error, stream);
-        case GatherMode::kElements: return run_elements(data.data, indices, y.data, error, stream);
-        case GatherMode::kNd: return run_nd(data.data, indices, y.data, error, stream);
+        case GatherMode::kDefault:
+          return run_default(data.data, indices, y.data, error, stream);
+        case GatherMode::kElements:
+          return run_elements(data.data, indices, y.data, error, stream);
+        case GatherMode::kNd:
+          return run_nd(data.data, indices, y.data, error, stream);
       }
     });
   }
@@ -419,7 +422,8 @@ bool supports_gather(const Layer& layer, const std::vector<TensorDesc>& inputs) 
 
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerSlice, "cuda", 10, supports_slice,
                                  [](const Layer&) { return std::make_unique<SliceCuda>(); }});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerGather, "cuda", 10, supports_gather,
-                                 [](const Layer& layer) { return std::make_unique<GatherCuda>(params_of<GatherParams>(layer)); }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCUDA, kLayerGather, "cuda", 10, supports_gather, [](const Layer& layer) {
+                                   return std::make_unique<GatherCuda>(params_of<GatherParams>(layer));
+                                 }});
 
 }  // namespace kiln

@@ -30,9 +30,9 @@ namespace {
 
 using namespace reduction;  // NOLINT: this file's own helper header
 
-constexpr int kWarpBlock = 128;      // threads per block of the warp-per-row kernel
-constexpr int kRowBlock = 512;       // threads per block of the block-per-row kernel
-constexpr int kStridedBlock = 256;   // threads per block of the strided kernel
+constexpr int kWarpBlock = 128;     // threads per block of the warp-per-row kernel
+constexpr int kRowBlock = 512;      // threads per block of the block-per-row kernel
+constexpr int kStridedBlock = 256;  // threads per block of the strided kernel
 constexpr int64_t kMaxWarpRow = 1024;
 
 __device__ __forceinline__ float log_of_sum(float s) { return static_cast<float>(log(static_cast<double>(s))); }
@@ -112,8 +112,8 @@ void launch_warp(const void* x, void* y, int64_t rows, int length, bool log, cud
 template <typename T>
 const std::array<WarpKernel, 11>& warp_kernels() {
   static const std::array<WarpKernel, 11> kTable = {
-      &launch_warp<T, 1, 1>,  &launch_warp<T, 1, 2>,  &launch_warp<T, 1, 4>,   &launch_warp<T, 1, 8>,
-      &launch_warp<T, 1, 16>, &launch_warp<T, 1, 32>, &launch_warp<T, 2, 32>,  &launch_warp<T, 4, 32>,
+      &launch_warp<T, 1, 1>,  &launch_warp<T, 1, 2>,   &launch_warp<T, 1, 4>,   &launch_warp<T, 1, 8>,
+      &launch_warp<T, 1, 16>, &launch_warp<T, 1, 32>,  &launch_warp<T, 2, 32>,  &launch_warp<T, 4, 32>,
       &launch_warp<T, 8, 32>, &launch_warp<T, 16, 32>, &launch_warp<T, 32, 32>,
   };
   return kTable;
@@ -142,8 +142,7 @@ __device__ MaxSum block_merge(MaxSum a, MaxSum* shared) {
 
 template <typename T>
 __global__ void __launch_bounds__(kRowBlock)
-    softmax_block_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t length, bool log,
-                         bool vec) {
+    softmax_block_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t length, bool log, bool vec) {
   constexpr int kVec = kVecOf<T>;
   using P = Pack<T, kVec>;
   __shared__ MaxSum shared[32];

@@ -91,12 +91,23 @@ struct IndexDiv {
 template <typename Fn>
 void dispatch_bytes(size_t bytes, const char* what, Fn&& fn) {
   switch (bytes) {
-    case 1: fn(std::type_identity<uint8_t>{}); break;
-    case 2: fn(std::type_identity<uint16_t>{}); break;
-    case 4: fn(std::type_identity<uint32_t>{}); break;
-    case 8: fn(std::type_identity<unsigned long long>{}); break;
-    case 16: fn(std::type_identity<uint4>{}); break;
-    default: throw Error(std::string(what) + ": unsupported element width " + std::to_string(bytes) + " bytes");
+    case 1:
+      fn(std::type_identity<uint8_t>{});
+      break;
+    case 2:
+      fn(std::type_identity<uint16_t>{});
+      break;
+    case 4:
+      fn(std::type_identity<uint32_t>{});
+      break;
+    case 8:
+      fn(std::type_identity<unsigned long long>{});
+      break;
+    case 16:
+      fn(std::type_identity<uint4>{});
+      break;
+    default:
+      throw Error(std::string(what) + ": unsupported element width " + std::to_string(bytes) + " bytes");
   }
 }
 
@@ -432,11 +443,11 @@ constexpr int kTileRows = 8;  // threads per tile column: each thread moves kTil
 // innermost axis (output axis b), tile axis j along the output's innermost axis (input axis a);
 // the remaining axes are a batch.
 struct TileParams {
-  int64_t ni = 0, nj = 0;           // extents of the two tile axes
-  int64_t in_stride_j = 0;          // input stride of tile axis j (input stride of i is 1)
-  int64_t out_stride_i = 0;         // output stride of tile axis i (output stride of j is 1)
+  int64_t ni = 0, nj = 0;    // extents of the two tile axes
+  int64_t in_stride_j = 0;   // input stride of tile axis j (input stride of i is 1)
+  int64_t out_stride_i = 0;  // output stride of tile axis i (output stride of j is 1)
   int64_t tiles_i = 0, tiles_j = 0, num_tiles = 0;
-  int batch_rank = 0;               // the other output axes, outermost first
+  int batch_rank = 0;  // the other output axes, outermost first
   int64_t batch_extent[kMaxDims] = {};
   int64_t batch_in_stride[kMaxDims] = {};
   int64_t batch_out_stride[kMaxDims] = {};
@@ -522,7 +533,7 @@ __host__ __device__ __forceinline__ void tile_store(W* dst, const TileParams& p,
 
 // Block of kTile x kTileRows threads, grid-stride over tiles.
 template <typename W>
-__global__ void __launch_bounds__(kTile * kTileRows)
+__global__ void __launch_bounds__(kTile* kTileRows)
     transpose_tiled_kernel(const W* __restrict__ src, W* __restrict__ dst, TileParams p) {
   __shared__ W tile[kTile][kTile + 1];
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);

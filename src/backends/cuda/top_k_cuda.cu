@@ -115,8 +115,8 @@ __device__ __forceinline__ void top_emit(const TopArgs& a, const T* row, T* valu
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kRowThreads) top_select_warp_kernel(const T* __restrict__ x, T* __restrict__ values,
-                                                                     int64_t* __restrict__ indices, TopArgs a) {
+__global__ void __launch_bounds__(kRowThreads)
+    top_select_warp_kernel(const T* __restrict__ x, T* __restrict__ values, int64_t* __restrict__ indices, TopArgs a) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
@@ -137,8 +137,8 @@ __global__ void __launch_bounds__(kRowThreads) top_select_warp_kernel(const T* _
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kBlockThreads) top_select_block_kernel(const T* __restrict__ x, T* __restrict__ values,
-                                                                        int64_t* __restrict__ indices, TopArgs a) {
+__global__ void __launch_bounds__(kBlockThreads)
+    top_select_block_kernel(const T* __restrict__ x, T* __restrict__ values, int64_t* __restrict__ indices, TopArgs a) {
   using C = CmpT<T>;
   __shared__ Cand<C> shared[kBlockThreads / 32];
   __shared__ Cand<C> winner;
@@ -198,9 +198,9 @@ __device__ __forceinline__ void bitonic_step(SortPair<C>* s, int64_t i, int64_t 
 }
 
 struct SortArgs {
-  int64_t rows = 0;        // rows of the view (outer * inner)
-  int64_t padded = 0;      // power of two >= n
-  int64_t tile = 0;        // elements of one shared-memory tile: min(padded, kSortTile)
+  int64_t rows = 0;    // rows of the view (outer * inner)
+  int64_t padded = 0;  // power of two >= n
+  int64_t tile = 0;    // elements of one shared-memory tile: min(padded, kSortTile)
   TopArgs top;
 };
 
@@ -214,10 +214,9 @@ __device__ __forceinline__ SortPair<CmpT<T>> load_pair(const T* x, const TopArgs
 // memory. `direct`: the tile is a whole row, so the first k go straight to the outputs;
 // otherwise the tile goes to `work` (rows of `padded` pairs).
 template <typename T>
-__global__ void __launch_bounds__(kSortTile / 2) top_sort_tile_kernel(const T* __restrict__ x, T* __restrict__ values,
-                                                                     int64_t* __restrict__ indices,
-                                                                     SortPair<CmpT<T>>* __restrict__ work, SortArgs s,
-                                                                     bool direct) {
+__global__ void __launch_bounds__(kSortTile / 2)
+    top_sort_tile_kernel(const T* __restrict__ x, T* __restrict__ values, int64_t* __restrict__ indices,
+                         SortPair<CmpT<T>>* __restrict__ work, SortArgs s, bool direct) {
   using P = SortPair<CmpT<T>>;
   __shared__ P tile[kSortTile];
   const int tid = static_cast<int>(threadIdx.x);
@@ -274,8 +273,8 @@ __global__ void top_sort_global_kernel(SortPair<C>* __restrict__ work, SortArgs 
 
 // The remaining strides (< tile) of stage `block`, a tile at a time in shared memory.
 template <typename C>
-__global__ void __launch_bounds__(kSortTile / 2) top_sort_tail_kernel(SortPair<C>* __restrict__ work, SortArgs s,
-                                                                     int64_t block) {
+__global__ void __launch_bounds__(kSortTile / 2)
+    top_sort_tail_kernel(SortPair<C>* __restrict__ work, SortArgs s, int64_t block) {
   __shared__ SortPair<C> tile[kSortTile];
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t tiles_per_row = s.padded / s.tile;
@@ -378,8 +377,8 @@ class TopKCuda : public Kernel {
       T* values = ctx.outputs[0].as<T>();
       if (!sorts()) {
         if (a_.n <= kWarpRowMax) {
-          top_select_warp_kernel<T><<<grid_for(s_.rows, kRowThreads / 32), kRowThreads, 0, stream>>>(x, values,
-                                                                                                      indices, a);
+          top_select_warp_kernel<T>
+              <<<grid_for(s_.rows, kRowThreads / 32), kRowThreads, 0, stream>>>(x, values, indices, a);
         } else {
           top_select_block_kernel<T><<<grid_for(s_.rows, 1), kBlockThreads, 0, stream>>>(x, values, indices, a);
         }

@@ -81,7 +81,8 @@ int fuse_residual(Network& network, PassContext& ctx) {
     const std::string sum_name = sum->name();
     editor.take_over(sum->output(0), out);
     editor.remove_layer(sum);
-    passes::log_change(ctx, "activation_fusion: fused residual sum " + quote(sum_name) + " into " + quote(conv->name()));
+    passes::log_change(ctx,
+                       "activation_fusion: fused residual sum " + quote(sum_name) + " into " + quote(conv->name()));
     ++changes;
   }
   return changes;
@@ -106,7 +107,8 @@ int fuse_post_ops(Network& network, PassContext& ctx) {
     const std::string act_name = act->name();
     editor.take_over(act->output(0), out);
     editor.remove_layer(act);
-    passes::log_change(ctx, "activation_fusion: fused " + quote(act_name) + " (" + kind + ") into " + quote(layer->name()));
+    passes::log_change(ctx,
+                       "activation_fusion: fused " + quote(act_name) + " (" + kind + ") into " + quote(layer->name()));
     ++changes;
   }
   return changes;

@@ -32,9 +32,7 @@ bool any_output_used(const Layer* layer) {
   return false;
 }
 
-bool foldable_type(const Layer* layer) {
-  return layer->type() != kLayerConstant && layer->type() != kLayerPlugin;
-}
+bool foldable_type(const Layer* layer) { return layer->type() != kLayerConstant && layer->type() != kLayerPlugin; }
 
 std::vector<Tensor*> inputs_of(const Layer* layer) {
   std::vector<Tensor*> inputs;

@@ -88,8 +88,12 @@ bool match_elementwise(const Layer& layer, const Tensor* conv_out, int rank, int
     shift = c;
   } else if (op == "sub") {
     for (size_t i = 0; i < m; ++i) {
-      if (conv_first) shift[i] = -c[i];  // conv - c
-      else { scale[i] = -1.0f; shift[i] = c[i]; }  // c - conv
+      if (conv_first)
+        shift[i] = -c[i];  // conv - c
+      else {
+        scale[i] = -1.0f;
+        shift[i] = c[i];
+      }  // c - conv
     }
   } else if (op == "div" && conv_first) {
     for (size_t i = 0; i < m; ++i) {

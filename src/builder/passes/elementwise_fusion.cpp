@@ -96,7 +96,8 @@ class ElementWiseFusion {
     if (!schema || !schema->traits.elementwise_fusible) return false;
     const Tensor* out = layer->output(0);
     if (type == kLayerActivation || type == kLayerUnary) {
-      if (layer->num_inputs() != 1 || !is_float(layer->input(0)) || !table_.same_dims(layer->input(0), out)) return false;
+      if (layer->num_inputs() != 1 || !is_float(layer->input(0)) || !table_.same_dims(layer->input(0), out))
+        return false;
       return type == kLayerActivation || fused_unary_supported(parse_unary_op(layer->attrs().get_string("op")));
     }
     if (type == kLayerScale) {
@@ -180,7 +181,8 @@ class ElementWiseFusion {
     auto next_reg = [&] { return static_cast<int>(inputs.size() + program.size()); };
     auto reg = [&](const Tensor* t) {
       const auto it = reg_of.find(t);
-      if (it == reg_of.end()) throw Error("elementwise_fusion: internal error: no register for tensor " + quote(t->name()));
+      if (it == reg_of.end())
+        throw Error("elementwise_fusion: internal error: no register for tensor " + quote(t->name()));
       return it->second;
     };
     auto operand = [&](const Layer* layer, int i) {
@@ -247,8 +249,8 @@ class ElementWiseFusion {
   Network& network_;
   PassContext& ctx_;
   passes::ShapeTable table_;
-  std::map<const Layer*, int> position_;   // lookups only
-  std::map<const Layer*, bool> fusible_;   // lookups only
+  std::map<const Layer*, int> position_;  // lookups only
+  std::map<const Layer*, bool> fusible_;  // lookups only
 };
 
 }  // namespace

@@ -60,7 +60,8 @@ class LayoutAssigner {
       if (!capable[i]) continue;
       for (int k : activation_inputs(*order_[i])) {
         const Layer* p = order_[i]->input(k)->producer();
-        if (p && index_.count(p) && capable[static_cast<size_t>(index_.at(p))]) unite(static_cast<int>(i), index_.at(p));
+        if (p && index_.count(p) && capable[static_cast<size_t>(index_.at(p))])
+          unite(static_cast<int>(i), index_.at(p));
       }
     }
     std::map<int, std::vector<Layer*>> regions;
@@ -69,7 +70,8 @@ class LayoutAssigner {
     }
     int changes = 0;
     for (auto& [root, layers] : regions) {
-      const int convs = static_cast<int>(std::count_if(layers.begin(), layers.end(), [&](const Layer* l) { return is_seed(*l); }));
+      const int convs =
+          static_cast<int>(std::count_if(layers.begin(), layers.end(), [&](const Layer* l) { return is_seed(*l); }));
       if (convs == 0) continue;
       const int edges = count_edges(layers);
       if (!pays_off(convs, edges)) {
@@ -84,8 +86,9 @@ class LayoutAssigner {
           if (rank_of(l->output(i)) >= 3) l->output(i)->set_format(TensorFormat::kChannelsLast);
         }
       }
-      passes::log_change(ctx_, "layout: " + std::to_string(layers.size()) + " layers around '" + layers.front()->name() +
-                                   "' run channels-last (" + std::to_string(convs) + " convolutions)");
+      passes::log_change(ctx_, "layout: " + std::to_string(layers.size()) + " layers around '" +
+                                   layers.front()->name() + "' run channels-last (" + std::to_string(convs) +
+                                   " convolutions)");
       ++changes;
     }
     if (!changes) return 0;
@@ -122,7 +125,8 @@ class LayoutAssigner {
     if (!schema || !schema->traits.channels_last_seed) return false;
     const DataType seed_type = ctx_.config.device == DeviceType::kCUDA ? DataType::kFloat16 : DataType::kFloat32;
     auto it = states_.find(l.input(0));
-    return it != states_.end() && it->second.type == seed_type && (rank_of(l.input(0)) == 4 || rank_of(l.input(0)) == 5);
+    return it != states_.end() && it->second.type == seed_type &&
+           (rank_of(l.input(0)) == 4 || rank_of(l.input(0)) == 5);
   }
 
   // Whether a region with `convs` seed convolutions is worth `edges` reformats.
@@ -247,7 +251,8 @@ class LayoutAssigner {
   }
 
   int find(int x) {
-    while (parent_[static_cast<size_t>(x)] != x) x = parent_[static_cast<size_t>(x)] = parent_[static_cast<size_t>(parent_[static_cast<size_t>(x)])];
+    while (parent_[static_cast<size_t>(x)] != x)
+      x = parent_[static_cast<size_t>(x)] = parent_[static_cast<size_t>(parent_[static_cast<size_t>(x)])];
     return x;
   }
   void unite(int a, int b) {

@@ -11,9 +11,7 @@ void log_change(PassContext& ctx, const std::string& line) {
   if (ctx.log) ctx.log->push_back(line);
 }
 
-bool is_constant(const Tensor* t) {
-  return t && t->producer() && t->producer()->type() == kLayerConstant;
-}
+bool is_constant(const Tensor* t) { return t && t->producer() && t->producer()->type() == kLayerConstant; }
 
 const HostTensor* constant_value(const Tensor* t) {
   if (!is_constant(t)) return nullptr;

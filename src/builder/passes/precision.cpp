@@ -211,11 +211,12 @@ class PrecisionAssigner {
     if (accepted.empty()) return DataType::kFloat32;
     if (accepted.size() == 1) return accepted.front();
     if (ctx_.config.device != DeviceType::kCUDA || !builder_times_kernels(ctx_.config)) {
-      passes::log_change(ctx_, "precision: plugin layer " + quote(layer.name()) + " accepts float16 and float32; float16 " +
-                                   "(first in the preference order; not timed" +
-                                   (ctx_.config.device != DeviceType::kCUDA ? " on " + std::string(to_string(ctx_.config.device))
-                                                                            : std::string(" at this optimization level")) +
-                                   ")");
+      passes::log_change(
+          ctx_, "precision: plugin layer " + quote(layer.name()) + " accepts float16 and float32; float16 " +
+                    "(first in the preference order; not timed" +
+                    (ctx_.config.device != DeviceType::kCUDA ? " on " + std::string(to_string(ctx_.config.device))
+                                                             : std::string(" at this optimization level")) +
+                    ")");
       return accepted.front();
     }
     std::vector<std::unique_ptr<Network>> scratch;  // the casts' own networks, alive while timing
@@ -270,7 +271,8 @@ class PrecisionAssigner {
     }
     const auto outs = infer_layer(layer, ptrs);
     for (int o = 0; o < layer.num_outputs() && o < static_cast<int>(outs.size()); ++o) {
-      v.states[layer.output(o)] = TensorState{outs[static_cast<size_t>(o)].first, outs[static_cast<size_t>(o)].second, nullptr};
+      v.states[layer.output(o)] =
+          TensorState{outs[static_cast<size_t>(o)].first, outs[static_cast<size_t>(o)].second, nullptr};
     }
     return v;
   }
@@ -342,10 +344,10 @@ class PrecisionAssigner {
       result = editor_.add_constant(convert_float(*value, to, &clamped),
                                     t->name() + (to == DataType::kFloat16 ? ".fp16" : ".fp32"));
       converted_constants_[t] = result;
-      passes::log_change(ctx_, "precision: constant " + quote(t->name()) + " stored as " + to_string(to) +
-                                   (clamped ? " (" + std::to_string(clamped) +
-                                                  " value(s) beyond float16's range clamped to +-65504)"
-                                            : std::string()));
+      passes::log_change(
+          ctx_, "precision: constant " + quote(t->name()) + " stored as " + to_string(to) +
+                    (clamped ? " (" + std::to_string(clamped) + " value(s) beyond float16's range clamped to +-65504)"
+                             : std::string()));
     } else {
       Attributes a;
       a.set("to", std::string(to_string(to)));
