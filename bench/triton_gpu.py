@@ -114,14 +114,25 @@ def load(port, model, args, x, conc, duration):
     """Closed loop: conc threads, each sending batch-1 requests for `duration` s."""
     lat = [[] for _ in range(conc)]
     errors = []
-    stop = time.perf_counter() + duration
-    barrier = threading.Barrier(conc)
+    warm = [0.0] * conc
+    stop = [0.0]
+    barrier = threading.Barrier(conc, action=lambda: stop.__setitem__(0, time.perf_counter() + duration))
 
     def worker(i):
         c = Client(port)
-        c.infer(model, args.input, x, args.output)  # connection warm
-        barrier.wait()
-        while time.perf_counter() < stop:
+        t0 = time.perf_counter()
+        try:
+            c.infer(model, args.input, x, args.output)  # connection warm
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(f"warm-up: {e}")
+            barrier.abort()
+            return
+        warm[i] = time.perf_counter() - t0
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return
+        while time.perf_counter() < stop[0]:
             t0 = time.perf_counter()
             try:
                 c.infer(model, args.input, x, args.output)
@@ -139,7 +150,8 @@ def load(port, model, args, x, conc, duration):
     wall = time.perf_counter() - t0
     allv = np.array(sorted(v for lst in lat for v in lst)) * 1e3
     if errors or len(allv) == 0:
-        raise RuntimeError(f"concurrency {conc}: {errors[:3]}")
+        raise RuntimeError(f"concurrency {conc}: {len(allv)} requests timed, errors {errors[:3]}, "
+                           f"warm-up requests took {', '.join(f'{w:.3f}' for w in warm)} s")
     return {"requests": len(allv), "qps": len(allv) / min(wall, duration + 0.5), "p50": float(np.percentile(allv, 50)),
             "p99": float(np.percentile(allv, 99))}
 
@@ -183,6 +195,14 @@ def main():
         f"max_batch_size: {args.max_batch}\n"
         f"dynamic_batching {{ max_queue_delay_microseconds: {args.queue_delay_us} }}\n"
         f"instance_group [ {{ count: {args.instances}, kind: KIND_CPU }} ]\n")
+    # The same engine as a second model without the dynamic batcher and with one instance: what
+    # the server adds per request, without the batcher's queue delay in it.
+    (repo / "d" / "1").mkdir(parents=True)
+    shutil.copy(engine, repo / "d" / "1" / "model.kiln")
+    (repo / "d" / "config.pbtxt").write_text(
+        'backend: "kiln"\n'
+        f"max_batch_size: {args.max_batch}\n"
+        "instance_group [ { count: 1, kind: KIND_CPU } ]\n")
     http_port, grpc_port, metrics_port = free_ports(3)
     log = open(work / "server.log", "w")
     server = subprocess.Popen([args.server, f"--model-repository={repo}", f"--backend-directory={backend_dir}",
@@ -224,7 +244,11 @@ def main():
         say("| --- | --- | --- | --- | --- | --- | --- |")
         for conc in [int(c) for c in args.concurrency.split(",")]:
             before = stats(http_port, "m")
-            res = load(http_port, "m", args, x, conc, args.duration)
+            try:
+                res = load(http_port, "m", args, x, conc, args.duration)
+            except RuntimeError as e:
+                say(f"| {conc} | failed: {e} | | | | | |")
+                continue
             after = stats(http_port, "m")
             execs = after["executions"] - before["executions"]
             infs = after["inferences"] - before["inferences"]
@@ -234,21 +258,29 @@ def main():
             items = kb["throughput_items_per_s"]
             say(f"| {conc} | {res['qps']:.0f} | {res['p50']:.3f} | {res['p99']:.3f} | {mean_batch:.2f} (kiln bench at {b}) "
                 f"| {items:.0f} | {res['qps'] / items:.2f}x |")
-        # What the server adds per request: one request at a time, Triton's statistics.
-        before = stats(http_port, "m")
-        res1 = load(http_port, "m", args, x, 1, args.duration)
-        after = stats(http_port, "m")
-        d = {k: (after[k][0] - before[k][0], after[k][1] - before[k][1]) for k in after if isinstance(after[k], tuple)}
-        n = max(1, d["success"][0])
-        per = {k: d[k][1] / n / 1e3 for k in d}
+        # What the server adds per request: one request at a time, Triton's statistics, with the
+        # batcher (model m) and without it (model d, one instance).
         kb_ms = b1["latency_ms"]["mean"]
-        say()
-        say(f"One request at a time ({n} requests): per request, the server's time (Triton statistics) "
-            f"{per['success']:.1f} us = queue {per.get('queue', 0):.1f} + input {per.get('compute_input', 0):.1f} + "
-            f"inference {per.get('compute_infer', 0):.1f} + output {per.get('compute_output', 0):.1f} us; "
-            f"`kiln bench` batch 1, 1 stream (CUDA graphs, inputs and outputs copied between host and device, as the backend does): "
-            f"{kb_ms * 1e3:.1f} us. **Server adds {per['success'] - kb_ms * 1e3:.1f} us** per request over kiln bench; "
-            f"the client saw p50 {res1['p50'] * 1e3:.0f} us (Python client and HTTP included).")
+        for model, what in (("m", f"dynamic batching ({args.queue_delay_us} us delay), {args.instances} instances"),
+                            ("d", "no dynamic batching, 1 instance")):
+            before = stats(http_port, model)
+            res1 = load(http_port, model, args, x, 1, args.duration)
+            after = stats(http_port, model)
+            d = {k: (after[k][0] - before[k][0], after[k][1] - before[k][1]) for k in after
+                 if isinstance(after[k], tuple)}
+            n = max(1, d["success"][0])
+            per = {k: d[k][1] / n / 1e3 for k in d}
+            say()
+            say(f"One request at a time, {what} ({n} requests): per request, the server's time (Triton statistics) "
+                f"{per['success']:.1f} us = queue {per.get('queue', 0):.1f} + input {per.get('compute_input', 0):.1f} + "
+                f"inference {per.get('compute_infer', 0):.1f} + output {per.get('compute_output', 0):.1f} us; "
+                "`kiln bench` batch 1, 1 stream (CUDA graphs, inputs and outputs copied between host and device, "
+                f"as the backend does): {kb_ms * 1e3:.1f} us. **Server adds {per['success'] - kb_ms * 1e3:.1f} us** "
+                f"per request over kiln bench; the client saw p50 {res1['p50'] * 1e3:.0f} us (Python client and HTTP "
+                "included).")
+    except Exception:
+        print("server log (last 40 lines):\n" + "\n".join((work / "server.log").read_text().splitlines()[-40:]))
+        raise
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:

@@ -15,7 +15,7 @@ if [[ -z "$inc" ]]; then
   exit 1
 fi
 rm -rf .dev/cudnn_frontend && mkdir -p .dev/cudnn_frontend/include
-cp -r "$inc"/cudnn_frontend* .dev/cudnn_frontend/include/
+cp -r "$inc"/cudnn_frontend* "$inc"/cudnn_backend_base.h .dev/cudnn_frontend/include/
 echo "prepare_gpu_carry: cudnn-frontend headers -> .dev/cudnn_frontend/include ($(du -sh .dev/cudnn_frontend | cut -f1))"
 for what in models tools; do
   if [[ -d "../shared/$what" ]]; then

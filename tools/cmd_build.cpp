@@ -117,7 +117,8 @@ int run_build(const BuildOptions& o) {
   if ((config.device != DeviceType::kCPU && config.time_tactics && config.optimization_level > 0) ||
       report.tactics_timed || report.layers_reused || report.timing_cache_hits) {
     out << "kernel timing: " << report.layers_timed << " layer(s) timed (" << report.tactics_timed << " kernel(s), "
-        << report.tactics_stopped_early << " stopped early) in " << report.timing_seconds << " s, "
+        << report.tactics_stopped_early << " stopped early) in " << report.timing_seconds << " s (setting kernels up "
+        << report.timing_setup_seconds << " s, measuring " << report.timing_measure_seconds << " s), "
         << report.layers_reused << " reused an identical layer's timing, " << report.timing_cache_hits
         << " from the timing cache" << (o.timing_cache.empty() ? std::string() : " " + quote(o.timing_cache)) << "\n";
   } else {

@@ -114,6 +114,10 @@ struct BuildReport {
   // known only at run time size theirs then.
   uint64_t workspace_bytes = 0;
   double timing_seconds = 0.0;  // time spent timing kernels
+  // Of timing_seconds: setting each timed kernel up (buffers, preparation such as cuDNN plan
+  // building, warm-up runs) and measuring it; the rest chooses, sizes workspaces and reads caches.
+  double timing_setup_seconds = 0.0;
+  double timing_measure_seconds = 0.0;
 };
 
 // The names of the builder's passes, in pipeline order (BuilderConfig::disabled_passes).

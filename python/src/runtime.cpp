@@ -346,7 +346,9 @@ void bind_runtime(nb::module_& m) {
       .def_ro("tactics_over_workspace", &BuildReport::tactics_over_workspace)
       .def_ro("optimization_level", &BuildReport::optimization_level)
       .def_ro("workspace_bytes", &BuildReport::workspace_bytes)
-      .def_ro("timing_seconds", &BuildReport::timing_seconds);
+      .def_ro("timing_seconds", &BuildReport::timing_seconds)
+      .def_ro("timing_setup_seconds", &BuildReport::timing_setup_seconds)
+      .def_ro("timing_measure_seconds", &BuildReport::timing_measure_seconds);
 
   struct PyBuilder {
     BuildReport last_report;

@@ -498,6 +498,14 @@ struct GroupTimes {
   uint64_t inputs_done = 0, infer_done = 0;
 };
 
+// Outputs of a batched model keep the batch dim (they are split among the group's requests).
+void check_output_batch(const ModelState& m, size_t o, const Dims& dims, int64_t total) {
+  if (m.max_batch > 0 && (dims.rank() == 0 || dims[0] != total)) {
+    throw Error("output '" + m.outputs[o].name + "' has dims " + dims.to_string() + ", not a batch of " +
+                std::to_string(total) + " (outputs must keep the batch dim to be split among requests)");
+  }
+}
+
 // Runs requests that share their non-batch dims as one inference and sends their responses.
 // Everything that can fail runs before the first response is sent; a failure there throws
 // (the caller answers every request of the group with the error).
@@ -538,21 +546,41 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
         m.outputs[o].name, s.out[o].reserve(static_cast<uint64_t>(most.volume()) * data_type_size(m.outputs[o].type)));
   }
   times.inputs_done = now_ns();
+  std::vector<Dims> out_dims(m.outputs.size());
+  std::vector<const uint8_t*> out_host(m.outputs.size());
+  // Output dims known from the input shapes (no data-dependent sizes): the copies back are queued
+  // behind the inference and the instance waits once; otherwise it waits for the sizes first.
+  bool copies_queued = false;
   if (s.device) {
     s.ctx->enqueue(s.stream);
-    s.device->synchronize(s.stream);  // the output dims may depend on the data
+    bool known = true;
+    for (size_t o = 0; o < m.outputs.size() && known; ++o) {
+      out_dims[o] = s.ctx->tensor_shape(m.outputs[o].name);
+      for (int64_t d : out_dims[o].to_vector()) known = known && d >= 0;
+    }
+    if (known) {
+      try {
+        for (size_t o = 0; o < m.outputs.size(); ++o) check_output_batch(m, o, out_dims[o], total);
+      } catch (...) {
+        s.device->synchronize(s.stream);  // the inference still uses the staging buffers
+        throw;
+      }
+      for (size_t o = 0; o < m.outputs.size(); ++o) {
+        const uint64_t n = static_cast<uint64_t>(out_dims[o].volume()) * data_type_size(m.outputs[o].type);
+        uint8_t* dst = s.pinned_out[o].reserve(n);
+        s.device->copy_device_to_host(dst, s.out[o].ptr, n, s.stream);
+        out_host[o] = dst;
+      }
+      copies_queued = true;
+    }
+    s.device->synchronize(s.stream);
   } else {
     s.ctx->execute();
   }
   times.infer_done = now_ns();
-  std::vector<Dims> out_dims(m.outputs.size());
-  std::vector<const uint8_t*> out_host(m.outputs.size());
-  for (size_t o = 0; o < m.outputs.size(); ++o) {
+  for (size_t o = 0; o < m.outputs.size() && !copies_queued; ++o) {
     out_dims[o] = s.ctx->tensor_shape(m.outputs[o].name);
-    if (m.max_batch > 0 && (out_dims[o].rank() == 0 || out_dims[o][0] != total)) {
-      throw Error("output '" + m.outputs[o].name + "' has dims " + out_dims[o].to_string() + ", not a batch of " +
-                  std::to_string(total) + " (outputs must keep the batch dim to be split among requests)");
-    }
+    check_output_batch(m, o, out_dims[o], total);
     if (s.device) {
       const uint64_t n = static_cast<uint64_t>(out_dims[o].volume()) * data_type_size(m.outputs[o].type);
       uint8_t* dst = s.pinned_out[o].reserve(n);
@@ -562,7 +590,7 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
       out_host[o] = s.out[o].host.data();
     }
   }
-  if (s.device) s.device->synchronize(s.stream);
+  if (s.device && !copies_queued) s.device->synchronize(s.stream);
   std::vector<uint64_t> offsets(m.outputs.size(), 0);
   for (Pending& p : group) {
     TRITONBACKEND_Response* response = nullptr;

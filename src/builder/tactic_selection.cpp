@@ -180,6 +180,10 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
                        double stop_above_ms = std::numeric_limits<double>::infinity(), bool* stopped = nullptr,
                        uint64_t* workspace_bytes = nullptr) {
   if (stopped) *stopped = false;
+  const auto setup_start = std::chrono::steady_clock::now();
+  const auto seconds_since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   std::vector<DeviceBuffer> buffers;
   KernelContext kc;
   kc.layer = &layer;
@@ -212,9 +216,13 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
     kc.outputs.push_back(
         TensorView{s.type, s.dims, layer.output(i)->format(), bytes ? buffers.back().data() : nullptr});
   }
+  if (policy.buffer_seconds) *policy.buffer_seconds += seconds_since(setup_start);
+  const auto prepare_start = std::chrono::steady_clock::now();
   auto kernel = entry.create(layer);
   if (!in_ranges.empty() || !out_ranges.empty()) kernel->configure_profile(layer, in_ranges, out_ranges);
   kernel->prepare(layer, in, out, 1);
+  if (policy.prepare_seconds) *policy.prepare_seconds += seconds_since(prepare_start);
+  const auto warmup_start = std::chrono::steady_clock::now();
   const size_t ws = kernel->workspace_size();
   if (workspace_bytes) *workspace_bytes = ws;
   DeviceBuffer workspace(backend, ws);
@@ -257,8 +265,29 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
     return backend.time_concurrent_runs(
         streams, runs, [&](size_t c) { kernel->execute(copies[c]); }, host);
   };
-  const double once = measure(1, nullptr);
-  const int runs = std::max(3, std::min(50, static_cast<int>(policy.target_ms / std::max(once, 1e-3))));
+  if (policy.warmup_seconds) *policy.warmup_seconds += seconds_since(warmup_start);
+  if (policy.setup_seconds) *policy.setup_seconds += seconds_since(setup_start);
+  const auto measure_start = std::chrono::steady_clock::now();
+  struct AddOnExit {  // the measurement time, also when a measurement throws or stops early
+    const TimingPolicy& p;
+    std::chrono::steady_clock::time_point t0;
+    ~AddOnExit() {
+      if (p.measure_seconds) {
+        *p.measure_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+    }
+  } add_on_exit{policy, measure_start};
+  double once_host = 0;
+  const double once = measure(1, &once_host);
+  // A kernel that one run shows to be far slower than the best so far (2x the early-stop bound)
+  // is not measured further: the slow candidates of large layers took most of the measuring.
+  if (once > 2 * stop_above_ms) {
+    if (stopped) *stopped = true;
+    return KernelTime{once, once_host};
+  }
+  // Kernels of policy.target_ms or longer run once per measurement (CUDA events time a
+  // millisecond run to microseconds); shorter ones repeat up to about target_ms.
+  const int runs = std::max(1, std::min(50, static_cast<int>(policy.target_ms / std::max(once, 1e-3))));
   std::vector<double> t, h;
   for (int i = 0; i < policy.measurements; ++i) {
     double host = 0;
@@ -559,6 +588,8 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
   TimingProgress progress("timing plugin implementations", steps.size());
   TimingPolicy policy = timing_policy(config.optimization_level);
   policy.streams = config.device == DeviceType::kCUDA ? config.tune_for_streams : 1;
+  policy.setup_seconds = &report.timing_setup_seconds;
+  policy.measure_seconds = &report.timing_measure_seconds;
   const bool timing = builder_times_kernels(config);
   Backend& backend = get_backend(config.device);
   const std::string device_name = timing_device_name(backend, config);
@@ -702,6 +733,12 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
   policy.streams = config.device == DeviceType::kCUDA ? config.tune_for_streams : 1;
   BuildReport local;
   BuildReport& r = report ? *report : local;
+  policy.setup_seconds = &r.timing_setup_seconds;
+  policy.measure_seconds = &r.timing_measure_seconds;
+  double buffer_s = 0, prepare_s = 0, warmup_s = 0;
+  policy.buffer_seconds = &buffer_s;
+  policy.prepare_seconds = &prepare_s;
+  policy.warmup_seconds = &warmup_s;
   r.optimization_level = config.optimization_level;
   const auto start = std::chrono::steady_clock::now();
   ChoiceMemo memo;
@@ -907,6 +944,12 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     progress.update(index, r);
   }
   r.timing_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (r.tactics_timed) {
+    log(Severity::kVerbose, "kernel timing: set-up " + std::to_string(r.timing_setup_seconds) +
+                                " s (layers' test buffers " + std::to_string(buffer_s) + " s, prepare " +
+                                std::to_string(prepare_s) + " s, warm-up runs " + std::to_string(warmup_s) +
+                                " s), measuring " + std::to_string(r.timing_measure_seconds) + " s");
+  }
   cache.save();
   configure_plugins_per_profile(steps, config, states, tactics, r);
   (void)network;

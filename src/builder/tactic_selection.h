@@ -26,6 +26,14 @@ struct TimingPolicy {
   double target_ms = 1.0;     // device work per measurement
   double stop_ratio = 0.0;    // early stop above best-so-far x ratio after a measurement; 0: never
   int streams = 1;            // copies timed at once on their own streams (BuilderConfig::tune_for_streams)
+  // Where timing spends its time (BuildReport::timing_setup_seconds / timing_measure_seconds);
+  // null: not counted.
+  double* setup_seconds = nullptr;
+  double* measure_seconds = nullptr;
+  // Of setup_seconds: test buffers, prepare() and the warm-up runs (logged at kVerbose).
+  double* buffer_seconds = nullptr;
+  double* prepare_seconds = nullptr;
+  double* warmup_seconds = nullptr;
 };
 // Throws naming the valid range when `level` is not 0..5.
 TimingPolicy timing_policy(int level);
