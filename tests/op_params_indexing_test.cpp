@@ -2,12 +2,13 @@
 // MaxUnpool: src/ir/indexing_params.h) and the data-dependent ones (NonMaxSuppression, Unique:
 // src/ir/data_dependent_params.h): bad attribute values fail when the layer is created or loaded,
 // naming the layer and the attribute; decoded values and defaults; the shared size rules
-// (max_unpool_dims, unique_slices).
+// (max_unpool_dims, unique_slices); and Resize's mode being the public InterpolationMode.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/error.h"
@@ -16,6 +17,7 @@
 #include "src/ir/data_dependent_params.h"
 #include "src/ir/indexing_params.h"
 #include "src/ir/op_params.h"
+#include "src/ir/resize_params.h"
 #include "src/ir/shape_inference.h"
 
 namespace kiln {
@@ -275,6 +277,21 @@ TEST(IndexingParams, ShapeInferenceReadsTheDecodedParams) {
   unpool->attrs().set("strides", Ints{});
   unpool->attrs().set("pads", Ints{});
   expect_contains(error_of([&] { (void)infer_shapes(net, dims); }), {"MaxUnpool", "k = 1 spatial dims"});
+}
+
+// ---- Resize's mode is the public InterpolationMode --------------------------------------------------
+
+TEST(ResizeParamsMode, IsThePublicInterpolationMode) {
+  static_assert(std::is_same_v<decltype(ResizeParams::mode), InterpolationMode>);
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 1, 2, 2});
+  Tensor* scales = net.add_constant(f32s(Dims{4}, {1, 1, 2, 2}), "scales")->output(0);
+  for (InterpolationMode mode : {InterpolationMode::kNearest, InterpolationMode::kLinear, InterpolationMode::kCubic}) {
+    ResizeDesc desc;
+    desc.mode = mode;
+    EXPECT_EQ(params_of<ResizeParams>(*net.add_resize(x, scales, nullptr, desc)).mode, mode);
+  }
+  EXPECT_STREQ(to_string(InterpolationMode::kLinear), "linear");
 }
 
 }  // namespace
