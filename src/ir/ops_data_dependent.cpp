@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "src/ir/data_dependent_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln {
@@ -37,9 +39,6 @@ bool is_float(DataType t) { return t == DataType::kFloat32 || t == DataType::kFl
 void infer_non_max_suppression(ShapeContext& ctx) {
   ctx.check(ctx.num_outputs() == 2, "has " + std::to_string(ctx.num_outputs()) +
                                         " outputs; NonMaxSuppression has the selected indices and their count");
-  const int64_t center = attr_int(ctx.layer(), "center_point_box");
-  ctx.check(center == 0 || center == 1,
-            "attribute 'center_point_box' is " + std::to_string(center) + "; valid values: 0 (corners), 1 (centers)");
   const Dims& boxes = ctx.input_dims(0);
   const Dims& scores = ctx.input_dims(1);
   ctx.check(is_float(ctx.input_type(0)) && ctx.input_type(1) == ctx.input_type(0),
@@ -75,10 +74,9 @@ void infer_non_max_suppression(ShapeContext& ctx) {
 void infer_unique(ShapeContext& ctx) {
   ctx.check(ctx.num_outputs() == 5, "has " + std::to_string(ctx.num_outputs()) +
                                         " outputs; Unique has Y, indices, inverse_indices, counts and the count");
-  const int64_t sorted = attr_int(ctx.layer(), "sorted");
-  ctx.check(sorted == 0 || sorted == 1, "attribute 'sorted' is " + std::to_string(sorted) + "; valid values: 0, 1");
+  const UniqueParams& p = params_of<UniqueParams>(ctx.layer());
   const Dims& x = ctx.input_dims(0);
-  const bool flatten = attr_int(ctx.layer(), "flatten") != 0;
+  const bool flatten = p.flatten;
   Dims y;
   int64_t n = 0;
   int axis = 0;
@@ -86,7 +84,7 @@ void infer_unique(ShapeContext& ctx) {
     n = x.volume();
   } else {
     ctx.check(x.rank() >= 1, "x " + describe(ctx, 0) + " has no axis to take unique slices along");
-    axis = static_cast<int>(normalize_axis(ctx, attr_int(ctx.layer(), "axis"), x.rank()));
+    axis = static_cast<int>(normalize_axis(ctx, p.axis, x.rank()));
     n = x[axis];
   }
   const int64_t u = ctx.data_dependent_extent(4, n);
@@ -121,7 +119,8 @@ KILN_REGISTER_OP(OpSchema{kLayerNonMaxSuppression,
                           "ONNX NonMaxSuppression: per batch and class, boxes by descending score (ties: lower box "
                           "index first), those not above score_threshold dropped, each kept unless its IoU with an "
                           "already kept box exceeds iou_threshold, at most max_output_boxes_per_class; output 0 is "
-                          "[count, 3] int64 (batch, class, box), output 1 the count (a data-dependent size)."});
+                          "[count, 3] int64 (batch, class, box), output 1 the count (a data-dependent size)."}
+                     .with_params<NonMaxSuppressionParams>());
 
 KILN_REGISTER_OP(OpSchema{
     kLayerUnique,
@@ -136,7 +135,8 @@ KILN_REGISTER_OP(OpSchema{
     infer_unique,
     "ONNX Unique: distinct elements (slices) Y, the index of each one's first occurrence, "
     "for each input element (slice) the position of its value in Y, and the counts; output "
-    "4 is the number of distinct values (a data-dependent size)."});
+    "4 is the number of distinct values (a data-dependent size)."}
+                     .with_params<UniqueParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerNonZero,
                           1,

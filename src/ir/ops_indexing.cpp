@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/ir/indexing_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/reduce_params.h"
@@ -60,7 +61,7 @@ void infer_top_k(ShapeContext& ctx) {
   ctx.check(ctx.input_type(0) != DataType::kBool, "cannot sort a bool tensor; Cast it first");
   const Dims& x = ctx.input_dims(0);
   ctx.check(x.rank() >= 1, "x must have rank >= 1");
-  const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), x.rank());
+  const int64_t axis = normalize_axis(ctx, params_of<TopKParams>(ctx.layer()).axis, x.rank());
   require_index(ctx, 1, "k");
   require_single(ctx, 1, "k");
   const int64_t n = x[static_cast<int>(axis)];
@@ -113,7 +114,7 @@ void infer_one_hot(ShapeContext& ctx) {
   ctx.check(depth < 9223372036854775808.0, "depth " + std::to_string(depth) + " does not fit in a 64-bit extent");
   const Dims& idx = ctx.input_dims(0);
   ctx.check(idx.rank() < kMaxDims, "indices " + idx.to_string() + " have too many dims to add one");
-  const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), idx.rank() + 1);
+  const int64_t axis = normalize_axis(ctx, params_of<OneHotParams>(ctx.layer()).axis, idx.rank() + 1);
   Dims out;
   for (int i = 0, j = 0; i <= idx.rank(); ++i) out.push_back(i == axis ? static_cast<int64_t>(depth) : idx[j++]);
   ctx.set_output(0, ctx.input_type(2), out);
@@ -122,8 +123,9 @@ void infer_one_hot(ShapeContext& ctx) {
 void infer_reverse_sequence(ShapeContext& ctx) {
   const Dims& x = ctx.input_dims(0);
   ctx.check(x.rank() >= 2, "x " + describe(ctx, 0) + " must have rank >= 2");
-  const int64_t batch = normalize_axis(ctx, attr_int(ctx.layer(), "batch_axis"), x.rank());
-  const int64_t time = normalize_axis(ctx, attr_int(ctx.layer(), "time_axis"), x.rank());
+  const ReverseSequenceParams& p = params_of<ReverseSequenceParams>(ctx.layer());
+  const int64_t batch = normalize_axis(ctx, p.batch_axis, x.rank());
+  const int64_t time = normalize_axis(ctx, p.time_axis, x.rank());
   ctx.check(batch != time, "batch_axis and time_axis must differ");
   require_index(ctx, 1, "sequence_lens");
   ctx.check(ctx.input_dims(1).rank() == 1 && ctx.input_dims(1)[0] == x[static_cast<int>(batch)],
@@ -133,25 +135,18 @@ void infer_reverse_sequence(ShapeContext& ctx) {
 }
 
 void infer_max_unpool(ShapeContext& ctx) {
+  const MaxUnpoolParams& p = params_of<MaxUnpoolParams>(ctx.layer());
   const Dims& x = ctx.input_dims(0);
-  const auto kernel = attr_ints(ctx.layer(), "kernel");
-  const int k = static_cast<int>(kernel.size());
-  ctx.check(k >= 1 && x.rank() == k + 2, "x " + describe(ctx, 0) + " must be [N, C, D1..Dk] with k = " +
-                                             std::to_string(k) + " spatial dims (the length of 'kernel')");
+  const int k = p.spatial_rank();
+  ctx.check(x.rank() == k + 2, "x " + describe(ctx, 0) + " must be [N, C, D1..Dk] with k = " + std::to_string(k) +
+                                   " spatial dims (the length of 'kernel')");
   ctx.check(ctx.input_type(1) == DataType::kInt64 && ctx.input_dims(1) == x,
             "indices " + describe(ctx, 1) + " must be int64 with the dims of x " + x.to_string());
-  auto strides = attr_ints(ctx.layer(), "strides");
-  auto pads = attr_ints(ctx.layer(), "pads");
-  if (strides.empty()) strides.assign(static_cast<size_t>(k), 1);
-  if (pads.empty()) pads.assign(2 * static_cast<size_t>(k), 0);
-  ctx.check(strides.size() == kernel.size() && pads.size() == 2 * kernel.size(),
-            "'strides' needs one value and 'pads' two values per spatial dim");
-  Dims out{x[0], x[1]};
-  for (int i = 0; i < k; ++i) {
-    const auto u = static_cast<size_t>(i);
-    out.push_back(checked_extent(ctx,
-                                 __int128{x[i + 2] - 1} * strides[u] - pads[u] - pads[u + kernel.size()] + kernel[u],
-                                 "the unpooled extent of spatial dim " + std::to_string(i)));
+  Dims out;
+  try {
+    out = max_unpool_dims(p, x);
+  } catch (const Error& e) {
+    ctx.fail(e.what());
   }
   if (ctx.has_input(2)) {
     const auto shape = ctx.required_value(2).to_int64();
@@ -202,7 +197,8 @@ KILN_REGISTER_OP(OpSchema{kLayerTopK,
                           infer_top_k,
                           "The k largest (smallest) values along an axis and their int64 indices; ties keep the "
                           "lower index first. Optional output 2: k as an int64 scalar (a data-dependent size when "
-                          "k is only known at run time)."});
+                          "k is only known at run time)."}
+                     .with_params<TopKParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerCumSum,
                           2,
@@ -212,7 +208,8 @@ KILN_REGISTER_OP(OpSchema{kLayerCumSum,
                            attr("reverse", AttrType::kInt, int64_t{0}, "1: sum from the end of the axis")},
                           {},
                           infer_cum_sum,
-                          "Cumulative sum along the axis given by input 1 (a scalar read at run time)."});
+                          "Cumulative sum along the axis given by input 1 (a scalar read at run time)."}
+                     .with_params<CumSumParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerTrilu,
                           1,
@@ -222,7 +219,8 @@ KILN_REGISTER_OP(OpSchema{kLayerTrilu,
                           {},
                           infer_trilu,
                           "Keeps the upper (j - i >= k) or lower (j - i <= k) triangle of the last two dims; k is "
-                          "input 1 (default 0), read at run time."});
+                          "input 1 (default 0), read at run time."}
+                     .with_params<TriluParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerOneHot,
                           3,
@@ -232,7 +230,8 @@ KILN_REGISTER_OP(OpSchema{kLayerOneHot,
                           {1},
                           infer_one_hot,
                           "One-hot encoding: on_value where the index (negative: + depth) equals the position "
-                          "along the new axis, off_value elsewhere."});
+                          "along the new axis, off_value elsewhere."}
+                     .with_params<OneHotParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerReverseSequence,
                           2,
@@ -242,7 +241,8 @@ KILN_REGISTER_OP(OpSchema{kLayerReverseSequence,
                            attr("time_axis", AttrType::kInt, int64_t{0}, "the time axis")},
                           {},
                           infer_reverse_sequence,
-                          "Reverses the first sequence_lens[b] elements along time_axis of each batch entry b."});
+                          "Reverses the first sequence_lens[b] elements along time_axis of each batch entry b."}
+                     .with_params<ReverseSequenceParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerMaxUnpool,
                           2,
@@ -254,6 +254,7 @@ KILN_REGISTER_OP(OpSchema{kLayerMaxUnpool,
                           {2},
                           infer_max_unpool,
                           "Scatters x into a zero tensor of the unpooled shape at the flat positions given by "
-                          "indices (the inverse of max pooling with indices), padded at the end to output_shape."});
+                          "indices (the inverse of max pooling with indices), padded at the end to output_shape."}
+                     .with_params<MaxUnpoolParams>());
 
 }  // namespace kiln

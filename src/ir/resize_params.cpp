@@ -12,17 +12,18 @@ namespace kiln {
 namespace {
 
 // The names of `mode`, for decoding and for messages.
-const EnumNames<ResizeMode> kModes = {
-    {"nearest", ResizeMode::kNearest}, {"linear", ResizeMode::kLinear}, {"cubic", ResizeMode::kCubic}};
+const EnumNames<InterpolationMode> kModes = {{"nearest", InterpolationMode::kNearest},
+                                             {"linear", InterpolationMode::kLinear},
+                                             {"cubic", InterpolationMode::kCubic}};
 
 }  // namespace
 
-const char* to_string(ResizeMode mode) { return name_in(kModes, mode); }
+const char* to_string(InterpolationMode mode) { return name_in(kModes, mode); }
 
 ResizeParams ResizeParams::decode(const Layer& layer) {
   const ParamReader r(layer);
   ResizeParams p;
-  p.mode = r.get_enum<ResizeMode>("mode", kModes);
+  p.mode = r.get_enum<InterpolationMode>("mode", kModes);
   const char* ctm = "coordinate_transformation_mode";
   if (r.get_string(ctm) == "tf_crop_and_resize") {
     r.fail(ctm, "is \"tf_crop_and_resize\", which needs an roi input that kiln's Resize does not take");

@@ -13,8 +13,11 @@
 
 namespace kiln {
 
-enum class ResizeMode : int32_t { kNearest, kLinear, kCubic };
-const char* to_string(ResizeMode mode);  // "nearest", "linear", "cubic"
+// `mode` is the public InterpolationMode (include/kiln/network.h). The coordinate transformation
+// and nearest modes are strings in the public ResizeDesc; their enums are internal.
+const char* to_string(InterpolationMode mode);  // "nearest", "linear", "cubic"
+// The former internal name of InterpolationMode, kept only for tests/op_params_test.cpp.
+using ResizeMode = InterpolationMode;
 enum class ResizeCoordMode : int32_t {
   kHalfPixel,
   kHalfPixelSymmetric,
@@ -26,13 +29,13 @@ enum class ResizeCoordMode : int32_t {
 enum class ResizeNearestMode : int32_t { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil };
 
 struct ResizeParams {
-  ResizeMode mode = ResizeMode::kNearest;
+  InterpolationMode mode = InterpolationMode::kNearest;
   ResizeCoordMode coord = ResizeCoordMode::kHalfPixel;
   ResizeNearestMode nearest = ResizeNearestMode::kRoundPreferFloor;
   double cubic_a = -0.75;        // cubic_coeff_a
   bool exclude_outside = false;  // cubic: drop taps outside the input and renormalize
 
-  bool is_nearest() const { return mode == ResizeMode::kNearest; }
+  bool is_nearest() const { return mode == InterpolationMode::kNearest; }
   // Throws kiln::Error naming the layer and the attribute (tf_crop_and_resize: it needs an roi
   // input, which kiln's Resize does not take).
   static ResizeParams decode(const Layer& layer);

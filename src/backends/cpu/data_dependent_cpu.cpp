@@ -14,6 +14,8 @@
 #include "kiln/error.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
+#include "src/backends/params_kernel.h"
+#include "src/ir/data_dependent_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln {
@@ -108,10 +110,10 @@ int64_t read_int(const TensorView& t) {
 bool present(const KernelContext& ctx, size_t i) { return i < ctx.inputs.size() && ctx.inputs[i].data != nullptr; }
 
 template <typename T>
-void non_max_suppression(const KernelContext& ctx) {
+void non_max_suppression(const NonMaxSuppressionParams& params, const KernelContext& ctx) {
   const Dims& bd = ctx.inputs[0].dims;
   const int64_t batches = bd[0], n = bd[1], classes = ctx.inputs[1].dims[1];
-  const bool center = attr_int(*ctx.layer, "center_point_box") != 0;
+  const bool center = params.center_point_box;
   const int64_t max_per_class = present(ctx, 2) ? std::max<int64_t>(read_int(ctx.inputs[2]), 0) : 0;
   const float iou_threshold = present(ctx, 3) ? read_float(ctx.inputs[3]) : 0.0f;
   const bool filter = present(ctx, 4);
@@ -165,16 +167,18 @@ void non_max_suppression(const KernelContext& ctx) {
   ctx.outputs[1].as<int64_t>()[0] = count;
 }
 
-KILN_REGISTER_KERNEL(KernelEntry{
-    DeviceType::kCPU, kLayerNonMaxSuppression, "reference", 0, nullptr, function_kernel([](const KernelContext& ctx) {
-      if (ctx.inputs[0].type == DataType::kFloat16) {
-        non_max_suppression<half>(ctx);
-      } else if (ctx.inputs[0].type == DataType::kFloat32) {
-        non_max_suppression<float>(ctx);
-      } else {
-        throw Error(std::string("NonMaxSuppression: unsupported data type ") + to_string(ctx.inputs[0].type));
-      }
-    })});
+void non_max_suppression_execute(const NonMaxSuppressionParams& params, const KernelContext& ctx) {
+  if (ctx.inputs[0].type == DataType::kFloat16) {
+    non_max_suppression<half>(params, ctx);
+  } else if (ctx.inputs[0].type == DataType::kFloat32) {
+    non_max_suppression<float>(params, ctx);
+  } else {
+    throw Error(std::string("NonMaxSuppression: unsupported data type ") + to_string(ctx.inputs[0].type));
+  }
+}
+
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerNonMaxSuppression, "reference", 0, nullptr,
+                                 params_kernel<NonMaxSuppressionParams, non_max_suppression_execute>()});
 
 // ---- Unique -----------------------------------------------------------------------------------------
 // x is viewed as [outer, n, inner] around the axis (flatten: [1, volume, 1]); "element" j is the
@@ -204,17 +208,9 @@ int unique_order(T a, T b) {
 }
 
 template <typename T>
-void unique(const KernelContext& ctx) {
-  const Layer& layer = *ctx.layer;
-  const Dims& d = ctx.inputs[0].dims;
-  int64_t outer = 1, n = d.volume(), inner = 1;
-  if (attr_int(layer, "flatten") == 0) {
-    const int64_t a = attr_int(layer, "axis");
-    const int axis = static_cast<int>(a < 0 ? a + d.rank() : a);
-    n = d[axis];
-    for (int i = 0; i < axis; ++i) outer *= d[i];
-    for (int i = axis + 1; i < d.rank(); ++i) inner *= d[i];
-  }
+void unique(const UniqueParams& params, const KernelContext& ctx) {
+  const UniqueSlices slices = unique_slices(params, ctx.inputs[0].dims);
+  const int64_t outer = slices.outer, n = slices.n, inner = slices.inner;
   const T* x = ctx.inputs[0].as<const T>();
   auto compare = [&](int64_t p, int64_t q) {  // slices p and q
     for (int64_t o = 0; o < outer; ++o) {
@@ -241,7 +237,7 @@ void unique(const KernelContext& ctx) {
   const auto u = static_cast<int64_t>(first.size());
   std::vector<int64_t> rank(static_cast<size_t>(u));  // output position of each group
   std::iota(rank.begin(), rank.end(), int64_t{0});
-  if (attr_int(layer, "sorted") == 0) {
+  if (!params.sorted) {
     std::vector<int64_t> by_first(static_cast<size_t>(u));
     std::iota(by_first.begin(), by_first.end(), int64_t{0});
     std::sort(by_first.begin(), by_first.end(),
@@ -265,10 +261,12 @@ void unique(const KernelContext& ctx) {
   ctx.outputs[4].as<int64_t>()[0] = u;
 }
 
+void unique_execute(const UniqueParams& params, const KernelContext& ctx) {
+  KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "Unique", unique<T>(params, ctx));
+}
+
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerUnique, "reference", 0, nullptr,
-                                 function_kernel([](const KernelContext& ctx) {
-                                   KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "Unique", unique<T>(ctx));
-                                 })});
+                                 params_kernel<UniqueParams, unique_execute>()});
 
 }  // namespace
 }  // namespace kiln

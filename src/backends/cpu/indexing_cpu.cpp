@@ -16,6 +16,8 @@
 #include "kiln/error.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
+#include "src/backends/params_kernel.h"
+#include "src/ir/indexing_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/reduce_params.h"
@@ -34,8 +36,6 @@ struct AxisView {
   int64_t outer = 1, n = 1, inner = 1;
   AxisView(const Dims& d, int axis) : outer(product(d, 0, axis)), n(d[axis]), inner(product(d, axis + 1, d.rank())) {}
 };
-
-int normalized(int64_t axis, int rank) { return static_cast<int>(axis < 0 ? axis + rank : axis); }
 
 // The single value of an int32/int64 tensor.
 int64_t read_int(const TensorView& t, const char* what) {
@@ -84,16 +84,9 @@ void arg_reduce(const ArgReduceParams& params, const KernelContext& ctx) {
   }
 }
 
-class ArgReduceRef : public Kernel {
- public:
-  explicit ArgReduceRef(const ArgReduceParams& params) : params_(params) {}
-  void execute(const KernelContext& ctx) override {
-    KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "ArgReduce", arg_reduce<T>(params_, ctx));
-  }
-
- private:
-  ArgReduceParams params_;
-};
+void arg_reduce_execute(const ArgReduceParams& params, const KernelContext& ctx) {
+  KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "ArgReduce", arg_reduce<T>(params, ctx));
+}
 
 // ---- TopK ----------------------------------------------------------------------------------------
 
@@ -101,11 +94,10 @@ class ArgReduceRef : public Kernel {
 // are sized for k = n and are written compactly for the actual k, which also goes to output 2
 // (the data-dependent size) when the layer has it.
 template <typename T>
-void top_k(const KernelContext& ctx) {
-  const Layer& layer = *ctx.layer;
+void top_k(const TopKParams& params, const KernelContext& ctx) {
   const Dims& d = ctx.inputs[0].dims;
-  const int axis = normalized(attr_int(layer, "axis"), d.rank());
-  const bool largest = attr_int(layer, "largest") != 0;
+  const int axis = normalized_axis_or_throw(params.axis, d.rank());
+  const bool largest = params.largest;
   const AxisView v(d, axis);
   const int64_t k = read_int(ctx.inputs[1], "k");
   if (k < 0 || k > ctx.outputs[0].dims[axis]) {
@@ -140,15 +132,15 @@ void top_k(const KernelContext& ctx) {
 // ---- CumSum --------------------------------------------------------------------------------------
 
 template <typename T>
-void cum_sum(const KernelContext& ctx) {
+void cum_sum(const CumSumParams& params, const KernelContext& ctx) {
   const Dims& d = ctx.inputs[0].dims;
   const int64_t a = read_int(ctx.inputs[1], "axis");
   if (a < -d.rank() || a >= d.rank()) {
     throw Error("axis " + std::to_string(a) + " is out of range for x of dims " + d.to_string());
   }
-  const AxisView v(d, normalized(a, d.rank()));
-  const bool exclusive = attr_int(*ctx.layer, "exclusive") != 0;
-  const bool reverse = attr_int(*ctx.layer, "reverse") != 0;
+  const AxisView v(d, normalized_axis_or_throw(a, d.rank()));
+  const bool exclusive = params.exclusive;
+  const bool reverse = params.reverse;
   using Acc = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
   const T* x = ctx.inputs[0].as<const T>();
   T* y = ctx.outputs[0].as<T>();
@@ -167,12 +159,20 @@ void cum_sum(const KernelContext& ctx) {
   }
 }
 
+void top_k_execute(const TopKParams& params, const KernelContext& ctx) {
+  KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "TopK", top_k<T>(params, ctx));
+}
+
+void cum_sum_execute(const CumSumParams& params, const KernelContext& ctx) {
+  KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "CumSum", cum_sum<T>(params, ctx));
+}
+
 // ---- byte-moving kernels ------------------------------------------------------------------------
 
-void trilu(const KernelContext& ctx) {
+void trilu(const TriluParams& params, const KernelContext& ctx) {
   const TensorView& xv = ctx.inputs[0];
   const int64_t k = ctx.inputs.size() > 1 && ctx.inputs[1].data ? read_int(ctx.inputs[1], "k") : 0;
-  const bool upper = attr_int(*ctx.layer, "upper") != 0;
+  const bool upper = params.upper;
   const Dims& d = xv.dims;
   const int64_t rows = d[d.rank() - 2], cols = d[d.rank() - 1], batch = product(d, 0, d.rank() - 2);
   const size_t es = data_type_size(xv.type);
@@ -192,11 +192,11 @@ void trilu(const KernelContext& ctx) {
   }
 }
 
-void one_hot(const KernelContext& ctx) {
+void one_hot(const OneHotParams& params, const KernelContext& ctx) {
   const TensorView& idx = ctx.inputs[0];
   const TensorView& out = ctx.outputs[0];
   const Dims& od = out.dims;
-  const int axis = normalized(attr_int(*ctx.layer, "axis"), od.rank());
+  const int axis = normalized_axis_or_throw(params.axis, od.rank());
   const AxisView v(od, axis);  // v.n is the depth
   std::vector<double> index(static_cast<size_t>(idx.count()));
   KILN_DISPATCH_NUMERIC(idx.type, "OneHot indices", {
@@ -216,11 +216,11 @@ void one_hot(const KernelContext& ctx) {
   }
 }
 
-void reverse_sequence(const KernelContext& ctx) {
+void reverse_sequence(const ReverseSequenceParams& params, const KernelContext& ctx) {
   const TensorView& xv = ctx.inputs[0];
   const Dims& d = xv.dims;
-  const int batch_axis = normalized(attr_int(*ctx.layer, "batch_axis"), d.rank());
-  const int time_axis = normalized(attr_int(*ctx.layer, "time_axis"), d.rank());
+  const int batch_axis = normalized_axis_or_throw(params.batch_axis, d.rank());
+  const int time_axis = normalized_axis_or_throw(params.time_axis, d.rank());
   std::vector<int64_t> lens(static_cast<size_t>(ctx.inputs[1].count()));
   for (size_t b = 0; b < lens.size(); ++b) {
     lens[b] = ctx.inputs[1].type == DataType::kInt32 ? ctx.inputs[1].as<const int32_t>()[b]
@@ -247,20 +247,10 @@ void reverse_sequence(const KernelContext& ctx) {
 // Indices are flat over the default unpooled shape [N, C, (D-1)*s - pb - pe + k ..] (as ONNX
 // MaxPool gives them); a larger output_shape pads that tensor at the end of each axis (the ONNX
 // reference; ONNX Runtime instead reads the indices in the output_shape layout).
-void max_unpool(const KernelContext& ctx) {
+void max_unpool(const MaxUnpoolParams& params, const KernelContext& ctx) {
   const TensorView& xv = ctx.inputs[0];
   const TensorView& out = ctx.outputs[0];
-  const Layer& layer = *ctx.layer;
-  const auto kernel = attr_ints(layer, "kernel");
-  auto strides = attr_ints(layer, "strides");
-  auto pads = attr_ints(layer, "pads");
-  const size_t k = kernel.size();
-  if (strides.empty()) strides.assign(k, 1);
-  if (pads.empty()) pads.assign(2 * k, 0);
-  Dims unpooled{xv.dims[0], xv.dims[1]};
-  for (size_t i = 0; i < k; ++i) {
-    unpooled.push_back((xv.dims[static_cast<int>(i) + 2] - 1) * strides[i] - pads[i] - pads[i + k] + kernel[i]);
-  }
+  const Dims unpooled = max_unpool_dims(params, xv.dims);
   const auto unpooled_strides = row_major_strides(unpooled);
   const auto out_strides = row_major_strides(out.dims);
   const int64_t total = unpooled.volume();
@@ -286,22 +276,19 @@ void max_unpool(const KernelContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerArgReduce, "reference", 0, nullptr, [](const Layer& layer) {
-                                   return std::make_unique<ArgReduceRef>(params_of<ArgReduceParams>(layer));
-                                 }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerArgReduce, "reference", 0, nullptr,
+                                 params_kernel<ArgReduceParams, arg_reduce_execute>()});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerTopK, "reference", 0, nullptr,
-                                 function_kernel([](const KernelContext& ctx) {
-                                   KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "TopK", top_k<T>(ctx));
-                                 })});
+                                 params_kernel<TopKParams, top_k_execute>()});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerCumSum, "reference", 0, nullptr,
-                                 function_kernel([](const KernelContext& ctx) {
-                                   KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "CumSum", cum_sum<T>(ctx));
-                                 })});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerTrilu, "reference", 0, nullptr, function_kernel(trilu)});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerOneHot, "reference", 0, nullptr, function_kernel(one_hot)});
+                                 params_kernel<CumSumParams, cum_sum_execute>()});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerTrilu, "reference", 0, nullptr,
+                                 params_kernel<TriluParams, trilu>()});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerOneHot, "reference", 0, nullptr,
+                                 params_kernel<OneHotParams, one_hot>()});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerReverseSequence, "reference", 0, nullptr,
-                                 function_kernel(reverse_sequence)});
+                                 params_kernel<ReverseSequenceParams, reverse_sequence>()});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerMaxUnpool, "reference", 0, nullptr,
-                                 function_kernel(max_unpool)});
+                                 params_kernel<MaxUnpoolParams, max_unpool>()});
 
 }  // namespace kiln

@@ -133,7 +133,7 @@ std::vector<AxisTaps> interpolation_taps(const ResizeParams& a, const KernelCont
   const Dims& y = ctx.outputs.at(0).dims;
   const auto axes = axes_of(ctx);
   const auto stride = row_major_strides(x);
-  const bool cubic = a.mode == ResizeMode::kCubic;
+  const bool cubic = a.mode == InterpolationMode::kCubic;
   std::vector<AxisTaps> taps(static_cast<size_t>(x.rank()));
   for (int k = 0; k < x.rank(); ++k) {
     const auto u = static_cast<size_t>(k);

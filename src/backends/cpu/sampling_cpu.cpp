@@ -23,6 +23,7 @@
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/cpu/data_copy.h"
 #include "src/backends/kernel.h"
+#include "src/backends/params_kernel.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/sampling_params.h"
@@ -399,22 +400,6 @@ void max_roi_pool_execute(const MaxRoiPoolParams& params, const KernelContext& c
                 to_string(ctx.inputs[0].type));
   }
   KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "MaxRoiPool", max_roi_pool<T>(params, ctx));
-}
-
-// A kernel constructed from its layer's params (params_of<P>), running Run(params, ctx).
-template <typename P, void (*Run)(const P&, const KernelContext&)>
-class ParamsKernel : public Kernel {
- public:
-  explicit ParamsKernel(const P& params) : params_(params) {}
-  void execute(const KernelContext& ctx) override { Run(params_, ctx); }
-
- private:
-  P params_;
-};
-
-template <typename P, void (*Run)(const P&, const KernelContext&)>
-KernelFactory params_kernel() {
-  return [](const Layer& layer) { return std::make_unique<ParamsKernel<P, Run>>(params_of<P>(layer)); };
 }
 
 bool linear_only(const Layer&, const std::vector<TensorDesc>& inputs) {

@@ -21,6 +21,8 @@
 #include "kiln/error.h"
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/scan_cuda.cuh"
+#include "src/ir/data_dependent_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln::cuda {
@@ -297,7 +299,7 @@ class NonMaxSuppressionCuda : public Kernel {
     a_ = NmsArgs{};
     a_.classes = inputs[1].dims[1];
     a_.n = inputs[0].dims[1];
-    a_.center = attr_int(layer, "center_point_box") != 0;
+    a_.center = params_of<NonMaxSuppressionParams>(layer).center_point_box;
     a_.max_is_64 = inputs.size() < 3 || !inputs[2].present || inputs[2].type == DataType::kInt64;
     while (a_.padded < a_.n) a_.padded *= 2;
     segments_ = inputs[0].dims[0] * a_.classes;

@@ -24,6 +24,8 @@
 #include "kiln/error.h"
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/scan_cuda.cuh"
+#include "src/ir/data_dependent_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln::cuda {
@@ -220,23 +222,19 @@ class UniqueCuda : public Kernel {
  public:
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&,
                int) override {
-    const Dims& d = inputs[0].dims;
+    const UniqueParams& p = params_of<UniqueParams>(layer);
+    const UniqueSlices slices = unique_slices(p, inputs[0].dims);
     s_ = UniqueShape{};
-    s_.n = d.volume();
-    if (attr_int(layer, "flatten") == 0) {
-      const int64_t a = attr_int(layer, "axis");
-      const int axis = static_cast<int>(a < 0 ? a + d.rank() : a);
-      s_.n = d[axis];
-      for (int i = 0; i < axis; ++i) s_.outer *= d[i];
-      for (int i = axis + 1; i < d.rank(); ++i) s_.inner *= d[i];
-    }
+    s_.outer = slices.outer;
+    s_.n = slices.n;
+    s_.inner = slices.inner;
     if (s_.n >= INT32_MAX) {
       throw Error("Unique layer '" + layer.name() + "': " + std::to_string(s_.n) +
                   " elements (slices); the CUDA kernel takes fewer than 2^31");
     }
     while (s_.padded < s_.n) s_.padded *= 2;
     s_.tile = s_.padded < kTile ? s_.padded : kTile;
-    s_.sorted = attr_int(layer, "sorted") != 0;
+    s_.sorted = p.sorted;
   }
 
   size_t workspace_size() const override {

@@ -42,6 +42,7 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/position_ops_cuda.cuh"
 #include "src/backends/cuda/op_helpers_cuda.cuh"
+#include "src/ir/indexing_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/reduce_params.h"
@@ -350,8 +351,9 @@ class CumSumCuda : public Kernel {
                int) override {
     const Dims& d = inputs[0].dims;
     a_ = CumArgs{};
-    a_.exclusive = attr_int(layer, "exclusive") != 0;
-    a_.reverse = attr_int(layer, "reverse") != 0;
+    const CumSumParams& p = params_of<CumSumParams>(layer);
+    a_.exclusive = p.exclusive;
+    a_.reverse = p.reverse;
     dynamic_ = inputs[1].value == nullptr;
     if (dynamic_) {
       dyn_ = CumDynamicArgs{};
@@ -368,7 +370,7 @@ class CumSumCuda : public Kernel {
       throw Error("CumSum layer '" + layer.name() + "': axis " + std::to_string(axis) + " is out of range for x " +
                   d.to_string());
     }
-    const AxisView v(d, normalized_axis(axis, d.rank()));
+    const AxisView v(d, normalized_axis_or_throw(axis, d.rank()));
     a_.outer = v.outer;
     a_.n = v.n;
     a_.inner = v.inner;
@@ -457,7 +459,7 @@ class TriluCuda : public Kernel {
     a_.cols = d[d.rank() - 1];
     a_.col_div = IndexDiv(a_.cols);
     a_.row_div = IndexDiv(a_.rows);
-    a_.upper = attr_int(layer, "upper") != 0;
+    a_.upper = params_of<TriluParams>(layer).upper;
     a_.k32 = a_.total < kFast32Limit;
     a_.k64 = inputs.size() > 1 && inputs[1].present && inputs[1].type == DataType::kInt64;
   }
@@ -528,7 +530,7 @@ class OneHotCuda : public Kernel {
   void prepare(const Layer& layer, const std::vector<TensorDesc>&, const std::vector<TensorDesc>& outputs,
                int) override {
     const Dims& od = outputs[0].dims;
-    const AxisView v(od, normalized_axis(attr_int(layer, "axis"), od.rank()));
+    const AxisView v(od, normalized_axis_or_throw(params_of<OneHotParams>(layer).axis, od.rank()));
     a_ = OneHotArgs{};
     a_.total = od.volume();
     a_.depth = v.n;
@@ -602,8 +604,9 @@ class ReverseSequenceCuda : public Kernel {
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&,
                int) override {
     const Dims& d = inputs[0].dims;
-    const int batch_axis = normalized_axis(attr_int(layer, "batch_axis"), d.rank());
-    const int time_axis = normalized_axis(attr_int(layer, "time_axis"), d.rank());
+    const ReverseSequenceParams& p = params_of<ReverseSequenceParams>(layer);
+    const int batch_axis = normalized_axis_or_throw(p.batch_axis, d.rank());
+    const int time_axis = normalized_axis_or_throw(p.time_axis, d.rank());
     int64_t tstride = 1, bstride = 1;
     for (int i = time_axis + 1; i < d.rank(); ++i) tstride *= d[i];
     for (int i = batch_axis + 1; i < d.rank(); ++i) bstride *= d[i];
@@ -721,18 +724,15 @@ class MaxUnpoolCuda : public Kernel {
     // The default unpooled shape (indexing_cpu.cpp's max_unpool).
     const Dims& xd = inputs[0].dims;
     const Dims& yd = outputs[0].dims;
-    const auto kernel = attr_ints(layer, "kernel");
-    auto strides = attr_ints(layer, "strides");
-    auto pads = attr_ints(layer, "pads");
-    const size_t k = kernel.size();
-    if (strides.empty()) strides.assign(k, 1);
-    if (pads.empty()) pads.assign(2 * k, 0);
-    if (xd.rank() != static_cast<int>(k) + 2 || yd.rank() != xd.rank() || strides.size() != k || pads.size() != 2 * k) {
-      throw Error("MaxUnpool layer '" + layer.name() + "': kernel/strides/pads do not match input " + xd.to_string());
+    Dims unpooled;
+    try {
+      unpooled = max_unpool_dims(params_of<MaxUnpoolParams>(layer), xd);
+    } catch (const Error& e) {
+      throw Error("MaxUnpool layer '" + layer.name() + "': " + e.what());
     }
-    Dims unpooled{xd[0], xd[1]};
-    for (size_t i = 0; i < k; ++i) {
-      unpooled.push_back((xd[static_cast<int>(i) + 2] - 1) * strides[i] - pads[i] - pads[i + k] + kernel[i]);
+    if (yd.rank() != unpooled.rank()) {
+      throw Error("MaxUnpool layer '" + layer.name() + "': output " + yd.to_string() + " does not have the rank of x " +
+                  xd.to_string());
     }
     a_.unpooled_count = unpooled.volume();
     a_.rank = unpooled.rank();

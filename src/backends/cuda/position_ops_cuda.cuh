@@ -75,8 +75,6 @@ inline bool linear_io(const Layer& layer, const std::vector<TensorDesc>& inputs)
   return true;
 }
 
-inline int normalized_axis(int64_t axis, int rank) { return static_cast<int>(axis < 0 ? axis + rank : axis); }
-
 // [outer, n, inner] around `axis` of dims.
 struct AxisView {
   int64_t outer = 1, n = 1, inner = 1;

@@ -112,7 +112,7 @@ struct TableAxis {
 };
 
 struct TableParams {
-  ResizeMode mode = ResizeMode::kNearest;
+  InterpolationMode mode = InterpolationMode::kNearest;
   ResizeCoordMode coord = ResizeCoordMode::kHalfPixel;
   ResizeNearestMode nearest = ResizeNearestMode::kRoundPreferFloor;
   float cubic_a = -0.75f;
@@ -138,7 +138,7 @@ __host__ __device__ __forceinline__ void table_entry(const TableParams& p, int64
   const TableAxis ax = p.axis[a];
   const int64_t j = e - ax.first, n = ax.in_extent;
   float c = source_coord(p.coord, j, ax.scale, ax.out_len, ax.in_len, ax.resized_len);
-  if (p.mode == ResizeMode::kNearest) {
+  if (p.mode == InterpolationMode::kNearest) {
     const int64_t i = nearest_round(p.nearest, c);
     offsets[e] = (i < 0 ? 0 : (i > n - 1 ? n - 1 : i)) * ax.stride;
     return;
@@ -148,7 +148,7 @@ __host__ __device__ __forceinline__ void table_entry(const TableParams& p, int64
     t.off[m] = 0;
     t.w[m] = 0.0f;
   }
-  if (p.mode == ResizeMode::kLinear) {
+  if (p.mode == InterpolationMode::kLinear) {
     const float hi = static_cast<float>(n - 1);
     c = c < 0.0f ? 0.0f : (hi < c ? hi : c);
     int64_t i1 = static_cast<int64_t>(c);
@@ -510,7 +510,7 @@ class ResizeCuda : public Kernel {
       ++m.nactive;
     }
     const int64_t n = geo_.count / v;
-    const bool cubic = attrs_.mode == ResizeMode::kCubic;
+    const bool cubic = attrs_.mode == InterpolationMode::kCubic;
     if (type_ == DataType::kFloat32) {
       launch_interp(static_cast<const float*>(src), static_cast<float*>(dst), m, n, v, cubic, stream);
     } else {

@@ -33,7 +33,10 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/position_ops_cuda.cuh"
 #include "src/backends/cuda/op_helpers_cuda.cuh"
+#include "src/ir/indexing_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/reduce_params.h"
 
 namespace kiln::cuda {
 namespace {
@@ -326,8 +329,9 @@ class TopKCuda : public Kernel {
  public:
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {
+    const TopKParams& p = params_of<TopKParams>(layer);
     const Dims& d = inputs[0].dims;
-    const int axis = normalized_axis(attr_int(layer, "axis"), d.rank());
+    const int axis = normalized_axis_or_throw(p.axis, d.rank());
     const AxisView v(d, axis);
     a_ = TopArgs{};
     a_.outer = v.outer;
@@ -336,7 +340,7 @@ class TopKCuda : public Kernel {
     a_.k = outputs[0].dims[axis];
     runtime_k_ = inputs[1].value == nullptr;  // then a_.k is the bound n and k is read on the device
     a_.k64 = inputs[1].type == DataType::kInt64;
-    a_.largest = attr_int(layer, "largest") != 0;
+    a_.largest = p.largest;
     a_.col = column_index(v, d.volume());
     if (a_.n >= INT32_MAX) {
       throw Error("TopK layer '" + layer.name() + "': the axis has " + std::to_string(a_.n) +
