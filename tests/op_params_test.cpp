@@ -366,7 +366,7 @@ TEST(OpParams, ResizeAttributesFailWhenCreated) {
                                    {"exclude_outside", int64_t{1}}}),
                             "r");
   const ResizeParams& p = params_of<ResizeParams>(*ok);
-  EXPECT_EQ(p.mode, ResizeMode::kCubic);
+  EXPECT_EQ(p.mode, InterpolationMode::kCubic);
   EXPECT_EQ(p.coord, ResizeCoordMode::kAlignCorners);
   EXPECT_EQ(p.nearest, ResizeNearestMode::kRoundPreferFloor) << "the schema's default";
   EXPECT_EQ(p.cubic_a, -0.5);
@@ -397,7 +397,7 @@ TEST(ResizeGeometry, OutputDimsAndAxes) {
   EXPECT_EQ(sized[1].resized_len, 9.0);
   expect_contains(error_of([] { resize_axes(Dims{4, 6}, Dims{4}, {}); }), {"ranks differ"});
   expect_contains(error_of([] { resize_axes(Dims{4, 6}, Dims{4, 6}, {1}); }), {"one value per axis"});
-  EXPECT_STREQ(to_string(ResizeMode::kCubic), "cubic") << "messages use the decoding's names";
+  EXPECT_STREQ(to_string(InterpolationMode::kCubic), "cubic") << "messages use the decoding's names";
 }
 
 // ---- Reduce and ArgReduce: ReduceParams, ArgReduceParams and their axis rules ------------------

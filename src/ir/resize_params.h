@@ -16,8 +16,6 @@ namespace kiln {
 // `mode` is the public InterpolationMode (include/kiln/network.h). The coordinate transformation
 // and nearest modes are strings in the public ResizeDesc; their enums are internal.
 const char* to_string(InterpolationMode mode);  // "nearest", "linear", "cubic"
-// The former internal name of InterpolationMode, kept only for tests/op_params_test.cpp.
-using ResizeMode = InterpolationMode;
 enum class ResizeCoordMode : int32_t {
   kHalfPixel,
   kHalfPixelSymmetric,
