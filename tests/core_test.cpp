@@ -127,9 +127,10 @@ TEST(ShapeInference, ErrorsNameTheLayer) {
 TEST(Network, ValidateReportsEveryProblem) {
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 3});
-  Attributes bad;
-  bad.set("to", int64_t{3});  // wrong type (Cast has no typed params: its attributes are checked by validate)
-  net.add_layer(kLayerCast, {x}, 1, bad, "cast");
+  Attributes to;
+  to.set("to", std::string("float16"));
+  // Edited to a wrong type after creation: validate checks it.
+  net.add_layer(kLayerCast, {x}, 1, to, "cast")->attrs().set("to", int64_t{3});
   net.add_layer("NoSuchLayer", {x}, 1, {}, "mystery");
   // A layer type with typed params refuses a bad attribute when the layer is created.
   Attributes bad_kind;

@@ -571,13 +571,13 @@ TEST(FusedElementWise, RejectsBadPrograms) {
   EXPECT_EQ(p.instrs[3].p1, 1e-7);
   EXPECT_EQ(p.instrs[3].a, 3);
 
+  // A layer's program is parsed when the layer is created (its typed params): a bad one fails there.
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, {4});
   Attributes attrs;
   attrs.set("program", std::vector<std::string>{"binary sum r0 r1"});
-  net.mark_output(net.add_layer(kLayerFusedElementWise, {x}, 1, attrs)->output(0));
-  BuilderConfig config;
-  EXPECT_THROW(Builder().build_serialized(net, config), Error);
+  EXPECT_THROW(net.add_layer(kLayerFusedElementWise, {x}, 1, attrs), Error);
+  EXPECT_EQ(net.num_layers(), 0);
 }
 
 // ---- the whole pipeline ---------------------------------------------------------------------

@@ -10,14 +10,8 @@
 namespace kiln {
 namespace {
 
-// One side of an equation term: its letters and where "..." stood (-1: absent).
-struct Term {
-  std::string letters;
-  int ellipsis_at = -1;  // number of letters before the "..."
-};
-
-Term parse_term(const std::string& text, const std::string& equation) {
-  Term t;
+EinsumTerm parse_term(const std::string& text, const std::string& equation) {
+  EinsumTerm t;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
@@ -46,30 +40,61 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return parts;
 }
 
+// A term as written (without spaces), for messages.
+std::string term_text(const EinsumTerm& t) {
+  if (t.ellipsis_at < 0) return t.letters;
+  return t.letters.substr(0, static_cast<size_t>(t.ellipsis_at)) + "..." +
+         t.letters.substr(static_cast<size_t>(t.ellipsis_at));
+}
+
 }  // namespace
 
-EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& operand_dims) {
+EinsumEquation parse_einsum_equation(const std::string& equation) {
+  EinsumEquation e;
+  e.text = equation;
   std::string eq;
   for (char c : equation) {
     if (c != ' ') eq.push_back(c);
   }
   const size_t arrow = eq.find("->");
-  const std::string lhs = eq.substr(0, arrow);
-  const std::vector<std::string> texts = split(lhs, ',');
-  if (texts.size() != operand_dims.size()) {
-    throw Error("einsum equation " + quote(equation) + " has " + std::to_string(texts.size()) +
+  for (const std::string& text : split(eq.substr(0, arrow), ',')) e.operands.push_back(parse_term(text, equation));
+  if (arrow == std::string::npos) return e;
+  e.explicit_output = true;
+  e.output = parse_term(eq.substr(arrow + 2), equation);
+  for (char c : e.output.letters) {
+    bool found = false;
+    for (const EinsumTerm& t : e.operands) found = found || t.letters.find(c) != std::string::npos;
+    if (!found) {
+      throw Error("einsum equation " + quote(equation) + ": output label " + quote(std::string(1, c)) +
+                  " appears in no operand");
+    }
+    if (std::count(e.output.letters.begin(), e.output.letters.end(), c) > 1) {
+      throw Error("einsum equation " + quote(equation) + ": output label " + quote(std::string(1, c)) +
+                  " appears twice");
+    }
+  }
+  return e;
+}
+
+EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& operand_dims) {
+  return plan_einsum(parse_einsum_equation(equation), operand_dims);
+}
+
+EinsumPlan plan_einsum(const EinsumEquation& e, const std::vector<Dims>& operand_dims) {
+  const std::string& equation = e.text;
+  const std::vector<EinsumTerm>& terms = e.operands;
+  if (terms.size() != operand_dims.size()) {
+    throw Error("einsum equation " + quote(equation) + " has " + std::to_string(terms.size()) +
                 " operand terms but the layer has " + std::to_string(operand_dims.size()) + " inputs");
   }
-  std::vector<Term> terms;
   int ellipsis_rank = 0;
-  std::vector<int> operand_ellipsis(texts.size(), 0);
-  for (size_t k = 0; k < texts.size(); ++k) {
-    terms.push_back(parse_term(texts[k], equation));
+  std::vector<int> operand_ellipsis(terms.size(), 0);
+  for (size_t k = 0; k < terms.size(); ++k) {
     const int rank = operand_dims[k].rank();
     const int letters = static_cast<int>(terms[k].letters.size());
     const int extra = rank - letters;
     if (extra < 0 || (extra > 0 && terms[k].ellipsis_at < 0)) {
-      throw Error("einsum equation " + quote(equation) + ": term " + quote(texts[k]) + " labels " +
+      throw Error("einsum equation " + quote(equation) + ": term " + quote(term_text(terms[k])) + " labels " +
                   std::to_string(letters) + " axes but operand " + std::to_string(k) + " has dims " +
                   operand_dims[k].to_string());
     }
@@ -80,7 +105,7 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& ope
   EinsumPlan plan;
   std::map<char, int> letter_label;
   std::map<char, int> letter_count;
-  for (const Term& t : terms) {
+  for (const EinsumTerm& t : terms) {
     for (char c : t.letters) {
       if (!letter_label.count(c)) {
         letter_label[c] = static_cast<int>(plan.label_sizes.size());
@@ -95,7 +120,7 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& ope
   // Label of each operand axis, and the extent of each label (1 broadcasts).
   for (size_t k = 0; k < terms.size(); ++k) {
     std::vector<int> labels;
-    const Term& t = terms[k];
+    const EinsumTerm& t = terms[k];
     for (int i = 0; i <= static_cast<int>(t.letters.size()); ++i) {
       if (i == t.ellipsis_at) {
         for (int e = 0; e < operand_ellipsis[k]; ++e)
@@ -119,26 +144,17 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& ope
   auto push_ellipsis = [&] {
     for (int e = 0; e < ellipsis_rank; ++e) plan.output_labels.push_back(first_ellipsis_label + e);
   };
-  if (arrow == std::string::npos) {
+  if (!e.explicit_output) {
     push_ellipsis();
     for (const auto& [c, n] : letter_count) {  // std::map: ASCII order
       if (n == 1) plan.output_labels.push_back(letter_label[c]);
     }
   } else {
-    const Term out = parse_term(eq.substr(arrow + 2), equation);
+    const EinsumTerm& out = e.output;  // its labels were checked by parse_einsum_equation
     for (int i = 0; i <= static_cast<int>(out.letters.size()); ++i) {
       if (i == out.ellipsis_at) push_ellipsis();
       if (i == static_cast<int>(out.letters.size())) break;
-      const char c = out.letters[static_cast<size_t>(i)];
-      if (!letter_label.count(c)) {
-        throw Error("einsum equation " + quote(equation) + ": output label " + quote(std::string(1, c)) +
-                    " appears in no operand");
-      }
-      if (std::count(out.letters.begin(), out.letters.end(), c) > 1) {
-        throw Error("einsum equation " + quote(equation) + ": output label " + quote(std::string(1, c)) +
-                    " appears twice");
-      }
-      plan.output_labels.push_back(letter_label[c]);
+      plan.output_labels.push_back(letter_label.at(out.letters[static_cast<size_t>(i)]));
     }
   }
   if (plan.output_labels.size() > static_cast<size_t>(kMaxDims)) {

@@ -16,6 +16,24 @@
 
 namespace kiln {
 
+// One term of an equation: its letters and where "..." stood (-1: absent).
+struct EinsumTerm {
+  std::string letters;
+  int ellipsis_at = -1;  // number of letters before the "..."
+};
+
+// An equation parsed and checked on its own (characters, "..." at most once per term, output
+// labels that occur in some operand, once): what does not depend on the operands' dims.
+struct EinsumEquation {
+  std::string text;                  // as written (for messages)
+  std::vector<EinsumTerm> operands;  // one term per operand
+  bool explicit_output = false;      // "->" given
+  EinsumTerm output;                 // when explicit_output
+};
+
+// Throws kiln::Error saying what is wrong with the equation (the caller adds the layer's name).
+EinsumEquation parse_einsum_equation(const std::string& equation);
+
 struct EinsumPlan {
   // Every label: the letters in order of first appearance, then one label per "..." axis.
   std::vector<int64_t> label_sizes;
@@ -26,7 +44,10 @@ struct EinsumPlan {
   Dims output_dims;
 };
 
-// Throws kiln::Error saying what is wrong with the equation (the caller adds the layer's name).
+// The equation applied to operands of these dims. Throws kiln::Error saying what does not fit
+// (the caller adds the layer's name).
+EinsumPlan plan_einsum(const EinsumEquation& equation, const std::vector<Dims>& operand_dims);
+// parse_einsum_equation, then plan_einsum.
 EinsumPlan plan_einsum(const std::string& equation, const std::vector<Dims>& operand_dims);
 
 }  // namespace kiln

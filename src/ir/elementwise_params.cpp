@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kiln/error.h"
+#include "src/ir/enum_names.h"
 #include "src/ir/op_params.h"
 
 namespace kiln {
@@ -20,7 +21,12 @@ auto parse_named(const ParamReader& r, const std::string& name, Fn parse) {
   }
 }
 
+const EnumNames<ScaleMode> kScaleModes = {
+    {"uniform", ScaleMode::kUniform}, {"channel", ScaleMode::kChannel}, {"elementwise", ScaleMode::kElementWise}};
+
 }  // namespace
+
+const char* to_string(ScaleMode mode) { return name_in(kScaleModes, mode); }
 
 ActivationParams ActivationParams::decode(const Layer& layer) {
   const ParamReader r(layer);
@@ -51,6 +57,29 @@ SoftMaxParams SoftMaxParams::decode(const Layer& layer) {
   SoftMaxParams p;
   p.axis = r.get_int("axis");
   p.log = r.get_int("log") != 0;
+  return p;
+}
+
+ScaleParams ScaleParams::decode(const Layer& layer) {
+  const ParamReader r(layer);
+  ScaleParams p;
+  p.mode = r.get_enum<ScaleMode>("mode", kScaleModes);
+  p.channel_axis = r.get_int("channel_axis");
+  return p;
+}
+
+CastParams CastParams::decode(const Layer& layer) {
+  const ParamReader r(layer);
+  CastParams p;
+  p.to = parse_named(r, "to", parse_data_type);
+  return p;
+}
+
+BitShiftParams BitShiftParams::decode(const Layer& layer) {
+  const ParamReader r(layer);
+  BitShiftParams p;
+  p.direction = r.get_enum<BitShiftDirection>(
+      "direction", {{"left", BitShiftDirection::kLeft}, {"right", BitShiftDirection::kRight}});
   return p;
 }
 

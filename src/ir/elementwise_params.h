@@ -1,7 +1,8 @@
-// The parameters of the element-wise family: Activation, Unary, ElementWise and SoftMax, decoded
-// once from a layer's attributes (through the schema's with_params) into the public enums
-// (ActivationType, UnaryOp, ElementWiseOp) and read by shape inference and every kernel (CPU
-// reference, fast and oneDNN kernels, CUDA).
+// The parameters of the element-wise family: Activation, Unary, ElementWise, SoftMax, Scale, Cast
+// and BitShift, decoded once from a layer's attributes (through the schema's with_params) into
+// the public enums (ActivationType, UnaryOp, ElementWiseOp, ScaleMode, DataType,
+// BitShiftDirection) and read by shape inference and every kernel (CPU reference, fast and
+// oneDNN kernels, CUDA).
 #pragma once
 
 #include <cstdint>
@@ -32,5 +33,23 @@ struct SoftMaxParams {
   bool log = false;   // log-softmax
   static SoftMaxParams decode(const Layer& layer);
 };
+
+struct ScaleParams {
+  ScaleMode mode = ScaleMode::kUniform;
+  int64_t channel_axis = 1;  // kChannel; not yet normalized (the input's rank is known at shape inference)
+  static ScaleParams decode(const Layer& layer);
+};
+
+struct CastParams {
+  DataType to = DataType::kFloat32;
+  static CastParams decode(const Layer& layer);
+};
+
+struct BitShiftParams {
+  BitShiftDirection direction = BitShiftDirection::kLeft;
+  static BitShiftParams decode(const Layer& layer);
+};
+
+const char* to_string(ScaleMode mode);
 
 }  // namespace kiln

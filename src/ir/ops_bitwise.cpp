@@ -3,6 +3,8 @@
 #include <string>
 
 #include "kiln/error.h"
+#include "src/ir/elementwise_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/core/text.h"
 
@@ -10,9 +12,7 @@ namespace kiln {
 namespace {
 
 void infer_bit_shift(ShapeContext& ctx) {
-  const std::string direction = attr_string(ctx.layer(), "direction");
-  ctx.check(direction == "left" || direction == "right",
-            "attribute 'direction' is " + quote(direction) + "; valid values: left, right");
+  (void)params_of<BitShiftParams>(ctx.layer());  // direction checked there
   const DataType t = ctx.input_type(0);
   ctx.check(t == DataType::kUInt8 || t == DataType::kInt8 || t == DataType::kInt32 || t == DataType::kInt64 ||
                 t == DataType::kInt16 || t == DataType::kUInt16 || t == DataType::kUInt32 || t == DataType::kUInt64,
@@ -32,6 +32,7 @@ KILN_REGISTER_OP(OpSchema{kLayerBitShift,
                           {},
                           infer_bit_shift,
                           "x shifted by y bits (logical shift on the unsigned bit pattern; shifts of the type's "
-                          "width or more give 0), with numpy broadcasting."});
+                          "width or more give 0), with numpy broadcasting."}
+                     .with_params<BitShiftParams>());
 
 }  // namespace kiln

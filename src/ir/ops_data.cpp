@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/core/text.h"
+#include "src/ir/data_params.h"
 #include "src/ir/gather_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
@@ -88,8 +89,7 @@ Dims permute(const ShapeContext& ctx, const Dims& in, const std::vector<int64_t>
   return out;
 }
 
-Dims reshape_dims(const ShapeContext& ctx, const Dims& in, std::vector<int64_t> target) {
-  const bool zero_copies = attr_int(ctx.layer(), "zero_is_placeholder") != 0;
+Dims reshape_dims(const ShapeContext& ctx, const Dims& in, std::vector<int64_t> target, bool zero_copies) {
   int infer_at = -1;
   // Product of the given extents, saturated at 2^64 (above any volume) so that huge requested
   // extents cannot wrap around to a plausible product; a 0 extent still makes it 0.
@@ -126,17 +126,17 @@ Dims reshape_dims(const ShapeContext& ctx, const Dims& in, std::vector<int64_t> 
   return make_dims(ctx, target);
 }
 
-Dims shuffle_dims(const ShapeContext& ctx, Dims d) {
-  const Layer& layer = ctx.layer();
-  const std::string mode = attr_string(layer, "reshape_mode");
+Dims shuffle_dims(const ShapeContext& ctx, const ShuffleParams& p, Dims d) {
+  const ReshapeMode mode = p.reshape_mode;
   const bool has_shape = ctx.has_input(1);
-  ctx.check(!has_shape || mode == "dims",
-            "input 1 (shape) is given but reshape_mode is '" + mode + "'; a shape tensor needs reshape_mode 'dims'");
-  if (mode == "none") return d;
-  if (mode == "dims")
-    return reshape_dims(ctx, d, has_shape ? int_values(ctx, 1, "shape") : attr_ints(layer, "reshape"));
-  if (mode == "squeeze") {
-    std::vector<int64_t> axes = attr_ints(layer, "axes");
+  ctx.check(!has_shape || mode == ReshapeMode::kDims, "input 1 (shape) is given but reshape_mode is '" +
+                                                          std::string(to_string(mode)) +
+                                                          "'; a shape tensor needs reshape_mode 'dims'");
+  if (mode == ReshapeMode::kNone) return d;
+  if (mode == ReshapeMode::kDims)
+    return reshape_dims(ctx, d, has_shape ? int_values(ctx, 1, "shape") : p.reshape, p.zero_is_placeholder);
+  if (mode == ReshapeMode::kSqueeze) {
+    const std::vector<int64_t>& axes = p.axes;
     std::vector<bool> drop(static_cast<size_t>(d.rank()), false);
     for (int i = 0; i < d.rank() && axes.empty(); ++i) drop[static_cast<size_t>(i)] = d[i] == 1;
     for (int64_t a : axes) {
@@ -151,8 +151,8 @@ Dims shuffle_dims(const ShapeContext& ctx, Dims d) {
     }
     return out;
   }
-  if (mode == "unsqueeze") {
-    const std::vector<int64_t> axes = attr_ints(layer, "axes");
+  if (mode == ReshapeMode::kUnsqueeze) {
+    const std::vector<int64_t>& axes = p.axes;
     ctx.check(!axes.empty(), "reshape_mode 'unsqueeze' needs a non-empty 'axes'");
     const int rank = d.rank() + static_cast<int>(axes.size());
     ctx.check(rank <= kMaxDims, "unsqueeze of " + d.to_string() + " at " + join(axes) + " would have rank " +
@@ -169,29 +169,26 @@ Dims shuffle_dims(const ShapeContext& ctx, Dims d) {
     for (int i = 0; i < rank; ++i) out.push_back(ones[static_cast<size_t>(i)] ? 1 : d[next++]);
     return out;
   }
-  if (mode == "flatten") {
-    int64_t axis = attr_int(layer, "axis");
-    ctx.check(axis >= -d.rank() && axis <= d.rank(), "flatten axis " + std::to_string(axis) + " is out of range for " +
-                                                         d.to_string() + " (valid: " + std::to_string(-d.rank()) +
-                                                         " to " + std::to_string(d.rank()) + ")");
-    if (axis < 0) axis += d.rank();
-    int64_t outer = 1, inner = 1;
-    for (int i = 0; i < d.rank(); ++i) {
-      int64_t& part = i < axis ? outer : inner;
-      ctx.check(!mul_overflows(part, d[i], part), "flattening " + d.to_string() + " overflows 64-bit extents");
-    }
-    return Dims{outer, inner};
+  // ReshapeMode::kFlatten (the mode was checked when the params were decoded)
+  int64_t axis = p.axis;
+  ctx.check(axis >= -d.rank() && axis <= d.rank(), "flatten axis " + std::to_string(axis) + " is out of range for " +
+                                                       d.to_string() + " (valid: " + std::to_string(-d.rank()) +
+                                                       " to " + std::to_string(d.rank()) + ")");
+  if (axis < 0) axis += d.rank();
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < d.rank(); ++i) {
+    int64_t& part = i < axis ? outer : inner;
+    ctx.check(!mul_overflows(part, d[i], part), "flattening " + d.to_string() + " overflows 64-bit extents");
   }
-  ctx.fail("unknown reshape_mode " + quote(mode) + " (expected none, dims, squeeze, unsqueeze or flatten)");
+  return Dims{outer, inner};
 }
 
 void infer_shuffle(ShapeContext& ctx) {
+  const ShuffleParams& p = params_of<ShuffleParams>(ctx.layer());
   Dims d = ctx.input_dims(0);
-  const auto first = attr_ints(ctx.layer(), "first_transpose");
-  if (!first.empty()) d = permute(ctx, d, first, "first_transpose");
-  d = shuffle_dims(ctx, d);
-  const auto second = attr_ints(ctx.layer(), "second_transpose");
-  if (!second.empty()) d = permute(ctx, d, second, "second_transpose");
+  if (!p.first_transpose.empty()) d = permute(ctx, d, p.first_transpose, "first_transpose");
+  d = shuffle_dims(ctx, p, d);
+  if (!p.second_transpose.empty()) d = permute(ctx, d, p.second_transpose, "second_transpose");
   ctx.set_output(0, ctx.input_type(0), d);
 }
 
@@ -199,10 +196,10 @@ void infer_shuffle(ShapeContext& ctx) {
 
 void infer_concatenation(ShapeContext& ctx) {
   for (int i = 0; i < ctx.num_inputs(); ++i) ctx.check(ctx.has_input(i), "input " + std::to_string(i) + " is missing");
-  ctx.check(ctx.attrs().has("axis"), "required attribute 'axis' (int) is missing");
+  const int64_t stored_axis = params_of<ConcatenationParams>(ctx.layer()).axis;  // required: checked there
   const Dims& first = ctx.input_dims(0);
   ctx.check(first.rank() >= 1, "cannot concatenate scalars (input 0 has rank 0); unsqueeze them first");
-  const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), first.rank());
+  const int64_t axis = normalize_axis(ctx, stored_axis, first.rank());
   Dims expected = first;
   expected[static_cast<int>(axis)] = kDynamic;  // prints as "?"
   Dims out = first;
@@ -221,12 +218,13 @@ void infer_concatenation(ShapeContext& ctx) {
 }
 
 void infer_split(ShapeContext& ctx) {
+  const SplitParams& p = params_of<SplitParams>(ctx.layer());
   const Dims& x = ctx.input_dims(0);
   ctx.check(x.rank() >= 1, "cannot split a scalar");
-  const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), x.rank());
+  const int64_t axis = normalize_axis(ctx, p.axis, x.rank());
   const int64_t extent = x[static_cast<int>(axis)];
   const int n = ctx.num_outputs();
-  std::vector<int64_t> sizes = ctx.has_input(1) ? int_values(ctx, 1, "split") : attr_ints(ctx.layer(), "split");
+  std::vector<int64_t> sizes = ctx.has_input(1) ? int_values(ctx, 1, "split") : p.split;
   if (sizes.empty()) {
     // ONNX-18: equal chunks of ceil(extent / n), the last one smaller.
     const int64_t chunk = static_cast<int64_t>((__int128{extent} + n - 1) / n);
@@ -321,9 +319,7 @@ void infer_padding(ShapeContext& ctx) {
   ctx.check(static_cast<int>(pads.size()) == 2 * x.rank(),
             "pads " + join(pads) + " must have 2 * rank = " + std::to_string(2 * x.rank()) + " values for input " +
                 x.to_string() + " ([x1_begin, x2_begin, ..., x1_end, x2_end, ...])");
-  const std::string mode = attr_string(ctx.layer(), "mode");
-  ctx.check(mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap",
-            "unknown mode " + quote(mode) + " (expected constant, reflect, edge or wrap)");
+  const PaddingMode mode = params_of<PaddingParams>(ctx.layer()).mode;
   if (ctx.has_input(2)) {
     check_same_type(ctx, 2, "value");
     ctx.check(ctx.input_dims(2).volume() == 1,
@@ -336,11 +332,11 @@ void infer_padding(ShapeContext& ctx) {
                        "pads " + join(pads) + " on axis " + std::to_string(i) + " of " + x.to_string());
     ctx.check(out[i] >= 0,
               "pads " + join(pads) + " crop axis " + std::to_string(i) + " of " + x.to_string() + " below zero");
-    if (mode != "constant" && __int128{x[i]} + std::min<int64_t>(pads[static_cast<size_t>(i)], 0) +
-                                      std::min<int64_t>(pads[static_cast<size_t>(i + x.rank())], 0) <=
-                                  0) {
-      ctx.check(out[i] == 0, "mode " + quote(mode) + " cannot pad axis " + std::to_string(i) + " of " + x.to_string() +
-                                 ": nothing is left to repeat after cropping");
+    if (mode != PaddingMode::kConstant && __int128{x[i]} + std::min<int64_t>(pads[static_cast<size_t>(i)], 0) +
+                                                  std::min<int64_t>(pads[static_cast<size_t>(i + x.rank())], 0) <=
+                                              0) {
+      ctx.check(out[i] == 0, "mode " + quote(to_string(mode)) + " cannot pad axis " + std::to_string(i) + " of " +
+                                 x.to_string() + ": nothing is left to repeat after cropping");
     }
   }
   ctx.set_output(0, ctx.input_type(0), out);
@@ -350,7 +346,8 @@ void infer_padding(ShapeContext& ctx) {
 
 void infer_shape(ShapeContext& ctx) {
   const int64_t rank = ctx.input_dims(0).rank();
-  int64_t start = attr_int(ctx.layer(), "start"), end = attr_int(ctx.layer(), "end");
+  const ShapeParams& p = params_of<ShapeParams>(ctx.layer());
+  int64_t start = p.start, end = p.end;
   if (start < 0) start += rank;
   if (end < 0) end += rank;
   start = std::clamp<int64_t>(start, 0, rank);
@@ -358,15 +355,9 @@ void infer_shape(ShapeContext& ctx) {
   ctx.set_output(0, DataType::kInt64, Dims{std::max<int64_t>(end - start, 0)});
 }
 
-HostTensor fill_value(const Layer& layer) {
-  if (!layer.attrs().has("value")) return HostTensor(DataType::kFloat32, Dims{1});
-  return layer.attrs().get_tensor("value");
-}
-
 void infer_fill_constant(ShapeContext& ctx) {
   ctx.check(ctx.num_inputs() == 1, "mode 'constant' takes one input (shape), got " + std::to_string(ctx.num_inputs()));
-  const HostTensor value = fill_value(ctx.layer());
-  ctx.check(value.count() == 1, "attribute 'value' must hold one element, got dims " + value.dims().to_string());
+  const HostTensor& value = params_of<FillParams>(ctx.layer()).value;  // one element: checked there
   const auto shape = int_values(ctx, 0, "shape");
   for (int64_t s : shape) ctx.check(s >= 0, "shape " + join(shape) + " has a negative extent");
   ctx.set_output(0, value.type(), make_dims(ctx, shape));
@@ -413,14 +404,8 @@ void infer_fill_range(ShapeContext& ctx) {
 }
 
 void infer_fill(ShapeContext& ctx) {
-  using Fn = void (*)(ShapeContext&);
-  static const std::vector<std::pair<std::string, Fn>> kModes = {{"constant", infer_fill_constant},
-                                                                 {"range", infer_fill_range}};
-  const std::string mode = attr_string(ctx.layer(), "mode");
-  for (const auto& [name, fn] : kModes) {
-    if (name == mode) return fn(ctx);
-  }
-  ctx.fail("unknown mode " + quote(mode) + " (expected constant or range)");
+  if (params_of<FillParams>(ctx.layer()).mode == FillMode::kRange) return infer_fill_range(ctx);
+  infer_fill_constant(ctx);
 }
 
 void infer_expand(ShapeContext& ctx) {
@@ -482,7 +467,8 @@ KILN_REGISTER_OP(OpSchema{
      {"second_transpose", A::kInts, kNoInts, false, "permutation applied last (empty: none)"}},
     {1},
     infer_shuffle,
-    "first_transpose, then a reshape (dims / squeeze / unsqueeze / flatten), then second_transpose."});
+    "first_transpose, then a reshape (dims / squeeze / unsqueeze / flatten), then second_transpose."}
+                     .with_params<ShuffleParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerConcatenation,
                           1,
@@ -492,6 +478,7 @@ KILN_REGISTER_OP(OpSchema{kLayerConcatenation,
                           {},
                           infer_concatenation,
                           "Joins its inputs along `axis`; other extents must match."}
+                     .with_params<ConcatenationParams>()
                      .with_traits({.channels_last = true}));
 
 KILN_REGISTER_OP(OpSchema{kLayerSplit,
@@ -503,7 +490,8 @@ KILN_REGISTER_OP(OpSchema{kLayerSplit,
                           {1},
                           infer_split,
                           "Splits x along `axis` into the layer's outputs: sizes from input 1, else `split`, else "
-                          "equal parts (the last may be smaller)."});
+                          "equal parts (the last may be smaller)."}
+                     .with_params<SplitParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerSlice,
                           3,
@@ -537,7 +525,8 @@ KILN_REGISTER_OP(OpSchema{kLayerPadding,
                           {1},
                           infer_padding,
                           "ONNX Pad: pads [x1_begin, ..., x1_end, ...] (negative values crop), optional scalar "
-                          "value for mode constant."});
+                          "value for mode constant."}
+                     .with_params<PaddingParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerShape,
                           1,
@@ -547,7 +536,8 @@ KILN_REGISTER_OP(OpSchema{kLayerShape,
                            {"end", A::kInt, kInt64Max, false, "one past the last axis"}},
                           {},
                           infer_shape,
-                          "int64 1-D dims of x, sliced by start/end (ONNX Shape-15)."});
+                          "int64 1-D dims of x, sliced by start/end (ONNX Shape-15)."}
+                     .with_params<ShapeParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerFill,
                           1,
@@ -559,7 +549,8 @@ KILN_REGISTER_OP(OpSchema{kLayerFill,
                           {0, 1, 2},
                           infer_fill,
                           "constant: a tensor of dims input 0 filled with `value` (ONNX ConstantOfShape); range: "
-                          "start, start+delta, ... below limit (ONNX Range)."});
+                          "start, start+delta, ... below limit (ONNX Range)."}
+                     .with_params<FillParams>());
 
 KILN_REGISTER_OP(OpSchema{
     kLayerExpand, 2, 2, 1, {}, {1}, infer_expand, "ONNX Expand: broadcasts x and the shape input against each other."});

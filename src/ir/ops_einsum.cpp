@@ -4,7 +4,8 @@
 #include <vector>
 
 #include "kiln/error.h"
-#include "src/ir/einsum_equation.h"
+#include "src/ir/einsum_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln {
@@ -21,7 +22,7 @@ void infer_einsum(ShapeContext& ctx) {
     dims.push_back(ctx.input_dims(i));
   }
   try {
-    ctx.set_output(0, type, plan_einsum(attr_string(ctx.layer(), "equation"), dims).output_dims);
+    ctx.set_output(0, type, plan_einsum(params_of<EinsumParams>(ctx.layer()).equation, dims).output_dims);
   } catch (const Error& e) {
     ctx.fail(e.what());
   }
@@ -37,6 +38,7 @@ KILN_REGISTER_OP(OpSchema{
     {AttrSpec{"equation", AttrType::kString, std::string(), true, "numpy einsum equation, e.g. \"bij,bjk->bik\""}},
     {},
     infer_einsum,
-    "Einstein summation over the operands as the equation says (numpy einsum rules)."});
+    "Einstein summation over the operands as the equation says (numpy einsum rules)."}
+                     .with_params<EinsumParams>());
 
 }  // namespace kiln

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kiln/error.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/core/text.h"
 
@@ -89,8 +90,9 @@ void infer_fused(ShapeContext& ctx) {
                                                "; every input must have the output dims " + out.to_string() +
                                                " or a single element");
   }
-  parse_fused_program(ctx.attrs().get_strings("program"), n,
-                      "layer " + quote(ctx.layer().name()) + " (" + kLayerFusedElementWise + ")");
+  const FusedProgram& program = params_of<FusedProgram>(ctx.layer());  // parsed and checked there
+  ctx.check(program.num_inputs == n, "the program was parsed for " + std::to_string(program.num_inputs) +
+                                         " inputs but the layer has " + std::to_string(n));
   ctx.set_output(0, ctx.input_type(0), out);  // computed in float32 registers, stored in the input type
 }
 
@@ -106,6 +108,7 @@ KILN_REGISTER_OP(OpSchema{
     "A chain of element-wise layers fused by the element-wise fusion pass, computed per element in "
     "float32 by a small register program (attribute `program`, format in src/ir/ops_fused.h). Inputs are "
     "shaped like the output or hold one element."}
+                     .with_params<FusedProgram>()
                      .with_traits({.channels_last = true}));
 
 }  // namespace
@@ -125,6 +128,12 @@ bool fused_binary_supported(ElementWiseOp op) {
     default:
       return false;
   }
+}
+
+FusedProgram FusedProgram::decode(const Layer& layer) {
+  const ParamReader r(layer);
+  return parse_fused_program(r.get_strings("program"), layer.num_inputs(),
+                             "layer " + quote(layer.name()) + " (" + kLayerFusedElementWise + ")");
 }
 
 FusedProgram parse_fused_program(const std::vector<std::string>& text, int num_inputs, const std::string& where) {

@@ -43,6 +43,10 @@ struct FusedProgram {
   int num_inputs = 0;
   std::vector<FusedInstr> instrs;
   int num_registers() const { return num_inputs + static_cast<int>(instrs.size()); }
+  // The typed params of a FusedElementWise layer (src/ir/op_params.h): its attribute `program`
+  // parsed once for the layer's inputs, read by shape inference and the kernels through
+  // params_of<FusedProgram>.
+  static FusedProgram decode(const Layer& layer);
 };
 
 // Parses and checks a program for a layer with num_inputs inputs. Throws kiln::Error starting with

@@ -73,14 +73,13 @@ void infer_parametric_relu(ShapeContext& ctx) {
 
 void infer_scale(ShapeContext& ctx) {
   require_floating(ctx, 0);
-  const std::string mode = attr_string(ctx.layer(), "mode");
+  const ScaleParams& p = params_of<ScaleParams>(ctx.layer());  // mode checked there
+  const ScaleMode mode = p.mode;
   const Dims& x = ctx.input_dims(0);
   int64_t channels = 0;
-  if (mode == "channel") {
-    const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "channel_axis"), x.rank());
+  if (mode == ScaleMode::kChannel) {
+    const int64_t axis = normalize_axis(ctx, p.channel_axis, x.rank());
     channels = x[static_cast<int>(axis)];
-  } else if (mode != "uniform" && mode != "elementwise") {
-    ctx.fail("attribute 'mode' is " + quote(mode) + "; valid values: uniform, channel, elementwise");
   }
   static const char* const kTerms[] = {"", "scale", "shift", "power"};
   for (int i = 1; i < 4; ++i) {
@@ -88,9 +87,9 @@ void infer_scale(ShapeContext& ctx) {
     require_same_type(ctx, 0, i);
     const Dims& t = ctx.input_dims(i);
     const std::string what = std::string(kTerms[i]) + " " + describe(ctx, i);
-    if (mode == "uniform") {
+    if (mode == ScaleMode::kUniform) {
       ctx.check(t.volume() == 1, what + " must hold one value in mode 'uniform'");
-    } else if (mode == "channel") {
+    } else if (mode == ScaleMode::kChannel) {
       ctx.check(t.volume() == channels,
                 what + " must hold " + std::to_string(channels) + " values (one per channel) in mode 'channel'");
     } else {
@@ -164,10 +163,7 @@ void infer_select(ShapeContext& ctx) {
   ctx.set_output(0, ctx.input_type(1), broadcast_dims(ctx, ctx.input_dims(0), ab));
 }
 
-void infer_cast(ShapeContext& ctx) {
-  const DataType to = parse_attr(ctx, "to", parse_data_type);
-  ctx.set_output(0, to, ctx.input_dims(0));
-}
+void infer_cast(ShapeContext& ctx) { ctx.set_output(0, params_of<CastParams>(ctx.layer()).to, ctx.input_dims(0)); }
 
 // ---- SoftMax, Reduce --------------------------------------------------------------------------
 
@@ -296,6 +292,7 @@ KILN_REGISTER_OP(OpSchema{kLayerScale,
                           {},
                           infer_scale,
                           "y = (x * scale + shift) ^ power; omitted terms are the identity (1, 0, 1)."}
+                     .with_params<ScaleParams>()
                      .with_traits({.channels_last = true, .elementwise_fusible = true}));
 
 KILN_REGISTER_OP(OpSchema{
@@ -343,6 +340,7 @@ KILN_REGISTER_OP(OpSchema{kLayerCast,
                           "Element-wise conversion; float->int truncates toward zero, ->bool is != 0; to and from "
                           "string: shortest round-trip decimal text, and parsing (docs/layers.md).",
                           /*takes_strings=*/true}
+                     .with_params<CastParams>()
                      .with_traits({.channels_last = true}));
 
 KILN_REGISTER_OP(OpSchema{kLayerIdentity,

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/quantize_params.h"
 #include "src/core/text.h"
 
 namespace kiln {
@@ -20,20 +22,20 @@ bool is_quantized_type(DataType t) { return t == DataType::kInt8 || t == DataTyp
 // Checks that input `i` (scale or zero point) fits x per tensor, per axis or in blocks.
 void check_quant_param(const ShapeContext& ctx, int i, const char* what, const Dims& x) {
   const Dims& p = ctx.input_dims(i);
-  const int64_t block = attr_int(ctx.layer(), "block_size");
-  ctx.check(block >= 0, "block_size must be >= 0, got " + std::to_string(block));
+  const QuantizeParams& params = params_of<QuantizeParams>(ctx.layer());
+  const int64_t block = params.block_size;  // >= 0: checked there
   const bool one = p.rank() <= 1 && p.volume() == 1;
   if (block == 0) {
     if (one) return;
     ctx.check(x.rank() >= 1, std::string(what) + " " + p.to_string() + " must have one element for a scalar input");
-    const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), x.rank());
+    const int64_t axis = normalize_axis(ctx, params.axis, x.rank());
     ctx.check(p.rank() == 1 && p[0] == x[static_cast<int>(axis)],
               std::string(what) + " has dims " + p.to_string() + "; it must have one element (per tensor) or " +
                   std::to_string(x[static_cast<int>(axis)]) + " (per axis " + std::to_string(axis) + " of input " +
                   x.to_string() + ")");
     return;
   }
-  const int64_t axis = normalize_axis(ctx, attr_int(ctx.layer(), "axis"), x.rank());
+  const int64_t axis = normalize_axis(ctx, params.axis, x.rank());
   Dims expected = x;
   expected[static_cast<int>(axis)] = static_cast<int64_t>((__int128{x[static_cast<int>(axis)]} + block - 1) / block);
   ctx.check(p == expected, std::string(what) + " has dims " + p.to_string() +
@@ -57,13 +59,7 @@ void infer_quantize(ShapeContext& ctx) {
   const DataType xt = ctx.input_type(0);
   ctx.check(is_floating_point(xt), std::string("input must be floating-point, got ") + to_string(xt));
   check_params(ctx, ctx.input_dims(0));
-  const std::string out_name = attr_string(ctx.layer(), "output_type");
-  DataType out = DataType::kUInt8;
-  try {
-    out = parse_data_type(out_name);
-  } catch (const Error&) {
-    ctx.fail("attribute output_type " + quote(out_name) + " is not a data type name (int8 or uint8)");
-  }
+  DataType out = params_of<QuantizeParams>(ctx.layer()).output_type;
   if (ctx.has_input(2)) out = ctx.input_type(2);
   ctx.check(is_quantized_type(out), std::string("the quantized type must be int8 or uint8, got ") + to_string(out) +
                                         " (kiln has no int16/int4/float8 types)");
@@ -99,7 +95,8 @@ KILN_REGISTER_OP(OpSchema{
     infer_quantize,
     "ONNX QuantizeLinear: y = saturate(round_half_even(x / scale) + zero_point) in int8 or "
     "uint8 (the zero point's type, else `output_type`); scale and zero point per tensor, per "
-    "axis or blocked."});
+    "axis or blocked."}
+                     .with_params<QuantizeParams>());
 
 KILN_REGISTER_OP(OpSchema{kLayerDequantize,
                           2,
@@ -110,6 +107,7 @@ KILN_REGISTER_OP(OpSchema{kLayerDequantize,
                           {},
                           infer_dequantize,
                           "ONNX DequantizeLinear: y = (x - zero_point) * scale in the scale's type; x int8, uint8 "
-                          "or int32; scale and zero point per tensor, per axis or blocked."});
+                          "or int32; scale and zero point per tensor, per axis or blocked."}
+                     .with_params<QuantizeParams>());
 
 }  // namespace kiln

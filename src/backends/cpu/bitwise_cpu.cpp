@@ -13,6 +13,8 @@
 #include "kiln/error.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
+#include "src/ir/elementwise_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln {
@@ -21,7 +23,7 @@ namespace {
 template <typename T>
 void bit_shift(const KernelContext& ctx) {
   using U = std::make_unsigned_t<T>;
-  const bool left = attr_string(*ctx.layer, "direction") == "left";
+  const bool left = params_of<BitShiftParams>(*ctx.layer).direction == BitShiftDirection::kLeft;
   const Dims& out = ctx.outputs[0].dims;
   const auto sa = cpu::broadcast_strides(ctx.inputs[0].dims, out);
   const auto sb = cpu::broadcast_strides(ctx.inputs[1].dims, out);

@@ -19,6 +19,7 @@
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/cpu/data_copy.h"
 #include "src/backends/kernel.h"
+#include "src/ir/data_params.h"
 #include "src/ir/gather_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
@@ -80,7 +81,8 @@ std::vector<int64_t> identity_if_empty(std::vector<int64_t> perm, int rank) {
 class ShuffleRef : public Kernel {
  public:
   explicit ShuffleRef(const Layer& layer)
-      : first_(attr_ints(layer, "first_transpose")), second_(attr_ints(layer, "second_transpose")) {}
+      : first_(params_of<ShuffleParams>(layer).first_transpose),
+        second_(params_of<ShuffleParams>(layer).second_transpose) {}
 
   void execute(const KernelContext& ctx) override {
     const TensorView& x = ctx.inputs.at(0);
@@ -134,7 +136,9 @@ void split_around(const Dims& d, int64_t axis, int64_t& outer, int64_t& inner) {
 void concat_or_split(const KernelContext& ctx, bool to_parts) {
   const std::vector<TensorView>& parts = to_parts ? ctx.outputs : ctx.inputs;
   const TensorView& whole = to_parts ? ctx.inputs.at(0) : ctx.outputs.at(0);
-  const int64_t axis = norm_axis(attr_int(*ctx.layer, "axis"), whole.dims.rank());
+  const int64_t stored_axis =
+      to_parts ? params_of<SplitParams>(*ctx.layer).axis : params_of<ConcatenationParams>(*ctx.layer).axis;
+  const int64_t axis = norm_axis(stored_axis, whole.dims.rank());
   int64_t outer = 1, inner = 1;
   split_around(whole.dims, axis, outer, inner);
   const int64_t whole_axis = whole.dims[static_cast<int>(axis)];
@@ -202,17 +206,17 @@ void slice_execute(const KernelContext& ctx) {
 int64_t positive_mod(int64_t a, int64_t m) { return ((a % m) + m) % m; }
 
 // Source index along one padded axis of `d` input elements, or -1 for the constant.
-int64_t pad_source(const std::string& mode, int64_t o, int64_t d, int64_t begin, int64_t end) {
+int64_t pad_source(PaddingMode mode, int64_t o, int64_t d, int64_t begin, int64_t end) {
   // Negative pads crop first; the padding then repeats what is left ([crop_b, d - crop_e)).
   const int64_t crop_b = std::max<int64_t>(-begin, 0), crop_e = std::max<int64_t>(-end, 0);
   const int64_t kept = d - crop_b - crop_e;
   const int64_t i = o - std::max<int64_t>(begin, 0);
   if (i >= 0 && i < kept) return i + crop_b;
-  if (mode == "constant" || kept <= 0) return -1;
+  if (mode == PaddingMode::kConstant || kept <= 0) return -1;
   int64_t s = 0;
-  if (mode == "edge") {
+  if (mode == PaddingMode::kEdge) {
     s = std::clamp<int64_t>(i, 0, kept - 1);
-  } else if (mode == "wrap") {
+  } else if (mode == PaddingMode::kWrap) {
     s = positive_mod(i, kept);
   } else {  // reflect: mirror without repeating the edge element, bouncing as often as needed
     const int64_t period = 2 * (kept - 1);
@@ -228,7 +232,7 @@ void padding_execute(const KernelContext& ctx) {
   const int rank = x.dims.rank();
   const auto pads = read_ints(ctx.inputs.at(1), "Padding pads");
   if (static_cast<int>(pads.size()) != 2 * rank) throw Error("Padding: pads must have 2 * rank values");
-  const std::string mode = attr_string(*ctx.layer, "mode");
+  const PaddingMode mode = params_of<PaddingParams>(*ctx.layer).mode;
   const void* fill = ctx.inputs.size() > 2 && ctx.inputs[2].data ? ctx.inputs[2].data : nullptr;
   if (fill && ctx.inputs[2].type != x.type) throw Error("Padding: the value's type differs from the input's");
   const auto stride = row_major_strides(x.dims);
@@ -373,7 +377,8 @@ void shape_execute(const KernelContext& ctx) {
   const Dims& d = ctx.inputs.at(0).dims;
   const TensorView& y = ctx.outputs.at(0);
   const int64_t rank = d.rank();
-  int64_t start = attr_int(*ctx.layer, "start"), end = attr_int(*ctx.layer, "end");
+  const ShapeParams& p = params_of<ShapeParams>(*ctx.layer);
+  int64_t start = p.start, end = p.end;
   if (start < 0) start += rank;
   if (end < 0) end += rank;
   start = std::clamp<int64_t>(start, 0, rank);
@@ -386,9 +391,7 @@ void shape_execute(const KernelContext& ctx) {
 
 void fill_constant(const KernelContext& ctx) {
   const TensorView& y = ctx.outputs.at(0);
-  const Layer& layer = *ctx.layer;
-  const HostTensor zero(DataType::kFloat32, Dims{1});
-  const HostTensor& value = layer.attrs().has("value") ? layer.attrs().get_tensor("value") : zero;
+  const HostTensor& value = params_of<FillParams>(*ctx.layer).value;
   if (value.type() != y.type || value.count() != 1) throw Error("Fill: 'value' must be one element of the output type");
   dispatch_width(y.type, "Fill", [&](auto tag) {
     using E = typename decltype(tag)::type;
@@ -422,12 +425,12 @@ void fill_range(const KernelContext& ctx) {
 }
 
 void fill_execute(const KernelContext& ctx) {
-  if (attr_string(*ctx.layer, "mode") == "range") return fill_range(ctx);
+  if (params_of<FillParams>(*ctx.layer).mode == FillMode::kRange) return fill_range(ctx);
   fill_constant(ctx);
 }
 
 bool supports_fill(const Layer& layer, const std::vector<TensorDesc>& inputs) {
-  if (attr_string(layer, "mode") != "range") return true;
+  if (params_of<FillParams>(layer).mode != FillMode::kRange) return true;
   const DataType t = inputs.empty() ? DataType::kBool : inputs[0].type;
   return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kInt32 || t == DataType::kInt64;
 }
@@ -577,7 +580,8 @@ void transpose_fast(const TransposePlan& p, DataType type, const void* src, void
 class ShuffleFast : public Kernel {
  public:
   explicit ShuffleFast(const Layer& layer)
-      : first_(attr_ints(layer, "first_transpose")), second_(attr_ints(layer, "second_transpose")) {}
+      : first_(params_of<ShuffleParams>(layer).first_transpose),
+        second_(params_of<ShuffleParams>(layer).second_transpose) {}
 
   void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {
@@ -641,7 +645,7 @@ void concat_fast(const KernelContext& ctx) {
   for (const TensorView& x : ctx.inputs) {
     if (x.format != y.format) throw Error("Concatenation fast: inputs and output must share one format");
   }
-  int64_t axis = norm_axis(attr_int(*ctx.layer, "axis"), y.dims.rank());
+  int64_t axis = norm_axis(params_of<ConcatenationParams>(*ctx.layer).axis, y.dims.rank());
   const Dims y_mem = memory_order(y.dims, y.format, &axis);
   int64_t outer = 1, inner = 1;
   split_around(y_mem, axis, outer, inner);

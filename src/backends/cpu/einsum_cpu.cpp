@@ -12,7 +12,8 @@
 #include "kiln/error.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
-#include "src/ir/einsum_equation.h"
+#include "src/ir/einsum_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln {
@@ -34,7 +35,7 @@ template <typename T>
 void einsum(const KernelContext& ctx) {
   std::vector<Dims> dims;
   for (const auto& in : ctx.inputs) dims.push_back(in.dims);
-  const EinsumPlan plan = plan_einsum(attr_string(*ctx.layer, "equation"), dims);
+  const EinsumPlan plan = plan_einsum(params_of<EinsumParams>(*ctx.layer).equation, dims);
   const size_t num_labels = plan.label_sizes.size();
   const size_t num_operands = ctx.inputs.size();
   std::vector<std::vector<int64_t>> strides;

@@ -12,6 +12,7 @@
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
+#include "src/ir/op_params.h"
 #include "src/ir/ops_fused.h"
 #include "src/core/text.h"
 
@@ -142,9 +143,7 @@ constexpr auto kBinaryFns = make_binary_table(std::make_integer_sequence<int, kN
 
 class FusedElementWiseRef : public Kernel {
  public:
-  explicit FusedElementWiseRef(const Layer& layer)
-      : program_(parse_fused_program(layer.attrs().get_strings("program"), layer.num_inputs(),
-                                     "layer " + quote(layer.name()) + " (" + kLayerFusedElementWise + ")")) {
+  explicit FusedElementWiseRef(const Layer& layer) : program_(params_of<FusedProgram>(layer)) {
     for (const FusedInstr& ins : program_.instrs) {
       const bool bad = (ins.code == FusedOpCode::kActivation && (ins.op < 0 || ins.op >= kNumActivations)) ||
                        (ins.code == FusedOpCode::kUnary && (ins.op < 0 || ins.op >= kNumUnary)) ||

@@ -163,33 +163,17 @@ void parametric_relu_reference(const KernelContext& ctx) {
 
 // ---- Scale ------------------------------------------------------------------------------------
 
-enum class ScaleModeKind { kUniform, kChannel, kElementWise };
-
-struct ScaleParams {
-  ScaleModeKind mode;
-  int64_t channel_axis;
-  explicit ScaleParams(const Layer& layer) : channel_axis(attr_int(layer, "channel_axis")) {
-    static const std::map<std::string, ScaleModeKind> kModes = {{"uniform", ScaleModeKind::kUniform},
-                                                                {"channel", ScaleModeKind::kChannel},
-                                                                {"elementwise", ScaleModeKind::kElementWise}};
-    const auto it = kModes.find(attr_string(layer, "mode"));
-    if (it == kModes.end()) {
-      throw Error("Scale layer " + quote(layer.name()) + ": unknown mode '" + attr_string(layer, "mode") + "'");
-    }
-    mode = it->second;
-  }
-  // Extents around the channel axis: x is [outer, channels, inner].
-  void split(const Dims& x, int64_t* outer, int64_t* channels, int64_t* inner) const {
-    const int axis = static_cast<int>(channel_axis < 0 ? channel_axis + x.rank() : channel_axis);
-    *outer = product(x, 0, axis);
-    *channels = x[axis];
-    *inner = product(x, axis + 1, x.rank());
-  }
-};
+// Extents around the channel axis of mode kChannel: x is [outer, channels, inner].
+void scale_split(const ScaleParams& p, const Dims& x, int64_t* outer, int64_t* channels, int64_t* inner) {
+  const int axis = static_cast<int>(p.channel_axis < 0 ? p.channel_axis + x.rank() : p.channel_axis);
+  *outer = product(x, 0, axis);
+  *channels = x[axis];
+  *inner = product(x, axis + 1, x.rank());
+}
 
 // Maps a flat index of x to the index of one scale/shift/power term.
 struct ScaleTermIndex {
-  ScaleModeKind mode = ScaleModeKind::kUniform;
+  ScaleMode mode = ScaleMode::kUniform;
   int64_t channels = 1, inner = 1;
   bool broadcast = false;  // elementwise term broadcast to x (else it is used flat)
   std::vector<int64_t> strides;
@@ -197,11 +181,11 @@ struct ScaleTermIndex {
 
   int64_t operator()(int64_t i) const {
     switch (mode) {
-      case ScaleModeKind::kUniform:
+      case ScaleMode::kUniform:
         return 0;
-      case ScaleModeKind::kChannel:
+      case ScaleMode::kChannel:
         return (i / inner) % channels;
-      case ScaleModeKind::kElementWise:
+      case ScaleMode::kElementWise:
         return broadcast ? cpu::broadcast_offset(i, *x_dims, strides) : i;
     }
     return 0;
@@ -223,11 +207,11 @@ void scale_reference(const KernelContext& ctx, const ScaleParams& p) {
   for (int t = 0; t < 3; ++t) {
     index[t].mode = p.mode;
     index[t].x_dims = &xv.dims;
-    if (p.mode == ScaleModeKind::kChannel) {
+    if (p.mode == ScaleMode::kChannel) {
       int64_t outer;
-      p.split(xv.dims, &outer, &index[t].channels, &index[t].inner);
+      scale_split(p, xv.dims, &outer, &index[t].channels, &index[t].inner);
     }
-    if (terms[t] && p.mode == ScaleModeKind::kElementWise && term_broadcasts(terms[t]->dims, xv.dims)) {
+    if (terms[t] && p.mode == ScaleMode::kElementWise && term_broadcasts(terms[t]->dims, xv.dims)) {
       index[t].broadcast = true;
       index[t].strides = cpu::broadcast_strides(terms[t]->dims, xv.dims);
     }
@@ -305,7 +289,7 @@ void scale_uniform(const float* x, float* y, int64_t n, const float* scale, cons
 
 class ScaleVectorized : public Kernel {
  public:
-  explicit ScaleVectorized(const Layer& layer) : p_(layer) {}
+  explicit ScaleVectorized(const Layer& layer) : p_(params_of<ScaleParams>(layer)) {}
   void execute(const KernelContext& ctx) override {
     const TensorView& xv = ctx.inputs[0];
     const TensorView* terms[3] = {optional_input(ctx, 1), optional_input(ctx, 2), optional_input(ctx, 3)};
@@ -314,11 +298,11 @@ class ScaleVectorized : public Kernel {
     const float* x = xv.as<const float>();
     float* y = ctx.outputs[0].as<float>();
     const int64_t n = xv.count();
-    if (p_.mode == ScaleModeKind::kUniform) {
+    if (p_.mode == ScaleMode::kUniform) {
       scale_uniform(x, y, n, t[0], t[1], t[2], ctx.num_threads);
-    } else if (p_.mode == ScaleModeKind::kChannel) {
+    } else if (p_.mode == ScaleMode::kChannel) {
       int64_t outer, channels, inner;
-      p_.split(xv.dims, &outer, &channels, &inner);
+      scale_split(p_, xv.dims, &outer, &channels, &inner);
       scale_rows(x, y, outer * channels, inner, t[0], t[1], t[2], channels, ctx.num_threads);
     } else {
       for (const TensorView* term : terms) {
@@ -339,7 +323,7 @@ class ScaleVectorized : public Kernel {
 bool scale_vectorized_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (!float32_input(layer, inputs)) return false;
   if (inputs[0].format == TensorFormat::kLinear && output_format(layer) == TensorFormat::kLinear) return true;
-  return inputs[0].format == output_format(layer) && attr_string(layer, "mode") == "uniform";
+  return inputs[0].format == output_format(layer) && params_of<ScaleParams>(layer).mode == ScaleMode::kUniform;
 }
 
 // ---- SoftMax ----------------------------------------------------------------------------------
@@ -617,7 +601,7 @@ KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerActivation, "vectorized
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerParametricReLU, "reference", 0, nullptr,
                                  function_kernel(parametric_relu_reference)});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerScale, "reference", 0, nullptr, [](const Layer& layer) {
-                                   const ScaleParams p(layer);
+                                   const ScaleParams p = params_of<ScaleParams>(layer);
                                    return std::make_unique<FunctionKernel>(
                                        [p](const KernelContext& ctx) { scale_reference(ctx, p); });
                                  }});

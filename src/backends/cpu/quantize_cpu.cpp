@@ -13,7 +13,9 @@
 
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/quantize_params.h"
 
 namespace kiln {
 namespace {
@@ -25,9 +27,10 @@ struct ParamIndex {
   int64_t extent = 1, inner = 1, block = 1, param_extent = 1;
 
   ParamIndex(const Layer& layer, const Dims& x, const Dims& param) {
-    const int64_t block_size = attr_int(layer, "block_size");
+    const QuantizeParams& p = params_of<QuantizeParams>(layer);
+    const int64_t block_size = p.block_size;
     if (block_size == 0 && param.volume() == 1) return;
-    int64_t axis = attr_int(layer, "axis");
+    int64_t axis = p.axis;
     if (axis < 0) axis += x.rank();
     extent = x[static_cast<int>(axis)];
     for (int i = static_cast<int>(axis) + 1; i < x.rank(); ++i) inner *= x[i];

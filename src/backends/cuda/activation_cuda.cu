@@ -340,11 +340,10 @@ bool scale_supports(const Layer& layer, const std::vector<TensorDesc>& in) {
   }
   const TensorFormat of = output_format(layer);
   if (!cuda::same_memory_order(in[0].dims, in[0].format, of)) return false;
-  const std::string mode = attr_string(layer, "mode");
-  if (mode == "uniform") return true;
-  if (mode == "channel") {
-    return cuda::same_as_linear(in[0].dims, in[0].format) ||
-           normalized_axis(attr_int(layer, "channel_axis"), in[0].dims.rank()) == 1;
+  const ScaleParams& p = params_of<ScaleParams>(layer);
+  if (p.mode == ScaleMode::kUniform) return true;
+  if (p.mode == ScaleMode::kChannel) {
+    return cuda::same_as_linear(in[0].dims, in[0].format) || normalized_axis(p.channel_axis, in[0].dims.rank()) == 1;
   }
   Dims x_mem;
   std::vector<Dims> t_mem;
@@ -356,7 +355,7 @@ bool scale_supports(const Layer& layer, const std::vector<TensorDesc>& in) {
 class ScaleCuda : public Kernel {
  public:
   explicit ScaleCuda(const Layer& layer)
-      : mode_(attr_string(layer, "mode")), channel_axis_(attr_int(layer, "channel_axis")) {}
+      : mode_(params_of<ScaleParams>(layer).mode), channel_axis_(params_of<ScaleParams>(layer).channel_axis) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& in, const std::vector<TensorDesc>& out,
                int) override {
@@ -366,9 +365,9 @@ class ScaleCuda : public Kernel {
     plan_ = ScalePlan{};
     plan_.n = x.volume();
     const bool cl = !cuda::same_as_linear(x, in[0].format);
-    if (mode_ == "uniform") {
+    if (mode_ == ScaleMode::kUniform) {
       plan_.index = ScaleIndex::kUniform;
-    } else if (mode_ == "channel") {
+    } else if (mode_ == ScaleMode::kChannel) {
       const int axis = static_cast<int>(normalized_axis(channel_axis_, x.rank()));
       if (axis < 0 || axis >= x.rank()) throw Error(layer_where(layer) + ": channel_axis out of range");
       plan_.index = ScaleIndex::kChannel;
@@ -389,10 +388,8 @@ class ScaleCuda : public Kernel {
         plan_.index = ScaleIndex::kStrided;
         plan_.pieces = cuda::make_index_pieces<3>(cuda::collapse(l));
       }
-    } else if (mode_ == "elementwise") {
+    } else {  // ScaleMode::kElementWise
       plan_elementwise(layer, in, out[0]);
-    } else {
-      throw Error(layer_where(layer) + ": unknown mode '" + mode_ + "'");
     }
   }
 
@@ -441,7 +438,7 @@ class ScaleCuda : public Kernel {
     }
   }
 
-  std::string mode_;
+  ScaleMode mode_;
   int64_t channel_axis_;
   bool half_ = false;
   ScalePlan plan_;

@@ -18,6 +18,8 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/element_types_cuda.cuh"
 #include "src/backends/kernel.h"
+#include "src/ir/elementwise_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln::cuda {
@@ -90,7 +92,7 @@ class BitShiftCuda : public Kernel {
     const Dims& out = outputs.at(0).dims;
     p_.count = out.volume();
     p_.rank = out.rank();
-    p_.left = attr_string(layer, "direction") == "left";
+    p_.left = params_of<BitShiftParams>(layer).direction == BitShiftDirection::kLeft;
     type_ = inputs.at(0).type;
     const Dims& a = inputs.at(0).dims;
     const Dims& b = inputs.at(1).dims;
@@ -135,9 +137,8 @@ bool bit_shift_supports(const Layer& layer, const std::vector<TensorDesc>& input
   if (inputs[1].type != inputs[0].type || inputs[0].dims.rank() > kMaxDims || inputs[1].dims.rank() > kMaxDims) {
     return false;
   }
-  if (!in_list(IntegerTypes{}, inputs[0].type)) return false;
-  const std::string dir = attr_string(layer, "direction");
-  return dir == "left" || dir == "right";
+  // Both directions have a kernel (the direction was checked when the layer's params were decoded).
+  return in_list(IntegerTypes{}, inputs[0].type);
 }
 
 }  // namespace

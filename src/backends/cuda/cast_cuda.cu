@@ -15,6 +15,8 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/element_types_cuda.cuh"
 #include "src/backends/cuda/elementwise_cuda.cuh"
+#include "src/ir/elementwise_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln {
@@ -103,11 +105,7 @@ bool cast_supports(const Layer& layer, const std::vector<TensorDesc>& in) {
   const TensorFormat of =
       layer.num_outputs() > 0 && layer.output(0) ? layer.output(0)->format() : TensorFormat::kLinear;
   if (!cuda::same_memory_order(in[0].dims, in[0].format, of)) return false;
-  try {
-    return cast_runner(in[0].type, parse_data_type(attr_string(layer, "to"))) != nullptr;
-  } catch (const Error&) {
-    return false;
-  }
+  return cast_runner(in[0].type, params_of<CastParams>(layer).to) != nullptr;
 }
 
 class CastCuda : public Kernel {

@@ -15,6 +15,8 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/strided_copy_cuda.cuh"
 #include "src/backends/kernel.h"
+#include "src/ir/data_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln {
@@ -89,7 +91,9 @@ Layout layout_of(const std::vector<TensorDesc>& parts, const TensorDesc& whole, 
 class ConcatSplitCuda : public Kernel {
  public:
   ConcatSplitCuda(const Layer& layer, bool split, bool memcpy2d)
-      : axis_(attr_int(layer, "axis")), split_(split), memcpy2d_(memcpy2d) {}
+      : axis_(split ? params_of<SplitParams>(layer).axis : params_of<ConcatenationParams>(layer).axis),
+        split_(split),
+        memcpy2d_(memcpy2d) {}
 
   void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {

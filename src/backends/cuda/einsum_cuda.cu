@@ -27,7 +27,8 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/element_types_cuda.cuh"
 #include "src/backends/cuda/op_helpers_cuda.cuh"
-#include "src/ir/einsum_equation.h"
+#include "src/ir/einsum_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln::cuda {
@@ -190,7 +191,7 @@ class EinsumCuda : public Kernel {
     for (const auto& in : inputs) dims.push_back(in.dims);
     EinsumPlan plan;
     try {
-      plan = plan_einsum(attr_string(layer, "equation"), dims);
+      plan = plan_einsum(params_of<EinsumParams>(layer).equation, dims);
     } catch (const Error& e) {
       throw Error("Einsum layer '" + layer.name() + "': " + e.what());
     }
@@ -260,7 +261,8 @@ bool einsum_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) 
   if (!in_list(NumericTypes{}, inputs[0].type)) return false;
   if (layer.output(0) && layer.output(0)->format() != TensorFormat::kLinear) return false;
   try {
-    return plan_einsum(attr_string(layer, "equation"), dims).label_sizes.size() <= static_cast<size_t>(kMaxLabels);
+    return plan_einsum(params_of<EinsumParams>(layer).equation, dims).label_sizes.size() <=
+           static_cast<size_t>(kMaxLabels);
   } catch (const Error&) {
     return false;
   }

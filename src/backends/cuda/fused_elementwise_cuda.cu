@@ -17,6 +17,7 @@
 
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/elementwise_cuda.cuh"
+#include "src/ir/op_params.h"
 #include "src/ir/ops_fused.h"
 
 namespace kiln {
@@ -199,11 +200,6 @@ __global__ void fused_elementwise_kernel(FusedKernelProgram prog, FusedIo io, in
   }
 }
 
-FusedProgram parse_layer_program(const Layer& layer) {
-  return parse_fused_program(layer.attrs().get_strings("program"), layer.num_inputs(),
-                             "layer '" + layer.name() + "' (" + kLayerFusedElementWise + ")");
-}
-
 bool fused_supports(const Layer& layer, const std::vector<TensorDesc>& in) {
   if (in.empty() || static_cast<int>(in.size()) > kFusedMaxInputs) return false;
   const DataType t = in[0].type;
@@ -218,7 +214,7 @@ bool fused_supports(const Layer& layer, const std::vector<TensorDesc>& in) {
   FusedKernelProgram compiled;
   try {
     // Every input pinned is the most slots the program can need.
-    return cuda::compile_fused_program(parse_layer_program(layer), std::vector<bool>(in.size(), true), &compiled,
+    return cuda::compile_fused_program(params_of<FusedProgram>(layer), std::vector<bool>(in.size(), true), &compiled,
                                        nullptr);
   } catch (const Error&) {
     return false;
@@ -227,7 +223,7 @@ bool fused_supports(const Layer& layer, const std::vector<TensorDesc>& in) {
 
 class FusedElementWiseCuda : public Kernel {
  public:
-  explicit FusedElementWiseCuda(const Layer& layer) : program_(parse_layer_program(layer)) {}
+  explicit FusedElementWiseCuda(const Layer& layer) : program_(params_of<FusedProgram>(layer)) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& in, const std::vector<TensorDesc>& out,
                int) override {

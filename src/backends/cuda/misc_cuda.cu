@@ -12,6 +12,8 @@
 
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/elementwise_cuda.cuh"
+#include "src/ir/data_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln {
@@ -55,7 +57,8 @@ class ShapeCuda : public Kernel {
                int) override {
     const Dims& d = in[0].dims;
     const int64_t rank = d.rank();
-    int64_t start = attr_int(layer, "start"), end = attr_int(layer, "end");
+    const ShapeParams& p = params_of<ShapeParams>(layer);
+    int64_t start = p.start, end = p.end;
     if (start < 0) start += rank;
     if (end < 0) end += rank;
     start = std::clamp<int64_t>(start, 0, rank);
@@ -133,13 +136,13 @@ bool range_type(DataType t) {
 }
 
 bool fill_supports(const Layer& layer, const std::vector<TensorDesc>& in) {
-  if (attr_string(layer, "mode") != "range") return true;
+  if (params_of<FillParams>(layer).mode != FillMode::kRange) return true;
   return in.size() >= 3 && range_type(in[0].type) && in[2].type == in[0].type;
 }
 
 class FillCuda : public Kernel {
  public:
-  explicit FillCuda(const Layer& layer) : range_(attr_string(layer, "mode") == "range") {}
+  explicit FillCuda(const Layer& layer) : range_(params_of<FillParams>(layer).mode == FillMode::kRange) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& in, const std::vector<TensorDesc>& out,
                int) override {
@@ -154,8 +157,7 @@ class FillCuda : public Kernel {
       }
       return;
     }
-    const HostTensor zero(DataType::kFloat32, Dims{1});
-    const HostTensor& value = layer.attrs().has("value") ? layer.attrs().get_tensor("value") : zero;
+    const HostTensor& value = params_of<FillParams>(layer).value;
     if (value.type() != type_ || value.count() != 1) {
       throw Error(layer_where(layer) + ": 'value' must be one element of the output type " + to_string(type_));
     }

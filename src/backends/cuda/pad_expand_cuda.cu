@@ -19,6 +19,8 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/strided_copy_cuda.cuh"
 #include "src/backends/kernel.h"
+#include "src/ir/data_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln {
@@ -85,13 +87,18 @@ class BroadcastCopyCuda : public Kernel {
 
 enum PadMode : int { kPadConstant, kPadReflect, kPadEdge, kPadWrap };
 
-PadMode parse_pad_mode(const std::string& mode) {
-  static const std::vector<std::pair<std::string, PadMode>> kModes = {
-      {"constant", kPadConstant}, {"reflect", kPadReflect}, {"edge", kPadEdge}, {"wrap", kPadWrap}};
-  for (const auto& [name, m] : kModes) {
-    if (name == mode) return m;
+PadMode pad_mode_of(PaddingMode mode) {
+  switch (mode) {
+    case PaddingMode::kConstant:
+      return kPadConstant;
+    case PaddingMode::kReflect:
+      return kPadReflect;
+    case PaddingMode::kEdge:
+      return kPadEdge;
+    case PaddingMode::kWrap:
+      return kPadWrap;
   }
-  throw Error("Padding: unknown mode '" + mode + "'");
+  throw Error("Padding: unknown mode " + std::to_string(static_cast<int>(mode)));
 }
 
 // One (merged) axis: output coordinate o reads source index o - lead + crop inside the kept
@@ -179,7 +186,7 @@ void dispatch_mode(PadMode mode, Fn&& fn) {
 
 class PaddingCuda : public Kernel {
  public:
-  explicit PaddingCuda(const Layer& layer) : mode_(parse_pad_mode(attr_string(layer, "mode"))) {}
+  explicit PaddingCuda(const Layer& layer) : mode_(pad_mode_of(params_of<PaddingParams>(layer).mode)) {}
 
   void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {
@@ -253,9 +260,8 @@ class PaddingCuda : public Kernel {
 
 bool supports_padding(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (inputs.size() < 2 || !linear_io(layer, inputs[0]) || !inputs[1].value) return false;
-  if (inputs.size() > 2 && inputs[2].present && inputs[2].type != inputs[0].type) return false;
-  const std::string mode = attr_string(layer, "mode");
-  return mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap";
+  // Every PaddingMode has a kernel (the mode was checked when the layer's params were decoded).
+  return !(inputs.size() > 2 && inputs[2].present && inputs[2].type != inputs[0].type);
 }
 
 bool supports_broadcast_copy(const Layer& layer, const std::vector<TensorDesc>& inputs) {

@@ -25,7 +25,9 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/rounded_math_cuda.cuh"
 #include "src/backends/kernel.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
+#include "src/ir/quantize_params.h"
 
 namespace kiln::cuda {
 namespace {
@@ -131,12 +133,13 @@ QParams make_params(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   p.count = x.volume();
   p.scale_type = scale_code(inputs[1].type);
   p.zp_type = inputs.size() > 2 && inputs[2].present ? zp_code(inputs[2].type) : -1;
-  const int64_t block_size = attr_int(layer, "block_size");
+  const QuantizeParams& qp = params_of<QuantizeParams>(layer);
+  const int64_t block_size = qp.block_size;
   if (block_size == 0 && param.volume() == 1) return p;
-  int64_t axis = attr_int(layer, "axis");
+  int64_t axis = qp.axis;
   if (axis < 0) axis += x.rank();
   if (axis < 0 || axis >= x.rank()) {
-    throw Error("Quantize/Dequantize layer '" + layer.name() + "': axis " + std::to_string(attr_int(layer, "axis")) +
+    throw Error("Quantize/Dequantize layer '" + layer.name() + "': axis " + std::to_string(qp.axis) +
                 " is out of range for input " + x.to_string());
   }
   p.extent = x[static_cast<int>(axis)];
@@ -246,16 +249,8 @@ bool common_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) 
 // the network has been through the builder (the op harness asks before that).
 bool quantize_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (!common_supports(layer, inputs) || !is_float_type(inputs[0].type)) return false;
-  DataType out = DataType::kUInt8;
-  if (inputs.size() > 2 && inputs[2].present) {
-    out = inputs[2].type;
-  } else {
-    try {
-      out = parse_data_type(attr_string(layer, "output_type"));
-    } catch (const Error&) {
-      return false;
-    }
-  }
+  const DataType out =
+      inputs.size() > 2 && inputs[2].present ? inputs[2].type : params_of<QuantizeParams>(layer).output_type;
   return out == DataType::kInt8 || out == DataType::kUInt8;
 }
 

@@ -16,6 +16,8 @@
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/strided_copy_cuda.cuh"
 #include "src/backends/kernel.h"
+#include "src/ir/data_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln {
@@ -34,7 +36,9 @@ std::vector<int64_t> identity_if_empty(std::vector<int64_t> perm, int rank) {
 class ShuffleCuda : public Kernel {
  public:
   ShuffleCuda(const Layer& layer, TransposeKind kind)
-      : first_(attr_ints(layer, "first_transpose")), second_(attr_ints(layer, "second_transpose")), kind_(kind) {}
+      : first_(params_of<ShuffleParams>(layer).first_transpose),
+        second_(params_of<ShuffleParams>(layer).second_transpose),
+        kind_(kind) {}
 
   void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {

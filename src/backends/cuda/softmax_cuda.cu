@@ -23,6 +23,8 @@
 #include "kiln/error.h"
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/reduce_cuda.cuh"
+#include "src/ir/elementwise_params.h"
+#include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 
 namespace kiln::cuda {
@@ -230,7 +232,8 @@ enum class SoftmaxPath { kWarp, kBlock, kStrided };
 
 class SoftmaxCuda : public Kernel {
  public:
-  explicit SoftmaxCuda(const Layer& layer) : axis_(attr_int(layer, "axis")), log_(attr_int(layer, "log") != 0) {}
+  explicit SoftmaxCuda(const Layer& layer)
+      : axis_(params_of<SoftMaxParams>(layer).axis), log_(params_of<SoftMaxParams>(layer).log) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&,
                int) override {
