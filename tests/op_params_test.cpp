@@ -23,33 +23,12 @@
 #include "src/ir/sampling_params.h"
 #include "src/ir/scatter_params.h"
 #include "src/ir/string_params.h"
+#include "tests/op_params_util.h"
 
 namespace kiln {
 namespace {
 
-using Ints = std::vector<int64_t>;
-
-// The message of the kiln::Error `fn` throws ("" when it throws none).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-void expect_contains(const std::string& message, const std::vector<std::string>& needles) {
-  ASSERT_FALSE(message.empty()) << "expected an error";
-  for (const auto& n : needles) EXPECT_NE(message.find(n), std::string::npos) << "'" << n << "' not in: " << message;
-}
-
-Attributes attrs(std::initializer_list<std::pair<const std::string, AttrValue>> values) {
-  Attributes a;
-  for (const auto& [k, v] : values) a.set(k, v);
-  return a;
-}
+using namespace op_params_test;  // NOLINT: error_of, expect_contains, attrs, Ints
 
 // ---- decoded once, when the layer is created ------------------------------------------------
 
