@@ -242,6 +242,7 @@ def main():
         say("| concurrency | server req/s | p50 ms | p99 ms | mean batch formed | kiln bench, "
             f"{args.instances} streams, that batch: items/s | server / kiln bench |")
         say("| --- | --- | --- | --- | --- | --- | --- |")
+        phases = []
         for conc in [int(c) for c in args.concurrency.split(",")]:
             before = stats(http_port, "m")
             try:
@@ -258,6 +259,15 @@ def main():
             items = kb["throughput_items_per_s"]
             say(f"| {conc} | {res['qps']:.0f} | {res['p50']:.3f} | {res['p99']:.3f} | {mean_batch:.2f} (kiln bench at {b}) "
                 f"| {items:.0f} | {res['qps'] / items:.2f}x |")
+            d = {k: (after[k][0] - before[k][0], after[k][1] - before[k][1]) for k in after
+                 if isinstance(after[k], tuple)}
+            phases.append(f"concurrency {conc}: per request (Triton statistics, mean over {d['success'][0]}): " +
+                          ", ".join(f"{k} {d[k][1] / max(1, d[k][0]) / 1e3:.1f} us" for k in
+                                    ("queue", "compute_input", "compute_infer", "compute_output") if k in d) +
+                          f"; {execs} executions for {infs} inferences")
+        say()
+        for line in phases:
+            say("* " + line)
         # What the server adds per request: one request at a time, Triton's statistics, with the
         # batcher (model m) and without it (model d, one instance).
         kb_ms = b1["latency_ms"]["mean"]

@@ -506,6 +506,27 @@ void check_output_batch(const ModelState& m, size_t o, const Dims& dims, int64_t
   }
 }
 
+// An execution over 100 ms is reported in the server's log with what the context did in it
+// (shape plans built, graphs captured, failed captures, allocations): where a request's time went
+// when a client sees a slow one.
+constexpr uint64_t kSlowExecutionNs = 100'000'000;
+
+void log_slow_execution(const InstanceState& s, int64_t batch, uint64_t start, const GroupTimes& t, uint64_t end,
+                        const ContextStats& before) {
+  const ContextStats after = s.ctx->stats();
+  const auto ms = [](uint64_t ns) { return std::to_string(static_cast<double>(ns) / 1e6); };
+  log_line(TRITONSERVER_LOG_INFO,
+           "kiln backend: model '" + s.model->name + "' instance '" + s.name + "': an execution of batch " +
+               std::to_string(batch) + " took " + ms(end - start) + " ms (inputs " + ms(t.inputs_done - start) +
+               " ms, inference " + ms(t.infer_done - t.inputs_done) + " ms, outputs " + ms(end - t.infer_done) +
+               " ms); in it the context built " + std::to_string(after.shape_plans_built - before.shape_plans_built) +
+               " shape plan(s), captured " + std::to_string(after.graph_captures - before.graph_captures) +
+               " graph(s) (" + std::to_string(after.graph_capture_failures - before.graph_capture_failures) +
+               " failed), ran " + std::to_string(after.plain_inferences - before.plain_inferences) +
+               " plain inference(s) and made " + std::to_string(after.device_allocations - before.device_allocations) +
+               " device allocation(s)");
+}
+
 // Runs requests that share their non-batch dims as one inference and sends their responses.
 // Everything that can fail runs before the first response is sent; a failure there throws
 // (the caller answers every request of the group with the error).
@@ -780,8 +801,10 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
     const uint64_t start = now_ns();
     try {
       GroupTimes times;
+      const ContextStats stats_before = s.ctx->stats();
       run_group(s, group, times);
       const uint64_t end = now_ns();
+      if (end - start > kSlowExecutionNs) log_slow_execution(s, total, start, times, end, stats_before);
       // compute_input: gathering and binding the inputs; compute_infer: kiln's inference;
       // compute_output: the outputs copied into the responses and sent.
       for (Pending& g : group) {
