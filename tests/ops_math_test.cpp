@@ -387,10 +387,10 @@ TEST(MathReference, CastIdentitySelectScaleByHand) {
             (std::vector<float>{2, 3, 3, 4}));
 }
 
-// ---- the vectorized tactics: what they decline --------------------------------------------------
+// ---- the vectorized tactics: what they take and decline --------------------------------------------------
 // (Their odd-size cases against the reference are in the op table, tests/data/math/cases.json.)
 
-TEST(MathVectorized, ElementWiseDeclinesGeneralBroadcastAndOtherTypes) {
+TEST(MathVectorized, ElementWiseTakesGeneralBroadcastOfLinearFloatsAndDeclinesOtherTypes) {
   const KernelEntry* vec = KernelRegistry::instance().find(DeviceType::kCPU, kLayerElementWise, "vectorized");
   ASSERT_NE(vec, nullptr);
   ASSERT_TRUE(vec->supports);
@@ -399,9 +399,14 @@ TEST(MathVectorized, ElementWiseDeclinesGeneralBroadcastAndOtherTypes) {
   Tensor* b = net.add_input("b", kF32, {2, 1, 4});
   Layer* sum = net.add_layer(kLayerElementWise, {a, b}, 1, attrs_of({{"op", std::string("sum")}}));
   auto desc = [](DataType t, Dims d) { return TensorDesc{t, d, TensorFormat::kLinear, true, nullptr}; };
-  EXPECT_FALSE(vec->supports(*sum, {desc(kF32, {2, 3, 4}), desc(kF32, {2, 1, 4})}));
-  EXPECT_FALSE(vec->supports(*sum, {desc(kF32, {2, 3, 4}), desc(kF32, {4})}));
-  EXPECT_FALSE(vec->supports(*sum, {desc(kF32, {2, 1, 4}), desc(kF32, {1, 3, 1})})) << "neither operand is y-shaped";
+  // General broadcasting (a bias row, a middle extent, neither operand y-shaped) in linear memory.
+  EXPECT_TRUE(vec->supports(*sum, {desc(kF32, {2, 3, 4}), desc(kF32, {2, 1, 4})}));
+  EXPECT_TRUE(vec->supports(*sum, {desc(kF32, {2, 3, 4}), desc(kF32, {4})}));
+  EXPECT_TRUE(vec->supports(*sum, {desc(kF32, {2, 1, 4}), desc(kF32, {1, 3, 1})})) << "neither operand is y-shaped";
+  // ... but not in channels-last memory, nor shapes that do not broadcast.
+  auto cl = [](Dims d) { return TensorDesc{kF32, d, TensorFormat::kChannelsLast, true, nullptr}; };
+  EXPECT_FALSE(vec->supports(*sum, {cl({2, 3, 4, 5}), cl({2, 1, 4, 5})}));
+  EXPECT_FALSE(vec->supports(*sum, {desc(kF32, {2, 3, 4}), desc(kF32, {3, 3})}));
   // [3, 1] against [2, 3, 4] broadcasts over the last extent only: the per-channel case.
   EXPECT_TRUE(vec->supports(*sum, {desc(kF32, {2, 3, 4}), desc(kF32, {3, 1})}));
   EXPECT_TRUE(vec->supports(*sum, {desc(kF32, {2, 3, 4}), desc(kF32, {2, 3, 4})}));

@@ -1,9 +1,9 @@
 // CPU kernels of the element-wise layers: ElementWise, Unary, Select, Cast and Identity.
 // The "reference" tactics are plain per-element loops over every data type (numpy
 // broadcasting through cpu::broadcast_strides); they are the oracle of every other backend.
-// The "vectorized" ElementWise tactic covers the cases that dominate real models (float32,
-// same-shape or scalar operand) with branch-free loops over contiguous data that the compiler
-// vectorizes; it defers to the reference code for anything else.
+// The "vectorized" ElementWise tactic covers the float32 arithmetic of real models (same-shape,
+// scalar and per-channel operands, and general broadcasting of linear tensors such as biases and
+// attention masks) with loops over contiguous rows that the compiler vectorizes.
 //
 // Layout: all tensors are dense row-major (TensorFormat::kLinear); no alignment is assumed. The
 // "vectorized" ElementWise also runs channels-last tensors: its cases (same shape, or one
@@ -403,16 +403,112 @@ void vectorized_loop(const float* a, const float* b, float* y, int64_t n, int nu
   });
 }
 
+// General broadcasting of linear tensors (a bias [C] against [N, T, C], an attention mask
+// [1, 1, T, T] against [N, H, T, T], ...): the dims are coalesced where neither operand breaks
+// contiguity, the output is walked as rows of its innermost coalesced extent, and each operand's
+// row is contiguous (stride 1) or one repeated element (stride 0), so the inner loops vectorize;
+// only the row starts take index arithmetic. Op::apply as in the reference: the same results.
+constexpr int kMaxBroadcastRank = 16;
+struct BroadcastShape {
+  int rank = 0;  // coalesced
+  int64_t extent[kMaxBroadcastRank] = {}, stride_a[kMaxBroadcastRank] = {}, stride_b[kMaxBroadcastRank] = {};
+};
+
+// False when the shapes do not broadcast to y or the rank is beyond kMaxBroadcastRank.
+bool broadcast_shape(const Dims& a, const Dims& b, const Dims& y, BroadcastShape* out) {
+  const int r = y.rank();
+  if (r > kMaxBroadcastRank || a.rank() > r || b.rank() > r) return false;
+  int64_t ext[kMaxBroadcastRank], sa[kMaxBroadcastRank], sb[kMaxBroadcastRank];
+  int64_t acc_a = 1, acc_b = 1;
+  for (int i = r - 1; i >= 0; --i) {
+    const int ia = i - (r - a.rank()), ib = i - (r - b.rank());
+    const int64_t ea = ia >= 0 ? a[ia] : 1, eb = ib >= 0 ? b[ib] : 1;
+    if ((ea != y[i] && ea != 1) || (eb != y[i] && eb != 1)) return false;
+    ext[i] = y[i];
+    sa[i] = ea == 1 ? 0 : acc_a;
+    sb[i] = eb == 1 ? 0 : acc_b;
+    acc_a *= ea;
+    acc_b *= eb;
+  }
+  // Coalesce from the innermost dim outwards; extents of 1 drop out.
+  BroadcastShape s;
+  for (int i = r - 1; i >= 0; --i) {
+    if (ext[i] == 1) continue;
+    if (s.rank > 0) {
+      const int j = s.rank - 1;  // the dim just inside this one
+      if (sa[i] == s.stride_a[j] * s.extent[j] && sb[i] == s.stride_b[j] * s.extent[j]) {
+        s.extent[j] *= ext[i];
+        continue;
+      }
+    }
+    s.extent[s.rank] = ext[i];
+    s.stride_a[s.rank] = sa[i];
+    s.stride_b[s.rank] = sb[i];
+    ++s.rank;
+  }
+  if (s.rank == 0) s = BroadcastShape{1, {1}, {1}, {1}};
+  // Stored innermost first; flip to outermost first.
+  std::reverse(s.extent, s.extent + s.rank);
+  std::reverse(s.stride_a, s.stride_a + s.rank);
+  std::reverse(s.stride_b, s.stride_b + s.rank);
+  *out = s;
+  return true;
+}
+
+template <typename Op>
+void broadcast_loop(const float* a, const float* b, float* y, const BroadcastShape& sh, int num_threads) {
+  const int inner_dim = sh.rank - 1;
+  const int64_t n = sh.extent[inner_dim];
+  const int64_t ia = sh.stride_a[inner_dim], ib = sh.stride_b[inner_dim];
+  int64_t rows = 1;
+  for (int d = 0; d < inner_dim; ++d) rows *= sh.extent[d];
+  cpu::parallel_for(
+      rows, num_threads,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          int64_t oa = 0, ob = 0, rest = r;
+          for (int d = inner_dim - 1; d >= 0; --d) {
+            const int64_t i = rest % sh.extent[d];
+            rest /= sh.extent[d];
+            oa += i * sh.stride_a[d];
+            ob += i * sh.stride_b[d];
+          }
+          const float* pa = a + oa;
+          const float* pb = b + ob;
+          float* out = y + r * n;
+          if (ia == 1 && ib == 1) {
+            for (int64_t i = 0; i < n; ++i) out[i] = Op::apply(pa[i], pb[i], false);
+          } else if (ia == 1) {
+            const float vb = pb[0];
+            for (int64_t i = 0; i < n; ++i) out[i] = Op::apply(pa[i], vb, false);
+          } else if (ib == 1) {
+            const float va = pa[0];
+            for (int64_t i = 0; i < n; ++i) out[i] = Op::apply(va, pb[i], false);
+          } else {
+            const float v = Op::apply(pa[0], pb[0], false);
+            for (int64_t i = 0; i < n; ++i) out[i] = v;
+          }
+        }
+      },
+      std::max<int64_t>(1, 4096 / std::max<int64_t>(n, 1)));
+}
+
 using VectorizedFn = void (*)(const float*, const float*, float*, int64_t, int);
+using BroadcastFn = void (*)(const float*, const float*, float*, const BroadcastShape&, int);
 using PerChannelFn = void (*)(const float* full, const float* small, float*, const ChannelShape&, bool, int);
 struct VectorizedEntry {
   VectorizedFn same, scalar_a, scalar_b;
   PerChannelFn channel_a, channel_b;
+  BroadcastFn broadcast;
 };
 template <typename Op>
 constexpr VectorizedEntry vectorized_entry() {
-  return {&vectorized_loop<Op, Operands::kSameShape>, &vectorized_loop<Op, Operands::kScalarA>,
-          &vectorized_loop<Op, Operands::kScalarB>, &per_channel_loop<Op, true>, &per_channel_loop<Op, false>};
+  return {&vectorized_loop<Op, Operands::kSameShape>,
+          &vectorized_loop<Op, Operands::kScalarA>,
+          &vectorized_loop<Op, Operands::kScalarB>,
+          &per_channel_loop<Op, true>,
+          &per_channel_loop<Op, false>,
+          &broadcast_loop<Op>};
 }
 
 // Ops worth a fast path; the rest (mod, floor_div, comparisons, logic) stay on the reference.
@@ -506,7 +602,12 @@ bool elementwise_vectorized_supports(const Layer& layer, const std::vector<Tenso
   Dims y;
   if (!static_broadcast(inputs[0].dims, inputs[1].dims, &y)) return false;
   Operands mode;
-  if (!classify_operands(inputs[0].dims, inputs[1].dims, &mode, &y)) return false;
+  if (!classify_operands(inputs[0].dims, inputs[1].dims, &mode, &y)) {
+    // General broadcasting walks linear memory.
+    BroadcastShape unused;
+    return y_format == TensorFormat::kLinear && inputs[0].format == TensorFormat::kLinear &&
+           inputs[1].format == TensorFormat::kLinear && broadcast_shape(inputs[0].dims, inputs[1].dims, y, &unused);
+  }
   // Operands read in memory order must be in y's format.
   for (int i = 0; i < 2; ++i) {
     const TensorDesc& d = inputs[static_cast<size_t>(i)];
@@ -530,7 +631,12 @@ class ElementWiseVectorized : public Kernel {
         throw Error("ElementWise vectorized: broadcasting " + a.dims.to_string() + " with " + b.dims.to_string() +
                     " needs linear tensors; rebuild the engine with these shapes in its profile");
       }
-      binary_reference_fn<float>(op_)(ctx, false);
+      BroadcastShape bs;
+      if (broadcast_shape(a.dims, b.dims, y.dims, &bs)) {
+        entry_.broadcast(a.as<const float>(), b.as<const float>(), y.as<float>(), bs, ctx.num_threads);
+      } else {
+        binary_reference_fn<float>(op_)(ctx, false);
+      }
       return;
     }
     if (mode == Operands::kChannelA || mode == Operands::kChannelB) {

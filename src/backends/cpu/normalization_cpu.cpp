@@ -4,6 +4,8 @@
 // [N, G, C/G * spatial]). Statistics are computed in double with two passes (mean, then the
 // mean squared deviation), so the reference does not lose precision on large means.
 //
+// The "rows" tactic runs layer mode over contiguous float32 rows (transformers' LayerNorm).
+//
 // Layout: dense row-major (TensorFormat::kLinear); no alignment is assumed.
 #include <algorithm>
 #include <cmath>
@@ -209,8 +211,103 @@ class LrnRef : public Kernel {
   LrnParams params_;
 };
 
+// ---- "rows": layer normalization of float32 rows ---------------------------------------------
+// Layer mode normalizes the trailing axes axis..rank-1, which in linear memory are rows of D
+// contiguous elements: one pass of float loops per row (sum and sum of squared deviations in
+// double, as the reference, then a vectorizable float loop), scale and bias read as one [D] row
+// (any shape of volume D that broadcasts to the trailing axes). Rows run in parallel only when
+// there is enough work for the threads' start-up to pay (transformer layers of 16 x 128 run on
+// one thread).
+bool layer_rows_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  const NormalizationParams& p = params_of<NormalizationParams>(layer);
+  if (p.mode != NormMode::kLayer || inputs.empty() || inputs[0].type != DataType::kFloat32) return false;
+  if (layer.num_outputs() > 0 && layer.output(0)->format() != TensorFormat::kLinear) return false;
+  for (const TensorDesc& d : inputs) {
+    if (d.present && (d.type != DataType::kFloat32 || d.format != TensorFormat::kLinear)) return false;
+  }
+  // Scale and bias must be one row: every dim before the normalized ones is 1 (checked again
+  // at run time against the actual dims, since x may be dynamic here).
+  return true;
+}
+
+// Whether `d` (scale or bias) is one row of the trailing `count` elements of x.
+bool is_trailing_row(const Dims& d, const Dims& x, int axis) {
+  // It must span every normalized axis (a [D_last] bias against [.., D1, D_last] broadcasts
+  // along D1 and is not one row), with extents of 1 before them.
+  if (d.rank() > x.rank() || x.rank() - d.rank() > axis) return false;
+  const int offset = x.rank() - d.rank();
+  for (int i = 0; i < d.rank(); ++i) {
+    const int xi = i + offset;
+    if (xi < axis ? d[i] != 1 : d[i] != x[xi]) return false;
+  }
+  return true;
+}
+
+class LayerNormRows : public Kernel {
+ public:
+  explicit LayerNormRows(const NormalizationParams& p) : params_(p) {}
+  void execute(const KernelContext& ctx) override {
+    const TensorView& xv = ctx.inputs[0];
+    const Dims& x_dims = xv.dims;
+    const int rank = x_dims.rank();
+    const int axis = static_cast<int>(params_.axis < 0 ? params_.axis + rank : params_.axis);
+    const TensorView* scale = optional_input(ctx, 1);
+    const TensorView* bias = optional_input(ctx, 2);
+    if (axis < 0 || axis > rank || (scale && !is_trailing_row(scale->dims, x_dims, axis)) ||
+        (bias && !is_trailing_row(bias->dims, x_dims, axis))) {
+      moments_normalize<float>(ctx, params_);  // the general case
+      return;
+    }
+    const int64_t rows = product(x_dims, 0, axis), d = product(x_dims, axis, rank);
+    const float* x = xv.as<const float>();
+    float* y = ctx.outputs[0].as<float>();
+    const float* g = scale ? scale->as<const float>() : nullptr;
+    const float* b = bias ? bias->as<const float>() : nullptr;
+    float* mean_out = ctx.outputs.size() > 1 ? ctx.outputs[1].as<float>() : nullptr;
+    float* inv_std_out = ctx.outputs.size() > 2 ? ctx.outputs[2].as<float>() : nullptr;
+    const double epsilon = params_.epsilon;
+    cpu::parallel_for(
+        rows, ctx.num_threads,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            const float* xr = x + r * d;
+            float* yr = y + r * d;
+            double sum = 0.0;
+            for (int64_t j = 0; j < d; ++j) sum += static_cast<double>(xr[j]);
+            const double mean = d > 0 ? sum / static_cast<double>(d) : 0.0;
+            double sq = 0.0;
+            for (int64_t j = 0; j < d; ++j) {
+              const double dev = static_cast<double>(xr[j]) - mean;
+              sq += dev * dev;
+            }
+            const double var = d > 0 ? sq / static_cast<double>(d) : 0.0;
+            const double inv = 1.0 / std::sqrt(var + epsilon);
+            const auto m = static_cast<float>(mean), s = static_cast<float>(inv);
+            if (g && b) {
+              for (int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - m) * s * g[j] + b[j];
+            } else if (g) {
+              for (int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - m) * s * g[j];
+            } else if (b) {
+              for (int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - m) * s + b[j];
+            } else {
+              for (int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - m) * s;
+            }
+            if (mean_out) mean_out[r] = m;
+            if (inv_std_out) inv_std_out[r] = s;
+          }
+        },
+        std::max<int64_t>(1, 16384 / std::max<int64_t>(d, 1)));
+  }
+
+ private:
+  NormalizationParams params_;
+};
+
 }  // namespace
 
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerNormalization, "rows", 10, layer_rows_supports,
+    [](const Layer& layer) { return std::make_unique<LayerNormRows>(params_of<NormalizationParams>(layer)); }});
 KILN_REGISTER_KERNEL(KernelEntry{
     DeviceType::kCPU, kLayerNormalization, "reference", 0, nullptr, [](const Layer& layer) {
       return std::make_unique<NormalizationReference>(params_of<NormalizationParams>(layer));
