@@ -14,6 +14,11 @@
 //   device                  "cpu" (default) or "cuda": the device ONNX models are built for
 //   threads                 CPU threads per instance (default: the cores divided among instances)
 //   min_batch / opt_batch   the batch range ONNX models are built for (max: max_batch_size)
+//   warmup                  "batch_sizes": each instance runs every batch size of the profile
+//                           up to max_batch_size twice when it starts (shape plans, kernels
+//                           prepared per shape, CUDA graphs), so no request pays those first-time
+//                           costs (seconds on CUDA with cuDNN graph-API kernels); "none" skips it.
+//                           Default: batch_sizes on CUDA, none on the CPU (cheap first calls).
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -716,6 +721,77 @@ TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
   return nullptr;
 }
 
+// The `warmup` parameter: runs the instance's context at every batch size of the engine's
+// profile up to max_batch_size, twice each (on CUDA the first run prepares the shape plan, the
+// second captures its graph), on zeroed staging memory reserved for the largest batch, so that
+// the addresses requests use later are the ones warmed up. A failure is logged and the instance
+// serves on (the same request would then fail and be answered with the error).
+void warm_up(InstanceState& s) {
+  ModelState& m = *s.model;
+  const std::string mode =
+      parameter(m.config, "warmup", m.engine->device() == DeviceType::kCPU ? "none" : "batch_sizes");
+  if (mode == "none") return;
+  if (mode != "batch_sizes") {
+    throw Error("parameter 'warmup' is \"" + mode + "\"; allowed values: \"batch_sizes\", \"none\"");
+  }
+  if (m.max_batch <= 0 || m.engine->num_profiles() == 0 || m.inputs.empty()) return;
+  const OptimizationProfile& profile = m.engine->profile(0);
+  int64_t lo = 1;
+  for (const TensorInfo& t : m.inputs) lo = std::max<int64_t>(lo, profile.min(t.name)[0]);
+  const auto t0 = std::chrono::steady_clock::now();
+  // Staging for the largest batch, zeroed once.
+  for (size_t i = 0; i < m.inputs.size(); ++i) {
+    Dims most = profile.max(m.inputs[i].name);
+    most[0] = m.max_batch;
+    const uint64_t bytes = static_cast<uint64_t>(most.volume()) * data_type_size(m.inputs[i].type);
+    uint8_t* p = s.in[i].reserve(bytes);
+    if (s.device) {
+      s.device->memset_device(p, 0, bytes, s.stream);
+    } else {
+      std::memset(p, 0, bytes);
+    }
+  }
+  int64_t done = 0;
+  for (int64_t b = lo; b <= m.max_batch; ++b) {
+    try {
+      for (size_t i = 0; i < m.inputs.size(); ++i) {
+        Dims d = profile.opt(m.inputs[i].name);
+        d[0] = b;
+        s.ctx->set_input_shape(m.inputs[i].name, d);
+        s.ctx->set_tensor_address(m.inputs[i].name, s.in[i].reserve(1));
+      }
+      for (size_t o = 0; o < m.outputs.size(); ++o) {
+        const Dims most = s.ctx->max_tensor_shape(m.outputs[o].name);
+        s.ctx->set_tensor_address(m.outputs[o].name, s.out[o].reserve(static_cast<uint64_t>(most.volume()) *
+                                                                      data_type_size(m.outputs[o].type)));
+      }
+      for (int run = 0; run < (s.device ? 2 : 1); ++run) {
+        if (s.device) {
+          s.ctx->enqueue(s.stream);
+          s.device->synchronize(s.stream);
+        } else {
+          s.ctx->execute();
+        }
+      }
+      ++done;
+    } catch (const std::exception& e) {
+      if (s.device) {
+        try {
+          s.device->synchronize(s.stream);
+        } catch (const std::exception&) {}
+      }
+      log_line(TRITONSERVER_LOG_WARN, "kiln backend: model '" + m.name + "' instance '" + s.name +
+                                          "': warm-up at batch " + std::to_string(b) + " failed: " + e.what() +
+                                          " (the instance serves on)");
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log_line(TRITONSERVER_LOG_INFO, "kiln backend: model '" + m.name + "' instance '" + s.name + "' warmed up " +
+                                      std::to_string(done) + " batch size(s) (" + std::to_string(lo) + ".." +
+                                      std::to_string(m.max_batch) + ") in " + std::to_string(seconds) +
+                                      " s (parameter warmup: \"none\" skips it)");
+}
+
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance* instance) {
   TRITONBACKEND_Model* model = nullptr;
   if (TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceModel(instance, &model)) return e;
@@ -740,6 +816,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
       for (size_t i = 0; i < m->inputs.size(); ++i) state->pinned_in.emplace_back(state->device, true);
       for (size_t i = 0; i < m->outputs.size(); ++i) state->pinned_out.emplace_back(state->device, true);
     }
+    warm_up(*state);
   });
   if (e) return e;
   return TRITONBACKEND_ModelInstanceSetState(instance, state.release());

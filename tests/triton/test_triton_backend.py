@@ -246,6 +246,32 @@ def test_explicit_load_unload_reload_without_growing_and_a_contradicting_config(
         server.stop()
 
 
+def test_warmup_runs_every_batch_size_at_load_and_a_bad_value_fails_the_load(demo):
+    """parameter warmup "batch_sizes": each instance runs batch sizes 1..max_batch_size when it
+    starts (the CUDA default; here on the CPU), and answers correctly afterwards; an unknown value
+    fails the load naming the parameter and the allowed values."""
+    tmp = demo["tmp"]
+    repo = tmp / "repo_warm"
+    for name, value in (("warm", "batch_sizes"), ("badwarm", "sometimes")):
+        (repo / name / "1").mkdir(parents=True)
+        shutil.copy(demo["repo"] / "demo" / "1" / "model.onnx", repo / name / "1" / "model.onnx")
+        (repo / name / "config.pbtxt").write_text(
+            CONFIG + f'parameters {{ key: "warmup" value {{ string_value: "{value}" }} }}\n')
+    server = Server(repo, tmp / "server_warm.log", extra=["--model-control-mode=explicit", "--load-model=warm"])
+    try:
+        log = (tmp / "server_warm.log").read_text()
+        warmed = [ln for ln in log.splitlines() if "model 'warm' instance" in ln and "warmed up" in ln]
+        assert len(warmed) == 2, log[-3000:]  # two instances
+        assert all("warmed up 8 batch size(s) (1..8)" in ln for ln in warmed), warmed
+        np.testing.assert_allclose(infer_http(server, demo["x"], model="warm"), demo["ref"], rtol=1e-4, atol=1e-5)
+        with pytest.raises(Exception) as e:
+            server.client.load_model("badwarm")
+        assert "warmup" in str(e.value) and "sometimes" in str(e.value) and "batch_sizes" in str(e.value), str(e.value)
+        np.testing.assert_allclose(infer_http(server, demo["x"], model="warm"), demo["ref"], rtol=1e-4, atol=1e-5)
+    finally:
+        server.stop()
+
+
 NGINX_CONF = """worker_processes 1;
 daemon off;
 pid {prefix}/nginx.pid;
