@@ -503,6 +503,16 @@ struct GroupTimes {
   uint64_t inputs_done = 0, infer_done = 0;
 };
 
+// Every output bound to staging sized for its largest shape (so its address stays the same).
+void bind_outputs(InstanceState& s) {
+  const ModelState& m = *s.model;
+  for (size_t o = 0; o < m.outputs.size(); ++o) {
+    const Dims most = s.ctx->max_tensor_shape(m.outputs[o].name);
+    s.ctx->set_tensor_address(
+        m.outputs[o].name, s.out[o].reserve(static_cast<uint64_t>(most.volume()) * data_type_size(m.outputs[o].type)));
+  }
+}
+
 // Outputs of a batched model keep the batch dim (they are split among the group's requests).
 void check_output_batch(const ModelState& m, size_t o, const Dims& dims, int64_t total) {
   if (m.max_batch > 0 && (dims.rank() == 0 || dims[0] != total)) {
@@ -566,57 +576,48 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
     }
     s.ctx->set_tensor_address(m.inputs[i].name, bound);
   }
-  for (size_t o = 0; o < m.outputs.size(); ++o) {
-    const Dims most = s.ctx->max_tensor_shape(m.outputs[o].name);
-    s.ctx->set_tensor_address(
-        m.outputs[o].name, s.out[o].reserve(static_cast<uint64_t>(most.volume()) * data_type_size(m.outputs[o].type)));
-  }
+  bind_outputs(s);
   times.inputs_done = now_ns();
   std::vector<Dims> out_dims(m.outputs.size());
   std::vector<const uint8_t*> out_host(m.outputs.size());
-  // Output dims known from the input shapes (no data-dependent sizes): the copies back are queued
-  // behind the inference and the instance waits once; otherwise it waits for the sizes first.
-  bool copies_queued = false;
-  if (s.device) {
-    s.ctx->enqueue(s.stream);
+  const auto read_dims = [&] {
     bool known = true;
-    for (size_t o = 0; o < m.outputs.size() && known; ++o) {
+    for (size_t o = 0; o < m.outputs.size(); ++o) {
       out_dims[o] = s.ctx->tensor_shape(m.outputs[o].name);
       for (int64_t d : out_dims[o].to_vector()) known = known && d >= 0;
     }
-    if (known) {
-      try {
-        for (size_t o = 0; o < m.outputs.size(); ++o) check_output_batch(m, o, out_dims[o], total);
-      } catch (...) {
-        s.device->synchronize(s.stream);  // the inference still uses the staging buffers
-        throw;
-      }
-      for (size_t o = 0; o < m.outputs.size(); ++o) {
-        const uint64_t n = static_cast<uint64_t>(out_dims[o].volume()) * data_type_size(m.outputs[o].type);
-        uint8_t* dst = s.pinned_out[o].reserve(n);
-        s.device->copy_device_to_host(dst, s.out[o].ptr, n, s.stream);
-        out_host[o] = dst;
-      }
-      copies_queued = true;
+    return known;
+  };
+  if (s.device) {
+    // The copies back are queued behind the inference and the instance waits once (it waits
+    // for the inference first only where output dims depend on the data).
+    s.ctx->enqueue(s.stream);
+    if (!read_dims()) {
+      s.device->synchronize(s.stream);
+      read_dims();
     }
-    s.device->synchronize(s.stream);
-  } else {
-    s.ctx->execute();
-  }
-  times.infer_done = now_ns();
-  for (size_t o = 0; o < m.outputs.size() && !copies_queued; ++o) {
-    out_dims[o] = s.ctx->tensor_shape(m.outputs[o].name);
-    check_output_batch(m, o, out_dims[o], total);
-    if (s.device) {
+    try {
+      for (size_t o = 0; o < m.outputs.size(); ++o) check_output_batch(m, o, out_dims[o], total);
+    } catch (...) {
+      s.device->synchronize(s.stream);  // the inference still uses the staging buffers
+      throw;
+    }
+    for (size_t o = 0; o < m.outputs.size(); ++o) {
       const uint64_t n = static_cast<uint64_t>(out_dims[o].volume()) * data_type_size(m.outputs[o].type);
       uint8_t* dst = s.pinned_out[o].reserve(n);
       s.device->copy_device_to_host(dst, s.out[o].ptr, n, s.stream);
       out_host[o] = dst;
-    } else {
+    }
+    s.device->synchronize(s.stream);
+  } else {
+    s.ctx->execute();
+    read_dims();
+    for (size_t o = 0; o < m.outputs.size(); ++o) {
+      check_output_batch(m, o, out_dims[o], total);
       out_host[o] = s.out[o].host.data();
     }
   }
-  if (s.device && !copies_queued) s.device->synchronize(s.stream);
+  times.infer_done = now_ns();
   std::vector<uint64_t> offsets(m.outputs.size(), 0);
   for (Pending& p : group) {
     TRITONBACKEND_Response* response = nullptr;
@@ -760,11 +761,7 @@ void warm_up(InstanceState& s) {
         s.ctx->set_input_shape(m.inputs[i].name, d);
         s.ctx->set_tensor_address(m.inputs[i].name, s.in[i].reserve(1));
       }
-      for (size_t o = 0; o < m.outputs.size(); ++o) {
-        const Dims most = s.ctx->max_tensor_shape(m.outputs[o].name);
-        s.ctx->set_tensor_address(m.outputs[o].name, s.out[o].reserve(static_cast<uint64_t>(most.volume()) *
-                                                                      data_type_size(m.outputs[o].type)));
-      }
+      bind_outputs(s);
       for (int run = 0; run < (s.device ? 2 : 1); ++run) {
         if (s.device) {
           s.ctx->enqueue(s.stream);

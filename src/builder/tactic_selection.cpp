@@ -216,12 +216,12 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
     kc.outputs.push_back(
         TensorView{s.type, s.dims, layer.output(i)->format(), bytes ? buffers.back().data() : nullptr});
   }
-  if (policy.buffer_seconds) *policy.buffer_seconds += seconds_since(setup_start);
+  if (policy.clock) policy.clock->buffers += seconds_since(setup_start);
   const auto prepare_start = std::chrono::steady_clock::now();
   auto kernel = entry.create(layer);
   if (!in_ranges.empty() || !out_ranges.empty()) kernel->configure_profile(layer, in_ranges, out_ranges);
   kernel->prepare(layer, in, out, 1);
-  if (policy.prepare_seconds) *policy.prepare_seconds += seconds_since(prepare_start);
+  if (policy.clock) policy.clock->prepare += seconds_since(prepare_start);
   const auto warmup_start = std::chrono::steady_clock::now();
   const size_t ws = kernel->workspace_size();
   if (workspace_bytes) *workspace_bytes = ws;
@@ -265,16 +265,13 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
     return backend.time_concurrent_runs(
         streams, runs, [&](size_t c) { kernel->execute(copies[c]); }, host);
   };
-  if (policy.warmup_seconds) *policy.warmup_seconds += seconds_since(warmup_start);
-  if (policy.setup_seconds) *policy.setup_seconds += seconds_since(setup_start);
+  if (policy.clock) policy.clock->warmup += seconds_since(warmup_start);
   const auto measure_start = std::chrono::steady_clock::now();
   struct AddOnExit {  // the measurement time, also when a measurement throws or stops early
     const TimingPolicy& p;
     std::chrono::steady_clock::time_point t0;
     ~AddOnExit() {
-      if (p.measure_seconds) {
-        *p.measure_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      }
+      if (p.clock) p.clock->measure += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   } add_on_exit{policy, measure_start};
   double once_host = 0;
@@ -584,12 +581,12 @@ double stop_above(const TimingPolicy& policy, double best) {
 // recorded on the layer (attribute plugin_tactic, stored in the engine) and in the timing cache.
 // Without timing (level 0, time_tactics false) the first implementation within the limit.
 void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig& config,
-                           const std::vector<TensorStates>& states, BuildReport& report, ChoiceMemo& memo) {
+                           const std::vector<TensorStates>& states, BuildReport& report, ChoiceMemo& memo,
+                           TimingPolicy::Clock& clock) {
   TimingProgress progress("timing plugin implementations", steps.size());
   TimingPolicy policy = timing_policy(config.optimization_level);
   policy.streams = config.device == DeviceType::kCUDA ? config.tune_for_streams : 1;
-  policy.setup_seconds = &report.timing_setup_seconds;
-  policy.measure_seconds = &report.timing_measure_seconds;
+  policy.clock = &clock;
   const bool timing = builder_times_kernels(config);
   Backend& backend = get_backend(config.device);
   const std::string device_name = timing_device_name(backend, config);
@@ -733,17 +730,13 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
   policy.streams = config.device == DeviceType::kCUDA ? config.tune_for_streams : 1;
   BuildReport local;
   BuildReport& r = report ? *report : local;
-  policy.setup_seconds = &r.timing_setup_seconds;
-  policy.measure_seconds = &r.timing_measure_seconds;
-  double buffer_s = 0, prepare_s = 0, warmup_s = 0;
-  policy.buffer_seconds = &buffer_s;
-  policy.prepare_seconds = &prepare_s;
-  policy.warmup_seconds = &warmup_s;
+  TimingPolicy::Clock clock;
+  policy.clock = &clock;
   r.optimization_level = config.optimization_level;
   const auto start = std::chrono::steady_clock::now();
   ChoiceMemo memo;
   std::map<std::string, std::string> tactics;
-  choose_plugin_tactics(steps, config, states, r, memo);
+  choose_plugin_tactics(steps, config, states, r, memo, clock);
   TimingProgress progress("timing kernels", steps.size());
   const bool timing = config.device == DeviceType::kCUDA && builder_times_kernels(config);
   Backend* backend = timing ? &get_backend(config.device) : nullptr;
@@ -944,10 +937,12 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     progress.update(index, r);
   }
   r.timing_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.timing_setup_seconds = clock.setup();
+  r.timing_measure_seconds = clock.measure;
   if (r.tactics_timed) {
     log(Severity::kVerbose, "kernel timing: set-up " + std::to_string(r.timing_setup_seconds) +
-                                " s (layers' test buffers " + std::to_string(buffer_s) + " s, prepare " +
-                                std::to_string(prepare_s) + " s, warm-up runs " + std::to_string(warmup_s) +
+                                " s (layers' test buffers " + std::to_string(clock.buffers) + " s, prepare " +
+                                std::to_string(clock.prepare) + " s, warm-up runs " + std::to_string(clock.warmup) +
                                 " s), measuring " + std::to_string(r.timing_measure_seconds) + " s");
   }
   cache.save();

@@ -28,12 +28,12 @@ struct TimingPolicy {
   int streams = 1;            // copies timed at once on their own streams (BuilderConfig::tune_for_streams)
   // Where timing spends its time (BuildReport::timing_setup_seconds / timing_measure_seconds);
   // null: not counted.
-  double* setup_seconds = nullptr;
-  double* measure_seconds = nullptr;
-  // Of setup_seconds: test buffers, prepare() and the warm-up runs (logged at kVerbose).
-  double* buffer_seconds = nullptr;
-  double* prepare_seconds = nullptr;
-  double* warmup_seconds = nullptr;
+  struct Clock {
+    double buffers = 0, prepare = 0, warmup = 0;  // setting kernels up: test buffers, prepare(), warm-up runs
+    double measure = 0;
+    double setup() const { return buffers + prepare + warmup; }
+  };
+  Clock* clock = nullptr;
 };
 // Throws naming the valid range when `level` is not 0..5.
 TimingPolicy timing_policy(int level);
