@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -476,6 +477,115 @@ TEST(ServingRuntime, AutomaticCpuThreadsShareTheCores) {
     EXPECT_EQ(b->num_threads(), 3);
   }
   EXPECT_EQ(a->num_threads(), cores) << "the cores go back when a context goes";
+}
+
+// What a server does (Triton's instances are initialized, and here warmed up, on a loading thread,
+// one after the other, then each is executed from a thread of its own): contexts warmed up in one
+// thread at every shape they will serve, with the buffers they will serve from, then run from
+// other threads at once. Nothing is prepared or captured again and no capture fails. On CUDA
+// this failed twice over: creating the second context changed the first one's (host) thread
+// count, a key of its shape plans, so it prepared every shape again; and kernels took the
+// calling thread's cuDNN handle (a new one in the serving thread, made or used for the first time
+// inside a capture), so captures failed and those shapes ran without graphs from then on.
+TEST(ServingRuntime, WarmedUpInOneThreadServedFromOthers) {
+  constexpr int kContexts = 2;
+  for (DeviceType device : usable_devices()) {
+    SCOPED_TRACE(to_string(device));
+    auto engine = serving_engine(device);
+    Backend& backend = get_backend(device);
+    const bool cuda = device == DeviceType::kCUDA;
+    std::vector<Dims> shapes;  // each distinct shape of the schedule once
+    for (const Dims& d : schedule()) {
+      if (std::find(shapes.begin(), shapes.end(), d) == shapes.end()) shapes.push_back(d);
+    }
+    std::mt19937 rng(33);
+    std::vector<HostTensor> xs;
+    std::vector<Outputs> want;
+    for (const Dims& dims : shapes) {
+      xs.push_back(random_tensor(DataType::kFloat32, dims, rng));
+      want.push_back(fresh_outputs(*engine, xs.back()));
+    }
+    std::vector<std::unique_ptr<ExecutionContext>> ctxs(kContexts);
+    std::vector<std::unique_ptr<BufferSet>> io(kContexts);
+    std::vector<void*> streams(kContexts, nullptr);
+    std::vector<ContextStats> warm(kContexts);
+    std::string load_error;
+    std::thread loader([&] {
+      try {
+        for (int k = 0; k < kContexts; ++k) {  // one instance after the other, as Triton loads them
+          ctxs[k] = engine->create_execution_context();
+          // CUDA: the automatic thread setting, as a server leaves it; CPU contexts share the cores
+          // among the live contexts unless told (a server gives each instance its share).
+          if (!cuda) ctxs[k]->set_num_threads(1);
+          io[k] = std::make_unique<BufferSet>(*engine, *ctxs[k]);
+          if (cuda) streams[k] = backend.create_stream();
+          for (size_t i = 0; i < shapes.size(); ++i) {
+            ctxs[k]->set_input_shape("x", shapes[i]);
+            io[k]->bind(*ctxs[k]);
+            io[k]->write("x", xs[i]);
+            for (int run = 0; run < 2; ++run) {  // CUDA: the plain first run, then the capture
+              ctxs[k]->enqueue(streams[k]);
+              backend.synchronize(streams[k]);
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        load_error = e.what();
+      }
+    });
+    loader.join();
+    ASSERT_EQ(load_error, "");
+    for (int k = 0; k < kContexts; ++k) warm[k] = ctxs[k]->stats();
+    std::vector<std::string> errors(kContexts);
+    std::vector<std::vector<Outputs>> got(kContexts);
+    std::vector<std::thread> servers;
+    std::atomic<int> ready{0};
+    for (int k = 0; k < kContexts; ++k) {
+      servers.emplace_back([&, k] {
+        try {
+          ++ready;
+          while (ready.load() < kContexts) std::this_thread::yield();
+          for (int pass = 0; pass < 3; ++pass) {
+            for (size_t i = 0; i < shapes.size(); ++i) {
+              const size_t s = (i + static_cast<size_t>(k + pass)) % shapes.size();  // not in warm-up order
+              ctxs[k]->set_input_shape("x", shapes[s]);
+              io[k]->bind(*ctxs[k]);
+              io[k]->write("x", xs[s]);
+              ctxs[k]->enqueue(streams[k]);
+              backend.synchronize(streams[k]);
+              Outputs o;
+              for (const char* name : kOutputs) o[name] = io[k]->read(*ctxs[k], *engine, name);
+              if (pass == 2) got[k].push_back(std::move(o));
+            }
+          }
+        } catch (const std::exception& e) {
+          errors[k] = e.what();
+        }
+      });
+    }
+    for (auto& th : servers) th.join();
+    for (int k = 0; k < kContexts; ++k) {
+      SCOPED_TRACE("context " + std::to_string(k));
+      ASSERT_EQ(errors[k], "");
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const size_t s = (i + static_cast<size_t>(k + 2)) % shapes.size();
+        expect_identical(got[k][i], want[s], "served at " + shapes[s].to_string());
+      }
+      const ContextStats st = ctxs[k]->stats();
+      EXPECT_EQ(st.shape_plans_built, warm[k].shape_plans_built) << "a warmed-up shape was prepared again";
+      EXPECT_EQ(st.graph_captures, warm[k].graph_captures) << "a warmed-up (shape, buffers) pair was captured again";
+      EXPECT_EQ(st.graph_capture_failures, 0u) << "a capture failed (in the loading thread or a serving thread)";
+      if (cuda) {
+        EXPECT_EQ(warm[k].graph_captures, shapes.size()) << "the warm-up captured each shape once";
+        EXPECT_EQ(st.graph_replays - warm[k].graph_replays, shapes.size() * 3) << "every served call replays";
+      }
+    }
+    ctxs.clear();
+    io.clear();
+    for (void* s : streams) {
+      if (s) backend.destroy_stream(s);
+    }
+  }
 }
 
 // A network whose later shapes depend on a size only known during the inference (NonZero),

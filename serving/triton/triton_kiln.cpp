@@ -748,9 +748,28 @@ void warm_up(InstanceState& s) {
     uint8_t* p = s.in[i].reserve(bytes);
     if (s.device) {
       s.device->memset_device(p, 0, bytes, s.stream);
+      s.pinned_in[i].reserve(bytes);  // requests gather into it: no pinned allocation on their path
     } else {
       std::memset(p, 0, bytes);
     }
+  }
+  // The outputs' staging (and pinned staging), for the largest batch: the addresses every batch
+  // size's graph is captured with stay those of the requests.
+  try {
+    for (size_t i = 0; i < m.inputs.size(); ++i) {
+      Dims d = profile.max(m.inputs[i].name);
+      d[0] = m.max_batch;
+      s.ctx->set_input_shape(m.inputs[i].name, d);
+    }
+    for (size_t o = 0; o < m.outputs.size(); ++o) {
+      const Dims most = s.ctx->max_tensor_shape(m.outputs[o].name);
+      const uint64_t bytes = static_cast<uint64_t>(most.volume()) * data_type_size(m.outputs[o].type);
+      s.out[o].reserve(bytes);
+      if (s.device) s.pinned_out[o].reserve(bytes);
+    }
+  } catch (const std::exception& e) {  // the per-batch runs below report what is wrong
+    log_line(TRITONSERVER_LOG_VERBOSE, "kiln backend: model '" + m.name + "' instance '" + s.name +
+                                           "': output staging for the largest batch not reserved: " + e.what());
   }
   int64_t done = 0;
   for (int64_t b = lo; b <= m.max_batch; ++b) {

@@ -83,6 +83,12 @@ class Backend {
     (void)stream;
     return false;
   }
+  // Makes what the calling thread's kernels make on first use (library handles, the thread's
+  // private stream), which a capture forbids: called before each capture, so that a context
+  // prepared in one thread captures its graph in another (a server's loading thread and its
+  // serving threads) and a capture after recover_after_failed_capture finds its handles made.
+  // Cheap once done (thread-local lookups).
+  virtual void prepare_thread() {}
   // Starts capturing `stream` in thread-local mode: CUDA calls other threads make meanwhile
   // neither join nor invalidate the capture.
   virtual void begin_capture(void* stream);

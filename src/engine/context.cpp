@@ -45,9 +45,12 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Threads for this context's kernels: its own setting, else the engine's, else the machine's
-// cores shared among the engine's live contexts.
+// Threads for this context's kernels (CPU engines): its own setting, else the engine's, else the
+// machine's cores shared among the engine's live contexts. Device engines' kernels take no host
+// threads: always 1 (as runtime.h says), so that creating another context does not change this
+// one's plan key (it did, and every shape was prepared again after a server's warm-up).
 int context_threads(const ContextImpl& c) {
+  if (c.engine->data.device != DeviceType::kCPU) return 1;
   if (c.num_threads) return c.num_threads;
   if (c.engine->data.num_threads) return c.engine->data.num_threads;
   const int live = std::max(1, c.engine->live_contexts.load(std::memory_order_relaxed));
@@ -282,6 +285,7 @@ bool capture_and_launch(ContextImpl& c, ShapePlan& plan, void* stream, std::stri
   void* captured = nullptr;
   LifecycleLock lock(device_lifecycle_mutex());
   try {
+    b.prepare_thread();
     b.begin_capture(stream);
     try {
       run_steps(c, plan, stream);

@@ -28,9 +28,14 @@
 // another handle sent its kernels to the build handle's stream: the legacy default stream, racing
 // kiln's non-blocking streams, outside CUDA-graph captures). Each thread takes its own handle per
 // device from a pool (returned at thread exit, never destroyed, so that plans built with it stay
-// valid), builds its graphs with it, and sets its stream to the kernel's stream right before each
-// execution: two threads never share a handle, so no lock is held while launching and a plan
-// never runs on a stream other than the one execute() was given. Graphs are cached per (handle,
+// valid) and builds its graphs with it. A kernel runs with the handle it was prepared with, from
+// whichever thread calls it (a context warmed up in one thread and served from another, as Triton
+// does: its instances are initialized on a loading thread and executed on their own): the
+// handle's mutex is held while its stream is set to the kernel's stream and the plan launched
+// (and while plans are built with it), so a plan never runs on a stream other than the one
+// execute() was given, and a thread running a kernel for the first time never builds a plan (which
+// a CUDA-graph capture forbids). The mutex is uncontended unless two threads launch kernels
+// prepared on one thread at the same time. Graphs are cached per (handle,
 // geometry, types, formats, fusion, deny list), shared by equal layers of that thread (the pattern
 // PyTorch uses, a thread-local plan cache) and by the three tactics; KILN_CUDNN_GRAPH_PRIVATE=1
 // (or kPlanSharingByDefault) gives every kernel object its own graphs instead, so that no two
@@ -229,6 +234,7 @@ struct GraphHandle {
   cudnnHandle_t handle = nullptr;
   int device = 0;
   uint64_t id = 0;  // unique, for cache keys
+  std::mutex use;   // held while the handle's stream is set and used (launching, building)
 };
 
 class HandlePool {
@@ -447,16 +453,11 @@ std::string barred_notes(const fe::ExecutionPlan& plan, DataType type, std::stri
 }
 
 // The rank-th distinct plan that builds and passes the checks (0 = the heuristic's choice), or
-// nullopt with *why set. Called with e.mutex held, on the thread holding e.handle. Without
-// may_build only plans built before are returned.
-std::optional<PlanInfo> entry_plan(GraphEntry& e, int rank, DataType type, const Settings& settings, bool may_build,
+// nullopt with *why set. Called with e.mutex and e.handle's mutex held.
+std::optional<PlanInfo> entry_plan(GraphEntry& e, int rank, DataType type, const Settings& settings,
                                    std::string* why) {
   if (!e.error.empty()) {
     *why = e.error;
-    return std::nullopt;
-  }
-  if (!may_build && static_cast<int>(e.built.size()) <= rank && e.next < e.configs) {
-    *why = "this thread has not built the plan yet, and it cannot be built during a CUDA-graph capture";
     return std::nullopt;
   }
   while (static_cast<int>(e.built.size()) <= rank && e.next < e.configs) {
@@ -723,8 +724,7 @@ class CudnnGraphConvolution : public Kernel {
     s_ = make_conv_shape(layer, inputs, outputs, false);
     has_bias_ = inputs.size() > 2 && inputs[2].present;
     has_residual_ = inputs.size() > 3 && inputs[3].present;
-    resolved_.clear();
-    current_ = nullptr;
+    current_.reset();
     workspace_ = 0;
     empty_ = s_.batch == 0 || s_.out_channels == 0 || s_.in_channels == 0;
     if (empty_) return;
@@ -734,8 +734,7 @@ class CudnnGraphConvolution : public Kernel {
     if (settings_.sharing == PlanSharing::kPerKernelHandle && !own_handle_) {
       own_handle_ = handle_pool().make_private(device_);
     }
-    resolved_.push_back(resolve(handle_for_this_thread(), true));
-    current_ = resolved_.back().get();
+    current_ = resolve(handle_for_this_thread());
     workspace_ = current_->workspace;
     if (s_.format == TensorFormat::kChannelsLast) filter_.prepare(inputs[1], s_.kernel_volume());
     kiln::log(Severity::kVerbose, describe_choice(*current_));
@@ -751,9 +750,7 @@ class CudnnGraphConvolution : public Kernel {
     const void* bias = has_bias_ ? ctx.inputs[2].data : nullptr;
     const void* residual = has_residual_ ? ctx.inputs[3].data : nullptr;
     void* y = ctx.outputs[0].data;
-    GraphHandle* handle = handle_for_this_thread();
-    Resolved* r = current_;
-    if (r->handle != handle) r = switch_to(handle, stream);  // another thread than last time: rare
+    Resolved* r = current_.get();
     const size_t al = r->entry->alignment;
     // (NHWC runs the KRSC copy, a buffer of its own: the given weights' alignment does not matter.)
     const bool linear = s_.format != TensorFormat::kChannelsLast;
@@ -768,8 +765,11 @@ class CudnnGraphConvolution : public Kernel {
     int n = 3;
     if (r->graph_bias) ptrs[n++] = const_cast<void*>(bias);
     if (r->graph_residual) ptrs[n++] = const_cast<void*>(residual);
-    KILN_CUDNN_CHECK(cudnnSetStream(handle->handle, stream));
-    run(*r, ptrs, n, ctx.workspace, stream);
+    {
+      std::lock_guard<std::mutex> use(r->handle->use);
+      KILN_CUDNN_CHECK(cudnnSetStream(r->handle->handle, stream));
+      run(*r, ptrs, n, ctx.workspace, stream);
+    }
     EpilogueArgs e = output_epilogue(s_, y);
     e.bias = r->graph_bias ? nullptr : bias;
     e.residual = r->graph_residual ? nullptr : residual;
@@ -778,7 +778,7 @@ class CudnnGraphConvolution : public Kernel {
   }
 
  private:
-  // The plan of this kernel for one handle, with what execute() needs to run it.
+  // The plan of this kernel (for the handle it was prepared with), with what execute() needs to run it.
   struct Resolved {
     GraphHandle* handle = nullptr;
     std::shared_ptr<GraphEntry> entry;
@@ -793,8 +793,8 @@ class CudnnGraphConvolution : public Kernel {
     std::unordered_map<int64_t, void*> pack;  // frontend execution: keys fixed here, values per run
   };
 
-  // The handle this kernel runs with on the calling thread: its own (kPerKernelHandle: used by one
-  // thread at a time, as the kernel object is), else the thread's.
+  // The handle this kernel is prepared with on the calling thread: its own (kPerKernelHandle),
+  // else the thread's.
   GraphHandle* handle_for_this_thread() const { return own_handle_ ? own_handle_ : thread_graph_handle(device_); }
 
   // One line for the verbose log: the engine, its notes, what it fuses, how it runs.
@@ -816,10 +816,10 @@ class CudnnGraphConvolution : public Kernel {
     return line;
   }
 
-  // Finds (building when needed and may_build) the plan for `handle`; throws naming
-  // CUDNN_STATUS_NOT_SUPPORTED when no engine takes the convolution. Builds run on the thread's
-  // prepare stream, waited for.
-  std::unique_ptr<Resolved> resolve(GraphHandle* handle, bool may_build) {
+  // Finds (building when needed) the plan for `handle`; throws naming CUDNN_STATUS_NOT_SUPPORTED
+  // when no engine takes the convolution. Builds run on the thread's prepare stream, waited for,
+  // with the handle's mutex held (a kernel prepared with it may be launching from another thread).
+  std::unique_ptr<Resolved> resolve(GraphHandle* handle) {
     // The fused graph first; then the convolution alone with kiln's epilogue.
     GraphSpec fused;
     fused.s = s_;
@@ -837,17 +837,14 @@ class CudnnGraphConvolution : public Kernel {
     const std::string scope =
         std::to_string(handle->id) + "|" + settings_.deny_text + "|" +
         (settings_.sharing == PlanSharing::kPerThread ? std::string("shared") : std::to_string(serial_)) + "|";
-    if (may_build) KILN_CUDNN_CHECK(cudnnSetStream(handle->handle, prepare_stream()));
+    std::lock_guard<std::mutex> use(handle->use);
+    KILN_CUDNN_CHECK(cudnnSetStream(handle->handle, prepare_stream()));
     std::string why;
     std::unique_ptr<Resolved> r;
     for (size_t a = 0; a < attempts.size() && !r; ++a) {
       const GraphSpec& g = attempts[a];
       std::shared_ptr<GraphEntry> e = graph_cache().get(scope + spec_key(g), handle);
       std::lock_guard<std::mutex> lock(e->mutex);
-      if (!e->made && !may_build) {
-        why += std::string(why.empty() ? "" : "; ") + "graph not built on this thread yet (CUDA-graph capture)";
-        continue;
-      }
       if (!e->made) {
         e->made = true;
         try {
@@ -858,7 +855,7 @@ class CudnnGraphConvolution : public Kernel {
         }
       }
       std::string reason;
-      std::optional<PlanInfo> p = entry_plan(*e, rank_, s_.type, settings_, may_build, &reason);
+      std::optional<PlanInfo> p = entry_plan(*e, rank_, s_.type, settings_, &reason);
       if (!p) {
         const bool is_fused = a == 0 && attempts.size() > 1;
         why += std::string(why.empty() ? "" : "; ") + (is_fused ? "fused graph: " : "convolution graph: ") + reason;
@@ -886,34 +883,12 @@ class CudnnGraphConvolution : public Kernel {
       }
       r->entry = std::move(e);
     }
-    if (may_build) KILN_CUDA_CHECK(cudaStreamSynchronize(prepare_stream()));  // whatever building enqueued is done
+    KILN_CUDA_CHECK(cudaStreamSynchronize(prepare_stream()));  // whatever building enqueued is done
     if (!r) {
       throw Error(what_ + ": cuDNN's graph API has no usable engine for this convolution " +
                   "(CUDNN_STATUS_NOT_SUPPORTED): " + why);
     }
     return r;
-  }
-
-  // The plan for `handle` (a thread other than the one that prepared or last ran this kernel),
-  // resolved on first use there: from the thread's cache, or built unless `stream` is being
-  // captured (building may make CUDA calls a capture forbids; the error makes the runtime run
-  // this inference without a graph, which builds it). Throws when that plan needs more workspace
-  // than prepare() reported (the runtime sized the workspace for it).
-  Resolved* switch_to(GraphHandle* handle, cudaStream_t stream) {
-    for (const auto& r : resolved_) {
-      if (r->handle == handle) return current_ = r.get();
-    }
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    std::unique_ptr<Resolved> r = resolve(handle, capture == cudaStreamCaptureStatusNone);
-    if (r->workspace > workspace_) {
-      throw Error(what_ + ": run from another thread, where cuDNN's plan (" + r->plan.name + ") needs " +
-                  std::to_string(r->workspace) + " bytes of workspace, more than the " + std::to_string(workspace_) +
-                  " prepared; prepare the context on the thread that runs it");
-    }
-    kiln::log(Severity::kVerbose, what_ + ": first run on another thread: engine " + r->plan.name);
-    resolved_.push_back(std::move(r));
-    return current_ = resolved_.back().get();
   }
 
   void run(Resolved& r, void* const* ptrs, int n, void* workspace, cudaStream_t stream) {
@@ -954,8 +929,7 @@ class CudnnGraphConvolution : public Kernel {
   Settings settings_;
   size_t workspace_ = 0;
   GraphHandle* own_handle_ = nullptr;                // kPerKernelHandle only; never destroyed (see GraphHandle)
-  std::vector<std::unique_ptr<Resolved>> resolved_;  // one per handle this kernel ran with
-  Resolved* current_ = nullptr;
+  std::unique_ptr<Resolved> current_;  // the plan prepare() resolved
   ChannelsLastFilter filter_;
 };
 

@@ -221,6 +221,11 @@ class CudaBackend : public Backend {
     KILN_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status));
     return status != cudaStreamCaptureStatusNone;
   }
+  void prepare_thread() override {
+    cuda::cudnn_handle();
+    cuda::cublaslt_handle();
+    private_stream();
+  }
   void begin_capture(void* stream) override {
     if (!stream) throw Error("CUDA graph capture needs a stream (got the null stream)");
     // Thread-local mode: work other threads enqueue meanwhile is not swept into this graph,
