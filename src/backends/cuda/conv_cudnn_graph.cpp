@@ -454,8 +454,7 @@ std::string barred_notes(const fe::ExecutionPlan& plan, DataType type, std::stri
 
 // The rank-th distinct plan that builds and passes the checks (0 = the heuristic's choice), or
 // nullopt with *why set. Called with e.mutex and e.handle's mutex held.
-std::optional<PlanInfo> entry_plan(GraphEntry& e, int rank, DataType type, const Settings& settings,
-                                   std::string* why) {
+std::optional<PlanInfo> entry_plan(GraphEntry& e, int rank, DataType type, const Settings& settings, std::string* why) {
   if (!e.error.empty()) {
     *why = e.error;
     return std::nullopt;
@@ -928,7 +927,7 @@ class CudnnGraphConvolution : public Kernel {
   int sm_target_ = 0;  // cuda::sm_count_target of the layer's concurrent_streams
   Settings settings_;
   size_t workspace_ = 0;
-  GraphHandle* own_handle_ = nullptr;                // kPerKernelHandle only; never destroyed (see GraphHandle)
+  GraphHandle* own_handle_ = nullptr;  // kPerKernelHandle only; never destroyed (see GraphHandle)
   std::unique_ptr<Resolved> current_;  // the plan prepare() resolved
   ChannelsLastFilter filter_;
 };
