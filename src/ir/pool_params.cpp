@@ -9,7 +9,7 @@ namespace kiln {
 PoolParams PoolParams::decode(const Layer& layer) {
   const ParamReader r(layer);
   PoolParams p;
-  p.mode = r.get_enum<PoolMode>("mode", {{"max", PoolMode::kMax}, {"average", PoolMode::kAverage}});
+  p.mode = r.get_enum<PoolingType>("mode", {{"max", PoolingType::kMax}, {"average", PoolingType::kAverage}});
   p.global = r.get_bool("global");
   p.ceil_mode = r.get_bool("ceil_mode");
   p.count_include_pad = r.get_bool("count_include_pad");

@@ -14,17 +14,16 @@
 
 namespace kiln {
 
-enum class PoolMode : int32_t { kMax, kAverage };
-
+// `mode` is the public PoolingType (include/kiln/network.h).
 struct PoolParams {
-  PoolMode mode = PoolMode::kMax;
+  PoolingType mode = PoolingType::kMax;
   bool global = false;             // pool over all spatial dims (kernel and window unused)
   bool ceil_mode = false;          // round output sizes up
   bool count_include_pad = false;  // average: divide by the window clipped to the padded extent
   std::vector<int64_t> kernel;     // one value per spatial dim (unused when global)
   WindowParams window;
 
-  bool is_max() const { return mode == PoolMode::kMax; }
+  bool is_max() const { return mode == PoolingType::kMax; }
   // Throws kiln::Error naming the layer and the attribute.
   static PoolParams decode(const Layer& layer);
 };
