@@ -597,7 +597,7 @@ TEST(OpParams, NormalizationAttributesFailWhenCreated) {
   // p and num_groups only matter to their modes.
   Layer* n = add(kLayerNormalization,
                  attrs({{"mode", std::string("mvn")}, {"p", int64_t{3}}, {"normalize_variance", int64_t{0}}}), "mvn");
-  EXPECT_EQ(params_of<NormalizationParams>(*n).mode, NormMode::kMvn);
+  EXPECT_EQ(params_of<NormalizationParams>(*n).mode, NormalizationMode::kMvn);
   EXPECT_FALSE(params_of<NormalizationParams>(*n).normalize_variance);
   EXPECT_EQ(params_of<NormalizationParams>(*n).axes, (Ints{0, 2, 3})) << "the schema's default";
   Layer* lrn = add(kLayerLRN, attrs({{"size", int64_t{5}}, {"beta", 0.5}}), "lrn_ok");
@@ -608,32 +608,32 @@ TEST(OpParams, NormalizationAttributesFailWhenCreated) {
 
 TEST(NormalizationGeometry, StatsViews) {
   NormalizationParams p;
-  p.mode = NormMode::kLayer;
+  p.mode = NormalizationMode::kLayer;
   p.axis = -2;
   NormStatsView v = normalization_stats_view(p, Dims{2, 3, 4});
   EXPECT_EQ(v.dims, (Ints{2, 3, 4}));
   EXPECT_EQ(v.reduced, (std::vector<bool>{false, true, true}));
-  p.mode = NormMode::kInstance;
+  p.mode = NormalizationMode::kInstance;
   EXPECT_EQ(normalization_stats_view(p, Dims{2, 3, 4, 5}).reduced, (std::vector<bool>{false, false, true, true}));
   expect_contains(error_of([&] { normalization_stats_view(p, Dims{3}); }), {"'instance'", "rank >= 2"});
-  p.mode = NormMode::kGroup;
+  p.mode = NormalizationMode::kGroup;
   p.num_groups = 3;
   v = normalization_stats_view(p, Dims{2, 6, 4, 5});
   EXPECT_EQ(v.dims, (Ints{2, 3, 40}));
   EXPECT_EQ(v.reduced, (std::vector<bool>{false, false, true}));
   p.num_groups = 4;
   expect_contains(error_of([&] { normalization_stats_view(p, Dims{2, 6, 4}); }), {"divide the channel count 6"});
-  p.mode = NormMode::kMvn;
+  p.mode = NormalizationMode::kMvn;
   p.axes = {0, -1};
   EXPECT_EQ(normalization_stats_view(p, Dims{2, 3, 4}).reduced, (std::vector<bool>{true, false, true}));
   p.axes = {1, -2};
   expect_contains(error_of([&] { normalization_stats_view(p, Dims{2, 3, 4}); }), {"names axis 1 twice"});
-  p.mode = NormMode::kLp;
+  p.mode = NormalizationMode::kLp;
   p.axis = 1;
   EXPECT_EQ(normalization_stats_view(p, Dims{2, 3, 4}).reduced, (std::vector<bool>{false, true, false}));
   p.axis = 3;
   expect_contains(error_of([&] { normalization_stats_view(p, Dims{2, 3, 4}); }), {"axis 3 is out of range"});
-  EXPECT_STREQ(to_string(NormMode::kMvn), "mvn");
+  EXPECT_STREQ(to_string(NormalizationMode::kMvn), "mvn");
 }
 
 // ---- Sampling: GridSampleParams, RoiAlignParams, MaxRoiPoolParams and their output sizes --------

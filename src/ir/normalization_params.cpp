@@ -12,30 +12,30 @@ namespace kiln {
 namespace {
 
 // The names of `mode`, for decoding and for messages.
-const EnumNames<NormMode> kModes = {{"layer", NormMode::kLayer},
-                                    {"instance", NormMode::kInstance},
-                                    {"group", NormMode::kGroup},
-                                    {"mvn", NormMode::kMvn},
-                                    {"lp", NormMode::kLp}};
+const EnumNames<NormalizationMode> kModes = {{"layer", NormalizationMode::kLayer},
+                                             {"instance", NormalizationMode::kInstance},
+                                             {"group", NormalizationMode::kGroup},
+                                             {"mvn", NormalizationMode::kMvn},
+                                             {"lp", NormalizationMode::kLp}};
 
 }  // namespace
 
-const char* to_string(NormMode mode) { return name_in(kModes, mode); }
+const char* to_string(NormalizationMode mode) { return name_in(kModes, mode); }
 
 NormalizationParams NormalizationParams::decode(const Layer& layer) {
   const ParamReader r(layer);
   NormalizationParams p;
-  p.mode = r.get_enum<NormMode>("mode", kModes);
+  p.mode = r.get_enum<NormalizationMode>("mode", kModes);
   p.axis = r.get_int("axis");
   p.axes = r.get_ints("axes");
   p.num_groups = r.get_int("num_groups");
-  if (p.mode == NormMode::kGroup && p.num_groups < 1) {
+  if (p.mode == NormalizationMode::kGroup && p.num_groups < 1) {
     r.fail("num_groups", "is " + std::to_string(p.num_groups) + "; it must be >= 1");
   }
   p.epsilon = r.get_float("epsilon");
   p.normalize_variance = r.get_int("normalize_variance") != 0;
   p.p = r.get_int("p");
-  if (p.mode == NormMode::kLp && p.p != 1 && p.p != 2) {
+  if (p.mode == NormalizationMode::kLp && p.p != 1 && p.p != 2) {
     r.fail("p", "is " + std::to_string(p.p) + "; mode \"lp\" supports 1 and 2");
   }
   return p;
@@ -44,13 +44,13 @@ NormalizationParams NormalizationParams::decode(const Layer& layer) {
 NormStatsView normalization_stats_view(const NormalizationParams& p, const Dims& x) {
   const int rank = x.rank();
   NormStatsView v;
-  if (p.mode == NormMode::kInstance || p.mode == NormMode::kGroup) {
+  if (p.mode == NormalizationMode::kInstance || p.mode == NormalizationMode::kGroup) {
     if (rank < 2) {
       throw Error(std::string("mode '") + to_string(p.mode) + "' needs x of rank >= 2 ([N, C, ...]), got " +
                   x.to_string());
     }
   }
-  if (p.mode == NormMode::kGroup) {
+  if (p.mode == NormalizationMode::kGroup) {
     if (p.num_groups < 1 || x[1] % p.num_groups != 0) {
       throw Error("num_groups " + std::to_string(p.num_groups) + " must be >= 1 and divide the channel count " +
                   std::to_string(x[1]));
@@ -64,23 +64,23 @@ NormStatsView normalization_stats_view(const NormalizationParams& p, const Dims&
   v.dims = x.to_vector();
   v.reduced.assign(static_cast<size_t>(rank), false);
   switch (p.mode) {
-    case NormMode::kLayer:
+    case NormalizationMode::kLayer:
       for (int i = normalized_axis_or_throw(p.axis, rank); i < rank; ++i) v.reduced[static_cast<size_t>(i)] = true;
       break;
-    case NormMode::kInstance:
+    case NormalizationMode::kInstance:
       for (int i = 2; i < rank; ++i) v.reduced[static_cast<size_t>(i)] = true;
       break;
-    case NormMode::kMvn:
+    case NormalizationMode::kMvn:
       for (int64_t a : p.axes) {
         const auto axis = static_cast<size_t>(normalized_axis_or_throw(a, rank));
         if (v.reduced[axis]) throw Error("attribute 'axes' names axis " + std::to_string(axis) + " twice");
         v.reduced[axis] = true;
       }
       break;
-    case NormMode::kLp:
+    case NormalizationMode::kLp:
       v.reduced[static_cast<size_t>(normalized_axis_or_throw(p.axis, rank))] = true;
       break;
-    case NormMode::kGroup:
+    case NormalizationMode::kGroup:
       break;
   }
   return v;

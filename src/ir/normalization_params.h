@@ -11,11 +11,11 @@
 
 namespace kiln {
 
-enum class NormMode : int32_t { kLayer, kInstance, kGroup, kMvn, kLp };
-const char* to_string(NormMode mode);  // "layer", "instance", "group", "mvn", "lp"
+// `mode` is the public NormalizationMode (include/kiln/network.h).
+const char* to_string(NormalizationMode mode);  // "layer", "instance", "group", "mvn", "lp"
 
 struct NormalizationParams {
-  NormMode mode = NormMode::kLayer;
+  NormalizationMode mode = NormalizationMode::kLayer;
   int64_t axis = -1;                   // layer: first normalized axis; lp: the normalized axis (as stored)
   std::vector<int64_t> axes{0, 2, 3};  // mvn: the axes the statistics are taken over (as stored)
   int64_t num_groups = 1;              // group: >= 1
@@ -24,7 +24,7 @@ struct NormalizationParams {
   int64_t p = 2;                       // lp: 1 or 2
 
   // Scale and bias hold one value per channel (axis 1) rather than broadcasting to x.
-  bool per_channel_affine() const { return mode == NormMode::kInstance || mode == NormMode::kGroup; }
+  bool per_channel_affine() const { return mode == NormalizationMode::kInstance || mode == NormalizationMode::kGroup; }
   // Throws kiln::Error naming the layer, the attribute and the allowed values.
   static NormalizationParams decode(const Layer& layer);
 };

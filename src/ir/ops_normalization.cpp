@@ -52,7 +52,7 @@ void check_affine(const ShapeContext& ctx, bool per_channel) {
   }
 }
 
-void require_no_affine(const ShapeContext& ctx, NormMode mode) {
+void require_no_affine(const ShapeContext& ctx, NormalizationMode mode) {
   ctx.check(!ctx.has_input(1) && !ctx.has_input(2),
             "mode " + quote(to_string(mode)) + " takes no scale or bias inputs");
 }
@@ -62,7 +62,7 @@ void infer_normalization(ShapeContext& ctx) {
   require_floating(ctx, 0);
   const Dims& x = ctx.input_dims(0);
   const int rank = x.rank();
-  ctx.check(p.mode == NormMode::kLayer || ctx.num_outputs() == 1,
+  ctx.check(p.mode == NormalizationMode::kLayer || ctx.num_outputs() == 1,
             "has " + std::to_string(ctx.num_outputs()) +
                 " outputs; only mode 'layer' has the optional mean and "
                 "inv_std_dev outputs");
@@ -77,7 +77,7 @@ void infer_normalization(ShapeContext& ctx) {
   } catch (const Error& e) {
     ctx.fail(e.what());
   }
-  if (p.mode == NormMode::kLayer) {
+  if (p.mode == NormalizationMode::kLayer) {
     check_affine(ctx, false);
     // The statistics have x's dims with the normalized axes as 1.
     Dims stats;
@@ -104,7 +104,8 @@ AttrSpec attr(std::string name, AttrType type, AttrValue def, std::string doc, b
 
 // Layer normalizations stay float32 under fp16 for accuracy (OpTraits; the precision pass says why).
 AccuracyRole normalization_accuracy_role(const Layer& layer) {
-  return params_of<NormalizationParams>(layer).mode == NormMode::kLayer ? AccuracyRole::kAnchor : AccuracyRole::kNone;
+  return params_of<NormalizationParams>(layer).mode == NormalizationMode::kLayer ? AccuracyRole::kAnchor
+                                                                                 : AccuracyRole::kNone;
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ void moments_normalize(const KernelContext& ctx, const NormalizationParams& para
   const Dims view_dims = Dims::from(stats.dims);
   const std::vector<bool>& reduced = stats.reduced;
   const double epsilon = params.epsilon;
-  const bool mvn = params.mode == NormMode::kMvn;
+  const bool mvn = params.mode == NormalizationMode::kMvn;
   const bool normalize_variance = !mvn || params.normalize_variance;
 
   Affine affine;
@@ -155,7 +155,7 @@ class NormalizationReference : public Kernel {
   explicit NormalizationReference(const NormalizationParams& params) : params_(params) {}
   void execute(const KernelContext& ctx) override {
     KILN_DISPATCH_FLOAT(ctx.inputs[0].type, "Normalization", {
-      if (params_.mode == NormMode::kLp)
+      if (params_.mode == NormalizationMode::kLp)
         lp_normalize<T>(ctx, params_);
       else
         moments_normalize<T>(ctx, params_);
@@ -220,7 +220,7 @@ class LrnRef : public Kernel {
 // one thread).
 bool layer_rows_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   const NormalizationParams& p = params_of<NormalizationParams>(layer);
-  if (p.mode != NormMode::kLayer || inputs.empty() || inputs[0].type != DataType::kFloat32) return false;
+  if (p.mode != NormalizationMode::kLayer || inputs.empty() || inputs[0].type != DataType::kFloat32) return false;
   if (layer.num_outputs() > 0 && layer.output(0)->format() != TensorFormat::kLinear) return false;
   for (const TensorDesc& d : inputs) {
     if (d.present && (d.type != DataType::kFloat32 || d.format != TensorFormat::kLinear)) return false;

@@ -510,9 +510,9 @@ float* optional_output(const KernelContext& ctx, size_t i) {
 class NormalizationCuda : public Kernel {
  public:
   explicit NormalizationCuda(const NormalizationParams& params) : params_(params), eps_(params.epsilon) {
-    if (params.mode == NormMode::kLp) {
+    if (params.mode == NormalizationMode::kLp) {
       kind_ = params.p == 1 ? StatKind::kL1 : StatKind::kL2;
-    } else if (params.mode == NormMode::kMvn) {
+    } else if (params.mode == NormalizationMode::kMvn) {
       kind_ = params.normalize_variance ? StatKind::kMvn : StatKind::kMeanOnly;
     } else {
       kind_ = StatKind::kVar;
