@@ -689,7 +689,7 @@ TEST(OpParams, SamplingAttributesFailWhenCreated) {
   EXPECT_EQ(params_of<RoiAlignParams>(*r).spatial_scale, 0.25);
   Layer* g = net.add_layer(kLayerGridSample, {x, grid}, 1,
                            attrs({{"mode", std::string("cubic")}, {"padding_mode", std::string("reflection")}}), "g");
-  EXPECT_EQ(params_of<GridSampleParams>(*g).mode, GridSampleMode::kCubic);
+  EXPECT_EQ(params_of<GridSampleParams>(*g).mode, InterpolationMode::kCubic);
   EXPECT_EQ(params_of<GridSampleParams>(*g).padding, GridSamplePadding::kReflection);
 }
 

@@ -13,9 +13,9 @@ namespace kiln {
 GridSampleParams GridSampleParams::decode(const Layer& layer) {
   const ParamReader r(layer);
   GridSampleParams p;
-  p.mode = r.get_enum<GridSampleMode>(
-      "mode",
-      {{"linear", GridSampleMode::kLinear}, {"nearest", GridSampleMode::kNearest}, {"cubic", GridSampleMode::kCubic}});
+  p.mode = r.get_enum<InterpolationMode>("mode", {{"linear", InterpolationMode::kLinear},
+                                                  {"nearest", InterpolationMode::kNearest},
+                                                  {"cubic", InterpolationMode::kCubic}});
   p.padding = r.get_enum<GridSamplePadding>("padding_mode", {{"zeros", GridSamplePadding::kZeros},
                                                              {"border", GridSamplePadding::kBorder},
                                                              {"reflection", GridSamplePadding::kReflection}});

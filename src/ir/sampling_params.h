@@ -10,11 +10,10 @@
 
 namespace kiln {
 
-enum class GridSampleMode : int32_t { kLinear, kNearest, kCubic };
-// GridSamplePadding is the public enum of kiln/network.h (the same names and values).
-
+// GridSample's `mode` is the public InterpolationMode and `padding` the public GridSamplePadding
+// (include/kiln/network.h).
 struct GridSampleParams {
-  GridSampleMode mode = GridSampleMode::kLinear;
+  InterpolationMode mode = InterpolationMode::kLinear;
   GridSamplePadding padding = GridSamplePadding::kZeros;  // padding_mode
   bool align_corners = false;                             // -1 and 1 are the corner pixels' centers
   static GridSampleParams decode(const Layer& layer);

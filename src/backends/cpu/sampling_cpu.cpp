@@ -82,9 +82,9 @@ struct GridSampleAttrs {
 
 GridSampleAttrs grid_sample_attrs(const GridSampleParams& p) {
   GridSampleAttrs a;
-  a.interp = p.mode == GridSampleMode::kNearest ? Interp::kNearest
-             : p.mode == GridSampleMode::kCubic ? Interp::kCubic
-                                                : Interp::kLinear;
+  a.interp = p.mode == InterpolationMode::kNearest ? Interp::kNearest
+             : p.mode == InterpolationMode::kCubic ? Interp::kCubic
+                                                   : Interp::kLinear;
   a.padding = p.padding == GridSamplePadding::kBorder       ? Padding::kBorder
               : p.padding == GridSamplePadding::kReflection ? Padding::kReflection
                                                             : Padding::kZeros;

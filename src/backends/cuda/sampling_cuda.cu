@@ -178,9 +178,9 @@ class GridSampleCuda : public Kernel {
     p_ = GridArgs{};
     p_.k = x.rank() - 2;
     if (p_.k < 1 || p_.k > kMaxGridAxes) throw Error("GridSample (CUDA): input rank " + std::to_string(x.rank()));
-    p_.interp = params_.mode == GridSampleMode::kNearest ? kInterpNearest
-                : params_.mode == GridSampleMode::kCubic ? kInterpCubic
-                                                         : kInterpLinear;
+    p_.interp = params_.mode == InterpolationMode::kNearest ? kInterpNearest
+                : params_.mode == InterpolationMode::kCubic ? kInterpCubic
+                                                            : kInterpLinear;
     p_.padding = params_.padding == GridSamplePadding::kBorder       ? kPadBorder
                  : params_.padding == GridSamplePadding::kReflection ? kPadReflection
                                                                      : kPadZeros;
