@@ -506,7 +506,7 @@ TEST(OpParams, ScatterAttributesFailWhenCreated) {
   Layer* s = net.add_layer(kLayerScatter, {data, idx, upd}, 1,
                            attrs({{"mode", std::string("nd")}, {"reduction", std::string("max")}}), "s");
   EXPECT_TRUE(params_of<ScatterParams>(*s).nd);
-  EXPECT_EQ(params_of<ScatterParams>(*s).reduction, ScatterReduction::kMax);
+  EXPECT_EQ(params_of<ScatterParams>(*s).reduction, ScatterReductionKind::kMax);
   EXPECT_EQ(params_of<ScatterParams>(*s).axis, 0) << "the schema's default";
 }
 
@@ -533,7 +533,7 @@ TEST(ScatterGeometry, ShapeRules) {
                     check_scatter_shapes(nd, Dims{4, 5}, Dims{2, 1}, Dims{2, 4});
                   }),
                   {"must have dims 2x5"});
-  EXPECT_STREQ(to_string(ScatterReduction::kMul), "mul");
+  EXPECT_STREQ(to_string(ScatterReductionKind::kMul), "mul");
 }
 
 // ---- StringNormalizer: case_change_action and locale checked in one place -----------------------

@@ -22,7 +22,7 @@ void infer_scatter(ShapeContext& ctx) {
             std::string("indices must be int32 or int64, got ") + to_string(it));
   ctx.check(ctx.input_type(2) == ctx.input_type(0), std::string("updates have type ") + to_string(ctx.input_type(2)) +
                                                         " but data has " + to_string(ctx.input_type(0)));
-  ctx.check(p.reduction == ScatterReduction::kNone || ctx.input_type(0) != DataType::kBool,
+  ctx.check(p.reduction == ScatterReductionKind::kNone || ctx.input_type(0) != DataType::kBool,
             "reduction " + quote(to_string(p.reduction)) + " is not defined for bool data");
   const Dims& data = ctx.input_dims(0);
   try {

@@ -10,22 +10,22 @@ namespace kiln {
 namespace {
 
 // The names of `reduction`, for decoding and for messages.
-const EnumNames<ScatterReduction> kReductions = {{"none", ScatterReduction::kNone},
-                                                 {"add", ScatterReduction::kAdd},
-                                                 {"mul", ScatterReduction::kMul},
-                                                 {"max", ScatterReduction::kMax},
-                                                 {"min", ScatterReduction::kMin}};
+const EnumNames<ScatterReductionKind> kReductions = {{"none", ScatterReductionKind::kNone},
+                                                     {"add", ScatterReductionKind::kAdd},
+                                                     {"mul", ScatterReductionKind::kMul},
+                                                     {"max", ScatterReductionKind::kMax},
+                                                     {"min", ScatterReductionKind::kMin}};
 
 }  // namespace
 
-const char* to_string(ScatterReduction reduction) { return name_in(kReductions, reduction); }
+const char* to_string(ScatterReductionKind reduction) { return name_in(kReductions, reduction); }
 
 ScatterParams ScatterParams::decode(const Layer& layer) {
   const ParamReader r(layer);
   ScatterParams p;
   p.nd = r.get_enum<bool>("mode", {{"elements", false}, {"nd", true}});
   p.axis = r.get_int("axis");
-  p.reduction = r.get_enum<ScatterReduction>("reduction", kReductions);
+  p.reduction = r.get_enum<ScatterReductionKind>("reduction", kReductions);
   return p;
 }
 

@@ -11,13 +11,13 @@
 
 namespace kiln {
 
-enum class ScatterReduction : int { kNone, kAdd, kMul, kMax, kMin };
-const char* to_string(ScatterReduction reduction);  // "none", "add", "mul", "max", "min"
+// `reduction` is the public ScatterReductionKind (include/kiln/network.h).
+const char* to_string(ScatterReductionKind reduction);  // "none", "add", "mul", "max", "min"
 
 struct ScatterParams {
   bool nd = false;   // mode "nd" (ScatterND) rather than "elements" (ScatterElements)
   int64_t axis = 0;  // elements: the scatter axis as stored (may be negative)
-  ScatterReduction reduction = ScatterReduction::kNone;
+  ScatterReductionKind reduction = ScatterReductionKind::kNone;
   // Throws kiln::Error naming the layer, the attribute and the allowed values.
   static ScatterParams decode(const Layer& layer);
 };

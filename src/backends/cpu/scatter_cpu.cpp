@@ -21,7 +21,7 @@
 namespace kiln {
 namespace {
 
-using Reduction = ScatterReduction;
+using Reduction = ScatterReductionKind;
 
 // One update combined into the current value. half goes through float (its arithmetic is
 // float's, rounded back on assignment); integers wrap as ONNX Runtime's do.

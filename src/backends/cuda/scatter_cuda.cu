@@ -46,7 +46,7 @@ constexpr int64_t kSerialMinGroups = 256;    // float add/mul: serial with at le
 constexpr int64_t kSerialShortChain = 64;    // or with chains this short
 constexpr int64_t kNoneSerialGroups = 4096;  // reduction none, elements mode: serial above this
 
-using Reduction = ScatterReduction;
+using Reduction = ScatterReductionKind;
 
 // ---- combining values ---------------------------------------------------------------------------
 
@@ -455,7 +455,7 @@ bool scatter_supports(const Layer& layer, const std::vector<TensorDesc>& inputs)
   if (layer.output(0) && layer.output(0)->format() != TensorFormat::kLinear) return false;
   if (inputs[0].dims.rank() > kMaxDims || inputs[2].type != inputs[0].type) return false;
   if (inputs[1].type != DataType::kInt32 && inputs[1].type != DataType::kInt64) return false;
-  if (params_of<ScatterParams>(layer).reduction != ScatterReduction::kNone && inputs[0].type == DataType::kBool) {
+  if (params_of<ScatterParams>(layer).reduction != ScatterReductionKind::kNone && inputs[0].type == DataType::kBool) {
     return false;
   }
   return in_list(ScatterTypes{}, inputs[0].type);
