@@ -562,7 +562,7 @@ TEST(OpParams, StringNormalizerAttributesFailWhenCreated) {
                         {"locale", std::string("en_US.UTF-8")}}),
                  "n");
   const StringNormalizerParams& p = params_of<StringNormalizerParams>(*n);
-  EXPECT_EQ(p.case_change, StringCaseAction::kUpper);
+  EXPECT_EQ(p.case_change, CaseChangeAction::kUpper);
   EXPECT_FALSE(p.case_sensitive);
   EXPECT_EQ(p.stopwords, (std::vector<std::string>{"a", "the"}));
   EXPECT_EQ(p.locale, "en_US.UTF-8");

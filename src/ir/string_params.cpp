@@ -10,9 +10,9 @@ namespace kiln {
 StringNormalizerParams StringNormalizerParams::decode(const Layer& layer) {
   const ParamReader r(layer);
   StringNormalizerParams p;
-  p.case_change = r.get_enum<StringCaseAction>(
+  p.case_change = r.get_enum<CaseChangeAction>(
       "case_change_action",
-      {{"NONE", StringCaseAction::kNone}, {"LOWER", StringCaseAction::kLower}, {"UPPER", StringCaseAction::kUpper}});
+      {{"NONE", CaseChangeAction::kNone}, {"LOWER", CaseChangeAction::kLower}, {"UPPER", CaseChangeAction::kUpper}});
   p.case_sensitive = r.get_bool("is_case_sensitive");
   p.stopwords = r.get_strings("stopwords");
   p.locale = r.get_string("locale");

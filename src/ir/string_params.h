@@ -12,10 +12,9 @@
 
 namespace kiln {
 
-enum class StringCaseAction : int32_t { kNone, kLower, kUpper };
-
+// `case_change` is the public CaseChangeAction (include/kiln/network.h).
 struct StringNormalizerParams {
-  StringCaseAction case_change = StringCaseAction::kNone;  // case_change_action "NONE", "LOWER", "UPPER"
+  CaseChangeAction case_change = CaseChangeAction::kNone;  // case_change_action "NONE", "LOWER", "UPPER"
   bool case_sensitive = false;                             // is_case_sensitive: stopwords match exactly
   std::vector<std::string> stopwords;
   std::string locale;  // accepted by string_locale_problem

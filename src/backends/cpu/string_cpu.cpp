@@ -38,8 +38,8 @@ StringArena& arena_of(const KernelContext& ctx, const char* what) {
 class StringNormalizerCpu : public Kernel {
  public:
   explicit StringNormalizerCpu(const StringNormalizerParams& p)
-      : change_(p.case_change == StringCaseAction::kLower   ? CaseChange::kLower
-                : p.case_change == StringCaseAction::kUpper ? CaseChange::kUpper
+      : change_(p.case_change == CaseChangeAction::kLower   ? CaseChange::kLower
+                : p.case_change == CaseChangeAction::kUpper ? CaseChange::kUpper
                                                             : CaseChange::kNone),
         case_sensitive_(p.case_sensitive) {
     for (const std::string& w : p.stopwords) stopwords_.insert(key(w));
