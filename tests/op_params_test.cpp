@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/error.h"
@@ -756,6 +757,47 @@ TEST(GatherGeometry, OutputDims) {
                   {"[1, rank(data) - batch_dims] = [1, 1]"});
   p.batch_dims = -1;
   expect_contains(error_of([&] { gather_output_dims(p, Dims{2, 3}, Dims{2, 1}); }), {"batch_dims -1 must be in"});
+}
+
+// ---- the params' enums are the public ones (one definition each) ---------------------------------
+
+TEST(OpParamsEnums, AreThePublicEnumsAndEveryValueComesThroughTheNetworkApi) {
+  static_assert(std::is_same_v<decltype(PoolParams::mode), PoolingType>);
+  static_assert(std::is_same_v<decltype(NormalizationParams::mode), NormalizationMode>);
+  static_assert(std::is_same_v<decltype(GridSampleParams::mode), InterpolationMode>);
+  static_assert(std::is_same_v<decltype(ScatterParams::reduction), ScatterReductionKind>);
+  static_assert(std::is_same_v<decltype(StringNormalizerParams::case_change), CaseChangeAction>);
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 2, 4, 4});
+  for (PoolingType type : {PoolingType::kMax, PoolingType::kAverage}) {
+    PoolingDesc d;
+    d.type = type;
+    d.kernel = {2, 2};
+    EXPECT_EQ(params_of<PoolParams>(*net.add_pooling(x, d)).mode, type);
+  }
+  for (NormalizationMode mode : {NormalizationMode::kLayer, NormalizationMode::kInstance, NormalizationMode::kGroup,
+                                 NormalizationMode::kMvn, NormalizationMode::kLp}) {
+    NormalizationDesc d;
+    d.mode = mode;
+    EXPECT_EQ(params_of<NormalizationParams>(*net.add_normalization(x, nullptr, nullptr, d)).mode, mode);
+  }
+  Tensor* grid = net.add_input("grid", DataType::kFloat32, Dims{1, 3, 3, 2});
+  for (InterpolationMode mode : {InterpolationMode::kNearest, InterpolationMode::kLinear, InterpolationMode::kCubic}) {
+    EXPECT_EQ(params_of<GridSampleParams>(*net.add_grid_sample(x, grid, mode)).mode, mode);
+  }
+  Tensor* data = net.add_input("data", DataType::kFloat32, Dims{4, 5});
+  Tensor* idx = net.add_input("idx", DataType::kInt64, Dims{2, 5});
+  Tensor* upd = net.add_input("upd", DataType::kFloat32, Dims{2, 5});
+  for (ScatterReductionKind reduction :
+       {ScatterReductionKind::kNone, ScatterReductionKind::kAdd, ScatterReductionKind::kMul, ScatterReductionKind::kMax,
+        ScatterReductionKind::kMin}) {
+    Layer* s = net.add_scatter(data, idx, upd, ScatterMode::kElements, 0, reduction);
+    EXPECT_EQ(params_of<ScatterParams>(*s).reduction, reduction);
+  }
+  Tensor* words = net.add_input("words", DataType::kString, Dims{3});
+  for (CaseChangeAction action : {CaseChangeAction::kNone, CaseChangeAction::kLower, CaseChangeAction::kUpper}) {
+    EXPECT_EQ(params_of<StringNormalizerParams>(*net.add_string_normalizer(words, action)).case_change, action);
+  }
 }
 
 }  // namespace
