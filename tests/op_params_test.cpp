@@ -798,6 +798,15 @@ TEST(OpParamsEnums, AreThePublicEnumsAndEveryValueComesThroughTheNetworkApi) {
   for (CaseChangeAction action : {CaseChangeAction::kNone, CaseChangeAction::kLower, CaseChangeAction::kUpper}) {
     EXPECT_EQ(params_of<StringNormalizerParams>(*net.add_string_normalizer(words, action)).case_change, action);
   }
+  // A value outside the enum fails in the Network API, before any layer is made.
+  const int layers = net.num_layers();
+  expect_contains(error_of([&] {
+                    net.add_scatter(data, idx, upd, ScatterMode::kElements, 0, static_cast<ScatterReductionKind>(7));
+                  }),
+                  {"invalid enum value 7"});
+  expect_contains(error_of([&] { net.add_string_normalizer(words, static_cast<CaseChangeAction>(3)); }),
+                  {"invalid enum value 3"});
+  EXPECT_EQ(net.num_layers(), layers);
 }
 
 }  // namespace

@@ -8,15 +8,20 @@
 #include <queue>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "kiln/error.h"
 #include "kiln/plugin.h"
 #include "src/ir/conv_params.h"
+#include "src/ir/normalization_params.h"
 #include "src/ir/op_params.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/pool_params.h"
+#include "src/ir/resize_params.h"
+#include "src/ir/scatter_params.h"
+#include "src/ir/string_params.h"
 #include "src/core/text.h"
 
 namespace kiln {
@@ -448,6 +453,15 @@ std::string enum_name(E v, const char* const (&names)[N]) {
   return names[i];
 }
 
+// The attribute string of enum value `v` as the to_string next to the layer's params names it
+// (src/ir/*_params.h: the table the params' decoding reads); "?" there is not a value of the enum.
+template <typename E>
+std::string param_name(E v) {
+  const char* name = to_string(v);
+  if (std::string_view(name) == "?") throw Error("invalid enum value " + std::to_string(static_cast<size_t>(v)));
+  return name;
+}
+
 // Omitted optional inputs at the end are left out (add_layer keeps null entries as omitted inputs).
 std::vector<Tensor*> trimmed(std::vector<Tensor*> inputs) {
   while (!inputs.empty() && !inputs.back()) inputs.pop_back();
@@ -489,9 +503,8 @@ Layer* Network::add_split(Tensor* input, int64_t axis, int num_outputs, const st
 }
 
 Layer* Network::add_resize(Tensor* input, Tensor* scales, Tensor* sizes, const ResizeDesc& desc) {
-  static const char* const kModes[] = {"nearest", "linear", "cubic"};
   Attributes a;
-  a.set("mode", enum_name(desc.mode, kModes));
+  a.set("mode", param_name(desc.mode));
   a.set("coordinate_transformation_mode", desc.coordinate_transformation_mode);
   a.set("nearest_mode", desc.nearest_mode);
   a.set("cubic_coeff_a", desc.cubic_coeff_a);
@@ -521,9 +534,8 @@ Layer* Network::add_tile(Tensor* input, Tensor* repeats) { return add_layer(kLay
 
 Layer* Network::add_normalization(Tensor* input, Tensor* scale, Tensor* bias, const NormalizationDesc& desc,
                                   int num_outputs) {
-  static const char* const kModes[] = {"layer", "instance", "group", "mvn", "lp"};
   Attributes a;
-  a.set("mode", enum_name(desc.mode, kModes));
+  a.set("mode", param_name(desc.mode));
   a.set("axis", desc.axis);
   a.set("axes", desc.axes);
   a.set("num_groups", desc.num_groups);
@@ -632,11 +644,10 @@ Layer* Network::add_bit_shift(Tensor* x, Tensor* y, BitShiftDirection direction)
 Layer* Network::add_scatter(Tensor* data, Tensor* indices, Tensor* updates, ScatterMode mode, int64_t axis,
                             ScatterReductionKind reduction) {
   static const char* const kModes[] = {"elements", "nd"};
-  static const char* const kReductions[] = {"none", "add", "mul", "max", "min"};
   Attributes a;
   a.set("mode", enum_name(mode, kModes));
   a.set("axis", axis);
-  a.set("reduction", enum_name(reduction, kReductions));
+  a.set("reduction", param_name(reduction));
   return add_layer(kLayerScatter, {data, indices, updates}, 1, std::move(a));
 }
 
@@ -658,10 +669,9 @@ Layer* Network::add_dequantize(Tensor* input, Tensor* scale, Tensor* zero_point,
 
 Layer* Network::add_grid_sample(Tensor* input, Tensor* grid, InterpolationMode mode, GridSamplePadding padding,
                                 bool align_corners) {
-  static const char* const kModes[] = {"nearest", "linear", "cubic"};
   static const char* const kPadding[] = {"zeros", "border", "reflection"};
   Attributes a;
-  a.set("mode", enum_name(mode, kModes));
+  a.set("mode", param_name(mode));
   a.set("padding_mode", enum_name(padding, kPadding));
   a.set("align_corners", flag(align_corners));
   return add_layer(kLayerGridSample, {input, grid}, 1, std::move(a));
@@ -707,9 +717,8 @@ Layer* Network::add_rnn(const std::vector<Tensor*>& inputs, const RNNDesc& desc,
 
 Layer* Network::add_string_normalizer(Tensor* input, CaseChangeAction case_change, bool is_case_sensitive,
                                       const std::vector<std::string>& stopwords, const std::string& locale) {
-  static const char* const kActions[] = {"NONE", "LOWER", "UPPER"};
   Attributes a;
-  a.set("case_change_action", enum_name(case_change, kActions));
+  a.set("case_change_action", param_name(case_change));
   a.set("is_case_sensitive", flag(is_case_sensitive));
   a.set("stopwords", stopwords);
   a.set("locale", locale);

@@ -15,7 +15,7 @@ namespace kiln {
 
 // `mode` is the public InterpolationMode (include/kiln/network.h). The coordinate transformation
 // and nearest modes are strings in the public ResizeDesc; their enums are internal.
-const char* to_string(InterpolationMode mode);  // "nearest", "linear", "cubic"
+const char* to_string(InterpolationMode mode);  // "nearest", "linear", "cubic" (GridSample's names too)
 enum class ResizeCoordMode : int32_t {
   kHalfPixel,
   kHalfPixelSymmetric,

@@ -13,6 +13,8 @@
 namespace kiln {
 
 // `case_change` is the public CaseChangeAction (include/kiln/network.h).
+const char* to_string(CaseChangeAction action);  // "NONE", "LOWER", "UPPER"
+
 struct StringNormalizerParams {
   CaseChangeAction case_change = CaseChangeAction::kNone;  // case_change_action "NONE", "LOWER", "UPPER"
   bool case_sensitive = false;                             // is_case_sensitive: stopwords match exactly
