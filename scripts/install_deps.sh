@@ -8,7 +8,7 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 PKGS="build-essential cmake libprotobuf-dev protobuf-compiler libonnx-dev libdnnl-dev nlohmann-json3-dev \
-libcli11-dev libgtest-dev python3 python3-pip python3-dev nginx-light clang-format-14"
+libcli11-dev libgtest-dev python3 python3-pip python3-dev nginx-light clang-format-14 libonnx-testdata"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
