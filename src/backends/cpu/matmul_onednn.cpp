@@ -48,6 +48,9 @@ struct MatmulPlan {
   bool seed_c = false;
   int64_t rows = 0, cols = 0;
   std::vector<int64_t> c_strides;  // per output dim (0 where broadcast)
+  // The primitive's arguments, made at the first execute() and given new data handles after: an
+  // inference creates no oneDNN memory objects and no map (both allocate).
+  std::unordered_map<int, memory> args;
 };
 
 MatmulPlan build_plan(const MatmulSpec& s, int num_threads) {
@@ -273,21 +276,27 @@ class MatmulOneDnn : public Kernel {
 
   void execute(const KernelContext& ctx) override {
     if (!current_) throw Error("MatrixMultiply/Gemm onednn: execute() before prepare()");
-    const MatmulPlan& p = *current_;
+    MatmulPlan& p = *current_;
     onednn::ScopedOmpThreads threads(p.num_threads);
-    auto& eng = onednn::engine();
     float* y = ctx.outputs.at(0).as<float>();
     if (p.seed_c) seed_c(p, ctx.inputs.at(2), y);
-    memory b = p.cached_b ? p.cached_b : memory(p.user_b, eng, ctx.inputs.at(1).data);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.a, eng, ctx.inputs.at(0).data)},
-                                         {DNNL_ARG_WEIGHTS, b},
-                                         {DNNL_ARG_DST, memory(p.dst, eng, y)}};
-    if (p.bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, ctx.inputs.at(2).data));
-    if (p.workspace) {
-      args.emplace(DNNL_ARG_SCRATCHPAD,
-                   memory(p.scratch, eng, onednn::workspace_at(ctx, 0, p.workspace, "MatrixMultiply/Gemm onednn")));
+    if (p.args.empty()) {
+      auto& eng = onednn::engine();
+      p.args.emplace(DNNL_ARG_SRC, memory(p.a, eng, DNNL_MEMORY_NONE));
+      p.args.emplace(DNNL_ARG_WEIGHTS, p.cached_b ? p.cached_b : memory(p.user_b, eng, DNNL_MEMORY_NONE));
+      p.args.emplace(DNNL_ARG_DST, memory(p.dst, eng, DNNL_MEMORY_NONE));
+      if (p.bias) p.args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, DNNL_MEMORY_NONE));
+      if (p.workspace) p.args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, DNNL_MEMORY_NONE));
     }
-    p.matmul.execute(stream_, args);
+    p.args.at(DNNL_ARG_SRC).set_data_handle(ctx.inputs.at(0).data);
+    if (!p.cached_b) p.args.at(DNNL_ARG_WEIGHTS).set_data_handle(ctx.inputs.at(1).data);
+    p.args.at(DNNL_ARG_DST).set_data_handle(y);
+    if (p.bias) p.args.at(DNNL_ARG_BIAS).set_data_handle(ctx.inputs.at(2).data);
+    if (p.workspace) {
+      p.args.at(DNNL_ARG_SCRATCHPAD)
+          .set_data_handle(onednn::workspace_at(ctx, 0, p.workspace, "MatrixMultiply/Gemm onednn"));
+    }
+    p.matmul.execute(stream_, p.args);
     stream_.wait();
   }
 
@@ -344,7 +353,7 @@ class MatmulOneDnn : public Kernel {
 
   dnnl::stream stream_;
   std::unordered_map<std::string, MatmulPlan> plans_;
-  const MatmulPlan* current_ = nullptr;
+  MatmulPlan* current_ = nullptr;
 };
 
 bool supports_matmul(const Layer& layer, const std::vector<TensorDesc>& inputs) {
