@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "src/backends/cpu/cpu_utils.h"
+#include "src/backends/cpu/vector_erf.h"
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
 #include "src/ir/op_params.h"
@@ -28,7 +29,11 @@ using BinaryFn = void (*)(const float* a, const float* b, float* y, int64_t n);
 template <int K>
 void act_block(const float* x, float* y, int64_t n, float alpha, float beta) {
   constexpr ActivationType kind = static_cast<ActivationType>(K);
-  for (int64_t i = 0; i < n; ++i) y[i] = apply_activation(kind, x[i], alpha, beta);
+  if constexpr (kind == ActivationType::kGeluErf) {
+    cpu::gelu_erf_block(x, y, n);  // vectorized erf (vector_erf.h)
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = apply_activation(kind, x[i], alpha, beta);
+  }
 }
 
 // Float-valued unary ops, as docs/layers.md defines them (round is half to even: nearbyint in the
@@ -89,7 +94,11 @@ float unary_value(float x) {
 
 template <int K>
 void unary_block(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = unary_value<static_cast<UnaryOp>(K)>(x[i]);
+  if constexpr (static_cast<UnaryOp>(K) == UnaryOp::kErf) {
+    cpu::erf_block(x, y, n);  // vectorized erf (vector_erf.h)
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = unary_value<static_cast<UnaryOp>(K)>(x[i]);
+  }
 }
 
 template <ElementWiseOp Op>

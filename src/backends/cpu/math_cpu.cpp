@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "kiln/error.h"
+#include "src/backends/cpu/vector_erf.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
@@ -85,7 +86,11 @@ void activation_reference(const KernelContext& ctx, const ActivationArgs& p) {
 template <ActivationType kKind>
 void activation_loop(const float* x, float* y, int64_t n, float alpha, float beta, int num_threads) {
   cpu::parallel_for(n, num_threads, [=](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = apply_activation(kKind, x[i], alpha, beta);
+    if constexpr (kKind == ActivationType::kGeluErf) {
+      cpu::gelu_erf_block(x + begin, y + begin, end - begin);  // vectorized erf (vector_erf.h)
+    } else {
+      for (int64_t i = begin; i < end; ++i) y[i] = apply_activation(kKind, x[i], alpha, beta);
+    }
   });
 }
 
