@@ -42,35 +42,53 @@ bool supports(const Layer& l, const std::vector<TensorDesc>& in) {
 }
 
 // NHWC: one work item is one output row (n, oh); a NaN in a window sticks (v != v picks it, and
-// nothing compares greater than a NaN afterwards).
+// nothing compares greater than a NaN afterwards). The row loop is compiled for the baseline and
+// for AVX2 (twice the vector width), chosen at run time.
+#define KILN_POOL_ROWS(suffix)                                                                                     \
+  void max_pool_rows_##suffix(const float* src, float* dst, int64_t b, int64_t e, int64_t C, int64_t H, int64_t W, \
+                              int64_t OH, int64_t OW, const Pool2d& p) {                                           \
+    for (int64_t row = b; row < e; ++row) {                                                                        \
+      const int64_t n = row / OH, oh = row % OH;                                                                   \
+      const int64_t h0 = std::max<int64_t>(oh * p.sh - p.ph, 0);                                                   \
+      const int64_t h1 = std::min<int64_t>(oh * p.sh - p.ph + p.kh, H);                                            \
+      const float* in = src + n * H * W * C;                                                                       \
+      for (int64_t ow = 0; ow < OW; ++ow) {                                                                        \
+        float* __restrict out = dst + (row * OW + ow) * C;                                                         \
+        const int64_t w0 = std::max<int64_t>(ow * p.sw - p.pw, 0);                                                 \
+        const int64_t w1 = std::min<int64_t>(ow * p.sw - p.pw + p.kw, W);                                          \
+        std::fill(out, out + C, std::numeric_limits<float>::lowest());                                             \
+        for (int64_t h = h0; h < h1; ++h) {                                                                        \
+          for (int64_t w = w0; w < w1; ++w) {                                                                      \
+            const float* __restrict v = in + (h * W + w) * C;                                                      \
+            for (int64_t c = 0; c < C; ++c) out[c] = (v[c] > out[c] || v[c] != v[c]) ? v[c] : out[c];              \
+          }                                                                                                        \
+        }                                                                                                          \
+      }                                                                                                            \
+    }                                                                                                              \
+  }
+KILN_POOL_ROWS(baseline)
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+KILN_POOL_ROWS(avx2)
+#pragma GCC pop_options
+#else
+void max_pool_rows_avx2(const float* src, float* dst, int64_t b, int64_t e, int64_t C, int64_t H, int64_t W, int64_t OH,
+                        int64_t OW, const Pool2d& p) {
+  max_pool_rows_baseline(src, dst, b, e, C, H, W, OH, OW, p);
+}
+#endif
+#undef KILN_POOL_ROWS
+
 void execute_channels_last(const KernelContext& ctx, const Pool2d& p) {
   const Dims& x = ctx.inputs[0].dims;
   const Dims& y = ctx.outputs[0].dims;
   const int64_t C = x[1], H = x[2], W = x[3], OH = y[2], OW = y[3];
   const float* src = ctx.inputs[0].as<float>();
   float* dst = ctx.outputs[0].as<float>();
+  const auto rows = cpu::has_avx2_fma() ? &max_pool_rows_avx2 : &max_pool_rows_baseline;
   cpu::parallel_for(
-      x[0] * OH, ctx.num_threads,
-      [&](int64_t b, int64_t e) {
-        for (int64_t row = b; row < e; ++row) {
-          const int64_t n = row / OH, oh = row % OH;
-          const int64_t h0 = std::max<int64_t>(oh * p.sh - p.ph, 0);
-          const int64_t h1 = std::min<int64_t>(oh * p.sh - p.ph + p.kh, H);
-          const float* in = src + n * H * W * C;
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            float* out = dst + (row * OW + ow) * C;
-            const int64_t w0 = std::max<int64_t>(ow * p.sw - p.pw, 0);
-            const int64_t w1 = std::min<int64_t>(ow * p.sw - p.pw + p.kw, W);
-            std::fill(out, out + C, std::numeric_limits<float>::lowest());
-            for (int64_t h = h0; h < h1; ++h) {
-              for (int64_t w = w0; w < w1; ++w) {
-                const float* v = in + (h * W + w) * C;
-                for (int64_t c = 0; c < C; ++c) out[c] = (v[c] > out[c] || v[c] != v[c]) ? v[c] : out[c];
-              }
-            }
-          }
-        }
-      },
+      x[0] * OH, ctx.num_threads, [&](int64_t b, int64_t e) { rows(src, dst, b, e, C, H, W, OH, OW, p); },
       std::max<int64_t>(1, 4096 / std::max<int64_t>(OW * C, 1)));
 }
 

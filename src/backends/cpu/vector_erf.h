@@ -17,6 +17,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "src/backends/cpu/cpu_features.h"
+
 // The loop that follows has no dependences between iterations (the compiler vectorizes it at -O3,
 // as Release builds are).
 #define KILN_SIMD_LOOP _Pragma("GCC ivdep")
@@ -94,24 +96,19 @@ KILN_ERF_LOOPS(baseline)
 #pragma GCC target("avx2,fma")
 KILN_ERF_LOOPS(avx2)
 #pragma GCC pop_options
-inline bool erf_use_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
 #else
-inline bool erf_use_avx2() { return false; }
 inline void erf_block_avx2(const float* x, float* y, int64_t n) { erf_block_baseline(x, y, n); }
 inline void gelu_erf_block_avx2(const float* x, float* y, int64_t n) { gelu_erf_block_baseline(x, y, n); }
 #endif
 #undef KILN_ERF_LOOPS
 
 inline void erf_block(const float* x, float* y, int64_t n) {
-  erf_use_avx2() ? erf_block_avx2(x, y, n) : erf_block_baseline(x, y, n);
+  has_avx2_fma() ? erf_block_avx2(x, y, n) : erf_block_baseline(x, y, n);
 }
 
 // GELU (erf form): 0.5 x (1 + erf(x / sqrt(2))).
 inline void gelu_erf_block(const float* x, float* y, int64_t n) {
-  erf_use_avx2() ? gelu_erf_block_avx2(x, y, n) : gelu_erf_block_baseline(x, y, n);
+  has_avx2_fma() ? gelu_erf_block_avx2(x, y, n) : gelu_erf_block_baseline(x, y, n);
 }
 
 }  // namespace kiln::cpu
