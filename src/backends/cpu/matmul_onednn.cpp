@@ -280,13 +280,15 @@ class MatmulOneDnn : public Kernel {
     onednn::ScopedOmpThreads threads(p.num_threads);
     float* y = ctx.outputs.at(0).as<float>();
     if (p.seed_c) seed_c(p, ctx.inputs.at(2), y);
-    if (p.args.empty()) {
+    if (p.args.empty()) {  // made whole or not at all: an allocation failing halfway leaves it empty
       auto& eng = onednn::engine();
-      p.args.emplace(DNNL_ARG_SRC, memory(p.a, eng, DNNL_MEMORY_NONE));
-      p.args.emplace(DNNL_ARG_WEIGHTS, p.cached_b ? p.cached_b : memory(p.user_b, eng, DNNL_MEMORY_NONE));
-      p.args.emplace(DNNL_ARG_DST, memory(p.dst, eng, DNNL_MEMORY_NONE));
-      if (p.bias) p.args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, DNNL_MEMORY_NONE));
-      if (p.workspace) p.args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, DNNL_MEMORY_NONE));
+      std::unordered_map<int, memory> args;
+      args.emplace(DNNL_ARG_SRC, memory(p.a, eng, DNNL_MEMORY_NONE));
+      args.emplace(DNNL_ARG_WEIGHTS, p.cached_b ? p.cached_b : memory(p.user_b, eng, DNNL_MEMORY_NONE));
+      args.emplace(DNNL_ARG_DST, memory(p.dst, eng, DNNL_MEMORY_NONE));
+      if (p.bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, DNNL_MEMORY_NONE));
+      if (p.workspace) args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, DNNL_MEMORY_NONE));
+      p.args = std::move(args);
     }
     p.args.at(DNNL_ARG_SRC).set_data_handle(ctx.inputs.at(0).data);
     if (!p.cached_b) p.args.at(DNNL_ARG_WEIGHTS).set_data_handle(ctx.inputs.at(1).data);
