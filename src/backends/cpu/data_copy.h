@@ -69,6 +69,10 @@ void table_copy(E* dst, const E* src, const Dims& out, const std::vector<std::ve
   const int64_t n = out[r - 1];
   const int64_t rows = total / n;
   const std::vector<int64_t>& inner = maps[static_cast<size_t>(r - 1)];
+  // A contiguous run of the source along the last axis (a slice with step 1, most paddings' middle
+  // rows): copied with memcpy instead of element by element.
+  bool contiguous = inner[0] >= 0;
+  for (int64_t j = 1; j < n && contiguous; ++j) contiguous = inner[static_cast<size_t>(j)] == inner[0] + j;
   parallel_for(
       rows, num_threads,
       [&](int64_t begin, int64_t end) {
@@ -89,6 +93,8 @@ void table_copy(E* dst, const E* src, const Dims& out, const std::vector<std::ve
           E* d = dst + row * n;
           if (outside) {
             for (int64_t j = 0; j < n; ++j) d[j] = fill;
+          } else if (contiguous) {
+            std::memcpy(d, src + base + inner[0], static_cast<size_t>(n) * sizeof(E));
           } else {
             for (int64_t j = 0; j < n; ++j) {
               const int64_t m = inner[static_cast<size_t>(j)];
