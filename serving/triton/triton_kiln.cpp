@@ -761,12 +761,8 @@ void warm_up(InstanceState& s) {
       d[0] = m.max_batch;
       s.ctx->set_input_shape(m.inputs[i].name, d);
     }
-    for (size_t o = 0; o < m.outputs.size(); ++o) {
-      const Dims most = s.ctx->max_tensor_shape(m.outputs[o].name);
-      const uint64_t bytes = static_cast<uint64_t>(most.volume()) * data_type_size(m.outputs[o].type);
-      s.out[o].reserve(bytes);
-      if (s.device) s.pinned_out[o].reserve(bytes);
-    }
+    bind_outputs(s);
+    for (size_t o = 0; s.device && o < m.outputs.size(); ++o) s.pinned_out[o].reserve(s.out[o].size);
   } catch (const std::exception& e) {  // the per-batch runs below report what is wrong
     log_line(TRITONSERVER_LOG_VERBOSE, "kiln backend: model '" + m.name + "' instance '" + s.name +
                                            "': output staging for the largest batch not reserved: " + e.what());

@@ -9,7 +9,6 @@
 #include "kiln/error.h"
 #include "kiln/types.h"
 #include "src/core/half.h"
-#include "src/backends/cpu/cpu_features.h"
 #include "src/core/int_math.h"  // row_major_strides, int_pow (shared with the CUDA backend)
 
 namespace kiln::cpu {

@@ -15,8 +15,8 @@
 #include <type_traits>
 
 #include "kiln/error.h"
-#include "src/backends/cpu/vector_erf.h"
 #include "src/backends/cpu/cpu_utils.h"
+#include "src/backends/cpu/vector_erf.h"
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
 #include "src/ir/elementwise_params.h"

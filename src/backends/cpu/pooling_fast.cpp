@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
 #include "src/ir/op_params.h"

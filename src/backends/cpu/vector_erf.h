@@ -112,3 +112,5 @@ inline void gelu_erf_block(const float* x, float* y, int64_t n) {
 }
 
 }  // namespace kiln::cpu
+
+#undef KILN_SIMD_LOOP
