@@ -63,7 +63,7 @@ fi
 if has sanitizer; then
   : > "$OUT/sanitizer.log"
   for tool in memcheck racecheck synccheck initcheck; do
-    for filter in 'CudaModels.Squeezenet*:CudaModels.TinyYoloTemperatureSwishFp16' 'ServingRuntime.ParallelContexts*'; do
+    for filter in 'CudaModels.Squeezenet*:CudaModels.TinyYoloTemperatureSwishFp16' 'ServingRuntime.ParallelContexts*:ServingRuntime.WarmedUpInOneThreadServedFromOthers'; do
       echo "== compute-sanitizer --tool $tool: $filter" >> "$OUT/sanitizer.log"
       t1=$(date +%s)
       KILN_TEST_NO_TIMING=1 timeout "${KILN_SANITIZER_TIMEOUT:-240}" compute-sanitizer --tool $tool --error-exitcode 9 \

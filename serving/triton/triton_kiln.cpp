@@ -25,6 +25,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -477,11 +478,18 @@ void send_error(TRITONBACKEND_Request* r, TRITONSERVER_Error_Code code, const st
   if (e) TRITONSERVER_ErrorDelete(e);
 }
 
-// Copies a request input (possibly in several buffers) to dst.
-void gather(TRITONBACKEND_Input* in, uint8_t* dst, uint64_t bytes) {
+// Host copies of request inputs go in pieces of this size, so that a CUDA instance can queue each
+// piece's copy to the device while the next piece is copied on the host (the host copy and the DMA
+// overlap instead of running one after the other).
+constexpr uint64_t kGatherPiece = 256 * 1024;
+
+// Copies a request input (possibly in several buffers) to dst; when `copied` is given it is called
+// with each piece [from, to) of dst once that piece is in place, in order.
+void gather(TRITONBACKEND_Input* in, uint8_t* dst, uint64_t bytes,
+            const std::function<void(uint64_t from, uint64_t to)>& copied = {}) {
   uint32_t buffers = 0;
   check(TRITONBACKEND_InputProperties(in, nullptr, nullptr, nullptr, nullptr, nullptr, &buffers), "InputProperties");
-  uint64_t done = 0;
+  uint64_t done = 0, reported = 0;
   for (uint32_t b = 0; b < buffers; ++b) {
     const void* src = nullptr;
     uint64_t n = 0;
@@ -491,10 +499,20 @@ void gather(TRITONBACKEND_Input* in, uint8_t* dst, uint64_t bytes) {
     if (type == TRITONSERVER_MEMORY_GPU)
       throw Error("an input buffer is in GPU memory; this backend takes host buffers");
     if (done + n > bytes) throw Error("an input has more bytes than its shape says");
-    std::memcpy(dst + done, src, n);
-    done += n;
+    const auto* from = static_cast<const uint8_t*>(src);
+    for (uint64_t k = 0; k < n;) {
+      const uint64_t piece = std::min(n - k, kGatherPiece - (done - reported));
+      std::memcpy(dst + done, from + k, piece);
+      done += piece;
+      k += piece;
+      if (copied && done - reported == kGatherPiece) {
+        copied(reported, done);
+        reported = done;
+      }
+    }
   }
   if (done != bytes) throw Error("an input has fewer bytes than its shape says");
+  if (copied && done > reported) copied(reported, done);
 }
 
 // When the phases of one group's execution ended (now_ns()): inputs gathered and bound, kiln's
@@ -556,23 +574,22 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
     int64_t volume = 1;
     for (int64_t d : shape) volume *= d;
     const uint64_t bytes = static_cast<uint64_t>(volume) * data_type_size(m.inputs[i].type);
-    uint8_t* host = nullptr;
-    if (s.device) {
-      host = s.pinned_in[i].reserve(bytes);
-    } else {
-      host = s.in[i].reserve(bytes);
-    }
+    // CUDA: gathered into pinned memory piece by piece, each piece's copy to the device queued on
+    // the instance's stream as soon as it is there. CPU: gathered where the engine reads it.
+    uint8_t* host = s.device ? s.pinned_in[i].reserve(bytes) : s.in[i].reserve(bytes);
+    uint8_t* bound = s.device ? s.in[i].reserve(bytes) : host;
     uint64_t offset = 0;
     for (const Pending& p : group) {
       uint64_t n = data_type_size(m.inputs[i].type);
       for (int64_t d : p.shapes[i]) n *= static_cast<uint64_t>(d);
-      gather(p.inputs[i], host + offset, n);
+      if (s.device) {
+        gather(p.inputs[i], host + offset, n, [&](uint64_t from, uint64_t to) {
+          s.device->copy_host_to_device(bound + offset + from, host + offset + from, to - from, s.stream);
+        });
+      } else {
+        gather(p.inputs[i], host + offset, n);
+      }
       offset += n;
-    }
-    void* bound = host;
-    if (s.device) {
-      bound = s.in[i].reserve(bytes);
-      s.device->copy_host_to_device(bound, host, bytes, s.stream);
     }
     s.ctx->set_tensor_address(m.inputs[i].name, bound);
   }
@@ -905,6 +922,11 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
           instance, static_cast<uint64_t>(total), start, times.inputs_done, times.infer_done, end);
       if (e) TRITONSERVER_ErrorDelete(e);
     } catch (const std::exception& ex) {
+      if (s.device) {  // copies queued before the failure must not read staging the next group writes
+        try {
+          s.device->synchronize(s.stream);
+        } catch (const std::exception&) {}
+      }
       for (Pending& g : group) {
         send_error(g.request, TRITONSERVER_ERROR_INVALID_ARG, "kiln backend: model '" + m.name + "': " + ex.what());
       }
