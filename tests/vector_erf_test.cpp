@@ -8,7 +8,9 @@
 #include <limits>
 #include <vector>
 
+#include "kiln/network.h"
 #include "src/backends/cpu/vector_erf.h"
+#include "tests/op_harness.h"
 
 namespace kiln {
 namespace {
@@ -60,6 +62,51 @@ TEST(VectorErf, GeluMatchesItsDefinition) {
     const double v = x[i];
     const double want = 0.5 * v * (1.0 + std::erf(v * 0.70710678118654752));
     ASSERT_LE(std::fabs(y[i] - want), 1e-6 + 1e-6 * std::fabs(want)) << "gelu(" << x[i] << ")";
+  }
+}
+
+// FusedElementWise programs that spell GELU out (as exporters write it; the CPU kernel folds them
+// into one GELU pass) give 0.5 x (1 + erf(x / sqrt 2)), in every multiplication order, and a
+// program that also reads an intermediate of the pattern keeps it.
+TEST(VectorErf, FusedElementWiseGeluProgramsGiveGelu) {
+  const double half = 0.5;
+  struct Program {
+    std::vector<std::string> text;
+    bool plus_erf;  // the output is gelu(x) + erf(x / sqrt 2)
+  };
+  const std::vector<Program> programs = {
+      {{"const 1.4142135623730951", "binary div r0 r1", "unary erf r2", "const 1", "binary sum r3 r4",
+        "binary prod r0 r5", "const 0.5", "binary prod r6 r7"},
+       false},
+      {{"const 0.7071067811865476", "binary prod r1 r0", "unary erf r2", "const 1", "binary sum r4 r3", "const 0.5",
+        "binary prod r0 r6", "binary prod r7 r5"},
+       false},
+      {{"const 1.4142135623730951", "binary div r0 r1", "unary erf r2", "const 1", "binary sum r3 r4",
+        "binary prod r0 r5", "const 0.5", "binary prod r7 r6", "binary sum r8 r3"},
+       true},
+  };
+  for (const Program& prog : programs) {
+    test::OpCase c;
+    c.name = "gelu_program";
+    c.layer_type = kLayerFusedElementWise;
+    test::InputSpec in;
+    in.dims = Dims{3, 1000};
+    in.low = -6.0;
+    in.high = 6.0;
+    c.inputs = {in};
+    c.attrs.set("program", prog.text);
+    const HostTensor x = test::random_tensor(DataType::kFloat32, in.dims, 1, in.low, in.high);
+    c.inputs[0].value = x;
+    const std::vector<HostTensor> out = test::reference_outputs(c);
+    ASSERT_EQ(out.size(), 1u);
+    const float* px = x.as<float>();
+    const float* py = out[0].as<float>();
+    for (int64_t i = 0; i < x.dims().volume(); ++i) {
+      const double v = px[i];
+      const double e = std::erf(v / std::sqrt(2.0));
+      const double want = half * v * (1.0 + e) + (prog.plus_erf ? e : 0.0);
+      ASSERT_NEAR(py[i], want, 2e-6 + 2e-6 * std::fabs(want)) << prog.text.back() << " at x = " << v;
+    }
   }
 }
 

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "src/ir/data_params.h"
+#include "src/ir/op_params.h"
 #include "src/plan/memory_planner.h"
 #include "src/core/text.h"
 
@@ -173,6 +175,41 @@ std::string alias_blocker(const Layer& l, size_t s, const Tensor* in, const Tens
   return "";
 }
 
+// Whether Shuffle step `l` only reshapes (its transposes, if any, leave the order unchanged).
+bool only_reshapes(const Layer& l) {
+  if (l.type() != kLayerShuffle || l.num_outputs() != 1 || l.num_inputs() < 1) return false;
+  const ShuffleParams& p = params_of<ShuffleParams>(l);
+  for (const std::vector<int64_t>* perm : {&p.first_transpose, &p.second_transpose}) {
+    for (size_t i = 0; i < perm->size(); ++i) {
+      if ((*perm)[i] != static_cast<int64_t>(i)) return false;
+    }
+  }
+  return true;
+}
+
+// Why the output of reshape step `l` cannot be its input's memory; "" when it can.
+std::string reshape_blocker(const Layer& l, const TensorStates& states, const Liveness& live, const ElisionState& es,
+                            const std::unordered_set<const Tensor*>& plugin_aliased) {
+  const Tensor* in = l.input(0);
+  const Tensor* out = l.output(0);
+  if (!in) return "the input is missing";
+  if (!live.first.count(in)) return "input " + quoted(in) + " is not an arena activation (a network input or constant)";
+  if (!live.first.count(out)) return "output " + quoted(out) + " is a network output";
+  if (!in->producer() || is_host_known(*in->producer(), states))
+    return "input " + quoted(in) + " is computed on the host";
+  for (const Tensor* t : {in, out}) {
+    if (es.container.count(t) || es.group_outputs.count(t)) return quoted(t) + " is part of an elided concatenation";
+    if (plugin_aliased.count(t)) return quoted(t) + " is shared with an in-place plugin output";
+  }
+  if (in->format() != TensorFormat::kLinear || out->format() != TensorFormat::kLinear)
+    return "the input or the output is not in the linear format";
+  const TensorState& a = states.at(in);
+  const TensorState& b = states.at(out);
+  if (a.type != b.type) return "the input and the output differ in type";
+  if (tensor_bytes(a) != tensor_bytes(b) || tensor_bytes(a) == 0) return "the input and the output differ in size";
+  return "";
+}
+
 }  // namespace
 
 uint64_t tensor_bytes(const TensorState& st) { return tensor_byte_size(st.type, st.dims); }
@@ -248,6 +285,30 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
     }
   }
 
+  // Reshapes: the output shares its input's request (a chain of reshapes shares the first input's).
+  if (options.reshape_elision && !dd) {
+    std::unordered_set<const Tensor*> plugin_aliased;
+    for (const auto& [out, root] : alias_root) {
+      plugin_aliased.insert(out);
+      plugin_aliased.insert(root);
+    }
+    for (size_t s = 0; s < steps.size(); ++s) {
+      const Layer& l = *steps[s];
+      if (!only_reshapes(l) || is_host_known(l, states)) continue;
+      ConcatDecision d;
+      d.step = static_cast<int>(s);
+      d.reason = reshape_blocker(l, states, live, es, plugin_aliased);
+      d.elided = d.reason.empty();
+      if (d.elided) {
+        plan.elided[s] = true;
+        const Tensor* in = l.input(0);
+        auto r = alias_root.find(in);
+        alias_root[l.output(0)] = r == alias_root.end() ? in : r->second;
+      }
+      plan.reshapes.push_back(std::move(d));
+    }
+  }
+
   // One request per tensor that is not placed inside a group; a group's request spans its members.
   std::vector<BufferRequest> requests;
   std::vector<const Tensor*> roots;
@@ -312,6 +373,7 @@ ActivationPlan plan_profile_activations(const Network& network, const std::vecto
   // In-place outputs are decided per shape (the sizes must match at that shape): the profile
   // plan, which any shape of the profile may fall back to, gives every output its own buffer.
   options.in_place_plugins = false;
+  options.reshape_elision = false;
   return plan_activations(network, steps, max, options, &largest);
 }
 

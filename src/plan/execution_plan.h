@@ -38,6 +38,12 @@ struct ActivationPlanOptions {
   // format and byte size, written by a kernel, read once by the plugin and by no later layer, in
   // no elided concatenation, and the network has no data-dependent sizes.
   bool in_place_plugins = true;
+  // Reshape elision: a Shuffle that only reshapes (no transpose, or identity ones) gives its
+  // output its input's memory and runs no kernel, when both are arena activations of the linear
+  // format (the input written by a kernel, the output not a network output), neither takes part
+  // in an elided concatenation or an in-place plugin output, and the network has no
+  // data-dependent sizes. The input's buffer then lives until the last reader of either.
+  bool reshape_elision = true;
 };
 
 // What the planner decided for one output a plugin declared in-place.
@@ -69,6 +75,9 @@ struct ActivationPlan {
   std::vector<ConcatDecision> concats;
   // One entry per output a plugin declared in-place, in step order.
   std::vector<InPlaceDecision> in_place;
+  // One entry per Shuffle step that only reshapes a tensor computed on the device (elided or not,
+  // with the reason), in step order.
+  std::vector<ConcatDecision> reshapes;
 };
 
 // "optimization profile 0 (largest tensor 'y', output of layer 'expand': 4398046511104 bytes)"

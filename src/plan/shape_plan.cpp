@@ -53,6 +53,22 @@ void log_in_place(const ShapePlan& plan, const std::vector<Layer*>& steps) {
           (own.empty() ? "" : "; with their own buffer: " + own));
 }
 
+// Says (verbose) which reshapes share their input's memory (no kernel) and why the others copy.
+void log_reshape_elision(const ShapePlan& plan, const std::vector<Layer*>& steps) {
+  if (plan.memory.reshapes.empty()) return;
+  std::string elided, kept;
+  for (const ConcatDecision& d : plan.memory.reshapes) {
+    const std::string name = quote(steps[static_cast<size_t>(d.step)]->name());
+    if (d.elided) {
+      elided += (elided.empty() ? "" : ", ") + name;
+    } else {
+      kept += (kept.empty() ? "" : "; ") + name + " (" + d.reason + ")";
+    }
+  }
+  log(Severity::kVerbose, "reshapes elided (the output is the input's memory, no copy): " +
+                              (elided.empty() ? "none" : elided) + (kept.empty() ? "" : "; not elided: " + kept));
+}
+
 // Whether every arena tensor of `states` fits its reservation in `plan`.
 bool fits(const ActivationPlan& plan, const TensorStates& states, std::string* first_misfit) {
   for (const auto& [t, off] : plan.offsets) {
@@ -262,6 +278,7 @@ std::unique_ptr<ShapePlan> build_shape_plan(const PlanEnvironment& env, const st
 
   ActivationPlanOptions memory_options;
   memory_options.concat_elision = options.concat_elision;
+  memory_options.reshape_elision = options.concat_elision;  // one switch for copy elision
   plan->memory = plan_activations(net, steps, plan->states, memory_options);
   if (options.arena_bytes && plan->memory.peak > options.arena_bytes) {
     std::string why;
@@ -271,6 +288,7 @@ std::unique_ptr<ShapePlan> build_shape_plan(const PlanEnvironment& env, const st
       plan->memory.elided.assign(n, false);
       plan->memory.concats.clear();
       plan->memory.in_place.clear();
+      plan->memory.reshapes.clear();
       plan->uses_profile_plan = true;
     }
     // Otherwise the caller decides: grow its own arena, or fail for user-managed memory.
@@ -278,6 +296,7 @@ std::unique_ptr<ShapePlan> build_shape_plan(const PlanEnvironment& env, const st
   if (plan->memory.elided.size() != n) plan->memory.elided.assign(n, false);
   log_concat_elision(*plan, steps);
   log_in_place(*plan, steps);
+  log_reshape_elision(*plan, steps);
 
   plan->runs.assign(n, 0);
   for (size_t s = 0; s < n; ++s) plan->runs[s] = !plan->host_known[s] && !plan->memory.elided[s];

@@ -31,9 +31,10 @@ void bit_shift(const KernelContext& ctx) {
   const T* b = ctx.inputs[1].as<const T>();
   T* y = ctx.outputs[0].as<T>();
   constexpr uint64_t kBits = sizeof(U) * 8;
-  for (int64_t i = 0; i < out.volume(); ++i) {
-    const auto x = static_cast<U>(a[cpu::broadcast_offset(i, out, sa)]);
-    const auto shift = static_cast<uint64_t>(static_cast<U>(b[cpu::broadcast_offset(i, out, sb)]));
+  cpu::BroadcastCursor<2> at(out, {&sa, &sb}, 0);
+  for (int64_t i = 0; i < out.volume(); ++i, at.next()) {
+    const auto x = static_cast<U>(a[at[0]]);
+    const auto shift = static_cast<uint64_t>(static_cast<U>(b[at[1]]));
     U r = 0;
     if (shift < kBits) r = static_cast<U>(left ? x << shift : x >> shift);
     y[i] = static_cast<T>(r);

@@ -2,6 +2,7 @@
 // parallel loop on OpenMP with a caller-given thread count.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -35,6 +36,43 @@ inline int64_t broadcast_offset(int64_t flat, const Dims& out, const std::vector
   }
   return off;
 }
+
+// Walks flat output indices upward from `begin` and keeps the matching offsets into K broadcast
+// inputs (strides from broadcast_strides): advancing costs an add and a compare per element,
+// where broadcast_offset divides once per dimension per element (which made the reference loops
+// of small broadcast masks, e.g. BERT's [N, 1, S, S] attention mask, cost ~15 ns an element).
+template <size_t K>
+class BroadcastCursor {
+ public:
+  BroadcastCursor(const Dims& out, const std::array<const std::vector<int64_t>*, K>& strides, int64_t begin)
+      : rank_(out.rank()) {
+    for (int d = 0; d < rank_; ++d) ext_[d] = out[d];
+    for (size_t k = 0; k < K; ++k) {
+      off_[k] = 0;
+      for (int d = 0; d < rank_; ++d) st_[k][d] = (*strides[k])[static_cast<size_t>(d)];
+    }
+    for (int d = rank_ - 1; d >= 0; --d) {
+      idx_[d] = ext_[d] > 0 ? begin % ext_[d] : 0;
+      begin = ext_[d] > 0 ? begin / ext_[d] : 0;
+      for (size_t k = 0; k < K; ++k) off_[k] += idx_[d] * st_[k][d];
+    }
+  }
+  int64_t operator[](size_t k) const { return off_[k]; }
+  void next() {
+    for (int d = rank_ - 1; d >= 0; --d) {
+      for (size_t k = 0; k < K; ++k) off_[k] += st_[k][d];
+      if (++idx_[d] < ext_[d]) return;
+      for (size_t k = 0; k < K; ++k) off_[k] -= st_[k][d] * ext_[d];
+      idx_[d] = 0;
+    }
+  }
+
+ private:
+  int rank_;
+  int64_t ext_[kMaxDims] = {}, idx_[kMaxDims] = {};
+  int64_t st_[K][kMaxDims] = {};
+  int64_t off_[K] = {};
+};
 
 // Runs fn(begin, end) over [0, n) split into chunks on up to num_threads OpenMP threads.
 template <typename Fn>

@@ -242,10 +242,9 @@ void binary_reference(const KernelContext& ctx, bool fmod) {
   const auto sa = cpu::broadcast_strides(a.dims, y.dims);
   const auto sb = cpu::broadcast_strides(b.dims, y.dims);
   cpu::parallel_for(y.count(), ctx.num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const T va = pa[cpu::broadcast_offset(i, y.dims, sa)];
-      const T vb = pb[cpu::broadcast_offset(i, y.dims, sb)];
-      py[i] = static_cast<Out>(Op::apply(C(va), C(vb), fmod));
+    cpu::BroadcastCursor<2> at(y.dims, {&sa, &sb}, begin);
+    for (int64_t i = begin; i < end; ++i, at.next()) {
+      py[i] = static_cast<Out>(Op::apply(C(pa[at[0]]), C(pb[at[1]]), fmod));
     }
   });
 }
@@ -298,9 +297,10 @@ void pow_mixed_reference(const KernelContext& ctx) {
   const E* pb = b.as<const E>();
   B* py = y.as<B>();
   cpu::parallel_for(y.count(), ctx.num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const B va = pa[cpu::broadcast_offset(i, y.dims, sa)];
-      const E vb = pb[cpu::broadcast_offset(i, y.dims, sb)];
+    cpu::BroadcastCursor<2> at(y.dims, {&sa, &sb}, begin);
+    for (int64_t i = begin; i < end; ++i, at.next()) {
+      const B va = pa[at[0]];
+      const E vb = pb[at[1]];
       if constexpr (std::is_integral_v<B> && std::is_integral_v<E>) {
         py[i] = static_cast<B>(int_pow<int64_t>(static_cast<int64_t>(va), static_cast<int64_t>(vb)));
       } else if constexpr (std::is_integral_v<B>) {
@@ -821,10 +821,8 @@ void select_reference(const KernelContext& ctx) {
   const Word* pb = b.as<const Word>();
   Word* py = y.as<Word>();
   cpu::parallel_for(y.count(), ctx.num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      py[i] = pc[cpu::broadcast_offset(i, y.dims, sc)] != 0 ? pa[cpu::broadcast_offset(i, y.dims, sa)]
-                                                            : pb[cpu::broadcast_offset(i, y.dims, sb)];
-    }
+    cpu::BroadcastCursor<3> at(y.dims, {&sc, &sa, &sb}, begin);
+    for (int64_t i = begin; i < end; ++i, at.next()) py[i] = pc[at[0]] != 0 ? pa[at[1]] : pb[at[2]];
   });
 }
 

@@ -150,9 +150,95 @@ constexpr auto kActFns = make_act_table(std::make_integer_sequence<int, kNumActi
 constexpr auto kUnaryFns = make_unary_table(std::make_integer_sequence<int, kNumUnary>{});
 constexpr auto kBinaryFns = make_binary_table(std::make_integer_sequence<int, kNumBinary>{});
 
+// GELU (erf form) written out as exporters write it, 0.5 * x * (1 + erf(x / sqrt 2)) in either
+// multiplication order (x / sqrt 2 may also be x * (1 / sqrt 2)), becomes one "act gelu_erf"
+// instruction: one vectorized pass instead of five (the erf's loop, gelu_erf_block, is the same).
+// The instructions it replaces stay in the program and are skipped when nothing else reads them.
+bool near(double v, double want) { return std::fabs(v - want) <= 1e-6 * std::fabs(want); }
+
+void fold_gelu(FusedProgram& p) {
+  const int n = p.num_inputs;
+  const auto def = [&](int reg) -> const FusedInstr* {
+    return reg >= n && reg - n < static_cast<int>(p.instrs.size()) ? &p.instrs[static_cast<size_t>(reg - n)] : nullptr;
+  };
+  const auto is_const = [&](int reg, double v) {
+    const FusedInstr* d = def(reg);
+    return d && d->code == FusedOpCode::kConst && near(d->p0, v);
+  };
+  const auto is_binary = [](const FusedInstr* d, ElementWiseOp op) {
+    return d && d->code == FusedOpCode::kBinary && d->op == static_cast<int32_t>(op);
+  };
+  // The other operand of a commutative product/sum `d` when one operand is `reg`; -1 otherwise.
+  const auto other = [](const FusedInstr* d, int reg) { return d->a == reg ? d->b : (d->b == reg ? d->a : -1); };
+  // x when `reg` holds erf(x / sqrt 2) (or erf(x * 0.7071...)); -1 otherwise.
+  const auto erf_of_scaled = [&](int reg) -> int {
+    const FusedInstr* e = def(reg);
+    if (!e || e->code != FusedOpCode::kUnary || e->op != static_cast<int32_t>(UnaryOp::kErf)) return -1;
+    const FusedInstr* d = def(e->a);
+    if (is_binary(d, ElementWiseOp::kDiv) && is_const(d->b, 1.4142135623730951)) return d->a;
+    if (is_binary(d, ElementWiseOp::kProd)) {
+      if (is_const(d->b, 0.7071067811865476)) return d->a;
+      if (is_const(d->a, 0.7071067811865476)) return d->b;
+    }
+    return -1;
+  };
+  // x when `reg` holds 1 + erf(x / sqrt 2); -1 otherwise.
+  const auto one_plus_erf = [&](int reg) -> int {
+    const FusedInstr* d = def(reg);
+    if (!is_binary(d, ElementWiseOp::kSum)) return -1;
+    if (is_const(d->b, 1.0)) return erf_of_scaled(d->a);
+    if (is_const(d->a, 1.0)) return erf_of_scaled(d->b);
+    return -1;
+  };
+  for (size_t k = 0; k < p.instrs.size(); ++k) {
+    FusedInstr& top = p.instrs[k];
+    if (!is_binary(&top, ElementWiseOp::kProd)) continue;
+    int x = -1;
+    for (int side = 0; side < 2 && x < 0; ++side) {
+      const int u = side ? top.b : top.a, v = side ? top.a : top.b;
+      const FusedInstr* du = def(u);
+      // (x * (1 + erf)) * 0.5
+      if (is_const(v, 0.5) && is_binary(du, ElementWiseOp::kProd)) {
+        for (int w : {du->a, du->b}) {
+          const int y = one_plus_erf(w);
+          if (y >= 0 && other(du, w) == y) x = y;
+        }
+      }
+      // (x * 0.5) * (1 + erf)
+      if (x < 0 && is_binary(du, ElementWiseOp::kProd)) {
+        const int y = one_plus_erf(v);
+        if (y >= 0 && ((du->a == y && is_const(du->b, 0.5)) || (du->b == y && is_const(du->a, 0.5)))) x = y;
+      }
+    }
+    if (x < 0) continue;
+    top = FusedInstr{};
+    top.code = FusedOpCode::kActivation;
+    top.op = static_cast<int32_t>(ActivationType::kGeluErf);
+    top.a = x;
+  }
+}
+
+// Which instructions the output depends on (others are skipped at run time).
+std::vector<bool> live_instructions(const FusedProgram& p) {
+  const int n = p.num_inputs;
+  std::vector<bool> live(p.instrs.size(), false);
+  if (p.instrs.empty()) return live;
+  live.back() = true;
+  for (size_t k = p.instrs.size(); k-- > 0;) {
+    if (!live[k]) continue;
+    const FusedInstr& ins = p.instrs[k];
+    for (int r : {ins.a, ins.b}) {
+      if (r >= n) live[static_cast<size_t>(r - n)] = true;
+    }
+  }
+  return live;
+}
+
 class FusedElementWiseRef : public Kernel {
  public:
   explicit FusedElementWiseRef(const Layer& layer) : program_(params_of<FusedProgram>(layer)) {
+    fold_gelu(program_);
+    live_ = live_instructions(program_);
     for (const FusedInstr& ins : program_.instrs) {
       const bool bad = (ins.code == FusedOpCode::kActivation && (ins.op < 0 || ins.op >= kNumActivations)) ||
                        (ins.code == FusedOpCode::kUnary && (ins.op < 0 || ins.op >= kNumUnary)) ||
@@ -192,7 +278,9 @@ class FusedElementWiseRef : public Kernel {
       for (size_t k = 0; k < program_.instrs.size(); ++k) {
         const FusedInstr& ins = program_.instrs[k];
         const int r = num_inputs + static_cast<int>(k);
-        if (ins.code == FusedOpCode::kConst) std::fill(block(r), block(r) + kBlock, static_cast<float>(ins.p0));
+        if (ins.code == FusedOpCode::kConst && live_[k]) {
+          std::fill(block(r), block(r) + kBlock, static_cast<float>(ins.p0));
+        }
       }
       for (int64_t base = begin; base < end; base += kBlock) {
         const int64_t m = std::min(kBlock, end - base);
@@ -201,6 +289,7 @@ class FusedElementWiseRef : public Kernel {
           reg[static_cast<size_t>(i)] = in.count() == 1 && n != 1 ? block(i) : in.as<const float>() + base;
         }
         for (size_t k = 0; k < program_.instrs.size(); ++k) {
+          if (!live_[k]) continue;
           const FusedInstr& ins = program_.instrs[k];
           const int r = num_inputs + static_cast<int>(k);
           float* dst = r == last ? y + base : block(r);
@@ -237,6 +326,7 @@ class FusedElementWiseRef : public Kernel {
 
  private:
   FusedProgram program_;
+  std::vector<bool> live_;  // per instruction: whether the output depends on it
 };
 
 // float32 only on the CPU (the CUDA kernel also takes float16). Full-size inputs are read in

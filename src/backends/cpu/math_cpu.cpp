@@ -17,6 +17,7 @@
 #include "kiln/error.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/cpu/vector_erf.h"
+#include "src/backends/cpu/vector_exp.h"
 #include "src/backends/kernel.h"
 #include "src/core/activation_math.h"
 #include "src/ir/elementwise_params.h"
@@ -158,9 +159,10 @@ void parametric_relu_reference(const KernelContext& ctx) {
     T* y = ctx.outputs[0].as<T>();
     const auto ss = cpu::broadcast_strides(ctx.inputs[1].dims, xv.dims);
     cpu::parallel_for(xv.count(), ctx.num_threads, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
+      cpu::BroadcastCursor<1> at(xv.dims, {&ss}, begin);
+      for (int64_t i = begin; i < end; ++i, at.next()) {
         const C v = static_cast<C>(x[i]);
-        y[i] = static_cast<T>(v >= C(0) ? v : static_cast<C>(slope[cpu::broadcast_offset(i, xv.dims, ss)]) * v);
+        y[i] = static_cast<T>(v >= C(0) ? v : static_cast<C>(slope[at[0]]) * v);
       }
     });
   });
@@ -361,6 +363,31 @@ void softmax_reference(const KernelContext& ctx, int64_t axis_attr, bool log) {
         },
         std::max<int64_t>(1, 1024 / std::max<int64_t>(length, 1)));
   });
+}
+
+// The "rows" tactic: float32 softmax over the last axis of a linear tensor, each row in float32
+// with the vectorized exp (vector_exp.h) instead of double and libm. Parallel over rows.
+bool softmax_rows_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  if (inputs.empty() || inputs[0].type != DataType::kFloat32 || inputs[0].format != TensorFormat::kLinear) return false;
+  if (layer.num_outputs() > 0 && layer.output(0)->format() != TensorFormat::kLinear) return false;
+  const int64_t axis = params_of<SoftMaxParams>(layer).axis;
+  const int rank = inputs[0].dims.rank();
+  return rank > 0 && (axis == -1 || axis == rank - 1);
+}
+
+void softmax_rows(const KernelContext& ctx, bool log) {
+  const TensorView& xv = ctx.inputs[0];
+  const int64_t length = xv.dims[xv.dims.rank() - 1];
+  if (length <= 0) return;
+  const int64_t rows = xv.count() / length;
+  const float* x = xv.as<const float>();
+  float* y = ctx.outputs[0].as<float>();
+  cpu::parallel_for(
+      rows, ctx.num_threads,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) cpu::softmax_row(x + r * length, y + r * length, length, log);
+      },
+      std::max<int64_t>(1, 8192 / length));
 }
 
 // ---- Reduce -----------------------------------------------------------------------------------
@@ -612,6 +639,11 @@ KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerScale, "reference", 0, 
                                  }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerScale, "vectorized", 10, scale_vectorized_supports,
                                  [](const Layer& layer) { return std::make_unique<ScaleVectorized>(layer); }});
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerSoftMax, "rows", 10, softmax_rows_supports, [](const Layer& layer) {
+      const bool log = params_of<SoftMaxParams>(layer).log;
+      return std::make_unique<FunctionKernel>([log](const KernelContext& ctx) { softmax_rows(ctx, log); });
+    }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerSoftMax, "reference", 0, nullptr, [](const Layer& layer) {
                                    const int64_t axis = params_of<SoftMaxParams>(layer).axis;
                                    const bool log = params_of<SoftMaxParams>(layer).log;
