@@ -210,8 +210,10 @@ class ExecutionContext {
   // starts at a multiple of 256 bytes), their producers write straight into the output and the
   // concatenation runs no kernel. Off: every concatenation copies (the arena may then need
   // more than Engine::activation_peak_bytes). The verbose log says once per shape change which
-  // concatenations were elided and why the others were not. Not thread-safe (like the rest of
-  // the context); takes effect at the next inference.
+  // concatenations were elided and why the others were not. The same switch covers reshape
+  // elision: a Shuffle that only reshapes a linear activation (no transpose) gives its output the
+  // input's memory and runs no kernel (docs/cli.md lists the conditions). Not thread-safe (like
+  // the rest of the context); takes effect at the next inference.
   void set_concat_elision(bool enabled);
   bool concat_elision() const;
 
