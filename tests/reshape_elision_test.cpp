@@ -102,7 +102,8 @@ std::string check_plan(const Planned& p) {
       const Life& a = i->second;
       const Life& b = j->second;
       if (a.first > b.last || b.first > a.last || a.begin == a.end || b.begin == b.end) continue;
-      if (a.begin < b.end && b.begin < a.end) return "'" + i->first->name() + "' and '" + j->first->name() + "' overlap";
+      if (a.begin < b.end && b.begin < a.end)
+        return "'" + i->first->name() + "' and '" + j->first->name() + "' overlap";
     }
   }
   return "";

@@ -67,7 +67,8 @@ TEST(VectorExp, SoftmaxRowMatchesDoublePrecision) {
         for (float& v : x) v = normal(rng);
         // Attention masks: a tail of -inf (masked = 1) or of -3.4e38 / -10000 (masked = 2).
         for (int64_t j = n / 2 + 1; j < n && masked; ++j) {
-          x[static_cast<size_t>(j)] = masked == 1 ? -std::numeric_limits<float>::infinity() : (j % 2 ? -3.4e38f : -1e4f);
+          x[static_cast<size_t>(j)] =
+              masked == 1 ? -std::numeric_limits<float>::infinity() : (j % 2 ? -3.4e38f : -1e4f);
         }
         std::vector<float> y(x.size());
         cpu::softmax_row(x.data(), y.data(), n, log);

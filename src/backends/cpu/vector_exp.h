@@ -22,7 +22,7 @@
 namespace kiln::cpu {
 
 [[gnu::always_inline]] inline float exp_nonpositive_lanewise(float x) {
-  constexpr float kLowest = -87.33654f;  // ln(FLT_MIN)
+  constexpr float kLowest = -87.33654f;             // ln(FLT_MIN)
   const float c = select(x > kLowest, x, kLowest);  // NaN and -inf: kLowest (fixed below)
   // n = round(c / ln2) by the 1.5 * 2^23 trick (exact for |c / ln2| < 2^22).
   const float shifted = c * 1.4426950408889634f + 12582912.0f;
