@@ -46,8 +46,9 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
     const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, type, "onednn");
     ASSERT_NE(e, nullptr) << type;
     EXPECT_EQ(e->priority, 100) << type;
-    // onednn is chosen before the reference; only a narrower specialist (Pooling's direct NCHW
-    // max-pool "fast" tactic, whose supports() is stricter) may rank above it.
+    // onednn is chosen before the reference; only a narrower specialist may rank above it:
+    // Pooling's direct NCHW max-pool "fast" tactic and Convolution's "onednn_winograd" (3x3,
+    // stride 1, ungrouped, images of at least 14x14), whose supports() are stricter.
     const auto all = KernelRegistry::instance().find(DeviceType::kCPU, type);
     ASSERT_FALSE(all.empty());
     size_t onednn_at = all.size(), reference_at = all.size();
@@ -56,7 +57,11 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
       if (all[i]->tactic == "reference") reference_at = i;
     }
     EXPECT_LT(onednn_at, reference_at) << type;
-    if (std::string(type) != kLayerPooling) {
+    if (std::string(type) == kLayerConvolution) {
+      ASSERT_GE(all.size(), 2u);
+      EXPECT_EQ(all[0]->tactic, "onednn_winograd") << type;
+      EXPECT_EQ(all[1]->tactic, "onednn") << type;
+    } else if (std::string(type) != kLayerPooling) {
       EXPECT_EQ(all.front()->tactic, "onednn") << type;
     }
   }
