@@ -400,8 +400,21 @@ TEST(CpuChannelsLast, LayoutPassMakesCpuConvRegionsChannelsLast) {
   PassContext ctx{config, {{{"x", Dims{1, 8, 13, 13}}}}, &log};
   EXPECT_GT(pass_layout(*net, ctx), 0);
   net->validate();
-  // In: x. Out: the pooled tensor to the flatten, and the "features" output.
-  EXPECT_EQ(count_type(*net, kLayerReformat), 3);
+  // In: x. Out: the "features" output. The flatten (a Shuffle) reads the pooled channels-last
+  // tensor itself: its "fast" kernel starts from the stored order, so no Reformat is needed.
+  EXPECT_EQ(count_type(*net, kLayerReformat), 2);
+  bool flatten_reads_nhwc = false;
+  for (int i = 0; i < net->num_layers(); ++i) {
+    const Layer* l = net->layer(i);
+    if (l->type() == kLayerShuffle && l->input(0)->format() == TensorFormat::kChannelsLast) {
+      flatten_reads_nhwc = true;
+      EXPECT_EQ(l->output(0)->format(), TensorFormat::kLinear) << l->name();
+    }
+  }
+  EXPECT_TRUE(flatten_reads_nhwc);
+  std::string all;
+  for (const auto& line : log) all += line + "\n";
+  EXPECT_NE(all.find("reads channels-last"), std::string::npos) << all;
   for (int i = 0; i < net->num_layers(); ++i) {
     const Layer* l = net->layer(i);
     const std::string& type = l->type();

@@ -309,7 +309,7 @@ TEST(PluginAuthoring, PluginCheckUsesTheCreatorsExampleValues) {
 
 TEST(PluginAuthoring, UnknownPassNamesFailTheBuild) {
   const auto& names = builder_pass_names();
-  EXPECT_EQ(names.size(), 7u);
+  EXPECT_EQ(names.size(), 8u);
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{2});
   net.mark_output(net.add_activation(x, ActivationType::kRelu)->output(0));

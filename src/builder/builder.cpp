@@ -122,6 +122,7 @@ const PassEntry kPipeline[] = {
     {"constant_folding", pass_constant_folding, true},
     {"dead_layer_elimination", pass_dead_layer_elimination, true},
     {"conv_bn_folding", pass_conv_bn_folding, true},
+    {"shuffle_merge", pass_shuffle_merge, true},
     {"activation_fusion", pass_activation_fusion, true},
     {"elementwise_fusion", pass_elementwise_fusion, true},
     {"dead_layer_elimination", pass_dead_layer_elimination, true},

@@ -140,7 +140,8 @@ ShapePlan& current_plan(ContextImpl& c) {
   c.stats.shape_plan_ms += ms_since(t0);
   log(Severity::kVerbose, "prepared input shapes " + shapes_text(c.input_dims) + " in " + std::to_string(ms_since(t0)) +
                               " ms (" + std::to_string(c.plans.size()) + " cached); activations " +
-                              std::to_string(raw->memory.peak) + " bytes, workspace " +
+                              std::to_string(raw->memory.peak) + " bytes" +
+                              (raw->uses_profile_plan ? " (the profile plan: no copy elision)" : "") + ", workspace " +
                               std::to_string(raw->workspace_bytes));
   return *raw;
 }
@@ -368,7 +369,7 @@ void ExecutionContext::set_optimization_profile(int index) {
   c.profile = index;
   c.profile_info = std::move(info);
   c.memory.reserve_for_profile(
-      c.profile_info->plan.peak,
+      c.profile_info->arena_bytes,
       describe_plan_memory(c.profile_info->plan, "optimization profile " + std::to_string(index)));
   c.input_dims.clear();
   for (const auto& [name, s] : p.all()) c.input_dims[name] = s.opt;

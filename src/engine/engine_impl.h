@@ -25,8 +25,13 @@ namespace kiln {
 
 // Computed once per optimization profile of an engine.
 struct ProfileInfo {
-  ProfileStates states;             // shape inference at the profile's opt, min and max dims
-  ActivationPlan plan;              // the profile plan (plan_profile_activations)
+  ProfileStates states;  // shape inference at the profile's opt, min and max dims
+  ActivationPlan plan;   // the profile plan (plan_profile_activations)
+  // The activation arena a context reserves for the profile: the profile plan's peak, or more
+  // where a plan with copy elision (concatenations, reshapes, in-place plugins) at the profile's
+  // opt, min or max shapes needs more (aliasing lengthens lifetimes). Shapes whose elided plan
+  // fits use it; others fall back to the profile plan.
+  uint64_t arena_bytes = 0;
   bool has_data_dependent = false;  // some tensor's size is only known during the inference
 };
 

@@ -241,6 +241,10 @@ std::shared_ptr<const ProfileInfo> EngineImpl::profile_info(int profile) {
   const Network& net = *data.network;
   info->states = profile_states(net, data.profiles[static_cast<size_t>(profile)]);
   info->plan = plan_profile_activations(net, steps, info->states.opt, info->states.min, info->states.max);
+  info->arena_bytes = info->plan.peak;
+  for (const TensorStates* st : {&info->states.opt, &info->states.min, &info->states.max}) {
+    info->arena_bytes = std::max(info->arena_bytes, plan_activations(net, steps, *st, ActivationPlanOptions{}).peak);
+  }
   for (const TensorStates* st : {&info->states.opt, &info->states.min, &info->states.max}) {
     for (const auto& [t, state] : *st) {
       (void)t;
@@ -281,7 +285,7 @@ uint64_t EngineImpl::device_memory_size(int profile) {
     workspace = std::max<uint64_t>(workspace, plan->workspace_bytes);
   }
   const uint64_t total =
-      memory_granule(info->plan.peak) + memory_granule(workspace) + memory_granule(error_flag_bytes());
+      memory_granule(info->arena_bytes) + memory_granule(workspace) + memory_granule(error_flag_bytes());
   std::lock_guard<std::mutex> lock(mutex_);
   if (device_memory_.size() <= static_cast<size_t>(profile)) device_memory_.resize(static_cast<size_t>(profile) + 1, 0);
   device_memory_[static_cast<size_t>(profile)] = std::max<uint64_t>(total, 256);

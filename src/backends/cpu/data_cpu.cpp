@@ -444,18 +444,18 @@ struct TransposePlan {
   std::vector<int64_t> perm;  // output axis j reads input axis perm[j]
 };
 
-TransposePlan plan_transpose(const Dims& in, const std::vector<int64_t>& perm) {
-  const int rank = in.rank();
+TransposePlan plan_transpose(const std::vector<int64_t>& in, const std::vector<int64_t>& perm) {
+  const int rank = static_cast<int>(in.size());
   std::vector<int64_t> compact(static_cast<size_t>(rank), -1), ext;
   for (int a = 0; a < rank; ++a) {
-    if (in[a] != 1) {
+    if (in[static_cast<size_t>(a)] != 1) {
       compact[static_cast<size_t>(a)] = static_cast<int64_t>(ext.size());
-      ext.push_back(in[a]);
+      ext.push_back(in[static_cast<size_t>(a)]);
     }
   }
   std::vector<int64_t> q;  // kept input axes in output order
   for (int64_t p : perm) {
-    if (in[static_cast<int>(p)] != 1) q.push_back(compact[static_cast<size_t>(p)]);
+    if (in[static_cast<size_t>(p)] != 1) q.push_back(compact[static_cast<size_t>(p)]);
   }
   std::vector<std::pair<int64_t, int64_t>> groups;  // (first input axis, extent) in output order
   for (size_t j = 0; j < q.size(); ++j) {
@@ -479,6 +479,83 @@ TransposePlan plan_transpose(const Dims& in, const std::vector<int64_t>& perm) {
 }
 
 bool moves_data(const TransposePlan& p) { return p.dims.size() > 1; }
+
+// Dims in memory order: channels-last moves axis 1 last (N, spatial..., C); `axis` follows.
+Dims memory_order(const Dims& d, TensorFormat format, int64_t* axis) {
+  if (format != TensorFormat::kChannelsLast || d.rank() < 3) return d;
+  Dims m;
+  m.push_back(d[0]);
+  for (int i = 2; i < d.rank(); ++i) m.push_back(d[i]);
+  m.push_back(d[1]);
+  if (axis) *axis = *axis == 1 ? d.rank() - 1 : (*axis >= 2 ? *axis - 1 : *axis);
+  return m;
+}
+
+// Where logical axis k of a rank-r channels-last tensor is stored: N first, C last, the spatial
+// axes in between.
+int64_t memory_axis(int64_t k, int r) { return k == 0 ? 0 : k == 1 ? r - 1 : k - 1; }
+
+// One transpose doing what transpose(x, q) -> reshape(R) -> transpose(p2) does, where x is stored
+// row-major with dims P; false when there is none. The dims after the first transpose and R are
+// split into their common factors (the reshape keeps row-major order, so an axis of extent a
+// that R splits into b x a/b is the same data viewed as [b, a/b]); over those factors the
+// reshape is the identity and both transposes permute whole factor groups. Extent-1 axes are
+// dropped first (they do not move data). Fails where the two factorizations do not nest
+// (e.g. 6x4 -> 4x6).
+bool compose_shuffle(const std::vector<int64_t>& P, const std::vector<int64_t>& q, const std::vector<int64_t>& R,
+                     const std::vector<int64_t>& p2, TransposePlan* out) {
+  for (int64_t e : P) {
+    if (e == 0) return false;  // nothing moves; the two-step plans handle it
+  }
+  std::vector<int64_t> dext, dsrc;  // dims after the first transpose (no 1s) and their axis of P
+  for (int64_t a : q) {
+    if (P[static_cast<size_t>(a)] != 1) {
+      dext.push_back(P[static_cast<size_t>(a)]);
+      dsrc.push_back(a);
+    }
+  }
+  std::vector<int64_t> rext, ridx(R.size(), -1);
+  for (size_t k = 0; k < R.size(); ++k) {
+    if (R[k] != 1) {
+      ridx[k] = static_cast<int64_t>(rext.size());
+      rext.push_back(R[k]);
+    }
+  }
+  std::vector<int64_t> factors;
+  std::vector<std::vector<size_t>> gd(dext.size()), gr(rext.size());
+  size_t i = 0, k = 0;
+  int64_t a = dext.empty() ? 1 : dext[0], b = rext.empty() ? 1 : rext[0];
+  while (i < dext.size() && k < rext.size()) {
+    const int64_t f = std::min(a, b);
+    if (a % f != 0 || b % f != 0) return false;
+    gd[i].push_back(factors.size());
+    gr[k].push_back(factors.size());
+    factors.push_back(f);
+    a /= f;
+    b /= f;
+    if (a == 1 && ++i < dext.size()) a = dext[i];
+    if (b == 1 && ++k < rext.size()) b = rext[k];
+  }
+  if (i != dext.size() || k != rext.size()) return false;
+  // The input viewed as its factors in memory order, and each factor's position there.
+  std::vector<int64_t> in_dims, in_pos(factors.size());
+  for (size_t ax = 0; ax < P.size(); ++ax) {
+    if (P[ax] == 1) continue;
+    const size_t j = static_cast<size_t>(std::find(dsrc.begin(), dsrc.end(), static_cast<int64_t>(ax)) - dsrc.begin());
+    for (size_t f : gd[j]) {
+      in_pos[f] = static_cast<int64_t>(in_dims.size());
+      in_dims.push_back(factors[f]);
+    }
+  }
+  std::vector<int64_t> perm;
+  for (int64_t o : p2) {
+    const int64_t r = ridx[static_cast<size_t>(o)];
+    if (r < 0) continue;
+    for (size_t f : gr[static_cast<size_t>(r)]) perm.push_back(in_pos[f]);
+  }
+  *out = plan_transpose(in_dims, perm);
+  return true;
+}
 
 template <typename E>
 void transpose_blocked(const TransposePlan& p, const E* src, E* dst, int num_threads) {
@@ -577,6 +654,9 @@ void transpose_fast(const TransposePlan& p, DataType type, const void* src, void
   });
 }
 
+// Shuffle in one transpose where the reshape lets the two compose (compose_shuffle), else at most
+// two; the input may be channels-last (the layout pass then feeds it without a Reformat: the
+// first transpose starts from the stored order), the output is linear.
 class ShuffleFast : public Kernel {
  public:
   explicit ShuffleFast(const Layer& layer)
@@ -585,10 +665,8 @@ class ShuffleFast : public Kernel {
 
   void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {
-    const auto [p1, p2] = plans(inputs.at(0).dims, outputs.at(0).dims);
-    workspace_ = moves_data(p1) && moves_data(p2)
-                     ? static_cast<size_t>(outputs[0].dims.volume()) * data_type_size(outputs[0].type)
-                     : 0;
+    const Plans p = plans(inputs.at(0).dims, inputs.at(0).format, outputs.at(0).dims);
+    workspace_ = p.two_steps ? static_cast<size_t>(outputs[0].dims.volume()) * data_type_size(outputs[0].type) : 0;
   }
   size_t workspace_size() const override { return workspace_; }
 
@@ -596,39 +674,49 @@ class ShuffleFast : public Kernel {
     const TensorView& x = ctx.inputs.at(0);
     const TensorView& y = ctx.outputs.at(0);
     if (y.count() == 0) return;
-    const auto [p1, p2] = plans(x.dims, y.dims);
-    if (!moves_data(p2)) return transpose_fast(p1, x.type, x.data, y.data, ctx.num_threads);
-    if (!moves_data(p1)) return transpose_fast(p2, x.type, x.data, y.data, ctx.num_threads);
+    const Plans p = plans(x.dims, x.format, y.dims);
+    if (!p.two_steps) return transpose_fast(p.first, x.type, x.data, y.data, ctx.num_threads);
     if (ctx.workspace_size < static_cast<size_t>(y.count()) * data_type_size(y.type) || !ctx.workspace) {
       throw Error("Shuffle fast: needs a workspace of the output's size (prepare() was not called?)");
     }
-    transpose_fast(p1, x.type, x.data, ctx.workspace, ctx.num_threads);
-    transpose_fast(p2, x.type, ctx.workspace, y.data, ctx.num_threads);
+    transpose_fast(p.first, x.type, x.data, ctx.workspace, ctx.num_threads);
+    transpose_fast(p.second, x.type, ctx.workspace, y.data, ctx.num_threads);
   }
 
  private:
-  std::pair<TransposePlan, TransposePlan> plans(const Dims& x, const Dims& y) const {
-    const auto p1 = identity_if_empty(first_, x.rank());
+  struct Plans {
+    TransposePlan first, second;  // second: only with two_steps
+    bool two_steps = false;
+  };
+
+  Plans plans(const Dims& x, TensorFormat format, const Dims& y) const {
+    const int r = x.rank();
+    auto q = identity_if_empty(first_, r);
     const auto p2 = identity_if_empty(second_, y.rank());
-    Dims reshaped = y;
-    for (int k = 0; k < y.rank(); ++k) reshaped[static_cast<int>(p2[static_cast<size_t>(k)])] = y[k];
-    return {plan_transpose(x, p1), plan_transpose(reshaped, p2)};
+    std::vector<int64_t> stored(x.begin(), x.end());
+    if (format == TensorFormat::kChannelsLast && r >= 3) {
+      const Dims m = memory_order(x, format, nullptr);
+      stored.assign(m.begin(), m.end());
+      for (int64_t& a : q) a = memory_axis(a, r);
+    }
+    std::vector<int64_t> reshaped(y.begin(), y.end());
+    for (int k = 0; k < y.rank(); ++k) reshaped[static_cast<size_t>(p2[static_cast<size_t>(k)])] = y[k];
+    Plans p;
+    if (compose_shuffle(stored, q, reshaped, p2, &p.first)) return p;
+    p.first = plan_transpose(stored, q);
+    p.second = plan_transpose(reshaped, p2);
+    if (!moves_data(p.second)) return p;
+    if (!moves_data(p.first)) {
+      p.first = p.second;
+      return p;
+    }
+    p.two_steps = true;
+    return p;
   }
 
   std::vector<int64_t> first_, second_;
   size_t workspace_ = 0;
 };
-
-// Dims in memory order: channels-last moves axis 1 last (N, spatial..., C); `axis` follows.
-Dims memory_order(const Dims& d, TensorFormat format, int64_t* axis) {
-  if (format != TensorFormat::kChannelsLast || d.rank() < 3) return d;
-  Dims m;
-  m.push_back(d[0]);
-  for (int i = 2; i < d.rank(); ++i) m.push_back(d[i]);
-  m.push_back(d[1]);
-  if (axis) *axis = *axis == 1 ? d.rank() - 1 : (*axis >= 2 ? *axis - 1 : *axis);
-  return m;
-}
 
 // Every input and the output in one format (channels-last needs rank >= 3).
 bool concat_fast_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
@@ -673,6 +761,17 @@ void concat_fast(const KernelContext& ctx) {
       std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(out_row / std::max<int64_t>(k_inputs, 1), 1)));
 }
 
+// The data input linear or channels-last (rank >= 3), the shape input and the output linear.
+bool shuffle_fast_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  if (layer.num_outputs() > 0 && layer.output(0) && layer.output(0)->format() != TensorFormat::kLinear) return false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorDesc& d = inputs[i];
+    if (!d.present || d.format == TensorFormat::kLinear) continue;
+    if (i != 0 || d.format != TensorFormat::kChannelsLast || d.dims.rank() < 3) return false;
+  }
+  return true;
+}
+
 KernelEntry reference(const char* type, FunctionKernel::Fn fn, KernelSupportsFn supports = all_linear) {
   return KernelEntry{DeviceType::kCPU, type, "reference", 0, std::move(supports), function_kernel(std::move(fn))};
 }
@@ -685,7 +784,7 @@ KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerShuffle, "reference", 0
 KILN_REGISTER_KERNEL(reference(kLayerConcatenation, [](const KernelContext& ctx) { concat_or_split(ctx, false); }));
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerConcatenation, "fast", 10, concat_fast_supports,
                                  function_kernel(concat_fast)});
-KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerShuffle, "fast", 10, all_linear,
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerShuffle, "fast", 10, shuffle_fast_supports,
                                  [](const Layer& layer) { return std::make_unique<ShuffleFast>(layer); }});
 KILN_REGISTER_KERNEL(reference(kLayerSplit, [](const KernelContext& ctx) { concat_or_split(ctx, true); }));
 KILN_REGISTER_KERNEL(reference(kLayerSlice, slice_execute));

@@ -186,6 +186,47 @@ class LayoutAssigner {
     return ok;
   }
 
+  // Whether layer `l`, outside every region, can take its activation input `i` channels-last with
+  // its output linear, at every shape point: a CPU Shuffle (the "fast" kernel starts its first
+  // transpose from the stored order, so a Reformat followed by a transpose becomes one
+  // transpose). Other layer types are not asked: a supports() that ignores formats would take
+  // channels-last data as linear.
+  bool reads_channels_last(const Layer& l, int i) const {
+    if (ctx_.config.device != DeviceType::kCPU || l.type() != kLayerShuffle) return false;
+    for (int o = 0; o < l.num_outputs(); ++o) {
+      if (l.output(o)->format() != TensorFormat::kLinear) return false;
+    }
+    std::vector<std::vector<TensorDesc>> descs;
+    for (const TensorStates& states : all_states_) {
+      std::vector<TensorDesc> d;
+      for (int k = 0; k < l.num_inputs(); ++k) {
+        TensorDesc desc;
+        const Tensor* t = l.input(k);
+        if (!t) {
+          desc.present = false;
+        } else {
+          auto it = states.find(t);
+          desc.type = it != states.end() ? it->second.type : t->type();
+          desc.dims = it != states.end() ? it->second.dims : t->dims();
+          desc.value = it != states.end() ? it->second.value.get() : nullptr;
+          desc.format = k == i ? TensorFormat::kChannelsLast : t->format();
+        }
+        d.push_back(desc);
+      }
+      descs.push_back(std::move(d));
+    }
+    // Some kernel must take it; one without supports() makes no claim about formats and could
+    // still be chosen, so then the answer is no.
+    bool any = false;
+    for (const KernelEntry* e : KernelRegistry::instance().find(ctx_.config.device, l.type())) {
+      if (!e->supports) return false;
+      const bool ok =
+          std::all_of(descs.begin(), descs.end(), [&](const std::vector<TensorDesc>& d) { return e->supports(l, d); });
+      any = any || ok;
+    }
+    return any;
+  }
+
   // Reformats a region would need: activations entering from outside and leaving to outside.
   int count_edges(const std::vector<Layer*>& layers) const {
     std::set<const Layer*> members(layers.begin(), layers.end());
@@ -226,6 +267,12 @@ class LayoutAssigner {
       for (int i : activation_inputs(*l)) {
         Tensor* t = l->input(i);
         const TensorFormat want = inside ? TensorFormat::kChannelsLast : TensorFormat::kLinear;
+        if (!inside && t->format() == TensorFormat::kChannelsLast && reads_channels_last(*l, i)) {
+          passes::log_change(ctx_, "layout: " + quote(l->name()) + " reads channels-last " + quote(t->name()) +
+                                       " directly (no Reformat)");
+          ++changes;
+          continue;
+        }
         if (t->format() != want) {
           l->set_input(i, reformatted(t, want));
           ++changes;

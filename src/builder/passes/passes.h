@@ -1,7 +1,7 @@
 // The builder's graph passes. Each pass rewrites the network in place, returns the number of
 // changes it made and appends one human-readable line per change to ctx.log. The builder
 // (src/builder/builder.cpp) should run them in this order, each unless disabled by name:
-//   constant_folding, dead_layer_elimination, conv_bn_folding, activation_fusion,
+//   constant_folding, dead_layer_elimination, conv_bn_folding, shuffle_merge, activation_fusion,
 //   elementwise_fusion, dead_layer_elimination
 // (activation fusion must see the Conv+BN result, and element-wise fusion must run after
 // activation fusion so that activations it can put on a convolution stay there).
@@ -44,6 +44,9 @@ int pass_conv_bn_folding(Network& network, PassContext& ctx);
 int pass_activation_fusion(Network& network, PassContext& ctx);
 // Chains of element-wise layers -> one FusedElementWise layer (program format: src/ir/ops_fused.h).
 int pass_elementwise_fusion(Network& network, PassContext& ctx);
+// Shuffle then Shuffle (the second only transposing, the first with no second transpose) -> one
+// Shuffle (CPU builds).
+int pass_shuffle_merge(Network& network, PassContext& ctx);
 // BuilderConfig::fp16: runs each layer in float16 where the device has a kernel for it, with
 // casts only where a tensor's type changes; network inputs/outputs keep their declared types.
 int pass_fp16_precision(Network& network, PassContext& ctx);
