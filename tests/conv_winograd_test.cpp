@@ -1,6 +1,6 @@
 // The "onednn_winograd" CPU tactic of Convolution (src/backends/cpu/conv_onednn.cpp): oneDNN's
-// Winograd F(2x2, 3x3) for 3x3, stride 1, ungrouped, undilated convolutions on images of at least
-// 14x14, against the reference kernel (the op harness: guard bytes, NaN checks, the reference as
+// Winograd F(2x2, 3x3) for 3x3, stride 1, ungrouped, undilated convolutions with at least 32 input
+// channels on images of at least 14x14, against the reference kernel (the op harness: guard bytes, NaN checks, the reference as
 // oracle), with bias, padding or none, a fused ReLU and a residual sum. The op table's convolution
 // cases are smaller than 14x14, so they do not reach this tactic. Skips where oneDNN has no
 // Winograd kernel for the CPU (it has one for AVX-512 only).
@@ -26,8 +26,8 @@ TEST(ConvWinograd, MatchesTheReferenceKernel) {
     GTEST_SKIP() << "kiln was built without oneDNN";
   }
   const std::vector<WinogradCase> cases = {
-      {16, 32, 14, true, false, false}, {64, 64, 28, true, true, false}, {32, 16, 16, false, false, false},
-      {64, 64, 28, true, true, true},   {8, 24, 20, true, false, true},
+      {32, 32, 14, true, false, false}, {64, 64, 28, true, true, false}, {32, 16, 16, false, false, false},
+      {64, 64, 28, true, true, true},   {48, 24, 20, true, false, true},
   };
   int ran = 0;
   for (const WinogradCase& k : cases) {
@@ -87,6 +87,7 @@ TEST(ConvWinograd, DeclinesWhatItDoesNotCover) {
       {"stride_2", Dims{1, 16, 28, 28}, Dims{16, 16, 3, 3}, stride2},
       {"grouped", Dims{1, 16, 28, 28}, Dims{16, 8, 3, 3}, group2},
       {"1x1_kernel", Dims{1, 16, 28, 28}, Dims{16, 16, 1, 1}, {}},
+      {"16_input_channels", Dims{1, 16, 28, 28}, Dims{32, 16, 3, 3}, {}},
   };
   for (const Other& o : others) {
     test::OpCase c;

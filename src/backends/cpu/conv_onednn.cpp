@@ -12,8 +12,8 @@
 // reordered into the workspace on every execute.
 //
 // "onednn_winograd" (priority 110, before the direct kernels where it applies): oneDNN's Winograd
-// F(2x2, 3x3) convolution for 3x3, stride 1, undilated, ungrouped 2-D convolutions on images of
-// at least 14x14. It needs blocked formats, so x and y are reordered through the workspace in any
+// F(2x2, 3x3) convolution for 3x3, stride 1, undilated, ungrouped 2-D convolutions with at least
+// 32 input channels on images of at least 14x14. It needs blocked formats, so x and y are reordered through the workspace in any
 // layout. On this project's AVX-512 machine it ran ResNet-50's 3x3 convolutions at 56x56 and
 // 28x28 1.3-1.5x faster than the direct kernels, reorders included (1 thread), 14x14 ~1.1x;
 // oneDNN declines it where the ISA has no kernel (AVX2) or the fused activation has no post-op
@@ -341,6 +341,9 @@ bool supports_conv(const Layer& layer, const std::vector<TensorDesc>& inputs, bo
     // and the reorders cost more than it saves (1.53 -> 1.91 ms for 512 channels).
     const Dims& x = inputs[0].dims;
     if (x.rank() != 4 || x[2] < 0 || x[3] < 0 || x[2] * x[3] < 14 * 14) return false;
+    // Fewer than 32 input channels: the transforms cost more than the products save (SqueezeNet's
+    // 16-channel fire modules at 55x55: 2 threads, batch 8, 17.2-17.7 ms without, 18.9-19.0 with).
+    if (x[1] < 32) return false;
   }
   if (inputs[0].dims.is_dynamic() || inputs[1].dims.is_dynamic()) return true;  // decided in prepare()
   ConvGeometry g;
