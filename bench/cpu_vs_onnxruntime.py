@@ -25,8 +25,15 @@ scripts/make_mobilenet_v3.py, on request) and each batch size:
     ONNX Runtime session on the same thread count for the whole run, one inference every
     --contention-period-ms (default 10 ms), with ORT's default spin-waiting: what a server whose
     cores another model shares sees. Both engines are measured under it.
+  * with --contexts N (N >= 2) the benchmark measures throughput instead of latency: N execution
+    contexts of one kiln engine (`kiln bench --streams N`, each context on its own thread with
+    --threads / N threads) against N ONNX Runtime sessions of the same model run by N Python
+    threads at once (intra_op_num_threads = --threads / N; session.run releases the GIL), each
+    doing --iterations runs per round; inferences per second over the round's wall time. What a
+    server with N model instances on the same cores sees. Outputs are checked in the latency mode.
 Prints a table (model, batch, ORT median ms, kiln median ms, kiln/ORT of the medians and of the
-minimums) and, with --out, writes it as markdown (.md) or JSON (any other extension).
+minimums; with --contexts: inferences/s of both and kiln/ORT of the throughputs) and, with --out,
+writes it as markdown (.md) or JSON (any other extension).
 
 Usage: python3 bench/cpu_vs_onnxruntime.py [--kiln build/kiln] [--threads 2] [--rounds 3] [--out bench/out/cpu.md]
 """
@@ -40,6 +47,7 @@ import platform
 import shutil
 import statistics
 import subprocess
+import threading
 import sys
 import time
 
@@ -211,6 +219,92 @@ def bench_one(kiln, name, path, batch, args):
     return row
 
 
+def ort_throughput(model_path, inputs, contexts, threads, warmup, iterations, spin=True):
+    """Inferences per second of `contexts` sessions run at once by as many Python threads."""
+    sessions = [ort_session(model_path, threads, spin) for _ in range(contexts)]
+    start = threading.Barrier(contexts + 1)
+    errors = []
+
+    def worker(session):
+        try:
+            for _ in range(warmup):
+                session.run(None, inputs)
+        except Exception as e:  # reported below, after the barrier
+            errors.append(e)
+        start.wait()
+        try:
+            for _ in range(iterations):
+                session.run(None, inputs)
+        except Exception as e:
+            errors.append(e)
+
+    workers = [threading.Thread(target=worker, args=(s,)) for s in sessions]
+    for w in workers:
+        w.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t0
+    del sessions
+    gc.collect()
+    if errors:
+        raise RuntimeError(f"onnxruntime: {errors[0]}")
+    return contexts * iterations / wall
+
+
+def bench_contexts(kiln, name, path, batch, args):
+    model_path = os.path.join(path, "model.onnx")
+    inputs = load_inputs(path, graph_inputs(model_path), batch)
+    case_dir = os.path.join(args.workdir, f"{name}_b{batch}")
+    os.makedirs(case_dir, exist_ok=True)
+    per_context = max(1, args.threads // args.contexts)
+    row = {"model": name, "batch": batch, "threads": args.threads, "contexts": args.contexts,
+           "threads_per_context": per_context}
+    env = dict(os.environ, OMP_NUM_THREADS=str(per_context))
+    if args.no_spin:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    input_flags, shapes = [], []
+    for i, (input_name, array) in enumerate(inputs.items()):
+        file = os.path.join(case_dir, f"input_{i}.npy")
+        np.save(file, array)
+        input_flags += ["--input", f"{input_name}={file}"]
+        shapes.append(f"{input_name}:{'x'.join(str(d) for d in array.shape)}")
+    engine = os.path.join(case_dir, "model.kiln")
+    try:
+        run_checked([kiln, "build", "--onnx", model_path, "--save-engine", engine, "--shapes", ",".join(shapes),
+                     "--threads", str(per_context), *args.kiln_build_arg], env)
+        cmd = [kiln, "bench", "--engine", engine, *input_flags, "--streams", str(args.contexts), "--threads",
+               str(per_context), "--warmup", str(args.warmup), "--iterations", str(args.iterations),
+               "--duration", "0", "--json"]
+        ort_rates, kiln_rates = [], []
+        for _ in range(args.rounds):
+            ort_rates.append(ort_throughput(model_path, inputs, args.contexts, per_context, args.warmup,
+                                            args.iterations, not args.no_spin))
+            kiln_rates.append(json.loads(run_checked(cmd, env).stdout)["throughput_qps"])
+        row["ort_per_s"] = statistics.median(ort_rates)
+        row["kiln_per_s"] = statistics.median(kiln_rates)
+        row["ratio"] = row["kiln_per_s"] / row["ort_per_s"]
+        row["round_ratios"] = [k / o for k, o in zip(kiln_rates, ort_rates)]
+    except (RuntimeError, KeyError, ValueError, OSError) as e:
+        row["error"] = str(e)
+    return row
+
+
+def contexts_table(rows):
+    lines = ["| model | batch | contexts x threads | ORT inferences/s | kiln inferences/s | kiln/ORT throughput "
+             "| per-round kiln/ORT |", "|---|---:|---|---:|---:|---:|---|"]
+    for r in rows:
+        shape = f"{r['contexts']} x {r['threads_per_context']}"
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['batch']} | {shape} | — | error | — | {r['error']} |")
+        else:
+            rounds = " ".join(f"{x:.2f}" for x in r["round_ratios"])
+            lines.append(f"| {r['model']} | {r['batch']} | {shape} | {r['ort_per_s']:.1f} | {r['kiln_per_s']:.1f} | "
+                         f"{r['ratio']:.2f} | {rounds} |")
+    return "\n".join(lines)
+
+
 def fmt(v, spec):
     return "—" if v is None else format(v, spec)
 
@@ -263,6 +357,9 @@ def main():
                              "cores during the whole benchmark")
     parser.add_argument("--contention-period-ms", type=float, default=10.0,
                         help="the neighbour runs one inference per this many ms (default 10)")
+    parser.add_argument("--contexts", type=int, default=1,
+                        help="N >= 2: throughput of N contexts (kiln) / sessions (ORT) at once on --threads threads "
+                             "shared among them, instead of latency (default 1: latency)")
     parser.add_argument("--out", help="write the results to this file: .md for markdown, else JSON")
     args = parser.parse_args()
 
@@ -273,6 +370,8 @@ def main():
     version = subprocess.run([kiln, "--version"], capture_output=True, text=True).stdout.strip()
     if args.rounds < 1:
         sys.exit("cpu_vs_onnxruntime.py: --rounds must be at least 1")
+    if args.contexts < 1:
+        sys.exit("cpu_vs_onnxruntime.py: --contexts must be at least 1")
     print(f"{version} ({kiln}) vs onnxruntime {ort.__version__}; threads {args.threads}, "
           f"warmup {args.warmup}, iterations {args.iterations}, rounds {args.rounds}"
           f"{', no spin-waiting' if args.no_spin else ''}", flush=True)
@@ -284,7 +383,7 @@ def main():
         if neighbour:
             neighbour.terminate()
             neighbour.wait(timeout=30)
-    text = table(rows)
+    text = contexts_table(rows) if args.contexts > 1 else table(rows)
     if args.contention:
         text = (f"Under contention: a neighbour process ran {args.contention} through ONNX Runtime "
                 f"({args.threads} threads, spin-waiting on) every {args.contention_period_ms:g} ms during the whole run.\n\n"
@@ -330,7 +429,8 @@ def run_models(kiln, args):
             continue
         for batch in [int(b) for b in args.batches.split(",") if b]:
             print(f"{name} batch {batch} ...", flush=True)
-            rows.append(bench_one(kiln, name, path, batch, args))
+            bench = bench_contexts if args.contexts > 1 else bench_one
+            rows.append(bench(kiln, name, path, batch, args))
     return rows
 
 
@@ -340,7 +440,8 @@ def report(rows, text, version, args, ort):
         meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "kiln": version,
                 "onnxruntime": ort.__version__, "threads": args.threads, "iterations": args.iterations,
                 "warmup": args.warmup, "rounds": args.rounds, "no_spin": args.no_spin,
-                "contention": args.contention, "contention_period_ms": args.contention_period_ms, "kiln_build_args": args.kiln_build_arg, "machine": platform.processor() or platform.machine(),
+                "contention": args.contention, "contention_period_ms": args.contention_period_ms,
+                "contexts": args.contexts, "kiln_build_args": args.kiln_build_arg, "machine": platform.processor() or platform.machine(),
                 "cpus": os.cpu_count()}
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
@@ -349,9 +450,11 @@ def report(rows, text, version, args, ort):
                         f"{meta['onnxruntime']}, {args.threads} thread(s), {args.rounds} round(s) of {args.iterations} "
                         f"runs after {args.warmup} warmup per engine, {meta['cpus']} CPUs ({meta['machine']})"
                         f"{', no spin-waiting (--no-spin)' if args.no_spin else ''}"
+                        f"{f', throughput of {args.contexts} contexts at once (--contexts)' if args.contexts > 1 else ''}"
                         f"{', kiln build ' + ' '.join(args.kiln_build_arg) if args.kiln_build_arg else ''}.\n\n"
                         f"{text}\n\n"
-                        "kiln/ORT < 1 means kiln is faster.\n")
+                        + ("kiln/ORT > 1 means kiln serves more inferences per second.\n" if args.contexts > 1
+                           else "kiln/ORT < 1 means kiln is faster.\n"))
             else:
                 json.dump({"meta": meta, "results": rows}, f, indent=2)
         print(f"wrote {args.out}")
