@@ -1,9 +1,9 @@
 // The "onednn_winograd" CPU tactic of Convolution (src/backends/cpu/conv_onednn.cpp): oneDNN's
 // Winograd F(2x2, 3x3) for 3x3, stride 1, ungrouped, undilated convolutions with at least 32 input
-// channels on images of at least 14x14, against the reference kernel (the op harness: guard bytes, NaN checks, the reference as
-// oracle), with bias, padding or none, a fused ReLU and a residual sum. The op table's convolution
-// cases are smaller than 14x14, so they do not reach this tactic. Skips where oneDNN has no
-// Winograd kernel for the CPU (it has one for AVX-512 only).
+// channels on images of at least 14x14, against the reference kernel (the op harness: guard bytes, NaN checks, the
+// reference as oracle), with bias, padding or none, a fused ReLU and a residual sum. The op table's convolution cases
+// are smaller than 14x14, so they do not reach this tactic. Skips where oneDNN has no Winograd kernel for the CPU (it
+// has one for AVX-512 only).
 #include <gtest/gtest.h>
 
 #include <string>

@@ -13,8 +13,8 @@
 //
 // "onednn_winograd" (priority 110, before the direct kernels where it applies): oneDNN's Winograd
 // F(2x2, 3x3) convolution for 3x3, stride 1, undilated, ungrouped 2-D convolutions with at least
-// 32 input channels on images of at least 14x14. It needs blocked formats, so x and y are reordered through the workspace in any
-// layout. On this project's AVX-512 machine it ran ResNet-50's 3x3 convolutions at 56x56 and
+// 32 input channels on images of at least 14x14. It needs blocked formats, so x and y are reordered through the
+// workspace in any layout. On this project's AVX-512 machine it ran ResNet-50's 3x3 convolutions at 56x56 and
 // 28x28 1.3-1.5x faster than the direct kernels, reorders included (1 thread), 14x14 ~1.1x;
 // oneDNN declines it where the ISA has no kernel (AVX2) or the fused activation has no post-op
 // there (then the direct tactic runs).
