@@ -86,8 +86,8 @@ HostTensor run_tactic(const Built& b, const std::string& tactic, int threads) {
   ctx.num_threads = threads;
   const HostTensor* values[3] = {&b.a, &b.b, &b.c};
   for (size_t i = 0; i < d.size(); ++i) {
-    ctx.inputs.push_back(TensorView{DataType::kFloat32, d[i].dims, TensorFormat::kLinear,
-                                    const_cast<void*>(values[i]->data())});
+    ctx.inputs.push_back(
+        TensorView{DataType::kFloat32, d[i].dims, TensorFormat::kLinear, const_cast<void*>(values[i]->data())});
   }
   ctx.outputs.push_back(TensorView{DataType::kFloat32, out, TensorFormat::kLinear, y.data()});
   ctx.workspace = ws.empty() ? nullptr : ws.data();
@@ -102,8 +102,15 @@ TEST(GemvCpu, MatchesTheReferenceGemm) {
     for (int64_t K : {1, 15, 16, 33, 576}) {
       for (int64_t N : {1, 7, 100}) {
         for (int variant = 0; variant < 4; ++variant) {
-          const GemmCase g{M,         K, N, (variant & 1) != 0, (variant & 2) != 0, static_cast<int>((M + K + variant) % 3),
-                           variant == 3 ? "hard_swish" : variant == 1 ? "leaky_relu" : ""};
+          const GemmCase g{M,
+                           K,
+                           N,
+                           (variant & 1) != 0,
+                           (variant & 2) != 0,
+                           static_cast<int>((M + K + variant) % 3),
+                           variant == 3   ? "hard_swish"
+                           : variant == 1 ? "leaky_relu"
+                                          : ""};
           Built b;
           build(g, b);
           const HostTensor want = run_tactic(b, "reference", 1);

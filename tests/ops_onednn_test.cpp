@@ -47,8 +47,9 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
     ASSERT_NE(e, nullptr) << type;
     EXPECT_EQ(e->priority, 100) << type;
     // onednn is chosen before the reference; only a narrower specialist may rank above it:
-    // Pooling's direct NCHW max-pool "fast" tactic and Convolution's "onednn_winograd" (3x3,
-    // stride 1, ungrouped, images of at least 14x14), whose supports() are stricter.
+    // Pooling's direct NCHW max-pool "fast" tactic, Convolution's "onednn_winograd" (3x3,
+    // stride 1, ungrouped, at least 32 input channels, images of at least 14x14) and Gemm's
+    // "gemv" (1-4 rows against constant weights), whose supports() are stricter.
     const auto all = KernelRegistry::instance().find(DeviceType::kCPU, type);
     ASSERT_FALSE(all.empty());
     size_t onednn_at = all.size(), reference_at = all.size();
@@ -60,6 +61,10 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
     if (std::string(type) == kLayerConvolution) {
       ASSERT_GE(all.size(), 2u);
       EXPECT_EQ(all[0]->tactic, "onednn_winograd") << type;
+      EXPECT_EQ(all[1]->tactic, "onednn") << type;
+    } else if (std::string(type) == kLayerGemm) {
+      ASSERT_GE(all.size(), 2u);
+      EXPECT_EQ(all[0]->tactic, "gemv") << type;
       EXPECT_EQ(all[1]->tactic, "onednn") << type;
     } else if (std::string(type) != kLayerPooling) {
       EXPECT_EQ(all.front()->tactic, "onednn") << type;

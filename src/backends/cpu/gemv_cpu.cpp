@@ -30,40 +30,40 @@ namespace {
 constexpr int64_t kMaxRows = 4;
 
 // out[m * ldo + n] = sum_k a[m * K + k] * w[n * K + k] + bias[n], for n in [n0, n1), M rows.
-#define KILN_GEMV_ROWS(suffix)                                                                                   \
-  template <int M>                                                                                               \
-  void gemv_rows_##suffix(const float* __restrict a, const float* __restrict w, const float* __restrict bias,    \
-                          float* __restrict out, int64_t K, int64_t ldo, int64_t n0, int64_t n1) {              \
-    const int64_t k16 = K / 16 * 16;                                                                             \
-    for (int64_t n = n0; n < n1; ++n) {                                                                          \
-      const float* __restrict row = w + n * K;                                                                   \
-      float acc[M][16] = {};                                                                                     \
-      for (int64_t k = 0; k < k16; k += 16) {                                                                    \
-        for (int m = 0; m < M; ++m) {                                                                            \
-          const float* __restrict x = a + m * K + k;                                                             \
-          for (int l = 0; l < 16; ++l) acc[m][l] += x[l] * row[k + l];                                           \
-        }                                                                                                        \
-      }                                                                                                          \
-      for (int m = 0; m < M; ++m) {                                                                              \
-        float s = 0.0f;                                                                                          \
-        for (int l = 0; l < 16; ++l) s += acc[m][l];                                                             \
-        for (int64_t k = k16; k < K; ++k) s += a[m * K + k] * row[k];                                            \
-        out[m * ldo + n] = s + bias[n];                                                                          \
-      }                                                                                                          \
-    }                                                                                                            \
-  }                                                                                                              \
-  void gemv_##suffix(int64_t rows, const float* a, const float* w, const float* bias, float* out, int64_t K,     \
-                     int64_t ldo, int64_t n0, int64_t n1) {                                                      \
-    switch (rows) {                                                                                              \
-      case 1:                                                                                                    \
-        return gemv_rows_##suffix<1>(a, w, bias, out, K, ldo, n0, n1);                                           \
-      case 2:                                                                                                    \
-        return gemv_rows_##suffix<2>(a, w, bias, out, K, ldo, n0, n1);                                           \
-      case 3:                                                                                                    \
-        return gemv_rows_##suffix<3>(a, w, bias, out, K, ldo, n0, n1);                                           \
-      default:                                                                                                   \
-        return gemv_rows_##suffix<4>(a, w, bias, out, K, ldo, n0, n1);                                           \
-    }                                                                                                            \
+#define KILN_GEMV_ROWS(suffix)                                                                                \
+  template <int M>                                                                                            \
+  void gemv_rows_##suffix(const float* __restrict a, const float* __restrict w, const float* __restrict bias, \
+                          float* __restrict out, int64_t K, int64_t ldo, int64_t n0, int64_t n1) {            \
+    const int64_t k16 = K / 16 * 16;                                                                          \
+    for (int64_t n = n0; n < n1; ++n) {                                                                       \
+      const float* __restrict row = w + n * K;                                                                \
+      float acc[M][16] = {};                                                                                  \
+      for (int64_t k = 0; k < k16; k += 16) {                                                                 \
+        for (int m = 0; m < M; ++m) {                                                                         \
+          const float* __restrict x = a + m * K + k;                                                          \
+          for (int l = 0; l < 16; ++l) acc[m][l] += x[l] * row[k + l];                                        \
+        }                                                                                                     \
+      }                                                                                                       \
+      for (int m = 0; m < M; ++m) {                                                                           \
+        float s = 0.0f;                                                                                       \
+        for (int l = 0; l < 16; ++l) s += acc[m][l];                                                          \
+        for (int64_t k = k16; k < K; ++k) s += a[m * K + k] * row[k];                                         \
+        out[m * ldo + n] = s + bias[n];                                                                       \
+      }                                                                                                       \
+    }                                                                                                         \
+  }                                                                                                           \
+  void gemv_##suffix(int64_t rows, const float* a, const float* w, const float* bias, float* out, int64_t K,  \
+                     int64_t ldo, int64_t n0, int64_t n1) {                                                   \
+    switch (rows) {                                                                                           \
+      case 1:                                                                                                 \
+        return gemv_rows_##suffix<1>(a, w, bias, out, K, ldo, n0, n1);                                        \
+      case 2:                                                                                                 \
+        return gemv_rows_##suffix<2>(a, w, bias, out, K, ldo, n0, n1);                                        \
+      case 3:                                                                                                 \
+        return gemv_rows_##suffix<3>(a, w, bias, out, K, ldo, n0, n1);                                        \
+      default:                                                                                                \
+        return gemv_rows_##suffix<4>(a, w, bias, out, K, ldo, n0, n1);                                        \
+    }                                                                                                         \
   }
 KILN_GEMV_ROWS(baseline)
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -127,8 +127,8 @@ class GemvCpu : public Kernel {
                int) override {
     std::string why;
     if (!gemv_shape(layer, inputs, &shape_, &why)) {
-      throw Error("Gemm gemv: layer '" + layer.name() + "' is not a small-batch product with constant weights (" +
-                  why + ")");
+      throw Error("Gemm gemv: layer '" + layer.name() + "' is not a small-batch product with constant weights (" + why +
+                  ")");
     }
     const HostTensor* b = inputs[1].value;
     if (b == packed_from_ && weights_.size() == static_cast<size_t>(shape_.N * shape_.K)) return;
@@ -190,12 +190,11 @@ class GemvCpu : public Kernel {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL(KernelEntry{
-    DeviceType::kCPU, kLayerGemm, "gemv", 110,
-    [](const Layer& layer, const std::vector<TensorDesc>& inputs) {
-      GemvShape shape;
-      return gemv_shape(layer, inputs, &shape, nullptr);
-    },
-    [](const Layer& layer) { return std::make_unique<GemvCpu>(layer); }});
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerGemm, "gemv", 110,
+                                 [](const Layer& layer, const std::vector<TensorDesc>& inputs) {
+                                   GemvShape shape;
+                                   return gemv_shape(layer, inputs, &shape, nullptr);
+                                 },
+                                 [](const Layer& layer) { return std::make_unique<GemvCpu>(layer); }});
 
 }  // namespace kiln
