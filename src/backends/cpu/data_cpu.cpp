@@ -4,10 +4,11 @@
 // data type works; Fill "range" computes in float32/float64/int32/int64. Each kernel maps
 // output coordinates to input coordinates as directly as the layer's definition reads; speed
 // comes from the "fast" tactics at the end of this file (Concatenation as row memcpys, Shuffle
-// as at most two blocked transposes, both OpenMP-parallel) and in resize_cpu.cpp. Shape inputs
-// (Slice starts, pads, ...) are read from the input views, which are host memory on the CPU.
-// Layout: kLinear only, except the "fast" Concatenation, which also concatenates channels-last
-// tensors (all inputs and the output in one format) by the same row copies in memory order.
+// as one composed transpose where the reshape allows it, else two, both OpenMP-parallel) and in
+// resize_cpu.cpp. Shape inputs (Slice starts, pads, ...) are read from the input views, which are
+// host memory on the CPU. Layout: kLinear only, except the "fast" Concatenation, which also
+// concatenates channels-last tensors (all inputs and the output in one format) by the same row
+// copies in memory order, and the "fast" Shuffle, whose data input may be channels-last.
 #include <algorithm>
 #include <array>
 #include <cmath>
