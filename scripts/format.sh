@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Formats kiln's C++/CUDA sources with the checked-in .clang-format (clang-format 14, Debian 12's
 # `clang-format-14`; other versions break lines differently). third_party/ is left as vendored.
-# Usage: scripts/format.sh            format every tracked source in place
+# Usage: scripts/format.sh            format every source git tracks or would add (new files too)
 #        scripts/format.sh --check    change nothing; list the files that are not formatted and
 #                                     exit 1 if there are any (ctest `source_format` runs this)
 set -euo pipefail
@@ -15,7 +15,7 @@ if ! "$CF" --version | grep -q "version 14\."; then
   echo "format.sh: $CF is not clang-format 14 ($("$CF" --version)); the format is defined by version 14, skipping" >&2
   exit 77
 fi
-mapfile -t files < <(git ls-files -- '*.cpp' '*.h' '*.cu' '*.cuh' '*.hpp' '*.cc' 2>/dev/null | grep -v '^third_party/' ||
+mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.cpp' '*.h' '*.cu' '*.cuh' '*.hpp' '*.cc' 2>/dev/null | grep -v '^third_party/' ||
                      find src include tools tests plugins python serving bench examples \
                        -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh')
 if [[ "${1:-}" == "--check" ]]; then
