@@ -146,6 +146,25 @@ def run_checked(cmd, env):
     return proc
 
 
+def kiln_env(threads, no_spin):
+    """The kiln process's environment: its OpenMP thread count and, with --no-spin, passive waiting."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if no_spin:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env
+
+
+def kiln_inputs(inputs, case_dir):
+    """Saves the inputs as .npy files in case_dir; returns kiln's --input flags and --shapes entries."""
+    input_flags, shapes = [], []
+    for i, (input_name, array) in enumerate(inputs.items()):
+        file = os.path.join(case_dir, f"input_{i}.npy")
+        np.save(file, array)
+        input_flags += ["--input", f"{input_name}={file}"]
+        shapes.append(f"{input_name}:{'x'.join(str(d) for d in array.shape)}")
+    return input_flags, shapes
+
+
 def bench_one(kiln, name, path, batch, args):
     model_path = os.path.join(path, "model.onnx")
     names = graph_inputs(model_path)
@@ -161,15 +180,8 @@ def bench_one(kiln, name, path, batch, args):
     row["ort_median_ms"] = statistics.median(ort_samples)
     row["ort_min_ms"] = min(ort_samples)
 
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    if args.no_spin:
-        env["OMP_WAIT_POLICY"] = "PASSIVE"
-    input_flags, shapes = [], []
-    for i, (input_name, array) in enumerate(inputs.items()):
-        file = os.path.join(case_dir, f"input_{i}.npy")
-        np.save(file, array)
-        input_flags += ["--input", f"{input_name}={file}"]
-        shapes.append(f"{input_name}:{'x'.join(str(d) for d in array.shape)}")
+    env = kiln_env(args.threads, args.no_spin)
+    input_flags, shapes = kiln_inputs(inputs, case_dir)
     engine = os.path.join(case_dir, "model.kiln")
     try:
         t0 = time.perf_counter()
@@ -261,15 +273,8 @@ def bench_contexts(kiln, name, path, batch, args):
     per_context = max(1, args.threads // args.contexts)
     row = {"model": name, "batch": batch, "threads": args.threads, "contexts": args.contexts,
            "threads_per_context": per_context}
-    env = dict(os.environ, OMP_NUM_THREADS=str(per_context))
-    if args.no_spin:
-        env["OMP_WAIT_POLICY"] = "PASSIVE"
-    input_flags, shapes = [], []
-    for i, (input_name, array) in enumerate(inputs.items()):
-        file = os.path.join(case_dir, f"input_{i}.npy")
-        np.save(file, array)
-        input_flags += ["--input", f"{input_name}={file}"]
-        shapes.append(f"{input_name}:{'x'.join(str(d) for d in array.shape)}")
+    env = kiln_env(per_context, args.no_spin)
+    input_flags, shapes = kiln_inputs(inputs, case_dir)
     engine = os.path.join(case_dir, "model.kiln")
     try:
         run_checked([kiln, "build", "--onnx", model_path, "--save-engine", engine, "--shapes", ",".join(shapes),

@@ -666,8 +666,11 @@ class ShuffleFast : public Kernel {
 
   void prepare(const Layer&, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {
-    const Plans p = plans(inputs.at(0).dims, inputs.at(0).format, outputs.at(0).dims);
-    workspace_ = p.two_steps ? static_cast<size_t>(outputs[0].dims.volume()) * data_type_size(outputs[0].type) : 0;
+    x_ = inputs.at(0).dims;
+    format_ = inputs.at(0).format;
+    y_ = outputs.at(0).dims;
+    prepared_ = plans(x_, format_, y_);
+    workspace_ = prepared_.two_steps ? static_cast<size_t>(y_.volume()) * data_type_size(outputs[0].type) : 0;
   }
   size_t workspace_size() const override { return workspace_; }
 
@@ -675,7 +678,11 @@ class ShuffleFast : public Kernel {
     const TensorView& x = ctx.inputs.at(0);
     const TensorView& y = ctx.outputs.at(0);
     if (y.count() == 0) return;
-    const Plans p = plans(x.dims, x.format, y.dims);
+    // The plans prepare() made, unless called with other dims (then planned here).
+    const bool as_prepared = x.dims == x_ && x.format == format_ && y.dims == y_;
+    Plans replanned;
+    if (!as_prepared) replanned = plans(x.dims, x.format, y.dims);
+    const Plans& p = as_prepared ? prepared_ : replanned;
     if (!p.two_steps) return transpose_fast(p.first, x.type, x.data, y.data, ctx.num_threads);
     if (ctx.workspace_size < static_cast<size_t>(y.count()) * data_type_size(y.type) || !ctx.workspace) {
       throw Error("Shuffle fast: needs a workspace of the output's size (prepare() was not called?)");
@@ -716,6 +723,9 @@ class ShuffleFast : public Kernel {
   }
 
   std::vector<int64_t> first_, second_;
+  Dims x_, y_;
+  TensorFormat format_ = TensorFormat::kLinear;
+  Plans prepared_;
   size_t workspace_ = 0;
 };
 

@@ -130,6 +130,7 @@ class GemvCpu : public Kernel {
       throw Error("Gemm gemv: layer '" + layer.name() + "' is not a small-batch product with constant weights (" + why +
                   ")");
     }
+    if (trans_a_) a_rows_.resize(static_cast<size_t>(shape_.M * shape_.K));
     const HostTensor* b = inputs[1].value;
     if (b == packed_from_ && weights_.size() == static_cast<size_t>(shape_.N * shape_.K)) return;
     const bool trans_b = params_of<GemmParams>(layer).trans_b;
@@ -157,13 +158,11 @@ class GemvCpu : public Kernel {
     }
     const int64_t K = shape_.K, N = shape_.N;
     const float* av = a.as<const float>();
-    std::vector<float> transposed;
-    if (trans_a_) {  // A is K x M: the rows of A' gathered once (at most 4 x K floats)
-      transposed.resize(static_cast<size_t>(M * K));
+    if (trans_a_) {  // A is K x M: the rows of A' gathered once (at most 4 x K floats, sized by prepare())
       for (int64_t m = 0; m < M; ++m) {
-        for (int64_t k = 0; k < K; ++k) transposed[static_cast<size_t>(m * K + k)] = av[k * M + m];
+        for (int64_t k = 0; k < K; ++k) a_rows_[static_cast<size_t>(m * K + k)] = av[k * M + m];
       }
-      av = transposed.data();
+      av = a_rows_.data();
     }
     float* out = y.as<float>();
     const auto gemv = cpu::has_avx2_fma() ? &gemv_avx2 : &gemv_baseline;
@@ -184,7 +183,7 @@ class GemvCpu : public Kernel {
   PostOp post_;
   bool trans_a_ = false;
   GemvShape shape_;
-  std::vector<float> weights_, bias_;
+  std::vector<float> weights_, bias_, a_rows_;
   const HostTensor* packed_from_ = nullptr;
 };
 

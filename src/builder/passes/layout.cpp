@@ -135,6 +135,31 @@ class LayoutAssigner {
     return 2 * convs >= edges;
   }
 
+  // The layer's input descriptors at the first `points` shape points, with the inputs in
+  // `channels_last` asked about in that format and the others in their current one.
+  std::vector<std::vector<TensorDesc>> input_descs(const Layer& l, size_t points,
+                                                   const std::set<int>& channels_last) const {
+    std::vector<std::vector<TensorDesc>> descs(points);
+    for (size_t p = 0; p < points; ++p) {
+      const TensorStates& states = all_states_[p];
+      for (int i = 0; i < l.num_inputs(); ++i) {
+        TensorDesc d;
+        const Tensor* t = l.input(i);
+        if (!t) {
+          d.present = false;
+        } else {
+          auto it = states.find(t);
+          d.type = it != states.end() ? it->second.type : t->type();
+          d.dims = it != states.end() ? it->second.dims : t->dims();
+          d.value = it != states.end() ? it->second.value.get() : nullptr;
+          d.format = channels_last.count(i) ? TensorFormat::kChannelsLast : t->format();
+        }
+        descs[p].push_back(d);
+      }
+    }
+    return descs;
+  }
+
   bool can_run_channels_last(const Layer& l) const {
     if (!format_capable_type(l)) return false;
     const auto acts = activation_inputs(l);
@@ -151,24 +176,7 @@ class LayoutAssigner {
     // on the CPU one that declines some point would leave the layer to a reference kernel that
     // reads linear memory. CUDA asks at the first point only (its tactics are timed there).
     const size_t points = ctx_.config.device == DeviceType::kCPU ? all_states_.size() : 1;
-    std::vector<std::vector<TensorDesc>> descs(points);
-    for (size_t p = 0; p < points; ++p) {
-      const TensorStates& states = all_states_[p];
-      for (int i = 0; i < l.num_inputs(); ++i) {
-        TensorDesc d;
-        const Tensor* t = l.input(i);
-        if (!t) {
-          d.present = false;
-        } else {
-          auto it = states.find(t);
-          d.type = it != states.end() ? it->second.type : t->type();
-          d.dims = it != states.end() ? it->second.dims : t->dims();
-          d.value = it != states.end() ? it->second.value.get() : nullptr;
-          d.format = std::find(acts.begin(), acts.end(), i) != acts.end() ? TensorFormat::kChannelsLast : t->format();
-        }
-        descs[p].push_back(d);
-      }
-    }
+    const auto descs = input_descs(l, points, std::set<int>(acts.begin(), acts.end()));
     // Kernels read the output format from the layer's output tensors: ask with them channels-last.
     Layer& layer = const_cast<Layer&>(l);
     std::vector<TensorFormat> saved;
@@ -196,25 +204,7 @@ class LayoutAssigner {
     for (int o = 0; o < l.num_outputs(); ++o) {
       if (l.output(o)->format() != TensorFormat::kLinear) return false;
     }
-    std::vector<std::vector<TensorDesc>> descs;
-    for (const TensorStates& states : all_states_) {
-      std::vector<TensorDesc> d;
-      for (int k = 0; k < l.num_inputs(); ++k) {
-        TensorDesc desc;
-        const Tensor* t = l.input(k);
-        if (!t) {
-          desc.present = false;
-        } else {
-          auto it = states.find(t);
-          desc.type = it != states.end() ? it->second.type : t->type();
-          desc.dims = it != states.end() ? it->second.dims : t->dims();
-          desc.value = it != states.end() ? it->second.value.get() : nullptr;
-          desc.format = k == i ? TensorFormat::kChannelsLast : t->format();
-        }
-        d.push_back(desc);
-      }
-      descs.push_back(std::move(d));
-    }
+    const auto descs = input_descs(l, all_states_.size(), {i});
     // Some kernel must take it; one without supports() makes no claim about formats and could
     // still be chosen, so then the answer is no.
     bool any = false;
