@@ -146,10 +146,10 @@ TEST_F(CliBenchTest, JsonSummaryKeysAndCounts) {
   ASSERT_EQ(j["per_stream"].size(), 1u);
   EXPECT_EQ(j["per_stream"][0]["iterations"], n);
   const json& c = j["context_stats"];
-  for (const char* key :
-       {"inferences", "shape_plans_built", "shape_plan_hits", "shape_plans_evicted", "graph_captures",
-        "graph_instantiations", "graph_updates", "graph_replays", "graph_capture_failures", "plain_inferences",
-        "device_allocations", "shape_plan_ms", "capture_ms", "instantiate_ms", "update_ms"})
+  for (const char* key : {"inferences", "shape_plans_built", "shape_plan_hits", "shape_plans_evicted", "graph_captures",
+                          "graph_instantiations", "graph_updates", "graph_replays", "graph_capture_failures",
+                          "plain_inferences", "device_allocations", "thread_reductions", "thread_restorations",
+                          "shape_plan_ms", "capture_ms", "instantiate_ms", "update_ms"})
     EXPECT_TRUE(c.contains(key)) << key;
   EXPECT_EQ(c["inferences"].get<int64_t>(), n + j["warmup_iterations"].get<int64_t>());
   EXPECT_EQ(c["shape_plans_built"], 1);

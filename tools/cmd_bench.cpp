@@ -775,6 +775,8 @@ json Bench::report(double walltime_ms) {
     sum.graph_capture_failures += c.graph_capture_failures;
     sum.plain_inferences += c.plain_inferences;
     sum.device_allocations += c.device_allocations;
+    sum.thread_reductions += c.thread_reductions;
+    sum.thread_restorations += c.thread_restorations;
     sum.shape_plan_ms += c.shape_plan_ms;
     sum.capture_ms += c.capture_ms;
     sum.instantiate_ms += c.instantiate_ms;
@@ -827,6 +829,8 @@ json Bench::report(double walltime_ms) {
                         {"graph_capture_failures", sum.graph_capture_failures},
                         {"plain_inferences", sum.plain_inferences},
                         {"device_allocations", sum.device_allocations},
+                        {"thread_reductions", sum.thread_reductions},
+                        {"thread_restorations", sum.thread_restorations},
                         {"shape_plan_ms", sum.shape_plan_ms},
                         {"capture_ms", sum.capture_ms},
                         {"instantiate_ms", sum.instantiate_ms},
@@ -872,7 +876,12 @@ json Bench::report(double walltime_ms) {
       << format_fixed(sum.instantiate_ms) << " ms), updates " << sum.graph_updates << " ("
       << format_fixed(sum.update_ms) << " ms), replays " << sum.graph_replays << ", capture failures "
       << sum.graph_capture_failures << "; plain inferences " << sum.plain_inferences << "; device allocations "
-      << sum.device_allocations << "\n";
+      << sum.device_allocations;
+  if (!on_device_) {
+    out << "; thread count halved " << sum.thread_reductions << " time(s) because the cores were shared, restored "
+        << sum.thread_restorations << " time(s)";
+  }
+  out << "\n";
   return j;
 }
 

@@ -67,6 +67,8 @@ struct ContextStats {
   uint64_t graph_capture_failures = 0;  // captures that failed (the inference then ran without a graph)
   uint64_t plain_inferences = 0;        // inferences launched layer by layer
   uint64_t device_allocations = 0;      // allocations the context made (memory, per-shape buffers), kernels excluded
+  uint64_t thread_reductions = 0;       // CPU: times the thread count was halved because the cores were shared
+  uint64_t thread_restorations = 0;     // CPU: times it was doubled again once they were free
   double shape_plan_ms = 0;             // building shape plans
   double capture_ms = 0;                // capturing graphs (enqueueing every layer under capture)
   double instantiate_ms = 0;            // instantiating graphs
@@ -198,10 +200,23 @@ class ExecutionContext {
   // engine has none, the machine's cores divided among the engine's live contexts, so that
   // contexts running in parallel threads do not oversubscribe the cores). Each context runs its
   // kernels on its own OpenMP thread team. A change takes effect at the next inference; the
-  // plans of other thread counts are dropped. Throws kiln::Error outside 0..kMaxThreads.
+  // plans of the other count stay cached. Thread adaptation (below) may run fewer. Throws kiln::Error outside
+  // 0..kMaxThreads.
   void set_num_threads(int threads);
   // The thread count the next inference uses (CPU engines; 1 elsewhere).
   int num_threads() const;
+  // Thread adaptation (CPU engines; default on, unless the environment variable
+  // KILN_CPU_THREAD_ADAPTATION is 0, off or false when the context is created): while another
+  // process keeps the cores busy, a context whose thread count is over 1 halves it, and doubles it
+  // again once the cores are free. The signal is the share of each inference's wall-clock time the
+  // calling thread spent on a core, over windows of at least 20 ms of inference time: below 70%
+  // halves the count, 90% or more at a reduced count restores it. Each count has its own shape
+  // plans (built once, cached). ContextStats counts the changes and num_threads() says the current
+  // count. Off: the count stays what set_num_threads / the engine says, and results are the same
+  // bits run after run (some kernels split reductions among threads, so two counts may differ in
+  // the last bits). Turning it off or on goes back to the configured count.
+  void set_thread_adaptation(bool enabled);
+  bool thread_adaptation() const;
   // Concatenation elision (default on), decided anew for each set of input shapes: where a
   // Concatenation's inputs can be laid out back to back inside its output (the dims stored
   // outside the axis multiply to 1, e.g. batch 1 for a channel concatenation of linear

@@ -186,6 +186,8 @@ nb::dict stats_dict(const ContextStats& s) {
   d["graph_capture_failures"] = s.graph_capture_failures;
   d["plain_inferences"] = s.plain_inferences;
   d["device_allocations"] = s.device_allocations;
+  d["thread_reductions"] = s.thread_reductions;
+  d["thread_restorations"] = s.thread_restorations;
   d["shape_plan_ms"] = s.shape_plan_ms;
   d["capture_ms"] = s.capture_ms;
   d["instantiate_ms"] = s.instantiate_ms;
@@ -607,6 +609,10 @@ void bind_runtime(nb::module_& m) {
       .def_prop_rw(
           "num_threads", [](const PyContext& c) { return c.ctx->num_threads(); },
           [](PyContext& c, int n) { c.ctx->set_num_threads(n); })
+      .def_prop_rw(
+          "thread_adaptation", [](const PyContext& c) { return c.ctx->thread_adaptation(); },
+          [](PyContext& c, bool b) { c.ctx->set_thread_adaptation(b); },
+          "CPU: halve the thread count while other processes keep the cores busy (default on).")
       .def_prop_rw(
           "concat_elision", [](const PyContext& c) { return c.ctx->concat_elision(); },
           [](PyContext& c, bool b) { c.ctx->set_concat_elision(b); })

@@ -49,13 +49,17 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 // machine's cores shared among the engine's live contexts. Device engines' kernels take no host
 // threads: always 1 (as runtime.h says), so that creating another context does not change this
 // one's plan key (it did, and every shape was prepared again after a server's warm-up).
-int context_threads(const ContextImpl& c) {
+int configured_threads(const ContextImpl& c) {
   if (c.engine->data.device != DeviceType::kCPU) return 1;
   if (c.num_threads) return c.num_threads;
   if (c.engine->data.num_threads) return c.engine->data.num_threads;
   const int live = std::max(1, c.engine->live_contexts.load(std::memory_order_relaxed));
   return std::max(1, hardware_threads() / live);
 }
+
+// The count the next inference uses: the configured one, fewer while the cores are shared
+// (thread_adaptation.h).
+int context_threads(const ContextImpl& c) { return c.adaptation.threads(configured_threads(c)); }
 
 std::string shapes_text(const std::map<std::string, Dims>& dims) {
   std::string s;
@@ -247,6 +251,41 @@ void run_steps(ContextImpl& c, ShapePlan& plan, void* stream) {
   const auto& addresses = c.bindings.addresses();
   for (const OutputCopy& copy : plan.output_copies) {
     e.backend->copy_device_to_device(addresses[static_cast<size_t>(copy.io)], copy.source, copy.bytes, stream);
+  }
+}
+
+// A CPU inference whose thread count may adapt: runs the plan, then tells the adaptation how
+// much of the inference the calling thread spent on a core.
+void run_cpu_steps(ContextImpl& c, ShapePlan& plan) {
+  const int configured = configured_threads(c);
+  if (!c.adaptation.enabled() || configured <= 1 || c.profiling.enabled) {
+    run_steps(c, plan, nullptr);
+    return;
+  }
+  const int64_t cpu0 = ThreadAdaptation::thread_cpu_ns();
+  const auto t0 = std::chrono::steady_clock::now();
+  run_steps(c, plan, nullptr);
+  const auto t1 = std::chrono::steady_clock::now();
+  const int64_t cpu1 = ThreadAdaptation::thread_cpu_ns();
+  if (cpu0 < 0 || cpu1 < 0) return;
+  const int64_t wall = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(t1.time_since_epoch()).count();
+  const int before = plan.num_threads;
+  switch (c.adaptation.record(configured, wall, cpu1 - cpu0, now)) {
+    case ThreadAdaptation::Change::kReduced:
+      ++c.stats.thread_reductions;
+      log(Severity::kVerbose,
+          "the cores are shared (this context's thread was off its core for over 30% of its "
+          "inferences): " +
+              std::to_string(before) + " -> " + std::to_string(context_threads(c)) + " threads");
+      break;
+    case ThreadAdaptation::Change::kRestored:
+      ++c.stats.thread_restorations;
+      log(Severity::kVerbose, "the cores are free again: " + std::to_string(before) + " -> " +
+                                  std::to_string(context_threads(c)) + " threads");
+      break;
+    case ThreadAdaptation::Change::kNone:
+      break;
   }
 }
 
@@ -487,6 +526,12 @@ void ExecutionContext::set_num_threads(int threads) {
 
 int ExecutionContext::num_threads() const { return context_threads(*impl_); }
 
+void ExecutionContext::set_thread_adaptation(bool enabled) {
+  impl_->adaptation.set_enabled(enabled);  // back to the configured count
+}
+
+bool ExecutionContext::thread_adaptation() const { return impl_->adaptation.enabled(); }
+
 void ExecutionContext::set_profiling(bool enabled) {
   LayerProfile& p = impl_->profiling;
   const size_t n = impl_->engine->steps.size();
@@ -650,7 +695,11 @@ void ExecutionContext::enqueue(void* stream) try {
   }
   if (!want || !possible || (plan->capture_failed && !c.graph_explicit)) {
     ++c.stats.plain_inferences;
-    run_steps(c, *plan, stream);
+    if (e.data.device == DeviceType::kCPU) {
+      run_cpu_steps(c, *plan);
+    } else {
+      run_steps(c, *plan, stream);
+    }
     return;
   }
   if (void* exec = c.graphs.find(plan->id, c.bindings.addresses())) {

@@ -18,6 +18,7 @@
 #include "src/engine/engine_impl.h"
 #include "src/engine/graph_cache.h"
 #include "src/engine/shape_plan_cache.h"
+#include "src/engine/thread_adaptation.h"
 
 namespace kiln {
 
@@ -36,7 +37,8 @@ struct ContextImpl {
   EngineImpl* engine = nullptr;
   int profile = 0;
   std::shared_ptr<const ProfileInfo> profile_info;
-  int num_threads = 0;  // set_num_threads (0: automatic)
+  int num_threads = 0;          // set_num_threads (0: automatic)
+  ThreadAdaptation adaptation;  // CPU engines: fewer threads while the cores are shared
   bool concat_elision = true;
   std::map<std::string, Dims> input_dims;  // current input dims
   ShapePlanKey key;                        // of the current input dims

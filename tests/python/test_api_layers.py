@@ -201,7 +201,9 @@ def test_user_managed_memory_controls_stats_and_profiling():
     ctx.num_threads = 1
     ctx.concat_elision = False
     ctx.profiling = True
+    ctx.thread_adaptation = False
     assert (ctx.shape_cache_size, ctx.graph_cache_size, ctx.num_threads, ctx.concat_elision) == (4, 2, 1, False)
+    assert ctx.thread_adaptation is False
     assert ctx.optimization_profile == 0
     for batch in (1, 3, 1, 3):
         xv = RNG.standard_normal((batch, 8)).astype(np.float32)
@@ -212,6 +214,7 @@ def test_user_managed_memory_controls_stats_and_profiling():
         np.testing.assert_allclose(y, np.tanh(np.maximum(xv, 0)), rtol=1e-6)
     stats = ctx.stats
     assert stats["inferences"] == 4 and stats["shape_plans_built"] == 2 and stats["shape_plan_hits"] >= 2
+    assert stats["thread_reductions"] == 0 and stats["thread_restorations"] == 0
     assert "Activation" in ctx.profile_report() and ctx.layer_profile()[0]["runs"] >= 4
     ctx.reset_stats()
     assert ctx.stats["inferences"] == 0
