@@ -19,6 +19,10 @@
 //                           prepared per shape, CUDA graphs), so no request pays those first-time
 //                           costs (seconds on CUDA with cuDNN graph-API kernels); "none" skips it.
 //                           Default: batch_sizes on CUDA, none on the CPU (cheap first calls).
+//   input_copy_threads      threads per instance that help copy request inputs into the engine's
+//                           input (CPU) or pinned staging (CUDA) when a batch's input has at least
+//                           256 KiB (parallel_copy.h); 0: the instance's thread copies alone.
+//                           Default: 3 on CUDA, 0 on the CPU (whose cores run the inference).
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -36,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/kiln.h"
+#include "serving/triton/parallel_copy.h"
 #include "src/backends/backend.h"
 #include "triton/core/tritonbackend.h"
 
@@ -157,7 +162,24 @@ struct ModelState {
   int max_batch = 0;  // Triton's max_batch_size: 0 = no batch dim in requests
   std::vector<TensorInfo> inputs, outputs;
   int threads = 0;
+  int input_copy_threads = 0;  // workers per instance helping the input copy (ParallelCopier)
 };
+
+// The `input_copy_threads` parameter: "" when not given (the device's default), else a number
+// 0..64; anything else fails the model's load (the caller's message names the model).
+constexpr int kMaxInputCopyThreads = 64;
+int parse_input_copy_threads(const ModelState& m, DeviceType device) {
+  const std::string text = parameter(m.config, "input_copy_threads");
+  if (text.empty()) return device == DeviceType::kCPU ? 0 : 3;
+  const bool digits =
+      text.size() <= 3 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || std::stoi(text) > kMaxInputCopyThreads) {
+    throw Error("parameter 'input_copy_threads' is \"" + text + "\"; expected an integer 0.." +
+                std::to_string(kMaxInputCopyThreads) +
+                " (threads per instance that help copy request inputs; 0: none)");
+  }
+  return std::stoi(text);
+}
 
 // The engine of a model: an engine file, or an ONNX file built now (and cached beside it).
 std::shared_ptr<Engine> load_engine(ModelState& m) {
@@ -379,6 +401,8 @@ struct InstanceState {
   void* stream = nullptr;
   std::vector<Staging> in, out;
   std::vector<Staging> pinned_in, pinned_out;
+  // Copies request inputs into `in` (CPU) or `pinned_in` (CUDA) with input_copy_threads helpers.
+  std::unique_ptr<ParallelCopier> copier;
   InstanceState() = default;
   InstanceState(const InstanceState&) = delete;
   InstanceState& operator=(const InstanceState&) = delete;
@@ -478,18 +502,12 @@ void send_error(TRITONBACKEND_Request* r, TRITONSERVER_Error_Code code, const st
   if (e) TRITONSERVER_ErrorDelete(e);
 }
 
-// Host copies of request inputs go in pieces of this size, so that a CUDA instance can queue each
-// piece's copy to the device while the next piece is copied on the host (the host copy and the DMA
-// overlap instead of running one after the other).
-constexpr uint64_t kGatherPiece = 256 * 1024;
-
-// Copies a request input (possibly in several buffers) to dst; when `copied` is given it is called
-// with each piece [from, to) of dst once that piece is in place, in order.
-void gather(TRITONBACKEND_Input* in, uint8_t* dst, uint64_t bytes,
-            const std::function<void(uint64_t from, uint64_t to)>& copied = {}) {
+// The host buffers of a request input, as copy segments into dst (bytes checked against the
+// shape's).
+void add_segments(TRITONBACKEND_Input* in, uint8_t* dst, uint64_t bytes, std::vector<CopySegment>& segments) {
   uint32_t buffers = 0;
   check(TRITONBACKEND_InputProperties(in, nullptr, nullptr, nullptr, nullptr, nullptr, &buffers), "InputProperties");
-  uint64_t done = 0, reported = 0;
+  uint64_t done = 0;
   for (uint32_t b = 0; b < buffers; ++b) {
     const void* src = nullptr;
     uint64_t n = 0;
@@ -499,20 +517,17 @@ void gather(TRITONBACKEND_Input* in, uint8_t* dst, uint64_t bytes,
     if (type == TRITONSERVER_MEMORY_GPU)
       throw Error("an input buffer is in GPU memory; this backend takes host buffers");
     if (done + n > bytes) throw Error("an input has more bytes than its shape says");
-    const auto* from = static_cast<const uint8_t*>(src);
-    for (uint64_t k = 0; k < n;) {
-      const uint64_t piece = std::min(n - k, kGatherPiece - (done - reported));
-      std::memcpy(dst + done, from + k, piece);
-      done += piece;
-      k += piece;
-      if (copied && done - reported == kGatherPiece) {
-        copied(reported, done);
-        reported = done;
-      }
-    }
+    if (n) segments.push_back({dst + done, src, n});
+    done += n;
   }
   if (done != bytes) throw Error("an input has fewer bytes than its shape says");
-  if (copied && done > reported) copied(reported, done);
+}
+
+// Bytes of input i in a request.
+uint64_t input_bytes(const ModelState& m, const Pending& p, size_t i) {
+  uint64_t n = data_type_size(m.inputs[i].type);
+  for (int64_t d : p.shapes[i]) n *= static_cast<uint64_t>(d);
+  return n;
 }
 
 // When the phases of one group's execution ended (now_ns()): inputs gathered and bound, kiln's
@@ -567,6 +582,7 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
   ModelState& m = *s.model;
   int64_t total = 0;
   for (const Pending& p : group) total += p.batch;
+  std::vector<CopySegment> segments;
   for (size_t i = 0; i < m.inputs.size(); ++i) {
     std::vector<int64_t> shape = group[0].shapes[i];
     if (m.max_batch > 0) shape[0] = total;
@@ -574,22 +590,27 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
     int64_t volume = 1;
     for (int64_t d : shape) volume *= d;
     const uint64_t bytes = static_cast<uint64_t>(volume) * data_type_size(m.inputs[i].type);
-    // CUDA: gathered into pinned memory piece by piece, each piece's copy to the device queued on
-    // the instance's stream as soon as it is there. CPU: gathered where the engine reads it.
+    // The requests' buffers are copied one after another (the batch dim concatenated) by the
+    // instance's thread and its input_copy_threads helpers, in chunks. CUDA: into pinned memory,
+    // each finished range's copy to the device queued on the instance's stream at once (by this
+    // thread, in order: parallel_copy.cpp says why), so the host copy and the DMA overlap. CPU:
+    // into the memory the engine reads. One input at a time: the ranges reported lie in one
+    // staging buffer, whose device twin is at the same offset.
     uint8_t* host = s.device ? s.pinned_in[i].reserve(bytes) : s.in[i].reserve(bytes);
     uint8_t* bound = s.device ? s.in[i].reserve(bytes) : host;
+    segments.clear();
     uint64_t offset = 0;
     for (const Pending& p : group) {
-      uint64_t n = data_type_size(m.inputs[i].type);
-      for (int64_t d : p.shapes[i]) n *= static_cast<uint64_t>(d);
-      if (s.device) {
-        gather(p.inputs[i], host + offset, n, [&](uint64_t from, uint64_t to) {
-          s.device->copy_host_to_device(bound + offset + from, host + offset + from, to - from, s.stream);
-        });
-      } else {
-        gather(p.inputs[i], host + offset, n);
-      }
+      const uint64_t n = input_bytes(m, p, i);
+      add_segments(p.inputs[i], host + offset, n, segments);
       offset += n;
+    }
+    if (s.device) {
+      s.copier->copy(segments, [&](uint8_t* from, size_t n) {
+        s.device->copy_host_to_device(bound + (from - host), from, n, s.stream);
+      });
+    } else {
+      s.copier->copy(segments);
     }
     s.ctx->set_tensor_address(m.inputs[i].name, bound);
   }
@@ -723,12 +744,17 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
     check(se, "MessageSerializeToJson");
     const std::string threads = parameter(state->config, "threads", "0");
     state->threads = std::stoi(threads);
+    // Checked before the (possibly long) engine build; the default depends on the engine's device.
+    parse_input_copy_threads(*state, DeviceType::kCPU);
     state->engine = load_engine(*state);
+    state->input_copy_threads = parse_input_copy_threads(*state, state->engine->device());
     reconcile_config(*state, model);
   });
   if (e) return e;
   log_line(TRITONSERVER_LOG_INFO, "kiln: model '" + state->name + "' loaded on " + to_string(state->engine->device()) +
-                                      " (max_batch_size " + std::to_string(state->max_batch) + ")");
+                                      " (max_batch_size " + std::to_string(state->max_batch) + ", " +
+                                      std::to_string(state->input_copy_threads) +
+                                      " input copy thread(s) per instance)");
   return TRITONBACKEND_ModelSetState(model, state.release());
 }
 
@@ -840,6 +866,10 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
     state->out.resize(m->outputs.size());
     for (Staging& st : state->in) st.backend = state->device;
     for (Staging& st : state->out) st.backend = state->device;
+    ParallelCopier::Options copy_options;
+    // CUDA: a device copy per 128 KiB at least (each costs the host a few microseconds).
+    if (state->device) copy_options.min_callback_bytes = 128 * 1024;
+    state->copier = std::make_unique<ParallelCopier>(m->input_copy_threads, copy_options);
     if (state->device) {
       state->stream = state->device->create_stream();
       for (size_t i = 0; i < m->inputs.size(); ++i) state->pinned_in.emplace_back(state->device, true);
@@ -854,7 +884,17 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* instance) {
   void* p = nullptr;
   if (TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceState(instance, &p)) return e;
-  delete static_cast<InstanceState*>(p);
+  auto* s = static_cast<InstanceState*>(p);
+  if (s && s->copier && s->copier->workers() > 0) {  // whether the helpers took part
+    const ParallelCopier::Stats st = s->copier->stats();
+    log_line(TRITONSERVER_LOG_INFO,
+             "kiln backend: model '" + s->model->name + "' instance '" + s->name + "': " + std::to_string(st.jobs) +
+                 " input copies, " + std::to_string(st.parallel_jobs) + " of them shared with " +
+                 std::to_string(s->copier->workers()) + " input copy thread(s); chunks copied by the instance " +
+                 std::to_string(st.chunks_by_caller) + ", by the helpers " + std::to_string(st.chunks_by_workers) +
+                 "; helpers woken " + std::to_string(st.wakeups) + " time(s)");
+  }
+  delete s;
   return nullptr;
 }
 
@@ -884,6 +924,14 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
                                                                           now_ns(), now_ns(), now_ns());
       if (e) TRITONSERVER_ErrorDelete(e);
     }
+  }
+  // Helpers asleep since the last execution start waking now, so that they are awake when the
+  // copy begins (the copy itself never waits for them).
+  if (s.copier->workers() > 0) {
+    uint64_t bytes = 0;
+    for (const Pending& p : good)
+      for (size_t i = 0; i < m.inputs.size(); ++i) bytes += input_bytes(m, p, i);
+    if (bytes >= s.copier->options().min_parallel_bytes) s.copier->wake();
   }
   auto same_shape = [&](const Pending& a, const Pending& b) {
     for (size_t i = 0; i < a.shapes.size(); ++i) {

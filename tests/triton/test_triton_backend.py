@@ -2,11 +2,13 @@
 nvidia-pytriton ships) on 127.0.0.1 with free ports, driven by tritonclient over HTTP and gRPC:
 results against ONNX Runtime's reference, concurrent clients under dynamic batching, bad requests
 that each get an error while the server keeps serving, a model whose configuration contradicts its
-engine, explicit load/unload cycles without growing memory, and the metrics endpoint. Skipped when
-nvidia-pytriton or tritonclient is not installed (scripts/install_deps.sh installs them). Every
-server is stopped by its PID. Needs KILN_TRITON_BACKEND_DIR (<build>/triton) and the kiln package
+engine, explicit load/unload cycles without growing memory, the metrics endpoint, and large inputs
+copied with the parameter input_copy_threads (answers equal to `kiln run`'s; a bad value fails the
+load). Skipped when nvidia-pytriton or tritonclient is not installed (scripts/install_deps.sh
+installs them). Every server is stopped by its PID. Needs KILN_TRITON_BACKEND_DIR (<build>/triton) and the kiln package
 on PYTHONPATH (<build>/python), which ctest sets."""
 import os
+import re
 import shutil
 import signal
 import socket
@@ -270,6 +272,128 @@ def test_warmup_runs_every_batch_size_at_load_and_a_bad_value_fails_the_load(dem
         np.testing.assert_allclose(infer_http(server, demo["x"], model="warm"), demo["ref"], rtol=1e-4, atol=1e-5)
     finally:
         server.stop()
+
+
+def make_large_input_model(path):
+    """A model whose request input is large (one image [3, 256, 256] fp32 = 768 KiB) and whose output
+    depends on every input element where it is (a 3x3 convolution keeping the image's size): a chunk
+    copied to the wrong place, or not at all, changes the output."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((3, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["image", "w"], ["out"], pads=[1, 1, 1, 1])], "large_input",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, 256, 256])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 3, 256, 256])],
+        [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+
+
+LARGE_CONFIG = """backend: "kiln"
+max_batch_size: 8
+dynamic_batching { max_queue_delay_microseconds: 20000 }
+instance_group [ { count: 1, kind: KIND_CPU } ]
+parameters { key: "threads" value { string_value: "1" } }
+"""
+
+
+@pytest.fixture(scope="module")
+def large(demo):
+    """A server (explicit model control) with the large-input model served with
+    input_copy_threads 2, and models whose input_copy_threads is not a number of threads."""
+    tmp = demo["tmp"]
+    repo = tmp / "repo_copy"
+    models = {"copy2": "2", "badcopy_word": "many", "badcopy_negative": "-1", "badcopy_huge": "1000"}
+    for name, value in models.items():
+        (repo / name / "1").mkdir(parents=True)
+        make_large_input_model(repo / name / "1" / "model.onnx")
+        (repo / name / "config.pbtxt").write_text(
+            LARGE_CONFIG + f'parameters {{ key: "input_copy_threads" value {{ string_value: "{value}" }} }}\n')
+    log = tmp / "server_copy.log"
+    server = Server(repo, log, extra=["--model-control-mode=explicit", "--load-model=copy2"])
+    yield {"server": server, "repo": repo, "log": log, "tmp": tmp}
+    server.stop()
+
+
+def kiln_run(engine, x, out_dir):
+    kiln = Path(BACKENDS).parent / "kiln"
+    if not kiln.exists():
+        pytest.skip(f"no kiln command at {kiln}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    np.save(out_dir / "image.npy", x)
+    r = subprocess.run([str(kiln), "run", "--engine", str(engine), "--input", f"image={out_dir / 'image.npy'}",
+                        "--output-dir", str(out_dir)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return np.load(out_dir / "out.npy")
+
+
+def infer_large(server, x, client=None):
+    inp = http.InferInput("image", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    return (client or server.client).infer("copy2", [inp]).as_numpy("out")
+
+
+def test_input_copy_threads_copy_large_inputs_exactly(large):
+    """input_copy_threads 2 on a CPU model: requests of 0.75 to 6 MiB (one request per execution,
+    then concurrent requests the dynamic batcher runs together, each request one piece of the
+    batch's input) answer exactly what `kiln run` computes on the engine the backend built."""
+    server, tmp = large["server"], large["tmp"]
+    log = large["log"].read_text()
+    assert "model 'copy2' loaded on cpu (max_batch_size 8, 2 input copy thread(s) per instance)" in log, log[-3000:]
+    engine = next((large["repo"] / "copy2" / "1").glob("model.onnx.*.kiln"))
+    rng = np.random.default_rng(17)
+    for batch in (1, 3, 8):  # 0.75, 2.25 and 6 MiB
+        x = rng.standard_normal((batch, 3, 256, 256)).astype(np.float32)
+        np.testing.assert_array_equal(infer_large(server, x), kiln_run(engine, x, tmp / f"copy_run_{batch}"))
+    # Concurrent batch-1 requests, batched by the server: each one's answer is its image's slice of
+    # kiln run on all of them (the same engine at another batch size: equal within rounding).
+    singles = rng.standard_normal((8, 3, 256, 256)).astype(np.float32)
+    expect = kiln_run(engine, singles, tmp / "copy_run_singles")
+    results, errors = {}, []
+
+    def client(k):
+        try:
+            own = http.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+            for _ in range(3):
+                results[k] = infer_large(server, singles[k:k + 1], client=own)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(len(singles))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    np.testing.assert_allclose(np.concatenate([results[k] for k in range(len(singles))]), expect, rtol=1e-5,
+                               atol=1e-5)
+    # The helpers were offered every copy (each input is over 256 KiB); unloading logs the counts.
+    server.client.unload_model("copy2")
+    deadline = time.time() + 30
+    while "input copies" not in large["log"].read_text() and time.time() < deadline:
+        time.sleep(0.2)
+    line = next((ln for ln in large["log"].read_text().splitlines() if "input copies" in ln), "")
+    print(line)
+    assert "model 'copy2' instance" in line and "with 2 input copy thread(s)" in line, line
+    jobs, shared = (int(v) for v in re.search(r"(\d+) input copies, (\d+) of them shared", line).groups())
+    assert jobs >= 3 + 1 and shared == jobs, line
+    server.client.load_model("copy2")
+    np.testing.assert_array_equal(infer_large(server, singles[:2]), kiln_run(engine, singles[:2], tmp / "copy_run_2"))
+
+
+def test_a_bad_input_copy_threads_fails_the_load_and_the_server_keeps_serving(large):
+    server = large["server"]
+    for name, value in (("badcopy_word", "many"), ("badcopy_negative", "-1"), ("badcopy_huge", "1000")):
+        with pytest.raises(Exception) as e:
+            server.client.load_model(name)
+        message = str(e.value)
+        assert "input_copy_threads" in message and f"'{name}'" in message and f'"{value}"' in message, message
+        assert "0..64" in message, message
+    assert server.client.is_server_live()
+    assert server.client.is_model_ready("copy2")
+    x = np.random.default_rng(18).standard_normal((2, 3, 256, 256)).astype(np.float32)
+    engine = next((large["repo"] / "copy2" / "1").glob("model.onnx.*.kiln"))
+    np.testing.assert_array_equal(infer_large(server, x), kiln_run(engine, x, large["tmp"] / "copy_run_bad"))
 
 
 NGINX_CONF = """worker_processes 1;
