@@ -7,7 +7,9 @@
 // copies from the start and never waits for a worker to wake up: a worker that is late finds
 // fewer chunks left (or none) and the caller copies more. Workers spin a few tens of microseconds
 // after a job before sleeping, so that back-to-back requests find them awake; inputs smaller than
-// Options::min_parallel_bytes are copied by the caller alone with no wake-up at all.
+// Options::min_parallel_bytes are copied by the caller alone with no wake-up at all. On Linux the
+// workers run under SCHED_BATCH, so a woken worker never takes the core of the thread it was meant
+// to help (parallel_copy.cpp).
 #pragma once
 
 #include <atomic>
@@ -80,7 +82,7 @@ class ParallelCopier {
     uint64_t parallel_jobs = 0;  // of those, the ones offered to the workers
     uint64_t chunks_by_caller = 0;
     uint64_t chunks_by_workers = 0;
-    uint64_t wakeups = 0;  // copy() or wake() calls that found a sleeping worker and notified it
+    uint64_t wakeups = 0;  // notifications of a sleeping worker (by copy(), wake() or a woken worker)
   };
   Stats stats() const;
 

@@ -523,6 +523,34 @@ void add_segments(TRITONBACKEND_Input* in, uint8_t* dst, uint64_t bytes, std::ve
   if (done != bytes) throw Error("an input has fewer bytes than its shape says");
 }
 
+// The instance's copy helpers, asleep after a pause between executions, are woken as soon as an
+// execution starts when its inputs are large enough for them (from the byte sizes the requests
+// declare; checked later): they wake while the requests are inspected and the shapes set instead
+// of after the copy has begun (the copy never waits for them either way).
+void wake_copy_helpers(InstanceState& s, TRITONBACKEND_Request** requests, uint32_t count) {
+  if (s.copier->workers() == 0) return;
+  uint64_t bytes = 0;
+  for (uint32_t r = 0; r < count; ++r) {
+    uint32_t inputs = 0;
+    if (TRITONSERVER_Error* e = TRITONBACKEND_RequestInputCount(requests[r], &inputs)) {
+      TRITONSERVER_ErrorDelete(e);
+      continue;
+    }
+    for (uint32_t i = 0; i < inputs; ++i) {
+      TRITONBACKEND_Input* in = nullptr;
+      uint64_t n = 0;
+      TRITONSERVER_Error* e = TRITONBACKEND_RequestInputByIndex(requests[r], i, &in);
+      if (!e) e = TRITONBACKEND_InputProperties(in, nullptr, nullptr, nullptr, nullptr, &n, nullptr);
+      if (e) {
+        TRITONSERVER_ErrorDelete(e);
+        continue;
+      }
+      bytes += n;
+    }
+  }
+  if (bytes >= s.copier->options().min_parallel_bytes) s.copier->wake();
+}
+
 // Bytes of input i in a request.
 uint64_t input_bytes(const ModelState& m, const Pending& p, size_t i) {
   uint64_t n = data_type_size(m.inputs[i].type);
@@ -904,6 +932,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
   if (TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceState(instance, &p)) return e;
   auto& s = *static_cast<InstanceState*>(p);
   const ModelState& m = *s.model;
+  wake_copy_helpers(s, requests, request_count);
   // Check each request; bad ones get an error response now, good ones run in groups of equal
   // non-batch shapes whose total batch fits the profile.
   std::vector<Pending> good;
@@ -924,14 +953,6 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
                                                                           now_ns(), now_ns(), now_ns());
       if (e) TRITONSERVER_ErrorDelete(e);
     }
-  }
-  // Helpers asleep since the last execution start waking now, so that they are awake when the
-  // copy begins (the copy itself never waits for them).
-  if (s.copier->workers() > 0) {
-    uint64_t bytes = 0;
-    for (const Pending& p : good)
-      for (size_t i = 0; i < m.inputs.size(); ++i) bytes += input_bytes(m, p, i);
-    if (bytes >= s.copier->options().min_parallel_bytes) s.copier->wake();
   }
   auto same_shape = [&](const Pending& a, const Pending& b) {
     for (size_t i = 0; i < a.shapes.size(); ++i) {
