@@ -203,15 +203,15 @@ def main():
         'backend: "kiln"\n'
         f"max_batch_size: {args.max_batch}\n"
         "instance_group [ { count: 1, kind: KIND_CPU } ]\n")
-    # And once more with the request inputs copied by the instance's thread alone
-    # (input_copy_threads 0; model d takes the backend's default, 3 helper threads on a GPU).
-    (repo / "d0" / "1").mkdir(parents=True)
-    shutil.copy(engine, repo / "d0" / "1" / "model.kiln")
-    (repo / "d0" / "config.pbtxt").write_text(
+    # And once more with 3 helper threads copying the request inputs with the instance's thread
+    # (input_copy_threads 3; model d takes the backend's default, 0).
+    (repo / "d3" / "1").mkdir(parents=True)
+    shutil.copy(engine, repo / "d3" / "1" / "model.kiln")
+    (repo / "d3" / "config.pbtxt").write_text(
         'backend: "kiln"\n'
         f"max_batch_size: {args.max_batch}\n"
         "instance_group [ { count: 1, kind: KIND_CPU } ]\n"
-        'parameters { key: "input_copy_threads" value { string_value: "0" } }\n')
+        'parameters { key: "input_copy_threads" value { string_value: "3" } }\n')
     http_port, grpc_port, metrics_port = free_ports(3)
     log = open(work / "server.log", "w")
     server = subprocess.Popen([args.server, f"--model-repository={repo}", f"--backend-directory={backend_dir}",
@@ -282,9 +282,9 @@ def main():
         kb_ms = b1["latency_ms"]["mean"]
         for model, what in (("m", f"dynamic batching ({args.queue_delay_us} us delay), {args.instances} instances"),
                             ("d", "no dynamic batching, 1 instance"),
-                            ("d0", "no dynamic batching, 1 instance, input_copy_threads 0 (the instance's thread "
-                                   "copies the inputs alone)"),
-                            ("d", "no dynamic batching, 1 instance (again, after d0)")):
+                            ("d3", "no dynamic batching, 1 instance, input_copy_threads 3 (three helper threads "
+                                   "copy the inputs with the instance's thread)"),
+                            ("d", "no dynamic batching, 1 instance (again, after d3)")):
             before = stats(http_port, model)
             res1 = load(http_port, model, args, x, 1, args.duration)
             after = stats(http_port, model)
