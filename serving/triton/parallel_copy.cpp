@@ -157,7 +157,7 @@ void ParallelCopier::ensure_capacity(size_t chunks) {
   done_capacity_ = capacity;
 }
 
-uint64_t ParallelCopier::work(uint64_t job) {
+uint64_t ParallelCopier::work(uint64_t job, const std::function<void()>& after_chunk) {
   const size_t n = chunk_count_;
   uint64_t copied = 0;
   for (;;) {
@@ -167,6 +167,7 @@ uint64_t ParallelCopier::work(uint64_t job) {
     std::memcpy(c.dst, c.src, c.bytes);
     done_[i].store(job, std::memory_order_release);
     ++copied;
+    if (after_chunk) after_chunk();
   }
   return copied;
 }
@@ -274,15 +275,10 @@ void ParallelCopier::copy(const CopySegment* segments, size_t count, const Copie
     chunks_by_caller_.fetch_add(mine, std::memory_order_relaxed);
   };
   try {
-    for (;;) {
-      const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
-      if (i >= n) break;
-      const Chunk& c = chunks_[i];
-      std::memcpy(c.dst, c.src, c.bytes);
-      done_[i].store(job, std::memory_order_release);
+    work(job, [&] {  // counted here: a throwing callback leaves the chunks copied so far counted
       ++mine;
       if (copied && advance()) report.maybe_flush(false);
-    }
+    });
     // The rest is being copied by workers: report what finishes as it finishes. Every chunk has
     // been claimed; once no worker is inside the job, every claimed chunk is in place (a worker
     // marks its chunks before it leaves), so a chunk still missing then was claimed by no one: a

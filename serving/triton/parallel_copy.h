@@ -93,8 +93,10 @@ class ParallelCopier {
     size_t bytes;
   };
   void worker_main();
-  // Claims and copies chunks of the current job until none is left; returns how many it copied.
-  uint64_t work(uint64_t job);
+  // Claims and copies chunks of the current job until none is left, calling after_chunk() after
+  // each (the caller reports finished ranges there; workers pass nothing); returns how many it
+  // copied.
+  uint64_t work(uint64_t job, const std::function<void()>& after_chunk = {});
   void notify_sleepers();
   void shutdown();  // stops and joins the workers
   void ensure_capacity(size_t chunks);
