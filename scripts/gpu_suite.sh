@@ -15,6 +15,9 @@
 #              (needs --torch-models: $KILN_TORCH_MODELS, a folder with torch_models.py)
 #   serving    bench/serving_vs_pytorch.py (kiln bench vs PyTorch under serving patterns; needs
 #              $KILN_TORCH_MODELS too)
+#   triton     kiln's Triton backend with request data in GPU memory (tests/triton/test_triton_cuda_shm.py;
+#              the server: $KILN_TRITON_SERVER, default nvidia-pytriton's; an unzipped wheel needs its
+#              nvidia_pytriton.libs on LD_LIBRARY_PATH)
 #   python     the Python package on CUDA (tests/python/test_api_cuda.py: torch tensors in place,
 #              torch streams, fp16, Python plugins with torch and Triton kernels; and the CPU
 #              suite test_api.py) and bench/python_overhead.py (Python over C++ per call)
@@ -89,6 +92,13 @@ if has serving && [[ -n "${KILN_TORCH_MODELS:-}" ]]; then
     --torch-models "$KILN_TORCH_MODELS" --workdir "$OUT/serving" ${KILN_SERVING_ARGS:-} \
     --out "$OUT/serving_vs_pytorch.md" --raw-dir "$OUT/serving_raw" > "$OUT/serving_vs_pytorch.log" 2>&1 || rc=1
   tail -60 "$OUT/serving_vs_pytorch.log"
+fi
+if has triton; then
+  python3 tests/triton/test_triton_cuda_shm.py --build "$B" ${KILN_TRITON_SERVER:+--server "$KILN_TRITON_SERVER"} \
+    > "$OUT/triton_cuda_shm.log" 2>&1
+  st=$?
+  [[ $st == 0 || $st == 77 ]] || rc=1
+  cat "$OUT/triton_cuda_shm.log"
 fi
 if has python; then
   if [[ -d "$B/python/kiln" ]]; then

@@ -8,6 +8,12 @@
 // input, a wrong type, shape or byte size, a batch outside the profile) gets an error response
 // naming the input and the model, and the other requests of the batch still run.
 //
+// Request data in GPU memory (a client's CUDA shared memory region, or an in-process caller's
+// device buffers): CUDA engines copy such inputs device-to-device into their input staging and
+// write outputs the server's allocator places in GPU memory device-to-device, so neither crosses
+// the PCIe bus; host inputs and outputs go through pinned staging. CPU engines answer GPU-memory
+// inputs and outputs with an error naming the tensor.
+//
 // Parameters (config.pbtxt `parameters { key: ... value { string_value: ... } }`):
 //   plugin_libraries        comma-separated plugin libraries to load (relative to the model folder)
 //   allow_embedded_plugins  "true": load plugin libraries embedded in the engine (runs their code)
@@ -426,6 +432,21 @@ struct Pending {
   std::vector<TRITONBACKEND_Input*> inputs;
 };
 
+// Whether any buffer of a request input lies in GPU memory.
+bool in_gpu_memory(TRITONBACKEND_Input* in) {
+  uint32_t buffers = 0;
+  check(TRITONBACKEND_InputProperties(in, nullptr, nullptr, nullptr, nullptr, nullptr, &buffers), "InputProperties");
+  for (uint32_t b = 0; b < buffers; ++b) {
+    const void* src = nullptr;
+    uint64_t n = 0;
+    TRITONSERVER_MemoryType type = TRITONSERVER_MEMORY_CPU;
+    int64_t type_id = 0;
+    check(TRITONBACKEND_InputBuffer(in, b, &src, &n, &type, &type_id), "InputBuffer");
+    if (type == TRITONSERVER_MEMORY_GPU) return true;
+  }
+  return false;
+}
+
 // The request's inputs checked against the engine; "" when fine, else what is wrong.
 std::string inspect_request(const ModelState& m, TRITONBACKEND_Request* r, Pending& p) {
   uint32_t count = 0;
@@ -478,6 +499,10 @@ std::string inspect_request(const ModelState& m, TRITONBACKEND_Request* r, Pendi
       return "input '" + t.name + "' has " + std::to_string(bytes) + " bytes of data, its shape " +
              shape_text(shape, rank) + " and type need " + std::to_string(want);
     }
+    if (m.engine->device() == DeviceType::kCPU && in_gpu_memory(in)) {
+      return "input '" + t.name + "' is in GPU memory (CUDA shared memory) and model '" + m.name +
+             "' runs on the CPU: send it in the request body or in system shared memory";
+    }
     if (m.max_batch > 0) {
       if (rank == 0 || shape[0] < 1 || shape[0] > m.max_batch) {
         return "input '" + t.name + "' has batch " + std::to_string(rank ? shape[0] : 0) + ", model '" + m.name +
@@ -505,9 +530,13 @@ void send_error(TRITONBACKEND_Request* r, TRITONSERVER_Error_Code code, const st
   if (e) TRITONSERVER_ErrorDelete(e);
 }
 
-// The host buffers of a request input, as copy segments into dst (bytes checked against the
-// shape's).
-void add_segments(TRITONBACKEND_Input* in, uint8_t* dst, uint64_t bytes, std::vector<CopySegment>& segments) {
+// A request input's buffers as copy segments into the engine's input, at the input's byte offset
+// within the batch: host buffers (also pinned ones) into `host` (CPU engines: the memory the
+// engine reads; CUDA engines: pinned staging whose device twin is `device`), buffers in GPU memory
+// (a client's CUDA shared memory) as device-to-device copies into `device` (CUDA engines only;
+// inspect_request turns them away for CPU engines). Bytes checked against the shape's.
+void add_segments(TRITONBACKEND_Input* in, uint8_t* host, uint8_t* device, uint64_t bytes,
+                  std::vector<CopySegment>& host_segments, std::vector<CopySegment>& device_segments) {
   uint32_t buffers = 0;
   check(TRITONBACKEND_InputProperties(in, nullptr, nullptr, nullptr, nullptr, nullptr, &buffers), "InputProperties");
   uint64_t done = 0;
@@ -517,10 +546,13 @@ void add_segments(TRITONBACKEND_Input* in, uint8_t* dst, uint64_t bytes, std::ve
     TRITONSERVER_MemoryType type = TRITONSERVER_MEMORY_CPU;
     int64_t type_id = 0;
     check(TRITONBACKEND_InputBuffer(in, b, &src, &n, &type, &type_id), "InputBuffer");
-    if (type == TRITONSERVER_MEMORY_GPU)
-      throw Error("an input buffer is in GPU memory; this backend takes host buffers");
     if (done + n > bytes) throw Error("an input has more bytes than its shape says");
-    if (n) segments.push_back({dst + done, src, n});
+    if (n && type == TRITONSERVER_MEMORY_GPU) {
+      if (!device) throw Error("an input buffer is in GPU memory and the engine runs on the CPU");
+      device_segments.push_back({device + done, src, n});
+    } else if (n) {
+      host_segments.push_back({host + done, src, n});
+    }
     done += n;
   }
   if (done != bytes) throw Error("an input has fewer bytes than its shape says");
@@ -613,7 +645,7 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
   ModelState& m = *s.model;
   int64_t total = 0;
   for (const Pending& p : group) total += p.batch;
-  std::vector<CopySegment> segments;
+  std::vector<CopySegment> segments, device_segments;
   for (size_t i = 0; i < m.inputs.size(); ++i) {
     std::vector<int64_t> shape = group[0].shapes[i];
     if (m.max_batch > 0) shape[0] = total;
@@ -630,16 +662,18 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
     uint8_t* host = s.device ? s.pinned_in[i].reserve(bytes) : s.in[i].reserve(bytes);
     uint8_t* bound = s.device ? s.in[i].reserve(bytes) : host;
     segments.clear();
+    device_segments.clear();
     uint64_t offset = 0;
     for (const Pending& p : group) {
       const uint64_t n = input_bytes(m, p, i);
-      add_segments(p.inputs[i], host + offset, n, segments);
+      add_segments(p.inputs[i], host + offset, s.device ? bound + offset : nullptr, n, segments, device_segments);
       offset += n;
     }
     if (s.device) {
       s.copier->copy(segments, [&](uint8_t* from, size_t n) {
         s.device->copy_host_to_device(bound + (from - host), from, n, s.stream);
       });
+      for (const CopySegment& d : device_segments) s.device->copy_device_to_device(d.dst, d.src, d.bytes, s.stream);
     } else {
       s.copier->copy(segments);
     }
@@ -687,7 +721,11 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
     }
   }
   times.infer_done = now_ns();
+  // Each response's outputs: host buffers are filled from the pinned copies and sent at once;
+  // outputs the server wants in GPU memory (a client's CUDA shared memory region) are copied on
+  // the device from the engine's output staging, and those responses are sent after one wait.
   std::vector<uint64_t> offsets(m.outputs.size(), 0);
+  std::vector<TRITONBACKEND_Response*> on_device;  // responses waiting for their device copies
   for (Pending& p : group) {
     TRITONBACKEND_Response* response = nullptr;
     TRITONSERVER_Error* failure = TRITONBACKEND_ResponseNew(&response, p.request);
@@ -695,6 +733,7 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
       TRITONSERVER_ErrorDelete(failure);
       continue;
     }
+    bool device_copies = false;
     for (size_t o = 0; o < m.outputs.size() && !failure; ++o) {
       std::vector<int64_t> shape = out_dims[o].to_vector();
       if (m.max_batch > 0) shape[0] = p.batch;
@@ -706,17 +745,45 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
                                        shape.data(), static_cast<uint32_t>(shape.size()));
       if (failure) break;
       void* dst = nullptr;
-      TRITONSERVER_MemoryType type = TRITONSERVER_MEMORY_CPU;
+      // CUDA engines prefer GPU memory (used where the server's allocator can give it: a CUDA
+      // shared memory region; HTTP and gRPC responses otherwise come in host memory).
+      TRITONSERVER_MemoryType type = s.device ? TRITONSERVER_MEMORY_GPU : TRITONSERVER_MEMORY_CPU;
       int64_t type_id = 0;
       failure = TRITONBACKEND_OutputBuffer(out, &dst, n, &type, &type_id);
       if (failure) break;
-      if (type == TRITONSERVER_MEMORY_GPU) {
-        failure = error(TRITONSERVER_ERROR_UNSUPPORTED, "the server asked for an output in GPU memory");
+      if (type == TRITONSERVER_MEMORY_GPU && !s.device) {
+        failure = error(TRITONSERVER_ERROR_UNSUPPORTED,
+                        "kiln backend: output '" + m.outputs[o].name + "' was asked for in GPU memory (CUDA shared " +
+                            "memory) and model '" + m.name +
+                            "' runs on the CPU: read it from the response body or from system shared memory");
         break;
       }
-      std::memcpy(dst, out_host[o] + offsets[o], n);
+      if (type == TRITONSERVER_MEMORY_GPU) {
+        s.device->copy_device_to_device(dst, static_cast<uint8_t*>(s.out[o].ptr) + offsets[o], n, s.stream);
+        device_copies = true;
+      } else {
+        std::memcpy(dst, out_host[o] + offsets[o], n);
+      }
       offsets[o] += n;
     }
+    if (device_copies && !failure) {
+      on_device.push_back(response);
+      continue;
+    }
+    TRITONSERVER_Error* sent = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, failure);
+    if (failure) TRITONSERVER_ErrorDelete(failure);
+    if (sent) TRITONSERVER_ErrorDelete(sent);
+  }
+  if (on_device.empty()) return;
+  std::string failed;
+  try {
+    s.device->synchronize(s.stream);
+  } catch (const std::exception& e) {
+    failed =
+        std::string("kiln backend: model '") + m.name + "': copying the outputs into GPU memory failed: " + e.what();
+  }
+  for (TRITONBACKEND_Response* response : on_device) {
+    TRITONSERVER_Error* failure = failed.empty() ? nullptr : error(TRITONSERVER_ERROR_INTERNAL, failed);
     TRITONSERVER_Error* sent = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, failure);
     if (failure) TRITONSERVER_ErrorDelete(failure);
     if (sent) TRITONSERVER_ErrorDelete(sent);
