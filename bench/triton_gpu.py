@@ -180,19 +180,36 @@ class Client:
         return np.frombuffer(data[n:n + size], dtype=np.float32).reshape(out["shape"])
 
 
-def wait_ready(port, proc, timeout=300):
+def wait_for(port, proc, path, timeout):
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"tritonserver exited with {proc.returncode}")
         try:
-            c = Client(port)
-            if c.get("/v2/health/ready")[0] == 200:
+            if Client(port).get(path)[0] == 200:
                 return
         except OSError:
             pass
         time.sleep(0.3)
-    raise RuntimeError(f"tritonserver not ready after {timeout} s")
+    raise RuntimeError(f"tritonserver: {path} not answering after {timeout} s")
+
+
+def stop_server(proc):
+    """SIGTERM to the server's process group, SIGKILL after 30 s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def wait_ready(port, proc, timeout=300):
+    wait_for(port, proc, "/v2/health/ready", timeout)
+
+
+def wait_live(port, proc, timeout=600):
+    """Triton answers on HTTP once it has tried to load every model (loaded or failed)."""
+    wait_for(port, proc, "/v2/health/live", timeout)
 
 
 def stats(port, model):
@@ -322,33 +339,18 @@ def load(port, model, args, x, conc, duration, cuda=None, out_bytes=0):
             "p99": float(np.percentile(allv, 99))}
 
 
-def write_relu_onnx(path):
-    """A CPU model for the CUDA shared memory error checks: y = Relu(x), x [N, 4]."""
+def write_relu_onnx(path, width=4):
+    """A small model for the CUDA shared memory checks: y = Relu(x), x [N, width]."""
     import onnx
     from onnx import TensorProto, helper
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
 def model_ready(port, model):
     return Client(port).get(f"/v2/models/{model}/ready")[0] == 200
-
-
-def wait_live(port, proc, timeout=600):
-    """Triton answers on HTTP once it has tried to load every model (loaded or failed)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"tritonserver exited with {proc.returncode}")
-        try:
-            if Client(port).get("/v2/health/live")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"tritonserver not live after {timeout} s")
 
 
 def phase_means(before, after):
@@ -600,11 +602,7 @@ def main():
         print("server log (last 40 lines):\n" + "\n".join((work / "server.log").read_text().splitlines()[-40:]))
         raise
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
+        stop_server(server)
         log.close()
     if failures:
         say()
@@ -614,6 +612,27 @@ def main():
         shutil.copy(work / "server.log", Path(args.out).with_suffix(".server.log"))
     shutil.rmtree(work, ignore_errors=True)
     sys.exit(1 if failures else 0)
+
+
+def cpu_model_refuses_gpu_memory(cuda, client, model):
+    """CPU model `model` (write_relu_onnx, width 4): an input and an output in GPU memory each get an
+    error naming the tensor, then a plain request is still answered. Returns [(ok, what)]."""
+    y = np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)
+    results = []
+    regions = CudaRegions(cuda, client, f"cpu_{model}_{os.getpid()}", y, y.nbytes)
+    try:
+        for what, kw, name in (("input in GPU memory", {"shm_in": regions.shm_in}, "x"),
+                               ("output in GPU memory", {"shm_out": regions.shm_out}, "y")):
+            status, body, _ = client.request(model, "x", None if "shm_in" in kw else y, "y", shape=y.shape, **kw)
+            text = body.decode(errors="replace")
+            ok = status != 200 and "GPU memory" in text and f"'{name}'" in text and "CPU" in text
+            results.append((ok, f"CPU model, {what}: an error naming '{name}' (HTTP {status}: {text[:220]})"))
+    finally:
+        regions.close()
+    plain = client.infer(model, "x", y, "y")
+    results.append((np.array_equal(plain, np.maximum(y, 0)),
+                    f"CPU model afterwards, a plain request: {plain.tolist()}"))
+    return results
 
 
 def cuda_shm_section(args, port, kiln, engine, dims, x, ref, say, failures):
@@ -640,23 +659,10 @@ def cuda_shm_section(args, port, kiln, engine, dims, x, ref, say, failures):
     finally:
         regions.close()
     # A CPU model: GPU-memory requests get an error naming the tensor; the server keeps serving.
-    y = np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)
-    regions = CudaRegions(cuda, c, f"cpu_{os.getpid()}", y, y.nbytes)
-    try:
-        for what, kw, name in (("input in GPU memory", {"shm_in": regions.shm_in}, "x"),
-                               ("output in GPU memory", {"shm_out": regions.shm_out}, "y")):
-            status, body, _ = c.request("c", "x", None if "shm_in" in kw else y, "y", shape=y.shape, **kw)
-            text = body.decode(errors="replace")
-            ok = status != 200 and "GPU memory" in text and f"'{name}'" in text
-            checks.append(f"CPU model, {what}: HTTP {status}, {text[:220]!r}")
-            if not ok:
-                failures.append(f"CPU model, {what}: expected an error naming '{name}', got HTTP {status} {text[:200]!r}")
-        plain = c.infer("c", "x", y, "y")
-        checks.append(f"CPU model afterwards, a plain request: {plain.tolist()}")
-        if not np.array_equal(plain, np.maximum(y, 0)):
-            failures.append("the CPU model's plain request after the GPU-memory errors is wrong")
-    finally:
-        regions.close()
+    for ok, what in cpu_model_refuses_gpu_memory(cuda, c, "c"):
+        checks.append(what)
+        if not ok:
+            failures.append(what)
     for line in checks:
         say("* " + line)
     nodt = kiln_bench(kiln, str(engine), f"{args.input}:{dims(1)}", 1, args.duration, extra=["--no-data-transfers"])

@@ -432,8 +432,9 @@ struct Pending {
   std::vector<TRITONBACKEND_Input*> inputs;
 };
 
-// Whether any buffer of a request input lies in GPU memory.
-bool in_gpu_memory(TRITONBACKEND_Input* in) {
+// Calls f(data, bytes, memory type) for each buffer of a request input, in order.
+template <class F>
+void for_each_buffer(TRITONBACKEND_Input* in, F&& f) {
   uint32_t buffers = 0;
   check(TRITONBACKEND_InputProperties(in, nullptr, nullptr, nullptr, nullptr, nullptr, &buffers), "InputProperties");
   for (uint32_t b = 0; b < buffers; ++b) {
@@ -442,9 +443,16 @@ bool in_gpu_memory(TRITONBACKEND_Input* in) {
     TRITONSERVER_MemoryType type = TRITONSERVER_MEMORY_CPU;
     int64_t type_id = 0;
     check(TRITONBACKEND_InputBuffer(in, b, &src, &n, &type, &type_id), "InputBuffer");
-    if (type == TRITONSERVER_MEMORY_GPU) return true;
+    f(src, n, type);
   }
-  return false;
+}
+
+// Whether any buffer of a request input lies in GPU memory.
+bool in_gpu_memory(TRITONBACKEND_Input* in) {
+  bool gpu = false;
+  for_each_buffer(
+      in, [&](const void*, uint64_t, TRITONSERVER_MemoryType type) { gpu = gpu || type == TRITONSERVER_MEMORY_GPU; });
+  return gpu;
 }
 
 // The request's inputs checked against the engine; "" when fine, else what is wrong.
@@ -537,15 +545,8 @@ void send_error(TRITONBACKEND_Request* r, TRITONSERVER_Error_Code code, const st
 // inspect_request turns them away for CPU engines). Bytes checked against the shape's.
 void add_segments(TRITONBACKEND_Input* in, uint8_t* host, uint8_t* device, uint64_t bytes,
                   std::vector<CopySegment>& host_segments, std::vector<CopySegment>& device_segments) {
-  uint32_t buffers = 0;
-  check(TRITONBACKEND_InputProperties(in, nullptr, nullptr, nullptr, nullptr, nullptr, &buffers), "InputProperties");
   uint64_t done = 0;
-  for (uint32_t b = 0; b < buffers; ++b) {
-    const void* src = nullptr;
-    uint64_t n = 0;
-    TRITONSERVER_MemoryType type = TRITONSERVER_MEMORY_CPU;
-    int64_t type_id = 0;
-    check(TRITONBACKEND_InputBuffer(in, b, &src, &n, &type, &type_id), "InputBuffer");
+  for_each_buffer(in, [&](const void* src, uint64_t n, TRITONSERVER_MemoryType type) {
     if (done + n > bytes) throw Error("an input has more bytes than its shape says");
     if (n && type == TRITONSERVER_MEMORY_GPU) {
       if (!device) throw Error("an input buffer is in GPU memory and the engine runs on the CPU");
@@ -554,7 +555,7 @@ void add_segments(TRITONBACKEND_Input* in, uint8_t* host, uint8_t* device, uint6
       host_segments.push_back({host + done, src, n});
     }
     done += n;
-  }
+  });
   if (done != bytes) throw Error("an input has fewer bytes than its shape says");
 }
 

@@ -17,7 +17,6 @@ Usage: python3 tests/triton/test_triton_cuda_shm.py --build BUILD [--server TRIT
 """
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,15 +39,6 @@ def find_server(given):
         return str(Path(pytriton.__file__).parent / "tritonserver" / "bin" / "tritonserver")
     except ImportError:
         return None
-
-
-def write_relu(path, width):
-    import onnx
-    from onnx import TensorProto, helper
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
 def main():
@@ -75,7 +65,7 @@ def main():
     repo = work / "repo"
     for name, width, device, batcher in (("g", WIDTH, "cuda", True), ("c", 4, "cpu", False)):
         (repo / name / "1").mkdir(parents=True)
-        write_relu(repo / name / "1" / "model.onnx", width)
+        tg.write_relu_onnx(repo / name / "1" / "model.onnx", width)
         (repo / name / "config.pbtxt").write_text(
             'backend: "kiln"\nmax_batch_size: 8\n' +
             ("dynamic_batching { max_queue_delay_microseconds: 5000 }\n" if batcher else "") +
@@ -148,29 +138,15 @@ def main():
                                           f"({len(wrong)} wrong)")
         expect(execs < infs, f"the dynamic batcher grouped them: {execs} executions for {infs} inferences")
 
-        y = np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)
-        regions = tg.CudaRegions(cuda, c, "cpu", y, y.nbytes)
-        try:
-            for what, kw, name in (("input in GPU memory", {"shm_in": regions.shm_in}, "x"),
-                                   ("output in GPU memory", {"shm_out": regions.shm_out}, "y")):
-                status, body, _ = c.request("c", "x", None if "shm_in" in kw else y, "y", shape=y.shape, **kw)
-                text = body.decode(errors="replace")
-                expect(status != 200 and "GPU memory" in text and f"'{name}'" in text and "CPU" in text,
-                       f"CPU model, {what}: an error naming '{name}' (HTTP {status}: {text[:160]})")
-        finally:
-            regions.close()
-        expect(np.array_equal(c.infer("c", "x", y, "y"), np.maximum(y, 0)), "the CPU model still serves")
+        for ok, what in tg.cpu_model_refuses_gpu_memory(cuda, c, "c"):
+            expect(ok, what)
         expect(tg.Client(http_port).get("/v2/health/live")[0] == 200, "the server is live")
     except Exception as e:  # noqa: BLE001
         failures.append(repr(e))
         print("FAILED:", repr(e))
         print("server log (last 30 lines):\n" + "\n".join((work / "server.log").read_text().splitlines()[-30:]))
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
+        tg.stop_server(server)
         log.close()
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
