@@ -15,7 +15,8 @@ batcher (its queue delay would be the only thing measured) and one instance; req
 one at a time over gRPC (or HTTP with --protocol http; tritonclient). Server and kiln bench alternate for --rounds rounds; the
 client-observed latency is printed too, for reference (it includes the Python client).
 
-perf_analyzer is not used: PyPI's perf-analyzer is a placeholder (0.1.0, no program).
+The numbers come from Triton's own statistics, so the client only has to send one request at a time
+(tritonclient); bench/triton_serving.py drives servers with perf_analyzer.
 
 --input-copy-threads 0,2 serves the model once per value of the backend's parameter
 input_copy_threads (threads per instance that help copy request inputs; models <name>_k0, _k2, one

@@ -12,9 +12,14 @@ seconds per side, the sides alternating; throughput and p50/p99 latency per side
 kiln bench's latency at batch 1 on the same engine is the server-free baseline (the server and
 client overhead per request = server p50 at concurrency 1 - kiln bench's median).
 
-perf_analyzer is not used: PyPI's perf-analyzer is a placeholder (0.1.0, no program).
+The load generator is Triton's perf_analyzer (--load-generator perf_analyzer, the default when it is
+on PATH: scripts/install_deps.sh installs the 2.51.0 program from PyPI's tritonclient 2.51.0 wheel,
+since PyPI's perf-analyzer package is an empty placeholder): one run per side and concurrency,
+--concurrency-range C, measurement windows of --duration seconds, its CSV's throughput and
+p50/p99. `--load-generator python` uses the tritonclient-based closed loop instead.
 
-Usage: python3 bench/triton_serving.py --build build [--duration 10] [--concurrency 1,4,16] [--out FILE.md]
+Usage: python3 bench/triton_serving.py --build build [--duration 10] [--concurrency 1,4,16] [--rounds 2]
+           [--load-generator perf_analyzer|python] [--out FILE.md]
 """
 import argparse
 import datetime
@@ -134,13 +139,34 @@ def load(url, model, concurrency, duration, x):
             "requests": len(lat), "errors": errors[:3]}
 
 
+def load_pa(url, model, concurrency, duration, work):
+    """perf_analyzer at one concurrency (HTTP, batch 1, random inputs from the model's configuration):
+    throughput and p50/p99 from its CSV."""
+    csv = Path(work) / f"pa_{model}_{concurrency}_{time.monotonic_ns()}.csv"
+    cmd = ["perf_analyzer", "-m", model, "-u", url, "-i", "http", "--concurrency-range", str(concurrency),
+           "-p", str(int(duration * 1000)), "-s", "100", "--max-trials", "3", "-f", str(csv)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 10 * duration)
+    if r.returncode != 0 or not csv.exists():
+        return {"throughput": 0.0, "p50": float("nan"), "p99": float("nan"),
+                "errors": [f"perf_analyzer exited with {r.returncode}: {(r.stdout + r.stderr)[-400:]}"]}
+    head, row = csv.read_text().splitlines()[:2]
+    v = dict(zip(head.split(","), row.split(",")))
+    return {"throughput": float(v["Inferences/Second"]), "p50": float(v["p50 latency"]) / 1e3,
+            "p99": float(v["p99 latency"]) / 1e3, "errors": []}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build")
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds per point, the sides alternating (medians)")
+    ap.add_argument("--load-generator", choices=("perf_analyzer", "python"),
+                    default="perf_analyzer" if shutil.which("perf_analyzer") else "python")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.load_generator == "perf_analyzer" and not shutil.which("perf_analyzer"):
+        sys.exit("perf_analyzer is not on PATH (scripts/install_deps.sh installs it), or use --load-generator python")
     import pytriton
     server_bin = Path(pytriton.__file__).parent / "tritonserver" / "bin" / "tritonserver"
     work = Path(tempfile.mkdtemp(prefix="kiln_triton_bench_"))
@@ -169,11 +195,21 @@ def main():
         sides = {"kiln backend": (f"127.0.0.1:{kports[0]}", "demo"), "Python backend + ONNX Runtime": (f"127.0.0.1:{oports[0]}", "demo_ort")}
         for url, model in sides.values():
             load(url, model, 4, 2.0, x)  # warm-up
-        for c in [int(v) for v in args.concurrency.split(",")]:
-            for name, (url, model) in sides.items():
-                results[(name, c)] = load(url, model, c, args.duration, x)
-                r = results[(name, c)]
-                print(f"{name:32s} concurrency {c:3d}: {r['throughput']:8.1f} req/s  p50 {r['p50']:7.2f} ms  p99 {r['p99']:7.2f} ms  errors {r['errors']}", flush=True)
+        runs = {}
+        for rnd in range(args.rounds):
+            for c in [int(v) for v in args.concurrency.split(",")]:
+                order = list(sides.items()) if rnd % 2 == 0 else list(reversed(list(sides.items())))
+                for name, (url, model) in order:
+                    if args.load_generator == "perf_analyzer":
+                        r = load_pa(url, model, c, args.duration, work)
+                    else:
+                        r = load(url, model, c, args.duration, x)
+                    runs.setdefault((name, c), []).append(r)
+                    print(f"{name:32s} concurrency {c:3d}: {r['throughput']:8.1f} req/s  p50 {r['p50']:7.2f} ms  "
+                          f"p99 {r['p99']:7.2f} ms  errors {r['errors']}", flush=True)
+        for key, rs in runs.items():
+            results[key] = {f: float(np.median([r[f] for r in rs])) for f in ("throughput", "p50", "p99")}
+            results[key]["errors"] = [e for r in rs for e in r["errors"]]
         # Server-free baseline: kiln bench on the engine the backend built.
         engine = next((repo / "demo" / "1").glob("model.onnx.*.kiln"))
         bench = subprocess.run([str(Path(args.build) / "kiln"), "bench", "--engine", str(engine), "--shapes", "image:1x3x64x64",
@@ -188,7 +224,8 @@ def main():
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores)", "",
              "Same tritonserver (nvidia-pytriton 0.7.0), same network (the demo CNN; kiln with its custom layers, ONNX Runtime "
              "the standard-op version), dynamic batching (max 8, 2 ms), 2 instances x 1 CPU thread each side; closed-loop "
-             f"tritonclient HTTP load, batch-1 requests, {args.duration:g} s per point, sides alternating. "
+             + ("perf_analyzer 2.51 (HTTP, " if args.load_generator == "perf_analyzer" else "tritonclient HTTP load (")
+             + f"batch-1 requests), {args.duration:g} s per point, sides alternating, {args.rounds} round(s), medians. "
              "ratio = kiln / Python backend (throughput: above 1 is better; p99: below 1 is better).", "",
              "| concurrency | kiln req/s | kiln p50 ms | kiln p99 ms | Python+ORT req/s | p50 ms | p99 ms | throughput ratio | p99 ratio |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -202,7 +239,7 @@ def main():
             k1 = results.get(("kiln backend", 1))
             lines += ["", f"kiln bench, same engine, batch 1, 1 thread: median {med:.3f} ms; the server at concurrency 1: p50 "
                       f"{k1['p50']:.3f} ms, so server + HTTP client cost {1e3 * (k1['p50'] - med):.0f} us per request "
-                      "(the Python client's own time included)."]
+                      "(the load generator's own time included)."]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

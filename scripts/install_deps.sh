@@ -8,7 +8,7 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 PKGS="build-essential cmake libprotobuf-dev protobuf-compiler libonnx-dev libdnnl-dev nlohmann-json3-dev \
-libcli11-dev libgtest-dev python3 python3-pip python3-dev nginx-light clang-format-14 libonnx-testdata"
+libcli11-dev libgtest-dev python3 python3-pip python3-dev nginx-light clang-format-14 libonnx-testdata libb64-0d"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -33,4 +33,34 @@ if ! python3 -c "import importlib.util as u, os, sys; s = u.find_spec('cudnn'); 
   echo "kiln: installing Python package nvidia-cudnn-frontend (headers only)"
   python3 -m pip install -q --no-deps nvidia-cudnn-frontend==1.32.0 2>/dev/null ||
     python3 -m pip install -q --no-deps --break-system-packages nvidia-cudnn-frontend==1.32.0
+fi
+# perf_analyzer, Triton's load generator (the scale-out test and bench/triton_serving.py): PyPI's
+# perf-analyzer package is an empty placeholder, but the tritonclient 2.51.0 wheel (the release of
+# the tritonserver 2.51 that nvidia-pytriton 0.7.0 ships) carries the program. It is taken from that
+# wheel without installing the older tritonclient, with the CUDA 12 runtime it links (from the
+# nvidia-cuda-runtime-cu12 wheel; no GPU is needed for HTTP and gRPC) and libb64 (Debian's
+# libb64-0d, above), and installed as /usr/local/bin/perf_analyzer, a wrapper that finds them.
+PA_DIR=/usr/local/lib/kiln-perf-analyzer-2.51.0
+if ! perf_analyzer --version >/dev/null 2>&1; then
+  echo "kiln: installing perf_analyzer 2.51.0 (from PyPI's tritonclient 2.51.0 wheel)"
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux1_x86_64 -d "$tmp" tritonclient==2.51.0
+  python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 -d "$tmp" \
+    "nvidia-cuda-runtime-cu12==12.9.79"
+  python3 - "$tmp" <<'PY'
+import glob, sys, zipfile
+tmp = sys.argv[1]
+with zipfile.ZipFile(glob.glob(f"{tmp}/tritonclient-2.51.0-*.whl")[0]) as z:
+    z.extract("tritonclient-2.51.0.data/data/bin/perf_analyzer", tmp)
+with zipfile.ZipFile(glob.glob(f"{tmp}/nvidia_cuda_runtime_cu12-*.whl")[0]) as z:
+    z.extract("nvidia/cuda_runtime/lib/libcudart.so.12", tmp)
+PY
+  $SUDO mkdir -p "$PA_DIR"
+  $SUDO install -m 755 "$tmp/tritonclient-2.51.0.data/data/bin/perf_analyzer" "$PA_DIR/perf_analyzer"
+  $SUDO install -m 644 "$tmp/nvidia/cuda_runtime/lib/libcudart.so.12" "$PA_DIR/libcudart.so.12"
+  printf '#!/bin/sh\n# perf_analyzer 2.51.0 from the tritonclient wheel (installed by kiln scripts/install_deps.sh)\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/perf_analyzer "$@"\n' \
+    "$PA_DIR" "$PA_DIR" > "$tmp/wrapper"
+  $SUDO install -m 755 "$tmp/wrapper" /usr/local/bin/perf_analyzer
+  rm -rf "$tmp"
+  perf_analyzer --version >/dev/null 2>&1 || echo "kiln: WARNING: perf_analyzer does not start (see $PA_DIR)"
 fi

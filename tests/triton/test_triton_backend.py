@@ -453,6 +453,23 @@ def test_two_servers_behind_nginx(demo):
             np.testing.assert_allclose(infer_http(first, demo["x"], client=client), demo["ref"], rtol=1e-4, atol=1e-5)
         served = [settled_counts(s)[0] - c for s, c in zip((first, second), counts)]
         assert sum(served) == 20 * len(demo["x"]) and min(served) > 0, f"requests per server: {served}"
+        # Triton's own load generator through the balancer (issue 17's scale-out check): it reads the
+        # model's configuration through nginx, sends random batch-1 requests from 4 clients at once,
+        # and both servers take part.
+        perf_analyzer = shutil.which("perf_analyzer")
+        if not perf_analyzer:
+            pytest.skip("perf_analyzer is not installed (scripts/install_deps.sh installs it)")
+        counts = [settled_counts(s)[0] for s in (first, second)]
+        csv = tmp / "perf_analyzer.csv"
+        r = subprocess.run([perf_analyzer, "-m", "demo", "-u", f"127.0.0.1:{port}", "-i", "http", "--concurrency-range",
+                            "4", "-p", "1000", "-s", "100", "--max-trials", "3", "-f", str(csv)],
+                           capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, f"perf_analyzer failed ({r.returncode}): {(r.stdout + r.stderr)[-1500:]}"
+        head, row = csv.read_text().splitlines()[:2]
+        result = dict(zip(head.split(","), row.split(",")))
+        assert float(result["Inferences/Second"]) > 0, result
+        served = [settled_counts(s)[0] - c for s, c in zip((first, second), counts)]
+        assert min(served) > 0, f"perf_analyzer's requests per server behind nginx: {served}"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=20)
