@@ -74,7 +74,13 @@ def wait_ready(url, proc, timeout=180):
     raise RuntimeError(f"{url} not ready after {timeout} s")
 
 
-def serve_ort(model_path, ports, ready):
+# PyTriton restricts its server's model-repository, statistics and shared-memory endpoints to
+# requests carrying this header (TritonSecurityConfig); perf_analyzer reads the model's
+# configuration and statistics, so both sides' runs send it (kiln's server ignores it).
+ACCESS_TOKEN = "kiln-bench-" + os.urandom(8).hex()
+
+
+def serve_ort(model_path, ports, ready, token=None):
     """PyTriton: ONNX Runtime sessions (one per instance, one thread each) behind Triton's Python backend."""
     import sysconfig
     # Triton's Python backend stub embeds this interpreter: it must find its libpython (pyenv and
@@ -83,7 +89,7 @@ def serve_ort(model_path, ports, ready):
     import onnxruntime as ort
     from pytriton.decorators import batch
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-    from pytriton.triton import Triton, TritonConfig
+    from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
     def make():
         opts = ort.SessionOptions()
@@ -99,7 +105,7 @@ def serve_ort(model_path, ports, ready):
 
     config = TritonConfig(http_address="127.0.0.1", http_port=ports[0], grpc_address="127.0.0.1", grpc_port=ports[1],
                           metrics_port=ports[2], allow_gpu_metrics=False)
-    with Triton(config=config) as triton:
+    with Triton(config=config, security_config=TritonSecurityConfig(access_token=token)) as triton:
         triton.bind(model_name="demo_ort", infer_func=[make(), make()],
                     inputs=[Tensor(name="image", dtype=np.float32, shape=(3, 64, 64))],
                     outputs=[Tensor(name="scores", dtype=np.float32, shape=(10,))],
@@ -139,12 +145,13 @@ def load(url, model, concurrency, duration, x):
             "requests": len(lat), "errors": errors[:3]}
 
 
-def load_pa(url, model, concurrency, duration, work):
+def load_pa(url, model, concurrency, duration, work, token=ACCESS_TOKEN):
     """perf_analyzer at one concurrency (HTTP, batch 1, random inputs from the model's configuration):
     throughput and p50/p99 from its CSV."""
     csv = Path(work) / f"pa_{model}_{concurrency}_{time.monotonic_ns()}.csv"
     cmd = ["perf_analyzer", "-m", model, "-u", url, "-i", "http", "--concurrency-range", str(concurrency),
-           "-p", str(int(duration * 1000)), "-s", "100", "--max-trials", "3", "-f", str(csv)]
+           "-p", str(int(duration * 1000)), "-s", "100", "--max-trials", "3", "-f", str(csv),
+           "-H", f"triton-access-token:{token}"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 10 * duration)
     if r.returncode != 0 or not csv.exists():
         return {"throughput": 0.0, "p50": float("nan"), "p99": float("nan"),
@@ -184,7 +191,7 @@ def main():
         stdout=open(work / "kiln_server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
     oports = free_ports(3)
     ready = mp.Event()
-    ort_proc = mp.Process(target=serve_ort, args=(str(work / "m" / "model_standard.onnx"), oports, ready), daemon=True)
+    ort_proc = mp.Process(target=serve_ort, args=(str(work / "m" / "model_standard.onnx"), oports, ready, ACCESS_TOKEN), daemon=True)
     ort_proc.start()
     results = {}
     try:
@@ -231,6 +238,9 @@ def main():
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in [int(v) for v in args.concurrency.split(",")]:
         k, o = results[("kiln backend", c)], results[("Python backend + ONNX Runtime", c)]
+        if not (k["throughput"] > 0 and o["throughput"] > 0):
+            lines.append(f"| {c} | failed: {(k['errors'] + o['errors'])[:1]} | | | | | | | |")
+            continue
         lines.append(f"| {c} | {k['throughput']:.1f} | {k['p50']:.2f} | {k['p99']:.2f} | {o['throughput']:.1f} | {o['p50']:.2f} | "
                      f"{o['p99']:.2f} | **{k['throughput'] / o['throughput']:.2f}x** | {k['p99'] / o['p99']:.2f} |")
     if kb:
