@@ -195,7 +195,9 @@ def wait_for(port, proc, path, timeout):
 
 
 def stop_server(proc):
-    """SIGTERM to the server's process group, SIGKILL after 30 s."""
+    """SIGTERM to the server's process group, SIGKILL after 30 s (nothing if it has exited)."""
+    if proc.poll() is not None:
+        return
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=30)

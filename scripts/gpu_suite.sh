@@ -15,7 +15,8 @@
 #              (needs --torch-models: $KILN_TORCH_MODELS, a folder with torch_models.py)
 #   serving    bench/serving_vs_pytorch.py (kiln bench vs PyTorch under serving patterns; needs
 #              $KILN_TORCH_MODELS too)
-#   triton     kiln's Triton backend with request data in GPU memory (tests/triton/test_triton_cuda_shm.py;
+#   triton     kiln's Triton backend on the GPU: request data in GPU memory, 50 reloads of a CUDA
+#              model without growing GPU or host memory (tests/triton/test_triton_gpu.py;
 #              the server: $KILN_TRITON_SERVER, default nvidia-pytriton's; an unzipped wheel needs its
 #              nvidia_pytriton.libs on LD_LIBRARY_PATH)
 #   python     the Python package on CUDA (tests/python/test_api_cuda.py: torch tensors in place,
@@ -94,11 +95,11 @@ if has serving && [[ -n "${KILN_TORCH_MODELS:-}" ]]; then
   tail -60 "$OUT/serving_vs_pytorch.log"
 fi
 if has triton; then
-  python3 tests/triton/test_triton_cuda_shm.py --build "$B" ${KILN_TRITON_SERVER:+--server "$KILN_TRITON_SERVER"} \
-    > "$OUT/triton_cuda_shm.log" 2>&1
+  python3 tests/triton/test_triton_gpu.py --build "$B" ${KILN_TRITON_SERVER:+--server "$KILN_TRITON_SERVER"} \
+    > "$OUT/triton_gpu.log" 2>&1
   st=$?
   [[ $st == 0 || $st == 77 ]] || rc=1
-  cat "$OUT/triton_cuda_shm.log"
+  cat "$OUT/triton_gpu.log"
 fi
 if has python; then
   if [[ -d "$B/python/kiln" ]]; then

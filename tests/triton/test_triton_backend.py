@@ -235,7 +235,7 @@ def test_explicit_load_unload_reload_without_growing_and_a_contradicting_config(
             c.unload_model("demo")
             c.load_model("demo")
         rss = server.rss_kib()
-        cycles = 20
+        cycles = 50  # issue 17: 50 reloads
         for _ in range(cycles):
             c.unload_model("demo")
             c.load_model("demo")

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""kiln's Triton backend with request data in GPU memory (CUDA shared memory regions, registered
-with the server the way tritonclient's cuda_shared_memory module does it; here through ctypes and
-libcudart, bench/triton_gpu.py's Cuda and Client). Needs a GPU: exits 77 (skipped) without a CUDA
-device, without a CUDA build of kiln, or without a tritonserver.
+"""kiln's Triton backend on a GPU: request data in GPU memory (CUDA shared memory regions,
+registered with the server the way tritonclient's cuda_shared_memory module does it; here through
+ctypes and libcudart, bench/triton_gpu.py's Cuda and Client) and reloads of a CUDA model. Needs a
+GPU: exits 77 (skipped) without a CUDA device, without a CUDA build of kiln, or without a
+tritonserver.
 
 Checks, on a CUDA model built by the backend at load (Relu over [N, 4096], dynamic batching) and a
 CPU model:
@@ -11,9 +12,13 @@ CPU model:
     inputs, batched together by the dynamic batcher (mixed host and device segments in one
     execution): every response equals Relu of its own input, and batches did form;
   * the CPU model answers a GPU-memory input and a GPU-memory output with an error naming the
-    tensor, then still serves a plain request; the server is live at the end.
+    tensor, then still serves a plain request; the server is live at the end;
+  * a second server in explicit model-control mode unloads and loads the CUDA model 50 times
+    (each load builds nothing: the engine the first load built is cached beside the ONNX file;
+    each instance warms up every batch size, capturing CUDA graphs): the GPU's used memory and the
+    server's resident memory stay within bounds, and the model still answers correctly.
 
-Usage: python3 tests/triton/test_triton_cuda_shm.py --build BUILD [--server TRITONSERVER]
+Usage: python3 tests/triton/test_triton_gpu.py --build BUILD [--server TRITONSERVER]
 """
 import argparse
 import os
@@ -39,6 +44,59 @@ def find_server(given):
         return str(Path(pytriton.__file__).parent / "tritonserver" / "bin" / "tritonserver")
     except ImportError:
         return None
+
+
+def gpu_memory_used_mib():
+    r = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                       capture_output=True, text=True, timeout=30)
+    return int(r.stdout.split()[0])
+
+
+def rss_mib(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) // 1024
+    return 0
+
+
+def reloads(server_bin, backend, repo, work, expect, cycles=50):
+    """Unload/load the CUDA model `cycles` times in explicit mode: no growth of GPU or host memory."""
+    import triton_gpu as tg
+    http_port, grpc_port, metrics_port = tg.free_ports(3)
+    log = open(work / "server_reload.log", "w")
+    server = subprocess.Popen([server_bin, f"--model-repository={repo}", f"--backend-directory={backend.parent.parent}",
+                               "--http-address=127.0.0.1", f"--http-port={http_port}", "--grpc-address=127.0.0.1",
+                               f"--grpc-port={grpc_port}", "--metrics-address=127.0.0.1",
+                               f"--metrics-port={metrics_port}", "--allow-gpu-metrics=false",
+                               "--model-control-mode=explicit", "--load-model=g"],
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        tg.wait_ready(http_port, server, timeout=300)
+        c = tg.Client(http_port)
+        x = np.random.default_rng(5).standard_normal((2, WIDTH)).astype(np.float32)
+
+        def cycle():
+            for action in ("unload", "load"):
+                status, body = c.post(f"/v2/repository/models/g/{action}", {})
+                if status != 200:
+                    raise RuntimeError(f"{action} of model g: HTTP {status}: {body[:300]!r}")
+            return c.infer("g", "x", x, "y")
+
+        for _ in range(3):  # the allocators' steady state
+            cycle()
+        gpu0, rss0 = gpu_memory_used_mib(), rss_mib(server.pid)
+        for _ in range(cycles):
+            out = cycle()
+        gpu, rss = gpu_memory_used_mib() - gpu0, rss_mib(server.pid) - rss0
+        expect(gpu < 64, f"{cycles} unload/load cycles of the CUDA model: the GPU's used memory grew {gpu} MiB "
+                         "(bound 64)")
+        expect(rss < 100, f"... and the server's resident memory grew {rss} MiB (bound 100)")
+        expect(np.array_equal(out, np.maximum(x, 0)), "the reloaded model still answers correctly")
+    except Exception as e:  # noqa: BLE001
+        expect(False, f"reloads: {e!r}; server log: {(work / 'server_reload.log').read_text()[-1500:]}")
+    finally:
+        tg.stop_server(server)
+        log.close()
 
 
 def main():
@@ -141,6 +199,8 @@ def main():
         for ok, what in tg.cpu_model_refuses_gpu_memory(cuda, c, "c"):
             expect(ok, what)
         expect(tg.Client(http_port).get("/v2/health/live")[0] == 200, "the server is live")
+        tg.stop_server(server)
+        reloads(server_bin, backend, repo, work, expect)
     except Exception as e:  # noqa: BLE001
         failures.append(repr(e))
         print("FAILED:", repr(e))
