@@ -318,6 +318,13 @@ def load(port, model, args, x, conc, duration, cuda=None, out_bytes=0):
     """Closed loop: conc client threads spread over up to --client-processes processes (one Python
     process with many threads is itself the bottleneck at a few thousand requests/s), batch-1 requests
     for `duration` s."""
+    if getattr(args, "load_generator", "python") == "perf_analyzer":
+        from triton_serving import load_pa
+        extra = ["--shared-memory", "cuda", "--output-shared-memory-size", str(out_bytes)] if cuda else []
+        r = load_pa(f"127.0.0.1:{port}", model, conc, duration, tempfile.gettempdir(), extra=extra)
+        if r["errors"]:
+            raise RuntimeError(f"concurrency {conc}: {r['errors'][0]}")
+        return {"requests": int(r["throughput"] * duration), "qps": r["throughput"], "p50": r["p50"], "p99": r["p99"]}
     procs = max(1, min(conc, args.client_processes))
     if procs == 1:
         lat, errors = load_threads(port, model, args.input, args.output, x, conc, duration, cuda=cuda,
@@ -382,6 +389,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of the kiln / PyTorch comparison")
     ap.add_argument("--client-processes", type=int, default=4,
                     help="client processes the concurrency's threads are spread over (default 4)")
+    ap.add_argument("--load-generator", choices=("python", "perf_analyzer"), default="python",
+                    help="python (default: the threads above, needs only numpy) or perf_analyzer (Triton's, on PATH: "
+                         "random batch-1 requests; with --cuda-shm its own CUDA shared memory regions)")
     ap.add_argument("--out", help="write the report (markdown) here too")
     args = ap.parse_args()
     if bool(args.onnx) == args.torchvision_resnet50:
@@ -488,7 +498,8 @@ def main():
             f"{build_s:.1f} s); `{args.instances}` instances (execution contexts, one stream each); dynamic batching "
             f"(queue delay {args.queue_delay_us} us); clients: Python threads in up to "
             f"{args.client_processes} processes, KServe v2 HTTP with binary tensors, batch-1 requests, one keep-alive "
-            "connection each, on the same machine.")
+            "connection each, on the same machine" + (" (the load tables: perf_analyzer, HTTP, random inputs)."
+                                                      if args.load_generator == "perf_analyzer" else "."))
         say()
         say(f"Correctness: the server's output for a random request against `kiln run` on the same engine: max abs "
             f"difference {diff:.3g} (output {list(got.shape)}).")

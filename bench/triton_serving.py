@@ -145,13 +145,13 @@ def load(url, model, concurrency, duration, x):
             "requests": len(lat), "errors": errors[:3]}
 
 
-def load_pa(url, model, concurrency, duration, work, token=ACCESS_TOKEN):
+def load_pa(url, model, concurrency, duration, work, token=ACCESS_TOKEN, extra=()):
     """perf_analyzer at one concurrency (HTTP, batch 1, random inputs from the model's configuration):
     throughput and p50/p99 from its CSV."""
     csv = Path(work) / f"pa_{model}_{concurrency}_{time.monotonic_ns()}.csv"
     cmd = ["perf_analyzer", "-m", model, "-u", url, "-i", "http", "--concurrency-range", str(concurrency),
            "-p", str(int(duration * 1000)), "-s", "100", "--max-trials", "3", "-f", str(csv),
-           "-H", f"triton-access-token:{token}"]
+           "-H", f"triton-access-token:{token}"] + list(extra)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 10 * duration)
     if r.returncode != 0 or not csv.exists():
         return {"throughput": 0.0, "p50": float("nan"), "p99": float("nan"),
