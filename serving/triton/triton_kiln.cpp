@@ -728,6 +728,18 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
   std::vector<uint64_t> offsets(m.outputs.size(), 0);
   std::vector<TRITONBACKEND_Response*> on_device;  // responses waiting for their device copies
   for (Pending& p : group) {
+    // This request's part of each output starts at `at`; the next request's part follows it
+    // whatever happens to this one (a failed response must not shift the others' data).
+    const std::vector<uint64_t> at = offsets;
+    std::vector<std::vector<int64_t>> shapes(m.outputs.size());
+    std::vector<uint64_t> sizes(m.outputs.size());
+    for (size_t o = 0; o < m.outputs.size(); ++o) {
+      shapes[o] = out_dims[o].to_vector();
+      if (m.max_batch > 0) shapes[o][0] = p.batch;
+      sizes[o] = data_type_size(m.outputs[o].type);
+      for (int64_t d : shapes[o]) sizes[o] *= static_cast<uint64_t>(d);
+      offsets[o] += sizes[o];
+    }
     TRITONBACKEND_Response* response = nullptr;
     TRITONSERVER_Error* failure = TRITONBACKEND_ResponseNew(&response, p.request);
     if (failure) {  // nothing can be sent for this request
@@ -736,10 +748,8 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
     }
     bool device_copies = false;
     for (size_t o = 0; o < m.outputs.size() && !failure; ++o) {
-      std::vector<int64_t> shape = out_dims[o].to_vector();
-      if (m.max_batch > 0) shape[0] = p.batch;
-      uint64_t n = data_type_size(m.outputs[o].type);
-      for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+      const std::vector<int64_t>& shape = shapes[o];
+      const uint64_t n = sizes[o];
       TRITONBACKEND_Output* out = nullptr;
       failure =
           TRITONBACKEND_ResponseOutput(response, &out, m.outputs[o].name.c_str(), names_of(m.outputs[o].type)->triton,
@@ -760,12 +770,11 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
         break;
       }
       if (type == TRITONSERVER_MEMORY_GPU) {
-        s.device->copy_device_to_device(dst, static_cast<uint8_t*>(s.out[o].ptr) + offsets[o], n, s.stream);
+        s.device->copy_device_to_device(dst, static_cast<uint8_t*>(s.out[o].ptr) + at[o], n, s.stream);
         device_copies = true;
       } else {
-        std::memcpy(dst, out_host[o] + offsets[o], n);
+        std::memcpy(dst, out_host[o] + at[o], n);
       }
-      offsets[o] += n;
     }
     if (device_copies && !failure) {
       on_device.push_back(response);

@@ -182,6 +182,65 @@ def test_concurrent_clients_under_dynamic_batching(demo):
     assert executions < inferences, f"no request was batched ({executions} executions for {inferences} inferences)"
 
 
+def test_a_response_that_fails_in_a_batch_leaves_the_others_correct(demo):
+    """Requests batched together where some ask for their output in a system shared memory region
+    too small for it: those get an error from the server's allocator, and every other request of
+    the same executions still gets its own result (a failed response must not shift the outputs
+    the later requests of its batch receive)."""
+    import tritonclient.utils.shared_memory as shm
+    server = demo["server"]
+    rng = np.random.default_rng(11)
+    singles = rng.standard_normal((16, 3, 64, 64)).astype(np.float32)
+    expect = np.concatenate([infer_http(server, singles[i:i + 1]) for i in range(len(singles))])
+    key = f"/kiln_small_{os.getpid()}"
+    handle = shm.create_shared_memory_region("kiln_small", key, 4)
+    server.client.register_system_shared_memory("kiln_small", key, 4)
+    results, failed, errors = {}, [], []
+
+    def client(k):
+        try:
+            own = http.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+            for j in range(k, len(singles), 8):
+                inp = http.InferInput("image", [1, 3, 64, 64], "FP32")
+                inp.set_data_from_numpy(singles[j:j + 1])
+                out = http.InferRequestedOutput("scores", binary_data=True)
+                if j % 2:  # too small for the 1x10 scores
+                    out.set_shared_memory("kiln_small", 4)
+                    try:
+                        own.infer("demo", [inp], outputs=[out])
+                        errors.append(f"request {j} into a 4-byte region succeeded")
+                    except Exception:  # noqa: BLE001 (the expected error)
+                        failed.append(j)
+                else:
+                    results[j] = own.infer("demo", [inp], outputs=[out]).as_numpy("scores")
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    try:
+        before = settled_counts(server)
+        for _ in range(3):
+            threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors, errors
+            for j, got in results.items():
+                np.testing.assert_allclose(got, expect[j:j + 1], rtol=1e-5, atol=1e-6,
+                                           err_msg=f"request {j} got another request's result")
+        assert sorted(set(failed)) == list(range(1, len(singles), 2))
+        deadline = time.time() + 10
+        while True:
+            after = settled_counts(server)
+            if after[0] - before[0] >= 3 * len(singles) or time.time() > deadline:
+                break
+        assert after[1] - before[1] < after[0] - before[0], "no request was batched"
+    finally:
+        server.client.unregister_system_shared_memory("kiln_small")
+        shm.destroy_shared_memory_region(handle)
+    np.testing.assert_allclose(infer_http(server, demo["x"]), demo["ref"], rtol=1e-4, atol=1e-5)
+
+
 def test_bad_requests_get_errors_and_the_server_keeps_serving(demo):
     server = demo["server"]
     x = demo["x"]
