@@ -5,7 +5,8 @@
 Both are served by the same tritonserver (PyPI's nvidia-pytriton): kiln's backend serves the demo
 model (scripts/make_demo_model.py, custom layers) from libtriton_kiln.so; PyTriton binds an ONNX
 Runtime session on the same network written in standard ops (model_standard.onnx) through Triton's
-Python backend. Same batching on both sides (dynamic batcher, max batch 8, 2 ms queue delay), two
+Python backend. Same batching on both sides (dynamic batcher, max batch 8, --queue-delay-us: 2 ms by
+default; Triton's own default is 0), two
 model instances each with one CPU thread per instance. A closed-loop load generator (tritonclient
 over HTTP, one client per worker thread, batch-1 requests) runs each concurrency for --duration
 seconds per side, the sides alternating; throughput and p50/p99 latency per side and the ratios.
@@ -42,9 +43,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = """backend: "kiln"
 max_batch_size: 8
-dynamic_batching { max_queue_delay_microseconds: 2000 }
-instance_group [ { count: 2, kind: KIND_CPU } ]
-parameters { key: "threads" value { string_value: "1" } }
+dynamic_batching {{ max_queue_delay_microseconds: {delay} }}
+instance_group [ {{ count: 2, kind: KIND_CPU }} ]
+parameters {{ key: "threads" value {{ string_value: "1" }} }}
 """
 
 
@@ -80,7 +81,7 @@ def wait_ready(url, proc, timeout=180):
 ACCESS_TOKEN = "kiln-bench-" + os.urandom(8).hex()
 
 
-def serve_ort(model_path, ports, ready, token=None):
+def serve_ort(model_path, ports, ready, token=None, delay_us=2000):
     """PyTriton: ONNX Runtime sessions (one per instance, one thread each) behind Triton's Python backend."""
     import sysconfig
     # Triton's Python backend stub embeds this interpreter: it must find its libpython (pyenv and
@@ -109,7 +110,7 @@ def serve_ort(model_path, ports, ready, token=None):
         triton.bind(model_name="demo_ort", infer_func=[make(), make()],
                     inputs=[Tensor(name="image", dtype=np.float32, shape=(3, 64, 64))],
                     outputs=[Tensor(name="scores", dtype=np.float32, shape=(10,))],
-                    config=ModelConfig(max_batch_size=8, batcher=DynamicBatcher(max_queue_delay_microseconds=2000)))
+                    config=ModelConfig(max_batch_size=8, batcher=DynamicBatcher(max_queue_delay_microseconds=delay_us)))
         ready.set()
         triton.serve()
 
@@ -167,6 +168,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--queue-delay-us", type=int, default=2000, help="the dynamic batcher's max queue delay, both sides")
     ap.add_argument("--rounds", type=int, default=1, help="rounds per point, the sides alternating (medians)")
     ap.add_argument("--load-generator", choices=("perf_analyzer", "python"),
                     default="perf_analyzer" if shutil.which("perf_analyzer") else "python")
@@ -182,7 +184,7 @@ def main():
     repo = work / "repo"
     (repo / "demo" / "1").mkdir(parents=True)
     shutil.copy(work / "m" / "model.onnx", repo / "demo" / "1" / "model.onnx")
-    (repo / "demo" / "config.pbtxt").write_text(CONFIG)
+    (repo / "demo" / "config.pbtxt").write_text(CONFIG.format(delay=args.queue_delay_us))
     kports = free_ports(3)
     kiln_proc = subprocess.Popen(
         [str(server_bin), f"--model-repository={repo}", f"--backend-directory={Path(args.build) / 'triton'}",
@@ -191,7 +193,8 @@ def main():
         stdout=open(work / "kiln_server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
     oports = free_ports(3)
     ready = mp.Event()
-    ort_proc = mp.Process(target=serve_ort, args=(str(work / "m" / "model_standard.onnx"), oports, ready, ACCESS_TOKEN), daemon=True)
+    ort_proc = mp.Process(target=serve_ort, args=(str(work / "m" / "model_standard.onnx"), oports, ready, ACCESS_TOKEN,
+                                                      args.queue_delay_us), daemon=True)
     ort_proc.start()
     results = {}
     try:
@@ -230,7 +233,7 @@ def main():
     lines = [f"# kiln's Triton backend vs Triton's Python backend + ONNX Runtime ({platform.node()}, "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores)", "",
              "Same tritonserver (nvidia-pytriton 0.7.0), same network (the demo CNN; kiln with its custom layers, ONNX Runtime "
-             "the standard-op version), dynamic batching (max 8, 2 ms), 2 instances x 1 CPU thread each side; closed-loop "
+             f"the standard-op version), dynamic batching (max 8, {args.queue_delay_us} us queue delay), 2 instances x 1 CPU thread each side; closed-loop "
              + ("perf_analyzer 2.51 (HTTP, " if args.load_generator == "perf_analyzer" else "tritonclient HTTP load (")
              + f"batch-1 requests), {args.duration:g} s per point, sides alternating, {args.rounds} round(s), medians. "
              "ratio = kiln / Python backend (throughput: above 1 is better; p99: below 1 is better).", "",
