@@ -194,6 +194,19 @@ def wait_for(port, proc, path, timeout):
     raise RuntimeError(f"tritonserver: {path} not answering after {timeout} s")
 
 
+def start_server(binary, repo, backends, log_path, extra=(), env=None):
+    """tritonserver on free loopback ports in its own process group, its output in log_path.
+    Returns (process, HTTP port); stop it with stop_server."""
+    http_port, grpc_port, metrics_port = free_ports(3)
+    with open(log_path, "w") as log:  # the server keeps its own descriptor
+        proc = subprocess.Popen([str(binary), f"--model-repository={repo}", f"--backend-directory={backends}",
+                                 "--http-address=127.0.0.1", f"--http-port={http_port}", "--grpc-address=127.0.0.1",
+                                 f"--grpc-port={grpc_port}", "--metrics-address=127.0.0.1",
+                                 f"--metrics-port={metrics_port}", "--allow-gpu-metrics=false", *extra],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    return proc, http_port
+
+
 def stop_server(proc):
     """SIGTERM to the server's process group, SIGKILL after 30 s (nothing if it has exited)."""
     if proc.poll() is not None:
@@ -459,14 +472,8 @@ def main():
         import torch
         env["LD_LIBRARY_PATH"] = sysconfig.get_config_var("LIBDIR") + ":" + env.get("LD_LIBRARY_PATH", "")
         env["PYTHONPATH"] = ":".join([str(Path(torch.__file__).resolve().parents[1])] + sys.path[1:])
-    http_port, grpc_port, metrics_port = free_ports(3)
-    log = open(work / "server.log", "w")
-    server = subprocess.Popen([args.server, f"--model-repository={repo}", f"--backend-directory={backends}",
-                               "--http-address=127.0.0.1", f"--http-port={http_port}", "--grpc-address=127.0.0.1",
-                               f"--grpc-port={grpc_port}", "--metrics-address=127.0.0.1",
-                               f"--metrics-port={metrics_port}", "--allow-gpu-metrics=false", "--exit-on-error=false",
-                               "--strict-readiness=false"],
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    server, http_port = start_server(args.server, repo, backends, work / "server.log",
+                                     ["--exit-on-error=false", "--strict-readiness=false"], env)
     lines = []
     failures = []
     say = lambda s="": (print(s, flush=True), lines.append(s))  # noqa: E731
@@ -616,7 +623,6 @@ def main():
         raise
     finally:
         stop_server(server)
-        log.close()
     if failures:
         say()
         say("**Failed checks:** " + "; ".join(failures))

@@ -174,11 +174,10 @@ struct ModelState {
 // The `input_copy_threads` parameter: "" when not given (the device's default), else a number
 // 0..64; anything else fails the model's load (the caller's message names the model).
 constexpr int kMaxInputCopyThreads = 64;
-int parse_input_copy_threads(const ModelState& m, DeviceType device) {
+int parse_input_copy_threads(const ModelState& m) {
   const std::string text = parameter(m.config, "input_copy_threads");
-  // Default 0 everywhere: on the H200 (session 15) three helpers showed no gain beyond the
+  // Default 0 on every device: on the H200 (session 15) three helpers showed no gain beyond the
   // machine's drift (bench/results/2026-12-03_h200_session15_triton_gpu.md).
-  (void)device;
   if (text.empty()) return 0;
   const bool digits =
       text.size() <= 3 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -525,6 +524,13 @@ std::string inspect_request(const ModelState& m, TRITONBACKEND_Request* r, Pendi
   return "";
 }
 
+// Sends a response as the request's final one, with `failure` (null: success); frees `failure`.
+void send_response(TRITONBACKEND_Response* response, TRITONSERVER_Error* failure) {
+  TRITONSERVER_Error* sent = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, failure);
+  if (failure) TRITONSERVER_ErrorDelete(failure);
+  if (sent) TRITONSERVER_ErrorDelete(sent);
+}
+
 void send_error(TRITONBACKEND_Request* r, TRITONSERVER_Error_Code code, const std::string& message) {
   TRITONBACKEND_Response* response = nullptr;
   TRITONSERVER_Error* e = TRITONBACKEND_ResponseNew(&response, r);
@@ -532,10 +538,7 @@ void send_error(TRITONBACKEND_Request* r, TRITONSERVER_Error_Code code, const st
     TRITONSERVER_ErrorDelete(e);
     return;
   }
-  TRITONSERVER_Error* err = error(code, message);
-  e = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, err);
-  TRITONSERVER_ErrorDelete(err);
-  if (e) TRITONSERVER_ErrorDelete(e);
+  send_response(response, error(code, message));
 }
 
 // A request input's buffers as copy segments into the engine's input, at the input's byte offset
@@ -778,11 +781,9 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
     }
     if (device_copies && !failure) {
       on_device.push_back(response);
-      continue;
+    } else {
+      send_response(response, failure);
     }
-    TRITONSERVER_Error* sent = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, failure);
-    if (failure) TRITONSERVER_ErrorDelete(failure);
-    if (sent) TRITONSERVER_ErrorDelete(sent);
   }
   if (on_device.empty()) return;
   std::string failed;
@@ -793,10 +794,7 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
         std::string("kiln backend: model '") + m.name + "': copying the outputs into GPU memory failed: " + e.what();
   }
   for (TRITONBACKEND_Response* response : on_device) {
-    TRITONSERVER_Error* failure = failed.empty() ? nullptr : error(TRITONSERVER_ERROR_INTERNAL, failed);
-    TRITONSERVER_Error* sent = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, failure);
-    if (failure) TRITONSERVER_ErrorDelete(failure);
-    if (sent) TRITONSERVER_ErrorDelete(sent);
+    send_response(response, failed.empty() ? nullptr : error(TRITONSERVER_ERROR_INTERNAL, failed));
   }
 }
 
@@ -852,10 +850,9 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
     check(se, "MessageSerializeToJson");
     const std::string threads = parameter(state->config, "threads", "0");
     state->threads = std::stoi(threads);
-    // Checked before the (possibly long) engine build; the default depends on the engine's device.
-    parse_input_copy_threads(*state, DeviceType::kCPU);
+    // Checked before the (possibly long) engine build.
+    state->input_copy_threads = parse_input_copy_threads(*state);
     state->engine = load_engine(*state);
-    state->input_copy_threads = parse_input_copy_threads(*state, state->engine->device());
     reconcile_config(*state, model);
   });
   if (e) return e;

@@ -146,6 +146,25 @@ def settled_counts(server, model="demo"):
         time.sleep(0.2)
 
 
+def run_clients(client, count=8):
+    """client(k) for k in 0..count-1, each in its own thread, all at once; returns when all are done."""
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def counts_since(server, before, expected):
+    """(inferences, executions) since `before` (settled_counts), once at least `expected` inferences
+    are counted (the last responses' statistics lag them; see settled_counts) or after 10 s."""
+    deadline = time.time() + 10
+    while True:
+        after = settled_counts(server)
+        if after[0] - before[0] >= expected or time.time() > deadline:
+            return after[0] - before[0], after[1] - before[1]
+
+
 def test_concurrent_clients_under_dynamic_batching(demo):
     server = demo["server"]
     rng = np.random.default_rng(5)
@@ -163,21 +182,11 @@ def test_concurrent_clients_under_dynamic_batching(demo):
             errors.append(e)
 
     for _ in range(3):
-        threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_clients(client)
     assert not errors, errors
     got = np.concatenate([results[j] for j in range(len(singles))])
     np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-6)
-    # Wait for the last responses' statistics (see settled_counts).
-    deadline = time.time() + 10
-    while True:
-        after = settled_counts(server)
-        if after[0] - before[0] >= 3 * len(singles) or time.time() > deadline:
-            break
-    inferences, executions = after[0] - before[0], after[1] - before[1]
+    inferences, executions = counts_since(server, before, 3 * len(singles))
     assert inferences == 3 * len(singles)
     assert executions < inferences, f"no request was batched ({executions} executions for {inferences} inferences)"
 
@@ -219,22 +228,14 @@ def test_a_response_that_fails_in_a_batch_leaves_the_others_correct(demo):
     try:
         before = settled_counts(server)
         for _ in range(3):
-            threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            run_clients(client)
             assert not errors, errors
             for j, got in results.items():
                 np.testing.assert_allclose(got, expect[j:j + 1], rtol=1e-5, atol=1e-6,
                                            err_msg=f"request {j} got another request's result")
         assert sorted(set(failed)) == list(range(1, len(singles), 2))
-        deadline = time.time() + 10
-        while True:
-            after = settled_counts(server)
-            if after[0] - before[0] >= 3 * len(singles) or time.time() > deadline:
-                break
-        assert after[1] - before[1] < after[0] - before[0], "no request was batched"
+        inferences, executions = counts_since(server, before, 3 * len(singles))
+        assert executions < inferences, "no request was batched"
     finally:
         server.client.unregister_system_shared_memory("kiln_small")
         shm.destroy_shared_memory_region(handle)
@@ -418,11 +419,7 @@ def test_input_copy_threads_copy_large_inputs_exactly(large):
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(len(singles))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_clients(client, len(singles))
     assert not errors, errors
     np.testing.assert_allclose(np.concatenate([results[k] for k in range(len(singles))]), expect, rtol=1e-5,
                                atol=1e-5)

@@ -21,7 +21,6 @@ CPU model:
 Usage: python3 tests/triton/test_triton_gpu.py --build BUILD [--server TRITONSERVER]
 """
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -62,14 +61,8 @@ def rss_mib(pid):
 def reloads(server_bin, backend, repo, work, expect, cycles=50):
     """Unload/load the CUDA model `cycles` times in explicit mode: no growth of GPU or host memory."""
     import triton_gpu as tg
-    http_port, grpc_port, metrics_port = tg.free_ports(3)
-    log = open(work / "server_reload.log", "w")
-    server = subprocess.Popen([server_bin, f"--model-repository={repo}", f"--backend-directory={backend.parent.parent}",
-                               "--http-address=127.0.0.1", f"--http-port={http_port}", "--grpc-address=127.0.0.1",
-                               f"--grpc-port={grpc_port}", "--metrics-address=127.0.0.1",
-                               f"--metrics-port={metrics_port}", "--allow-gpu-metrics=false",
-                               "--model-control-mode=explicit", "--load-model=g"],
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server, http_port = tg.start_server(server_bin, repo, backend.parent.parent, work / "server_reload.log",
+                                        ["--model-control-mode=explicit", "--load-model=g"])
     try:
         tg.wait_ready(http_port, server, timeout=300)
         c = tg.Client(http_port)
@@ -96,7 +89,6 @@ def reloads(server_bin, backend, repo, work, expect, cycles=50):
         expect(False, f"reloads: {e!r}; server log: {(work / 'server_reload.log').read_text()[-1500:]}")
     finally:
         tg.stop_server(server)
-        log.close()
 
 
 def main():
@@ -128,13 +120,7 @@ def main():
             'backend: "kiln"\nmax_batch_size: 8\n' +
             ("dynamic_batching { max_queue_delay_microseconds: 5000 }\n" if batcher else "") +
             f'parameters {{ key: "device" value {{ string_value: "{device}" }} }}\n')
-    http_port, grpc_port, metrics_port = tg.free_ports(3)
-    log = open(work / "server.log", "w")
-    server = subprocess.Popen([server_bin, f"--model-repository={repo}", f"--backend-directory={backend.parent.parent}",
-                               "--http-address=127.0.0.1", f"--http-port={http_port}", "--grpc-address=127.0.0.1",
-                               f"--grpc-port={grpc_port}", "--metrics-address=127.0.0.1",
-                               f"--metrics-port={metrics_port}", "--allow-gpu-metrics=false"],
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server, http_port = tg.start_server(server_bin, repo, backend.parent.parent, work / "server.log")
     failures = []
 
     def expect(ok, what):
@@ -207,7 +193,6 @@ def main():
         print("server log (last 30 lines):\n" + "\n".join((work / "server.log").read_text().splitlines()[-30:]))
     finally:
         tg.stop_server(server)
-        log.close()
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 
