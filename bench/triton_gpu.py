@@ -59,7 +59,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from triton_serving import free_ports  # noqa: E402
+from triton_serving import equal_p99_lines, free_ports  # noqa: E402
 
 
 class Cuda:
@@ -405,6 +405,9 @@ def main():
     ap.add_argument("--load-generator", choices=("python", "perf_analyzer"), default="python",
                     help="python (default: the threads above, needs only numpy) or perf_analyzer (Triton's, on PATH: "
                          "random batch-1 requests; with --cuda-shm its own CUDA shared memory regions)")
+    ap.add_argument("--copy-threads-ab", type=int, default=0, metavar="N",
+                    help="also serve the engine as model d{N}, like d but with input_copy_threads N, and time it the "
+                         "same way (the server log's per-instance input copy lines compare d and dN)")
     ap.add_argument("--out", help="write the report (markdown) here too")
     args = ap.parse_args()
     if bool(args.onnx) == args.torchvision_resnet50:
@@ -446,6 +449,16 @@ def main():
     shutil.copy(engine, repo / "d" / "1" / "model.kiln")
     (repo / "d" / "config.pbtxt").write_text(
         f'backend: "kiln"\nmax_batch_size: {args.max_batch}\ninstance_group [ {{ count: 1, kind: KIND_CPU }} ]\n')
+    one_at_a_time = [("m", f"dynamic batching ({args.queue_delay_us} us delay), {args.instances} instances"),
+                     ("d", "no dynamic batching, 1 instance")]
+    if args.copy_threads_ab:
+        ab = f"d{args.copy_threads_ab}"
+        (repo / ab / "1").mkdir(parents=True)
+        shutil.copy(engine, repo / ab / "1" / "model.kiln")
+        (repo / ab / "config.pbtxt").write_text(
+            f'backend: "kiln"\nmax_batch_size: {args.max_batch}\ninstance_group [ {{ count: 1, kind: KIND_CPU }} ]\n'
+            f'parameters {{ key: "input_copy_threads" value {{ string_value: "{args.copy_threads_ab}" }} }}\n')
+        one_at_a_time.append((ab, f"no dynamic batching, 1 instance, input_copy_threads {args.copy_threads_ab}"))
     backends = backend_dir
     if args.python_backend:
         # PyTorch through Triton's Python backend, same batching and instances as model m.
@@ -479,7 +492,7 @@ def main():
     say = lambda s="": (print(s, flush=True), lines.append(s))  # noqa: E731
     try:
         wait_live(http_port, server)
-        for model in ["m", "d"] + (["c"] if args.cuda_shm else []):
+        for model in [m for m, _ in one_at_a_time] + (["c"] if args.cuda_shm else []):
             if not model_ready(http_port, model):
                 raise RuntimeError(f"model {model} did not load")
         peer = bool(args.python_backend) and model_ready(http_port, "t")
@@ -592,6 +605,12 @@ def main():
                     f"{med(k, 'p50'):.3f} / {med(k, 'p99'):.3f} | {med(t, 'p50'):.3f} / {med(t, 'p99'):.3f} | "
                     f"{med(k, 'p99') / med(t, 'p99'):.2f} |")
             say()
+            medians = {model: {c: {"throughput": statistics.median(r["qps"] for r in runs[(model, c)]),
+                                   "p99": statistics.median(r["p99"] for r in runs[(model, c)])}
+                               for c in concs if runs.get((model, c))} for model in ("m", "t")}
+            for line in equal_p99_lines("kiln", medians["m"], "PyTorch", medians["t"]):
+                say(line)
+            say()
             for model, who in (("m", "kiln"), ("t", "PyTorch")):
                 n, per = phase_means(*peer_stats[model])
                 say(f"* {who}, per request over the comparison (Triton statistics, {n} requests): " +
@@ -603,8 +622,7 @@ def main():
         # What the server adds per request: one request at a time, Triton's statistics, with the
         # batcher (model m) and without it (model d, one instance).
         kb_ms = b1["latency_ms"]["mean"]
-        for model, what in (("m", f"dynamic batching ({args.queue_delay_us} us delay), {args.instances} instances"),
-                            ("d", "no dynamic batching, 1 instance")):
+        for model, what in one_at_a_time:
             before = stats(http_port, model)
             res1 = load(http_port, model, args, x, 1, args.duration)
             n, per = phase_means(before, stats(http_port, model))
@@ -623,6 +641,14 @@ def main():
         raise
     finally:
         stop_server(server)
+    copies = [ln[ln.find("kiln backend"):].rstrip('"') for ln in (work / "server.log").read_text(errors="replace").splitlines()
+              if "executions; inputs from host memory" in ln]
+    if copies:
+        say()
+        say("Input gathering per instance over the run (the server's log when the models were unloaded):")
+        say()
+        for ln in copies:
+            say("* " + ln)
     if failures:
         say()
         say("**Failed checks:** " + "; ".join(failures))

@@ -146,6 +146,33 @@ def load(url, model, concurrency, duration, x):
             "requests": len(lat), "errors": errors[:3]}
 
 
+def equal_p99_lines(a_name, a, b_name, b):
+    """Throughput at equal p99 (issue 17's "at equal p99"): each of side b's measured p99s is a bound;
+    under it, the highest throughput each side reached at any measured concurrency whose p99 is
+    within the bound. a, b: {concurrency: {"throughput": req/s, "p99": ms}} (medians). Only measured
+    points count (no interpolation), so a side is never credited with a latency it did not show."""
+    def best(side, bound):
+        ok = [(r["throughput"], c) for c, r in side.items() if r["throughput"] > 0 and r["p99"] <= bound]
+        return max(ok) if ok else None
+
+    lines = [f"Throughput at equal p99: for each p99 {b_name} showed, the most requests/s each side served at any "
+             "measured concurrency with its p99 within it (measured points only; ratio above 1: kiln serves more "
+             "at that latency).", "",
+             f"| p99 bound ms ({b_name} at concurrency) | {a_name} req/s (concurrency, p99 ms) | "
+             f"{b_name} req/s (concurrency, p99 ms) | ratio |",
+             "| --- | --- | --- | --- |"]
+    for c in sorted(b):
+        if not b[c]["throughput"] > 0:
+            continue
+        bound = b[c]["p99"]
+        ka, kb = best(a, bound), best(b, bound)
+        cell = lambda side, hit: (f"{hit[0]:.0f} ({hit[1]}, {side[hit[1]]['p99']:.2f})" if hit  # noqa: E731
+                                  else "none within")
+        ratio = f"**{ka[0] / kb[0]:.2f}x**" if ka and kb else "-"
+        lines.append(f"| {bound:.2f} ({c}) | {cell(a, ka)} | {cell(b, kb)} | {ratio} |")
+    return lines
+
+
 def load_pa(url, model, concurrency, duration, work, token=ACCESS_TOKEN, extra=()):
     """perf_analyzer at one concurrency (HTTP, batch 1, random inputs from the model's configuration):
     throughput and p50/p99 from its CSV."""
@@ -246,6 +273,8 @@ def main():
             continue
         lines.append(f"| {c} | {k['throughput']:.1f} | {k['p50']:.2f} | {k['p99']:.2f} | {o['throughput']:.1f} | {o['p50']:.2f} | "
                      f"{o['p99']:.2f} | **{k['throughput'] / o['throughput']:.2f}x** | {k['p99'] / o['p99']:.2f} |")
+    measured = {name: {c: results[(name, c)] for (n, c) in results if n == name} for name in sides}
+    lines += [""] + equal_p99_lines("kiln", measured["kiln backend"], "Python+ORT", measured["Python backend + ONNX Runtime"])
     if kb:
         med = kb.get("latency_ms", {}).get("median") if isinstance(kb.get("latency_ms"), dict) else None
         if med is not None:

@@ -28,7 +28,8 @@
 //   input_copy_threads      threads per instance that help copy request inputs into the engine's
 //                           input (CPU) or pinned staging (CUDA) when a batch's input has at least
 //                           256 KiB (parallel_copy.h); 0: the instance's thread copies alone.
-//                           Default: 0 (on an H200, 3 helpers showed no measurable gain).
+//                           Default: 0 (on an H200, 3 helpers cut a 602 KB input's copy from 93
+//                           to 76 us per execution: the source's read rate bounds it, not threads).
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -36,6 +37,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iomanip>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -176,8 +178,8 @@ struct ModelState {
 constexpr int kMaxInputCopyThreads = 64;
 int parse_input_copy_threads(const ModelState& m) {
   const std::string text = parameter(m.config, "input_copy_threads");
-  // Default 0 on every device: on the H200 (session 15) three helpers showed no gain beyond the
-  // machine's drift (bench/results/2026-12-03_h200_session15_triton_gpu.md).
+  // Default 0 on every device: on the H200 three helpers copied 64% of a 602 KB input's chunks
+  // yet cut the copy only from 93 to 76 us (bench/results/2026-12-03_h200_session17_triton_gpu_sweep.md).
   if (text.empty()) return 0;
   const bool digits =
       text.size() <= 3 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -411,6 +413,15 @@ struct InstanceState {
   std::vector<Staging> pinned_in, pinned_out;
   // Copies request inputs into `in` (CPU) or `pinned_in` (CUDA) with input_copy_threads helpers.
   std::unique_ptr<ParallelCopier> copier;
+  // Where the input gathering's time went, logged when the instance is unloaded (a request's
+  // compute_input in Triton's statistics is mostly this copy when inputs are large).
+  struct InputCopyTotals {
+    uint64_t executions = 0;
+    uint64_t host_buffers = 0, host_bytes = 0;      // request buffers in host memory, copied by copier
+    uint64_t device_buffers = 0, device_bytes = 0;  // in GPU memory, copied device-to-device
+    uint64_t copy_ns = 0;                           // in copier->copy(), the device copies' queueing included
+    uint64_t queue_ns = 0;                          // of which in queueing host-to-device copies (CUDA)
+  } totals;
   InstanceState() = default;
   InstanceState(const InstanceState&) = delete;
   InstanceState& operator=(const InstanceState&) = delete;
@@ -673,17 +684,26 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
       add_segments(p.inputs[i], host + offset, s.device ? bound + offset : nullptr, n, segments, device_segments);
       offset += n;
     }
+    const uint64_t copy_start = now_ns();
     if (s.device) {
       s.copier->copy(segments, [&](uint8_t* from, size_t n) {
+        const uint64_t t = now_ns();
         s.device->copy_host_to_device(bound + (from - host), from, n, s.stream);
+        s.totals.queue_ns += now_ns() - t;
       });
       for (const CopySegment& d : device_segments) s.device->copy_device_to_device(d.dst, d.src, d.bytes, s.stream);
     } else {
       s.copier->copy(segments);
     }
+    s.totals.copy_ns += now_ns() - copy_start;
+    s.totals.host_buffers += segments.size();
+    s.totals.device_buffers += device_segments.size();
+    for (const CopySegment& c : segments) s.totals.host_bytes += c.bytes;
+    for (const CopySegment& d : device_segments) s.totals.device_bytes += d.bytes;
     s.ctx->set_tensor_address(m.inputs[i].name, bound);
   }
   bind_outputs(s);
+  ++s.totals.executions;
   times.inputs_done = now_ns();
   std::vector<Dims> out_dims(m.outputs.size());
   std::vector<const uint8_t*> out_host(m.outputs.size());
@@ -986,10 +1006,36 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
   return TRITONBACKEND_ModelInstanceSetState(instance, state.release());
 }
 
+// The instance's input gathering over its life, for the server's log at unload: how many request
+// buffers, how many bytes, how long the copy took per execution and at what rate.
+void log_input_copy_totals(const InstanceState& s) {
+  const InstanceState::InputCopyTotals& t = s.totals;
+  const double execs = static_cast<double>(t.executions);
+  const auto fixed = [](double v, int digits) {
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(digits) << v;
+    return out.str();
+  };
+  std::string line =
+      "kiln backend: model '" + s.model->name + "' instance '" + s.name + "': " + std::to_string(t.executions) +
+      " executions; inputs from host memory: " + std::to_string(t.host_bytes) + " bytes in " +
+      std::to_string(t.host_buffers) + " buffers (" + fixed(static_cast<double>(t.host_buffers) / execs, 1) +
+      " per execution), copied in " + fixed(static_cast<double>(t.copy_ns) / execs / 1e3, 1) + " us per execution";
+  if (t.copy_ns > 0)
+    line += " (" + fixed(static_cast<double>(t.host_bytes) / static_cast<double>(t.copy_ns), 2) + " GB/s)";
+  if (s.device) {
+    line += ", of which queueing the copies to the device " + fixed(static_cast<double>(t.queue_ns) / execs / 1e3, 1) +
+            " us; inputs in GPU memory: " + std::to_string(t.device_bytes) + " bytes in " +
+            std::to_string(t.device_buffers) + " buffers";
+  }
+  log_line(TRITONSERVER_LOG_INFO, line);
+}
+
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* instance) {
   void* p = nullptr;
   if (TRITONSERVER_Error* e = TRITONBACKEND_ModelInstanceState(instance, &p)) return e;
   auto* s = static_cast<InstanceState*>(p);
+  if (s && s->totals.executions > 0) log_input_copy_totals(*s);
   if (s && s->copier && s->copier->workers() > 0) {  // whether the helpers took part
     const ParallelCopier::Stats st = s->copier->stats();
     log_line(TRITONSERVER_LOG_INFO,

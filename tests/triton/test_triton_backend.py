@@ -433,6 +433,18 @@ def test_input_copy_threads_copy_large_inputs_exactly(large):
     assert "model 'copy2' instance" in line and "with 2 input copy thread(s)" in line, line
     jobs, shared = (int(v) for v in re.search(r"(\d+) input copies, (\d+) of them shared", line).groups())
     assert jobs >= 3 + 1 and shared == jobs, line
+    # ... and what the instance gathered: every byte of the 3 + 24 requests' 36 images, from at
+    # least one buffer per request, in as many executions as copies.
+    totals = next((ln for ln in large["log"].read_text().splitlines() if "executions; inputs from host memory" in ln), "")
+    print(totals)
+    m = re.search(r"instance 'copy2_0_0': (\d+) executions; inputs from host memory: (\d+) bytes in (\d+) buffers "
+                  r"\(([\d.]+) per execution\), copied in ([\d.]+) us per execution \(([\d.]+) GB/s\)", totals)
+    assert m, totals
+    executions, nbytes, buffers = int(m[1]), int(m[2]), int(m[3])
+    assert executions == jobs, totals
+    assert nbytes == 36 * 3 * 256 * 256 * 4, totals
+    assert 27 <= buffers <= nbytes // 4096, totals
+    assert float(m[5]) > 0 and float(m[6]) > 0, totals
     server.client.load_model("copy2")
     np.testing.assert_array_equal(infer_large(server, singles[:2]), kiln_run(engine, singles[:2], tmp / "copy_run_2"))
 
