@@ -171,15 +171,17 @@ TEST(CpuChannelsLast, ConcatFastChannelsLastMatchesLinear) {
 
 TEST(CpuChannelsLast, MaxPoolFastChannelsLastMatchesReference) {
   // 3x3/2 ceil mode (SqueezeNet), 5x5/1 pad 2 (YOLO's SPPF), 2x2/2 with a begin pad; a NaN.
+  // Channels a multiple of 8 take the register-blocked AVX2 loop (blocks of 32, then of 8: 40 is
+  // one of each, 256 eight of 32); the others the vectorized loop.
   struct Case {
     Dims x;
     int64_t k, s, pad;
     bool ceil;
   };
-  const std::vector<Case> cases = {{{1, 64, 111, 111}, 3, 2, 0, true},
-                                   {{2, 13, 11, 9}, 5, 1, 2, false},
-                                   {{1, 17, 7, 8}, 2, 2, 1, false},
-                                   {{1, 3, 12, 12}, 3, 2, 0, true}};
+  const std::vector<Case> cases = {{{1, 64, 111, 111}, 3, 2, 0, true}, {{2, 13, 11, 9}, 5, 1, 2, false},
+                                   {{1, 17, 7, 8}, 2, 2, 1, false},    {{1, 3, 12, 12}, 3, 2, 0, true},
+                                   {{1, 40, 9, 10}, 3, 2, 1, false},   {{2, 256, 13, 13}, 3, 2, 0, true},
+                                   {{1, 8, 6, 6}, 5, 1, 2, false}};
   uint32_t seed = 300;
   for (const Case& c : cases) {
     Network net;

@@ -11,6 +11,10 @@
 #include <algorithm>
 #include <limits>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
@@ -72,10 +76,64 @@ KILN_POOL_ROWS(baseline)
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 KILN_POOL_ROWS(avx2)
+
+// AVX2, C a multiple of 8: each output pixel's channels in blocks of up to NB 8-float vectors
+// kept in registers over the whole window (one load per window element and vector, one store per
+// output), with a NaN mask beside them. SqueezeNet's first pool (64 channels, 111x111 -> 55x55)
+// took 0.22 ms on 2 threads with the loop above, which re-reads and re-writes the output vector
+// at every window element.
+template <int NB>
+inline void max_pool_block_avx2(const float* in, float* out, int64_t c0, int64_t C, int64_t W, int64_t h0, int64_t h1,
+                                int64_t w0, int64_t w1) {
+  __m256 acc[NB], nan[NB];
+  const float* first = in + (h0 * W + w0) * C + c0;
+  for (int k = 0; k < NB; ++k) {
+    acc[k] = _mm256_loadu_ps(first + 8 * k);
+    nan[k] = _mm256_cmp_ps(acc[k], acc[k], _CMP_UNORD_Q);
+  }
+  for (int64_t h = h0; h < h1; ++h) {
+    for (int64_t w = (h == h0 ? w0 + 1 : w0); w < w1; ++w) {
+      const float* v = in + (h * W + w) * C + c0;
+      for (int k = 0; k < NB; ++k) {
+        const __m256 x = _mm256_loadu_ps(v + 8 * k);
+        acc[k] = _mm256_max_ps(acc[k], x);
+        nan[k] = _mm256_or_ps(nan[k], _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+      }
+    }
+  }
+  const __m256 qnan = _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN());
+  for (int k = 0; k < NB; ++k) _mm256_storeu_ps(out + c0 + 8 * k, _mm256_blendv_ps(acc[k], qnan, nan[k]));
+}
+
+void max_pool_rows_avx2_c8(const float* src, float* dst, int64_t b, int64_t e, int64_t C, int64_t H, int64_t W,
+                           int64_t OH, int64_t OW, const Pool2d& p) {
+  for (int64_t row = b; row < e; ++row) {
+    const int64_t n = row / OH, oh = row % OH;
+    const int64_t h0 = std::max<int64_t>(oh * p.sh - p.ph, 0);
+    const int64_t h1 = std::min<int64_t>(oh * p.sh - p.ph + p.kh, H);
+    const float* in = src + n * H * W * C;
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      float* out = dst + (row * OW + ow) * C;
+      const int64_t w0 = std::max<int64_t>(ow * p.sw - p.pw, 0);
+      const int64_t w1 = std::min<int64_t>(ow * p.sw - p.pw + p.kw, W);
+      if (h0 >= h1 || w0 >= w1) {  // a window wholly in the padding
+        std::fill(out, out + C, std::numeric_limits<float>::lowest());
+        continue;
+      }
+      int64_t c0 = 0;
+      for (; c0 + 32 <= C; c0 += 32) max_pool_block_avx2<4>(in, out, c0, C, W, h0, h1, w0, w1);
+      for (; c0 < C; c0 += 8) max_pool_block_avx2<1>(in, out, c0, C, W, h0, h1, w0, w1);
+    }
+  }
+}
 #pragma GCC pop_options
 #else
 void max_pool_rows_avx2(const float* src, float* dst, int64_t b, int64_t e, int64_t C, int64_t H, int64_t W, int64_t OH,
                         int64_t OW, const Pool2d& p) {
+  max_pool_rows_baseline(src, dst, b, e, C, H, W, OH, OW, p);
+}
+void max_pool_rows_avx2_c8(const float* src, float* dst, int64_t b, int64_t e, int64_t C, int64_t H, int64_t W,
+                           int64_t OH, int64_t OW, const Pool2d& p) {
   max_pool_rows_baseline(src, dst, b, e, C, H, W, OH, OW, p);
 }
 #endif
@@ -87,7 +145,9 @@ void execute_channels_last(const KernelContext& ctx, const Pool2d& p) {
   const int64_t C = x[1], H = x[2], W = x[3], OH = y[2], OW = y[3];
   const float* src = ctx.inputs[0].as<float>();
   float* dst = ctx.outputs[0].as<float>();
-  const auto rows = cpu::has_avx2_fma() ? &max_pool_rows_avx2 : &max_pool_rows_baseline;
+  const auto rows = !cpu::has_avx2_fma() ? &max_pool_rows_baseline
+                    : C % 8 == 0         ? &max_pool_rows_avx2_c8
+                                         : &max_pool_rows_avx2;
   cpu::parallel_for(
       x[0] * OH, ctx.num_threads, [&](int64_t b, int64_t e) { rows(src, dst, b, e, C, H, W, OH, OW, p); },
       std::max<int64_t>(1, 4096 / std::max<int64_t>(OW * C, 1)));
