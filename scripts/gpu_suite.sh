@@ -17,8 +17,15 @@
 #              $KILN_TORCH_MODELS too)
 #   triton     kiln's Triton backend on the GPU: request data in GPU memory, 50 reloads of a CUDA
 #              model without growing GPU or host memory (tests/triton/test_triton_gpu.py;
-#              the server: $KILN_TRITON_SERVER, default nvidia-pytriton's; an unzipped wheel needs its
-#              nvidia_pytriton.libs on LD_LIBRARY_PATH)
+#              the server: $KILN_TRITON_SERVER, default nvidia-pytriton's, else the one
+#              scripts/prepare_gpu_carry.sh --triton packed into .dev/triton, unpacked here)
+#   triton_bench  bench/triton_gpu.py: kiln's backend against PyTorch through Triton's Python
+#              backend in one server (ResNet-50 fp16, perf_analyzer over HTTP, Triton's default
+#              queue delay, 1-32 clients, throughput at equal p99, the server's overhead per
+#              request, request data in GPU memory); needs torch + torchvision and the Python
+#              backend (.dev/triton or an installed nvidia-pytriton) and perf_analyzer ($PATH or
+#              .dev/triton); $KILN_TRITON_BENCH_ARGS replaces its load arguments
+# KILN_GPU_TARGETS="kiln_cli triton_kiln" builds only those targets (the triton steps need no more).
 #   python     the Python package on CUDA (tests/python/test_api_cuda.py: torch tensors in place,
 #              torch streams, fp16, Python plugins with torch and Triton kernels; and the CPU
 #              suite test_api.py) and bench/python_overhead.py (Python over C++ per call)
@@ -50,7 +57,9 @@ if grep -q "cudnn-frontend not found" "$OUT/configure.log"; then
   echo "WARNING: built without cudnn-frontend: the cuDNN graph-API tactics are left out and their tests skip;"
   echo "WARNING: on a machine without pip, run scripts/prepare_gpu_carry.sh where kiln was set up and carry .dev"
 fi
-cmake --build "$B" -j"$JOBS" > "$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -80; exit 1; }
+# shellcheck disable=SC2086  # KILN_GPU_TARGETS is a list of targets
+cmake --build "$B" -j"$JOBS" ${KILN_GPU_TARGETS:+--target $KILN_GPU_TARGETS} > "$OUT/build.log" 2>&1 ||
+  { grep -E "error" -A3 "$OUT/build.log" | head -80; exit 1; }
 echo "build: ok in $(( $(date +%s) - t0 )) s"
 rc=0
 has() { [[ " $STEPS " == *" $1 "* ]]; }
@@ -94,12 +103,59 @@ if has serving && [[ -n "${KILN_TORCH_MODELS:-}" ]]; then
     --out "$OUT/serving_vs_pytorch.md" --raw-dir "$OUT/serving_raw" > "$OUT/serving_vs_pytorch.log" 2>&1 || rc=1
   tail -60 "$OUT/serving_vs_pytorch.log"
 fi
+# The Triton server, its Python backend and perf_analyzer: installed ones first, else the ones
+# scripts/prepare_gpu_carry.sh --triton packed into .dev/triton (unpacked into /tmp/kiln-triton).
+TRITON_PYB=""
+triton_setup() {
+  local site
+  site=$(python3 -c "import os, pytriton; print(os.path.dirname(os.path.dirname(pytriton.__file__)))" 2>/dev/null || true)
+  if [[ -z "$site" && -f .dev/triton/tritonserver.tar.xz ]]; then
+    site=/tmp/kiln-triton
+    if [[ ! -x $site/pytriton/tritonserver/bin/tritonserver ]]; then
+      mkdir -p $site && tar -C $site -xJf .dev/triton/tritonserver.tar.xz && tar -C $site -xJf .dev/triton/perf_analyzer.tar.xz
+    fi
+    export LD_LIBRARY_PATH=$site/nvidia_pytriton.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+  [[ -n "$site" ]] || return 0
+  local stubs=$site/pytriton/tritonserver/python_backend_stubs
+  local py
+  py=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+  TRITON_PYB=$site/pytriton/tritonserver/backends/python
+  if [[ -x $stubs/$py/triton_python_backend_stub && ! -e $TRITON_PYB/triton_python_backend_stub ]]; then
+    cp "$stubs/$py/triton_python_backend_stub" "$TRITON_PYB/" 2>/dev/null
+  fi
+  [[ -e $TRITON_PYB/triton_python_backend_stub ]] || TRITON_PYB=""  # no stub for this Python
+  KILN_TRITON_SERVER=${KILN_TRITON_SERVER:-$site/pytriton/tritonserver/bin/tritonserver}
+  if ! command -v perf_analyzer > /dev/null && [[ -x $site/perf_analyzer/perf_analyzer ]]; then
+    mkdir -p /tmp/kiln-triton/bin
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' \
+      "$site/perf_analyzer" "$site/perf_analyzer/perf_analyzer" > /tmp/kiln-triton/bin/perf_analyzer
+    chmod +x /tmp/kiln-triton/bin/perf_analyzer
+    export PATH=/tmp/kiln-triton/bin:$PATH
+  fi
+}
+if has triton || has triton_bench; then
+  triton_setup
+fi
 if has triton; then
   python3 tests/triton/test_triton_gpu.py --build "$B" ${KILN_TRITON_SERVER:+--server "$KILN_TRITON_SERVER"} \
     > "$OUT/triton_gpu.log" 2>&1
   st=$?
   [[ $st == 0 || $st == 77 ]] || rc=1
   cat "$OUT/triton_gpu.log"
+fi
+if has triton_bench; then
+  if [[ -z "${KILN_TRITON_SERVER:-}" || -z "$TRITON_PYB" ]] || ! command -v perf_analyzer > /dev/null; then
+    echo "triton_bench: needs tritonserver with its Python backend and perf_analyzer (scripts/prepare_gpu_carry.sh --triton)"
+    rc=1
+  else
+    # shellcheck disable=SC2086  # the arguments are a list
+    PYTHONUNBUFFERED=1 python3 bench/triton_gpu.py --build "$B" --server "$KILN_TRITON_SERVER" --torchvision-resnet50 \
+      --fp16 --max-batch 4 --python-backend "$TRITON_PYB" --cuda-shm --load-generator perf_analyzer \
+      ${KILN_TRITON_BENCH_ARGS:---queue-delay-us 0 --duration 2 --rounds 2 --concurrency 1,2,4,8,16,32} \
+      --out "$OUT/triton_gpu.md" > "$OUT/triton_gpu_bench.log" 2>&1 || rc=1
+    tail -60 "$OUT/triton_gpu_bench.log"
+  fi
 fi
 if has python; then
   if [[ -d "$B/python/kiln" ]]; then
