@@ -698,8 +698,10 @@ void run_group(InstanceState& s, std::vector<Pending>& group, GroupTimes& times)
     s.totals.copy_ns += now_ns() - copy_start;
     s.totals.host_buffers += segments.size();
     s.totals.device_buffers += device_segments.size();
-    for (const CopySegment& c : segments) s.totals.host_bytes += c.bytes;
-    for (const CopySegment& d : device_segments) s.totals.device_bytes += d.bytes;
+    uint64_t on_device = 0;
+    for (const CopySegment& d : device_segments) on_device += d.bytes;
+    s.totals.device_bytes += on_device;
+    s.totals.host_bytes += bytes - on_device;  // every byte of the input is in one kind of segment
     s.ctx->set_tensor_address(m.inputs[i].name, bound);
   }
   bind_outputs(s);
