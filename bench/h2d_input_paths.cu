@@ -9,11 +9,19 @@
 //   staged1   memcpy into pinned staging, one cudaMemcpyAsync, sync
 //   pageable  cudaMemcpyAsync straight from the pageable buffer (the driver stages it), sync
 //   register  cudaHostRegister the buffer, cudaMemcpyAsync, sync, cudaHostUnregister
-// and the source read alone (memcpy into pinned staging, no device copy) for reference.
+//   pool K    the backend's ParallelCopier (serving/triton/parallel_copy.h) with K helper threads,
+//             each finished range of at least 128 KiB queued to the device at once (the backend's
+//             path with input_copy_threads K), sync
+//   pool1 K   the same copier, then one cudaMemcpyAsync of the whole input, sync
+// and the source read alone (memcpy into pinned staging, no device copy) for reference. The
+// helpers are woken just before each transfer, as the backend wakes them when it sees a large
+// input among the requests.
 // Prints the median microseconds per transfer of each path and its ratio to `staged`.
 //
-// Build: nvcc -O2 -std=c++17 -o h2d_input_paths bench/h2d_input_paths.cu
-// Usage: ./h2d_input_paths [repeats=400] [bytes...]   (default sizes: 64 KiB, 602,112 B, 4 MiB)
+// Build (from the repository root):
+//   nvcc -O2 -std=c++17 -I. -o h2d_input_paths bench/h2d_input_paths.cu serving/triton/parallel_copy.cpp
+// Usage: ./h2d_input_paths [repeats=400] [helpers=3] [bytes...]
+//   (default sizes: 64 KiB, 602,112 B, 4 MiB)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,6 +32,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "serving/triton/parallel_copy.h"
 
 namespace {
 
@@ -57,8 +67,9 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::max(10, std::atoi(argv[1])) : 400;
+  const int helpers = argc > 2 ? std::max(1, std::atoi(argv[2])) : 3;
   std::vector<size_t> sizes;
-  for (int i = 2; i < argc; ++i) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
+  for (int i = 3; i < argc; ++i) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
   if (sizes.empty()) sizes = {64 * 1024, 602112, 4 * 1024 * 1024};
   const size_t most = *std::max_element(sizes.begin(), sizes.end());
   cudaStream_t stream;
@@ -67,16 +78,26 @@ int main(int argc, char** argv) {
   unsigned char* pinned = nullptr;
   check(cudaMalloc(&device, most), "cudaMalloc");
   check(cudaMallocHost(reinterpret_cast<void**>(&pinned), most), "cudaMallocHost");
-  const char* names[] = {"read only", "staged", "staged1", "pageable", "register"};
-  std::printf("| bytes | %s | %s | %s | %s | %s | checked |\n| --- | --- | --- | --- | --- | --- | --- |\n", names[0],
-              names[1], names[2], names[3], names[4]);
+  kiln::triton::ParallelCopier::Options options;
+  options.min_callback_bytes = 128 * 1024;  // as the backend sets it for CUDA instances
+  kiln::triton::ParallelCopier pool(helpers, options);
+  constexpr int kPaths = 7;
+  const std::string pool_name = "pool " + std::to_string(helpers), pool1_name = "pool1 " + std::to_string(helpers);
+  const char* names[kPaths] = {"read only", "staged", "staged1", "pageable", "register", pool_name.c_str(),
+                               pool1_name.c_str()};
+  std::printf("| bytes |");
+  for (const char* n : names) std::printf(" %s |", n);
+  std::printf(" checked |\n| --- |");
+  for (int path = 0; path <= kPaths; ++path) std::printf(" --- |");
+  std::printf("\n");
   std::vector<unsigned char> back(most);
   for (size_t bytes : sizes) {
-    std::vector<std::vector<double>> times(5);
+    std::vector<std::vector<double>> times(kPaths);
     bool same = true;
     for (int r = 0; r < repeats; ++r) {
-      for (int path = 0; path < 5; ++path) {
+      for (int path = 0; path < kPaths; ++path) {
         std::vector<unsigned char> body = written_elsewhere(bytes, r + path);
+        if (path >= 5) pool.wake();
         const double t0 = now_us();
         switch (path) {
           case 0:
@@ -112,6 +133,23 @@ int main(int argc, char** argv) {
             check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
             check(cudaHostUnregister(body.data()), "cudaHostUnregister");
             break;
+          case 5: {
+            const kiln::triton::CopySegment segment{pinned, body.data(), bytes};
+            pool.copy(&segment, 1, [&](uint8_t* from, size_t n) {
+              check(cudaMemcpyAsync(static_cast<unsigned char*>(device) + (from - pinned), from, n,
+                                    cudaMemcpyHostToDevice, stream),
+                    "cudaMemcpyAsync");
+            });
+            check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+            break;
+          }
+          case 6: {
+            const kiln::triton::CopySegment segment{pinned, body.data(), bytes};
+            pool.copy(&segment, 1);
+            check(cudaMemcpyAsync(device, pinned, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+            check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+            break;
+          }
         }
         times[path].push_back(now_us() - t0);
         if (path > 0 && r == 0) {  // the device holds the body: every path moves the right bytes
@@ -122,7 +160,7 @@ int main(int argc, char** argv) {
     }
     const double staged = median(times[1]);
     std::printf("| %zu |", bytes);
-    for (int path = 0; path < 5; ++path) {
+    for (int path = 0; path < kPaths; ++path) {
       const double m = median(times[path]);
       std::printf(" %.1f us (%.2fx) |", m, m / staged);
     }

@@ -11,9 +11,12 @@ BUILD=${1:-build}
 # keeps the 2-core run short (the default build is the sm_80 + sm_90 + PTX fat binary).
 export KILN_CMAKE_ARGS=${KILN_CMAKE_ARGS:--DCMAKE_CUDA_ARCHITECTURES=90-real}
 scripts/demo.sh "$BUILD"
+echo "test.sh: set-up, build and demo done after $SECONDS s"
 (cd "$BUILD" && ctest -j"$(nproc)" --output-on-failure --timeout 900)
+echo "test.sh: main suite done after $SECONDS s"
 # The sanitizer stage (issue 16): every GoogleTest case and the fuzz-corpus replays under
 # AddressSanitizer + LeakSanitizer + UBSan, from a second, instrumented build (scripts/asan.sh).
 if [[ "${KILN_ASAN:-1}" != 0 ]]; then
   scripts/asan.sh
+  echo "test.sh: sanitizer stage done after $SECONDS s"
 fi

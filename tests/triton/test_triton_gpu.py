@@ -11,6 +11,9 @@ CPU model:
   * 8 client threads at once, each alternating GPU-memory and plain requests with its own random
     inputs, batched together by the dynamic batcher (mixed host and device segments in one
     execution): every response equals Relu of its own input, and batches did form;
+  * a CUDA model whose requests are 280,000 bytes each (more than one 64 KiB copy chunk and one
+    128 KiB device copy per request, batched): 4 clients, every response equals Relu of its own
+    input;
   * the CPU model answers a GPU-memory input and a GPU-memory output with an error naming the
     tensor, then still serves a plain request; the server is live at the end;
   * a second server in explicit model-control mode unloads and loads the CUDA model 50 times
@@ -33,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 SKIP = 77
 WIDTH = 4096
+BIG = 70000  # floats per request of model "b": 280,000 bytes
 
 
 def find_server(given):
@@ -113,7 +117,7 @@ def main():
         return SKIP
     work = Path(tempfile.mkdtemp(prefix="kiln-triton-shm-"))
     repo = work / "repo"
-    for name, width, device, batcher in (("g", WIDTH, "cuda", True), ("c", 4, "cpu", False)):
+    for name, width, device, batcher in (("g", WIDTH, "cuda", True), ("b", BIG, "cuda", True), ("c", 4, "cpu", False)):
         (repo / name / "1").mkdir(parents=True)
         tg.write_relu_onnx(repo / name / "1" / "model.onnx", width)
         (repo / name / "config.pbtxt").write_text(
@@ -181,6 +185,28 @@ def main():
         expect(not wrong and infs == 320, f"every one of the {infs} responses equals Relu of its own input "
                                           f"({len(wrong)} wrong)")
         expect(execs < infs, f"the dynamic batcher grouped them: {execs} executions for {infs} inferences")
+
+        big_wrong, big_errors = [], []
+
+        def big_client(i):
+            cl = tg.Client(http_port)
+            r = np.random.default_rng(200 + i)
+            try:
+                for k in range(20):
+                    xi = r.standard_normal((1, BIG)).astype(np.float32)
+                    if not np.array_equal(cl.infer("b", "x", xi, "y"), np.maximum(xi, 0)):
+                        big_wrong.append((i, k))
+            except Exception as e:  # noqa: BLE001 (reported below)
+                big_errors.append(f"client {i}: {e}")
+
+        threads = [threading.Thread(target=big_client, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        expect(not big_errors and not big_wrong,
+               f"4 clients, 80 requests of {BIG * 4} bytes: every response equals Relu of its own input "
+               f"({len(big_wrong)} wrong, errors {big_errors[:2]})")
 
         for ok, what in tg.cpu_model_refuses_gpu_memory(cuda, c, "c"):
             expect(ok, what)
