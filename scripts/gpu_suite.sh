@@ -36,7 +36,10 @@ cd "$(dirname "$0")/.."
 B=${1:-build-gpu}
 OUT=${OUT:-gpu-results}
 STEPS=${KILN_GPU_STEPS:-tests plugins sanitizer bench}
+# The shared models: $KILN_TEST_MODELS_DIR, else ../shared/models, else the copy
+# scripts/prepare_gpu_carry.sh put in .dev/models (the CudaModels tests skip without them).
 MODELS=${KILN_TEST_MODELS_DIR:-../shared/models}
+[[ -z "${KILN_TEST_MODELS_DIR:-}" && ! -d "$MODELS" && -d .dev/models ]] && MODELS=.dev/models
 # Absolute: the tests run from inside the build folder.
 [[ -d "$MODELS" ]] && MODELS=$(cd "$MODELS" && pwd)
 export KILN_TEST_MODELS_DIR="$MODELS"
