@@ -83,8 +83,8 @@ int main(int argc, char** argv) {
   kiln::triton::ParallelCopier pool(helpers, options);
   constexpr int kPaths = 7;
   const std::string pool_name = "pool " + std::to_string(helpers), pool1_name = "pool1 " + std::to_string(helpers);
-  const char* names[kPaths] = {"read only", "staged", "staged1", "pageable", "register", pool_name.c_str(),
-                               pool1_name.c_str()};
+  const char* names[kPaths] = {"read only", "staged",          "staged1",         "pageable",
+                               "register",  pool_name.c_str(), pool1_name.c_str()};
   std::printf("| bytes |");
   for (const char* n : names) std::printf(" %s |", n);
   std::printf(" checked |\n| --- |");

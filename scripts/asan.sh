@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kiln and its tests under AddressSanitizer (with LeakSanitizer) and UndefinedBehaviorSanitizer:
 # a second, instrumented CPU build (no oneDNN, whose library is not instrumented; no CUDA, Python
-# or Triton backend): every GoogleTest case of kiln_tests (the unit, op-table, engine, plugin, CLI,
+# or Triton backend): the GoogleTest cases of kiln_tests (all but five slow whole-model and timing
+# cases, which KILN_ASAN_ALL=1 adds) (the unit, op-table, engine, plugin, CLI,
 # fault-injection, hostile-input and threaded tests) and the fuzz-corpus replays; not the Python,
 # serving, docs and ONNX-conformance suites. Any ASan, LSan or
 # UBSan report fails the test it occurs in. `KILN_ASAN=1 scripts/test.sh` runs this after the
@@ -10,7 +11,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-asan-ci}
-SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+# UBSan without its null and alignment checks, which instrument every pointer use and double the
+# compile time with ASan (9.8 s against 4.9 s for src/engine/context.cpp; 7.6 s without those two):
+# a null dereference still stops the test with ASan's SEGV report and stack, and x86 does not fault
+# on misalignment. KILN_ASAN_ALL=1 keeps them (and the tests excluded below).
+if [[ "${KILN_ASAN_ALL:-0}" == 1 ]]; then
+  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+else
+  SAN="-fsanitize=address,undefined -fno-sanitize=alignment,null -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+fi
 LAUNCHER=()
 command -v ccache > /dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 t0=$(date +%s)
@@ -34,6 +43,13 @@ JOBS=$(nproc)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1
 SHARDS=$JOBS
+# Left out unless KILN_ASAN_ALL=1 (the main suite runs them): whole-model numerics and timing
+# tests that take 14-43 s each under the sanitizers and exercise code other cases cover
+# (OnnxModels.SqueezeNetEndToEnd, HostileGraphs.OnnxChainOf50000NodesImportsAndBuildsInSeconds and
+# ThreadAdaptation's other cases still run here).
+if [[ "${KILN_ASAN_ALL:-0}" != 1 ]]; then
+  export GTEST_FILTER="-ThreadAdaptation.AContextUnderContentionHalvesItsThreadsAndComesBackWhenTheCoresAreFree:HostileGraphs.ChainOf200000LayersBuildsInSeconds:PassPipeline.TinyYoloSiluMatchesUnoptimizedAndReference:PassPipeline.SqueezeNetMatchesUnoptimizedAndReference:OnnxModels.TinyYoloSiluEndToEnd"
+fi
 pids=()
 for ((i = 0; i < SHARDS; ++i)); do
   (cd tests && GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i ./kiln_tests --gtest_brief=1 \

@@ -2,7 +2,7 @@
 # Everything scripts/demo.sh does, then kiln's test suite (unit, op harness, ONNX import, engine
 # format, plugins, CLI and model tests). Slow suites run only with KILN_SLOW_TESTS=1.
 # Then the GoogleTest cases and fuzz-corpus replays again under ASan + LSan + UBSan (scripts/asan.sh:
-# a second, instrumented build; about 10 minutes to build and 6 to run on 2 cores). KILN_ASAN=0 skips it.
+# a second, instrumented build; about 12 minutes to build and 10 to run on 2 cores). KILN_ASAN=0 skips it.
 # Usage: scripts/test.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
