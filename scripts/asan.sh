@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # kiln and its tests under AddressSanitizer (with LeakSanitizer) and UndefinedBehaviorSanitizer:
 # a second, instrumented CPU build (no oneDNN, whose library is not instrumented; no CUDA, Python
-# or Triton backend): the GoogleTest cases of kiln_tests (all but five slow whole-model and timing
-# cases, which KILN_ASAN_ALL=1 adds) (the unit, op-table, engine, plugin, CLI,
-# fault-injection, hostile-input and threaded tests) and the fuzz-corpus replays; not the Python,
+# or Triton backend): the GoogleTest cases of kiln_tests (the unit, op-table, engine, plugin, CLI,
+# fault-injection, hostile-input and threaded tests; all but five slow whole-model and timing
+# cases, which KILN_ASAN_ALL=1 adds) and the fuzz-corpus replays; not the Python,
 # serving, docs and ONNX-conformance suites. Any ASan, LSan or
 # UBSan report fails the test it occurs in. `KILN_ASAN=1 scripts/test.sh` runs this after the
 # main suite. The `asan` CMake preset is the same build with full debug info.
@@ -15,11 +15,8 @@ BUILD=${1:-build-asan-ci}
 # compile time with ASan (9.8 s against 4.9 s for src/engine/context.cpp; 7.6 s without those two):
 # a null dereference still stops the test with ASan's SEGV report and stack, and x86 does not fault
 # on misalignment. KILN_ASAN_ALL=1 keeps them (and the tests excluded below).
-if [[ "${KILN_ASAN_ALL:-0}" == 1 ]]; then
-  SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-else
-  SAN="-fsanitize=address,undefined -fno-sanitize=alignment,null -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-fi
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+[[ "${KILN_ASAN_ALL:-0}" == 1 ]] || SAN+=" -fno-sanitize=alignment,null"
 LAUNCHER=()
 command -v ccache > /dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 t0=$(date +%s)

@@ -49,6 +49,15 @@ def find_server(given):
         return None
 
 
+def run_threads(target, n):
+    """Runs target(0) .. target(n - 1) on n threads at once and waits for all of them."""
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def gpu_memory_used_mib():
     r = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
                        capture_output=True, text=True, timeout=30)
@@ -173,11 +182,7 @@ def main():
             finally:
                 reg.close()
 
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_threads(client, 8)
         after = tg.stats(http_port, "g")
         execs = after["executions"] - before["executions"]
         infs = after["inferences"] - before["inferences"]
@@ -199,11 +204,7 @@ def main():
             except Exception as e:  # noqa: BLE001 (reported below)
                 big_errors.append(f"client {i}: {e}")
 
-        threads = [threading.Thread(target=big_client, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_threads(big_client, 4)
         expect(not big_errors and not big_wrong,
                f"4 clients, 80 requests of {BIG * 4} bytes: every response equals Relu of its own input "
                f"({len(big_wrong)} wrong, errors {big_errors[:2]})")
