@@ -4,8 +4,15 @@
 // reference as oracle), with bias, padding or none, a fused ReLU and a residual sum. The op table's convolution cases
 // are smaller than 14x14, so they do not reach this tactic. Skips where oneDNN has no Winograd kernel for the CPU (it
 // has one for AVX-512 only).
+//
+// The "winograd_avx2" tactic (src/backends/cpu/conv_winograd_cpu.cpp, kiln's own F(4x4, 3x3) on
+// channels-last tensors) is run directly on channels-last tensors against the reference kernel
+// on linear ones: odd channel counts and sizes, pads, batches, bias, residual, every activation it
+// computes, non-constant weights, 1-3 threads, more than one block of tiles, guard bytes around
+// its output and workspace, and a second instance sharing the transformed weights.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -15,6 +22,28 @@
 
 namespace kiln {
 namespace {
+
+// A 3x3 convolution case of x to k channels with an [oh, ow] output: weights in [-0.3, 0.3]
+// (constant), a constant bias unless `bias` is false, a residual input when `residual`.
+test::OpCase conv3x3_case(const std::string& name, const Dims& x, int64_t k, int64_t oh, int64_t ow, bool bias,
+                          bool residual) {
+  test::OpCase c;
+  c.name = name;
+  c.layer_type = kLayerConvolution;
+  test::InputSpec xs, w, b, r;
+  xs.dims = x;
+  w.dims = Dims{k, x[1], 3, 3};
+  w.constant = true;
+  w.low = -0.3;
+  w.high = 0.3;
+  b.dims = Dims{k};
+  b.constant = true;
+  b.omitted = !bias;
+  r.dims = Dims{x[0], k, oh, ow};
+  c.inputs = {xs, w, b};
+  if (residual) c.inputs.push_back(r);
+  return c;
+}
 
 struct WinogradCase {
   int c, m, hw;
@@ -32,23 +61,10 @@ TEST(ConvWinograd, MatchesTheReferenceKernel) {
   int ran = 0;
   for (const WinogradCase& k : cases) {
     const int out = k.pad ? k.hw : k.hw - 2;
-    test::OpCase c;
-    c.name = "winograd_c" + std::to_string(k.c) + "_m" + std::to_string(k.m) + "_" + std::to_string(k.hw) +
-             (k.pad ? "_pad" : "") + (k.relu ? "_relu" : "") + (k.residual ? "_residual" : "");
-    c.layer_type = kLayerConvolution;
-    test::InputSpec x, w, b, r;
-    x.dims = Dims{1, k.c, k.hw, k.hw};
-    w.dims = Dims{k.m, k.c, 3, 3};
-    w.constant = true;
-    w.low = -0.3;
-    w.high = 0.3;
-    b.dims = Dims{k.m};
-    b.constant = true;
-    c.inputs = {x, w, b};
-    if (k.residual) {
-      r.dims = Dims{1, k.m, out, out};
-      c.inputs.push_back(r);
-    }
+    test::OpCase c =
+        conv3x3_case("winograd_c" + std::to_string(k.c) + "_m" + std::to_string(k.m) + "_" + std::to_string(k.hw) +
+                         (k.pad ? "_pad" : "") + (k.relu ? "_relu" : "") + (k.residual ? "_residual" : ""),
+                     Dims{1, k.c, k.hw, k.hw}, k.m, out, out, true, k.residual);
     if (k.pad) c.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
     if (k.relu) c.attrs.set("activation", std::string("relu"));
     c.rtol = 1e-4;
@@ -106,6 +122,231 @@ TEST(ConvWinograd, DeclinesWhatItDoesNotCover) {
         EXPECT_EQ(res.outcome, test::Outcome::kUnsupported) << o.name;
       }
     }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
+
+// ---- "winograd_avx2": kiln's own F(4x4, 3x3) kernel (src/backends/cpu/conv_winograd_cpu.cpp) ----
+
+namespace kiln {
+namespace {
+
+// Converts an [N, C, H, W] tensor between linear and channels-last memory.
+HostTensor to_format(const HostTensor& t, bool to_last) {
+  const Dims& d = t.dims();
+  const int64_t n = d[0], c = d[1], s = d[2] * d[3];
+  HostTensor r(DataType::kFloat32, d);
+  const auto* src = static_cast<const float*>(t.data());
+  auto* dst = r.as<float>();
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int64_t k = 0; k < s; ++k) {
+        const int64_t li = (b * c + ch) * s + k, ci = (b * s + k) * c + ch;
+        dst[to_last ? ci : li] = src[to_last ? li : ci];
+      }
+    }
+  }
+  return r;
+}
+
+struct WinoCase {
+  std::string name;
+  int64_t n, c, k, h, w;
+  std::vector<int64_t> pads;  // ONNX order: top, left, bottom, right
+  bool bias = true, residual = false, constant_weights = true;
+  std::string activation;  // empty: none
+  float alpha = 0, beta = 0;
+  int threads = 2;
+};
+
+// Runs the case through the winograd_avx2 kernel on channels-last tensors (with guard bytes
+// around the output and the workspace) and compares with the reference kernel on linear ones.
+void check_winograd_case(const WinoCase& k) {
+  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "winograd_avx2");
+  ASSERT_NE(e, nullptr);
+  const int64_t oh = k.h + k.pads[0] + k.pads[2] - 2, ow = k.w + k.pads[1] + k.pads[3] - 2;
+  test::OpCase c = conv3x3_case(k.name, Dims{k.n, k.c, k.h, k.w}, k.k, oh, ow, k.bias, k.residual);
+  const Dims x_dims = c.inputs[0].dims, w_dims = c.inputs[1].dims, b_dims = c.inputs[2].dims, r_dims{k.n, k.k, oh, ow};
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    if (!c.inputs[i].omitted) {
+      c.inputs[i].value =
+          test::random_tensor(DataType::kFloat32, c.inputs[i].dims, 1000 + i, c.inputs[i].low, c.inputs[i].high);
+    }
+  }
+  c.attrs.set("pads", k.pads);
+  if (!k.activation.empty()) {
+    c.attrs.set("activation", k.activation);
+    c.attrs.set("activation_alpha", static_cast<double>(k.alpha));
+    c.attrs.set("activation_beta", static_cast<double>(k.beta));
+  }
+  const std::vector<HostTensor> expected = test::reference_outputs(c);
+  ASSERT_EQ(expected.size(), 1u);
+
+  Network net;
+  std::vector<Tensor*> ins;
+  ins.push_back(net.add_input("x", DataType::kFloat32, x_dims));
+  ins.push_back(net.add_constant(c.inputs[1].value, "w")->output(0));
+  ins.push_back(k.bias ? net.add_constant(c.inputs[2].value, "b")->output(0) : nullptr);
+  if (k.residual) ins.push_back(net.add_input("r", DataType::kFloat32, r_dims));
+  Layer* layer = net.add_layer(kLayerConvolution, ins, 1, c.attrs, "conv");
+  layer->output(0)->set_format(TensorFormat::kChannelsLast);
+
+  const HostTensor x_last = to_format(c.inputs[0].value, true);
+  const HostTensor r_last = k.residual ? to_format(c.inputs[3].value, true) : HostTensor();
+  std::vector<TensorDesc> descs = {TensorDesc{DataType::kFloat32, x_dims, TensorFormat::kChannelsLast, true, nullptr},
+                                   TensorDesc{DataType::kFloat32, w_dims, TensorFormat::kLinear, true,
+                                              k.constant_weights ? &c.inputs[1].value : nullptr},
+                                   TensorDesc{DataType::kFloat32, b_dims, TensorFormat::kLinear, k.bias, nullptr}};
+  if (k.residual) descs.push_back(TensorDesc{DataType::kFloat32, r_dims, TensorFormat::kChannelsLast, true, nullptr});
+  // The kernel computes every case; supports() also weighs speed (ChoosesWhereItIsFaster below), so
+  // it is not asked here.
+  auto kernel = e->create(*layer);
+  const Dims y_dims{k.n, k.k, oh, ow};
+  kernel->prepare(*layer, descs, {TensorDesc{DataType::kFloat32, y_dims, TensorFormat::kChannelsLast, true, nullptr}},
+                  k.threads);
+  // Another instance (another shape's plan) shares the weights and computes the same.
+  auto second = kernel->another_instance();
+  ASSERT_NE(second, nullptr);
+  second->prepare(*layer, descs, {TensorDesc{DataType::kFloat32, y_dims, TensorFormat::kChannelsLast, true, nullptr}},
+                  1);
+
+  constexpr size_t kGuard = 64;
+  constexpr unsigned char kFill = 0xA5;
+  for (Kernel* run : {kernel.get(), second.get()}) {
+    const size_t ws = run->workspace_size();
+    std::vector<unsigned char> ws_buf(ws + 2 * kGuard, kFill);
+    std::vector<float> y_buf(static_cast<size_t>(y_dims.volume()) + 2 * kGuard / sizeof(float));
+    std::memset(y_buf.data(), kFill, y_buf.size() * sizeof(float));
+    float* y = y_buf.data() + kGuard / sizeof(float);
+    KernelContext ctx;
+    ctx.layer = layer;
+    ctx.num_threads = k.threads;
+    ctx.workspace = ws ? ws_buf.data() + kGuard : nullptr;
+    ctx.workspace_size = ws;
+    ctx.inputs.push_back(
+        TensorView{DataType::kFloat32, x_dims, TensorFormat::kChannelsLast, const_cast<void*>(x_last.data())});
+    ctx.inputs.push_back(
+        TensorView{DataType::kFloat32, w_dims, TensorFormat::kLinear, const_cast<void*>(c.inputs[1].value.data())});
+    ctx.inputs.push_back(TensorView{DataType::kFloat32, b_dims, TensorFormat::kLinear,
+                                    k.bias ? const_cast<void*>(c.inputs[2].value.data()) : nullptr});
+    if (k.residual) {
+      ctx.inputs.push_back(
+          TensorView{DataType::kFloat32, r_dims, TensorFormat::kChannelsLast, const_cast<void*>(r_last.data())});
+    }
+    ctx.outputs.push_back(TensorView{DataType::kFloat32, y_dims, TensorFormat::kChannelsLast, y});
+    run->execute(ctx);
+    for (size_t i = 0; i < kGuard; ++i) {
+      ASSERT_EQ(ws_buf[i], kFill) << k.name << ": workspace underrun";
+      ASSERT_EQ(ws_buf[kGuard + ws + i], kFill) << k.name << ": workspace overrun";
+    }
+    const auto* bytes = reinterpret_cast<const unsigned char*>(y_buf.data());
+    const size_t y_bytes = static_cast<size_t>(y_dims.volume()) * sizeof(float);
+    for (size_t i = 0; i < kGuard; ++i) {
+      ASSERT_EQ(bytes[i], kFill) << k.name << ": output underrun";
+      ASSERT_EQ(bytes[kGuard + y_bytes + i], kFill) << k.name << ": output overrun";
+    }
+    HostTensor got_last = HostTensor::from_bytes(DataType::kFloat32, y_dims, y, y_bytes);
+    const HostTensor got = to_format(got_last, false);
+    test::ErrorStats stats;
+    std::string message;
+    // The transforms round more than a direct sum (see the onednn_winograd case above); outputs
+    // here reach ~10.
+    EXPECT_TRUE(test::compare_tensors(got, expected[0], 1e-4, 2e-4, &stats, &message)) << k.name << ": " << message;
+  }
+}
+
+TEST(ConvWinogradAvx2, MatchesTheReferenceKernel) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  const std::vector<int64_t> same{1, 1, 1, 1}, none{0, 0, 0, 0};
+  const std::vector<WinoCase> cases = {
+      {"resnet_like", 1, 64, 64, 28, 28, same, true, false, true, "relu"},
+      {"residual_relu", 1, 32, 48, 16, 16, same, true, true, true, "relu"},
+      // Channel counts that are not multiples of 8 / 16, sizes that are not multiples of 4.
+      {"odd_channels", 2, 13, 21, 11, 9, same, true, false, true, ""},
+      {"three_channels_no_pad", 1, 3, 5, 10, 7, none, false, false, true, ""},
+      {"asymmetric_pads", 1, 16, 24, 13, 13, {0, 1, 2, 1}, true, false, true, "leaky_relu", 0.1f},
+      {"one_pixel", 3, 8, 16, 1, 1, same, true, true, true, ""},
+      {"silu", 1, 24, 40, 20, 20, same, true, false, true, "silu"},
+      {"sigmoid", 1, 16, 16, 12, 12, same, true, false, true, "sigmoid"},
+      {"clip", 1, 16, 16, 12, 12, same, true, false, true, "clip", -0.5f, 0.75f},
+      {"hard_sigmoid", 1, 16, 16, 12, 12, same, false, false, true, "hard_sigmoid", 0.2f, 0.5f},
+      {"hard_swish", 1, 16, 16, 12, 12, same, true, true, true, "hard_swish"},
+      {"weights_not_constant", 2, 16, 32, 14, 14, same, true, true, false, "relu"},
+      {"one_thread", 1, 32, 32, 15, 17, same, true, false, true, "relu", 0, 0, 1},
+      {"three_threads", 2, 32, 32, 15, 17, same, true, false, true, "relu", 0, 0, 3},
+      // 196 tiles of 36 KiB transformed data each: two blocks of tiles (6 MiB each at most).
+      {"two_blocks", 1, 128, 128, 56, 56, same, true, true, true, "relu"},
+  };
+  for (const WinoCase& k : cases) {
+    SCOPED_TRACE(k.name);
+    check_winograd_case(k);
+  }
+}
+
+// supports() for a 3x3, pad 1 convolution of x [n, c, hw, hw] to k channels, channels-last.
+bool winograd_takes(int64_t n, int64_t c, int64_t k, int64_t hw) {
+  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "winograd_avx2");
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{n, c, hw, hw});
+  Tensor* w = net.add_constant(test::random_tensor(DataType::kFloat32, Dims{k, c, 3, 3}, 7), "w")->output(0);
+  Attributes attrs;
+  attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  Layer* layer = net.add_layer(kLayerConvolution, {x, w}, 1, attrs, "conv");
+  layer->output(0)->set_format(TensorFormat::kChannelsLast);
+  return e->supports(*layer,
+                     {TensorDesc{DataType::kFloat32, Dims{n, c, hw, hw}, TensorFormat::kChannelsLast, true, nullptr},
+                      TensorDesc{DataType::kFloat32, Dims{k, c, 3, 3}, TensorFormat::kLinear, true, nullptr}});
+}
+
+TEST(ConvWinogradAvx2, ChoosesWhereItIsFaster) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  // Taken: ResNet-50's 56x56, 28x28 and 14x14 layers, TinyYolo's 10x10 ones, SqueezeNet's 16 -> 64.
+  EXPECT_TRUE(winograd_takes(1, 64, 64, 56));
+  EXPECT_TRUE(winograd_takes(1, 128, 128, 28));
+  EXPECT_TRUE(winograd_takes(1, 256, 256, 14));
+  EXPECT_TRUE(winograd_takes(1, 128, 128, 10));
+  EXPECT_TRUE(winograd_takes(1, 16, 64, 55));
+  // Declined: 7x7 images (4 tiles) at batch 1, but not at batch 4 (16 tiles); 16 -> 16 channels.
+  EXPECT_FALSE(winograd_takes(1, 512, 512, 7));
+  EXPECT_TRUE(winograd_takes(4, 512, 512, 7));
+  EXPECT_FALSE(winograd_takes(1, 16, 16, 80));
+}
+
+TEST(ConvWinogradAvx2, DeclinesWhatItDoesNotCover) {
+  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "winograd_avx2");
+  ASSERT_NE(e, nullptr);
+  struct Other {
+    std::string name;
+    Dims x, w;
+    Attributes attrs;
+    TensorFormat format = TensorFormat::kChannelsLast;
+  };
+  Attributes stride2, group2, dilated, gelu;
+  stride2.set("strides", std::vector<int64_t>{2, 2});
+  group2.set("group", int64_t{2});
+  dilated.set("dilations", std::vector<int64_t>{2, 2});
+  gelu.set("activation", std::string("gelu_erf"));
+  const std::vector<Other> others = {
+      {"stride_2", Dims{1, 16, 28, 28}, Dims{16, 16, 3, 3}, stride2},
+      {"grouped", Dims{1, 16, 28, 28}, Dims{16, 8, 3, 3}, group2},
+      {"dilated", Dims{1, 16, 28, 28}, Dims{16, 16, 3, 3}, dilated},
+      {"1x1_kernel", Dims{1, 16, 28, 28}, Dims{16, 16, 1, 1}, {}},
+      {"5x5_kernel", Dims{1, 16, 28, 28}, Dims{16, 16, 5, 5}, {}},
+      {"3-D", Dims{1, 16, 8, 8, 8}, Dims{16, 16, 3, 3, 3}, {}},
+      {"activation_without_a_vector_form", Dims{1, 16, 28, 28}, Dims{16, 16, 3, 3}, gelu},
+      {"linear_memory", Dims{1, 16, 28, 28}, Dims{16, 16, 3, 3}, {}, TensorFormat::kLinear},
+  };
+  for (const Other& o : others) {
+    Network net;
+    Tensor* x = net.add_input("x", DataType::kFloat32, o.x);
+    Tensor* w = net.add_constant(test::random_tensor(DataType::kFloat32, o.w, 7), "w")->output(0);
+    Layer* layer = net.add_layer(kLayerConvolution, {x, w}, 1, o.attrs, "conv");
+    layer->output(0)->set_format(o.format);
+    const std::vector<TensorDesc> descs = {TensorDesc{DataType::kFloat32, o.x, o.format, true, nullptr},
+                                           TensorDesc{DataType::kFloat32, o.w, TensorFormat::kLinear, true, nullptr}};
+    EXPECT_FALSE(e->supports(*layer, descs)) << o.name;
   }
 }
 

@@ -48,8 +48,9 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
     EXPECT_EQ(e->priority, 100) << type;
     // onednn is chosen before the reference; only a narrower specialist may rank above it:
     // Pooling's direct NCHW max-pool "fast" tactic, Convolution's "onednn_winograd" (3x3,
-    // stride 1, ungrouped, at least 32 input channels, images of at least 14x14) and Gemm's
-    // "gemv" (1-4 rows against constant weights), whose supports() are stricter.
+    // stride 1, ungrouped, at least 32 input channels, images of at least 14x14) and kiln's own
+    // "winograd_avx2" (3x3, stride 1, ungrouped, channels-last, AVX2), and Gemm's "gemv" (1-4 rows
+    // against constant weights), whose supports() are stricter.
     const auto all = KernelRegistry::instance().find(DeviceType::kCPU, type);
     ASSERT_FALSE(all.empty());
     size_t onednn_at = all.size(), reference_at = all.size();
@@ -59,9 +60,10 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
     }
     EXPECT_LT(onednn_at, reference_at) << type;
     if (std::string(type) == kLayerConvolution) {
-      ASSERT_GE(all.size(), 2u);
+      ASSERT_GE(all.size(), 3u);
       EXPECT_EQ(all[0]->tactic, "onednn_winograd") << type;
-      EXPECT_EQ(all[1]->tactic, "onednn") << type;
+      EXPECT_EQ(all[1]->tactic, "winograd_avx2") << type;
+      EXPECT_EQ(all[2]->tactic, "onednn") << type;
     } else if (std::string(type) == kLayerGemm) {
       ASSERT_GE(all.size(), 2u);
       EXPECT_EQ(all[0]->tactic, "gemv") << type;

@@ -1,0 +1,547 @@
+// "winograd_avx2" (priority 105): kiln's own Winograd F(4x4, 3x3) convolution for the CPU, float32,
+// channels-last (NHWC) tensors, AVX2 + FMA (chosen at run time; supports() declines elsewhere).
+//
+// A 3x3, stride 1, undilated, ungrouped 2-D convolution computes each 4x4 block of outputs from
+// a 6x6 block of inputs with 36 products per channel pair instead of 144 (Lavin and Gray, "Fast
+// Algorithms for Convolutional Neural Networks", 2016):
+//
+//   Y = A^T [ (G g G^T) (.) (B^T d B) ] A     per output tile, summed over input channels,
+//
+// which turns the layer into three phases over its tiles (blocks of at most kChunkBytes of
+// transformed data, so that they stay in the last-level cache whatever the batch):
+//   1. input transform: V[xi][tile][c] = (B^T d B)[xi] for the 36 positions xi, 8 channels per
+//      AVX2 register (channels-last memory keeps them contiguous);
+//   2. 36 matrix products M[xi] = V[xi] . U[xi] ([tiles x C] . [C x K]) with a 6x16 register
+//      block; U = G g G^T is computed once from constant weights (in double) and packed in panels
+//      of 16 output channels;
+//   3. output transform: y = A^T M A per tile, plus bias, plus the residual input, then the fused
+//      activation, stored where the 4x4 tile lies inside the output.
+// The phases run on the context's threads in one OpenMP region (two barriers per block).
+//
+// Where it is chosen (the CPU builder does not time kernels; measured against oneDNN 2.6's NHWC
+// direct kernels on an AVX2 machine, see supports_winograd): the products of a layer are 4x fewer
+// than a direct convolution's, but its transformed weights are 4x larger than the layer's own and
+// are read once per block of tiles; at small images (few tiles) reading them costs more than the
+// products save.
+//
+// Numerics: the transforms add and scale values by up to 8 before the products, so results differ
+// from a direct sum by a few float32 roundings of the largest partial values (the tests bound the
+// difference against the reference kernel).
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/error.h"
+#include "src/backends/cpu/cpu_features.h"
+#include "src/backends/kernel.h"
+#include "src/ir/conv_params.h"
+#include "src/ir/op_params.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define KILN_WINOGRAD_X86 1
+#else
+#define KILN_WINOGRAD_X86 0
+#endif
+
+namespace kiln {
+namespace {
+
+constexpr const char* kTactic = "winograd_avx2";
+constexpr int64_t kTile = 4;     // outputs per tile side: F(4x4, 3x3)
+constexpr int64_t kAlpha = 6;    // inputs per tile side
+constexpr int64_t kPoints = 36;  // kAlpha * kAlpha
+constexpr int64_t kPanel = 16;   // output channels per packed weight panel (two AVX2 registers)
+// Transformed inputs and products of one block of tiles (both) stay under this many bytes.
+constexpr int64_t kChunkBytes = int64_t{6} << 20;
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// The fused activations this kernel computes in vector form.
+bool activation_kind_supported(const PostOp& post) {
+  if (!post.enabled) return true;
+  switch (post.kind) {
+    case ActivationType::kRelu:
+    case ActivationType::kLeakyRelu:
+    case ActivationType::kClip:
+    case ActivationType::kSilu:
+    case ActivationType::kSigmoid:
+    case ActivationType::kHardSigmoid:
+    case ActivationType::kHardSwish:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Everything one input shape needs.
+struct WinogradShape {
+  int64_t n = 0, h = 0, w = 0, c = 0, k = 0, oh = 0, ow = 0, pad_t = 0, pad_l = 0;
+  int64_t tiles_h = 0, tiles_w = 0, tiles = 0;   // tiles per column, per row, in all
+  int64_t cp = 0, kp = 0;                        // C rounded up to 8, K to 16
+  int64_t chunk = 0;                             // tiles per block
+  size_t v_bytes = 0, m_bytes = 0, u_bytes = 0;  // workspace parts (u: non-constant weights only)
+};
+
+// Transformed, packed weights: U[xi][K/16 panel][c][16], zero beyond C and K.
+struct PackedWeights {
+  std::vector<float> u;
+  int64_t cp = 0, kp = 0;
+};
+
+// G g G^T of every (k, c) pair of w [K, C, 3, 3], packed (double inside; float result).
+void transform_weights(const float* w, int64_t k_count, int64_t c_count, int64_t cp, int64_t kp, float* u,
+                       int num_threads) {
+  static const double G[6][3] = {{1.0 / 4, 0, 0},
+                                 {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                 {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                 {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                 {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                 {0, 0, 1}};
+  const int64_t panels = kp / kPanel;
+  std::memset(u, 0, sizeof(float) * static_cast<size_t>(kPoints * kp * cp));
+#pragma omp parallel for num_threads(std::max(1, num_threads)) schedule(static)
+  for (int64_t k = 0; k < k_count; ++k) {
+    for (int64_t c = 0; c < c_count; ++c) {
+      const float* g = w + (k * c_count + c) * 9;
+      double t[6][3];  // G g
+      for (int i = 0; i < 6; ++i) {
+        for (int j = 0; j < 3; ++j) {
+          t[i][j] = G[i][0] * g[0 * 3 + j] + G[i][1] * g[1 * 3 + j] + G[i][2] * g[2 * 3 + j];
+        }
+      }
+      for (int i = 0; i < 6; ++i) {
+        for (int j = 0; j < 6; ++j) {
+          const double v = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
+          const int64_t xi = i * 6 + j;
+          u[((xi * panels + k / kPanel) * cp + c) * kPanel + k % kPanel] = static_cast<float>(v);
+        }
+      }
+    }
+  }
+}
+
+#if KILN_WINOGRAD_X86
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+
+// Lane mask of the first `n` (0..8) lanes, for masked loads and stores.
+inline __m256i lane_mask(int64_t n) {
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), idx);
+}
+
+// One transform of six values by B^T (F(4x4, 3x3)).
+inline void input_1d(const __m256 d[6], __m256 r[6]) {
+  const __m256 four = _mm256_set1_ps(4.0f), five = _mm256_set1_ps(5.0f), two = _mm256_set1_ps(2.0f);
+  const __m256 s12 = _mm256_add_ps(d[1], d[2]), s34 = _mm256_add_ps(d[3], d[4]);
+  const __m256 d12 = _mm256_sub_ps(d[1], d[2]), d43 = _mm256_sub_ps(d[4], d[3]);
+  const __m256 d42 = _mm256_sub_ps(d[4], d[2]), d31 = _mm256_sub_ps(d[3], d[1]);
+  r[0] = _mm256_fnmadd_ps(five, d[2], _mm256_fmadd_ps(four, d[0], d[4]));
+  r[1] = _mm256_fnmadd_ps(four, s12, s34);
+  r[2] = _mm256_fmadd_ps(four, d12, d43);
+  r[3] = _mm256_fmadd_ps(two, d31, d42);
+  r[4] = _mm256_fnmadd_ps(two, d31, d42);
+  r[5] = _mm256_fnmadd_ps(five, d[3], _mm256_fmadd_ps(four, d[1], d[5]));
+}
+
+// One transform of six values by A^T.
+inline void output_1d(const __m256 m[6], __m256 o[4]) {
+  const __m256 two = _mm256_set1_ps(2.0f), four = _mm256_set1_ps(4.0f), eight = _mm256_set1_ps(8.0f);
+  const __m256 s12 = _mm256_add_ps(m[1], m[2]), d12 = _mm256_sub_ps(m[1], m[2]);
+  const __m256 s34 = _mm256_add_ps(m[3], m[4]), d34 = _mm256_sub_ps(m[3], m[4]);
+  o[0] = _mm256_add_ps(_mm256_add_ps(m[0], s12), s34);
+  o[1] = _mm256_fmadd_ps(two, d34, d12);
+  o[2] = _mm256_fmadd_ps(four, s34, s12);
+  o[3] = _mm256_add_ps(_mm256_fmadd_ps(eight, d34, d12), m[5]);
+}
+
+// exp(x) for x <= 0 (the polynomial and range reduction of src/backends/cpu/vector_exp.h).
+inline __m256 exp_nonpositive(__m256 x) {
+  const __m256 lowest = _mm256_set1_ps(-87.33654f);
+  const __m256 c = _mm256_max_ps(x, lowest);
+  const __m256 magic = _mm256_set1_ps(12582912.0f);
+  const __m256 nf = _mm256_sub_ps(_mm256_fmadd_ps(c, _mm256_set1_ps(1.4426950408889634f), magic), magic);
+  __m256 f = _mm256_fnmadd_ps(nf, _mm256_set1_ps(0.693145751953125f), c);
+  f = _mm256_fnmadd_ps(nf, _mm256_set1_ps(1.428606765330187e-06f), f);
+  __m256 e = _mm256_set1_ps(0.0013949027423451985f);
+  e = _mm256_fmadd_ps(e, f, _mm256_set1_ps(0.008374978300279546f));
+  e = _mm256_fmadd_ps(e, f, _mm256_set1_ps(0.04166621655013112f));
+  e = _mm256_fmadd_ps(e, f, _mm256_set1_ps(0.16666421065214246f));
+  e = _mm256_fmadd_ps(e, f, _mm256_set1_ps(0.5000000106139884f));
+  e = _mm256_fmadd_ps(e, f, _mm256_set1_ps(1.0000000353934702f));
+  e = _mm256_fmadd_ps(e, f, _mm256_set1_ps(0.9999999999617671f));
+  const __m256i n = _mm256_cvtps_epi32(nf);
+  const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
+  e = _mm256_mul_ps(e, scale);
+  return _mm256_and_ps(e, _mm256_cmp_ps(x, lowest, _CMP_GT_OQ));  // 0 below float32's normal range
+}
+
+// 1 / (1 + exp(-x)), from exp(-|x|) so that the exponent is never positive.
+inline __m256 sigmoid(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 abs_x = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+  const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_setzero_ps(), abs_x));
+  const __m256 r = _mm256_div_ps(one, _mm256_add_ps(one, e));  // sigmoid(|x|)
+  return _mm256_blendv_ps(r, _mm256_mul_ps(e, r), x);          // x < 0: e / (1 + e)
+}
+
+inline __m256 activate(__m256 v, const PostOp& post) {
+  if (!post.enabled) return v;
+  const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+  switch (post.kind) {
+    case ActivationType::kRelu:
+      return _mm256_max_ps(v, zero);
+    case ActivationType::kLeakyRelu:
+      return _mm256_blendv_ps(v, _mm256_mul_ps(v, _mm256_set1_ps(post.alpha)), _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+    case ActivationType::kClip:
+      return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(post.alpha)), _mm256_set1_ps(post.beta));
+    case ActivationType::kSilu:
+      return _mm256_mul_ps(v, sigmoid(v));
+    case ActivationType::kSigmoid:
+      return sigmoid(v);
+    case ActivationType::kHardSigmoid:
+      return _mm256_max_ps(
+          zero, _mm256_min_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(post.alpha), v, _mm256_set1_ps(post.beta))));
+    case ActivationType::kHardSwish: {
+      const __m256 g = _mm256_fmadd_ps(v, _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f));
+      return _mm256_mul_ps(v, _mm256_max_ps(zero, _mm256_min_ps(one, g)));
+    }
+    default:
+      return v;  // not reached: supports() declines the other kinds
+  }
+}
+
+// Tile t of the whole batch -> its image and its top-left output position.
+struct TilePos {
+  int64_t n, oy, ox;
+};
+inline TilePos tile_pos(const WinogradShape& s, int64_t t) {
+  const int64_t per_image = s.tiles_h * s.tiles_w;
+  const int64_t n = t / per_image, r = t % per_image;
+  return {n, (r / s.tiles_w) * kTile, (r % s.tiles_w) * kTile};
+}
+
+// Phase 1 for tiles [t0, t1) of the block starting at tile `first`: V[xi][t - first][c].
+void input_transform(const WinogradShape& s, const float* x, float* v, int64_t first, int64_t rows, int64_t t0,
+                     int64_t t1) {
+  const int64_t c_full = s.c / 8 * 8;
+  const __m256i tail = lane_mask(s.c - c_full);
+  const int64_t point_stride = rows * s.cp;
+  for (int64_t t = t0; t < t1; ++t) {
+    const TilePos p = tile_pos(s, t);
+    const int64_t iy0 = p.oy - s.pad_t, ix0 = p.ox - s.pad_l;
+    const float* rows_at[6][6];
+    for (int i = 0; i < 6; ++i) {
+      for (int j = 0; j < 6; ++j) {
+        const int64_t iy = iy0 + i, ix = ix0 + j;
+        rows_at[i][j] = iy >= 0 && iy < s.h && ix >= 0 && ix < s.w ? x + ((p.n * s.h + iy) * s.w + ix) * s.c : nullptr;
+      }
+    }
+    float* out = v + (t - first) * s.cp;
+    for (int64_t c0 = 0; c0 < s.cp; c0 += 8) {
+      const bool full = c0 < c_full;
+      __m256 tmp[6][6];
+      for (int j = 0; j < 6; ++j) {  // columns: B^T d
+        __m256 d[6];
+        for (int i = 0; i < 6; ++i) {
+          const float* src = rows_at[i][j];
+          d[i] = !src ? _mm256_setzero_ps() : full ? _mm256_loadu_ps(src + c0) : _mm256_maskload_ps(src + c0, tail);
+        }
+        __m256 r[6];
+        input_1d(d, r);
+        for (int i = 0; i < 6; ++i) tmp[i][j] = r[i];
+      }
+      for (int i = 0; i < 6; ++i) {  // rows: (B^T d) B
+        __m256 r[6];
+        input_1d(tmp[i], r);
+        for (int j = 0; j < 6; ++j) _mm256_storeu_ps(out + (i * 6 + j) * point_stride + c0, r[j]);
+      }
+    }
+  }
+}
+
+// rows x 16 block of M[xi] = V[xi] . U[xi] (a: V rows, stride lda; b: one packed panel). The
+// accumulators are named variables, not an array: GCC keeps an array of __m256 on the stack and
+// stores it at every step (measured: 40% of the FMA rate).
+template <int MR>
+inline void gemm_block(const float* a, int64_t lda, const float* b, int64_t kc, float* c, int64_t ldc) {
+  __m256 c0a = _mm256_setzero_ps(), c0b = c0a, c1a = c0a, c1b = c0a, c2a = c0a, c2b = c0a;
+  __m256 c3a = c0a, c3b = c0a, c4a = c0a, c4b = c0a, c5a = c0a, c5b = c0a;
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m256 b0 = _mm256_loadu_ps(b + kPanel * p), b1 = _mm256_loadu_ps(b + kPanel * p + 8);
+#define KILN_WINO_ROW(i)                                    \
+  if constexpr (MR > i) {                                   \
+    const __m256 ai = _mm256_broadcast_ss(a + i * lda + p); \
+    c##i##a = _mm256_fmadd_ps(ai, b0, c##i##a);             \
+    c##i##b = _mm256_fmadd_ps(ai, b1, c##i##b);             \
+  }
+    KILN_WINO_ROW(0)
+    KILN_WINO_ROW(1)
+    KILN_WINO_ROW(2)
+    KILN_WINO_ROW(3)
+    KILN_WINO_ROW(4)
+    KILN_WINO_ROW(5)
+#undef KILN_WINO_ROW
+  }
+#define KILN_WINO_STORE(i)                      \
+  if constexpr (MR > i) {                       \
+    _mm256_storeu_ps(c + i * ldc, c##i##a);     \
+    _mm256_storeu_ps(c + i * ldc + 8, c##i##b); \
+  }
+  KILN_WINO_STORE(0)
+  KILN_WINO_STORE(1)
+  KILN_WINO_STORE(2)
+  KILN_WINO_STORE(3)
+  KILN_WINO_STORE(4)
+  KILN_WINO_STORE(5)
+#undef KILN_WINO_STORE
+}
+
+// Phase 2 for work items [i0, i1) (item = point xi and panel): all `rows` rows of the block.
+void products(const WinogradShape& s, const float* v, const float* u, float* m, int64_t rows, int64_t i0, int64_t i1) {
+  const int64_t panels = s.kp / kPanel;
+  for (int64_t item = i0; item < i1; ++item) {
+    const int64_t xi = item / panels, panel = item % panels;
+    const float* a = v + xi * rows * s.cp;
+    const float* b = u + (xi * panels + panel) * s.cp * kPanel;
+    float* c = m + xi * rows * s.kp + panel * kPanel;
+    using Block = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);
+    static constexpr Block kRemainder[6] = {nullptr,       gemm_block<1>, gemm_block<2>,
+                                            gemm_block<3>, gemm_block<4>, gemm_block<5>};
+    int64_t r = 0;
+    for (; r + 6 <= rows; r += 6) gemm_block<6>(a + r * s.cp, s.cp, b, s.cp, c + r * s.kp, s.kp);
+    if (r < rows) kRemainder[rows - r](a + r * s.cp, s.cp, b, s.cp, c + r * s.kp, s.kp);
+  }
+}
+
+// Phase 3 for tiles [t0, t1) of the block starting at `first`.
+void output_transform(const WinogradShape& s, const float* m, const float* bias, const float* residual, float* y,
+                      const PostOp& post, int64_t first, int64_t rows, int64_t t0, int64_t t1) {
+  const int64_t point_stride = rows * s.kp;
+  for (int64_t t = t0; t < t1; ++t) {
+    const TilePos p = tile_pos(s, t);
+    const int64_t hy = std::min(kTile, s.oh - p.oy), hx = std::min(kTile, s.ow - p.ox);
+    const float* in = m + (t - first) * s.kp;
+    for (int64_t k0 = 0; k0 < s.k; k0 += 8) {
+      const int64_t lanes = std::min<int64_t>(8, s.k - k0);
+      const __m256i mask = lane_mask(lanes);
+      __m256 tmp[4][6];
+      for (int j = 0; j < 6; ++j) {  // columns: A^T m
+        __m256 col[6];
+        for (int i = 0; i < 6; ++i) col[i] = _mm256_loadu_ps(in + (i * 6 + j) * point_stride + k0);
+        __m256 o[4];
+        output_1d(col, o);
+        for (int i = 0; i < 4; ++i) tmp[i][j] = o[i];
+      }
+      const __m256 b = !bias        ? _mm256_setzero_ps()
+                       : lanes == 8 ? _mm256_loadu_ps(bias + k0)
+                                    : _mm256_maskload_ps(bias + k0, mask);
+      for (int i = 0; i < hy; ++i) {  // rows: (A^T m) A
+        __m256 o[4];
+        output_1d(tmp[i], o);
+        for (int j = 0; j < hx; ++j) {
+          const int64_t at = ((p.n * s.oh + p.oy + i) * s.ow + p.ox + j) * s.k + k0;
+          __m256 val = _mm256_add_ps(o[j], b);
+          if (residual) {
+            val = _mm256_add_ps(val,
+                                lanes == 8 ? _mm256_loadu_ps(residual + at) : _mm256_maskload_ps(residual + at, mask));
+          }
+          val = activate(val, post);
+          if (lanes == 8) {
+            _mm256_storeu_ps(y + at, val);
+          } else {
+            _mm256_maskstore_ps(y + at, mask, val);
+          }
+        }
+      }
+    }
+  }
+}
+
+#pragma GCC pop_options
+#endif  // KILN_WINOGRAD_X86
+
+// The three phases over every block of tiles, on `threads` OpenMP threads.
+void run_winograd(const WinogradShape& s, const float* x, const float* u, const float* bias, const float* residual,
+                  float* y, float* v, float* m, const PostOp& post, int threads) {
+#if KILN_WINOGRAD_X86
+  const int64_t items = kPoints * (s.kp / kPanel);
+#pragma omp parallel num_threads(std::max(1, threads))
+  {
+    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+    for (int64_t first = 0; first < s.tiles; first += s.chunk) {
+      const int64_t rows = std::min(s.chunk, s.tiles - first);
+      input_transform(s, x, v, first, rows, first + rows * id / nt, first + rows * (id + 1) / nt);
+#pragma omp barrier
+      products(s, v, u, m, rows, items * id / nt, items * (id + 1) / nt);
+#pragma omp barrier
+      output_transform(s, m, bias, residual, y, post, first, rows, first + rows * id / nt,
+                       first + rows * (id + 1) / nt);
+      // The next block's input transform writes V only, which no thread reads any more.
+    }
+  }
+#else
+  (void)s, (void)x, (void)u, (void)bias, (void)residual, (void)y, (void)v, (void)m, (void)post, (void)threads;
+  throw Error("Convolution winograd_avx2: not built for this processor");
+#endif
+}
+
+bool shape_of(const ConvParams& params, const Dims& x, const Dims& w, WinogradShape* s, std::string* why) {
+  ConvGeometry g;
+  try {
+    g = conv_geometry(params, x, w);
+  } catch (const Error& e) {
+    *why = e.what();
+    return false;
+  }
+  if (g.spatial_rank != 2 || g.group != 1 || g.kernel[0] != 3 || g.kernel[1] != 3 || g.stride[0] != 1 ||
+      g.stride[1] != 1 || g.dilation[0] != 1 || g.dilation[1] != 1) {
+    *why = "not a 3x3, stride 1, undilated, ungrouped 2-D convolution";
+    return false;
+  }
+  s->n = g.batch;
+  s->c = g.in_channels;
+  s->k = g.out_channels;
+  s->h = g.in[0];
+  s->w = g.in[1];
+  s->oh = g.out[0];
+  s->ow = g.out[1];
+  s->pad_t = g.pad_begin[0];
+  s->pad_l = g.pad_begin[1];
+  s->tiles_h = (s->oh + kTile - 1) / kTile;
+  s->tiles_w = (s->ow + kTile - 1) / kTile;
+  s->tiles = s->n * s->tiles_h * s->tiles_w;
+  s->cp = round_up(s->c, 8);
+  s->kp = round_up(s->k, kPanel);
+  const int64_t per_tile = kPoints * (s->cp + s->kp) * 4;
+  s->chunk = std::max<int64_t>(1, std::min(s->tiles, kChunkBytes / per_tile));
+  s->v_bytes = static_cast<size_t>(kPoints * s->chunk * s->cp * 4);
+  s->m_bytes = static_cast<size_t>(kPoints * s->chunk * s->kp * 4);
+  s->u_bytes = static_cast<size_t>(kPoints * s->cp * s->kp * 4);
+  return true;
+}
+
+size_t align64(size_t v) { return (v + 63) / 64 * 64; }
+
+class ConvWinograd : public Kernel {
+ public:
+  explicit ConvWinograd(const ConvParams& params) : params_(params) {}
+
+  void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
+               int num_threads) override {
+    const std::string where = "layer '" + layer.name() + "' (Convolution) " + kTactic + ": ";
+    if (inputs.size() < 2 || outputs.empty()) throw Error(where + "expects inputs x, w and output y");
+    std::string why;
+    if (!shape_of(params_, inputs[0].dims, inputs[1].dims, &shape_, &why)) throw Error(where + why);
+    const Dims want{shape_.n, shape_.k, shape_.oh, shape_.ow};
+    if (outputs[0].dims != want) {
+      throw Error(where + "output dims " + outputs[0].dims.to_string() + " differ from the convolution's " +
+                  want.to_string());
+    }
+    has_residual_ = inputs.size() > 3 && inputs[3].present;
+    if (has_residual_ && inputs[3].dims != want) {
+      throw Error(where + "residual dims " + inputs[3].dims.to_string() + " must equal the output's " +
+                  want.to_string());
+    }
+    const HostTensor* w = inputs[1].value;
+    if (!weights_ && w && w->type() == DataType::kFloat32 && w->count() == shape_.k * shape_.c * 9) {
+      auto packed = std::make_shared<PackedWeights>();
+      packed->cp = shape_.cp;
+      packed->kp = shape_.kp;
+      packed->u.resize(shape_.u_bytes / 4);
+      transform_weights(static_cast<const float*>(w->data()), shape_.k, shape_.c, shape_.cp, shape_.kp,
+                        packed->u.data(), num_threads);
+      weights_ = std::move(packed);
+    }
+    threads_ = std::max(1, num_threads);
+  }
+
+  size_t workspace_size() const override {
+    return align64(shape_.v_bytes) + align64(shape_.m_bytes) + (weights_ ? 0 : align64(shape_.u_bytes));
+  }
+
+  void execute(const KernelContext& ctx) override {
+    const size_t need = workspace_size();
+    if (ctx.workspace_size < need || (need && !ctx.workspace)) {
+      throw Error(std::string("Convolution ") + kTactic + ": workspace of " + std::to_string(ctx.workspace_size) +
+                  " bytes, " + std::to_string(need) + " needed");
+    }
+    auto* ws = static_cast<char*>(ctx.workspace);
+    auto* v = reinterpret_cast<float*>(ws);
+    auto* m = reinterpret_cast<float*>(ws + align64(shape_.v_bytes));
+    const float* u = nullptr;
+    if (weights_) {
+      u = weights_->u.data();
+    } else {
+      auto* scratch = reinterpret_cast<float*>(ws + align64(shape_.v_bytes) + align64(shape_.m_bytes));
+      transform_weights(ctx.inputs.at(1).as<float>(), shape_.k, shape_.c, shape_.cp, shape_.kp, scratch, threads_);
+      u = scratch;
+    }
+    const bool has_bias = ctx.inputs.size() > 2 && ctx.inputs[2].data;
+    const float* residual = has_residual_ && ctx.inputs.size() > 3 ? ctx.inputs[3].as<float>() : nullptr;
+    run_winograd(shape_, ctx.inputs.at(0).as<float>(), u, has_bias ? ctx.inputs[2].as<float>() : nullptr, residual,
+                 ctx.outputs.at(0).as<float>(), v, m, params_.post, threads_);
+  }
+
+  // Instances for other shapes share the transformed weights (4x the layer's own).
+  std::unique_ptr<Kernel> another_instance() const override {
+    auto k = std::make_unique<ConvWinograd>(params_);
+    k->weights_ = weights_;
+    return k;
+  }
+
+ private:
+  ConvParams params_;
+  WinogradShape shape_;
+  bool has_residual_ = false;
+  int threads_ = 1;
+  std::shared_ptr<const PackedWeights> weights_;
+};
+
+// Whether the tactic takes the layer: the convolution it computes, the formats and types it
+// reads, and the shapes where it is faster than oneDNN's direct kernels.
+bool supports_winograd(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  if (!cpu::has_avx2_fma()) return false;
+  if (inputs.size() < 2 || inputs.size() > 4 || !inputs[0].present || !inputs[1].present) return false;
+  for (const TensorDesc& t : inputs) {
+    if (t.present && t.type != DataType::kFloat32) return false;
+  }
+  const ConvParams& params = params_of<ConvParams>(layer);
+  if (params.deconv || !activation_kind_supported(params.post)) return false;
+  // Channels-last activations only (the layout pass makes convolution regions channels-last);
+  // plain weights and bias.
+  if (inputs[0].format != TensorFormat::kChannelsLast || inputs[1].format != TensorFormat::kLinear) return false;
+  if (layer.num_outputs() < 1 || layer.output(0)->format() != TensorFormat::kChannelsLast) return false;
+  if (inputs.size() > 2 && inputs[2].present &&
+      (inputs[2].dims.rank() != 1 || inputs[2].format != TensorFormat::kLinear))
+    return false;
+  if (inputs.size() > 3 && inputs[3].present && inputs[3].format != TensorFormat::kChannelsLast) return false;
+  if (inputs[0].dims.is_dynamic() || inputs[1].dims.is_dynamic()) return false;
+  WinogradShape s;
+  std::string why;
+  if (!shape_of(params, inputs[0].dims, inputs[1].dims, &s, &why)) return false;
+  if (s.tiles == 0 || s.c == 0 || s.k == 0) return false;
+  // Where it is faster than oneDNN 2.6's NHWC direct kernels (2 threads, AVX2, per-layer profiles
+  // of ResNet-50, TinyYolo and SqueezeNet at batch 1; docs/status.md, session 19):
+  //  - at least 9 tiles in all (ResNet-50's 7x7 images with 512 channels, 4 tiles: 1.05x the direct
+  //    kernel's time, the transformed weights read for 4 tiles; TinyYolo's 10x10, 9 tiles: 0.73x;
+  //    14x14, 16 tiles: 0.76x; 28x28 and 56x56: 0.50-0.67x);
+  //  - C * K >= 1024 (16 -> 16 channels at 80x80: 1.0-1.27x, the products too small to pay for the
+  //    transforms; 16 -> 64 at 55x55: 0.55-1.1x; 32 -> 32 at 40x40: 0.5-0.67x).
+  if (s.tiles < 9 || s.c * s.k < 1024) return false;
+  return true;
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerConvolution, kTactic, 105, supports_winograd,
+    [](const Layer& layer) { return std::make_unique<ConvWinograd>(params_of<ConvParams>(layer)); }});
+
+}  // namespace kiln
