@@ -8,7 +8,12 @@ For each model and batch size and each level (default 0..5), without a timing ca
   * `kiln bench --engine E --json` for --duration seconds after a warm-up; the run time is its median
     latency (CUDA: --no-data-transfers, so the number is the engine's, not PCIe's);
   * the build's own counts: layers timed, kernels timed, kernels stopped early, layers that reused an
-    identical layer's timing (the `kernel timing:` line).
+    identical layer's timing (the `kernel timing:` line);
+  * how many layers run another kernel than at level 3 (`kiln inspect`'s `kernel=`): where none does,
+    a run-time difference between the two levels is measurement noise, not a choice.
+With --rounds R > 1 the engines of one model and batch are benchmarked in R alternating rounds (the
+order rotates each round) after all of them are built, and the run time is the median of the
+rounds' medians; the rounds' values are listed too.
 Prints one markdown table with the ratio of each level's build and run time to level 3's (the
 default), and writes it to --out.
 
@@ -109,6 +114,19 @@ def bench(kiln, engine, shapes, args):
     return float(json.loads(r.stdout)["latency_ms"]["median"])
 
 
+def kernels_of(kiln, engine):
+    """Layer name -> kernel, from `kiln inspect`."""
+    r = subprocess.run([kiln, "inspect", "--engine", engine], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"kiln inspect --engine {engine} failed:\n" + r.stdout[-2000:] + r.stderr[-2000:])
+    return dict(re.findall(r"^\s*\[\d+\] (\S+) : .*kernel=(\S+)", r.stdout, re.M))
+
+
+def median(values):
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
 def ratio(x, ref):
     return f"{x / ref:.2f}x" if ref else "-"
 
@@ -129,6 +147,9 @@ def main():
     ap.add_argument("--fp32", action="store_true", help="CUDA: build without --fp16")
     ap.add_argument("--duration", type=float, default=3.0, help="kiln bench seconds per engine")
     ap.add_argument("--warmup", default="500ms", help="kiln bench warm-up per engine")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="benchmark the levels' engines in this many alternating rounds (run time: the median of "
+                         "the rounds' medians)")
     ap.add_argument("--out", help="also write the table (markdown) here")
     args = ap.parse_args()
 
@@ -148,33 +169,53 @@ def main():
         batches = [int(b) for b in args.batches.split(",")] if args.batches else default_batches[args.device]
         for n in batches:
             shapes = shapes_of(n)
-            results = {}
+            results, engines = {}, {}
             for level in levels:
                 engine = os.path.join(args.workdir, f"{name}_b{n}_L{level}_{args.device}.kiln")
                 try:
                     info = build(kiln, onnx, engine, shapes, level, args)
-                    info["run_ms"] = bench(kiln, engine, shapes, args)
+                    info["kernel_of"] = kernels_of(kiln, engine)
                 except RuntimeError as e:
                     errors.append(f"{name} batch {n} level {level}: {e}")
                     print(errors[-1], file=sys.stderr, flush=True)
                     continue
-                results[level] = info
+                results[level], engines[level] = info, engine
+            built = [lv for lv in levels if lv in results]
+            for i in range(max(1, args.rounds)):
+                order = built[i % len(built):] + built[:i % len(built)] if built else []
+                for level in order:
+                    try:
+                        results[level].setdefault("rounds", []).append(bench(kiln, engines[level], shapes, args))
+                    except RuntimeError as e:
+                        errors.append(f"{name} batch {n} level {level}: {e}")
+                        print(errors[-1], file=sys.stderr, flush=True)
+            for level in built:
+                info = results[level]
+                if not info.get("rounds"):
+                    del results[level]
+                    continue
+                info["run_ms"] = median(info["rounds"])
+                ref_kernels = results[3]["kernel_of"] if 3 in results else {}
+                info["differ"] = sum(1 for k, v in info["kernel_of"].items() if ref_kernels.get(k) != v)
                 print(f"{name} batch {n} level {level}: build {info['build_s']:.2f} s, run {info['run_ms']:.3f} ms "
                       f"({info['timed']} layers timed, {info['kernels']} kernels, {info['stopped']} stopped early, "
-                      f"{info['reused']} reused)", flush=True)
+                      f"{info['reused']} reused; {info['differ']} layers with another kernel than level 3)", flush=True)
             ref = results.get(3)
             for level in levels:
                 if level in results:
                     rows.append((name, n, level, results[level], ref))
 
     head = ["model", "batch", "level", "build s", "build / L3", "run median ms", "run / L3", "layers timed",
-            "kernels timed", "stopped early", "reused", "kiln build wall s"]
+            "kernels timed", "stopped early", "reused", "layers with another kernel than L3", "kiln build wall s"]
+    if args.rounds > 1:
+        head.append("run ms per round")
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for name, n, level, r, ref in rows:
         lines.append("| " + " | ".join([
             name, str(n), str(level), f"{r['build_s']:.2f}", ratio(r["build_s"], ref["build_s"]) if ref else "-",
             f"{r['run_ms']:.3f}", ratio(r["run_ms"], ref["run_ms"]) if ref else "-", str(r["timed"]), str(r["kernels"]),
-            str(r["stopped"]), str(r["reused"]), f"{r['wall_s']:.2f}"]) + " |")
+            str(r["stopped"]), str(r["reused"]), str(r["differ"]), f"{r['wall_s']:.2f}"]
+            + ([" ".join(f"{v:.3f}" for v in r["rounds"])] if args.rounds > 1 else [])) + " |")
     table = "\n".join(lines)
     ver = subprocess.run([kiln, "--version"], capture_output=True, text=True).stdout.strip()
     header = (f"# kiln builder optimization levels, {args.device}\n\n"
@@ -182,6 +223,7 @@ def main():
               f"{os.cpu_count()} CPUs; command: `python3 bench/builder_levels.py {' '.join(sys.argv[1:])}`\n\n"
               f"Build s: the builder's time (`kiln build`'s `build: ... in X s`), no timing cache. Run: `kiln bench` "
               f"median latency over {args.duration:g} s"
+              + (f", the median of {args.rounds} alternating rounds" if args.rounds > 1 else "")
               + (", --no-data-transfers" if args.device == "cuda" else f", {args.threads} threads")
               + (", fp32" if args.device == "cpu" or args.fp32 else ", fp16") + ".\n\n")
     text = header + table + "\n" + ("\nErrors:\n\n" + "\n".join("    " + e.replace("\n", "\n    ") for e in errors) + "\n"

@@ -13,6 +13,9 @@
 #              (kernel timing off) and over the multi-stream serving test
 #   bench      bench/plugin_bandwidth (plugins vs a device copy) and bench/gpu_vs_pytorch.py
 #              (needs --torch-models: $KILN_TORCH_MODELS, a folder with torch_models.py)
+#   levels     bench/builder_levels.py: build and run time of ResNet-50 (batch 1, 32, 128), TinyYolo
+#              and bert_tiny at builder levels 0-5, fp16, no timing cache, the run times in 3
+#              alternating rounds; $KILN_LEVELS_ARGS replaces --models/--batches/--rounds
 #   serving    bench/serving_vs_pytorch.py (kiln bench vs PyTorch under serving patterns; needs
 #              $KILN_TORCH_MODELS too)
 #   triton     kiln's Triton backend on the GPU: request data in GPU memory, 50 reloads of a CUDA
@@ -99,6 +102,13 @@ if has bench; then
       --torch-models "$KILN_TORCH_MODELS" ${KILN_BENCH_ARGS:-} --out "$OUT/gpu_vs_pytorch.md" > "$OUT/gpu_vs_pytorch.log" 2>&1 || rc=1
     tail -20 "$OUT/gpu_vs_pytorch.log"
   fi
+fi
+if has levels; then
+  # shellcheck disable=SC2086  # KILN_LEVELS_ARGS is a list of arguments
+  PYTHONUNBUFFERED=1 python3 bench/builder_levels.py --device cuda --kiln "$B/kiln" --models-dir "$MODELS" \
+    --workdir /tmp/kiln-levels ${KILN_LEVELS_ARGS:---rounds 3} --out "$OUT/builder_levels.md" > "$OUT/builder_levels.log" 2>&1 || rc=1
+  tail -30 "$OUT/builder_levels.log"
+  rm -f /tmp/kiln-levels/*.kiln
 fi
 if has serving && [[ -n "${KILN_TORCH_MODELS:-}" ]]; then
   PYTHONUNBUFFERED=1 python3 bench/serving_vs_pytorch.py --kiln "$B/kiln" --models-dir "$MODELS" \
