@@ -276,8 +276,10 @@ TEST(ConvWinogradAvx2, MatchesTheReferenceKernel) {
       {"weights_not_constant", 2, 16, 32, 14, 14, same, true, true, false, "relu"},
       {"one_thread", 1, 32, 32, 15, 17, same, true, false, true, "relu", 0, 0, 1},
       {"three_threads", 2, 32, 32, 15, 17, same, true, false, true, "relu", 0, 0, 3},
-      // 196 tiles of 36 KiB transformed data each: two blocks of tiles (6 MiB each at most).
-      {"two_blocks", 1, 128, 128, 56, 56, same, true, true, true, "relu"},
+      // 196 tiles of 36 KiB transformed data each in blocks of U's 2.4 MB: 64 + 64 + 64 + 4 tiles.
+      {"four_blocks", 1, 128, 128, 56, 56, same, true, true, true, "relu"},
+      // 400 tiles of 4.5 KiB in blocks of 768 KiB: 166 + 166 + 68.
+      {"three_small_blocks", 1, 16, 16, 80, 80, same, true, false, true, "silu"},
   };
   for (const WinoCase& k : cases) {
     SCOPED_TRACE(k.name);

@@ -7,8 +7,9 @@
 //
 //   Y = A^T [ (G g G^T) (.) (B^T d B) ] A     per output tile, summed over input channels,
 //
-// which turns the layer into three phases over its tiles (blocks of at most kChunkBytes of
-// transformed data, so that they stay in the last-level cache whatever the batch):
+// which turns the layer into three phases over its tiles (in blocks of tiles whose transformed
+// data is about the size of the transformed weights, so that the workspace does not grow with the
+// batch):
 //   1. input transform: V[xi][tile][c] = (B^T d B)[xi] for the 36 positions xi, 8 channels per
 //      AVX2 register (channels-last memory keeps them contiguous);
 //   2. 36 matrix products M[xi] = V[xi] . U[xi] ([tiles x C] . [C x K]) with a 6x16 register
@@ -57,8 +58,8 @@ constexpr int64_t kTile = 4;     // outputs per tile side: F(4x4, 3x3)
 constexpr int64_t kAlpha = 6;    // inputs per tile side
 constexpr int64_t kPoints = 36;  // kAlpha * kAlpha
 constexpr int64_t kPanel = 16;   // output channels per packed weight panel (two AVX2 registers)
-// Transformed inputs and products of one block of tiles (both) stay under this many bytes.
-constexpr int64_t kChunkBytes = int64_t{6} << 20;
+// Transformed inputs and products of one block of tiles (both together): at least this many bytes.
+constexpr int64_t kMinChunkBytes = int64_t{768} << 10;
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -187,8 +188,12 @@ inline __m256 sigmoid(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 abs_x = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
   const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_setzero_ps(), abs_x));
-  const __m256 r = _mm256_div_ps(one, _mm256_add_ps(one, e));  // sigmoid(|x|)
-  return _mm256_blendv_ps(r, _mm256_mul_ps(e, r), x);          // x < 0: e / (1 + e)
+  // 1 / d by the reciprocal estimate and one Newton step (about 1 ulp more than a division; a
+  // division made SiLU cost more than the rest of a 16-channel layer's output transform).
+  const __m256 d = _mm256_add_ps(one, e);
+  __m256 r = _mm256_rcp_ps(d);
+  r = _mm256_mul_ps(r, _mm256_fnmadd_ps(d, r, _mm256_set1_ps(2.0f)));  // sigmoid(|x|)
+  return _mm256_blendv_ps(r, _mm256_mul_ps(e, r), x);                  // x < 0: e / (1 + e)
 }
 
 inline __m256 activate(__m256 v, const PostOp& post) {
@@ -237,10 +242,18 @@ void input_transform(const WinogradShape& s, const float* x, float* v, int64_t f
     const TilePos p = tile_pos(s, t);
     const int64_t iy0 = p.oy - s.pad_t, ix0 = p.ox - s.pad_l;
     const float* rows_at[6][6];
-    for (int i = 0; i < 6; ++i) {
-      for (int j = 0; j < 6; ++j) {
-        const int64_t iy = iy0 + i, ix = ix0 + j;
-        rows_at[i][j] = iy >= 0 && iy < s.h && ix >= 0 && ix < s.w ? x + ((p.n * s.h + iy) * s.w + ix) * s.c : nullptr;
+    if (iy0 >= 0 && iy0 + 6 <= s.h && ix0 >= 0 && ix0 + 6 <= s.w) {  // inside the image: no bounds checks
+      const float* base = x + ((p.n * s.h + iy0) * s.w + ix0) * s.c;
+      for (int i = 0; i < 6; ++i) {
+        for (int j = 0; j < 6; ++j) rows_at[i][j] = base + (i * s.w + j) * s.c;
+      }
+    } else {
+      for (int i = 0; i < 6; ++i) {
+        for (int j = 0; j < 6; ++j) {
+          const int64_t iy = iy0 + i, ix = ix0 + j;
+          rows_at[i][j] =
+              iy >= 0 && iy < s.h && ix >= 0 && ix < s.w ? x + ((p.n * s.h + iy) * s.w + ix) * s.c : nullptr;
+        }
       }
     }
     float* out = v + (t - first) * s.cp;
@@ -420,7 +433,12 @@ bool shape_of(const ConvParams& params, const Dims& x, const Dims& w, WinogradSh
   s->cp = round_up(s->c, 8);
   s->kp = round_up(s->k, kPanel);
   const int64_t per_tile = kPoints * (s->cp + s->kp) * 4;
-  s->chunk = std::max<int64_t>(1, std::min(s->tiles, kChunkBytes / per_tile));
+  // Blocks of about the transformed weights' size, at least kMinChunkBytes: the products read all
+  // of U once per block, and smaller blocks keep V and M nearer the cores (a chain of 56x56 64 ->
+  // 64 layers: 0.54-0.78 ms a layer with 768 KiB blocks, 0.75-0.94 ms with 6 MiB ones; 14x14
+  // 256 -> 256 layers got slower with blocks under U's 9.4 MB).
+  const int64_t chunk_bytes = std::max<int64_t>(kMinChunkBytes, kPoints * s->cp * s->kp * 4);
+  s->chunk = std::max<int64_t>(1, std::min(s->tiles, chunk_bytes / per_tile));
   s->v_bytes = static_cast<size_t>(kPoints * s->chunk * s->cp * 4);
   s->m_bytes = static_cast<size_t>(kPoints * s->chunk * s->kp * 4);
   s->u_bytes = static_cast<size_t>(kPoints * s->cp * s->kp * 4);
@@ -532,8 +550,10 @@ bool supports_winograd(const Layer& layer, const std::vector<TensorDesc>& inputs
   //  - at least 9 tiles in all (ResNet-50's 7x7 images with 512 channels, 4 tiles: 1.05x the direct
   //    kernel's time, the transformed weights read for 4 tiles; TinyYolo's 10x10, 9 tiles: 0.73x;
   //    14x14, 16 tiles: 0.76x; 28x28 and 56x56: 0.50-0.67x);
-  //  - C * K >= 1024 (16 -> 16 channels at 80x80: 1.0-1.27x, the products too small to pay for the
-  //    transforms; 16 -> 64 at 55x55: 0.55-1.1x; 32 -> 32 at 40x40: 0.5-0.67x).
+  //  - C * K >= 1024 (16 -> 16 channels at 80x80 with SiLU: 1.0-1.27x in TinyYolo, the products too
+  //    small to pay for the transforms; after the SiLU's division became a reciprocal, 0.8-1.2x in
+  //    a chain of such layers on a noisy machine, not a clear gain; 16 -> 64 at 55x55: 0.55-1.1x;
+  //    32 -> 32 at 40x40: 0.5-0.67x).
   if (s.tiles < 9 || s.c * s.k < 1024) return false;
   return true;
 }
