@@ -38,7 +38,9 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/backends/cpu/activation_avx2.h"
 #include "src/backends/cpu/cpu_features.h"
+#include "src/backends/cpu/gemm_avx2.h"
 #include "src/backends/kernel.h"
 #include "src/ir/conv_params.h"
 #include "src/ir/op_params.h"
@@ -57,28 +59,11 @@ constexpr const char* kTactic = "winograd_avx2";
 constexpr int64_t kTile = 4;     // outputs per tile side: F(4x4, 3x3)
 constexpr int64_t kAlpha = 6;    // inputs per tile side
 constexpr int64_t kPoints = 36;  // kAlpha * kAlpha
-constexpr int64_t kPanel = 16;   // output channels per packed weight panel (two AVX2 registers)
+constexpr int64_t kPanel = 16;   // output channels per packed weight panel
 // Transformed inputs and products of one block of tiles (both together): at least this many bytes.
 constexpr int64_t kMinChunkBytes = int64_t{768} << 10;
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-
-// The fused activations this kernel computes in vector form.
-bool activation_kind_supported(const PostOp& post) {
-  if (!post.enabled) return true;
-  switch (post.kind) {
-    case ActivationType::kRelu:
-    case ActivationType::kLeakyRelu:
-    case ActivationType::kClip:
-    case ActivationType::kSilu:
-    case ActivationType::kSigmoid:
-    case ActivationType::kHardSigmoid:
-    case ActivationType::kHardSwish:
-      return true;
-    default:
-      return false;
-  }
-}
 
 // Everything one input shape needs.
 struct WinogradShape {
@@ -131,11 +116,9 @@ void transform_weights(const float* w, int64_t k_count, int64_t c_count, int64_t
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
-// Lane mask of the first `n` (0..8) lanes, for masked loads and stores.
-inline __m256i lane_mask(int64_t n) {
-  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), idx);
-}
+using cpu::avx2::activate;
+static_assert(kPanel == cpu::avx2::kPanel, "the packed panels are the register block's");
+using cpu::avx2::lane_mask;
 
 // One transform of six values by B^T (F(4x4, 3x3)).
 inline void input_1d(const __m256 d[6], __m256 r[6]) {
@@ -160,66 +143,6 @@ inline void output_1d(const __m256 m[6], __m256 o[4]) {
   o[1] = _mm256_fmadd_ps(two, d34, d12);
   o[2] = _mm256_fmadd_ps(four, s34, s12);
   o[3] = _mm256_add_ps(_mm256_fmadd_ps(eight, d34, d12), m[5]);
-}
-
-// exp(x) for x <= 0 (the polynomial and range reduction of src/backends/cpu/vector_exp.h).
-inline __m256 exp_nonpositive(__m256 x) {
-  const __m256 lowest = _mm256_set1_ps(-87.33654f);
-  const __m256 c = _mm256_max_ps(x, lowest);
-  const __m256 magic = _mm256_set1_ps(12582912.0f);
-  const __m256 nf = _mm256_sub_ps(_mm256_fmadd_ps(c, _mm256_set1_ps(1.4426950408889634f), magic), magic);
-  __m256 f = _mm256_fnmadd_ps(nf, _mm256_set1_ps(0.693145751953125f), c);
-  f = _mm256_fnmadd_ps(nf, _mm256_set1_ps(1.428606765330187e-06f), f);
-  __m256 e = _mm256_set1_ps(0.0013949027423451985f);
-  e = _mm256_fmadd_ps(e, f, _mm256_set1_ps(0.008374978300279546f));
-  e = _mm256_fmadd_ps(e, f, _mm256_set1_ps(0.04166621655013112f));
-  e = _mm256_fmadd_ps(e, f, _mm256_set1_ps(0.16666421065214246f));
-  e = _mm256_fmadd_ps(e, f, _mm256_set1_ps(0.5000000106139884f));
-  e = _mm256_fmadd_ps(e, f, _mm256_set1_ps(1.0000000353934702f));
-  e = _mm256_fmadd_ps(e, f, _mm256_set1_ps(0.9999999999617671f));
-  const __m256i n = _mm256_cvtps_epi32(nf);
-  const __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
-  e = _mm256_mul_ps(e, scale);
-  return _mm256_and_ps(e, _mm256_cmp_ps(x, lowest, _CMP_GT_OQ));  // 0 below float32's normal range
-}
-
-// 1 / (1 + exp(-x)), from exp(-|x|) so that the exponent is never positive.
-inline __m256 sigmoid(__m256 x) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 abs_x = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-  const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_setzero_ps(), abs_x));
-  // 1 / d by the reciprocal estimate and one Newton step (about 1 ulp more than a division; a
-  // division made SiLU cost more than the rest of a 16-channel layer's output transform).
-  const __m256 d = _mm256_add_ps(one, e);
-  __m256 r = _mm256_rcp_ps(d);
-  r = _mm256_mul_ps(r, _mm256_fnmadd_ps(d, r, _mm256_set1_ps(2.0f)));  // sigmoid(|x|)
-  return _mm256_blendv_ps(r, _mm256_mul_ps(e, r), x);                  // x < 0: e / (1 + e)
-}
-
-inline __m256 activate(__m256 v, const PostOp& post) {
-  if (!post.enabled) return v;
-  const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
-  switch (post.kind) {
-    case ActivationType::kRelu:
-      return _mm256_max_ps(v, zero);
-    case ActivationType::kLeakyRelu:
-      return _mm256_blendv_ps(v, _mm256_mul_ps(v, _mm256_set1_ps(post.alpha)), _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
-    case ActivationType::kClip:
-      return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(post.alpha)), _mm256_set1_ps(post.beta));
-    case ActivationType::kSilu:
-      return _mm256_mul_ps(v, sigmoid(v));
-    case ActivationType::kSigmoid:
-      return sigmoid(v);
-    case ActivationType::kHardSigmoid:
-      return _mm256_max_ps(
-          zero, _mm256_min_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(post.alpha), v, _mm256_set1_ps(post.beta))));
-    case ActivationType::kHardSwish: {
-      const __m256 g = _mm256_fmadd_ps(v, _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f));
-      return _mm256_mul_ps(v, _mm256_max_ps(zero, _mm256_min_ps(one, g)));
-    }
-    default:
-      return v;  // not reached: supports() declines the other kinds
-  }
 }
 
 // Tile t of the whole batch -> its image and its top-left output position.
@@ -279,57 +202,17 @@ void input_transform(const WinogradShape& s, const float* x, float* v, int64_t f
   }
 }
 
-// rows x 16 block of M[xi] = V[xi] . U[xi] (a: V rows, stride lda; b: one packed panel). The
-// accumulators are named variables, not an array: GCC keeps an array of __m256 on the stack and
-// stores it at every step (measured: 40% of the FMA rate).
-template <int MR>
-inline void gemm_block(const float* a, int64_t lda, const float* b, int64_t kc, float* c, int64_t ldc) {
-  __m256 c0a = _mm256_setzero_ps(), c0b = c0a, c1a = c0a, c1b = c0a, c2a = c0a, c2b = c0a;
-  __m256 c3a = c0a, c3b = c0a, c4a = c0a, c4b = c0a, c5a = c0a, c5b = c0a;
-  for (int64_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_loadu_ps(b + kPanel * p), b1 = _mm256_loadu_ps(b + kPanel * p + 8);
-#define KILN_WINO_ROW(i)                                    \
-  if constexpr (MR > i) {                                   \
-    const __m256 ai = _mm256_broadcast_ss(a + i * lda + p); \
-    c##i##a = _mm256_fmadd_ps(ai, b0, c##i##a);             \
-    c##i##b = _mm256_fmadd_ps(ai, b1, c##i##b);             \
-  }
-    KILN_WINO_ROW(0)
-    KILN_WINO_ROW(1)
-    KILN_WINO_ROW(2)
-    KILN_WINO_ROW(3)
-    KILN_WINO_ROW(4)
-    KILN_WINO_ROW(5)
-#undef KILN_WINO_ROW
-  }
-#define KILN_WINO_STORE(i)                      \
-  if constexpr (MR > i) {                       \
-    _mm256_storeu_ps(c + i * ldc, c##i##a);     \
-    _mm256_storeu_ps(c + i * ldc + 8, c##i##b); \
-  }
-  KILN_WINO_STORE(0)
-  KILN_WINO_STORE(1)
-  KILN_WINO_STORE(2)
-  KILN_WINO_STORE(3)
-  KILN_WINO_STORE(4)
-  KILN_WINO_STORE(5)
-#undef KILN_WINO_STORE
-}
-
 // Phase 2 for work items [i0, i1) (item = point xi and panel): all `rows` rows of the block.
 void products(const WinogradShape& s, const float* v, const float* u, float* m, int64_t rows, int64_t i0, int64_t i1) {
   const int64_t panels = s.kp / kPanel;
   for (int64_t item = i0; item < i1; ++item) {
     const int64_t xi = item / panels, panel = item % panels;
-    const float* a = v + xi * rows * s.cp;
-    const float* b = u + (xi * panels + panel) * s.cp * kPanel;
     float* c = m + xi * rows * s.kp + panel * kPanel;
-    using Block = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);
-    static constexpr Block kRemainder[6] = {nullptr,       gemm_block<1>, gemm_block<2>,
-                                            gemm_block<3>, gemm_block<4>, gemm_block<5>};
-    int64_t r = 0;
-    for (; r + 6 <= rows; r += 6) gemm_block<6>(a + r * s.cp, s.cp, b, s.cp, c + r * s.kp, s.kp);
-    if (r < rows) kRemainder[rows - r](a + r * s.cp, s.cp, b, s.cp, c + r * s.kp, s.kp);
+    cpu::avx2::gemm_rows(v + xi * rows * s.cp, s.cp, u + (xi * panels + panel) * s.cp * kPanel, s.cp, rows,
+                         [c, ldc = s.kp](int64_t r, __m256 lo, __m256 hi) {
+                           _mm256_storeu_ps(c + r * ldc, lo);
+                           _mm256_storeu_ps(c + r * ldc + 8, hi);
+                         });
   }
 }
 
@@ -531,7 +414,7 @@ bool supports_winograd(const Layer& layer, const std::vector<TensorDesc>& inputs
     if (t.present && t.type != DataType::kFloat32) return false;
   }
   const ConvParams& params = params_of<ConvParams>(layer);
-  if (params.deconv || !activation_kind_supported(params.post)) return false;
+  if (params.deconv || !cpu::activation_vectorized(params.post)) return false;
   // Channels-last activations only (the layout pass makes convolution regions channels-last);
   // plain weights and bias.
   if (inputs[0].format != TensorFormat::kChannelsLast || inputs[1].format != TensorFormat::kLinear) return false;
