@@ -38,6 +38,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -122,11 +123,6 @@ def kernels_of(kiln, engine):
     return dict(re.findall(r"^\s*\[\d+\] (\S+) : .*kernel=(\S+)", r.stdout, re.M))
 
 
-def median(values):
-    v = sorted(values)
-    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
-
-
 def ratio(x, ref):
     return f"{x / ref:.2f}x" if ref else "-"
 
@@ -194,7 +190,7 @@ def main():
                 if not info.get("rounds"):
                     del results[level]
                     continue
-                info["run_ms"] = median(info["rounds"])
+                info["run_ms"] = statistics.median(info["rounds"])
                 ref_kernels = results[3]["kernel_of"] if 3 in results else {}
                 info["differ"] = sum(1 for k, v in info["kernel_of"].items() if ref_kernels.get(k) != v)
                 print(f"{name} batch {n} level {level}: build {info['build_s']:.2f} s, run {info['run_ms']:.3f} ms "

@@ -133,24 +133,6 @@ TEST(ConvWinograd, DeclinesWhatItDoesNotCover) {
 namespace kiln {
 namespace {
 
-// Converts an [N, C, H, W] tensor between linear and channels-last memory.
-HostTensor to_format(const HostTensor& t, bool to_last) {
-  const Dims& d = t.dims();
-  const int64_t n = d[0], c = d[1], s = d[2] * d[3];
-  HostTensor r(DataType::kFloat32, d);
-  const auto* src = static_cast<const float*>(t.data());
-  auto* dst = r.as<float>();
-  for (int64_t b = 0; b < n; ++b) {
-    for (int64_t ch = 0; ch < c; ++ch) {
-      for (int64_t k = 0; k < s; ++k) {
-        const int64_t li = (b * c + ch) * s + k, ci = (b * s + k) * c + ch;
-        dst[to_last ? ci : li] = src[to_last ? li : ci];
-      }
-    }
-  }
-  return r;
-}
-
 struct WinoCase {
   std::string name;
   int64_t n, c, k, h, w;
@@ -193,8 +175,8 @@ void check_winograd_case(const WinoCase& k) {
   Layer* layer = net.add_layer(kLayerConvolution, ins, 1, c.attrs, "conv");
   layer->output(0)->set_format(TensorFormat::kChannelsLast);
 
-  const HostTensor x_last = to_format(c.inputs[0].value, true);
-  const HostTensor r_last = k.residual ? to_format(c.inputs[3].value, true) : HostTensor();
+  const HostTensor x_last = test::convert_format(c.inputs[0].value, true);
+  const HostTensor r_last = k.residual ? test::convert_format(c.inputs[3].value, true) : HostTensor();
   std::vector<TensorDesc> descs = {TensorDesc{DataType::kFloat32, x_dims, TensorFormat::kChannelsLast, true, nullptr},
                                    TensorDesc{DataType::kFloat32, w_dims, TensorFormat::kLinear, true,
                                               k.constant_weights ? &c.inputs[1].value : nullptr},
@@ -248,7 +230,7 @@ void check_winograd_case(const WinoCase& k) {
       ASSERT_EQ(bytes[kGuard + y_bytes + i], kFill) << k.name << ": output overrun";
     }
     HostTensor got_last = HostTensor::from_bytes(DataType::kFloat32, y_dims, y, y_bytes);
-    const HostTensor got = to_format(got_last, false);
+    const HostTensor got = test::convert_format(got_last, false);
     test::ErrorStats stats;
     std::string message;
     // The transforms round more than a direct sum (see the onednn_winograd case above); outputs

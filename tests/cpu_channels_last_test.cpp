@@ -2,7 +2,7 @@
 // convolution regions channels-last on the CPU too (oneDNN's NHWC convolutions need no reorders
 // around them), so the CPU kernels that join such regions run channels-last tensors:
 //   * Reformat "fast" (tiled transpose) and "onednn" (float32) against index math written out
-//     here, every element width, ranks 3-5, odd sizes, 1 and 2 threads;
+//     (test::convert_format, tests/op_harness_util.cpp), every element width, ranks 3-5, odd sizes, 1 and 2 threads;
 //   * Concatenation "fast" on channels-last inputs against the linear concatenation, and
 //     Pooling "fast" (2-D max) on channels-last tensors against the reference;
 //   * the supports() of the element-wise kernels decline operands whose format differs from the
@@ -25,33 +25,6 @@
 
 namespace kiln {
 namespace {
-
-// Element index of logical (b, c, s) in each format, s = flattened spatial position.
-int64_t linear_index(int64_t b, int64_t c, int64_t s, int64_t channels, int64_t spatial) {
-  return (b * channels + c) * spatial + s;
-}
-int64_t last_index(int64_t b, int64_t c, int64_t s, int64_t channels, int64_t spatial) {
-  return (b * spatial + s) * channels + c;
-}
-
-// Converts t (any element width) between formats with the index math above.
-HostTensor convert(const HostTensor& t, bool to_last) {
-  const Dims& d = t.dims();
-  const int64_t n = d[0], c = d[1], s = d.volume() / (n * c);
-  const size_t e = data_type_size(t.type());
-  HostTensor r(t.type(), d);
-  const auto* src = static_cast<const uint8_t*>(t.data());
-  auto* dst = static_cast<uint8_t*>(r.data());
-  for (int64_t b = 0; b < n; ++b) {
-    for (int64_t ch = 0; ch < c; ++ch) {
-      for (int64_t k = 0; k < s; ++k) {
-        const int64_t li = linear_index(b, ch, k, c, s), ci = last_index(b, ch, k, c, s);
-        std::memcpy(dst + (to_last ? ci : li) * e, src + (to_last ? li : ci) * e, e);
-      }
-    }
-  }
-  return r;
-}
 
 HostTensor random_bytes(DataType type, const Dims& dims, uint32_t seed) {
   HostTensor t(type, dims);
@@ -97,7 +70,7 @@ TEST(CpuChannelsLast, ReformatFastMatchesIndexMath) {
     for (const Dims& dims : shapes) {
       for (int threads : {1, 2}) {
         const HostTensor lin = random_bytes(type, dims, seed++);
-        const HostTensor last = convert(lin, true);
+        const HostTensor last = test::convert_format(lin, true);
         // "onednn" (float32 only) exists where kiln was built with oneDNN.
         std::vector<std::string> tactics = {"fast"};
         if (type == DataType::kFloat32 && KernelRegistry::instance().find(DeviceType::kCPU, kLayerReformat, "onednn")) {
@@ -148,7 +121,7 @@ TEST(CpuChannelsLast, ConcatFastChannelsLastMatchesLinear) {
     for (size_t i = 0; i < c.parts.size(); ++i) {
       ins.push_back(net.add_input("x" + std::to_string(i), DataType::kFloat32, c.parts[i]));
       lin.push_back(test::random_tensor(DataType::kFloat32, c.parts[i], seed++));
-      last.push_back(convert(lin.back(), true));
+      last.push_back(test::convert_format(lin.back(), true));
     }
     Layer* layer = net.add_concatenation(ins, c.axis);
     Dims out_dims = c.parts[0];
@@ -165,7 +138,7 @@ TEST(CpuChannelsLast, ConcatFastChannelsLastMatchesLinear) {
     run_kernel(kLayerConcatenation, "reference", *layer, lin_in, &want, TensorFormat::kLinear, 2);
     layer->output(0)->set_format(TensorFormat::kChannelsLast);
     run_kernel(kLayerConcatenation, "fast", *layer, last_in, &got, TensorFormat::kChannelsLast, 2);
-    EXPECT_TRUE(same_bytes(convert(got, false), want)) << "axis " << c.axis << " " << out_dims.to_string();
+    EXPECT_TRUE(same_bytes(test::convert_format(got, false), want)) << "axis " << c.axis << " " << out_dims.to_string();
   }
 }
 
@@ -200,7 +173,7 @@ TEST(CpuChannelsLast, MaxPoolFastChannelsLastMatchesReference) {
     }
     HostTensor lin = test::random_tensor(DataType::kFloat32, c.x, seed++);
     lin.as<float>()[lin.count() / 3] = std::numeric_limits<float>::quiet_NaN();
-    const HostTensor last = convert(lin, true);
+    const HostTensor last = test::convert_format(lin, true);
     HostTensor want(DataType::kFloat32, y_dims), got(DataType::kFloat32, y_dims);
     pool->output(0)->set_format(TensorFormat::kChannelsLast);
     run_kernel(kLayerPooling, "reference", *pool, {{&last, TensorFormat::kChannelsLast}}, &want,
@@ -323,12 +296,12 @@ TEST(CpuChannelsLast, PerChannelElementWiseMatchesReferenceInBothFormats) {
           HostTensor got(DataType::kFloat32, sh.full);
           run_kernel(kLayerElementWise, "vectorized", *l, ins(full, lin), &got, lin, threads);
           EXPECT_TRUE(same_bytes(got, want)) << what << ", linear, " << threads << " thread(s)";
-          const HostTensor full_cl = convert(full, true);
+          const HostTensor full_cl = test::convert_format(full, true);
           EXPECT_TRUE(supports_with("vectorized", *l, small_first ? std::vector{lin, cl} : std::vector{cl, lin}, cl))
               << what;
           HostTensor got_cl(DataType::kFloat32, sh.full);
           run_kernel(kLayerElementWise, "vectorized", *l, ins(full_cl, cl), &got_cl, cl, threads);
-          EXPECT_TRUE(same_bytes(convert(got_cl, false), want))
+          EXPECT_TRUE(same_bytes(test::convert_format(got_cl, false), want))
               << what << ", channels-last, " << threads << " thread(s)";
         }
       }

@@ -70,6 +70,10 @@ std::vector<KernelResult> run_op_case(const OpCase& c, DeviceType device = Devic
 std::vector<KernelResult> run_op_case_fp16(const OpCase& c, DeviceType device, double rtol = 1e-2, double atol = 1e-2,
                                            const TacticFilter& only = {});
 
+// t [N, C, spatial...] (any element width) converted between linear (NCHW...) and channels-last
+// (N, spatial..., C) memory: to channels-last when `to_channels_last`, else back.
+HostTensor convert_format(const HostTensor& t, bool to_channels_last);
+
 // Reference outputs of a case (for tests that check the oracle against independent math).
 std::vector<HostTensor> reference_outputs(const OpCase& c);
 

@@ -311,6 +311,24 @@ bool compare_tensors(const HostTensor& actual, const HostTensor& expected, doubl
   return ok;
 }
 
+HostTensor convert_format(const HostTensor& t, bool to_channels_last) {
+  const Dims& d = t.dims();
+  const int64_t n = d[0], c = d[1], s = d.volume() / std::max<int64_t>(n * c, 1);
+  const size_t e = data_type_size(t.type());
+  HostTensor r(t.type(), d);
+  const auto* src = static_cast<const uint8_t*>(t.data());
+  auto* dst = static_cast<uint8_t*>(r.data());
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int64_t k = 0; k < s; ++k) {
+        const int64_t linear = (b * c + ch) * s + k, last = (b * s + k) * c + ch;
+        std::memcpy(dst + (to_channels_last ? last : linear) * e, src + (to_channels_last ? linear : last) * e, e);
+      }
+    }
+  }
+  return r;
+}
+
 std::vector<HostTensor> reference_outputs(const OpCase& c) {
   Built b = build_case(c);
   const KernelEntry* ref = KernelRegistry::instance().find(DeviceType::kCPU, c.layer_type, "reference");

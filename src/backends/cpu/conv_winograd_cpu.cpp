@@ -32,7 +32,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,10 +55,10 @@ namespace kiln {
 namespace {
 
 constexpr const char* kTactic = "winograd_avx2";
-constexpr int64_t kTile = 4;     // outputs per tile side: F(4x4, 3x3)
-constexpr int64_t kAlpha = 6;    // inputs per tile side
-constexpr int64_t kPoints = 36;  // kAlpha * kAlpha
-constexpr int64_t kPanel = 16;   // output channels per packed weight panel
+constexpr int64_t kTile = 4;   // outputs per tile side: F(4x4, 3x3)
+constexpr int64_t kAlpha = 6;  // inputs per tile side
+constexpr int64_t kPoints = kAlpha * kAlpha;
+constexpr int64_t kPanel = 16;  // output channels per packed weight panel
 // Transformed inputs and products of one block of tiles (both together): at least this many bytes.
 constexpr int64_t kMinChunkBytes = int64_t{768} << 10;
 
@@ -72,12 +71,6 @@ struct WinogradShape {
   int64_t cp = 0, kp = 0;                        // C rounded up to 8, K to 16
   int64_t chunk = 0;                             // tiles per block
   size_t v_bytes = 0, m_bytes = 0, u_bytes = 0;  // workspace parts (u: non-constant weights only)
-};
-
-// Transformed, packed weights: U[xi][K/16 panel][c][16], zero beyond C and K.
-struct PackedWeights {
-  std::vector<float> u;
-  int64_t cp = 0, kp = 0;
 };
 
 // G g G^T of every (k, c) pair of w [K, C, 3, 3], packed (double inside; float result).
@@ -352,12 +345,9 @@ class ConvWinograd : public Kernel {
     }
     const HostTensor* w = inputs[1].value;
     if (!weights_ && w && w->type() == DataType::kFloat32 && w->count() == shape_.k * shape_.c * 9) {
-      auto packed = std::make_shared<PackedWeights>();
-      packed->cp = shape_.cp;
-      packed->kp = shape_.kp;
-      packed->u.resize(shape_.u_bytes / 4);
-      transform_weights(static_cast<const float*>(w->data()), shape_.k, shape_.c, shape_.cp, shape_.kp,
-                        packed->u.data(), num_threads);
+      auto packed = std::make_shared<std::vector<float>>(shape_.u_bytes / 4);
+      transform_weights(static_cast<const float*>(w->data()), shape_.k, shape_.c, shape_.cp, shape_.kp, packed->data(),
+                        num_threads);
       weights_ = std::move(packed);
     }
     threads_ = std::max(1, num_threads);
@@ -378,7 +368,7 @@ class ConvWinograd : public Kernel {
     auto* m = reinterpret_cast<float*>(ws + align64(shape_.v_bytes));
     const float* u = nullptr;
     if (weights_) {
-      u = weights_->u.data();
+      u = weights_->data();
     } else {
       auto* scratch = reinterpret_cast<float*>(ws + align64(shape_.v_bytes) + align64(shape_.m_bytes));
       transform_weights(ctx.inputs.at(1).as<float>(), shape_.k, shape_.c, shape_.cp, shape_.kp, scratch, threads_);
@@ -402,7 +392,8 @@ class ConvWinograd : public Kernel {
   WinogradShape shape_;
   bool has_residual_ = false;
   int threads_ = 1;
-  std::shared_ptr<const PackedWeights> weights_;
+  // Transformed, packed weights: U[xi][K/16 panel][c][16], zero beyond C and K.
+  std::shared_ptr<const std::vector<float>> weights_;
 };
 
 // Whether the tactic takes the layer: the convolution it computes, the formats and types it
