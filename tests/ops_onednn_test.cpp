@@ -49,7 +49,8 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
     // onednn is chosen before the reference; only a narrower specialist may rank above it:
     // Pooling's direct NCHW max-pool "fast" tactic, Convolution's "onednn_winograd" (3x3,
     // stride 1, ungrouped, at least 32 input channels, images of at least 14x14) and kiln's own
-    // "winograd_avx2" (3x3, stride 1, ungrouped, channels-last, AVX2), and Gemm's "gemv" (1-4 rows
+    // "winograd_avx2" (3x3, stride 1, ungrouped, channels-last, AVX2) and "igemm_avx2" (kernels
+    // larger than 1x1, ungrouped, at least 32 input channels, channels-last, AVX2), and Gemm's "gemv" (1-4 rows
     // against constant weights), whose supports() are stricter.
     const auto all = KernelRegistry::instance().find(DeviceType::kCPU, type);
     ASSERT_FALSE(all.empty());
@@ -60,10 +61,11 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
     }
     EXPECT_LT(onednn_at, reference_at) << type;
     if (std::string(type) == kLayerConvolution) {
-      ASSERT_GE(all.size(), 3u);
+      ASSERT_GE(all.size(), 4u);
       EXPECT_EQ(all[0]->tactic, "onednn_winograd") << type;
       EXPECT_EQ(all[1]->tactic, "winograd_avx2") << type;
-      EXPECT_EQ(all[2]->tactic, "onednn") << type;
+      EXPECT_EQ(all[2]->tactic, "igemm_avx2") << type;
+      EXPECT_EQ(all[3]->tactic, "onednn") << type;
     } else if (std::string(type) == kLayerGemm) {
       ASSERT_GE(all.size(), 2u);
       EXPECT_EQ(all[0]->tactic, "gemv") << type;

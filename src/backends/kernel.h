@@ -122,6 +122,13 @@ struct KernelEntry {
   // most; 5 for those that are slow to try and rarely win (more library heuristic results).
   // A kernel with a level above 0 must not be the only one for its layer type.
   int min_optimization_level = 0;
+  // The input whose memory the kernel may write output 0 into (it reads every element of that
+  // input before writing the same element of the output, and no other), -1 for none. Where the
+  // input is read by no later layer and matches the output in type, format and size, the planner
+  // gives both one buffer (ExecutionPlan's in-place outputs), as it does for plugins that declare
+  // Plugin::aliased_input: e.g. a convolution adding a residual input writes over it (no copy of
+  // the residual into the output first).
+  int in_place_input = -1;
 };
 
 class KernelRegistry {

@@ -48,6 +48,9 @@ struct EngineImpl {
   std::vector<const KernelEntry*> kernels;  // per step
   // Per step: the kernel for plain launches (EngineData::launch_tactics; kernels[s] elsewhere).
   std::vector<const KernelEntry*> launch_kernels;
+  // Per step: the input both its kernels may overwrite with output 0 (KernelEntry::in_place_input),
+  // -1 where either may not.
+  std::vector<int> in_place_inputs;
   // Constant tensors in device memory (CPU: the host tensors themselves).
   std::unordered_map<const Tensor*, void*> weights;
   std::vector<DeviceBuffer> weight_buffers;

@@ -75,6 +75,7 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
       }
     }
     impl->launch_kernels.push_back(launch);
+    impl->in_place_inputs.push_back(e->in_place_input == launch->in_place_input ? e->in_place_input : -1);
   }
   for (int i = 0; i < net.num_layers(); ++i) {
     const Layer* l = net.layer(i);
@@ -101,6 +102,7 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
   env.io_index = &impl->io_index;
   env.num_bindings = impl->io.size();
   env.backend = impl->backend;
+  env.in_place_inputs = &impl->in_place_inputs;
   return detail::RuntimeAccess::make_engine(std::move(impl));
 } catch (const std::bad_alloc&) {
   throw_out_of_host_memory("loading engine " + quote(source));

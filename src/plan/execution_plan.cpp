@@ -151,8 +151,9 @@ std::string elision_blocker(const Layer& l, const TensorStates& states, const Li
   return "";
 }
 
-// Why output `out` of the plugin step `s` cannot take the place of its input `in`, which the
-// plugin declared it may reuse (Plugin::aliased_input); "" when it can.
+// Why output `out` of step `s` cannot take the place of its input `in`, which the plugin
+// (Plugin::aliased_input) or the kernel (KernelEntry::in_place_input) declared it may reuse; ""
+// when it can.
 std::string alias_blocker(const Layer& l, size_t s, const Tensor* in, const Tensor* out, const TensorStates& states,
                           const Liveness& live, const ElisionState& es) {
   if (!in) return "the input is missing";
@@ -263,17 +264,23 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
     plan.concats.push_back(std::move(d));
   }
 
-  // In-place plugin outputs: the output shares its input's request (chains share the first's).
+  // In-place outputs (plugins' and kernels'): the output shares its input's request (chains share
+  // the first's).
   std::unordered_map<const Tensor*, const Tensor*> alias_root;
-  if (options.in_place_plugins && !dd) {
+  if (!dd) {
     for (size_t s = 0; s < steps.size(); ++s) {
       const Layer& l = *steps[s];
-      if (l.type() != kLayerPlugin || !l.attrs().has("plugin_aliased_inputs")) continue;
-      const std::vector<int64_t> aliases = l.attrs().get_ints("plugin_aliased_inputs");
+      std::vector<int64_t> aliases;  // per output: the input it may take the place of, or -1
+      if (l.type() == kLayerPlugin && l.attrs().has("plugin_aliased_inputs")) {
+        if (options.in_place_plugins) aliases = l.attrs().get_ints("plugin_aliased_inputs");
+      } else if (options.kernel_in_place && s < options.kernel_in_place->size() && (*options.kernel_in_place)[s] >= 0) {
+        aliases = {(*options.kernel_in_place)[s]};
+      }
       for (int o = 0; o < l.num_outputs() && o < static_cast<int>(aliases.size()); ++o) {
         const int64_t i = aliases[static_cast<size_t>(o)];
         if (i < 0 || i >= l.num_inputs()) continue;
         const Tensor* in = l.input(static_cast<int>(i));
+        if (!in && l.type() != kLayerPlugin) continue;  // an optional input the layer goes without
         const Tensor* out = l.output(o);
         InPlaceDecision d{static_cast<int>(s), o, alias_blocker(l, s, in, out, states, live, es)};
         if (d.reason.empty()) {

@@ -38,6 +38,10 @@ struct ActivationPlanOptions {
   // format and byte size, written by a kernel, read once by the plugin and by no later layer, in
   // no elided concatenation, and the network has no data-dependent sizes.
   bool in_place_plugins = true;
+  // In-place kernel outputs: per step, the input its kernel may write output 0 into
+  // (KernelEntry::in_place_input), -1 for none; null for none at all. The same conditions as for
+  // plugins' in-place outputs.
+  const std::vector<int>* kernel_in_place = nullptr;
   // Reshape elision: a Shuffle that only reshapes (no transpose, or identity ones) gives its
   // output its input's memory and runs no kernel, when both are arena activations of the linear
   // format (the input written by a kernel, the output not a network output), neither takes part
@@ -46,10 +50,10 @@ struct ActivationPlanOptions {
   bool reshape_elision = true;
 };
 
-// What the planner decided for one output a plugin declared in-place.
+// What the planner decided for one output a plugin or its kernel declared in-place.
 struct InPlaceDecision {
   int step = 0;        // index into the steps given to plan_activations
-  int output = 0;      // the plugin's output index
+  int output = 0;      // the layer's output index
   std::string reason;  // why it got its own buffer (empty when it shares its input's)
 };
 
@@ -73,7 +77,7 @@ struct ActivationPlan {
   // One entry per Concatenation step that runs as a kernel or was elided (host-known ones are
   // left out), in step order.
   std::vector<ConcatDecision> concats;
-  // One entry per output a plugin declared in-place, in step order.
+  // One entry per output a plugin or its kernel declared in-place, in step order.
   std::vector<InPlaceDecision> in_place;
   // One entry per Shuffle step that only reshapes a tensor computed on the device (elided or not,
   // with the reason), in step order.

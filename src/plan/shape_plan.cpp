@@ -36,7 +36,8 @@ void log_concat_elision(const ShapePlan& plan, const std::vector<Layer*>& steps)
   log(Severity::kVerbose, os.str());
 }
 
-// Says (verbose) which in-place plugin outputs share their input's memory and why others do not.
+// Says (verbose) which in-place outputs (plugins', kernels') share their input's memory and why
+// others do not.
 void log_in_place(const ShapePlan& plan, const std::vector<Layer*>& steps) {
   if (plan.memory.in_place.empty()) return;
   std::string shared, own;
@@ -48,9 +49,8 @@ void log_in_place(const ShapePlan& plan, const std::vector<Layer*>& steps) {
       own += (own.empty() ? "" : "; ") + name + " (" + d.reason + ")";
     }
   }
-  log(Severity::kVerbose,
-      "in-place plugin outputs sharing their input's memory: " + (shared.empty() ? "none" : shared) +
-          (own.empty() ? "" : "; with their own buffer: " + own));
+  log(Severity::kVerbose, "in-place outputs sharing their input's memory: " + (shared.empty() ? "none" : shared) +
+                              (own.empty() ? "" : "; with their own buffer: " + own));
 }
 
 // Says (verbose) which reshapes share their input's memory (no kernel) and why the others copy.
@@ -279,6 +279,7 @@ std::unique_ptr<ShapePlan> build_shape_plan(const PlanEnvironment& env, const st
   ActivationPlanOptions memory_options;
   memory_options.concat_elision = options.concat_elision;
   memory_options.reshape_elision = options.concat_elision;  // one switch for copy elision
+  memory_options.kernel_in_place = env.in_place_inputs;
   plan->memory = plan_activations(net, steps, plan->states, memory_options);
   if (options.arena_bytes && plan->memory.peak > options.arena_bytes) {
     std::string why;

@@ -64,6 +64,8 @@ struct PlanEnvironment {
   const std::unordered_map<const Tensor*, int>* io_index = nullptr;   // network input/output -> binding index
   size_t num_bindings = 0;                                            // network inputs + outputs
   Backend* backend = nullptr;
+  // Per step: the input its kernel may write output 0 into, -1 for none (KernelEntry::in_place_input).
+  const std::vector<int>* in_place_inputs = nullptr;
 };
 
 struct ShapePlanOptions {

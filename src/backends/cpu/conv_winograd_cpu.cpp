@@ -38,6 +38,7 @@
 
 #include "kiln/error.h"
 #include "src/backends/cpu/activation_avx2.h"
+#include "src/backends/cpu/conv_channels_last.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/gemm_avx2.h"
 #include "src/backends/kernel.h"
@@ -65,8 +66,7 @@ constexpr int64_t kMinChunkBytes = int64_t{768} << 10;
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // Everything one input shape needs.
-struct WinogradShape {
-  int64_t n = 0, h = 0, w = 0, c = 0, k = 0, oh = 0, ow = 0, pad_t = 0, pad_l = 0;
+struct WinogradShape : cpu::Conv2dSizes {
   int64_t tiles_h = 0, tiles_w = 0, tiles = 0;   // tiles per column, per row, in all
   int64_t cp = 0, kp = 0;                        // C rounded up to 8, K to 16
   int64_t chunk = 0;                             // tiles per block
@@ -294,15 +294,7 @@ bool shape_of(const ConvParams& params, const Dims& x, const Dims& w, WinogradSh
     *why = "not a 3x3, stride 1, undilated, ungrouped 2-D convolution";
     return false;
   }
-  s->n = g.batch;
-  s->c = g.in_channels;
-  s->k = g.out_channels;
-  s->h = g.in[0];
-  s->w = g.in[1];
-  s->oh = g.out[0];
-  s->ow = g.out[1];
-  s->pad_t = g.pad_begin[0];
-  s->pad_l = g.pad_begin[1];
+  static_cast<cpu::Conv2dSizes&>(*s) = cpu::Conv2dSizes(g);
   s->tiles_h = (s->oh + kTile - 1) / kTile;
   s->tiles_w = (s->ow + kTile - 1) / kTile;
   s->tiles = s->n * s->tiles_h * s->tiles_w;
@@ -323,9 +315,11 @@ bool shape_of(const ConvParams& params, const Dims& x, const Dims& w, WinogradSh
 
 size_t align64(size_t v) { return (v + 63) / 64 * 64; }
 
-class ConvWinograd : public Kernel {
+// weights_: the transformed, packed weights U[xi][K/16 panel][c][16], zero beyond C and K (4x the
+// layer's own), shared by the instances for other shapes.
+class ConvWinograd : public cpu::ChannelsLastConv<ConvWinograd, WinogradShape> {
  public:
-  explicit ConvWinograd(const ConvParams& params) : params_(params) {}
+  using ChannelsLastConv::ChannelsLastConv;
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int num_threads) override {
@@ -334,15 +328,7 @@ class ConvWinograd : public Kernel {
     std::string why;
     if (!shape_of(params_, inputs[0].dims, inputs[1].dims, &shape_, &why)) throw Error(where + why);
     const Dims want{shape_.n, shape_.k, shape_.oh, shape_.ow};
-    if (outputs[0].dims != want) {
-      throw Error(where + "output dims " + outputs[0].dims.to_string() + " differ from the convolution's " +
-                  want.to_string());
-    }
-    has_residual_ = inputs.size() > 3 && inputs[3].present;
-    if (has_residual_ && inputs[3].dims != want) {
-      throw Error(where + "residual dims " + inputs[3].dims.to_string() + " must equal the output's " +
-                  want.to_string());
-    }
+    has_residual_ = cpu::check_conv_output(where, inputs, outputs, want);
     const HostTensor* w = inputs[1].value;
     if (!weights_ && w && w->type() == DataType::kFloat32 && w->count() == shape_.k * shape_.c * 9) {
       auto packed = std::make_shared<std::vector<float>>(shape_.u_bytes / 4);
@@ -358,11 +344,7 @@ class ConvWinograd : public Kernel {
   }
 
   void execute(const KernelContext& ctx) override {
-    const size_t need = workspace_size();
-    if (ctx.workspace_size < need || (need && !ctx.workspace)) {
-      throw Error(std::string("Convolution ") + kTactic + ": workspace of " + std::to_string(ctx.workspace_size) +
-                  " bytes, " + std::to_string(need) + " needed");
-    }
+    cpu::check_workspace(kTactic, ctx, workspace_size());
     auto* ws = static_cast<char*>(ctx.workspace);
     auto* v = reinterpret_cast<float*>(ws);
     auto* m = reinterpret_cast<float*>(ws + align64(shape_.v_bytes));
@@ -374,47 +356,16 @@ class ConvWinograd : public Kernel {
       transform_weights(ctx.inputs.at(1).as<float>(), shape_.k, shape_.c, shape_.cp, shape_.kp, scratch, threads_);
       u = scratch;
     }
-    const bool has_bias = ctx.inputs.size() > 2 && ctx.inputs[2].data;
-    const float* residual = has_residual_ && ctx.inputs.size() > 3 ? ctx.inputs[3].as<float>() : nullptr;
-    run_winograd(shape_, ctx.inputs.at(0).as<float>(), u, has_bias ? ctx.inputs[2].as<float>() : nullptr, residual,
-                 ctx.outputs.at(0).as<float>(), v, m, params_.post, threads_);
+    run_winograd(shape_, ctx.inputs.at(0).as<float>(), u, bias_of(ctx), residual_of(ctx), ctx.outputs.at(0).as<float>(),
+                 v, m, params_.post, threads_);
   }
-
-  // Instances for other shapes share the transformed weights (4x the layer's own).
-  std::unique_ptr<Kernel> another_instance() const override {
-    auto k = std::make_unique<ConvWinograd>(params_);
-    k->weights_ = weights_;
-    return k;
-  }
-
- private:
-  ConvParams params_;
-  WinogradShape shape_;
-  bool has_residual_ = false;
-  int threads_ = 1;
-  // Transformed, packed weights: U[xi][K/16 panel][c][16], zero beyond C and K.
-  std::shared_ptr<const std::vector<float>> weights_;
 };
 
 // Whether the tactic takes the layer: the convolution it computes, the formats and types it
 // reads, and the shapes where it is faster than oneDNN's direct kernels.
 bool supports_winograd(const Layer& layer, const std::vector<TensorDesc>& inputs) {
-  if (!cpu::has_avx2_fma()) return false;
-  if (inputs.size() < 2 || inputs.size() > 4 || !inputs[0].present || !inputs[1].present) return false;
-  for (const TensorDesc& t : inputs) {
-    if (t.present && t.type != DataType::kFloat32) return false;
-  }
+  if (!cpu::channels_last_conv_inputs(layer, inputs)) return false;
   const ConvParams& params = params_of<ConvParams>(layer);
-  if (params.deconv || !cpu::activation_vectorized(params.post)) return false;
-  // Channels-last activations only (the layout pass makes convolution regions channels-last);
-  // plain weights and bias.
-  if (inputs[0].format != TensorFormat::kChannelsLast || inputs[1].format != TensorFormat::kLinear) return false;
-  if (layer.num_outputs() < 1 || layer.output(0)->format() != TensorFormat::kChannelsLast) return false;
-  if (inputs.size() > 2 && inputs[2].present &&
-      (inputs[2].dims.rank() != 1 || inputs[2].format != TensorFormat::kLinear))
-    return false;
-  if (inputs.size() > 3 && inputs[3].present && inputs[3].format != TensorFormat::kChannelsLast) return false;
-  if (inputs[0].dims.is_dynamic() || inputs[1].dims.is_dynamic()) return false;
   WinogradShape s;
   std::string why;
   if (!shape_of(params, inputs[0].dims, inputs[1].dims, &s, &why)) return false;
@@ -436,6 +387,7 @@ bool supports_winograd(const Layer& layer, const std::vector<TensorDesc>& inputs
 
 KILN_REGISTER_KERNEL(KernelEntry{
     DeviceType::kCPU, kLayerConvolution, kTactic, 105, supports_winograd,
-    [](const Layer& layer) { return std::make_unique<ConvWinograd>(params_of<ConvParams>(layer)); }});
+    [](const Layer& layer) { return std::make_unique<ConvWinograd>(params_of<ConvParams>(layer)); }, 0,
+    cpu::kResidualInput});
 
 }  // namespace kiln

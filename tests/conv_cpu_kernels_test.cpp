@@ -5,11 +5,13 @@
 // are smaller than 14x14, so they do not reach this tactic. Skips where oneDNN has no Winograd kernel for the CPU (it
 // has one for AVX-512 only).
 //
-// The "winograd_avx2" tactic (src/backends/cpu/conv_winograd_cpu.cpp, kiln's own F(4x4, 3x3) on
-// channels-last tensors) is run directly on channels-last tensors against the reference kernel
-// on linear ones: odd channel counts and sizes, pads, batches, bias, residual, every activation it
-// computes, non-constant weights, 1-3 threads, more than one block of tiles, guard bytes around
-// its output and workspace, and a second instance sharing the transformed weights.
+// kiln's own channels-last CPU convolutions, "winograd_avx2" (src/backends/cpu/conv_winograd_cpu.cpp,
+// F(4x4, 3x3)) and "igemm_avx2" (src/backends/cpu/conv_igemm_cpu.cpp, an indirect GEMM for any
+// kernel size, stride and dilation), are run directly on channels-last tensors against the
+// reference kernel on linear ones: odd channel counts and sizes, pads, strides, dilations,
+// batches, bias, residual (also in the output's own memory), every activation they compute,
+// non-constant weights, 1-3 threads, more than one block, guard bytes around the output and the
+// workspace, and a second instance sharing the prepared weights.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -23,16 +25,16 @@
 namespace kiln {
 namespace {
 
-// A 3x3 convolution case of x to k channels with an [oh, ow] output: weights in [-0.3, 0.3]
+// A kh x kw convolution case of x to k channels with an [oh, ow] output: weights in [-0.3, 0.3]
 // (constant), a constant bias unless `bias` is false, a residual input when `residual`.
-test::OpCase conv3x3_case(const std::string& name, const Dims& x, int64_t k, int64_t oh, int64_t ow, bool bias,
-                          bool residual) {
+test::OpCase conv_case(const std::string& name, const Dims& x, int64_t k, int64_t oh, int64_t ow, bool bias,
+                       bool residual, int64_t kh = 3, int64_t kw = 3) {
   test::OpCase c;
   c.name = name;
   c.layer_type = kLayerConvolution;
   test::InputSpec xs, w, b, r;
   xs.dims = x;
-  w.dims = Dims{k, x[1], 3, 3};
+  w.dims = Dims{k, x[1], kh, kw};
   w.constant = true;
   w.low = -0.3;
   w.high = 0.3;
@@ -62,9 +64,9 @@ TEST(ConvWinograd, MatchesTheReferenceKernel) {
   for (const WinogradCase& k : cases) {
     const int out = k.pad ? k.hw : k.hw - 2;
     test::OpCase c =
-        conv3x3_case("winograd_c" + std::to_string(k.c) + "_m" + std::to_string(k.m) + "_" + std::to_string(k.hw) +
-                         (k.pad ? "_pad" : "") + (k.relu ? "_relu" : "") + (k.residual ? "_residual" : ""),
-                     Dims{1, k.c, k.hw, k.hw}, k.m, out, out, true, k.residual);
+        conv_case("winograd_c" + std::to_string(k.c) + "_m" + std::to_string(k.m) + "_" + std::to_string(k.hw) +
+                      (k.pad ? "_pad" : "") + (k.relu ? "_relu" : "") + (k.residual ? "_residual" : ""),
+                  Dims{1, k.c, k.hw, k.hw}, k.m, out, out, true, k.residual);
     if (k.pad) c.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
     if (k.relu) c.attrs.set("activation", std::string("relu"));
     c.rtol = 1e-4;
@@ -128,7 +130,8 @@ TEST(ConvWinograd, DeclinesWhatItDoesNotCover) {
 }  // namespace
 }  // namespace kiln
 
-// ---- "winograd_avx2": kiln's own F(4x4, 3x3) kernel (src/backends/cpu/conv_winograd_cpu.cpp) ----
+// ---- kiln's own channels-last kernels: "winograd_avx2" (F(4x4, 3x3), conv_winograd_cpu.cpp) and
+// "igemm_avx2" (indirect GEMM, conv_igemm_cpu.cpp) ----
 
 namespace kiln {
 namespace {
@@ -141,15 +144,20 @@ struct WinoCase {
   std::string activation;  // empty: none
   float alpha = 0, beta = 0;
   int threads = 2;
+  // Kernel size, strides and dilations (igemm_avx2's cases; winograd_avx2 takes 3x3, 1, 1 only).
+  int64_t kh = 3, kw = 3;
+  std::vector<int64_t> strides{1, 1}, dilations{1, 1};
+  bool in_place = false;  // the residual in the output's memory (the planner's in-place residual)
 };
 
-// Runs the case through the winograd_avx2 kernel on channels-last tensors (with guard bytes
-// around the output and the workspace) and compares with the reference kernel on linear ones.
-void check_winograd_case(const WinoCase& k) {
-  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "winograd_avx2");
+// Runs the case through the tactic on channels-last tensors (with guard bytes around the output
+// and the workspace) and compares with the reference kernel on linear ones.
+void check_channels_last_case(const std::string& tactic, const WinoCase& k) {
+  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, tactic);
   ASSERT_NE(e, nullptr);
-  const int64_t oh = k.h + k.pads[0] + k.pads[2] - 2, ow = k.w + k.pads[1] + k.pads[3] - 2;
-  test::OpCase c = conv3x3_case(k.name, Dims{k.n, k.c, k.h, k.w}, k.k, oh, ow, k.bias, k.residual);
+  const int64_t oh = (k.h + k.pads[0] + k.pads[2] - k.dilations[0] * (k.kh - 1) - 1) / k.strides[0] + 1;
+  const int64_t ow = (k.w + k.pads[1] + k.pads[3] - k.dilations[1] * (k.kw - 1) - 1) / k.strides[1] + 1;
+  test::OpCase c = conv_case(k.name, Dims{k.n, k.c, k.h, k.w}, k.k, oh, ow, k.bias, k.residual, k.kh, k.kw);
   const Dims x_dims = c.inputs[0].dims, w_dims = c.inputs[1].dims, b_dims = c.inputs[2].dims, r_dims{k.n, k.k, oh, ow};
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     if (!c.inputs[i].omitted) {
@@ -158,6 +166,8 @@ void check_winograd_case(const WinoCase& k) {
     }
   }
   c.attrs.set("pads", k.pads);
+  c.attrs.set("strides", k.strides);
+  c.attrs.set("dilations", k.dilations);
   if (!k.activation.empty()) {
     c.attrs.set("activation", k.activation);
     c.attrs.set("activation_alpha", static_cast<double>(k.alpha));
@@ -195,13 +205,16 @@ void check_winograd_case(const WinoCase& k) {
                   1);
 
   constexpr size_t kGuard = 64;
-  constexpr unsigned char kFill = 0xA5;
+  // Guard and fill bytes: as float32 3.4e38, so that any use of an unwritten byte shows.
+  constexpr unsigned char kFill = 0x7F;
   for (Kernel* run : {kernel.get(), second.get()}) {
     const size_t ws = run->workspace_size();
     std::vector<unsigned char> ws_buf(ws + 2 * kGuard, kFill);
     std::vector<float> y_buf(static_cast<size_t>(y_dims.volume()) + 2 * kGuard / sizeof(float));
     std::memset(y_buf.data(), kFill, y_buf.size() * sizeof(float));
     float* y = y_buf.data() + kGuard / sizeof(float);
+    const size_t y_bytes = static_cast<size_t>(y_dims.volume()) * sizeof(float);
+    if (k.in_place) std::memcpy(y, r_last.data(), y_bytes);  // the residual where the output goes
     KernelContext ctx;
     ctx.layer = layer;
     ctx.num_threads = k.threads;
@@ -214,8 +227,8 @@ void check_winograd_case(const WinoCase& k) {
     ctx.inputs.push_back(TensorView{DataType::kFloat32, b_dims, TensorFormat::kLinear,
                                     k.bias ? const_cast<void*>(c.inputs[2].value.data()) : nullptr});
     if (k.residual) {
-      ctx.inputs.push_back(
-          TensorView{DataType::kFloat32, r_dims, TensorFormat::kChannelsLast, const_cast<void*>(r_last.data())});
+      ctx.inputs.push_back(TensorView{DataType::kFloat32, r_dims, TensorFormat::kChannelsLast,
+                                      k.in_place ? static_cast<void*>(y) : const_cast<void*>(r_last.data())});
     }
     ctx.outputs.push_back(TensorView{DataType::kFloat32, y_dims, TensorFormat::kChannelsLast, y});
     run->execute(ctx);
@@ -224,7 +237,6 @@ void check_winograd_case(const WinoCase& k) {
       ASSERT_EQ(ws_buf[kGuard + ws + i], kFill) << k.name << ": workspace overrun";
     }
     const auto* bytes = reinterpret_cast<const unsigned char*>(y_buf.data());
-    const size_t y_bytes = static_cast<size_t>(y_dims.volume()) * sizeof(float);
     for (size_t i = 0; i < kGuard; ++i) {
       ASSERT_EQ(bytes[i], kFill) << k.name << ": output underrun";
       ASSERT_EQ(bytes[kGuard + y_bytes + i], kFill) << k.name << ": output overrun";
@@ -233,23 +245,16 @@ void check_winograd_case(const WinoCase& k) {
     const HostTensor got = test::convert_format(got_last, false);
     test::ErrorStats stats;
     std::string message;
-    // The transforms round more than a direct sum (see the onednn_winograd case above); outputs
-    // here reach ~10.
+    // Winograd's transforms round more than a direct sum (see the onednn_winograd case above);
+    // outputs here reach ~10.
     EXPECT_TRUE(test::compare_tensors(got, expected[0], 1e-4, 2e-4, &stats, &message)) << k.name << ": " << message;
   }
 }
 
-TEST(ConvWinogradAvx2, MatchesTheReferenceKernel) {
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
-  const std::vector<int64_t> same{1, 1, 1, 1}, none{0, 0, 0, 0};
-  const std::vector<WinoCase> cases = {
-      {"resnet_like", 1, 64, 64, 28, 28, same, true, false, true, "relu"},
-      {"residual_relu", 1, 32, 48, 16, 16, same, true, true, true, "relu"},
-      // Channel counts that are not multiples of 8 / 16, sizes that are not multiples of 4.
-      {"odd_channels", 2, 13, 21, 11, 9, same, true, false, true, ""},
-      {"three_channels_no_pad", 1, 3, 5, 10, 7, none, false, false, true, ""},
-      {"asymmetric_pads", 1, 16, 24, 13, 13, {0, 1, 2, 1}, true, false, true, "leaky_relu", 0.1f},
-      {"one_pixel", 3, 8, 16, 1, 1, same, true, true, true, ""},
+// Cases both kernels run: every activation, weights that are not constant, 1 and 3 threads.
+std::vector<WinoCase> common_cases() {
+  const std::vector<int64_t> same{1, 1, 1, 1};
+  return {
       {"silu", 1, 24, 40, 20, 20, same, true, false, true, "silu"},
       {"sigmoid", 1, 16, 16, 12, 12, same, true, false, true, "sigmoid"},
       {"clip", 1, 16, 16, 12, 12, same, true, false, true, "clip", -0.5f, 0.75f},
@@ -258,30 +263,116 @@ TEST(ConvWinogradAvx2, MatchesTheReferenceKernel) {
       {"weights_not_constant", 2, 16, 32, 14, 14, same, true, true, false, "relu"},
       {"one_thread", 1, 32, 32, 15, 17, same, true, false, true, "relu", 0, 0, 1},
       {"three_threads", 2, 32, 32, 15, 17, same, true, false, true, "relu", 0, 0, 3},
+  };
+}
+
+TEST(ConvWinogradAvx2, MatchesTheReferenceKernel) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  const std::vector<int64_t> same{1, 1, 1, 1}, none{0, 0, 0, 0};
+  std::vector<WinoCase> cases = {
+      {"resnet_like", 1, 64, 64, 28, 28, same, true, false, true, "relu"},
+      {"residual_relu", 1, 32, 48, 16, 16, same, true, true, true, "relu"},
+      // Channel counts that are not multiples of 8 / 16, sizes that are not multiples of 4.
+      {"odd_channels", 2, 13, 21, 11, 9, same, true, false, true, ""},
+      {"three_channels_no_pad", 1, 3, 5, 10, 7, none, false, false, true, ""},
+      {"asymmetric_pads", 1, 16, 24, 13, 13, {0, 1, 2, 1}, true, false, true, "leaky_relu", 0.1f},
+      {"one_pixel", 3, 8, 16, 1, 1, same, true, true, true, ""},
       // 196 tiles of 36 KiB transformed data each in blocks of U's 2.4 MB: 64 + 64 + 64 + 4 tiles.
       {"four_blocks", 1, 128, 128, 56, 56, same, true, true, true, "relu"},
       // 400 tiles of 4.5 KiB in blocks of 768 KiB: 166 + 166 + 68.
       {"three_small_blocks", 1, 16, 16, 80, 80, same, true, false, true, "silu"},
   };
+  for (const WinoCase& k : common_cases()) cases.push_back(k);
   for (const WinoCase& k : cases) {
     SCOPED_TRACE(k.name);
-    check_winograd_case(k);
+    check_channels_last_case("winograd_avx2", k);
   }
 }
 
-// supports() for a 3x3, pad 1 convolution of x [n, c, hw, hw] to k channels, channels-last.
-bool winograd_takes(int64_t n, int64_t c, int64_t k, int64_t hw) {
-  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "winograd_avx2");
+TEST(ConvIgemmAvx2, MatchesTheReferenceKernel) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  const std::vector<int64_t> same{1, 1, 1, 1}, none{0, 0, 0, 0}, two{2, 2};
+  std::vector<WinoCase> cases = {
+      {"stride_2", 1, 64, 128, 28, 28, same, true, false, true, "relu"},
+      // Channel counts that are not multiples of 8 / 16, odd sizes, a batch.
+      {"stride_2_odd", 2, 13, 21, 11, 9, same, true, false, true, ""},
+      {"no_pad_no_bias", 1, 5, 7, 10, 7, none, false, false, true, ""},
+      {"asymmetric_pads", 1, 16, 24, 13, 13, {0, 1, 2, 1}, true, false, true, "leaky_relu", 0.1f},
+      {"pads_wider_than_the_kernel", 1, 8, 16, 5, 4, {3, 3, 3, 3}, true, false, true, ""},
+      {"narrower_than_the_kernel", 2, 8, 16, 2, 2, same, true, false, true, ""},
+      {"one_pixel", 3, 8, 16, 1, 1, same, true, true, true, ""},
+      // 3,136 pixels in blocks of 384: nine blocks, the last partial; 40 output channels: a
+      // partial panel.
+      {"nine_blocks", 1, 64, 40, 56, 56, same, true, true, true, "relu"},
+      // 49 pixels, one block: its 6 panels are shared among the threads.
+      {"panel_groups", 1, 256, 96, 7, 7, same, true, true, true, "relu"},
+  };
+  WinoCase stem{"stem_6x6_stride_2", 1, 3, 16, 32, 32, {2, 2, 2, 2}, true, false, true, "silu"};
+  stem.kh = stem.kw = 6;
+  stem.strides = two;
+  WinoCase resnet_stem{"stem_7x7_stride_2", 2, 3, 24, 23, 19, {3, 3, 3, 3}, true, false, true, "relu"};
+  resnet_stem.kh = resnet_stem.kw = 7;
+  resnet_stem.strides = two;
+  WinoCase dilated{"dilated_5x3", 1, 8, 20, 17, 15, {4, 2, 4, 2}, true, false, true, ""};  // one row per tap
+  dilated.kh = 5;
+  dilated.dilations = two;
+  WinoCase strided_dilated{"strided_dilated", 1, 12, 18, 19, 16, {2, 1, 2, 1}, true, true, true, "relu"};
+  strided_dilated.strides = {2, 1};
+  strided_dilated.dilations = {2, 1};
+  WinoCase in_place{"residual_in_the_output", 1, 32, 48, 16, 16, same, true, true, true, "relu"};
+  in_place.in_place = true;
+  WinoCase in_place_partial{"residual_in_the_output_partial_panel", 2, 40, 20, 9, 11, same, true, true, true, ""};
+  in_place_partial.in_place = true;
+  in_place_partial.strides = two;
+  cases.insert(cases.end(), {stem, resnet_stem, dilated, strided_dilated, in_place, in_place_partial});
+  for (const WinoCase& k : common_cases()) cases.push_back(k);
+  for (WinoCase& k : cases) {
+    if (k.name.rfind("stride_2", 0) == 0) k.strides = two;
+    SCOPED_TRACE(k.name);
+    check_channels_last_case("igemm_avx2", k);
+  }
+}
+
+TEST(ConvWinogradAvx2, ComputesWithTheResidualInTheOutput) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  WinoCase k{"residual_in_the_output", 1, 32, 40, 16, 16, {1, 1, 1, 1}, true, true, true, "relu"};
+  k.in_place = true;
+  check_channels_last_case("winograd_avx2", k);
+}
+
+// supports() of `tactic` for a kernel x kernel, pad kernel / 2 convolution of x [n, c, hw, hw] to k
+// channels with `stride`, channels-last.
+bool takes(const std::string& tactic, int64_t n, int64_t c, int64_t k, int64_t hw, int64_t kernel = 3,
+           int64_t stride = 1) {
+  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, tactic);
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{n, c, hw, hw});
-  Tensor* w = net.add_constant(test::random_tensor(DataType::kFloat32, Dims{k, c, 3, 3}, 7), "w")->output(0);
+  Tensor* w = net.add_constant(test::random_tensor(DataType::kFloat32, Dims{k, c, kernel, kernel}, 7), "w")->output(0);
   Attributes attrs;
-  attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  attrs.set("pads", std::vector<int64_t>(4, kernel / 2));
+  attrs.set("strides", std::vector<int64_t>{stride, stride});
   Layer* layer = net.add_layer(kLayerConvolution, {x, w}, 1, attrs, "conv");
   layer->output(0)->set_format(TensorFormat::kChannelsLast);
-  return e->supports(*layer,
-                     {TensorDesc{DataType::kFloat32, Dims{n, c, hw, hw}, TensorFormat::kChannelsLast, true, nullptr},
-                      TensorDesc{DataType::kFloat32, Dims{k, c, 3, 3}, TensorFormat::kLinear, true, nullptr}});
+  return e->supports(
+      *layer, {TensorDesc{DataType::kFloat32, Dims{n, c, hw, hw}, TensorFormat::kChannelsLast, true, nullptr},
+               TensorDesc{DataType::kFloat32, Dims{k, c, kernel, kernel}, TensorFormat::kLinear, true, nullptr}});
+}
+
+bool winograd_takes(int64_t n, int64_t c, int64_t k, int64_t hw) { return takes("winograd_avx2", n, c, k, hw); }
+
+TEST(ConvIgemmAvx2, ChoosesWhereItIsFaster) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  // Taken: stride-2 3x3 layers with 32 input channels or more (ResNet-50's, TinyYolo's), 3x3
+  // layers on 7x7 images (which winograd_avx2 declines at batch 1).
+  EXPECT_TRUE(takes("igemm_avx2", 1, 128, 128, 56, 3, 2));
+  EXPECT_TRUE(takes("igemm_avx2", 8, 512, 512, 14, 3, 2));
+  EXPECT_TRUE(takes("igemm_avx2", 1, 32, 64, 80, 3, 2));
+  EXPECT_TRUE(takes("igemm_avx2", 1, 512, 512, 7));
+  // Declined: fewer than 32 input channels (the stems, 16-channel layers), 1x1 kernels.
+  EXPECT_FALSE(takes("igemm_avx2", 1, 3, 64, 224, 7, 2));
+  EXPECT_FALSE(takes("igemm_avx2", 1, 16, 32, 160, 3, 2));
+  EXPECT_FALSE(takes("igemm_avx2", 1, 256, 64, 56, 1));
+  EXPECT_FALSE(takes("igemm_avx2", 1, 256, 512, 56, 1, 2));
 }
 
 TEST(ConvWinogradAvx2, ChoosesWhereItIsFaster) {
@@ -298,15 +389,30 @@ TEST(ConvWinogradAvx2, ChoosesWhereItIsFaster) {
   EXPECT_FALSE(winograd_takes(1, 16, 16, 80));
 }
 
+// A convolution a tactic must decline.
+struct Other {
+  std::string name;
+  Dims x, w;
+  Attributes attrs;
+  TensorFormat format = TensorFormat::kChannelsLast;
+};
+
+void expect_declines(const KernelEntry* e, const std::vector<Other>& others) {
+  for (const Other& o : others) {
+    Network net;
+    Tensor* x = net.add_input("x", DataType::kFloat32, o.x);
+    Tensor* w = net.add_constant(test::random_tensor(DataType::kFloat32, o.w, 7), "w")->output(0);
+    Layer* layer = net.add_layer(kLayerConvolution, {x, w}, 1, o.attrs, "conv");
+    layer->output(0)->set_format(o.format);
+    const std::vector<TensorDesc> descs = {TensorDesc{DataType::kFloat32, o.x, o.format, true, nullptr},
+                                           TensorDesc{DataType::kFloat32, o.w, TensorFormat::kLinear, true, nullptr}};
+    EXPECT_FALSE(e->supports(*layer, descs)) << o.name;
+  }
+}
+
 TEST(ConvWinogradAvx2, DeclinesWhatItDoesNotCover) {
   const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "winograd_avx2");
   ASSERT_NE(e, nullptr);
-  struct Other {
-    std::string name;
-    Dims x, w;
-    Attributes attrs;
-    TensorFormat format = TensorFormat::kChannelsLast;
-  };
   Attributes stride2, group2, dilated, gelu;
   stride2.set("strides", std::vector<int64_t>{2, 2});
   group2.set("group", int64_t{2});
@@ -322,16 +428,25 @@ TEST(ConvWinogradAvx2, DeclinesWhatItDoesNotCover) {
       {"activation_without_a_vector_form", Dims{1, 16, 28, 28}, Dims{16, 16, 3, 3}, gelu},
       {"linear_memory", Dims{1, 16, 28, 28}, Dims{16, 16, 3, 3}, {}, TensorFormat::kLinear},
   };
-  for (const Other& o : others) {
-    Network net;
-    Tensor* x = net.add_input("x", DataType::kFloat32, o.x);
-    Tensor* w = net.add_constant(test::random_tensor(DataType::kFloat32, o.w, 7), "w")->output(0);
-    Layer* layer = net.add_layer(kLayerConvolution, {x, w}, 1, o.attrs, "conv");
-    layer->output(0)->set_format(o.format);
-    const std::vector<TensorDesc> descs = {TensorDesc{DataType::kFloat32, o.x, o.format, true, nullptr},
-                                           TensorDesc{DataType::kFloat32, o.w, TensorFormat::kLinear, true, nullptr}};
-    EXPECT_FALSE(e->supports(*layer, descs)) << o.name;
-  }
+  expect_declines(e, others);
+}
+
+TEST(ConvIgemmAvx2, DeclinesWhatItDoesNotCover) {
+  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "igemm_avx2");
+  ASSERT_NE(e, nullptr);
+  Attributes group2, gelu;
+  group2.set("group", int64_t{2});
+  gelu.set("activation", std::string("gelu_erf"));
+  const std::vector<Other> others = {
+      {"grouped", Dims{1, 64, 28, 28}, Dims{64, 32, 3, 3}, group2},
+      {"1x1_kernel", Dims{1, 64, 28, 28}, Dims{64, 64, 1, 1}, {}},
+      {"3-D", Dims{1, 32, 8, 8, 8}, Dims{32, 32, 3, 3, 3}, {}},
+      {"activation_without_a_vector_form", Dims{1, 32, 28, 28}, Dims{32, 32, 3, 3}, gelu},
+      {"linear_memory", Dims{1, 32, 28, 28}, Dims{32, 32, 3, 3}, {}, TensorFormat::kLinear},
+      {"16_input_channels", Dims{1, 16, 28, 28}, Dims{32, 16, 3, 3}, {}},
+      {"33_kernel_rows", Dims{1, 32, 40, 8}, Dims{32, 32, 33, 1}, {}},
+  };
+  expect_declines(e, others);
 }
 
 }  // namespace
