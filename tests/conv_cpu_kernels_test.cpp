@@ -377,16 +377,18 @@ TEST(ConvIgemmAvx2, ChoosesWhereItIsFaster) {
 
 TEST(ConvWinogradAvx2, ChoosesWhereItIsFaster) {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
-  // Taken: ResNet-50's 56x56, 28x28 and 14x14 layers, TinyYolo's 10x10 ones, SqueezeNet's 16 -> 64.
+  // Taken: ResNet-50's 56x56, 28x28 and 14x14 layers, TinyYolo's 10x10 ones, SqueezeNet's 32 -> 128.
   EXPECT_TRUE(winograd_takes(1, 64, 64, 56));
   EXPECT_TRUE(winograd_takes(1, 128, 128, 28));
   EXPECT_TRUE(winograd_takes(1, 256, 256, 14));
   EXPECT_TRUE(winograd_takes(1, 128, 128, 10));
-  EXPECT_TRUE(winograd_takes(1, 16, 64, 55));
-  // Declined: 7x7 images (4 tiles) at batch 1, but not at batch 4 (16 tiles); 16 -> 16 channels.
+  EXPECT_TRUE(winograd_takes(1, 32, 128, 27));
+  // Declined: 7x7 images (4 tiles) at batch 1, but not at batch 4 (16 tiles); 16 -> 16 channels;
+  // 16 input channels (SqueezeNet's 16 -> 64).
   EXPECT_FALSE(winograd_takes(1, 512, 512, 7));
   EXPECT_TRUE(winograd_takes(4, 512, 512, 7));
   EXPECT_FALSE(winograd_takes(1, 16, 16, 80));
+  EXPECT_FALSE(winograd_takes(8, 16, 64, 55));
 }
 
 // A convolution a tactic must decline.

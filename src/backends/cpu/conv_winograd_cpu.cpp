@@ -378,8 +378,10 @@ bool supports_winograd(const Layer& layer, const std::vector<TensorDesc>& inputs
   //  - C * K >= 1024 (16 -> 16 channels at 80x80 with SiLU: 1.0-1.27x in TinyYolo, the products too
   //    small to pay for the transforms; after the SiLU's division became a reciprocal, 0.8-1.2x in
   //    a chain of such layers on a noisy machine, not a clear gain; 16 -> 64 at 55x55: 0.55-1.1x;
-  //    32 -> 32 at 40x40: 0.5-0.67x).
-  if (s.tiles < 9 || s.c * s.k < 1024) return false;
+  //    32 -> 32 at 40x40: 0.5-0.67x);
+  //  - C >= 32 (SqueezeNet's 16 -> 64 at 55x55, session 20: 0.96x oneDNN's time at batch 1, 1.36x
+  //    at batch 8).
+  if (s.tiles < 9 || s.c * s.k < 1024 || s.c < 32) return false;
   return true;
 }
 
