@@ -1,12 +1,14 @@
-// In-place kernel outputs (KernelEntry::in_place_input): a CPU convolution that adds a residual
+// In-place kernel outputs (KernelEntry::in_place_input). A CPU convolution that adds a residual
 // input writes its output over the residual's buffer when nothing later reads the residual, so
 // the residual is never copied. Checked end to end on a ResNet-like block built through the
 // public API: the planner's verbose decision names the layer, the results equal the same network
 // built without the residual fusion (a separate Add), across batch sizes of a dynamic profile;
 // where a later layer still reads the residual, the output gets its own buffer (and the reason
-// is logged) and the results stay right.
+// is logged) and the results stay right. Activations ("avx2") write over their input, except
+// next to an elided reshape.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <string>
@@ -178,6 +180,49 @@ TEST(InPlaceResidual, AResidualReadLaterKeepsItsBuffer) {
     EXPECT_NE(decided.find("with their own buffer: 'conv_b' output 0 (input"), std::string::npos) << decided;
     EXPECT_NE(decided.find("is read by a later layer"), std::string::npos) << decided;
     expect_close(got, run(*separate, 2, "y2"), "y2");
+  }
+}
+
+// Activations write over their input too ("avx2" tactic), except where the input or the output
+// shares its memory with an elided reshape: x -> relu a -> sigmoid b -> hard swish c -> reshape r
+// -> SiLU y. b takes a's buffer; c does not take b's (c is the reshape's input, and the reshape's
+// elision comes first).
+TEST(InPlaceResidual, ActivationsWriteOverTheirInputExceptNextToAnElidedReshape) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{2, 8, 6});
+  Layer* la = net.add_activation(x, ActivationType::kRelu);
+  la->set_name("a");
+  Layer* lb = net.add_activation(la->output(0), ActivationType::kSigmoid);
+  lb->set_name("b");
+  Layer* lc = net.add_activation(lb->output(0), ActivationType::kHardSwish);
+  lc->set_name("c");
+  Layer* lr = net.add_shuffle(lc->output(0), {}, {2, 48}, {});
+  lr->set_name("r");
+  Layer* ly = net.add_activation(lr->output(0), ActivationType::kSilu);
+  ly->output(0)->set_name("y");
+  net.mark_output(ly->output(0));
+  BuilderConfig config;
+  config.disabled_passes = {"elementwise_fusion"};  // keep the activations as layers of their own
+  const auto bytes = Builder().build_serialized(net, config);
+  auto engine = Runtime().deserialize(bytes.data(), bytes.size(), "activations");
+  InPlaceLog log;
+  auto ctx = engine->create_execution_context();
+  std::vector<float> in(96), out(96, std::nanf(""));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.5f;
+  ctx->set_tensor_address("x", in.data());
+  ctx->set_tensor_address("y", out.data());
+  ctx->execute();
+  const std::string decided = log.take();
+  EXPECT_NE(decided.find("sharing their input's memory: 'b' output 0"), std::string::npos) << decided;
+  EXPECT_NE(decided.find("'c' output 0 ('"), std::string::npos) << decided;
+  EXPECT_NE(decided.find("shares its memory with an elided reshape"), std::string::npos) << decided;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const double a = std::max(0.0, static_cast<double>(in[i]));
+    const double b = 1.0 / (1.0 + std::exp(-a));
+    const double c = b * std::min(1.0, std::max(0.0, b / 6.0 + 0.5));
+    const double y = c / (1.0 + std::exp(-c));
+    ASSERT_NEAR(out[i], y, 1e-6) << "element " << i;
   }
 }
 

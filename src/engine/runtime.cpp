@@ -244,8 +244,12 @@ std::shared_ptr<const ProfileInfo> EngineImpl::profile_info(int profile) {
   info->states = profile_states(net, data.profiles[static_cast<size_t>(profile)]);
   info->plan = plan_profile_activations(net, steps, info->states.opt, info->states.min, info->states.max);
   info->arena_bytes = info->plan.peak;
+  // The arena covers the plans the contexts make at these points (with the kernels' in-place
+  // outputs, as build_shape_plan plans), so that they do not fall back to the profile plan.
+  ActivationPlanOptions options;
+  options.kernel_in_place = &in_place_inputs;
   for (const TensorStates* st : {&info->states.opt, &info->states.min, &info->states.max}) {
-    info->arena_bytes = std::max(info->arena_bytes, plan_activations(net, steps, *st, ActivationPlanOptions{}).peak);
+    info->arena_bytes = std::max(info->arena_bytes, plan_activations(net, steps, *st, options).peak);
   }
   for (const TensorStates* st : {&info->states.opt, &info->states.min, &info->states.max}) {
     for (const auto& [t, state] : *st) {

@@ -264,25 +264,37 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
     plan.concats.push_back(std::move(d));
   }
 
-  // In-place outputs (plugins' and kernels'): the output shares its input's request (chains share
-  // the first's).
+  // In-place outputs: the output shares its input's request (chains share the first's). Plugins'
+  // first, then reshapes (which may not touch a plugin's in-place tensors), then kernels' (which
+  // may not touch either: their decision sees only the input's own last reader, not those of the
+  // reshapes sharing its memory).
   std::unordered_map<const Tensor*, const Tensor*> alias_root;
-  if (!dd) {
+  std::unordered_set<const Tensor*> shared_before_kernels;  // tensors of plugins' and reshapes' groups
+  auto in_place_pass = [&](bool plugins) {
     for (size_t s = 0; s < steps.size(); ++s) {
       const Layer& l = *steps[s];
       std::vector<int64_t> aliases;  // per output: the input it may take the place of, or -1
       if (l.type() == kLayerPlugin && l.attrs().has("plugin_aliased_inputs")) {
-        if (options.in_place_plugins) aliases = l.attrs().get_ints("plugin_aliased_inputs");
-      } else if (options.kernel_in_place && s < options.kernel_in_place->size() && (*options.kernel_in_place)[s] >= 0) {
+        if (plugins && options.in_place_plugins) aliases = l.attrs().get_ints("plugin_aliased_inputs");
+      } else if (!plugins && options.kernel_in_place && s < options.kernel_in_place->size() &&
+                 (*options.kernel_in_place)[s] >= 0) {
         aliases = {(*options.kernel_in_place)[s]};
       }
       for (int o = 0; o < l.num_outputs() && o < static_cast<int>(aliases.size()); ++o) {
         const int64_t i = aliases[static_cast<size_t>(o)];
         if (i < 0 || i >= l.num_inputs()) continue;
         const Tensor* in = l.input(static_cast<int>(i));
-        if (!in && l.type() != kLayerPlugin) continue;  // an optional input the layer goes without
+        if (!in && !plugins) continue;  // an optional input the layer goes without
         const Tensor* out = l.output(o);
         InPlaceDecision d{static_cast<int>(s), o, alias_blocker(l, s, in, out, states, live, es)};
+        if (d.reason.empty() && !plugins) {
+          for (const Tensor* t : {in, out}) {
+            if (shared_before_kernels.count(t)) {
+              d.reason = quoted(t) + " shares its memory with an elided reshape or an in-place plugin output";
+              break;
+            }
+          }
+        }
         if (d.reason.empty()) {
           auto r = alias_root.find(in);
           alias_root[out] = r == alias_root.end() ? in : r->second;
@@ -290,7 +302,8 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
         plan.in_place.push_back(std::move(d));
       }
     }
-  }
+  };
+  if (!dd) in_place_pass(true);
 
   // Reshapes: the output shares its input's request (a chain of reshapes shares the first input's).
   if (options.reshape_elision && !dd) {
@@ -314,6 +327,15 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
       }
       plan.reshapes.push_back(std::move(d));
     }
+  }
+  if (!dd && options.kernel_in_place) {
+    for (const auto& [out, root] : alias_root) {
+      shared_before_kernels.insert(out);
+      shared_before_kernels.insert(root);
+    }
+    in_place_pass(false);
+    std::stable_sort(plan.in_place.begin(), plan.in_place.end(),
+                     [](const InPlaceDecision& x, const InPlaceDecision& y) { return x.step < y.step; });
   }
 
   // One request per tensor that is not placed inside a group; a group's request spans its members.
