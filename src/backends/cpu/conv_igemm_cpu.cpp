@@ -5,11 +5,13 @@
 // A 2-D convolution of any kernel size, stride, dilation and padding (one group) is, per output
 // pixel p and output channel k, y[p][k] = sum over taps t = (kh, kw) and channels c of
 // x[pixel under tap t of p][c] * w[k][c][kh][kw]. Channels-last memory keeps each pixel's C
-// channels contiguous, so each tap is a GEMM row of C floats read where it lies (no im2col copy):
-// the register block of gemm_avx2.h takes one row pointer per output pixel and tap (an
-// indirection table built per block of pixels; padding points at a row of zeros) and sums the
-// taps x C products of 6 pixels x 16 output channels in registers. The weights are packed once
-// into panels of 16 output channels, [K/16][taps][C][16].
+// channels contiguous, so each tap is a GEMM row of C floats read where it lies (no im2col copy),
+// and with unit horizontal dilation a kernel row's kw taps are one row of kw x C floats. The
+// register block of gemm_avx2.h takes one row pointer per output pixel and GEMM row (an
+// indirection table built per block of pixels; padding rows point at zeros, kernel rows over the
+// left or right edge at a copy with zeros outside) and sums the products of 6 pixels x 16 output
+// channels in registers. The weights are packed once into panels of 16 output channels,
+// [K/16][taps][C][16] (the same memory as [K/16][kh][kw x C][16]).
 //
 // Work: blocks of output pixels whose input rows stay in a core's L2 cache, each running every
 // panel (the block's input rows are read from cache for each panel); blocks and, where there are
