@@ -11,11 +11,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <random>
 #include <set>
 
 #include "kiln/kiln.h"
+#include "tests/log_capture.h"
 #include "src/core/tensor_io.h"
 #include "src/plan/execution_plan.h"
 #include "src/ir/shape_inference.h"
@@ -221,25 +221,10 @@ void expect_bit_equal(const std::vector<float>& a, const std::vector<float>& b, 
 
 // ---- the verbose log -------------------------------------------------------------------------
 
-class CaptureLogger : public Logger {
+// Captures the "activation plan for input shapes" verbose messages (tests/log_capture.h).
+class CaptureLogger : public test::LogCapture {
  public:
-  CaptureLogger() { set_logger(this); }
-  ~CaptureLogger() override { set_logger(nullptr); }
-  void log(Severity severity, const std::string& message) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (severity == Severity::kVerbose && message.rfind("activation plan for input shapes", 0) == 0) {
-      plans_.push_back(message);
-    }
-  }
-  // The plan messages logged since the last call.
-  std::vector<std::string> take() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return std::exchange(plans_, {});
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::string> plans_;
+  CaptureLogger() : LogCapture(Severity::kVerbose, "activation plan for input shapes") {}
 };
 
 // Whether the plan message lists `layer` as elided.

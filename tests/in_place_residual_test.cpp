@@ -10,16 +10,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kiln/builder.h"
-#include "kiln/logger.h"
 #include "kiln/network.h"
 #include "kiln/runtime.h"
 #include "src/backends/kernel.h"
+#include "tests/log_capture.h"
 #include "tests/op_harness.h"
 
 namespace kiln {
@@ -33,24 +32,17 @@ struct Shape {
   std::string tactic;
 };
 
-// Collects the planner's verbose in-place messages.
-class InPlaceLog : public Logger {
+// Collects the planner's verbose in-place messages; take() gives those since the last call, one per line.
+class InPlaceLog {
  public:
-  InPlaceLog() { set_logger(this); }
-  ~InPlaceLog() override { set_logger(nullptr); }
-  void log(Severity severity, const std::string& message) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (severity == Severity::kVerbose && message.rfind("in-place outputs sharing", 0) == 0)
-      messages_ += message + "\n";
-  }
   std::string take() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return std::exchange(messages_, {});
+    std::string text;
+    for (const std::string& m : capture_.take()) text += m + "\n";
+    return text;
   }
 
  private:
-  std::mutex mutex_;
-  std::string messages_;
+  test::LogCapture capture_{Severity::kVerbose, "in-place outputs sharing"};
 };
 
 HostTensor weights(int64_t k, int64_t c, int64_t kernel, uint64_t seed) {

@@ -72,6 +72,10 @@ struct ConvParams {
   static ConvParams decode(const Layer& layer);
 };
 
+// Convolution's optional residual input (inputs: x, w, bias, residual): y = act(conv + bias +
+// residual).
+inline constexpr int kConvResidualInput = 3;
+
 // One (de)convolution at one input shape; spatial vectors have one entry per spatial dim.
 struct ConvGeometry {
   int spatial_rank = 0;

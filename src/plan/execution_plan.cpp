@@ -269,15 +269,22 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
   // may not touch either: their decision sees only the input's own last reader, not those of the
   // reshapes sharing its memory).
   std::unordered_map<const Tensor*, const Tensor*> alias_root;
-  std::unordered_set<const Tensor*> shared_before_kernels;  // tensors of plugins' and reshapes' groups
-  auto in_place_pass = [&](bool plugins) {
+  auto shared_so_far = [&alias_root] {  // every tensor that shares a request with another
+    std::unordered_set<const Tensor*> shared;
+    for (const auto& [out, root] : alias_root) {
+      shared.insert(out);
+      shared.insert(root);
+    }
+    return shared;
+  };
+  // Plugins' outputs (plugins = true) or kernels' whose input and output are not in `taken`.
+  auto in_place_pass = [&](bool plugins, const std::unordered_set<const Tensor*>& taken) {
     for (size_t s = 0; s < steps.size(); ++s) {
       const Layer& l = *steps[s];
       std::vector<int64_t> aliases;  // per output: the input it may take the place of, or -1
       if (l.type() == kLayerPlugin && l.attrs().has("plugin_aliased_inputs")) {
-        if (plugins && options.in_place_plugins) aliases = l.attrs().get_ints("plugin_aliased_inputs");
-      } else if (!plugins && options.kernel_in_place && s < options.kernel_in_place->size() &&
-                 (*options.kernel_in_place)[s] >= 0) {
+        if (plugins) aliases = l.attrs().get_ints("plugin_aliased_inputs");
+      } else if (!plugins && s < options.kernel_in_place->size() && (*options.kernel_in_place)[s] >= 0) {
         aliases = {(*options.kernel_in_place)[s]};
       }
       for (int o = 0; o < l.num_outputs() && o < static_cast<int>(aliases.size()); ++o) {
@@ -287,12 +294,9 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
         if (!in && !plugins) continue;  // an optional input the layer goes without
         const Tensor* out = l.output(o);
         InPlaceDecision d{static_cast<int>(s), o, alias_blocker(l, s, in, out, states, live, es)};
-        if (d.reason.empty() && !plugins) {
-          for (const Tensor* t : {in, out}) {
-            if (shared_before_kernels.count(t)) {
-              d.reason = quoted(t) + " shares its memory with an elided reshape or an in-place plugin output";
-              break;
-            }
+        for (const Tensor* t : {in, out}) {
+          if (d.reason.empty() && taken.count(t)) {
+            d.reason = quoted(t) + " shares its memory with an elided reshape or an in-place plugin output";
           }
         }
         if (d.reason.empty()) {
@@ -303,15 +307,11 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
       }
     }
   };
-  if (!dd) in_place_pass(true);
+  if (options.in_place_plugins && !dd) in_place_pass(true, {});
 
   // Reshapes: the output shares its input's request (a chain of reshapes shares the first input's).
   if (options.reshape_elision && !dd) {
-    std::unordered_set<const Tensor*> plugin_aliased;
-    for (const auto& [out, root] : alias_root) {
-      plugin_aliased.insert(out);
-      plugin_aliased.insert(root);
-    }
+    const std::unordered_set<const Tensor*> plugin_aliased = shared_so_far();
     for (size_t s = 0; s < steps.size(); ++s) {
       const Layer& l = *steps[s];
       if (!only_reshapes(l) || is_host_known(l, states)) continue;
@@ -328,12 +328,8 @@ ActivationPlan plan_activations(const Network& network, const std::vector<Layer*
       plan.reshapes.push_back(std::move(d));
     }
   }
-  if (!dd && options.kernel_in_place) {
-    for (const auto& [out, root] : alias_root) {
-      shared_before_kernels.insert(out);
-      shared_before_kernels.insert(root);
-    }
-    in_place_pass(false);
+  if (options.kernel_in_place && !dd) {
+    in_place_pass(false, shared_so_far());
     std::stable_sort(plan.in_place.begin(), plan.in_place.end(),
                      [](const InPlaceDecision& x, const InPlaceDecision& y) { return x.step < y.step; });
   }

@@ -1,6 +1,8 @@
 // What kiln's own float32 channels-last CPU convolutions (conv_winograd_cpu.cpp's winograd_avx2,
-// conv_igemm_cpu.cpp's igemm_avx2) check in common: the inputs they take in supports(), the
-// output and residual dims in prepare(), the workspace in execute().
+// conv_igemm_cpu.cpp's igemm_avx2) share: the inputs they take in supports(), the output and
+// residual dims in prepare(), the workspace in execute(), their sizes and state. Both may write
+// the output over the residual (KernelEntry::in_place_input = kConvResidualInput): each output
+// element is stored once, after its residual was read.
 #pragma once
 
 #include <memory>
@@ -16,24 +18,21 @@
 
 namespace kiln::cpu {
 
-// The residual input (Convolution's input 3). Both kernels may write the output over it
-// (KernelEntry::in_place_input): each output element is stored once, after its residual was read.
-inline constexpr int kResidualInput = 3;
-
 // The sizes of a 2-D convolution both kernels keep (their shapes derive from it).
 struct Conv2dSizes {
   int64_t n = 0, h = 0, w = 0, c = 0, k = 0, oh = 0, ow = 0, pad_t = 0, pad_l = 0;
 
-  explicit Conv2dSizes(const ConvGeometry& g = {})
+  Conv2dSizes() = default;
+  explicit Conv2dSizes(const ConvGeometry& g)  // g.spatial_rank == 2
       : n(g.batch),
-        h(g.spatial_rank == 2 ? g.in[0] : 0),
-        w(g.spatial_rank == 2 ? g.in[1] : 0),
+        h(g.in[0]),
+        w(g.in[1]),
         c(g.in_channels),
         k(g.out_channels),
-        oh(g.spatial_rank == 2 ? g.out[0] : 0),
-        ow(g.spatial_rank == 2 ? g.out[1] : 0),
-        pad_t(g.spatial_rank == 2 ? g.pad_begin[0] : 0),
-        pad_l(g.spatial_rank == 2 ? g.pad_begin[1] : 0) {}
+        oh(g.out[0]),
+        ow(g.out[1]),
+        pad_t(g.pad_begin[0]),
+        pad_l(g.pad_begin[1]) {}
 };
 
 // Whether the layer is a float32 convolution (not a deconvolution) with static x and w dims,
@@ -79,10 +78,6 @@ inline void check_workspace(const char* tactic, const KernelContext& ctx, size_t
                 " bytes, " + std::to_string(need) + " needed");
   }
 }
-
-}  // namespace kiln::cpu
-
-namespace kiln::cpu {
 
 // The state both kernels keep: the layer's parameters, the shape prepared for (Shape), whether a
 // residual is read, the threads, and the weights prepared from constant ones (transformed or

@@ -183,26 +183,7 @@ void run_block(const IgemmShape& s, const float** table, const float* wp, const 
         }
       };
       const float* const* rows = table + (j / kRows) * s.rows * kRows;
-      switch (std::min(kRows, count - j)) {
-        case 6:
-          cpu::avx2::gemm_block_indirect<6>(rows, s.rows, b, s.kc, store);
-          break;
-        case 5:
-          cpu::avx2::gemm_block_indirect<5>(rows, s.rows, b, s.kc, store);
-          break;
-        case 4:
-          cpu::avx2::gemm_block_indirect<4>(rows, s.rows, b, s.kc, store);
-          break;
-        case 3:
-          cpu::avx2::gemm_block_indirect<3>(rows, s.rows, b, s.kc, store);
-          break;
-        case 2:
-          cpu::avx2::gemm_block_indirect<2>(rows, s.rows, b, s.kc, store);
-          break;
-        default:
-          cpu::avx2::gemm_block_indirect<1>(rows, s.rows, b, s.kc, store);
-          break;
-      }
+      cpu::avx2::gemm_block_indirect_n(std::min(kRows, count - j), rows, s.rows, b, s.kc, store);
     }
   }
 }
@@ -372,6 +353,6 @@ bool supports_igemm(const Layer& layer, const std::vector<TensorDesc>& inputs) {
 KILN_REGISTER_KERNEL(KernelEntry{
     DeviceType::kCPU, kLayerConvolution, kTactic, 104, supports_igemm,
     [](const Layer& layer) { return std::make_unique<ConvIgemm>(params_of<ConvParams>(layer)); }, 0,
-    cpu::kResidualInput});
+    kConvResidualInput});
 
 }  // namespace kiln

@@ -365,19 +365,18 @@ bool supports_conv(const Layer& layer, const std::vector<TensorDesc>& inputs, bo
 }  // namespace
 
 // The sum post-op accumulates into the output seeded with the residual: where the planner gives the
-// residual's buffer to the output, nothing is copied (execute skips the seeding copy).
-constexpr int kResidualInput = 3;
-
+// residual's buffer to the output (in_place_input), nothing is copied (execute skips the seeding copy).
 KILN_REGISTER_KERNEL(KernelEntry{
     DeviceType::kCPU, kLayerConvolution, onednn::kTactic, onednn::kPriority,
     [](const Layer& layer, const std::vector<TensorDesc>& inputs) { return supports_conv(layer, inputs, false); },
-    [](const Layer& layer) { return std::make_unique<ConvOneDnn>(params_of<ConvParams>(layer)); }, 0, kResidualInput});
+    [](const Layer& layer) { return std::make_unique<ConvOneDnn>(params_of<ConvParams>(layer)); }, 0,
+    kConvResidualInput});
 
 KILN_REGISTER_KERNEL(KernelEntry{
     DeviceType::kCPU, kLayerConvolution, "onednn_winograd", onednn::kPriority + 10,
     [](const Layer& layer, const std::vector<TensorDesc>& inputs) { return supports_conv(layer, inputs, false, true); },
     [](const Layer& layer) { return std::make_unique<ConvOneDnn>(params_of<ConvParams>(layer), true); }, 0,
-    kResidualInput});
+    kConvResidualInput});
 
 KILN_REGISTER_KERNEL(KernelEntry{
     DeviceType::kCPU, kLayerDeconvolution, onednn::kTactic, onednn::kPriority,

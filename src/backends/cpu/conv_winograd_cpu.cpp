@@ -390,6 +390,6 @@ bool supports_winograd(const Layer& layer, const std::vector<TensorDesc>& inputs
 KILN_REGISTER_KERNEL(KernelEntry{
     DeviceType::kCPU, kLayerConvolution, kTactic, 105, supports_winograd,
     [](const Layer& layer) { return std::make_unique<ConvWinograd>(params_of<ConvParams>(layer)); }, 0,
-    cpu::kResidualInput});
+    kConvResidualInput});
 
 }  // namespace kiln

@@ -85,27 +85,38 @@ template <int MR, typename Store>
   gemm_block_indirect<MR>(rows, 1, b, kc, store);
 }
 
+// gemm_block_indirect for `mr` (1..6) rows known at run time.
+template <typename Store>
+[[gnu::always_inline]] inline void gemm_block_indirect_n(int64_t mr, const float* const* rows, int64_t taps,
+                                                         const float* b, int64_t kc, Store&& store) {
+  switch (mr) {
+    case 6:
+      return gemm_block_indirect<6>(rows, taps, b, kc, store);
+    case 5:
+      return gemm_block_indirect<5>(rows, taps, b, kc, store);
+    case 4:
+      return gemm_block_indirect<4>(rows, taps, b, kc, store);
+    case 3:
+      return gemm_block_indirect<3>(rows, taps, b, kc, store);
+    case 2:
+      return gemm_block_indirect<2>(rows, taps, b, kc, store);
+    case 1:
+      return gemm_block_indirect<1>(rows, taps, b, kc, store);
+    default:
+      return;
+  }
+}
+
 // `rows` (any count) rows in blocks of 6, then one block of the remainder.
 template <typename Store>
 inline void gemm_rows(const float* a, int64_t lda, const float* b, int64_t kc, int64_t rows, Store&& store) {
   int64_t r = 0;
   auto at = [&](int64_t first) { return [&store, first](int i, __m256 lo, __m256 hi) { store(first + i, lo, hi); }; };
   for (; r + 6 <= rows; r += 6) gemm_block<6>(a + r * lda, lda, b, kc, at(r));
+  if (r == rows) return;
   const float* a_r = a + r * lda;
-  switch (rows - r) {
-    case 5:
-      return gemm_block<5>(a_r, lda, b, kc, at(r));
-    case 4:
-      return gemm_block<4>(a_r, lda, b, kc, at(r));
-    case 3:
-      return gemm_block<3>(a_r, lda, b, kc, at(r));
-    case 2:
-      return gemm_block<2>(a_r, lda, b, kc, at(r));
-    case 1:
-      return gemm_block<1>(a_r, lda, b, kc, at(r));
-    default:
-      return;
-  }
+  const float* const tail[6] = {a_r, a_r + lda, a_r + lda * 2, a_r + lda * 3, a_r + lda * 4, a_r + lda * 5};
+  gemm_block_indirect_n(rows - r, tail, 1, b, kc, at(r));
 }
 
 }  // namespace kiln::cpu::avx2
