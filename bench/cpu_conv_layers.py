@@ -29,6 +29,13 @@ LAYERS = [
     ("tinyyolo_32_64_s2", 1, 32, 80, 80, 64, 3, 2, 1, "silu"),
     ("tinyyolo_64_128_s2", 1, 64, 40, 40, 128, 3, 2, 1, "silu"),
     ("tinyyolo_128_256_s2", 1, 128, 20, 20, 256, 3, 2, 1, "silu"),
+    ("tinyyolo_1x1_32_16_80", 1, 32, 80, 80, 16, 1, 1, 0, "silu"),
+    ("tinyyolo_1x1_16_16_80", 1, 16, 80, 80, 16, 1, 1, 0, "silu"),
+    ("tinyyolo_1x1_32_32_80", 1, 32, 80, 80, 32, 1, 1, 0, "silu"),
+    ("tinyyolo_1x1_64_32_40", 1, 64, 40, 40, 32, 1, 1, 0, "silu"),
+    ("tinyyolo_1x1_64_64_40", 1, 64, 40, 40, 64, 1, 1, 0, "silu"),
+    ("tinyyolo_1x1_128_64_20", 1, 128, 20, 20, 64, 1, 1, 0, "silu"),
+    ("tinyyolo_det_64_255_40", 1, 64, 40, 40, 255, 1, 1, 0, "none"),
     ("resnet_stem_7x7_s2", 1, 3, 224, 224, 64, 7, 2, 3, "relu"),
     ("resnet_64_64_56", 1, 64, 56, 56, 64, 3, 1, 1, "relu"),
     ("resnet_128_128_s2", 1, 128, 56, 56, 128, 3, 2, 1, "relu"),
@@ -54,6 +61,8 @@ def make_model(path, batch, c, h, w, k, kernel, stride, pad, act):
                               pads=[pad] * 4, name="conv")]
     if act == "relu":
         nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    elif act == "none":
+        nodes[0].output[0] = "y"
     else:
         nodes += [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
     graph = helper.make_graph(nodes, "layer", [helper.make_tensor_value_info("x", 1, [batch, c, h, w])],

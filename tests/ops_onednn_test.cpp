@@ -340,6 +340,47 @@ TEST(OnednnConv, RepreparedForOtherShapesAndInPlaceResidual) {
   expect_close(got, want, sum_atol(36), "in-place residual");
 }
 
+// SiLU and sigmoid: on AVX2 machines oneDNN runs the convolution (and the residual sum) and kiln
+// applies the activation to the output after it (cpu::activation_after_onednn); elsewhere they are
+// oneDNN post-ops. Either way the result is the reference's, with the residual in y's own memory
+// too, in both layouts, and for a deconvolution.
+TEST(OnednnConv, SiluAndSigmoidAfterThePrimitiveMatchTheReference) {
+  for (const std::string act : {"silu", "sigmoid"}) {
+    Direct d(kLayerConvolution,
+             {test::random_tensor(DataType::kFloat32, {2, 16, 12, 9}, 11, -3, 3),
+              test::random_tensor(DataType::kFloat32, {20, 16, 1, 1}, 12, -0.5, 0.5),
+              test::random_tensor(DataType::kFloat32, {20}, 13),
+              test::random_tensor(DataType::kFloat32, {2, 20, 12, 9}, 14)},
+             {false, true, true, false}, make_attrs({{"activation", act}}));
+    const HostTensor want = run_tactic(d, d.values, "reference");
+    const auto cl = TensorFormat::kChannelsLast;
+    for (const Formats f : {Formats{}, Formats::all(cl)}) {
+      std::vector<HostTensor> vals = d.values;
+      if (f.x == cl) vals[0] = to_channels_last(d.values[0]), vals[3] = to_channels_last(d.values[3]);
+      HostTensor got = run_tactic(d, vals, "onednn", f, 3);
+      if (f.y == cl) got = from_channels_last(got);
+      expect_close(got, want, sum_atol(16), act + " conv, " + to_string(f.x));
+    }
+    // The residual in y's memory (the planner's in-place output): the sum, then the activation.
+    const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "onednn");
+    ASSERT_NE(e, nullptr);
+    auto kernel = e->create(*d.layer);
+    HostTensor y = d.values[3].clone();
+    std::vector<HostTensor> vals = d.values;
+    vals[3] = y;
+    expect_close(run_prepared(*kernel, d, vals, want.dims(), Formats{}, 2, &y), want, sum_atol(16),
+                 act + " conv, residual in y");
+
+    Direct t(kLayerDeconvolution,
+             {test::random_tensor(DataType::kFloat32, {1, 6, 5, 5}, 15, -2, 2),
+              test::random_tensor(DataType::kFloat32, {6, 4, 3, 3}, 16, -0.5, 0.5),
+              test::random_tensor(DataType::kFloat32, {4}, 17)},
+             {false, true, true}, make_attrs({{"strides", Ints{2, 2}}, {"activation", act}}));
+    expect_close(run_tactic(t, t.values, "onednn"), run_tactic(t, t.values, "reference"), sum_atol(6 * 9),
+                 act + " deconv");
+  }
+}
+
 // ---- Deconvolution --------------------------------------------------------------------------
 
 TEST(OnednnDeconv, ChannelsLastMatchesReference) {

@@ -70,18 +70,16 @@ RangeFn range_fn(ActivationType) { return nullptr; }
 class ActivationAvx2 : public Kernel {
  public:
   explicit ActivationAvx2(const ActivationParams& p)
-      : fn_(range_fn(p.kind)), alpha_(static_cast<float>(p.alpha)), beta_(static_cast<float>(p.beta)) {}
+      : post_{true, p.kind, static_cast<float>(p.alpha), static_cast<float>(p.beta)} {}
   void execute(const KernelContext& ctx) override {
-    if (!fn_) throw Error("Activation avx2: not built for this processor or this activation");
-    const float* x = ctx.inputs.at(0).as<const float>();
-    float* y = ctx.outputs.at(0).as<float>();
-    cpu::parallel_for(ctx.outputs[0].count(), ctx.num_threads,
-                      [&](int64_t begin, int64_t end) { fn_(x, y, begin, end, alpha_, beta_); });
+    if (!cpu::activate_avx2(post_, ctx.inputs.at(0).as<const float>(), ctx.outputs.at(0).as<float>(),
+                            ctx.outputs[0].count(), ctx.num_threads)) {
+      throw Error("Activation avx2: not built for this processor or this activation");
+    }
   }
 
  private:
-  RangeFn fn_;
-  float alpha_, beta_;
+  PostOp post_;
 };
 
 bool supports_avx2(const Layer& layer, const std::vector<TensorDesc>& inputs) {
@@ -91,6 +89,18 @@ bool supports_avx2(const Layer& layer, const std::vector<TensorDesc>& inputs) {
 }
 
 }  // namespace
+
+bool cpu::activate_avx2(const PostOp& post, const float* x, float* y, int64_t n, int threads) {
+  const RangeFn fn = post.enabled && cpu::has_avx2_fma() ? range_fn(post.kind) : nullptr;
+  if (!fn) return false;
+  cpu::parallel_for(n, threads, [&](int64_t begin, int64_t end) { fn(x, y, begin, end, post.alpha, post.beta); });
+  return true;
+}
+
+bool cpu::activation_after_onednn(const PostOp& post) {
+  return post.enabled && (post.kind == ActivationType::kSilu || post.kind == ActivationType::kSigmoid) &&
+         cpu::has_avx2_fma() && range_fn(post.kind) != nullptr;
+}
 
 KILN_REGISTER_KERNEL(KernelEntry{
     DeviceType::kCPU, kLayerActivation, "avx2", 105, supports_avx2,

@@ -23,9 +23,11 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/backends/cpu/activation_avx2.h"
 #include "src/backends/cpu/onednn_common.h"
 #include "src/ir/conv_params.h"
 #include "src/ir/op_params.h"
@@ -35,13 +37,16 @@ namespace {
 
 using dnnl::memory;
 
-// A (de)convolution layer's parameters, and whether oneDNN has its post-op.
+// A (de)convolution layer's parameters: the activation oneDNN fuses as a post-op (`post`) and the
+// one kiln applies to the output after the primitive (`after`, cpu::activation_after_onednn()).
 struct ConvAttrs {
   ConvParams params;
   bool deconv = false;
-  PostOp post;
+  PostOp post, after;
 
-  explicit ConvAttrs(const ConvParams& p) : params(p), deconv(p.deconv), post(p.post) {}
+  explicit ConvAttrs(const ConvParams& p) : params(p), deconv(p.deconv), post(p.post) {
+    if (cpu::activation_after_onednn(post)) std::swap(post, after);
+  }
 };
 
 // oneDNN-side geometry of one input shape.
@@ -300,6 +305,10 @@ class ConvOneDnn : public Kernel {
     p.conv.execute(stream_, args);
     if (p.reorder_dst) p.dst_out.execute(stream_, dst, user_dst);
     stream_.wait();
+    if (attrs_.after.enabled) {
+      float* out = y.as<float>();
+      cpu::activate_avx2(attrs_.after, out, out, y.count(), p.num_threads);
+    }
   }
 
  private:
