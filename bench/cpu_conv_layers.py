@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Per-layer CPU convolution times: kiln's chosen kernel, kiln without some of its tactics, and
-ONNX Runtime, on one-convolution models (Conv + ReLU or SiLU) shaped like the layers of ResNet-50,
-TinyYolo and SqueezeNet, in alternating rounds.
+ONNX Runtime, on one-convolution models (Conv + ReLU or SiLU, or none) shaped like the layers of
+ResNet-50, TinyYolo and SqueezeNet, in alternating rounds.
 
 Each engine's own profiler gives the convolution's time alone (kiln: `kiln bench --export-profile`,
 the Convolution layer's mean; ONNX Runtime: its profiling output, the Conv node's median), so the
 layout conversions around a single layer (NCHW <-> channels-last in kiln, NCHWc in ORT) are left
-out, as inside a whole network. The table gives the median of the rounds for each and the ratios.
+out, as inside a whole network (ORT's SiLU is a node of its own, QuickGelu, and not counted; kiln's
+is fused into the convolution and counted). The table gives the median of the rounds for each
+and the ratios.
 
 Example:
   python3 bench/cpu_conv_layers.py --kiln build-cpu/kiln --rounds 5 --without igemm_avx2,winograd_avx2
