@@ -1,5 +1,6 @@
-// Fused activations in AVX2 registers for kiln's own float32 CPU kernels (today
-// conv_winograd_cpu.cpp's output transform): the kinds activation_vectorized() accepts, computed on 8 lanes with the
+// Fused activations in AVX2 registers for kiln's own float32 CPU kernels (the epilogues of
+// winograd_avx2 and igemm_avx2, the "avx2" Activation tactic, and the pass after oneDNN's
+// convolutions, activate_avx2()): the kinds activation_vectorized() accepts, computed on 8 lanes with the
 // formulas of src/core/activation_math.h (sigmoid from a polynomial exp and a division: within
 // 3e-7 of the reference's std::exp and division, relative, where the result is a normal float).
 #pragma once

@@ -15,7 +15,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,7 +39,6 @@ namespace {
 
 constexpr const char* kTactic = "packed_avx2";
 constexpr int64_t kPanel = 16;      // columns per packed panel of b
-constexpr int64_t kRows = 6;        // rows per register block
 constexpr int64_t kChunkRows = 48;  // rows per work item
 constexpr int64_t kMaxK = 4096;     // a block's rows and a panel: 6 x 16 KB + 256 KB at most
 constexpr int64_t kMaxPackedBytes = int64_t{256} << 20;
@@ -84,7 +82,7 @@ void run_item(const Sizes& s, const float* a, const float* packed, float* y, int
     const __m256i mlo = cpu::avx2::lane_mask(std::min<int64_t>(8, lanes));
     const __m256i mhi = cpu::avx2::lane_mask(std::max<int64_t>(0, lanes - 8));
     const float* bp = packed + panel * s.k * kPanel;
-    float* yc = y + c0;
+    float* yc = y + r0 * s.n + c0;
     const int64_t n = s.n;
     auto store = [&](int64_t row, __m256 lo, __m256 hi) __attribute__((always_inline)) {
       float* out = yc + row * n;
@@ -96,9 +94,7 @@ void run_item(const Sizes& s, const float* a, const float* packed, float* y, int
         _mm256_maskstore_ps(out + 8, mhi, hi);
       }
     };
-    cpu::avx2::gemm_rows(
-        a + r0 * s.k, s.k, bp, s.k,
-        r1 - r0, [&](int64_t i, __m256 lo, __m256 hi) __attribute__((always_inline)) { store(r0 + i, lo, hi); });
+    cpu::avx2::gemm_rows(a + r0 * s.k, s.k, bp, s.k, r1 - r0, store);
   }
 }
 
@@ -134,14 +130,14 @@ class MatmulPacked : public Kernel {
     if (inputs.size() != 2 || outputs.empty()) throw Error(where + "expects inputs a, b and output y");
     threads_ = std::max(1, num_threads);
     int64_t k = 0, n = 0;
-    if (!b_sizes(inputs[1].dims, transpose_b_, &k, &n)) throw Error(where + "b must be a matrix");
+    if (!b_sizes(inputs[1].dims, transpose_b_, &k, &n) || k < 1) throw Error(where + "b must be a non-empty matrix");
     const Dims& ad = inputs[0].dims;
     if (ad.rank() < 1 || ad[ad.rank() - 1] != k) {
       throw Error(where + "a " + ad.to_string() + " does not end in b's " + std::to_string(k) + " rows");
     }
     s_.k = k;
     s_.n = n;
-    s_.m = k == 0 ? 0 : ad.volume() / k;
+    s_.m = ad.volume() / k;  // k >= 1: supports() declines empty products
     s_.panels = (n + kPanel - 1) / kPanel;
     s_.chunks = (s_.m + kChunkRows - 1) / kChunkRows;
     // Few chunks: split the panels too, so that every thread has about four items.
@@ -163,14 +159,16 @@ class MatmulPacked : public Kernel {
     }
   }
 
+  // The instances for other shapes of a (a dynamic batch) share the packed b.
+  std::unique_ptr<Kernel> another_instance() const override {
+    auto k = std::make_unique<MatmulPacked>(*this);
+    return k;
+  }
+
   void execute(const KernelContext& ctx) override {
     if (!packed_) throw Error(std::string("MatrixMultiply ") + kTactic + ": execute() before prepare()");
     float* y = ctx.outputs.at(0).as<float>();
-    if (s_.m == 0 || s_.n == 0) return;
-    if (s_.k == 0) {
-      std::memset(y, 0, static_cast<size_t>(s_.m * s_.n) * sizeof(float));
-      return;
-    }
+    if (s_.m == 0) return;
     run_packed(s_, ctx.inputs.at(0).as<const float>(), packed_->data(), y, threads_);
   }
 
@@ -178,7 +176,8 @@ class MatmulPacked : public Kernel {
   bool transpose_b_ = false;
   int threads_ = 1;
   Sizes s_;
-  // b packed once, at the first prepare() (b is constant: every shape of a uses the same panels).
+  // b packed once, at the first prepare() of the first instance (b is constant: every shape of a
+  // uses the same panels, and another_instance() shares them).
   std::shared_ptr<const std::vector<float>> packed_;
 };
 
