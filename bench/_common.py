@@ -7,6 +7,20 @@ import time
 import numpy as np
 
 
+def cpu_description():
+    """The CPU's model name and its widest x86 vector ISA (results differ between an AVX2 and an
+    AVX-512 machine of the same name), from /proc/cpuinfo; 'unknown' elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return "unknown"
+    model = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "unknown")
+    flags = next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), [])
+    isa = "AVX-512F" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{model}, {isa}"
+
+
 def percentile(samples, q):
     """Nearest-rank percentile of a list of numbers (q in 0..100)."""
     s = sorted(samples)

@@ -57,6 +57,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from _common import cpu_description
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODELS = ["squeezenet1_1", "tinyyolo_silu", "resnet50"]
 GENERATED = {"resnet50": os.path.join(REPO, "scripts", "make_resnet50.py"),
@@ -453,13 +455,13 @@ def report(rows, text, version, args, ort):
                 "warmup": args.warmup, "rounds": args.rounds, "no_spin": args.no_spin,
                 "contention": args.contention, "contention_period_ms": args.contention_period_ms,
                 "contexts": args.contexts, "kiln_build_args": args.kiln_build_arg, "machine": platform.processor() or platform.machine(),
-                "cpus": os.cpu_count()}
+                "cpu": cpu_description(), "cpus": os.cpu_count()}
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             if args.out.endswith(".md"):
                 f.write(f"# kiln vs ONNX Runtime on the CPU\n\n{meta['date']}: {version} vs onnxruntime "
                         f"{meta['onnxruntime']}, {args.threads} thread(s), {args.rounds} round(s) of {args.iterations} "
-                        f"runs after {args.warmup} warmup per engine, {meta['cpus']} CPUs ({meta['machine']})"
+                        f"runs after {args.warmup} warmup per engine, {meta['cpus']} CPUs ({meta['machine']}; {meta['cpu']})"
                         f"{', no spin-waiting (--no-spin)' if args.no_spin else ''}"
                         f"{f', throughput of {args.contexts} contexts at once (--contexts)' if args.contexts > 1 else ''}"
                         f"{', kiln build ' + ' '.join(args.kiln_build_arg) if args.kiln_build_arg else ''}.\n\n"

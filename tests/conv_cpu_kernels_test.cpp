@@ -415,11 +415,11 @@ void expect_declines(const KernelEntry* e, const std::vector<Other>& others) {
 TEST(ConvWinogradAvx2, DeclinesWhatItDoesNotCover) {
   const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "winograd_avx2");
   ASSERT_NE(e, nullptr);
-  Attributes stride2, group2, dilated, gelu;
+  Attributes stride2, group2, dilated, mish;
   stride2.set("strides", std::vector<int64_t>{2, 2});
   group2.set("group", int64_t{2});
   dilated.set("dilations", std::vector<int64_t>{2, 2});
-  gelu.set("activation", std::string("gelu_erf"));
+  mish.set("activation", std::string("mish"));
   const std::vector<Other> others = {
       {"stride_2", Dims{1, 16, 28, 28}, Dims{16, 16, 3, 3}, stride2},
       {"grouped", Dims{1, 16, 28, 28}, Dims{16, 8, 3, 3}, group2},
@@ -427,7 +427,7 @@ TEST(ConvWinogradAvx2, DeclinesWhatItDoesNotCover) {
       {"1x1_kernel", Dims{1, 16, 28, 28}, Dims{16, 16, 1, 1}, {}},
       {"5x5_kernel", Dims{1, 16, 28, 28}, Dims{16, 16, 5, 5}, {}},
       {"3-D", Dims{1, 16, 8, 8, 8}, Dims{16, 16, 3, 3, 3}, {}},
-      {"activation_without_a_vector_form", Dims{1, 16, 28, 28}, Dims{16, 16, 3, 3}, gelu},
+      {"activation_without_a_vector_form", Dims{1, 16, 28, 28}, Dims{16, 16, 3, 3}, mish},
       {"linear_memory", Dims{1, 16, 28, 28}, Dims{16, 16, 3, 3}, {}, TensorFormat::kLinear},
   };
   expect_declines(e, others);
@@ -436,14 +436,14 @@ TEST(ConvWinogradAvx2, DeclinesWhatItDoesNotCover) {
 TEST(ConvIgemmAvx2, DeclinesWhatItDoesNotCover) {
   const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "igemm_avx2");
   ASSERT_NE(e, nullptr);
-  Attributes group2, gelu;
+  Attributes group2, mish;
   group2.set("group", int64_t{2});
-  gelu.set("activation", std::string("gelu_erf"));
+  mish.set("activation", std::string("mish"));
   const std::vector<Other> others = {
       {"grouped", Dims{1, 64, 28, 28}, Dims{64, 32, 3, 3}, group2},
       {"1x1_kernel", Dims{1, 64, 28, 28}, Dims{64, 64, 1, 1}, {}},
       {"3-D", Dims{1, 32, 8, 8, 8}, Dims{32, 32, 3, 3, 3}, {}},
-      {"activation_without_a_vector_form", Dims{1, 32, 28, 28}, Dims{32, 32, 3, 3}, gelu},
+      {"activation_without_a_vector_form", Dims{1, 32, 28, 28}, Dims{32, 32, 3, 3}, mish},
       {"linear_memory", Dims{1, 32, 28, 28}, Dims{32, 32, 3, 3}, {}, TensorFormat::kLinear},
       {"16_input_channels", Dims{1, 16, 28, 28}, Dims{32, 16, 3, 3}, {}},
       {"33_kernel_rows", Dims{1, 32, 40, 8}, Dims{32, 32, 33, 1}, {}},

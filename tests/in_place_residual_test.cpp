@@ -120,12 +120,16 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   }
 }
 
-// The kernels conv b gets: kiln's Winograd (3x3 on 14x14), oneDNN's 1x1, kiln's indirect GEMM
+// The kernels conv b gets: kiln's Winograd (3x3 on 14x14; oneDNN's with AVX-512), oneDNN's 1x1, kiln's indirect GEMM
 // (3x3 on 7x7 images, too few tiles for Winograd at the profile's batch 2).
 std::vector<Shape> shapes() {
   std::vector<Shape> r;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    r.push_back({3, 14, "winograd_avx2"});
+    // oneDNN's Winograd (priority above kiln's) where it has a kernel: AVX-512 machines.
+    const bool onednn_winograd =
+        __builtin_cpu_supports("avx512f") &&
+        KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "onednn_winograd");
+    r.push_back({3, 14, onednn_winograd ? "onednn_winograd" : "winograd_avx2"});
     r.push_back({3, 7, "igemm_avx2"});
   }
   // Builds without oneDNN (the sanitizer build) run the reference kernel, which writes no output

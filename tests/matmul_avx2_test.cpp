@@ -1,13 +1,17 @@
-// "packed_avx2", kiln's own MatrixMultiply with a constant b packed once
-// (src/backends/cpu/matmul_avx2.cpp), against the reference kernel through the op harness (guard
-// bytes around the output and the workspace, NaN checks, two runs compared): rows that are not a
+// "packed_avx2" and "packed_avx512", kiln's own MatrixMultiply with a constant b packed once
+// (src/backends/cpu/matmul_avx2.cpp; each where the processor has it), against the reference kernel through the op
+// harness (guard bytes around the output and the workspace, NaN checks, two runs compared): rows that are not a
 // multiple of the register block's 6 or of a work chunk's 48, columns that are not a multiple of a
 // panel's 16 (one column, 15, 17, 255), K from 1 to 1,000, leading batch dims folded into the rows,
 // b transposed, a 1-D a; and what it declines (a non-constant b, a transposed a, a batched b, K
-// above its bound). Its kernel object re-prepared for other row counts reuses the packed b.
+// above its bound). Its kernel object re-prepared for other row counts reuses the packed b. The
+// bias and activation CPU builds fuse into the product (activation_fusion) against the reference
+// kernel, and through the builder: a bert-style layer (MatMul, bias Add, GELU written out) becomes
+// one layer whose results match double precision.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,9 +24,17 @@
 namespace kiln {
 namespace {
 
-constexpr const char* kTactic = "packed_avx2";
-
 bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool has_avx512() { return has_avx2() && __builtin_cpu_supports("avx512f"); }
+
+// The tactics this processor runs: packed_avx2, and packed_avx512 (the same panels, an 8 x 32
+// register block) with AVX-512F.
+std::vector<std::string> tactics() {
+  std::vector<std::string> t;
+  if (has_avx2()) t.push_back("packed_avx2");
+  if (has_avx512()) t.push_back("packed_avx512");
+  return t;
+}
 
 test::OpCase matmul_case(const std::string& name, const Dims& a, const Dims& b, bool b_constant,
                          bool transpose_b = false, bool transpose_a = false) {
@@ -43,10 +55,10 @@ test::OpCase matmul_case(const std::string& name, const Dims& a, const Dims& b, 
   return c;
 }
 
-test::Outcome outcome_of(const test::OpCase& c, std::string* message) {
-  const auto results = test::run_op_case(c, DeviceType::kCPU, [](const std::string& t) { return t == kTactic; });
+test::Outcome outcome_of(const test::OpCase& c, const std::string& tactic, std::string* message) {
+  const auto results = test::run_op_case(c, DeviceType::kCPU, [&](const std::string& t) { return t == tactic; });
   for (const test::KernelResult& r : results) {
-    if (r.tactic != kTactic) continue;
+    if (r.tactic != tactic) continue;
     *message = r.message;
     return r.outcome;
   }
@@ -75,24 +87,144 @@ TEST(MatmulPackedAvx2, MatchesTheReferenceKernel) {
       {"transposed_b", Dims{3, 10, 24}, Dims{40, 24}, true},
       {"vector_a", Dims{24}, Dims{24, 19}, false},
   };
-  for (const Case& k : cases) {
-    std::string message;
-    EXPECT_EQ(outcome_of(matmul_case(k.name, k.a, k.b, true, k.transpose_b), &message), test::Outcome::kPassed)
-        << k.name << ": " << message;
+  for (const std::string& tactic : tactics()) {
+    for (const Case& k : cases) {
+      std::string message;
+      EXPECT_EQ(outcome_of(matmul_case(k.name, k.a, k.b, true, k.transpose_b), tactic, &message),
+                test::Outcome::kPassed)
+          << tactic << ", " << k.name << ": " << message;
+    }
   }
 }
 
 TEST(MatmulPackedAvx2, DeclinesWhatItDoesNotCover) {
   if (!has_avx2()) GTEST_SKIP() << "no AVX2 + FMA here";
-  std::string message;
-  EXPECT_EQ(outcome_of(matmul_case("b_not_constant", Dims{8, 16}, Dims{16, 8}, false), &message),
-            test::Outcome::kUnsupported);
-  EXPECT_EQ(outcome_of(matmul_case("a_transposed", Dims{16, 8}, Dims{16, 8}, true, false, true), &message),
-            test::Outcome::kUnsupported);
-  EXPECT_EQ(outcome_of(matmul_case("batched_b", Dims{2, 8, 16}, Dims{2, 16, 8}, true), &message),
-            test::Outcome::kUnsupported);
-  EXPECT_EQ(outcome_of(matmul_case("k_above_4096", Dims{2, 4097}, Dims{4097, 3}, true), &message),
-            test::Outcome::kUnsupported);
+  for (const std::string& tactic : tactics()) {
+    std::string message;
+    EXPECT_EQ(outcome_of(matmul_case("b_not_constant", Dims{8, 16}, Dims{16, 8}, false), tactic, &message),
+              test::Outcome::kUnsupported)
+        << tactic;
+    EXPECT_EQ(outcome_of(matmul_case("a_transposed", Dims{16, 8}, Dims{16, 8}, true, false, true), tactic, &message),
+              test::Outcome::kUnsupported)
+        << tactic;
+    EXPECT_EQ(outcome_of(matmul_case("batched_b", Dims{2, 8, 16}, Dims{2, 16, 8}, true), tactic, &message),
+              test::Outcome::kUnsupported)
+        << tactic;
+    EXPECT_EQ(outcome_of(matmul_case("k_above_4096", Dims{2, 4097}, Dims{4097, 3}, true), tactic, &message),
+              test::Outcome::kUnsupported)
+        << tactic;
+  }
+}
+
+TEST(MatmulPackedAvx2, BiasAndActivationMatchTheReference) {
+  if (!has_avx2()) GTEST_SKIP() << "no AVX2 + FMA here";
+  struct Case {
+    std::string name;
+    Dims a, b;
+    std::string activation;
+  };
+  const std::vector<Case> cases = {
+      {"bias_only", Dims{8, 16, 128}, Dims{128, 40}, ""},
+      {"bias_gelu", Dims{8, 16, 128}, Dims{128, 512}, "gelu_erf"},
+      {"bias_relu_rows_49_cols_17", Dims{49, 20}, Dims{20, 17}, "relu"},
+      {"bias_silu_one_column", Dims{13, 7}, Dims{7, 1}, "silu"},
+      {"bias_sigmoid_cols_255", Dims{3, 11, 64}, Dims{64, 255}, "sigmoid"},
+      {"bias_gelu_rows_12_nine_panels", Dims{12, 33}, Dims{33, 140}, "gelu_erf"},
+  };
+  for (const std::string& tactic : tactics()) {
+    for (const Case& k : cases) {
+      test::OpCase c = matmul_case(k.name, k.a, k.b, true);
+      test::InputSpec bias;
+      bias.dims = Dims{k.b[1]};
+      bias.constant = true;
+      c.inputs.push_back(bias);
+      if (!k.activation.empty()) c.attrs.set("activation", k.activation);
+      std::string message;
+      EXPECT_EQ(outcome_of(c, tactic, &message), test::Outcome::kPassed) << tactic << ", " << k.name << ": " << message;
+    }
+  }
+  // An activation activation_avx2.h does not compute: declined (the builder then leaves the
+  // layers unfused).
+  test::OpCase mish = matmul_case("bias_mish", Dims{4, 8}, Dims{8, 16}, true);
+  test::InputSpec mish_bias;
+  mish_bias.dims = Dims{16};
+  mish_bias.constant = true;
+  mish.inputs.push_back(mish_bias);
+  mish.attrs.set("activation", std::string("mish"));
+  for (const std::string& tactic : tactics()) {
+    std::string message;
+    EXPECT_EQ(outcome_of(mish, tactic, &message), test::Outcome::kUnsupported) << tactic << ": " << message;
+  }
+}
+
+// A CPU engine of `net` (input x [batch, 5, k]) for batch 1 to 8, on 2 threads.
+std::shared_ptr<Engine> build_batched(const Network& net, int64_t k, const std::string& name) {
+  BuilderConfig config;
+  config.num_threads = 2;
+  OptimizationProfile p;
+  p.set_dimensions("x", Dims{1, 5, k}, Dims{4, 5, k}, Dims{8, 5, k});
+  config.profiles = {p};
+  const auto bytes = Builder().build_serialized(net, config);
+  return Runtime().deserialize(bytes.data(), bytes.size(), name);
+}
+
+// Runs `engine` (x [batch, 5, k] -> y [batch, 5, n]) at batch 1, 7 and 3 on one context (each
+// shape prepares the kernel again) and checks every y[row, column] against want(x's row, column),
+// computed in double precision.
+void expect_batches(Engine& engine, int64_t k, int64_t n, uint64_t seed,
+                    const std::function<double(const float*, int64_t)>& want) {
+  auto ctx = engine.create_execution_context();
+  for (int64_t batch : {1, 7, 3}) {
+    const HostTensor in =
+        test::random_tensor(DataType::kFloat32, Dims{batch, 5, k}, seed + static_cast<uint64_t>(batch));
+    std::vector<float> out(static_cast<size_t>(batch * 5 * n), std::nanf(""));
+    ctx->set_input_shape("x", in.dims());
+    ctx->set_tensor_address("x", const_cast<void*>(in.data()));
+    ctx->set_tensor_address("y", out.data());
+    ctx->execute();
+    for (int64_t r = 0; r < batch * 5; ++r) {
+      for (int64_t c = 0; c < n; ++c) {
+        const double w = want(in.as<float>() + r * k, c);
+        ASSERT_NEAR(out[static_cast<size_t>(r * n + c)], w, 1e-4 * (1 + std::fabs(w)))
+            << "batch " << batch << ", row " << r << ", column " << c;
+      }
+    }
+  }
+}
+
+// A bert-style fully connected layer as exporters write it (MatMul, an Add of the bias, GELU as
+// Div, Erf, Add, Mul, Mul) on a dynamic batch: a CPU build makes it one MatrixMultiply with the
+// bias and gelu_erf, run by this tactic, and the results at batch 1, 7 and 3 match double precision.
+TEST(MatmulPackedAvx2, ABertLayerBecomesOneProductWithBiasAndGelu) {
+  if (!has_avx2()) GTEST_SKIP() << "no AVX2 + FMA here";
+  constexpr int64_t kK = 48, kN = 72;
+  const HostTensor w = test::random_tensor(DataType::kFloat32, Dims{kK, kN}, 5, -0.5, 0.5);
+  const HostTensor bias = test::random_tensor(DataType::kFloat32, Dims{kN}, 6, -1.0, 1.0);
+  Network net;
+  auto scalar = [&](float v) {
+    return net.add_constant(HostTensor::from_vector(DataType::kFloat32, Dims{}, std::vector<float>{v}))->output(0);
+  };
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{kDynamic, 5, kK});
+  Tensor* mm = net.add_matrix_multiply(x, false, net.add_constant(w, "w")->output(0), false)->output(0);
+  Tensor* h = net.add_elementwise(net.add_constant(bias, "bias")->output(0), mm, ElementWiseOp::kSum)->output(0);
+  Tensor* d = net.add_elementwise(h, scalar(1.4142135f), ElementWiseOp::kDiv)->output(0);
+  Tensor* e = net.add_unary(d, UnaryOp::kErf)->output(0);
+  Tensor* one_plus = net.add_elementwise(e, scalar(1.0f), ElementWiseOp::kSum)->output(0);
+  Tensor* xs = net.add_elementwise(h, one_plus, ElementWiseOp::kProd)->output(0);
+  Tensor* y = net.add_elementwise(xs, scalar(0.5f), ElementWiseOp::kProd)->output(0);
+  y->set_name("y");
+  net.mark_output(y);
+  auto engine = build_batched(net, kK, "bert layer");
+  const std::string described = engine->describe();
+  EXPECT_NE(described.find("layers (1, in execution order)"), std::string::npos) << described;
+  EXPECT_NE(described.find(": MatrixMultiply+gelu_erf kernel=" + tactics().back()), std::string::npos) << described;
+  const float* wa = w.as<float>();
+  const float* ba = bias.as<float>();
+  expect_batches(*engine, kK, kN, 20, [&](const float* x, int64_t c) {
+    double v = ba[c];
+    for (int64_t k = 0; k < kK; ++k) v += static_cast<double>(x[k]) * wa[k * kN + c];
+    return 0.5 * v * std::erfc(-v / std::sqrt(2.0));
+  });
 }
 
 // Through the public API: a fully connected layer on a dynamic batch, built once, run at batch 1, 7
@@ -108,34 +240,14 @@ TEST(MatmulPackedAvx2, ADynamicBatchReusesThePackedWeights) {
   Tensor* y = net.add_matrix_multiply(x, false, b, false)->output(0);
   y->set_name("y");
   net.mark_output(y);
-  BuilderConfig config;
-  config.num_threads = 2;
-  OptimizationProfile p;
-  p.set_dimensions("x", Dims{1, 5, kK}, Dims{4, 5, kK}, Dims{8, 5, kK});
-  config.profiles = {p};
-  const auto bytes = Builder().build_serialized(net, config);
-  auto engine = Runtime().deserialize(bytes.data(), bytes.size(), "fully connected");
-  EXPECT_NE(engine->describe().find(kTactic), std::string::npos) << engine->describe();
-  auto ctx = engine->create_execution_context();
-  for (int64_t batch : {1, 7, 3}) {
-    const HostTensor in =
-        test::random_tensor(DataType::kFloat32, Dims{batch, 5, kK}, 10 + static_cast<uint64_t>(batch));
-    std::vector<float> out(static_cast<size_t>(batch * 5 * kN), std::nanf(""));
-    ctx->set_input_shape("x", in.dims());
-    ctx->set_tensor_address("x", const_cast<void*>(in.data()));
-    ctx->set_tensor_address("y", out.data());
-    ctx->execute();
-    const float* xa = in.as<float>();
-    const float* wa = w.as<float>();
-    for (int64_t r = 0; r < batch * 5; ++r) {
-      for (int64_t c = 0; c < kN; ++c) {
-        double want = 0;
-        for (int64_t k = 0; k < kK; ++k) want += static_cast<double>(xa[r * kK + k]) * wa[k * kN + c];
-        ASSERT_NEAR(out[static_cast<size_t>(r * kN + c)], want, 1e-4 * (1 + std::fabs(want)))
-            << "batch " << batch << ", row " << r << ", column " << c;
-      }
-    }
-  }
+  auto engine = build_batched(net, kK, "fully connected");
+  EXPECT_NE(engine->describe().find("kernel=" + tactics().back()), std::string::npos) << engine->describe();
+  const float* wa = w.as<float>();
+  expect_batches(*engine, kK, kN, 10, [&](const float* x, int64_t c) {
+    double v = 0;
+    for (int64_t k = 0; k < kK; ++k) v += static_cast<double>(x[k]) * wa[k * kN + c];
+    return v;
+  });
 }
 
 }  // namespace

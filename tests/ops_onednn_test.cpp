@@ -51,8 +51,8 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
     // stride 1, ungrouped, at least 32 input channels, images of at least 14x14) and kiln's own
     // "winograd_avx2" (3x3, stride 1, ungrouped, channels-last, AVX2) and "igemm_avx2" (kernels
     // larger than 1x1, ungrouped, at least 32 input channels, channels-last, AVX2), Gemm's "gemv" (1-4 rows
-    // against constant weights) and MatrixMultiply's "packed_avx2" (a constant 2-D b, AVX2), whose
-    // supports() are stricter.
+    // against constant weights) and MatrixMultiply's "packed_avx512" and "packed_avx2" (a constant
+    // 2-D b; AVX-512F, AVX2), whose supports() are stricter.
     const auto all = KernelRegistry::instance().find(DeviceType::kCPU, type);
     ASSERT_FALSE(all.empty());
     size_t onednn_at = all.size(), reference_at = all.size();
@@ -72,9 +72,10 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
       EXPECT_EQ(all[0]->tactic, "gemv") << type;
       EXPECT_EQ(all[1]->tactic, "onednn") << type;
     } else if (std::string(type) == kLayerMatrixMultiply) {
-      ASSERT_GE(all.size(), 2u);
-      EXPECT_EQ(all[0]->tactic, "packed_avx2") << type;
-      EXPECT_EQ(all[1]->tactic, "onednn") << type;
+      ASSERT_GE(all.size(), 3u);
+      EXPECT_EQ(all[0]->tactic, "packed_avx512") << type;
+      EXPECT_EQ(all[1]->tactic, "packed_avx2") << type;
+      EXPECT_EQ(all[2]->tactic, "onednn") << type;
     } else if (std::string(type) != kLayerPooling) {
       EXPECT_EQ(all.front()->tactic, "onednn") << type;
     }

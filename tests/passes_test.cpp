@@ -6,6 +6,7 @@
 // judges the pass alone. The last tests run the whole pipeline through the Builder.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -422,6 +423,82 @@ TEST(ActivationFusion, NoResidualAcrossAnActivationOrABroadcast) {
   expect_same_function(net, *r.net, {{"x", rand_f({1, 4, 6, 6}, 44)}, {"b", rand_f({1, 4, 1, 1}, 45)}});
 }
 
+// GELU as exporters write it, 0.5 * x * (1 + erf(x / sqrt 2)) or (x * 0.5) * (1 + erf(x * 0.7071)).
+Tensor* gelu_written_out(Network& net, Tensor* x, bool half_first) {
+  if (half_first) {
+    Tensor* d = net.add_elementwise(x, constant(net, floats({}, {0.70710678f})), ElementWiseOp::kProd)->output(0);
+    Tensor* e = net.add_unary(d, UnaryOp::kErf)->output(0);
+    Tensor* s = net.add_elementwise(constant(net, floats({1}, {1.0f})), e, ElementWiseOp::kSum)->output(0);
+    Tensor* h = net.add_elementwise(x, constant(net, floats({}, {0.5f})), ElementWiseOp::kProd)->output(0);
+    return net.add_elementwise(h, s, ElementWiseOp::kProd)->output(0);
+  }
+  Tensor* d = net.add_elementwise(x, constant(net, floats({}, {1.4142135f})), ElementWiseOp::kDiv)->output(0);
+  Tensor* e = net.add_unary(d, UnaryOp::kErf)->output(0);
+  Tensor* s = net.add_elementwise(e, constant(net, floats({}, {1.0f})), ElementWiseOp::kSum)->output(0);
+  Tensor* m = net.add_elementwise(x, s, ElementWiseOp::kProd)->output(0);
+  return net.add_elementwise(m, constant(net, floats({}, {0.5f})), ElementWiseOp::kProd)->output(0);
+}
+
+bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+// CPU builds: GELU written out becomes one gelu_erf Activation; a MatMul with a constant b, its
+// bias Add and the activation after it become one MatrixMultiply (bias input 2, `activation`),
+// where packed_avx2 takes it; a product of two activations keeps its Add (no fast kernel for the
+// fused form: the reference would be slower than the unfused layers).
+TEST(ActivationFusion, CpuBuildsFuseGeluAndMatMulBias) {
+  if (!has_avx2()) GTEST_SKIP() << "no AVX2 + FMA here: nothing would take the fused product";
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {2, 5, 24});
+  Tensor* mm = net.add_matrix_multiply(x, false, constant(net, rand_f({24, 40}, 50)), false)->output(0);
+  Tensor* h = net.add_elementwise(mm, constant(net, rand_f({40}, 51)), ElementWiseOp::kSum)->output(0);
+  net.mark_output(gelu_written_out(net, h, false));
+  // Bias as [1, 1, 40] and ReLU.
+  Tensor* mm2 = net.add_matrix_multiply(x, false, constant(net, rand_f({24, 40}, 52)), false)->output(0);
+  Tensor* h2 = net.add_elementwise(constant(net, rand_f({1, 1, 40}, 53)), mm2, ElementWiseOp::kSum)->output(0);
+  net.mark_output(net.add_activation(h2, ActivationType::kRelu)->output(0));
+  // GELU on its own (the other multiplication order).
+  Tensor* y = net.add_input("y", DataType::kFloat32, {3, 7});
+  net.mark_output(gelu_written_out(net, y, true));
+  // b not constant: left alone.
+  Tensor* b = net.add_input("b", DataType::kFloat32, {24, 8});
+  Tensor* mm3 = net.add_matrix_multiply(x, false, b, false)->output(0);
+  net.mark_output(net.add_elementwise(mm3, constant(net, rand_f({8}, 54)), ElementWiseOp::kSum)->output(0));
+
+  PassResult r = run_passes(net, {pass_activation_fusion});
+  EXPECT_EQ(r.changes, 4) << joined(r.log);  // two GELUs, two bias fusions
+  EXPECT_EQ(count_layers(*r.net, kLayerUnary), 0) << to_text(*r.net);
+  EXPECT_EQ(count_layers(*r.net, kLayerElementWise), 1) << to_text(*r.net);  // mm3's Add
+  EXPECT_EQ(count_layers(*r.net, kLayerMatrixMultiply), 3);
+  int with_bias = 0;
+  std::vector<std::string> activations;
+  for (int i = 0; i < r.net->num_layers(); ++i) {
+    const Layer* l = r.net->layer(i);
+    if (l->type() == kLayerMatrixMultiply && l->num_inputs() == 3) {
+      ++with_bias;
+      EXPECT_EQ(l->input(2)->dims(), Dims({40})) << l->name();
+      activations.push_back(l->attrs().get_string("activation"));
+    }
+    if (l->type() == kLayerActivation) {
+      EXPECT_EQ(l->attrs().get_string("kind"), "gelu_erf");
+    }
+  }
+  EXPECT_EQ(with_bias, 2);
+  std::sort(activations.begin(), activations.end());
+  EXPECT_EQ(activations, (std::vector<std::string>{"gelu_erf", "relu"}));
+  EXPECT_EQ(count_layers(*r.net, kLayerActivation), 1);  // y's GELU
+  expect_same_function(
+      net, *r.net,
+      {{"x", rand_f({2, 5, 24}, 55, -2, 2)}, {"y", rand_f({3, 7}, 56, -4, 4)}, {"b", rand_f({24, 8}, 57)}});
+
+  // A CUDA build leaves all of it to the CUDA kernels (cuBLASLt's epilogues, FusedElementWise).
+  BuilderConfig cuda;
+  cuda.device = DeviceType::kCUDA;
+  auto clone = net.clone();
+  std::vector<std::string> log;
+  PassContext ctx{cuda, {}, &log};
+  EXPECT_EQ(pass_activation_fusion(*clone, ctx), 0) << joined(log);
+}
+
 // ---- element-wise fusion --------------------------------------------------------------------
 
 TEST(ElementWiseFusion, FusesAChainWithScalarConstants) {
@@ -648,8 +725,11 @@ TEST(PassPipeline, PassesGiveTheExpectedGraphAndAreDeterministic) {
   }
   EXPECT_EQ(convs, 2);
   EXPECT_EQ(count_layers(*a.net, kLayerScale), 0);
-  EXPECT_EQ(count_layers(*a.net, kLayerActivation), 0);
-  EXPECT_EQ(count_layers(*a.net, kLayerFusedElementWise), 1);  // the GELU
+  // The GELU written out: one gelu_erf Activation (CPU builds; activation_fusion).
+  const Layer* gelu = only_layer(*a.net, kLayerActivation);
+  ASSERT_NE(gelu, nullptr);
+  EXPECT_EQ(gelu->attrs().get_string("kind"), "gelu_erf");
+  EXPECT_EQ(count_layers(*a.net, kLayerFusedElementWise), 0);
   EXPECT_EQ(count_layers(*a.net, kLayerElementWise), 0);
   EXPECT_EQ(count_layers(*a.net, kLayerShape), 1);  // the batch is dynamic
   EXPECT_EQ(count_layers(*a.net, kLayerMatrixMultiply), 1);

@@ -38,8 +38,6 @@
 
 namespace kiln {
 
-namespace {
-
 // KILN_DISABLE_TACTICS=prefix[,prefix...]: leave out kernels whose tactic name starts with one of
 // the prefixes (e.g. "cudnn_graph" to compare against the legacy cuDNN tactics when hunting an
 // accuracy problem; like trtexec --tacticSources). A reference/only tactic is never left out.
@@ -61,8 +59,6 @@ bool tactic_disabled(const std::string& tactic) {
   }
   return false;
 }
-
-}  // namespace
 
 namespace {
 

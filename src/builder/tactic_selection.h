@@ -43,6 +43,10 @@ std::string timing_device_name(const Backend& backend, const BuilderConfig& conf
 // Whether a build with `config` times anything (time_tactics and a level above 0).
 bool builder_times_kernels(const BuilderConfig& config);
 
+// KILN_DISABLE_TACTICS=prefix[,prefix...]: true when `tactic` starts with one of the prefixes (the
+// builder leaves such kernels out; a "reference" tactic never is).
+bool tactic_disabled(const std::string& tactic);
+
 // Returns layer name -> tactic. Throws naming the layer when no kernel supports it, or when
 // every kernel needs more than config.workspace_limit (naming the smallest). On CUDA
 // (builder_times_kernels) the supporting kernels the level allows are timed at the first state (the opt point of

@@ -211,6 +211,14 @@ void infer_matrix_multiply(ShapeContext& ctx) {
   Dims out = broadcast_dims(ctx, batch_a, batch_b);
   if (a.rank() >= 2) out.push_back(m);
   if (b.rank() >= 2) out.push_back(n);
+  // The bias the CPU builder fuses in (activation_fusion): [N], added to every row.
+  if (ctx.has_input(2)) {
+    require_same_type(ctx, 0, 2);
+    const Dims& bias = ctx.input_dims(2);
+    ctx.check(bias.rank() == 1 && b.rank() >= 2 && (bias[0] == n || bias[0] < 0 || n < 0),
+              "bias " + describe(ctx, 2) + " must be 1-D with the product's " + std::to_string(n) + " columns");
+  }
+  if (!attr_string(ctx.layer(), "activation").empty()) parse_attr(ctx, "activation", parse_activation_type);
   ctx.set_output(0, ctx.input_type(0), out);
 }
 
@@ -377,17 +385,20 @@ KILN_REGISTER_OP(OpSchema{kLayerReduce,
                           "Reduction over the given axes."}
                      .with_params<ReduceParams>());
 
-KILN_REGISTER_OP(OpSchema{kLayerMatrixMultiply,
-                          2,
-                          2,
-                          1,
-                          {attr("transpose_a", AttrType::kInt, int64_t{0}, "swap the last two dims of a first"),
-                           attr("transpose_b", AttrType::kInt, int64_t{0}, "swap the last two dims of b first"),
-                           attr("concurrent_streams", AttrType::kInt, int64_t{1},
-                                "build hint (BuilderConfig::tune_for_streams): cuBLASLt kernels for SMs / this many")},
-                          {},
-                          infer_matrix_multiply,
-                          "numpy matmul: 1-D operands promoted then squeezed, batch dims broadcast."}
+KILN_REGISTER_OP(OpSchema{
+    kLayerMatrixMultiply,
+    2,
+    3,
+    1,
+    concat({attr("transpose_a", AttrType::kInt, int64_t{0}, "swap the last two dims of a first"),
+            attr("transpose_b", AttrType::kInt, int64_t{0}, "swap the last two dims of b first"),
+            attr("concurrent_streams", AttrType::kInt, int64_t{1},
+                 "build hint (BuilderConfig::tune_for_streams): cuBLASLt kernels for SMs / this many")},
+           post_op_attrs()),
+    {},
+    infer_matrix_multiply,
+    "numpy matmul: 1-D operands promoted then squeezed, batch dims broadcast; optional bias [N] (input 2) "
+    "added to every row and fused activation applied last (CPU builds fuse them in)."}
                      .with_params<MatMulParams>());
 
 KILN_REGISTER_OP(OpSchema{

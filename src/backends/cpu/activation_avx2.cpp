@@ -1,5 +1,5 @@
 // "avx2" tactic (priority 105) of Activation, float32: the kinds cpu::activation_vectorized()
-// names (ReLU, leaky ReLU, clip, SiLU, sigmoid, hard sigmoid, hard swish), 8 elements per AVX2
+// names (ReLU, leaky ReLU, clip, SiLU, sigmoid, hard sigmoid, hard swish, GELU), 8 elements per AVX2
 // register with the formulas of activation_avx2.h (the convolutions' fused activations), on
 // processors with AVX2 + FMA (chosen at run time). Above oneDNN's eltwise, whose jit logistic is
 // slower on AVX2: TinyYolo's 2.14M-element detection sigmoid on 1 thread took 2.1-2.2 ms there,
@@ -59,6 +59,8 @@ RangeFn range_fn(ActivationType kind) {
       return run_range<ActivationType::kHardSigmoid>;
     case ActivationType::kHardSwish:
       return run_range<ActivationType::kHardSwish>;
+    case ActivationType::kGeluErf:
+      return run_range<ActivationType::kGeluErf>;
     default:
       return nullptr;
   }

@@ -569,6 +569,24 @@ void matrix_multiply_reference(const KernelContext& ctx, bool transpose_a, bool 
       min_rows);
 }
 
+// The bias [N] and activation the CPU builder fuses into a MatrixMultiply (float types; float16
+// where --fp16 runs the layer in it), computed in float32.
+template <typename T>
+void matrix_multiply_epilogue(const KernelContext& ctx, bool bias, const PostOp& post) {
+  const TensorView& y = ctx.outputs[0];
+  const int64_t n = y.dims.rank() > 0 ? y.dims[y.dims.rank() - 1] : 1, count = y.count();
+  if (bias && ctx.inputs[2].count() != n) {
+    throw Error("MatrixMultiply: the bias has " + std::to_string(ctx.inputs[2].count()) + " elements, the product " +
+                std::to_string(n) + " columns");
+  }
+  const T* b = bias ? ctx.inputs[2].as<const T>() : nullptr;
+  T* out = y.as<T>();
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = static_cast<float>(out[i]);
+    out[i] = static_cast<T>(post.apply(b ? v + static_cast<float>(b[i % n]) : v));
+  }
+}
+
 class GemmReference : public Kernel {
  public:
   explicit GemmReference(const Layer& layer)
@@ -657,8 +675,14 @@ KILN_REGISTER_KERNEL(KernelEntry{
     DeviceType::kCPU, kLayerMatrixMultiply, "reference", 0, nullptr, [](const Layer& layer) {
       const bool ta = params_of<MatMulParams>(layer).transpose_a;
       const bool tb = params_of<MatMulParams>(layer).transpose_b;
-      return std::make_unique<FunctionKernel>([ta, tb](const KernelContext& ctx) {
+      const PostOp post = read_post_op(layer);
+      return std::make_unique<FunctionKernel>([ta, tb, post](const KernelContext& ctx) {
         KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "MatrixMultiply", matrix_multiply_reference<T>(ctx, ta, tb));
+        const bool bias = ctx.inputs.size() > 2 && ctx.inputs[2].data;
+        if (bias || post.enabled) {
+          KILN_DISPATCH_FLOAT(ctx.outputs[0].type, "MatrixMultiply with a fused bias or activation",
+                              matrix_multiply_epilogue<T>(ctx, bias, post));
+        }
       });
     }});
 KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerGemm, "reference", 0, nullptr,

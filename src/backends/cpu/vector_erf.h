@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "src/backends/cpu/activation_avx2.h"
 #include "src/backends/cpu/cpu_features.h"
 
 // The loop that follows has no dependences between iterations (the compiler vectorizes it at -O3,
@@ -81,14 +82,10 @@ namespace kiln::cpu {
 
 // The loops, compiled for AVX2 with FMA (8 lanes) where the CPU has them and for the build's
 // baseline (x86-64: SSE2, 4 lanes) otherwise, chosen once per process.
-#define KILN_ERF_LOOPS(suffix)                                                                               \
-  inline void erf_block_##suffix(const float* x, float* y, int64_t n) {                                      \
-    KILN_SIMD_LOOP                                                                                           \
-    for (int64_t i = 0; i < n; ++i) y[i] = erf_lanewise(x[i]);                                               \
-  }                                                                                                          \
-  inline void gelu_erf_block_##suffix(const float* x, float* y, int64_t n) {                                 \
-    KILN_SIMD_LOOP                                                                                           \
-    for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + erf_lanewise(x[i] * 0.70710678118654752f)); \
+#define KILN_ERF_LOOPS(suffix)                                          \
+  inline void erf_block_##suffix(const float* x, float* y, int64_t n) { \
+    KILN_SIMD_LOOP                                                      \
+    for (int64_t i = 0; i < n; ++i) y[i] = erf_lanewise(x[i]);          \
   }
 KILN_ERF_LOOPS(baseline)
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -98,7 +95,6 @@ KILN_ERF_LOOPS(avx2)
 #pragma GCC pop_options
 #else
 inline void erf_block_avx2(const float* x, float* y, int64_t n) { erf_block_baseline(x, y, n); }
-inline void gelu_erf_block_avx2(const float* x, float* y, int64_t n) { gelu_erf_block_baseline(x, y, n); }
 #endif
 #undef KILN_ERF_LOOPS
 
@@ -106,9 +102,18 @@ inline void erf_block(const float* x, float* y, int64_t n) {
   has_avx2_fma() ? erf_block_avx2(x, y, n) : erf_block_baseline(x, y, n);
 }
 
-// GELU (erf form): 0.5 x (1 + erf(x / sqrt(2))).
+// GELU (erf form): 0.5 x (1 + erf(x / sqrt(2))). With AVX2 + FMA, activation_avx2.h's one-range
+// form on this thread (0.62 ns per element against 0.95 for this loop with AVX2); this loop
+// (baseline x86-64) otherwise.
+inline void gelu_erf_block_baseline(const float* x, float* y, int64_t n) {
+  KILN_SIMD_LOOP
+  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + erf_lanewise(x[i] * 0.70710678118654752f));
+}
+
 inline void gelu_erf_block(const float* x, float* y, int64_t n) {
-  has_avx2_fma() ? gelu_erf_block_avx2(x, y, n) : gelu_erf_block_baseline(x, y, n);
+  if (!activate_avx2(PostOp{true, ActivationType::kGeluErf, 0.0f, 0.0f}, x, y, n, 1)) {
+    gelu_erf_block_baseline(x, y, n);
+  }
 }
 
 }  // namespace kiln::cpu

@@ -388,6 +388,8 @@ bool linear_formats(const std::vector<TensorDesc>& inputs) {
 bool lt_supports(const Layer& layer, const std::vector<TensorDesc>& inputs, bool gemm) {
   if (inputs.size() < 2 || !linear_formats(inputs) || !is_cuda_float(inputs[0].type)) return false;
   if (inputs[1].type != inputs[0].type) return false;
+  // A MatrixMultiply's fused bias or activation comes only from CPU builds (activation_fusion).
+  if (!gemm && (inputs.size() > 2 || !layer.attrs().get_string("activation", "").empty())) return false;
   if (gemm) {
     if (inputs[0].dims.rank() != 2 || inputs[1].dims.rank() != 2) return false;
     if (inputs.size() > 2 && inputs[2].present && (inputs[2].type != inputs[0].type || inputs[2].dims.rank() > 2)) {

@@ -382,9 +382,11 @@ bool all_linear(const std::vector<TensorDesc>& inputs) {
   return true;
 }
 
-bool matmul_cuda_supports(const Layer&, const std::vector<TensorDesc>& inputs) {
-  return inputs.size() == 2 && all_linear(inputs) && inputs[0].type == inputs[1].type &&
-         tiled_matmul_supports(inputs[0].type) && inputs[0].dims.rank() >= 1 && inputs[1].dims.rank() >= 1;
+bool matmul_cuda_supports(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  // A fused bias or activation comes only from CPU builds (activation_fusion).
+  return inputs.size() == 2 && layer.attrs().get_string("activation", "").empty() && all_linear(inputs) &&
+         inputs[0].type == inputs[1].type && tiled_matmul_supports(inputs[0].type) && inputs[0].dims.rank() >= 1 &&
+         inputs[1].dims.rank() >= 1;
 }
 
 class MatrixMultiplyCuda : public Kernel {
