@@ -54,7 +54,7 @@ def make_model(path, m, k, n, gelu):
         nodes[-1].output[0] = "y"
     graph = helper.make_graph(nodes, "fc", [helper.make_tensor_value_info("x", 1, [m // 16, 16, k])],
                               [helper.make_tensor_value_info("y", 1, None)], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
 
 
 def kiln_time(kiln, model, threads, duration, disabled, workdir):

@@ -42,8 +42,10 @@ class BuilderConfig {
   // Time the kernels (and plugin implementations) that support a layer and keep the fastest
   // (false: each layer takes its highest-priority kernel and a plugin its first implementation,
   // nothing is timed: the same choice as optimization_level 0, whatever the level says).
-  // CUDA times kernels on the device; on the CPU only plugin implementations are timed (on the
-  // host), CPU kernels are chosen by priority.
+  // CUDA times kernels on the device. On the CPU (on the host, with num_threads threads) plugin
+  // implementations and the kernels of convolutions, deconvolutions and matrix products are
+  // timed (kiln's AVX2 kernels against oneDNN's, whose best depends on the processor: AVX2 or
+  // AVX-512); other CPU layers take their highest-priority kernel.
   bool time_tactics = true;
   // How hard the builder searches for the fastest kernels (TensorRT's builder optimization
   // level): 0..5, default 3; higher builds take longer and usually run faster. Out of range

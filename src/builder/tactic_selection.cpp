@@ -1,14 +1,14 @@
 // Tactic selection (see tactic_selection.h). On the CPU: the highest-priority kernel that
-// supports the layer at every profile point. On CUDA: every such kernel is run on the device at
-// the opt shapes (inputs holding their real values where known, zeros elsewhere so that index
-// inputs stay in range) and the fastest is kept; a kernel that throws while preparing or running
-// is skipped with its reason logged. Timings are keyed by the device, layer type, attributes
-// and input/output types, dims and formats, and kept in the timing cache file between builds.
-// How many kernels are timed and how long follows BuilderConfig::optimization_level
-// (timing_policy); a kernel clearly slower than the best so far stops after one measurement;
-// a layer identical to one timed earlier in the build (weights aside) reuses its choice; kernels
-// over BuilderConfig::workspace_limit are left out. Also the timing of alternative ways to run a
-// layer for the passes (choose_fastest_variant).
+// supports the layer at every profile point, except for convolutions, deconvolutions and
+// products (cpu_layer_timed), whose kernels are timed as on CUDA, with the build's threads. On
+// CUDA: every such kernel is run on the device at the opt shapes (inputs holding their real values where known, zeros
+// elsewhere so that index inputs stay in range) and the fastest is kept; a kernel that throws while preparing or
+// running is skipped with its reason logged. Timings are keyed by the device, layer type, attributes and input/output
+// types, dims and formats, and kept in the timing cache file between builds. How many kernels are timed and how long
+// follows BuilderConfig::optimization_level (timing_policy); a kernel clearly slower than the best so far stops after
+// one measurement; a layer identical to one timed earlier in the build (weights aside) reuses its choice; kernels over
+// BuilderConfig::workspace_limit are left out. Also the timing of alternative ways to run a layer for the passes
+// (choose_fastest_variant).
 #include "src/builder/tactic_selection.h"
 
 #include <algorithm>
@@ -184,6 +184,7 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
   KernelContext kc;
   kc.layer = &layer;
   kc.stream = stream;
+  kc.num_threads = std::max(1, policy.threads);
   const auto in = input_descs(layer, states);
   for (int i = 0; i < layer.num_inputs(); ++i) {
     TensorView v;
@@ -216,7 +217,7 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
   const auto prepare_start = std::chrono::steady_clock::now();
   auto kernel = entry.create(layer);
   if (!in_ranges.empty() || !out_ranges.empty()) kernel->configure_profile(layer, in_ranges, out_ranges);
-  kernel->prepare(layer, in, out, 1);
+  kernel->prepare(layer, in, out, kc.num_threads);
   if (policy.clock) policy.clock->prepare += seconds_since(prepare_start);
   const auto warmup_start = std::chrono::steady_clock::now();
   const size_t ws = kernel->workspace_size();
@@ -414,12 +415,27 @@ void configure_plugins_per_profile(const std::vector<Layer*>& steps, const Build
 }  // namespace
 
 std::string timing_device_name(const Backend& backend, const BuilderConfig& config) {
-  // Choices for N streams at once are other choices: their own timing-cache and reuse keys.
+  // Choices for N streams at once are other choices: their own timing-cache and reuse keys; on the
+  // CPU, those for another thread count.
   const std::string name = backend.describe();
+  if (config.device == DeviceType::kCPU)
+    return name + " x" + std::to_string(std::max(1, config.num_threads)) + " threads";
   return config.tune_for_streams > 1 && config.device == DeviceType::kCUDA
              ? name + " x" + std::to_string(config.tune_for_streams) + " streams"
              : name;
 }
+
+namespace {
+
+// The CPU layer types whose kernels are timed (kiln's own convolutions and products against
+// oneDNN's; which is faster depends on the processor: kiln's AVX2 kernels won on an AVX2 machine
+// and lose some layers to oneDNN's AVX-512 ones on an AVX-512 machine). Other CPU layers take the
+// highest priority, as do all layers at level 0 or without timing.
+bool cpu_layer_timed(const std::string& type) {
+  return type == kLayerConvolution || type == kLayerDeconvolution || type == kLayerMatrixMultiply || type == kLayerGemm;
+}
+
+}  // namespace
 
 TimingPolicy timing_policy(int level) {
   constexpr size_t kAll = std::numeric_limits<size_t>::max();
@@ -469,6 +485,7 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
   TimingPolicy policy = timing_policy(config.optimization_level);
   policy.measurements = std::max(policy.measurements, 1);
   policy.streams = config.device == DeviceType::kCUDA ? config.tune_for_streams : 1;
+  policy.threads = config.device == DeviceType::kCPU ? std::max(1, config.num_threads) : 1;
   // The fastest kernel of one layer, or infinity when none runs.
   auto best_time = [&](const Layer& layer, const TensorStates& states, std::string& failures) {
     double best = std::numeric_limits<double>::infinity();
@@ -582,6 +599,7 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
   TimingProgress progress("timing plugin implementations", steps.size());
   TimingPolicy policy = timing_policy(config.optimization_level);
   policy.streams = config.device == DeviceType::kCUDA ? config.tune_for_streams : 1;
+  policy.threads = config.device == DeviceType::kCPU ? std::max(1, config.num_threads) : 1;
   policy.clock = &clock;
   const bool timing = builder_times_kernels(config);
   Backend& backend = get_backend(config.device);
@@ -724,6 +742,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
                                                   std::map<std::string, std::string>* launch_tactics) {
   TimingPolicy policy = timing_policy(config.optimization_level);
   policy.streams = config.device == DeviceType::kCUDA ? config.tune_for_streams : 1;
+  policy.threads = config.device == DeviceType::kCPU ? std::max(1, config.num_threads) : 1;
   BuildReport local;
   BuildReport& r = report ? *report : local;
   TimingPolicy::Clock clock;
@@ -734,7 +753,8 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
   std::map<std::string, std::string> tactics;
   choose_plugin_tactics(steps, config, states, r, memo, clock);
   TimingProgress progress("timing kernels", steps.size());
-  const bool timing = config.device == DeviceType::kCUDA && builder_times_kernels(config);
+  const bool cpu = config.device == DeviceType::kCPU;
+  const bool timing = (config.device == DeviceType::kCUDA || cpu) && builder_times_kernels(config);
   Backend* backend = timing ? &get_backend(config.device) : nullptr;
   TimingStream timing_stream(backend);
   void* stream = backend ? timing_stream.get() : nullptr;
@@ -822,7 +842,11 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
         }
       }
     };
-    if (!timing || ok.size() == 1 || host_known || policy.max_candidates < 2) {
+    // On the CPU the reference kernel is not timed where another takes the layer (it is never
+    // faster, and one run of it on a large convolution takes seconds).
+    if (cpu && ok.size() > 1 && ok.back()->priority == 0) ok.pop_back();
+    if (!timing || ok.size() == 1 || host_known || policy.max_candidates < 2 ||
+        (cpu && !cpu_layer_timed(layer->type()))) {
       tactics[layer->name()] = ok.front()->tactic;
       note_workspace(ok.front()->tactic);
       continue;

@@ -26,6 +26,7 @@ struct TimingPolicy {
   double target_ms = 1.0;     // device work per measurement
   double stop_ratio = 0.0;    // early stop above best-so-far x ratio after a measurement; 0: never
   int streams = 1;            // copies timed at once on their own streams (BuilderConfig::tune_for_streams)
+  int threads = 1;            // CPU kernels are prepared and run with this many threads (BuilderConfig::num_threads)
   // Where timing spends its time (BuildReport::timing_setup_seconds / timing_measure_seconds);
   // null: not counted.
   struct Clock {
@@ -48,17 +49,17 @@ bool builder_times_kernels(const BuilderConfig& config);
 bool tactic_disabled(const std::string& tactic);
 
 // Returns layer name -> tactic. Throws naming the layer when no kernel supports it, or when
-// every kernel needs more than config.workspace_limit (naming the smallest). On CUDA
-// (builder_times_kernels) the supporting kernels the level allows are timed at the first state (the opt point of
-// the first profile): its device time, and the host's time to launch it. The fastest on the
-// device is kept; where another kernel is faster launched layer by layer without a CUDA graph
-// (max(device, launch) lower: cuDNN's legacy API costs ~200 us of host time per call),
-// `launch_tactics` (optional) receives it. Choices are read from and added to
-// config.timing_cache_path. `report` (may be null) receives the timing counts. `states` holds
-// three points per profile, opt, min and max, in profile order (the builder's shape_points).
-// The chosen kernel of every Plugin layer is then configured once per profile
-// (Kernel::configure_profile -> Plugin::configure), so a plugin that rejects a profile's ranges
-// fails the build, naming the layer and the profile.
+// every kernel needs more than config.workspace_limit (naming the smallest). On CUDA, and on the
+// CPU for convolutions, deconvolutions and matrix products (with config.num_threads threads, the
+// reference left out where another kernel takes the layer; other CPU layers take the highest
+// priority) (builder_times_kernels), the supporting kernels the level allows are timed at the first state (the opt
+// point of the first profile): its device time, and the host's time to launch it. The fastest on the device is kept;
+// where another kernel is faster launched layer by layer without a CUDA graph (max(device, launch) lower: cuDNN's
+// legacy API costs ~200 us of host time per call), `launch_tactics` (optional) receives it. Choices are read from and
+// added to config.timing_cache_path. `report` (may be null) receives the timing counts. `states` holds three points per
+// profile, opt, min and max, in profile order (the builder's shape_points). The chosen kernel of every Plugin layer is
+// then configured once per profile (Kernel::configure_profile -> Plugin::configure), so a plugin that rejects a
+// profile's ranges fails the build, naming the layer and the profile.
 std::map<std::string, std::string> select_tactics(const Network& network, const std::vector<Layer*>& steps,
                                                   const BuilderConfig& config, const std::vector<TensorStates>& states,
                                                   BuildReport* report = nullptr,

@@ -2,7 +2,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <new>
+#include <string>
 
 #include "kiln/error.h"
 #include "src/backends/backend.h"
@@ -36,6 +38,29 @@ class CpuBackend : public Backend {
   void copy_device_to_device(void* dst, const void* src, size_t bytes, void*) override { copy(dst, src, bytes); }
   void memset_device(void* dst, int value, size_t bytes, void*) override {
     if (bytes) std::memset(dst, value, bytes);
+  }
+  // The processor's model and widest vector ISA: CPU timings (the builder's timing cache keys)
+  // differ between an AVX2 and an AVX-512 machine.
+  std::string describe() const override {
+    static const std::string text = [] {
+      std::string model = "unknown processor";
+      std::ifstream info("/proc/cpuinfo");
+      for (std::string line; std::getline(info, line);) {
+        if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+          model = line.substr(line.find(':') + 2);
+          break;
+        }
+      }
+#if defined(__x86_64__) && defined(__GNUC__)
+      const char* isa = __builtin_cpu_supports("avx512f") ? "AVX-512F"
+                        : __builtin_cpu_supports("avx2")  ? "AVX2"
+                                                          : "SSE2";
+#else
+      const char* isa = "no x86 ISA";
+#endif
+      return "cpu (" + model + ", " + isa + ")";
+    }();
+    return text;
   }
   void* create_stream() override { return nullptr; }
   void destroy_stream(void*) override {}
