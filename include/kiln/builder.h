@@ -43,7 +43,7 @@ class BuilderConfig {
   // (false: each layer takes its highest-priority kernel and a plugin its first implementation,
   // nothing is timed: the same choice as optimization_level 0, whatever the level says).
   // CUDA times kernels on the device. On the CPU (on the host, with num_threads threads) plugin
-  // implementations and the kernels of convolutions, deconvolutions and matrix products are
+  // implementations and the kernels of convolutions, deconvolutions and MatrixMultiply are
   // timed (kiln's AVX2 kernels against oneDNN's, whose best depends on the processor: AVX2 or
   // AVX-512); other CPU layers take their highest-priority kernel.
   bool time_tactics = true;

@@ -50,7 +50,7 @@ bool tactic_disabled(const std::string& tactic);
 
 // Returns layer name -> tactic. Throws naming the layer when no kernel supports it, or when
 // every kernel needs more than config.workspace_limit (naming the smallest). On CUDA, and on the
-// CPU for convolutions, deconvolutions and matrix products (with config.num_threads threads, the
+// CPU for convolutions, deconvolutions and MatrixMultiply (with config.num_threads threads, the
 // reference left out where another kernel takes the layer; other CPU layers take the highest
 // priority) (builder_times_kernels), the supporting kernels the level allows are timed at the first state (the opt
 // point of the first profile): its device time, and the host's time to launch it. The fastest on the device is kept;
