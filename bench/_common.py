@@ -21,6 +21,46 @@ def cpu_description():
     return f"{model}, {isa}"
 
 
+def kiln_bench_profiled(kiln, model, threads, duration, disabled, workdir):
+    """`kiln bench --onnx model` with KILN_DISABLE_TACTICS=disabled: (its median latency in ms,
+    its per-layer profile rows); exits naming the model when it fails."""
+    import json
+    import os
+    import re
+    import sys
+    prof = os.path.join(workdir, "profile.json")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), KILN_DISABLE_TACTICS=disabled)
+    r = subprocess.run([kiln, "bench", "--onnx", model, "--threads", str(threads), "--duration", str(duration),
+                        "--export-profile", prof], env=env, capture_output=True, text=True)
+    median = re.search(r"^Latency: .*median = ([0-9.]+) ms", r.stdout, re.M)
+    if r.returncode != 0 or not median:
+        sys.exit("kiln bench failed on " + model + ":\n" + r.stdout[-1500:] + r.stderr[-1500:])
+    with open(prof) as f:
+        return float(median.group(1)), json.load(f)
+
+
+def ort_profiled_events(model, threads, iterations, workdir):
+    """ONNX Runtime's profiler events for 3 untimed and then `iterations` runs of `model` (its
+    first input random, float32) on `threads` threads."""
+    import json
+    import os
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.join(workdir, "ort")
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    first = sess.get_inputs()[0]
+    x = np.random.default_rng(1).standard_normal(first.shape).astype(np.float32)
+    for _ in range(3 + iterations):
+        sess.run(None, {first.name: x})
+    path = sess.end_profiling()
+    with open(path) as f:
+        events = json.load(f)
+    os.remove(path)
+    return events
+
+
 def percentile(samples, q):
     """Nearest-rank percentile of a list of numbers (q in 0..100)."""
     s = sorted(samples)

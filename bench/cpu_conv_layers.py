@@ -14,14 +14,14 @@ Example:
   python3 bench/cpu_conv_layers.py --kiln build-cpu/kiln --rounds 5 --without igemm_avx2,winograd_avx2
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
+
+from _common import kiln_bench_profiled, ort_profiled_events
 
 # name, batch, C, H, W, K, kernel, stride, pad, activation
 LAYERS = [
@@ -74,31 +74,14 @@ def make_model(path, batch, c, h, w, k, kernel, stride, pad, act):
 
 def kiln_time(kiln, model, threads, duration, disabled, workdir):
     """(ms, kernel) of the Convolution layer: the mean of `kiln bench --export-profile`."""
-    prof = os.path.join(workdir, "profile.json")
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), KILN_DISABLE_TACTICS=disabled)
-    r = subprocess.run([kiln, "bench", "--onnx", model, "--threads", str(threads), "--duration", str(duration),
-                        "--export-profile", prof], env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit("kiln bench failed on " + model + ":\n" + r.stdout[-1500:] + r.stderr[-1500:])
-    conv = [row for row in json.load(open(prof)) if row["type"] == "Convolution"][0]
+    _, rows = kiln_bench_profiled(kiln, model, threads, duration, disabled, workdir)
+    conv = [row for row in rows if row["type"] == "Convolution"][0]
     return conv["mean_ms"], conv["kernel"]
 
 
 def ort_time(model, threads, iterations, workdir):
     """ms of the Conv node: the median of ONNX Runtime's profiled runs (after 3 untimed ones)."""
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.enable_profiling = True
-    so.profile_file_prefix = os.path.join(workdir, "ort")
-    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-    shape = sess.get_inputs()[0].shape
-    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    for _ in range(3 + iterations):
-        sess.run(None, {"x": x})
-    path = sess.end_profiling()
-    events = json.load(open(path))
-    os.remove(path)
+    events = ort_profiled_events(model, threads, iterations, workdir)
     times = [e["dur"] / 1000.0 for e in events
              if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["args"].get("op_name") == "Conv"]
     return statistics.median(times[3:])

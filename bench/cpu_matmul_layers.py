@@ -14,15 +14,14 @@ Example:
   python3 bench/cpu_matmul_layers.py --kiln build-cpu/kiln --threads 1 --rounds 3
 """
 import argparse
-import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
+
+from _common import cpu_description, kiln_bench_profiled, ort_profiled_events
 
 # name, M (rows: batch x sequence), K, N, GELU after the bias
 LAYERS = [
@@ -59,31 +58,14 @@ def make_model(path, m, k, n, gelu):
 
 def kiln_time(kiln, model, threads, duration, disabled, workdir):
     """(median ms, MatrixMultiply kernel) of `kiln bench` with KILN_DISABLE_TACTICS=disabled."""
-    prof = os.path.join(workdir, "profile.json")
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), KILN_DISABLE_TACTICS=disabled)
-    r = subprocess.run([kiln, "bench", "--onnx", model, "--threads", str(threads), "--duration", str(duration),
-                        "--export-profile", prof], env=env, capture_output=True, text=True)
-    median = re.search(r"^Latency: .*median = ([0-9.]+) ms", r.stdout, re.M)
-    if r.returncode != 0 or not median:
-        sys.exit("kiln bench failed on " + model + ":\n" + r.stdout[-1500:] + r.stderr[-1500:])
-    kernel = [row["kernel"] for row in json.load(open(prof)) if row["type"] == "MatrixMultiply"]
-    return float(median.group(1)), kernel[0] if kernel else "?"
+    median, rows = kiln_bench_profiled(kiln, model, threads, duration, disabled, workdir)
+    kernel = [row["kernel"] for row in rows if row["type"] == "MatrixMultiply"]
+    return median, kernel[0] if kernel else "?"
 
 
 def ort_time(model, threads, iterations, workdir):
     """Median ms of ONNX Runtime's model_run events (after 3 untimed runs)."""
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.enable_profiling = True
-    so.profile_file_prefix = os.path.join(workdir, "ort")
-    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-    x = np.random.default_rng(1).standard_normal(sess.get_inputs()[0].shape).astype(np.float32)
-    for _ in range(3 + iterations):
-        sess.run(None, {"x": x})
-    path = sess.end_profiling()
-    events = json.load(open(path))
-    os.remove(path)
+    events = ort_profiled_events(model, threads, iterations, workdir)
     runs = [e["dur"] / 1000.0 for e in events if e.get("name") == "model_run"]
     return statistics.median(runs[3:])
 
@@ -101,8 +83,6 @@ def main():
     args = ap.parse_args()
     if not os.path.exists(args.kiln):
         sys.exit(f"no kiln binary at {args.kiln}: build it (cmake --build build-cpu --target kiln_cli) or pass --kiln")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from _common import cpu_description
     wanted = set(filter(None, args.layers.split(",")))
     workdir = tempfile.mkdtemp(prefix="kiln-matmul-layers-")
     head = " | ".join(f"{c} kernel | {c} ms | {c} GFLOP/s" for c, _ in COLUMNS)

@@ -1,8 +1,8 @@
 // "packed_avx2" (priority 104) of MatrixMultiply: y = a . b with b a constant matrix (the weights
 // of a fully connected layer), float32, row-major, AVX2 + FMA (chosen at run time; supports()
 // declines elsewhere). The bias and activation CPU builds fuse into a MatrixMultiply
-// (activation_fusion: bert's bias adds and GELU) are applied to the accumulators before the store,
-// for the activations activation_avx2.h computes.
+// (activation_fusion: bert's bias adds and GELU) are applied to each tile of y right after the
+// product wrote it, for the activations activation_avx2.h computes.
 //
 // Why: oneDNN 2.6's matmul runs on AVX2 through its jit sgemm with b in its plain layout, and the
 // sgemm packs b into panels on every call. bert_tiny at batch 8 has 128 x 128 x 512 products
@@ -89,11 +89,13 @@ std::vector<float> pack_b(const float* b, int64_t k, int64_t n, bool transpose_b
 // product wrote them (they are in L1). A function of its own: with the bias and the activation
 // inside the register block's store, GCC kept one accumulator on the stack in the product's loop
 // (bert_tiny's fused layers 1.6x slower).
+// The tile's `lanes` bias values are read masked (none: zero).
 [[gnu::noinline]] void epilogue_tile(float* y, int64_t ld, int64_t rows, int64_t lanes, const float* bias,
                                      const PostOp& post) {
-  const __m256 b_lo = _mm256_loadu_ps(bias), b_hi = _mm256_loadu_ps(bias + 8);  // padded to 16
   const __m256i mlo = cpu::avx2::lane_mask(std::min<int64_t>(8, lanes));
   const __m256i mhi = cpu::avx2::lane_mask(std::max<int64_t>(0, lanes - 8));
+  const __m256 b_lo = bias ? _mm256_maskload_ps(bias, mlo) : _mm256_setzero_ps();
+  const __m256 b_hi = bias ? _mm256_maskload_ps(bias + 8, mhi) : _mm256_setzero_ps();
   for (int64_t r = 0; r < rows; ++r) {
     float* row = y + r * ld;
     if (lanes == kPanel) {
@@ -107,8 +109,7 @@ std::vector<float> pack_b(const float* b, int64_t k, int64_t n, bool transpose_b
   }
 }
 
-// Rows [r0, r1) x panels [p0, p1) of y = act(a . b + bias), panel by panel; without a bias (null)
-// the plain product. The bias is padded to whole panels.
+// Rows [r0, r1) x panels [p0, p1) of y = act(a . b + bias), panel by panel (bias [N] or null).
 void run_item(const Sizes& s, const float* a, const float* packed, const float* bias, const PostOp& post, float* y,
               int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   for (int64_t panel = p0; panel < p1; ++panel) {
@@ -130,7 +131,7 @@ void run_item(const Sizes& s, const float* a, const float* packed, const float* 
       }
     };
     cpu::avx2::gemm_rows(a + r0 * s.k, s.k, bp, s.k, r1 - r0, store);
-    if (bias) epilogue_tile(yc, n, r1 - r0, lanes, bias + c0, post);
+    if (bias || post.enabled) epilogue_tile(yc, n, r1 - r0, lanes, bias ? bias + c0 : nullptr, post);
   }
 }
 
@@ -140,10 +141,10 @@ void run_item(const Sizes& s, const float* a, const float* packed, const float* 
 //
 // With AVX-512F's 32 registers the register block is 8 rows x 32 columns (two panels, 16
 // accumulators): per step of K, 2 loads of b and 8 broadcasts of a for 16 FMAs, and 2.7x the
-// outputs of the 6 x 16 AVX2 block for the same per-block cost (zeroing, row pointers, stores). On
-// this machine (AMD EPYC, Zen 4: 512-bit FMAs at the 256-bit rate) bert_tiny's K = 128 layers ran
-// at about 85% of the FMA peak with the AVX2 block, the K = 512 ones at 97%; the overhead per
-// block was the difference. Processors with two 512-bit FMA units (Xeon) also double the rate.
+// outputs of the 6 x 16 AVX2 block for the same per-block cost (zeroing, row pointers, stores).
+// On AMD's Zen 4 (512-bit FMAs at the 256-bit rate) both blocks run bert_tiny's products at the
+// FMA peak; on the H200 host's Xeon (two 512-bit FMA units) this one is 1.5-1.9x the AVX2 block
+// (session 22, bench/cpu_matmul_layers.py).
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma")
 
@@ -245,9 +246,9 @@ void run_item512(const Sizes& s, const float* a, const float* packed, const floa
     } else {
       rows512<1>(ar, s.k, b0, b0, s.k, yc, s.n, r1 - r0, column_mask(lanes0), 0);
     }
-    if (bias) {
-      epilogue_tile(yc, s.n, r1 - r0, lanes0, bias + c0, post);
-      if (two) epilogue_tile(yc + kPanel, s.n, r1 - r0, lanes1, bias + c0 + kPanel, post);
+    if (bias || post.enabled) {
+      epilogue_tile(yc, s.n, r1 - r0, lanes0, bias ? bias + c0 : nullptr, post);
+      if (two) epilogue_tile(yc + kPanel, s.n, r1 - r0, lanes1, bias ? bias + c0 + kPanel : nullptr, post);
     }
   }
 }
@@ -339,14 +340,7 @@ class MatmulPacked : public Kernel {
     if (!packed_) throw Error(std::string("MatrixMultiply ") + tactic() + ": execute() before prepare()");
     float* y = ctx.outputs.at(0).as<float>();
     if (s_.m == 0) return;
-    const float* bias = nullptr;
-    if (has_bias_ || post_.enabled) {
-      // The bias padded to whole panels (zeros without one): N floats, copied per call since the
-      // bias may be a computed tensor.
-      bias_.assign(static_cast<size_t>(s_.panels * kPanel), 0.0f);
-      if (has_bias_) std::copy_n(ctx.inputs.at(2).as<const float>(), s_.n, bias_.begin());
-      bias = bias_.data();
-    }
+    const float* bias = has_bias_ ? ctx.inputs.at(2).as<const float>() : nullptr;
     run_packed(s_, ctx.inputs.at(0).as<const float>(), packed_->data(), bias, post_, y, threads_, avx512_);
   }
 
@@ -355,7 +349,6 @@ class MatmulPacked : public Kernel {
   bool avx512_ = false;    // packed_avx512: the 8 x 32 register block
   PostOp post_;            // the fused activation (CPU builds' activation_fusion)
   bool has_bias_ = false;  // input 2, [N], added to every row
-  std::vector<float> bias_;
   int threads_ = 1;
   Sizes s_;
   // b packed once, at the first prepare() of the first instance (b is constant: every shape of a

@@ -213,17 +213,21 @@ int fuse_residual(Network& network, PassContext& ctx) {
 // KILN_DISABLE_TACTICS) takes `layer` at every shape point of `table`.
 bool fast_cpu_kernel_takes(const Layer& layer, const passes::ShapeTable& table) {
   for (int point = 0; point < table.num_points(); ++point) {
-    // The table's states, with those of constants made after it (a bias reshaped to [N]).
-    TensorStates states = table.states(point);
+    // The states of the layer's inputs: the table's, or for a constant made after it (a bias
+    // reshaped to [N]) its value, through a non-owning pointer (the aliasing constructor).
+    TensorStates states;
     for (int i = 0; i < layer.num_inputs(); ++i) {
       const Tensor* t = layer.input(i);
-      const HostTensor* constant = passes::constant_value(t);
-      if (!t || states.count(t)) continue;
-      if (!constant) return false;
-      // A non-owning pointer to the constant's value (the aliasing constructor).
-      states[t] =
-          TensorState{constant->type(), constant->dims(),
-                      std::shared_ptr<HostTensor>(std::shared_ptr<HostTensor>(), const_cast<HostTensor*>(constant))};
+      if (!t) continue;
+      if (const TensorState* st = table.state(point, t)) {
+        states[t] = *st;
+      } else if (const HostTensor* constant = passes::constant_value(t)) {
+        states[t] =
+            TensorState{constant->type(), constant->dims(),
+                        std::shared_ptr<HostTensor>(std::shared_ptr<HostTensor>(), const_cast<HostTensor*>(constant))};
+      } else {
+        return false;
+      }
     }
     const std::vector<TensorDesc> descs = input_descs(layer, states);
     bool taken = false;

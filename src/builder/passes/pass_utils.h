@@ -79,8 +79,6 @@ class ShapeTable {
   bool same_dims(const Tensor* a, const Tensor* b) const;
   // True when t was inferred as `type` at every point (and there is a point).
   bool has_type(const Tensor* t, DataType type) const;
-  // Every tensor's state at a point.
-  const TensorStates& states(int point) const { return points_.at(static_cast<size_t>(point)); }
 
  private:
   std::vector<TensorStates> points_;
