@@ -11,7 +11,9 @@
 // reference kernel on linear ones: odd channel counts and sizes, pads, strides, dilations,
 // batches, bias, residual (also in the output's own memory), every activation they compute,
 // non-constant weights, 1-3 threads, more than one block, guard bytes around the output and the
-// workspace, and a second instance sharing the prepared weights.
+// workspace, and a second instance sharing the prepared weights. The stem kernels
+// "nchw_direct_avx2" and "nchw_direct_avx512" (src/backends/cpu/conv_nchw_direct_cpu.cpp) run the
+// same way with the input linear (NCHW) and the output channels-last.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -147,7 +149,8 @@ struct WinoCase {
   // Kernel size, strides and dilations (igemm_avx2's cases; winograd_avx2 takes 3x3, 1, 1 only).
   int64_t kh = 3, kw = 3;
   std::vector<int64_t> strides{1, 1}, dilations{1, 1};
-  bool in_place = false;  // the residual in the output's memory (the planner's in-place residual)
+  bool in_place = false;      // the residual in the output's memory (the planner's in-place residual)
+  bool linear_input = false;  // x stays linear (NCHW): the nchw_direct tactics
 };
 
 // Runs the case through the tactic on channels-last tensors (with guard bytes around the output
@@ -185,9 +188,10 @@ void check_channels_last_case(const std::string& tactic, const WinoCase& k) {
   Layer* layer = net.add_layer(kLayerConvolution, ins, 1, c.attrs, "conv");
   layer->output(0)->set_format(TensorFormat::kChannelsLast);
 
-  const HostTensor x_last = test::convert_format(c.inputs[0].value, true);
+  const TensorFormat x_format = k.linear_input ? TensorFormat::kLinear : TensorFormat::kChannelsLast;
+  const HostTensor x_last = k.linear_input ? c.inputs[0].value : test::convert_format(c.inputs[0].value, true);
   const HostTensor r_last = k.residual ? test::convert_format(c.inputs[3].value, true) : HostTensor();
-  std::vector<TensorDesc> descs = {TensorDesc{DataType::kFloat32, x_dims, TensorFormat::kChannelsLast, true, nullptr},
+  std::vector<TensorDesc> descs = {TensorDesc{DataType::kFloat32, x_dims, x_format, true, nullptr},
                                    TensorDesc{DataType::kFloat32, w_dims, TensorFormat::kLinear, true,
                                               k.constant_weights ? &c.inputs[1].value : nullptr},
                                    TensorDesc{DataType::kFloat32, b_dims, TensorFormat::kLinear, k.bias, nullptr}};
@@ -220,8 +224,7 @@ void check_channels_last_case(const std::string& tactic, const WinoCase& k) {
     ctx.num_threads = k.threads;
     ctx.workspace = ws ? ws_buf.data() + kGuard : nullptr;
     ctx.workspace_size = ws;
-    ctx.inputs.push_back(
-        TensorView{DataType::kFloat32, x_dims, TensorFormat::kChannelsLast, const_cast<void*>(x_last.data())});
+    ctx.inputs.push_back(TensorView{DataType::kFloat32, x_dims, x_format, const_cast<void*>(x_last.data())});
     ctx.inputs.push_back(
         TensorView{DataType::kFloat32, w_dims, TensorFormat::kLinear, const_cast<void*>(c.inputs[1].value.data())});
     ctx.inputs.push_back(TensorView{DataType::kFloat32, b_dims, TensorFormat::kLinear,
@@ -331,6 +334,87 @@ TEST(ConvIgemmAvx2, MatchesTheReferenceKernel) {
     SCOPED_TRACE(k.name);
     check_channels_last_case("igemm_avx2", k);
   }
+}
+
+// The stems the nchw_direct tactics are for, and the edges of their loops: kernel rows wholly in
+// the padding, columns over both edges, images narrower than the kernel, the register blocks'
+// remainders (6 pixels for AVX2, 12 for AVX-512), partial panels of output channels.
+std::vector<WinoCase> nchw_direct_cases() {
+  const std::vector<int64_t> none{0, 0, 0, 0};
+  std::vector<WinoCase> cases;
+  const auto add = [&](WinoCase k, int64_t kernel, int64_t stride) {
+    k.kh = k.kw = kernel;
+    k.strides = {stride, stride};
+    k.linear_input = true;
+    cases.push_back(k);
+  };
+  add({"mobilenet_stem", 2, 3, 16, 32, 30, {1, 1, 1, 1}, true, false, true, "hard_swish"}, 3, 2);
+  add({"squeezenet_stem", 1, 3, 64, 31, 29, none, true, false, true, "relu"}, 3, 2);
+  add({"resnet_stem_partial_panel", 1, 3, 24, 29, 37, {3, 3, 3, 3}, true, false, true, "relu"}, 7, 2);
+  add({"tinyyolo_stem", 1, 3, 16, 40, 44, {2, 2, 2, 2}, true, false, true, "silu"}, 6, 2);
+  add({"stride_1_one_channel", 1, 1, 8, 9, 50, {1, 1, 1, 1}, false, false, true, ""}, 3, 1);
+  add({"stride_3_four_channels", 2, 4, 40, 17, 26, {1, 2, 0, 1}, true, false, true, "leaky_relu", 0.1f}, 5, 3);
+  add({"pads_wider_than_the_kernel", 1, 3, 16, 5, 4, {4, 4, 4, 4}, true, false, true, "clip", -0.5f, 0.75f}, 3, 2);
+  add({"narrower_than_the_kernel", 1, 2, 16, 3, 2, {2, 2, 2, 2}, true, false, true, "sigmoid"}, 5, 1);
+  add({"weights_not_constant", 2, 3, 32, 16, 27, {1, 1, 1, 1}, true, false, false, "relu"}, 3, 2);
+  add({"one_thread", 1, 3, 16, 20, 61, {1, 1, 1, 1}, true, false, true, "hard_sigmoid", 0.2f, 0.5f}, 3, 2);
+  add({"three_threads", 3, 3, 48, 21, 23, {1, 1, 1, 1}, true, false, true, "gelu_erf"}, 3, 2);
+  cases[cases.size() - 2].threads = 1;
+  cases.back().threads = 3;
+  return cases;
+}
+
+TEST(ConvNchwDirect, MatchesTheReferenceKernel) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  for (const char* tactic : {"nchw_direct_avx2", "nchw_direct_avx512"}) {
+    if (std::string(tactic) == "nchw_direct_avx512" && !__builtin_cpu_supports("avx512f")) continue;
+    for (const WinoCase& k : nchw_direct_cases()) {
+      SCOPED_TRACE(std::string(tactic) + " " + k.name);
+      check_channels_last_case(tactic, k);
+    }
+  }
+}
+
+// supports() of the nchw_direct tactic for a 3x3 stride-2 convolution of x [1, c, 32, 32] to 16
+// channels: x in `x_format`, the output in `y_format`, with the given extra attributes and inputs.
+bool nchw_direct_takes(const std::string& tactic, int64_t c, TensorFormat x_format, TensorFormat y_format,
+                       const Attributes& extra = {}, bool residual = false, int64_t group = 1) {
+  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, tactic);
+  if (!e) return false;
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, c, 32, 32});
+  const HostTensor wv = test::random_tensor(DataType::kFloat32, Dims{16, c / group, 3, 3}, 1, -1, 1);
+  std::vector<Tensor*> ins{x, net.add_constant(wv, "w")->output(0), nullptr};
+  if (residual) ins.push_back(net.add_input("r", DataType::kFloat32, Dims{1, 16, 16, 16}));
+  Attributes attrs = extra;
+  attrs.set("strides", std::vector<int64_t>{2, 2});
+  attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  if (group != 1) attrs.set("group", group);
+  Layer* layer = net.add_layer(kLayerConvolution, ins, 1, attrs, "conv");
+  layer->output(0)->set_format(y_format);
+  std::vector<TensorDesc> descs = {TensorDesc{DataType::kFloat32, x->dims(), x_format, true, nullptr},
+                                   TensorDesc{DataType::kFloat32, wv.dims(), TensorFormat::kLinear, true, &wv},
+                                   TensorDesc{DataType::kFloat32, Dims{16}, TensorFormat::kLinear, false, nullptr}};
+  if (residual) {
+    descs.push_back(TensorDesc{DataType::kFloat32, Dims{1, 16, 16, 16}, TensorFormat::kChannelsLast, true, nullptr});
+  }
+  return e->supports(*layer, descs);
+}
+
+TEST(ConvNchwDirect, TakesStemsAndDeclinesTheRest) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  const TensorFormat lin = TensorFormat::kLinear, last = TensorFormat::kChannelsLast;
+  Attributes dilated;
+  dilated.set("dilations", std::vector<int64_t>{2, 2});
+  EXPECT_TRUE(nchw_direct_takes("nchw_direct_avx2", 3, lin, last));
+  EXPECT_TRUE(nchw_direct_takes("nchw_direct_avx2", 4, lin, last));
+  EXPECT_FALSE(nchw_direct_takes("nchw_direct_avx2", 5, lin, last)) << "more channels: a Reformat and NHWC kernels";
+  EXPECT_FALSE(nchw_direct_takes("nchw_direct_avx2", 3, last, last)) << "the input must be linear";
+  EXPECT_FALSE(nchw_direct_takes("nchw_direct_avx2", 3, lin, lin)) << "the output must be channels-last";
+  EXPECT_FALSE(nchw_direct_takes("nchw_direct_avx2", 3, lin, last, dilated));
+  EXPECT_FALSE(nchw_direct_takes("nchw_direct_avx2", 3, lin, last, {}, true)) << "no residual input";
+  EXPECT_FALSE(nchw_direct_takes("nchw_direct_avx2", 4, lin, last, {}, false, 2)) << "grouped";
+  EXPECT_EQ(nchw_direct_takes("nchw_direct_avx512", 3, lin, last), __builtin_cpu_supports("avx512f") != 0);
 }
 
 TEST(ConvWinogradAvx2, ComputesWithTheResidualInTheOutput) {

@@ -10,7 +10,8 @@
 //   * the pass on small CPU networks (conv/relu/pool/concat/add): channels-last inside, Reformat
 //     layers only at the edges, outputs linear, and the engine's outputs equal those of the same
 //     network built with the layout pass disabled, also where a layer broadcasts at another
-//     point of a dynamic profile; a network without float32 convolutions stays linear.
+//     point of a dynamic profile; a network without float32 convolutions stays linear; a stem
+//     convolution reads the network's NCHW input itself (no Reformat before it).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -525,6 +526,84 @@ TEST(CpuChannelsLast, LayerThatBroadcastsAtAnotherProfilePointStaysLinear) {
   std::string msg;
   test::ErrorStats stats;
   EXPECT_TRUE(test::compare_tensors(outs[0], outs[1], 1e-4, 1e-5, &stats, &msg)) << msg;
+}
+
+// A stem: x [N, 3, 21, 22] -> conv 3x3 stride 2 (3 -> 16) + relu -> conv 3x3 (16 -> 16) + relu -> y.
+std::unique_ptr<Network> stem_net(const Dims& x_dims) {
+  auto net = std::make_unique<Network>();
+  Tensor* x = net->add_input("x", DataType::kFloat32, x_dims);
+  ConvolutionDesc d;
+  d.num_output_maps = 16;
+  d.kernel = {3, 3};
+  d.strides = {2, 2};
+  d.pads_begin = {1, 1};
+  d.pads_end = {1, 1};
+  Layer* stem = net->add_convolution(x, d, random_f32(Dims{16, 3, 3, 3}, 51), random_f32(Dims{16}, 52));
+  Tensor* t = net->add_activation(stem->output(0), ActivationType::kRelu)->output(0);
+  Tensor* y = conv(*net, t, 16, 16, 3, 53);
+  y->set_name("y");
+  net->mark_output(y);
+  return net;
+}
+
+TEST(CpuChannelsLast, StemConvolutionReadsTheLinearInputWithoutAReformat) {
+  if (!KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "nchw_direct_avx2") ||
+      !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    GTEST_SKIP() << "no AVX2 + FMA here: the stem kernel declines, and a Reformat goes before the stem";
+  }
+  auto net = stem_net(Dims{1, 3, 21, 22});
+  BuilderConfig config;
+  config.device = DeviceType::kCPU;
+  std::vector<std::string> log;
+  PassContext ctx{config, {{{"x", Dims{1, 3, 21, 22}}}}, &log};
+  EXPECT_GT(pass_layout(*net, ctx), 0);
+  net->validate();
+  EXPECT_EQ(count_type(*net, kLayerReformat), 1) << "y out only";
+  std::string all;
+  for (const auto& line : log) all += line + "\n";
+  EXPECT_NE(all.find("reads linear 'x' directly"), std::string::npos) << all;
+  for (int i = 0; i < net->num_layers(); ++i) {
+    const Layer* l = net->layer(i);
+    if (l->type() != kLayerConvolution) continue;
+    const bool stem = l->input(0)->name() == "x";
+    EXPECT_EQ(l->input(0)->format(), stem ? TensorFormat::kLinear : TensorFormat::kChannelsLast) << l->name();
+    EXPECT_EQ(l->output(0)->format(), TensorFormat::kChannelsLast) << l->name();
+  }
+
+  // The engine (a dynamic batch: the stem kernel prepared per shape) computes what the linear one
+  // does, and runs the stem kernel where the priority order decides.
+  OptimizationProfile profile;
+  profile.set_dimensions("x", Dims{1, 3, 21, 22}, Dims{2, 3, 21, 22}, Dims{3, 3, 21, 22});
+  for (int64_t n : {2, 3, 1}) {
+    const HostTensor x = random_f32(Dims{n, 3, 21, 22}, 60 + static_cast<uint32_t>(n), 2.0f);
+    std::vector<HostTensor> outs;
+    for (bool layout : {true, false}) {
+      BuilderConfig c;
+      c.device = DeviceType::kCPU;
+      c.num_threads = 2;
+      c.time_tactics = false;
+      c.profiles = {profile};
+      if (!layout) c.disabled_passes = {"layout"};
+      const auto bytes = Builder().build_serialized(*stem_net(Dims{kDynamic, 3, 21, 22}), c);
+      auto engine = Runtime().deserialize(bytes.data(), bytes.size());
+      auto ectx = engine->create_execution_context();
+      ectx->set_profiling(layout);
+      ectx->set_input_shape("x", x.dims());
+      HostTensor out(DataType::kFloat32, ectx->tensor_shape("y"));
+      ectx->set_tensor_address("x", const_cast<void*>(x.data()));
+      ectx->set_tensor_address("y", out.data());
+      ectx->execute();
+      if (layout) {
+        const std::string report = ectx->profile_report();
+        EXPECT_NE(report.find("nchw_direct_avx"), std::string::npos) << report;
+        EXPECT_EQ(report.find("Reformat, "), report.rfind("Reformat, ")) << "one Reformat (y out):\n" << report;
+      }
+      outs.push_back(out);
+    }
+    std::string msg;
+    test::ErrorStats stats;
+    EXPECT_TRUE(test::compare_tensors(outs[0], outs[1], 1e-4, 1e-5, &stats, &msg)) << "batch " << n << ": " << msg;
+  }
 }
 
 TEST(CpuChannelsLast, NetworksWithoutFloat32ConvolutionsStayLinear) {

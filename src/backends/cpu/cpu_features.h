@@ -1,5 +1,6 @@
 // What the CPU kiln runs on can do, read once per process: kernels with a loop compiled for AVX2
-// and FMA (`#pragma GCC target("avx2,fma")`) besides the build's baseline pick it with this.
+// and FMA (`#pragma GCC target("avx2,fma")`) or AVX-512 besides the build's baseline pick them
+// with these.
 #pragma once
 
 namespace kiln::cpu {
@@ -7,6 +8,17 @@ namespace kiln::cpu {
 inline bool has_avx2_fma() {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+#else
+  return false;
+#endif
+}
+
+// AVX-512F besides AVX2 and FMA (kernels with an AVX-512 register block,
+// `#pragma GCC target("avx512f,avx2,fma")`).
+inline bool has_avx512f() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool yes = has_avx2_fma() && __builtin_cpu_supports("avx512f");
   return yes;
 #else
   return false;

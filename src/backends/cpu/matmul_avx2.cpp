@@ -42,14 +42,7 @@ namespace {
 constexpr const char* kTactic = "packed_avx2";
 constexpr const char* kTactic512 = "packed_avx512";  // the same panels, the AVX-512 register block
 
-bool has_avx512f() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool yes = cpu::has_avx2_fma() && __builtin_cpu_supports("avx512f");
-  return yes;
-#else
-  return false;
-#endif
-}
+using cpu::has_avx512f;
 constexpr int64_t kPanel = 16;      // columns per packed panel of b
 constexpr int64_t kChunkRows = 48;  // rows per work item
 constexpr int64_t kMaxK = 4096;     // a block's rows and a panel: 6 x 16 KB + 256 KB at most

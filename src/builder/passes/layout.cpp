@@ -12,10 +12,11 @@
 // activation inside such a region channels-last, and inserts Reformat layers only at the
 // region's edges: where a linear tensor enters (a network input, a reshape's output, ...) and
 // where a channels-last tensor leaves to a layer that needs linear memory or to a network output
-// (outputs keep the linear format users expect). A region whose convolutions cannot pay for the
-// reformats it needs is left linear: on CUDA when it has fewer convolutions than reformats; on
-// the CPU, where every linear convolution already pays two reorders, when it has fewer than half
-// as many.
+// (outputs keep the linear format users expect), except where a kernel of the layer reads the
+// linear tensor as it is (a CPU stem convolution reading the network's NCHW input:
+// reads_linear()). A region whose convolutions cannot pay for the reformats it needs is left
+// linear: on CUDA when it has fewer convolutions than reformats; on the CPU, where every linear
+// convolution already pays two reorders, when it has fewer than half as many.
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -217,6 +218,28 @@ class LayoutAssigner {
     return any;
   }
 
+  // Whether layer `l`, inside a region, can take its linear activation input `i` as it is (with
+  // its outputs channels-last) at every shape point: a CPU convolution with a network's few input
+  // channels (the "nchw_direct_avx2" stem kernel). Asked only of kernels that tell the formats
+  // apart: one that takes the input linear and declines it channels-last. A kernel that takes both
+  // (oneDNN's reorders internally) makes no claim, and one without supports() none at all.
+  bool reads_linear(const Layer& l, int i) const {
+    if (ctx_.config.device != DeviceType::kCPU || l.type() != kLayerConvolution || i != 0) return false;
+    for (int o = 0; o < l.num_outputs(); ++o) {
+      if (l.output(o)->format() != TensorFormat::kChannelsLast) return false;
+    }
+    const auto as_is = input_descs(l, all_states_.size(), {});
+    const auto last = input_descs(l, all_states_.size(), {i});
+    for (const KernelEntry* e : KernelRegistry::instance().find(ctx_.config.device, l.type())) {
+      if (!e->supports) continue;
+      const auto takes = [&](const std::vector<TensorDesc>& d) { return e->supports(l, d); };
+      if (std::all_of(as_is.begin(), as_is.end(), takes) && std::none_of(last.begin(), last.end(), takes)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   // Reformats a region would need: activations entering from outside and leaving to outside.
   int count_edges(const std::vector<Layer*>& layers) const {
     std::set<const Layer*> members(layers.begin(), layers.end());
@@ -260,6 +283,12 @@ class LayoutAssigner {
         if (!inside && t->format() == TensorFormat::kChannelsLast && reads_channels_last(*l, i)) {
           passes::log_change(ctx_, "layout: " + quote(l->name()) + " reads channels-last " + quote(t->name()) +
                                        " directly (no Reformat)");
+          ++changes;
+          continue;
+        }
+        if (inside && t->format() == TensorFormat::kLinear && reads_linear(*l, i)) {
+          passes::log_change(
+              ctx_, "layout: " + quote(l->name()) + " reads linear " + quote(t->name()) + " directly (no Reformat)");
           ++changes;
           continue;
         }
