@@ -13,7 +13,9 @@
 // non-constant weights, 1-3 threads, more than one block, guard bytes around the output and the
 // workspace, and a second instance sharing the prepared weights. The stem kernels
 // "nchw_direct_avx2" and "nchw_direct_avx512" (src/backends/cpu/conv_nchw_direct_cpu.cpp) run the
-// same way with the input linear (NCHW) and the output channels-last.
+// same way with the input linear (NCHW) and the output channels-last, and "pointwise_packed"
+// (src/backends/cpu/matmul_avx2.cpp: 1x1 convolutions over at most 64 pixels as a packed
+// product) on channels-last tensors.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -415,6 +417,75 @@ TEST(ConvNchwDirect, TakesStemsAndDeclinesTheRest) {
   EXPECT_FALSE(nchw_direct_takes("nchw_direct_avx2", 3, lin, last, {}, true)) << "no residual input";
   EXPECT_FALSE(nchw_direct_takes("nchw_direct_avx2", 4, lin, last, {}, false, 2)) << "grouped";
   EXPECT_EQ(nchw_direct_takes("nchw_direct_avx512", 3, lin, last), __builtin_cpu_supports("avx512f") != 0);
+}
+
+TEST(ConvPointwisePacked, MatchesTheReferenceKernel) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  const std::vector<int64_t> none{0, 0, 0, 0};
+  std::vector<WinoCase> cases = {
+      // MobileNetV3's squeeze-excitation layers: [N, C, 1, 1] -> K.
+      {"se_fc1", 1, 16, 8, 1, 1, none, true, false, true, "relu"},
+      {"se_fc2_partial_panel", 1, 8, 20, 1, 1, none, true, false, true, "hard_sigmoid", 1.0f / 6, 0.5f},
+      {"se_batch_8", 8, 576, 144, 1, 1, none, true, false, true, "relu"},  // 663,552 products: 2 threads
+      {"no_bias", 3, 40, 33, 1, 1, none, false, false, true, ""},
+      // 64 pixels (the most it takes) of an 8x8 image, channels-last; 1 and 3 threads.
+      {"image_8x8", 1, 24, 48, 8, 8, none, true, false, true, "silu"},
+      {"image_8x8_one_thread", 1, 24, 48, 8, 8, none, true, false, true, "hard_swish"},
+      {"image_4x4_three_threads", 4, 96, 64, 4, 4, none, true, false, true, "gelu_erf"},
+  };
+  cases[5].threads = 1;
+  cases[6].threads = 3;
+  for (WinoCase& k : cases) {
+    k.kh = k.kw = 1;
+    SCOPED_TRACE(k.name);
+    check_channels_last_case("pointwise_packed", k);
+  }
+}
+
+TEST(ConvPointwisePacked, TakesSmall1x1ConvolutionsOnly) {
+  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "pointwise_packed");
+  ASSERT_NE(e, nullptr);
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  struct Probe {
+    std::string name;
+    Dims x, w;
+    Attributes attrs;
+    TensorFormat format;
+    bool constant, residual, want;
+  };
+  const TensorFormat lin = TensorFormat::kLinear, last = TensorFormat::kChannelsLast;
+  Attributes stride2, pad1, group2;
+  stride2.set("strides", std::vector<int64_t>{2, 2});
+  pad1.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+  group2.set("group", int64_t{2});
+  const std::vector<Probe> probes = {
+      {"se_fc_linear_1x1_image", Dims{8, 64, 1, 1}, Dims{16, 64, 1, 1}, {}, lin, true, false, true},
+      {"64_pixels_channels_last", Dims{1, 16, 8, 8}, Dims{16, 16, 1, 1}, {}, last, true, false, true},
+      {"65_pixels", Dims{1, 16, 5, 13}, Dims{16, 16, 1, 1}, {}, last, true, false, false},
+      {"linear_image_of_4_pixels", Dims{1, 16, 2, 2}, Dims{16, 16, 1, 1}, {}, lin, true, false, false},
+      {"3x3_kernel", Dims{1, 16, 4, 4}, Dims{16, 16, 3, 3}, pad1, last, true, false, false},
+      {"stride_2", Dims{1, 16, 4, 4}, Dims{16, 16, 1, 1}, stride2, last, true, false, false},
+      {"padded", Dims{1, 16, 4, 4}, Dims{16, 16, 1, 1}, pad1, last, true, false, false},
+      {"grouped", Dims{1, 16, 4, 4}, Dims{16, 8, 1, 1}, group2, last, true, false, false},
+      {"weights_not_constant", Dims{1, 16, 1, 1}, Dims{16, 16, 1, 1}, {}, lin, false, false, false},
+      {"residual", Dims{1, 16, 1, 1}, Dims{16, 16, 1, 1}, {}, lin, true, true, false},
+  };
+  for (const Probe& pr : probes) {
+    Network net;
+    Tensor* x = net.add_input("x", DataType::kFloat32, pr.x);
+    const HostTensor wv = test::random_tensor(DataType::kFloat32, pr.w, 3, -1, 1);
+    std::vector<Tensor*> ins{x, net.add_constant(wv, "w")->output(0), nullptr};
+    const Dims y_dims{pr.x[0], pr.w[0], pr.x[2], pr.x[3]};
+    if (pr.residual) ins.push_back(net.add_input("r", DataType::kFloat32, y_dims));
+    Layer* layer = net.add_layer(kLayerConvolution, ins, 1, pr.attrs, "conv");
+    layer->output(0)->set_format(pr.format);
+    std::vector<TensorDesc> descs = {
+        TensorDesc{DataType::kFloat32, pr.x, pr.format, true, nullptr},
+        TensorDesc{DataType::kFloat32, pr.w, TensorFormat::kLinear, true, pr.constant ? &wv : nullptr},
+        TensorDesc{DataType::kFloat32, Dims{pr.w[0]}, TensorFormat::kLinear, false, nullptr}};
+    if (pr.residual) descs.push_back(TensorDesc{DataType::kFloat32, y_dims, pr.format, true, nullptr});
+    EXPECT_EQ(e->supports(*layer, descs), pr.want) << pr.name;
+  }
 }
 
 TEST(ConvWinogradAvx2, ComputesWithTheResidualInTheOutput) {

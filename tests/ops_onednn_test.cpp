@@ -52,7 +52,8 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
     // "winograd_avx2" (3x3, stride 1, ungrouped, channels-last, AVX2) and "igemm_avx2" (kernels
     // larger than 1x1, ungrouped, at least 32 input channels, channels-last, AVX2), the stem kernels
     // "nchw_direct_avx512" and "nchw_direct_avx2" (a linear input of at most 4 channels, a
-    // channels-last output, ungrouped, undilated), Gemm's "gemv" (1-4 rows
+    // channels-last output, ungrouped, undilated) and "pointwise_packed" (1x1 over at most 64
+    // pixels, constant weights), Gemm's "gemv" (1-4 rows
     // against constant weights) and MatrixMultiply's "packed_avx512" and "packed_avx2" (a constant
     // 2-D b; AVX-512F, AVX2), whose supports() are stricter.
     const auto all = KernelRegistry::instance().find(DeviceType::kCPU, type);
@@ -64,13 +65,14 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
     }
     EXPECT_LT(onednn_at, reference_at) << type;
     if (std::string(type) == kLayerConvolution) {
-      ASSERT_GE(all.size(), 6u);
+      ASSERT_GE(all.size(), 7u);
       EXPECT_EQ(all[0]->tactic, "onednn_winograd") << type;
-      EXPECT_EQ(all[1]->tactic, "nchw_direct_avx512") << type;
-      EXPECT_EQ(all[2]->tactic, "nchw_direct_avx2") << type;
-      EXPECT_EQ(all[3]->tactic, "winograd_avx2") << type;
-      EXPECT_EQ(all[4]->tactic, "igemm_avx2") << type;
-      EXPECT_EQ(all[5]->tactic, "onednn") << type;
+      EXPECT_EQ(all[1]->tactic, "pointwise_packed") << type;
+      EXPECT_EQ(all[2]->tactic, "nchw_direct_avx512") << type;
+      EXPECT_EQ(all[3]->tactic, "nchw_direct_avx2") << type;
+      EXPECT_EQ(all[4]->tactic, "winograd_avx2") << type;
+      EXPECT_EQ(all[5]->tactic, "igemm_avx2") << type;
+      EXPECT_EQ(all[6]->tactic, "onednn") << type;
     } else if (std::string(type) == kLayerGemm) {
       ASSERT_GE(all.size(), 2u);
       EXPECT_EQ(all[0]->tactic, "gemv") << type;

@@ -14,6 +14,9 @@
 // transpose_b, [N, K]; y [..., M, N]. K up to kMaxK (a block's 6 rows of a and one panel of b stay
 // in a core's L2 cache without splitting K). Work: chunks of rows x groups of panels, shared among
 // the context's threads; each chunk runs its panels in turn over rows that stay in cache.
+//
+// The same product serves Convolution's "pointwise_packed" (below): 1x1 convolutions over few
+// pixels.
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/gemm_avx2.h"
 #include "src/backends/kernel.h"
+#include "src/ir/conv_params.h"
 #include "src/ir/matmul_params.h"
 #include "src/ir/op_params.h"
 
@@ -52,6 +56,22 @@ constexpr int64_t kMaxPackedBytes = int64_t{256} << 20;
 struct Sizes {
   int64_t m = 0, k = 0, n = 0, panels = 0, chunks = 0, groups = 1;
 };
+
+// The work split of an m x k by k x n product on `threads` threads: chunks of rows, and where
+// there are few, groups of panels too, so that every thread has about four items.
+Sizes make_sizes(int64_t m, int64_t k, int64_t n, int threads) {
+  Sizes s;
+  s.m = m;
+  s.k = k;
+  s.n = n;
+  s.panels = (n + kPanel - 1) / kPanel;
+  s.chunks = (m + kChunkRows - 1) / kChunkRows;
+  const int64_t want = 4 * std::max(1, threads);
+  s.groups = s.chunks >= want ? 1
+                              : std::clamp<int64_t>((want + s.chunks - 1) / std::max<int64_t>(1, s.chunks), 1,
+                                                    std::max<int64_t>(1, s.panels));
+  return s;
+}
 
 // b's dims as [K, N] (transposed: stored [N, K]); false when b is not a matrix.
 bool b_sizes(const Dims& b, bool transpose_b, int64_t* k, int64_t* n) {
@@ -292,16 +312,7 @@ class MatmulPacked : public Kernel {
     if (ad.rank() < 1 || ad[ad.rank() - 1] != k) {
       throw Error(where + "a " + ad.to_string() + " does not end in b's " + std::to_string(k) + " rows");
     }
-    s_.k = k;
-    s_.n = n;
-    s_.m = ad.volume() / k;  // k >= 1: supports() declines empty products
-    s_.panels = (n + kPanel - 1) / kPanel;
-    s_.chunks = (s_.m + kChunkRows - 1) / kChunkRows;
-    // Few chunks: split the panels too, so that every thread has about four items.
-    const int64_t want = 4 * threads_;
-    s_.groups = s_.chunks >= want ? 1
-                                  : std::clamp<int64_t>((want + s_.chunks - 1) / std::max<int64_t>(1, s_.chunks), 1,
-                                                        std::max<int64_t>(1, s_.panels));
+    s_ = make_sizes(ad.volume() / k, k, n, threads_);  // k >= 1: supports() declines empty products
     has_bias_ = inputs.size() > 2 && inputs[2].present;
     if (has_bias_ && inputs[2].dims.volume() != n) {
       throw Error(where + "the bias " + inputs[2].dims.to_string() + " must hold the product's " + std::to_string(n) +
@@ -374,6 +385,107 @@ bool supports_packed(const Layer& layer, const std::vector<TensorDesc>& inputs) 
   return ak < 0 || ak == k;  // dynamic: prepare() checks
 }
 
+// "pointwise_packed" (priority 108) of Convolution: a 1x1 convolution (stride 1, no padding,
+// ungrouped) over few pixels, such as a squeeze-excitation block's two fully connected layers on
+// a globally pooled [N, C, 1, 1] tensor, is the product y [pixels, K] = x [pixels, C] . w^T with
+// x and y channels-last (for 1x1 images also linear: the same memory). oneDNN spends 4-8 us
+// per call on these whatever their size (MobileNetV3-small has 18 of them); here the weights are
+// packed once like packed_avx2's b and the register blocks above run the product, with bias and
+// activation in the epilogue, on one thread where the product is small.
+constexpr const char* kTacticPointwise = "pointwise_packed";
+constexpr int64_t kPointwiseMaxPixels = 64;           // beyond: oneDNN's 1x1 kernels
+constexpr int64_t kPointwiseOneThreadMacs = 1 << 16;  // smaller products: one thread
+
+class ConvPointwisePacked : public Kernel {
+ public:
+  explicit ConvPointwisePacked(const PostOp& post) : post_(post) {}
+
+  void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
+               int num_threads) override {
+    const std::string where = "layer '" + layer.name() + "' (Convolution) " + kTacticPointwise + ": ";
+    if (inputs.size() < 2 || outputs.empty()) throw Error(where + "expects inputs x, w and output y");
+    const Dims& x = inputs[0].dims;
+    const Dims& w = inputs[1].dims;
+    if (x.rank() != 4 || w.rank() != 4 || w[1] != x[1] || w[2] != 1 || w[3] != 1) {
+      throw Error(where + "x " + x.to_string() + " and w " + w.to_string() + " are not a 1x1 convolution");
+    }
+    const int64_t pixels = x[0] * x[2] * x[3], c = x[1], k = w[0];
+    const Dims want{x[0], k, x[2], x[3]};
+    if (outputs[0].dims != want) {
+      throw Error(where + "output dims " + outputs[0].dims.to_string() + " differ from the convolution's " +
+                  want.to_string());
+    }
+    const bool small = pixels * c * k < kPointwiseOneThreadMacs;
+    s_ = make_sizes(pixels, c, k, small ? 1 : std::max(1, num_threads));
+    threads_ = small ? 1 : std::max(1, num_threads);
+    has_bias_ = inputs.size() > 2 && inputs[2].present;
+    if (!packed_) {
+      const HostTensor* wv = inputs[1].value;
+      if (!wv || wv->type() != DataType::kFloat32 || wv->count() != k * c) {
+        throw Error(where + "the weights must be constant float32 (the builder chooses this kernel only then)");
+      }
+      packed_ = std::make_shared<const std::vector<float>>(pack_b(static_cast<const float*>(wv->data()), c, k, true));
+    }
+  }
+
+  std::unique_ptr<Kernel> another_instance() const override { return std::make_unique<ConvPointwisePacked>(*this); }
+
+  void execute(const KernelContext& ctx) override {
+    if (!packed_) throw Error(std::string("Convolution ") + kTacticPointwise + ": execute() before prepare()");
+    if (s_.m == 0 || s_.n == 0) return;
+    const float* bias = has_bias_ ? ctx.inputs.at(2).as<const float>() : nullptr;
+    run_packed(s_, ctx.inputs.at(0).as<const float>(), packed_->data(), bias, post_, ctx.outputs.at(0).as<float>(),
+               threads_, false);
+  }
+
+ private:
+  PostOp post_;
+  bool has_bias_ = false;
+  int threads_ = 1;
+  Sizes s_;
+  std::shared_ptr<const std::vector<float>> packed_;  // shared by the instances for other shapes
+};
+
+// A float32 1x1 convolution, stride 1, no padding, undilated, ungrouped, with constant weights
+// (C up to kMaxK), a rank-1 bias or none, no residual, an activation activate() computes, x and y
+// channels-last or of 1x1 images, static dims with at most kPointwiseMaxPixels pixels, on a
+// processor with AVX2 + FMA.
+bool supports_pointwise(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  if (!KILN_PACKED_X86 || !cpu::has_avx2_fma()) return false;
+  if (inputs.size() < 2 || inputs.size() > 4 || !inputs[0].present || !inputs[1].present) return false;
+  if (inputs.size() > 3 && inputs[3].present) return false;
+  for (const TensorDesc& d : inputs) {
+    if (d.present && d.type != DataType::kFloat32) return false;
+  }
+  const ConvParams& p = params_of<ConvParams>(layer);
+  if (p.deconv || p.group != 1 || !cpu::activation_vectorized(p.post)) return false;
+  const Dims& x = inputs[0].dims;
+  const Dims& w = inputs[1].dims;
+  if (x.rank() != 4 || x.is_dynamic() || w.rank() != 4 || w.is_dynamic()) return false;
+  if (w[1] != x[1] || w[2] != 1 || w[3] != 1 || x[1] < 1 || x[1] > kMaxK || w[0] < 1) return false;
+  ConvGeometry g;
+  try {
+    g = conv_geometry(p, x, w);
+  } catch (const Error&) {
+    return false;
+  }
+  for (int i = 0; i < g.spatial_rank; ++i) {
+    const auto u = static_cast<size_t>(i);
+    if (g.stride[u] != 1 || g.pad_begin[u] != 0 || g.pad_end[u] != 0) return false;
+  }
+  if (x[0] * x[2] * x[3] > kPointwiseMaxPixels) return false;
+  // Channels-last memory is [pixels][C]; a 1x1 image is that in either format.
+  const bool one_pixel_images = x[2] * x[3] == 1;
+  const auto format_ok = [&](TensorFormat f) { return f == TensorFormat::kChannelsLast || one_pixel_images; };
+  if (!format_ok(inputs[0].format) || inputs[1].format != TensorFormat::kLinear) return false;
+  if (layer.num_outputs() < 1 || !format_ok(layer.output(0)->format())) return false;
+  if (inputs.size() > 2 && inputs[2].present && (inputs[2].dims.rank() != 1 || inputs[2].dims[0] != w[0])) {
+    return false;
+  }
+  const HostTensor* wv = inputs[1].value;
+  return wv && wv->type() == DataType::kFloat32 && wv->count() == w[0] * w[1];
+}
+
 }  // namespace
 
 bool supports_packed512(const Layer& layer, const std::vector<TensorDesc>& inputs) {
@@ -389,5 +501,9 @@ KILN_REGISTER_KERNEL(KernelEntry{
     DeviceType::kCPU, kLayerMatrixMultiply, kTactic512, 106, supports_packed512, [](const Layer& layer) {
       return std::make_unique<MatmulPacked>(params_of<MatMulParams>(layer), read_post_op(layer), true);
     }});
+
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerConvolution, kTacticPointwise, 108, supports_pointwise,
+    [](const Layer& layer) { return std::make_unique<ConvPointwisePacked>(params_of<ConvParams>(layer).post); }});
 
 }  // namespace kiln
