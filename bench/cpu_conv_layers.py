@@ -76,7 +76,8 @@ def make_model(path, batch, c, h, w, k, kernel, stride, pad, act):
         nodes += [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
     graph = helper.make_graph(nodes, "layer", [helper.make_tensor_value_info("x", 1, [batch, c, h, w])],
                               [helper.make_tensor_value_info("y", 1, None)], [weights, bias])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    # IR version 8: what ONNX Runtimes older than the onnx package read too.
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
 
 
 def kiln_time(kiln, model, threads, duration, disabled, workdir):

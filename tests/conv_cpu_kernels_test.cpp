@@ -352,6 +352,9 @@ std::vector<WinoCase> nchw_direct_cases() {
   };
   add({"mobilenet_stem", 2, 3, 16, 32, 30, {1, 1, 1, 1}, true, false, true, "hard_swish"}, 3, 2);
   add({"squeezenet_stem", 1, 3, 64, 31, 29, none, true, false, true, "relu"}, 3, 2);
+  // AVX-512 runs four full panels at a time: two groups of four, and four and a partial one.
+  add({"eight_panels", 1, 3, 128, 19, 23, {1, 1, 1, 1}, true, false, true, "relu"}, 3, 2);
+  add({"four_panels_and_a_partial", 2, 3, 72, 14, 31, {2, 3, 1, 0}, false, false, true, "silu"}, 5, 2);
   add({"resnet_stem_partial_panel", 1, 3, 24, 29, 37, {3, 3, 3, 3}, true, false, true, "relu"}, 7, 2);
   add({"tinyyolo_stem", 1, 3, 16, 40, 44, {2, 2, 2, 2}, true, false, true, "silu"}, 6, 2);
   add({"stride_1_one_channel", 1, 1, 8, 9, 50, {1, 1, 1, 1}, false, false, true, ""}, 3, 1);

@@ -120,6 +120,8 @@ struct RowJob {
   __m256i mlo, mhi;  // lane masks of a partial panel
   __m256 blo, bhi;   // the panel's bias
   const PostOp* post;
+  const float* bias;     // all of it (null: none), for the 4-panel block
+  int64_t panel_floats;  // packed weights per panel (C x KH x KW x 16)
 };
 
 // Bias, activation and the store of output pixel ox's channels of the panel.
@@ -272,6 +274,96 @@ template <int MR, int SW>
 #undef KILN_NCHW_STORE
 }
 
+// Four full panels (64 output channels) x MR (1..6) pixels in 24 registers: each input value,
+// broadcast once, feeds four multiply-adds (the 12 x 16 block above broadcasts one per product;
+// stems with 64 output channels, ResNet-50's and SqueezeNet's, load-bound there).
+template <int MR, int SW>
+[[gnu::always_inline]] inline void pixel_block_512x4(const RowJob& j, int64_t ox) {
+  const __m512 z = _mm512_setzero_ps();
+  __m512 c0_0 = z, c0_1 = z, c0_2 = z, c0_3 = z, c1_0 = z, c1_1 = z, c1_2 = z, c1_3 = z;
+  __m512 c2_0 = z, c2_1 = z, c2_2 = z, c2_3 = z, c3_0 = z, c3_1 = z, c3_2 = z, c3_3 = z;
+  __m512 c4_0 = z, c4_1 = z, c4_2 = z, c4_3 = z, c5_0 = z, c5_1 = z, c5_2 = z, c5_3 = z;
+  const int64_t sw = SW > 0 ? SW : j.sw;
+  const int64_t ps = j.panel_floats;
+  const float* base = j.x + ox * sw - j.pad_l;
+#define KILN_NCHW_ROW(i)                            \
+  if constexpr (MR > i) {                           \
+    const __m512 xi = _mm512_set1_ps(line[(i)*sw]); \
+    c##i##_0 = _mm512_fmadd_ps(xi, w0, c##i##_0);   \
+    c##i##_1 = _mm512_fmadd_ps(xi, w1, c##i##_1);   \
+    c##i##_2 = _mm512_fmadd_ps(xi, w2, c##i##_2);   \
+    c##i##_3 = _mm512_fmadd_ps(xi, w3, c##i##_3);   \
+  }
+  const int64_t(*tap)[2] = j.taps;
+  for (int64_t t = 0; t < j.num_taps; ++t, ++tap) {
+    const float* line = base + (*tap)[0];
+    const float* wb = j.wp + (*tap)[1] * kPanel;
+    const __m512 w0 = _mm512_loadu_ps(wb), w1 = _mm512_loadu_ps(wb + ps);
+    const __m512 w2 = _mm512_loadu_ps(wb + 2 * ps), w3 = _mm512_loadu_ps(wb + 3 * ps);
+    KILN_NCHW_ROW(0)
+    KILN_NCHW_ROW(1)
+    KILN_NCHW_ROW(2)
+    KILN_NCHW_ROW(3)
+    KILN_NCHW_ROW(4)
+    KILN_NCHW_ROW(5)
+  }
+#undef KILN_NCHW_ROW
+  float* out = j.yrow + ox * j.k + j.k0;
+  const auto put = [&](int64_t i, int64_t p, __m512 v) __attribute__((always_inline)) {
+    if (j.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(j.bias + j.k0 + p * kPanel));
+    float* o = out + i * j.k + p * kPanel;
+    _mm256_storeu_ps(o, activate(_mm512_castps512_ps256(v), *j.post));
+    _mm256_storeu_ps(o + 8, activate(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)), *j.post));
+  };
+#define KILN_NCHW_STORE(i) \
+  if constexpr (MR > i) {  \
+    put(i, 0, c##i##_0);   \
+    put(i, 1, c##i##_1);   \
+    put(i, 2, c##i##_2);   \
+    put(i, 3, c##i##_3);   \
+  }
+  KILN_NCHW_STORE(0)
+  KILN_NCHW_STORE(1)
+  KILN_NCHW_STORE(2)
+  KILN_NCHW_STORE(3)
+  KILN_NCHW_STORE(4)
+  KILN_NCHW_STORE(5)
+#undef KILN_NCHW_STORE
+}
+
+template <int SW>
+void interior_512x4(const RowJob& j, int64_t ox, int64_t hi) {
+  for (; ox + kRows <= hi; ox += kRows) pixel_block_512x4<kRows, SW>(j, ox);
+  switch (hi - ox) {
+    case 5:
+      pixel_block_512x4<5, SW>(j, ox);
+      break;
+    case 4:
+      pixel_block_512x4<4, SW>(j, ox);
+      break;
+    case 3:
+      pixel_block_512x4<3, SW>(j, ox);
+      break;
+    case 2:
+      pixel_block_512x4<2, SW>(j, ox);
+      break;
+    case 1:
+      pixel_block_512x4<1, SW>(j, ox);
+      break;
+    default:
+      break;
+  }
+}
+
+// Four full panels from j's (j.wp, j.k0) over output columns [ox, hi).
+void interior_avx512_x4(const RowJob& j, int64_t ox, int64_t hi) {
+  if (j.sw == 2) {
+    interior_512x4<2>(j, ox, hi);
+  } else {
+    interior_512x4<0>(j, ox, hi);
+  }
+}
+
 template <int SW>
 void interior_512(const RowJob& j, int64_t ox, int64_t hi) {
   constexpr int64_t kWide = 12;
@@ -355,27 +447,43 @@ void run_row(const NchwShape& s, const float* x, const float* wp, const float* b
   j.yrow = y + (n * s.oh + oy) * s.ow * s.k;
   j.k = s.k;
   j.post = &post;
-  for (int64_t panel = 0; panel < s.panels; ++panel) {
+  j.bias = bias;
+  j.panel_floats = s.c * s.kh * s.kw * kPanel;
+  const auto set_panel = [&](int64_t panel) {
     j.k0 = panel * kPanel;
     j.lanes = std::min(kPanel, s.k - j.k0);
     j.mlo = lane_mask(std::min<int64_t>(8, j.lanes));
     j.mhi = lane_mask(std::max<int64_t>(0, j.lanes - 8));
     j.blo = !bias ? _mm256_setzero_ps() : _mm256_maskload_ps(bias + j.k0, j.mlo);
     j.bhi = !bias ? _mm256_setzero_ps() : _mm256_maskload_ps(bias + j.k0 + 8, j.mhi);
-    j.wp = wp + panel * s.c * s.kh * s.kw * kPanel;
-    if (j.a0 >= j.a1) {  // every kernel row in the padding: bias and activation only
-      for (int64_t ox = 0; ox < s.ow; ++ox) store_pixel(j, ox, _mm256_setzero_ps(), _mm256_setzero_ps());
-      continue;
+    j.wp = wp + panel * j.panel_floats;
+  };
+  for (int64_t panel = 0; panel < s.panels;) {
+    // With AVX-512, four full panels at a time where there are (their interior columns together).
+    const bool four = avx512 && (panel + 4) * kPanel <= s.k;
+    const int64_t count = four ? 4 : 1;
+    for (int64_t q = panel; q < panel + count; ++q) {
+      set_panel(q);
+      if (j.a0 >= j.a1) {  // every kernel row in the padding: bias and activation only
+        for (int64_t ox = 0; ox < s.ow; ++ox) store_pixel(j, ox, _mm256_setzero_ps(), _mm256_setzero_ps());
+        continue;
+      }
+      for (int64_t ox = 0; ox < s.ox_lo; ++ox) edge_pixel(j, ox);
+      for (int64_t ox = s.ox_hi; ox < s.ow; ++ox) edge_pixel(j, ox);
+      if (four) continue;
+      if (avx512) {
+        interior_avx512(j, s.ox_lo, s.ox_hi);
+      } else if (s.sw == 2) {  // the stems' stride known at compile time
+        interior<2>(j, s.ox_lo, s.ox_hi);
+      } else {
+        interior<0>(j, s.ox_lo, s.ox_hi);
+      }
     }
-    for (int64_t ox = 0; ox < s.ox_lo; ++ox) edge_pixel(j, ox);
-    if (avx512) {
-      interior_avx512(j, s.ox_lo, s.ox_hi);
-    } else if (s.sw == 2) {  // the stems' stride known at compile time
-      interior<2>(j, s.ox_lo, s.ox_hi);
-    } else {
-      interior<0>(j, s.ox_lo, s.ox_hi);
+    if (four && j.a0 < j.a1) {
+      set_panel(panel);
+      interior_avx512_x4(j, s.ox_lo, s.ox_hi);
     }
-    for (int64_t ox = s.ox_hi; ox < s.ow; ++ox) edge_pixel(j, ox);
+    panel += count;
   }
 }
 
