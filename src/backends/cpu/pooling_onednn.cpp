@@ -96,6 +96,11 @@ struct PoolPlan {
   dnnl::reorder dst_out;
   size_t dst_off = 0, scratch_off = 0, workspace = 0;
   int num_threads = 1;
+  // The primitive's arguments and the output before the reorder, made at the first execute() and
+  // re-pointed at each call's buffers (as the oneDNN convolution's and matmul's are); made whole or
+  // not at all: an allocation failing halfway leaves `args` empty.
+  mutable std::unordered_map<int, memory> args;
+  mutable memory user_dst_memory;
 };
 
 PoolPlan build_plan(const OneDnnPool& g, TensorFormat x_format, TensorFormat y_format, int num_threads) {
@@ -155,16 +160,24 @@ class PoolingOneDnn : public Kernel {
     onednn::ScopedOmpThreads threads(p.num_threads);
     auto& eng = onednn::engine();
     const char* what = "Pooling onednn";
-    memory user_dst(p.user_dst, eng, ctx.outputs.at(0).data);
-    memory dst = p.reorder_dst ? memory(p.dst, eng, onednn::workspace_at(ctx, p.dst_off, p.workspace, what)) : user_dst;
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(p.src, eng, ctx.inputs.at(0).data)},
-                                         {DNNL_ARG_DST, dst}};
-    if (p.scratch.get_size()) {
-      args.emplace(DNNL_ARG_SCRATCHPAD,
-                   memory(p.scratch, eng, onednn::workspace_at(ctx, p.scratch_off, p.workspace, what)));
+    if (p.args.empty()) {
+      std::unordered_map<int, memory> args;
+      args.emplace(DNNL_ARG_SRC, memory(p.src, eng, DNNL_MEMORY_NONE));
+      args.emplace(DNNL_ARG_DST, memory(p.dst, eng, DNNL_MEMORY_NONE));
+      if (p.scratch.get_size()) args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, DNNL_MEMORY_NONE));
+      p.user_dst_memory = p.reorder_dst ? memory(p.user_dst, eng, DNNL_MEMORY_NONE) : args.at(DNNL_ARG_DST);
+      p.args = std::move(args);
     }
-    p.pool.execute(stream_, args);
-    if (p.reorder_dst) p.dst_out.execute(stream_, dst, user_dst);
+    p.args.at(DNNL_ARG_SRC).set_data_handle(ctx.inputs.at(0).data);
+    p.user_dst_memory.set_data_handle(ctx.outputs.at(0).data);
+    if (p.reorder_dst) {
+      p.args.at(DNNL_ARG_DST).set_data_handle(onednn::workspace_at(ctx, p.dst_off, p.workspace, what));
+    }
+    if (p.scratch.get_size()) {
+      p.args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(onednn::workspace_at(ctx, p.scratch_off, p.workspace, what));
+    }
+    p.pool.execute(stream_, p.args);
+    if (p.reorder_dst) p.dst_out.execute(stream_, p.args.at(DNNL_ARG_DST), p.user_dst_memory);
     stream_.wait();
   }
 
