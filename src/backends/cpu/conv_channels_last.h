@@ -1,5 +1,6 @@
 // What kiln's own float32 channels-last CPU convolutions (conv_winograd_cpu.cpp's winograd_avx2,
-// conv_igemm_cpu.cpp's igemm_avx2) share: the inputs they take in supports(), the output and
+// conv_igemm_cpu.cpp's igemm_avx2, and conv_nchw_direct_cpu.cpp's stems, whose output is
+// channels-last) share: the inputs they take in supports(), the output and
 // residual dims in prepare(), the workspace in execute(), their sizes and state. Both may write
 // the output over the residual (KernelEntry::in_place_input = kConvResidualInput): each output
 // element is stored once, after its residual was read.
@@ -34,6 +35,22 @@ struct Conv2dSizes {
         pad_t(g.pad_begin[0]),
         pad_l(g.pad_begin[1]) {}
 };
+
+// The geometry of x convolved with w into *g where it is an ungrouped 2-D convolution, else false
+// with the reason (conv_geometry()'s error, or that it is not one).
+inline bool conv2d_geometry(const ConvParams& params, const Dims& x, const Dims& w, ConvGeometry* g, std::string* why) {
+  try {
+    *g = conv_geometry(params, x, w);
+  } catch (const Error& e) {
+    *why = e.what();
+    return false;
+  }
+  if (g->spatial_rank != 2 || g->group != 1) {
+    *why = "not an ungrouped 2-D convolution";
+    return false;
+  }
+  return true;
+}
 
 // Whether the layer is a float32 convolution (not a deconvolution) with static x and w dims,
 // channels-last x, y and residual (the layout pass makes convolution regions channels-last),

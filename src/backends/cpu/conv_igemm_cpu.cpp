@@ -222,16 +222,7 @@ void run_igemm(const IgemmShape& s, const float* x, const float* wp, const float
 
 bool shape_of(const ConvParams& params, const Dims& x, const Dims& w, int threads, IgemmShape* s, std::string* why) {
   ConvGeometry g;
-  try {
-    g = conv_geometry(params, x, w);
-  } catch (const Error& e) {
-    *why = e.what();
-    return false;
-  }
-  if (g.spatial_rank != 2 || g.group != 1) {
-    *why = "not an ungrouped 2-D convolution";
-    return false;
-  }
+  if (!cpu::conv2d_geometry(params, x, w, &g, why)) return false;
   if (g.kernel[0] > kMaxKernelRows) {
     *why = "more than " + std::to_string(kMaxKernelRows) + " kernel rows";
     return false;

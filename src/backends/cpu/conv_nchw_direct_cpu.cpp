@@ -59,16 +59,7 @@ struct NchwShape : cpu::Conv2dSizes {
 
 bool shape_of(const ConvParams& params, const Dims& x, const Dims& w, NchwShape* s, std::string* why) {
   ConvGeometry g;
-  try {
-    g = conv_geometry(params, x, w);
-  } catch (const Error& e) {
-    *why = e.what();
-    return false;
-  }
-  if (g.spatial_rank != 2 || g.group != 1) {
-    *why = "not an ungrouped 2-D convolution";
-    return false;
-  }
+  if (!cpu::conv2d_geometry(params, x, w, &g, why)) return false;
   if (g.dilation[0] != 1 || g.dilation[1] != 1) {
     *why = "dilated";
     return false;
@@ -85,6 +76,10 @@ bool shape_of(const ConvParams& params, const Dims& x, const Dims& w, NchwShape*
   s->w_bytes = static_cast<size_t>(s->panels * kPanel * s->c * s->kh * s->kw) * sizeof(float);
   return true;
 }
+
+// Entries between two threads' tap tables: C x KH x KW rounded up to whole cache lines (the
+// tables are rewritten for every row; tables sharing a line made the stem 20% slower).
+int64_t tap_stride(const NchwShape& s) { return (s.c * s.kh * s.kw + 3) / 4 * 4; }
 
 // w [K, C, KH, KW] -> [K/16][C][KH][KW][16], zero beyond K.
 void pack_weights(const float* w, const NchwShape& s, float* out) {
@@ -177,7 +172,8 @@ template <int MR, int SW>
 #undef KILN_NCHW_STORE
 }
 
-// Output columns [ox, hi) in blocks of kRows, then the remainder.
+// Output columns [ox, hi) in blocks of kRows, then the remainder. (The AVX-512 blocks have loops of
+// their own: a shared template is compiled for one target and cannot inline the other's blocks.)
 template <int SW>
 void interior(const RowJob& j, int64_t ox, int64_t hi) {
   for (; ox + kRows <= hi; ox += kRows) pixel_block<kRows, SW>(j, ox);
@@ -490,18 +486,19 @@ void run_row(const NchwShape& s, const float* x, const float* wp, const float* b
 #pragma GCC pop_options
 #endif  // KILN_NCHW_X86
 
+// `taps`: tap_stride() entries per thread (the workspace's).
 void run_nchw_direct(const NchwShape& s, const float* x, const float* wp, const float* bias, float* y,
-                     const PostOp& post, int threads, bool avx512) {
+                     const PostOp& post, int threads, bool avx512, int64_t (*taps)[2]) {
 #if KILN_NCHW_X86
   const int64_t rows = s.n * s.oh;
 #pragma omp parallel num_threads(std::max(1, threads))
   {
-    std::vector<int64_t[2]> taps(static_cast<size_t>(s.c * s.kh * s.kw));
+    int64_t(*mine)[2] = taps + omp_get_thread_num() * tap_stride(s);
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) run_row(s, x, wp, bias, y, post, r / s.oh, r % s.oh, taps.data(), avx512);
+    for (int64_t r = 0; r < rows; ++r) run_row(s, x, wp, bias, y, post, r / s.oh, r % s.oh, mine, avx512);
   }
 #else
-  (void)s, (void)x, (void)wp, (void)bias, (void)y, (void)post, (void)threads, (void)avx512;
+  (void)s, (void)x, (void)wp, (void)bias, (void)y, (void)post, (void)threads, (void)avx512, (void)taps;
   throw Error(std::string("Convolution ") + kTactic + ": not built for this processor");
 #endif
 }
@@ -536,21 +533,29 @@ class ConvNchwDirect : public cpu::ChannelsLastConv<ConvNchwDirect<Wide>, NchwSh
     }
   }
 
-  size_t workspace_size() const override { return this->weights_ ? 0 : this->shape_.w_bytes; }
+  // Per thread the tap table of a row, then the packed weights where they are not constant.
+  size_t workspace_size() const override { return tap_bytes() + (this->weights_ ? 0 : this->shape_.w_bytes); }
 
   void execute(const KernelContext& ctx) override {
     cpu::check_workspace(tactic(), ctx, workspace_size());
     if (this->shape_.n * this->shape_.oh * this->shape_.ow == 0 || this->shape_.k == 0) return;
+    auto* ws = static_cast<char*>(ctx.workspace);
     const float* wp = nullptr;
     if (this->weights_) {
       wp = this->weights_->data();
     } else {
-      auto* scratch = static_cast<float*>(ctx.workspace);
+      auto* scratch = reinterpret_cast<float*>(ws + tap_bytes());
       pack_weights(ctx.inputs.at(1).as<float>(), this->shape_, scratch);
       wp = scratch;
     }
     run_nchw_direct(this->shape_, ctx.inputs.at(0).as<float>(), wp, Base::bias_of(ctx), ctx.outputs.at(0).as<float>(),
-                    this->params_.post, this->threads_, Wide);
+                    this->params_.post, this->threads_, Wide, reinterpret_cast<int64_t(*)[2]>(ws));
+  }
+
+ private:
+  // Whole cache lines per thread (tap_stride), so the packed weights after them stay aligned too.
+  size_t tap_bytes() const {
+    return static_cast<size_t>(this->threads_ * tap_stride(this->shape_)) * 2 * sizeof(int64_t);
   }
 };
 

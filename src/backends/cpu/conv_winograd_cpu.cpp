@@ -283,14 +283,9 @@ void run_winograd(const WinogradShape& s, const float* x, const float* u, const 
 
 bool shape_of(const ConvParams& params, const Dims& x, const Dims& w, WinogradShape* s, std::string* why) {
   ConvGeometry g;
-  try {
-    g = conv_geometry(params, x, w);
-  } catch (const Error& e) {
-    *why = e.what();
-    return false;
-  }
-  if (g.spatial_rank != 2 || g.group != 1 || g.kernel[0] != 3 || g.kernel[1] != 3 || g.stride[0] != 1 ||
-      g.stride[1] != 1 || g.dilation[0] != 1 || g.dilation[1] != 1) {
+  if (!cpu::conv2d_geometry(params, x, w, &g, why)) return false;
+  if (g.kernel[0] != 3 || g.kernel[1] != 3 || g.stride[0] != 1 || g.stride[1] != 1 || g.dilation[0] != 1 ||
+      g.dilation[1] != 1) {
     *why = "not a 3x3, stride 1, undilated, ungrouped 2-D convolution";
     return false;
   }
