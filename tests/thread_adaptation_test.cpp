@@ -8,6 +8,7 @@
 // tests running side by side on CI's two cores keep their thread counts; these tests turn it on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -175,7 +176,9 @@ TEST(ThreadAdaptation, TheThreadClockCountsOnlyThisThreadsTime) {
 
 // ---- a real context under real contention --------------------------------------------------
 
-std::shared_ptr<Engine> conv_engine(int threads) {
+// Four 3x3 convolutions with ReLU: x -> y; with `nonzero`, also nz = NonZero(y), an output
+// whose size the inference reads from its data.
+std::shared_ptr<Engine> conv_engine(int threads, bool nonzero = false) {
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{1, 32, 56, 56});
   std::mt19937 rng(7);
@@ -196,6 +199,11 @@ std::shared_ptr<Engine> conv_engine(int threads) {
   }
   t->set_name("y");
   net.mark_output(t);
+  if (nonzero) {
+    Tensor* nz = net.add_non_zero(t)->output(0);
+    nz->set_name("nz");
+    net.mark_output(nz);
+  }
   BuilderConfig config;
   config.num_threads = threads;
   const auto bytes = Builder().build_serialized(net, config);
@@ -267,6 +275,54 @@ TEST(ThreadAdaptation, AContextUnderContentionHalvesItsThreadsAndComesBackWhenTh
   EXPECT_EQ(ctx->num_threads(), 2);
   const ContextStats st = ctx->stats();
   EXPECT_EQ(st.shape_plans_built, 2u) << "one plan per thread count";
+}
+
+// The inference during which the count changes ran in the old count's plan: the output shapes
+// it read from its data are reported after it (the new count's plan, used from the next
+// inference on, holds only their upper bounds). Was: the size of nz read as its upper bound
+// after that inference, whose callers then took the zeros past the real coordinates as data.
+TEST(ThreadAdaptation, DataDependentOutputShapesSurviveACountChange) {
+  auto engine = conv_engine(2, true);
+  auto ctx = engine->create_execution_context();
+  ctx->set_thread_adaptation(true);
+  const Dims bound = ctx->max_tensor_shape("nz");
+  ASSERT_EQ(bound, (Dims{4, 32 * 56 * 56}));
+  std::vector<float> x(32 * 56 * 56), y(32 * 56 * 56);
+  std::vector<int64_t> nz(static_cast<size_t>(bound.volume()));
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  ctx->set_tensor_address("y", y.data());
+  ctx->set_tensor_address("nz", nz.data());
+  int inferences = 0;
+  const auto infer_and_check = [&] {
+    for (float& v : x) v = u(rng);
+    ctx->set_tensor_address("x", x.data());
+    ctx->execute();
+    ++inferences;
+    const int64_t count = std::count_if(y.begin(), y.end(), [](float v) { return v != 0.f; });
+    ASSERT_GT(count, 0);
+    ASSERT_LT(count, bound[1]);
+    ASSERT_EQ(ctx->tensor_shape("nz").to_string(), (Dims{4, count}).to_string())
+        << "after inference " << inferences << " (reductions " << ctx->stats().thread_reductions << ")";
+  };
+  infer_and_check();
+  {
+    Spinners busy;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (ctx->stats().thread_reductions == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+      infer_and_check();
+      if (HasFatalFailure()) return;
+    }
+    ASSERT_EQ(ctx->stats().thread_reductions, 1u) << "2 threads never halved with every core busy";
+    infer_and_check();  // the first at 1 thread
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (ctx->stats().thread_restorations == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+    infer_and_check();
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_EQ(ctx->stats().thread_restorations, 1u) << "never went back to 2 threads after the cores were freed";
+  infer_and_check();
 }
 
 TEST(ThreadAdaptation, FixedContextsKeepTheirCountUnderContention) {

@@ -115,10 +115,14 @@ void retire_plans(ContextImpl& c, std::vector<std::unique_ptr<ShapePlan>> evicte
   evicted.clear();
 }
 
-// The plan of the current input shapes: at hand, cached, or built now.
-ShapePlan& current_plan(ContextImpl& c) {
+// The plan of the current input shapes: at hand, cached, or built now. `next_inference`: for
+// the inference about to run, at the thread count the adaptation asks for now; otherwise (shape
+// queries) the plan that ran last where there is one: after an inference whose timing changed
+// the count, the output shapes it read are in its own plan, and a plan of the new count holds
+// only the upper bounds of data-dependent sizes.
+ShapePlan& current_plan(ContextImpl& c, bool next_inference = false) {
   const int threads = context_threads(c);
-  if (threads != c.key.num_threads) {
+  if (threads != c.key.num_threads && (next_inference || !c.current)) {
     c.key.num_threads = threads;
     c.current = nullptr;
   }
@@ -649,7 +653,7 @@ void ExecutionContext::enqueue(void* stream) try {
   EngineImpl& e = *c.engine;
   if (!stream) stream = c.own_stream;
   const uint64_t built = c.stats.shape_plans_built;
-  ShapePlan* plan = &current_plan(c);
+  ShapePlan* plan = &current_plan(c, true);
   if (c.stats.shape_plans_built == built) ++c.stats.shape_plan_hits;
   if (plan->has_dd) {
     if (c.graph_explicit) {
