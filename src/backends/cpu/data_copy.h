@@ -15,6 +15,7 @@
 
 #include "kiln/error.h"
 #include "kiln/types.h"
+#include "src/backends/cpu/copy_run.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
 
@@ -94,7 +95,7 @@ void table_copy(E* dst, const E* src, const Dims& out, const std::vector<std::ve
           if (outside) {
             for (int64_t j = 0; j < n; ++j) d[j] = fill;
           } else if (contiguous) {
-            std::memcpy(d, src + base + inner[0], static_cast<size_t>(n) * sizeof(E));
+            copy_run(d, src + base + inner[0], static_cast<size_t>(n) * sizeof(E));
           } else {
             for (int64_t j = 0; j < n; ++j) {
               const int64_t m = inner[static_cast<size_t>(j)];
