@@ -239,13 +239,15 @@ def bench_one(kiln, name, path, batch, args):
     return row
 
 
-def ort_throughput(model_path, inputs, contexts, threads, warmup, iterations, spin=True):
-    """Inferences per second of `contexts` sessions run at once by as many Python threads."""
+def ort_throughput(model_path, inputs, contexts, threads, warmup, iterations, seconds, spin=True):
+    """Inferences per second of `contexts` sessions run at once by as many Python threads, each
+    running at least `iterations` inferences and for at least `seconds`."""
     sessions = [ort_session(model_path, threads, spin) for _ in range(contexts)]
     start = threading.Barrier(contexts + 1)
     errors = []
+    counts = [0] * contexts
 
-    def worker(session):
+    def worker(index, session):
         try:
             for _ in range(warmup):
                 session.run(None, inputs)
@@ -253,12 +255,16 @@ def ort_throughput(model_path, inputs, contexts, threads, warmup, iterations, sp
             errors.append(e)
         start.wait()
         try:
-            for _ in range(iterations):
+            t_start = time.perf_counter()
+            n = 0
+            while n < iterations or time.perf_counter() - t_start < seconds:
                 session.run(None, inputs)
+                n += 1
+            counts[index] = n
         except Exception as e:
             errors.append(e)
 
-    workers = [threading.Thread(target=worker, args=(s,)) for s in sessions]
+    workers = [threading.Thread(target=worker, args=(i, s)) for i, s in enumerate(sessions)]
     for w in workers:
         w.start()
     start.wait()
@@ -270,7 +276,7 @@ def ort_throughput(model_path, inputs, contexts, threads, warmup, iterations, sp
     gc.collect()
     if errors:
         raise RuntimeError(f"onnxruntime: {errors[0]}")
-    return contexts * iterations / wall
+    return sum(counts) / wall
 
 
 def bench_contexts(kiln, name, path, batch, args):
@@ -289,11 +295,11 @@ def bench_contexts(kiln, name, path, batch, args):
                      "--threads", str(per_context), *args.kiln_build_arg], env)
         cmd = [kiln, "bench", "--engine", engine, *input_flags, "--streams", str(args.contexts), "--threads",
                str(per_context), "--warmup", str(args.warmup), "--iterations", str(args.iterations),
-               "--duration", "0", "--json"]
+               "--duration", str(args.contexts_seconds), "--json"]
         ort_rates, kiln_rates = [], []
         for _ in range(args.rounds):
             ort_rates.append(ort_throughput(model_path, inputs, args.contexts, per_context, args.warmup,
-                                            args.iterations, not args.no_spin))
+                                            args.iterations, args.contexts_seconds, not args.no_spin))
             kiln_rates.append(json.loads(run_checked(cmd, env).stdout)["throughput_qps"])
         row["ort_per_s"] = statistics.median(ort_rates)
         row["kiln_per_s"] = statistics.median(kiln_rates)
@@ -373,6 +379,10 @@ def main():
     parser.add_argument("--contexts", type=int, default=1,
                         help="N >= 2: throughput of N contexts (kiln) / sessions (ORT) at once on --threads threads "
                              "shared among them, instead of latency (default 1: latency)")
+    parser.add_argument("--contexts-seconds", type=float, default=1.0, metavar="S",
+                        help="with --contexts: each side runs at least this many seconds per round besides "
+                             "--iterations per context (default 1.0; 10 inferences of bert_tiny last 2 ms, in which "
+                             "one context starting late halved the throughput read)")
     parser.add_argument("--out", help="write the results to this file: .md for markdown, else JSON")
     args = parser.parse_args()
 
@@ -454,7 +464,7 @@ def report(rows, text, version, args, ort):
                 "onnxruntime": ort.__version__, "threads": args.threads, "iterations": args.iterations,
                 "warmup": args.warmup, "rounds": args.rounds, "no_spin": args.no_spin,
                 "contention": args.contention, "contention_period_ms": args.contention_period_ms,
-                "contexts": args.contexts, "kiln_build_args": args.kiln_build_arg, "machine": platform.processor() or platform.machine(),
+                "contexts": args.contexts, "contexts_seconds": args.contexts_seconds, "kiln_build_args": args.kiln_build_arg, "machine": platform.processor() or platform.machine(),
                 "cpu": cpu_description(), "cpus": os.cpu_count()}
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
@@ -463,7 +473,7 @@ def report(rows, text, version, args, ort):
                         f"{meta['onnxruntime']}, {args.threads} thread(s), {args.rounds} round(s) of {args.iterations} "
                         f"runs after {args.warmup} warmup per engine, {meta['cpus']} CPUs ({meta['machine']}; {meta['cpu']})"
                         f"{', no spin-waiting (--no-spin)' if args.no_spin else ''}"
-                        f"{f', throughput of {args.contexts} contexts at once (--contexts)' if args.contexts > 1 else ''}"
+                        f"{f', throughput of {args.contexts} contexts at once (--contexts; each side at least {args.contexts_seconds:g} s per round)' if args.contexts > 1 else ''}"
                         f"{', kiln build ' + ' '.join(args.kiln_build_arg) if args.kiln_build_arg else ''}.\n\n"
                         f"{text}\n\n"
                         + ("kiln/ORT > 1 means kiln serves more inferences per second.\n" if args.contexts > 1
