@@ -30,6 +30,10 @@ LAYERS = [
     ("bert_tiny_b8_output", 128, 512, 128, False),
     ("bert_base_b1_intermediate", 128, 768, 3072, True),
     ("bert_base_b1_output", 128, 3072, 768, False),
+    # SqueezeNet's squeeze layers at batch 8 as products (a channels-last 1x1 convolution is one):
+    # pixels x C by C x 16.
+    ("squeezenet_b8_fire4_squeeze", 24200, 128, 16, False),
+    ("squeezenet_b8_fire3_squeeze", 24200, 64, 16, False),
 ]
 
 # column name, KILN_DISABLE_TACTICS

@@ -329,7 +329,15 @@ TEST(ConvIgemmAvx2, MatchesTheReferenceKernel) {
   WinoCase in_place_partial{"residual_in_the_output_partial_panel", 2, 40, 20, 9, 11, same, true, true, true, ""};
   in_place_partial.in_place = true;
   in_place_partial.strides = two;
-  cases.insert(cases.end(), {stem, resnet_stem, dilated, strided_dilated, in_place, in_place_partial});
+  // 1x1 layers (taken in builds without oneDNN): ResNet-50's last layer of a block with the
+  // residual, and its stride-2 downsampling layer.
+  WinoCase pointwise_residual{"pointwise_residual", 1, 64, 72, 14, 13, none, true, true, true, "relu"};
+  pointwise_residual.kh = pointwise_residual.kw = 1;
+  WinoCase pointwise_stride_2{"pointwise_stride_2", 2, 48, 40, 15, 14, none, true, false, true, ""};
+  pointwise_stride_2.kh = pointwise_stride_2.kw = 1;
+  pointwise_stride_2.strides = two;
+  cases.insert(cases.end(), {stem, resnet_stem, dilated, strided_dilated, in_place, in_place_partial,
+                             pointwise_residual, pointwise_stride_2});
   for (const WinoCase& k : common_cases()) cases.push_back(k);
   for (WinoCase& k : cases) {
     if (k.name.rfind("stride_2", 0) == 0) k.strides = two;
@@ -491,6 +499,33 @@ TEST(ConvPointwisePacked, TakesSmall1x1ConvolutionsOnly) {
   }
 }
 
+TEST(ConvPointwiseGemm, MatchesTheReferenceKernel) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  const std::vector<int64_t> none{0, 0, 0, 0};
+  std::vector<WinoCase> cases = {
+      // SqueezeNet's squeeze layer, smaller: 2 x 13 x 13 = 338 pixels (not a multiple of the
+      // 8-row block or the 48-row chunk), 64 -> 16 channels.
+      {"squeeze_64_16", 2, 64, 16, 13, 13, none, true, false, true, "relu"},
+      // Panels two at a time and one left over (255 = 15 full panels + 15 columns).
+      {"detection_64_255", 1, 64, 255, 9, 10, none, true, false, true, ""},
+      {"few_input_channels", 1, 3, 40, 11, 7, none, false, false, true, "silu"},
+      {"one_output_channel", 3, 24, 1, 5, 9, none, true, false, true, "sigmoid"},
+      {"wide_input_512", 1, 512, 48, 6, 12, none, true, false, true, "hard_swish"},
+      {"one_thread", 2, 32, 32, 16, 16, none, true, false, true, "gelu_erf"},
+      {"three_threads", 3, 40, 36, 10, 11, none, true, false, true, "leaky_relu", 0.1f},
+  };
+  cases[5].threads = 1;
+  cases[6].threads = 3;
+  for (const char* tactic : {"pointwise_gemm_avx2", "pointwise_gemm_avx512"}) {
+    if (std::string(tactic) == "pointwise_gemm_avx512" && !__builtin_cpu_supports("avx512f")) continue;
+    for (WinoCase k : cases) {
+      k.kh = k.kw = 1;
+      SCOPED_TRACE(std::string(tactic) + " " + k.name);
+      check_channels_last_case(tactic, k);
+    }
+  }
+}
+
 TEST(ConvWinogradAvx2, ComputesWithTheResidualInTheOutput) {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
   WinoCase k{"residual_in_the_output", 1, 32, 40, 16, 16, {1, 1, 1, 1}, true, true, true, "relu"};
@@ -518,6 +553,39 @@ bool takes(const std::string& tactic, int64_t n, int64_t c, int64_t k, int64_t h
 
 bool winograd_takes(int64_t n, int64_t c, int64_t k, int64_t hw) { return takes("winograd_avx2", n, c, k, hw); }
 
+// supports() of a pointwise_gemm tactic for a 1x1 convolution of x [n, c, hw, hw] to k channels
+// with `stride`, channels-last, constant weights.
+bool pointwise_gemm_takes(const std::string& tactic, int64_t n, int64_t c, int64_t k, int64_t hw, int64_t stride = 1) {
+  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, tactic);
+  if (!e) return false;
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{n, c, hw, hw});
+  const HostTensor wv = test::random_tensor(DataType::kFloat32, Dims{k, c, 1, 1}, 7);
+  Attributes attrs;
+  attrs.set("strides", std::vector<int64_t>{stride, stride});
+  Layer* layer = net.add_layer(kLayerConvolution, {x, net.add_constant(wv, "w")->output(0)}, 1, attrs, "conv");
+  layer->output(0)->set_format(TensorFormat::kChannelsLast);
+  return e->supports(*layer, {TensorDesc{DataType::kFloat32, x->dims(), TensorFormat::kChannelsLast, true, nullptr},
+                              TensorDesc{DataType::kFloat32, wv.dims(), TensorFormat::kLinear, true, &wv}});
+}
+
+TEST(ConvPointwiseGemm, TakesLarge1x1ConvolutionsWhereOneDnnIsNotBuiltIn) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+#if KILN_HAVE_ONEDNN
+  const bool without_onednn = false;
+#else
+  const bool without_onednn = true;
+#endif
+  const std::string avx2 = "pointwise_gemm_avx2";
+  EXPECT_EQ(pointwise_gemm_takes(avx2, 8, 128, 16, 55), without_onednn) << "SqueezeNet's squeeze layer";
+  EXPECT_EQ(pointwise_gemm_takes(avx2, 1, 64, 255, 40), without_onednn) << "a detection layer";
+  EXPECT_EQ(pointwise_gemm_takes(avx2, kDynamic, 64, 32, 20), without_onednn) << "a dynamic batch";
+  EXPECT_FALSE(pointwise_gemm_takes(avx2, 1, 16, 16, 8)) << "64 pixels: pointwise_packed's";
+  EXPECT_FALSE(pointwise_gemm_takes(avx2, 1, 64, 64, 20, 2)) << "stride 2";
+  EXPECT_EQ(pointwise_gemm_takes("pointwise_gemm_avx512", 8, 128, 16, 55),
+            without_onednn && __builtin_cpu_supports("avx512f"));
+}
+
 TEST(ConvIgemmAvx2, ChoosesWhereItIsFaster) {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
   // Taken: stride-2 3x3 layers with 32 input channels or more (ResNet-50's, TinyYolo's), 3x3
@@ -526,11 +594,17 @@ TEST(ConvIgemmAvx2, ChoosesWhereItIsFaster) {
   EXPECT_TRUE(takes("igemm_avx2", 8, 512, 512, 14, 3, 2));
   EXPECT_TRUE(takes("igemm_avx2", 1, 32, 64, 80, 3, 2));
   EXPECT_TRUE(takes("igemm_avx2", 1, 512, 512, 7));
-  // Declined: fewer than 32 input channels (the stems, 16-channel layers), 1x1 kernels.
-  EXPECT_FALSE(takes("igemm_avx2", 1, 3, 64, 224, 7, 2));
-  EXPECT_FALSE(takes("igemm_avx2", 1, 16, 32, 160, 3, 2));
-  EXPECT_FALSE(takes("igemm_avx2", 1, 256, 64, 56, 1));
-  EXPECT_FALSE(takes("igemm_avx2", 1, 256, 512, 56, 1, 2));
+  // Declined where oneDNN is built in (taken otherwise, the alternative being the reference
+  // kernel): fewer than 32 input channels (the stems, 16-channel layers), 1x1 kernels.
+#if KILN_HAVE_ONEDNN
+  const bool without_onednn = false;
+#else
+  const bool without_onednn = true;
+#endif
+  EXPECT_EQ(takes("igemm_avx2", 1, 3, 64, 224, 7, 2), without_onednn);
+  EXPECT_EQ(takes("igemm_avx2", 1, 16, 32, 160, 3, 2), without_onednn);
+  EXPECT_EQ(takes("igemm_avx2", 1, 256, 64, 56, 1), without_onednn);
+  EXPECT_EQ(takes("igemm_avx2", 1, 256, 512, 56, 1, 2), without_onednn);
 }
 
 TEST(ConvWinogradAvx2, ChoosesWhereItIsFaster) {
@@ -597,15 +671,17 @@ TEST(ConvIgemmAvx2, DeclinesWhatItDoesNotCover) {
   Attributes group2, mish;
   group2.set("group", int64_t{2});
   mish.set("activation", std::string("mish"));
-  const std::vector<Other> others = {
+  std::vector<Other> others = {
       {"grouped", Dims{1, 64, 28, 28}, Dims{64, 32, 3, 3}, group2},
-      {"1x1_kernel", Dims{1, 64, 28, 28}, Dims{64, 64, 1, 1}, {}},
       {"3-D", Dims{1, 32, 8, 8, 8}, Dims{32, 32, 3, 3, 3}, {}},
       {"activation_without_a_vector_form", Dims{1, 32, 28, 28}, Dims{32, 32, 3, 3}, mish},
       {"linear_memory", Dims{1, 32, 28, 28}, Dims{32, 32, 3, 3}, {}, TensorFormat::kLinear},
-      {"16_input_channels", Dims{1, 16, 28, 28}, Dims{32, 16, 3, 3}, {}},
       {"33_kernel_rows", Dims{1, 32, 40, 8}, Dims{32, 32, 33, 1}, {}},
   };
+#if KILN_HAVE_ONEDNN  // oneDNN's kernels are faster there; without oneDNN this kernel takes them
+  others.push_back({"1x1_kernel", Dims{1, 64, 28, 28}, Dims{64, 64, 1, 1}, {}});
+  others.push_back({"16_input_channels", Dims{1, 16, 28, 28}, Dims{32, 16, 3, 3}, {}});
+#endif
   expect_declines(e, others);
 }
 

@@ -392,17 +392,30 @@ bool supports_packed(const Layer& layer, const std::vector<TensorDesc>& inputs) 
 // per call on these whatever their size (MobileNetV3-small has 18 of them); here the weights are
 // packed once like packed_avx2's b and the register blocks above run the product, with bias and
 // activation in the epilogue, on one thread where the product is small.
+//
+// "pointwise_gemm_avx512" (priority 99) and "pointwise_gemm_avx2" (98): the same product for 1x1
+// convolutions over more pixels (channels-last x and y are the row-major [pixels, C] and
+// [pixels, K] matrices), with packed_avx512's 8 x 32 register block where there is AVX-512F.
+// For builds without oneDNN, where 1x1 convolutions over more than 64 pixels had only the
+// reference kernel (SqueezeNet's 128 -> 16 squeeze layer at batch 8: about 270 ms). With oneDNN
+// built in they decline: as products in a one-layer model they beat oneDNN's 1x1 kernels (that
+// layer 0.99 against 1.16 ms, bench/cpu_matmul_layers.py), and the builder's timing then chose
+// them, but inside the models they were slower (that layer 1.92 against 1.63 ms in SqueezeNet,
+// TinyYolo's 64 -> 255 detection layer 0.57 against 0.50 ms; Zen 4, 1 thread).
 constexpr const char* kTacticPointwise = "pointwise_packed";
-constexpr int64_t kPointwiseMaxPixels = 64;           // beyond: oneDNN's 1x1 kernels
+constexpr const char* kTacticPointwiseGemm512 = "pointwise_gemm_avx512";
+constexpr const char* kTacticPointwiseGemm = "pointwise_gemm_avx2";
+constexpr int64_t kPointwiseMaxPixels = 64;           // beyond: the pointwise_gemm tactics
 constexpr int64_t kPointwiseOneThreadMacs = 1 << 16;  // smaller products: one thread
 
 class ConvPointwisePacked : public Kernel {
  public:
-  explicit ConvPointwisePacked(const PostOp& post) : post_(post) {}
+  ConvPointwisePacked(const PostOp& post, const char* tactic, bool avx512)
+      : post_(post), tactic_(tactic), avx512_(avx512) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int num_threads) override {
-    const std::string where = "layer '" + layer.name() + "' (Convolution) " + kTacticPointwise + ": ";
+    const std::string where = "layer '" + layer.name() + "' (Convolution) " + tactic_ + ": ";
     if (inputs.size() < 2 || outputs.empty()) throw Error(where + "expects inputs x, w and output y");
     const Dims& x = inputs[0].dims;
     const Dims& w = inputs[1].dims;
@@ -431,15 +444,17 @@ class ConvPointwisePacked : public Kernel {
   std::unique_ptr<Kernel> another_instance() const override { return std::make_unique<ConvPointwisePacked>(*this); }
 
   void execute(const KernelContext& ctx) override {
-    if (!packed_) throw Error(std::string("Convolution ") + kTacticPointwise + ": execute() before prepare()");
+    if (!packed_) throw Error(std::string("Convolution ") + tactic_ + ": execute() before prepare()");
     if (s_.m == 0 || s_.n == 0) return;
     const float* bias = has_bias_ ? ctx.inputs.at(2).as<const float>() : nullptr;
     run_packed(s_, ctx.inputs.at(0).as<const float>(), packed_->data(), bias, post_, ctx.outputs.at(0).as<float>(),
-               threads_, false);
+               threads_, avx512_);
   }
 
  private:
   PostOp post_;
+  const char* tactic_ = kTacticPointwise;
+  bool avx512_ = false;  // the 8 x 32 register block (pointwise_gemm_avx512)
   bool has_bias_ = false;
   int threads_ = 1;
   Sizes s_;
@@ -448,9 +463,10 @@ class ConvPointwisePacked : public Kernel {
 
 // A float32 1x1 convolution, stride 1, no padding, undilated, ungrouped, with constant weights
 // (C up to kMaxK), a rank-1 bias or none, no residual, an activation activate() computes, x and y
-// channels-last or of 1x1 images, static dims with at most kPointwiseMaxPixels pixels, on a
-// processor with AVX2 + FMA.
-bool supports_pointwise(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+// channels-last or of 1x1 images, on a processor with AVX2 + FMA. `small`: static dims with at
+// most kPointwiseMaxPixels pixels (pointwise_packed); otherwise more pixels, or a dynamic batch
+// (the pointwise_gemm tactics; C, H and W static).
+bool supports_pointwise_common(const Layer& layer, const std::vector<TensorDesc>& inputs, bool small) {
   if (!KILN_PACKED_X86 || !cpu::has_avx2_fma()) return false;
   if (inputs.size() < 2 || inputs.size() > 4 || !inputs[0].present || !inputs[1].present) return false;
   if (inputs.size() > 3 && inputs[3].present) return false;
@@ -461,7 +477,8 @@ bool supports_pointwise(const Layer& layer, const std::vector<TensorDesc>& input
   if (p.deconv || p.group != 1 || !cpu::activation_vectorized(p.post)) return false;
   const Dims& x = inputs[0].dims;
   const Dims& w = inputs[1].dims;
-  if (x.rank() != 4 || x.is_dynamic() || w.rank() != 4 || w.is_dynamic()) return false;
+  if (x.rank() != 4 || w.rank() != 4 || w.is_dynamic()) return false;
+  if (x[1] < 0 || x[2] < 0 || x[3] < 0 || (small && x[0] < 0)) return false;
   if (w[1] != x[1] || w[2] != 1 || w[3] != 1 || x[1] < 1 || x[1] > kMaxK || w[0] < 1) return false;
   ConvGeometry g;
   try {
@@ -473,7 +490,8 @@ bool supports_pointwise(const Layer& layer, const std::vector<TensorDesc>& input
     const auto u = static_cast<size_t>(i);
     if (g.stride[u] != 1 || g.pad_begin[u] != 0 || g.pad_end[u] != 0) return false;
   }
-  if (x[0] * x[2] * x[3] > kPointwiseMaxPixels) return false;
+  const bool few_pixels = x[0] >= 0 && x[0] * x[2] * x[3] <= kPointwiseMaxPixels;
+  if (small != few_pixels) return false;
   // Channels-last memory is [pixels][C]; a 1x1 image is that in either format.
   const bool one_pixel_images = x[2] * x[3] == 1;
   const auto format_ok = [&](TensorFormat f) { return f == TensorFormat::kChannelsLast || one_pixel_images; };
@@ -484,6 +502,23 @@ bool supports_pointwise(const Layer& layer, const std::vector<TensorDesc>& input
   }
   const HostTensor* wv = inputs[1].value;
   return wv && wv->type() == DataType::kFloat32 && wv->count() == w[0] * w[1];
+}
+
+bool supports_pointwise(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  return supports_pointwise_common(layer, inputs, true);
+}
+
+bool supports_pointwise_gemm(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+#if KILN_HAVE_ONEDNN
+  (void)layer, (void)inputs;
+  return false;  // oneDNN's 1x1 kernels (see above)
+#else
+  return supports_pointwise_common(layer, inputs, false);
+#endif
+}
+
+bool supports_pointwise_gemm512(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  return has_avx512f() && supports_pointwise_gemm(layer, inputs);
 }
 
 }  // namespace
@@ -503,7 +538,19 @@ KILN_REGISTER_KERNEL(KernelEntry{
     }});
 
 KILN_REGISTER_KERNEL(KernelEntry{
-    DeviceType::kCPU, kLayerConvolution, kTacticPointwise, 108, supports_pointwise,
-    [](const Layer& layer) { return std::make_unique<ConvPointwisePacked>(params_of<ConvParams>(layer).post); }});
+    DeviceType::kCPU, kLayerConvolution, kTacticPointwise, 108, supports_pointwise, [](const Layer& layer) {
+      return std::make_unique<ConvPointwisePacked>(params_of<ConvParams>(layer).post, kTacticPointwise, false);
+    }});
+
+KILN_REGISTER_KERNEL(KernelEntry{DeviceType::kCPU, kLayerConvolution, kTacticPointwiseGemm512, 99,
+                                 supports_pointwise_gemm512, [](const Layer& layer) {
+                                   return std::make_unique<ConvPointwisePacked>(params_of<ConvParams>(layer).post,
+                                                                                kTacticPointwiseGemm512, true);
+                                 }});
+
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerConvolution, kTacticPointwiseGemm, 98, supports_pointwise_gemm, [](const Layer& layer) {
+      return std::make_unique<ConvPointwisePacked>(params_of<ConvParams>(layer).post, kTacticPointwiseGemm, false);
+    }});
 
 }  // namespace kiln
