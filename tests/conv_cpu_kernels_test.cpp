@@ -153,6 +153,7 @@ struct WinoCase {
   std::vector<int64_t> strides{1, 1}, dilations{1, 1};
   bool in_place = false;      // the residual in the output's memory (the planner's in-place residual)
   bool linear_input = false;  // x stays linear (NCHW): the nchw_direct tactics
+  int64_t group = 1;          // c: depthwise (the depthwise tactic)
 };
 
 // Runs the case through the tactic on channels-last tensors (with guard bytes around the output
@@ -163,6 +164,10 @@ void check_channels_last_case(const std::string& tactic, const WinoCase& k) {
   const int64_t oh = (k.h + k.pads[0] + k.pads[2] - k.dilations[0] * (k.kh - 1) - 1) / k.strides[0] + 1;
   const int64_t ow = (k.w + k.pads[1] + k.pads[3] - k.dilations[1] * (k.kw - 1) - 1) / k.strides[1] + 1;
   test::OpCase c = conv_case(k.name, Dims{k.n, k.c, k.h, k.w}, k.k, oh, ow, k.bias, k.residual, k.kh, k.kw);
+  if (k.group != 1) {
+    c.inputs[1].dims = Dims{k.k, k.c / k.group, k.kh, k.kw};
+    c.attrs.set("group", k.group);
+  }
   const Dims x_dims = c.inputs[0].dims, w_dims = c.inputs[1].dims, b_dims = c.inputs[2].dims, r_dims{k.n, k.k, oh, ow};
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     if (!c.inputs[i].omitted) {
@@ -524,6 +529,65 @@ TEST(ConvPointwiseGemm, MatchesTheReferenceKernel) {
       check_channels_last_case(tactic, k);
     }
   }
+}
+
+TEST(ConvDepthwise, MatchesTheReferenceKernel) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+  const std::vector<int64_t> same{1, 1, 1, 1}, two{2, 2}, pad2{2, 2, 2, 2};
+  // MobileNetV3-small's: 3x3 and 5x5, stride 1 and 2, 16-576 channels; channel counts that leave
+  // a masked tail (13, 72 = 2 x 32 + 8, 100 = 3 x 32 + 4).
+  std::vector<WinoCase> cases = {
+      {"3x3_stride_2_16", 1, 16, 16, 56, 56, same, true, false, true, "relu"},
+      {"3x3_stride_1_72", 2, 72, 72, 14, 13, same, true, false, true, "hard_swish"},
+      {"5x5_stride_2_96", 1, 96, 96, 14, 14, pad2, true, false, true, "hard_swish"},
+      {"5x5_stride_1_100", 1, 100, 100, 7, 9, pad2, false, false, true, ""},
+      {"tail_13_asymmetric", 3, 13, 13, 9, 6, {0, 1, 2, 0}, true, false, true, "leaky_relu", 0.1f},
+      {"dilated", 1, 40, 40, 11, 12, pad2, true, false, true, "silu"},
+      {"one_thread", 1, 576, 576, 7, 7, pad2, true, false, true, "hard_sigmoid", 0.2f, 0.5f},
+      {"three_threads", 2, 24, 24, 10, 10, same, true, false, true, "sigmoid"},
+  };
+  cases[0].strides = two;
+  cases[2].strides = two;
+  cases[2].kh = cases[2].kw = 5;
+  cases[3].kh = cases[3].kw = 5;
+  cases[5].dilations = two;
+  cases[6].kh = cases[6].kw = 5;
+  cases[6].threads = 1;
+  cases[7].threads = 3;
+  for (WinoCase& k : cases) {
+    k.group = k.c;
+    SCOPED_TRACE(k.name);
+    check_channels_last_case("depthwise_avx2", k);
+  }
+}
+
+TEST(ConvDepthwise, TakesDepthwiseLayersWhereOneDnnIsNotBuiltIn) {
+  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "depthwise_avx2");
+  ASSERT_NE(e, nullptr);
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
+#if KILN_HAVE_ONEDNN
+  const bool without_onednn = false;
+#else
+  const bool without_onednn = true;
+#endif
+  // x [n, 16, 20, 20] -> 16 channels (`group` groups), 3x3 pad 1, channels-last unless `format`.
+  const auto probe = [&](int64_t n, int64_t group, TensorFormat format = TensorFormat::kChannelsLast) {
+    Network net;
+    Tensor* x = net.add_input("x", DataType::kFloat32, Dims{n, 16, 20, 20});
+    const HostTensor wv = test::random_tensor(DataType::kFloat32, Dims{16, 16 / group, 3, 3}, 5);
+    Attributes attrs;
+    attrs.set("group", group);
+    attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    Layer* layer = net.add_layer(kLayerConvolution, {x, net.add_constant(wv, "w")->output(0)}, 1, attrs, "conv");
+    layer->output(0)->set_format(format);
+    return e->supports(*layer, {TensorDesc{DataType::kFloat32, x->dims(), format, true, nullptr},
+                                TensorDesc{DataType::kFloat32, wv.dims(), TensorFormat::kLinear, true, &wv}});
+  };
+  EXPECT_EQ(probe(1, 16), without_onednn) << "depthwise";
+  EXPECT_EQ(probe(kDynamic, 16), without_onednn) << "depthwise, dynamic batch";
+  EXPECT_FALSE(probe(1, 4)) << "4 channels per group";
+  EXPECT_FALSE(probe(1, 1)) << "ungrouped";
+  EXPECT_FALSE(probe(1, 16, TensorFormat::kLinear)) << "linear memory";
 }
 
 TEST(ConvWinogradAvx2, ComputesWithTheResidualInTheOutput) {

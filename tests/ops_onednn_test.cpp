@@ -73,10 +73,13 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
       EXPECT_EQ(all[4]->tactic, "winograd_avx2") << type;
       EXPECT_EQ(all[5]->tactic, "igemm_avx2") << type;
       EXPECT_EQ(all[6]->tactic, "onednn") << type;
-      // Below oneDNN: the 1x1 products for builds without it (their supports() declines here).
+      // Below oneDNN: the 1x1 products and the depthwise kernel for builds without it (their
+      // supports() declines where oneDNN is built in).
       ASSERT_GE(all.size(), 9u);
       EXPECT_EQ(all[7]->tactic, "pointwise_gemm_avx512") << type;
       EXPECT_EQ(all[8]->tactic, "pointwise_gemm_avx2") << type;
+      ASSERT_GE(all.size(), 10u);
+      EXPECT_EQ(all[9]->tactic, "depthwise_avx2") << type;
     } else if (std::string(type) == kLayerGemm) {
       ASSERT_GE(all.size(), 2u);
       EXPECT_EQ(all[0]->tactic, "gemv") << type;

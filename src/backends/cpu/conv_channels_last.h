@@ -19,9 +19,11 @@
 
 namespace kiln::cpu {
 
-// The sizes of a 2-D convolution both kernels keep (their shapes derive from it).
+// The sizes of a 2-D convolution the CPU's own convolution kernels keep (their shapes derive
+// from it): images, channels, the kernel window, strides, dilations and the leading padding.
 struct Conv2dSizes {
   int64_t n = 0, h = 0, w = 0, c = 0, k = 0, oh = 0, ow = 0, pad_t = 0, pad_l = 0;
+  int64_t kh = 0, kw = 0, sh = 1, sw = 1, dh = 1, dw = 1;
 
   Conv2dSizes() = default;
   explicit Conv2dSizes(const ConvGeometry& g)  // g.spatial_rank == 2
@@ -33,7 +35,13 @@ struct Conv2dSizes {
         oh(g.out[0]),
         ow(g.out[1]),
         pad_t(g.pad_begin[0]),
-        pad_l(g.pad_begin[1]) {}
+        pad_l(g.pad_begin[1]),
+        kh(g.kernel[0]),
+        kw(g.kernel[1]),
+        sh(g.stride[0]),
+        sw(g.stride[1]),
+        dh(g.dilation[0]),
+        dw(g.dilation[1]) {}
 };
 
 // The geometry of x convolved with w into *g where it is an ungrouped 2-D convolution, else false

@@ -61,7 +61,6 @@ size_t align64(size_t v) { return (v + 63) / 64 * 64; }
 
 // Everything one input shape needs.
 struct IgemmShape : cpu::Conv2dSizes {
-  int64_t kh = 0, kw = 0, sh = 1, sw = 1, dh = 1, dw = 1;
   int64_t taps = 0, pixels = 0, kp = 0, panels = 0;
   // GEMM rows per output pixel and their length: with unit horizontal dilation a kernel row's kw
   // taps are kw x C contiguous floats of the input (one row of kw * C); otherwise one per tap.
@@ -228,12 +227,6 @@ bool shape_of(const ConvParams& params, const Dims& x, const Dims& w, int thread
     return false;
   }
   static_cast<cpu::Conv2dSizes&>(*s) = cpu::Conv2dSizes(g);
-  s->kh = g.kernel[0];
-  s->kw = g.kernel[1];
-  s->sh = g.stride[0];
-  s->sw = g.stride[1];
-  s->dh = g.dilation[0];
-  s->dw = g.dilation[1];
   s->taps = s->kh * s->kw;
   s->pixels = s->n * s->oh * s->ow;
   s->kp = round_up(s->k, kPanel);

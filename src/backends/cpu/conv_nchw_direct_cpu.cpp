@@ -51,7 +51,6 @@ constexpr int64_t kMaxChannels = 4;
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 struct NchwShape : cpu::Conv2dSizes {
-  int64_t kh = 0, kw = 0, sh = 1, sw = 1;
   int64_t panels = 0;
   int64_t ox_lo = 0, ox_hi = 0;  // output columns [ox_lo, ox_hi) read no column outside the input
   size_t w_bytes = 0;
@@ -65,10 +64,6 @@ bool shape_of(const ConvParams& params, const Dims& x, const Dims& w, NchwShape*
     return false;
   }
   static_cast<cpu::Conv2dSizes&>(*s) = cpu::Conv2dSizes(g);
-  s->kh = g.kernel[0];
-  s->kw = g.kernel[1];
-  s->sh = g.stride[0];
-  s->sw = g.stride[1];
   s->panels = round_up(s->k, kPanel) / kPanel;
   s->ox_lo = std::min(s->ow, (s->pad_l + s->sw - 1) / s->sw);
   s->ox_hi = s->w + s->pad_l - s->kw >= 0 ? (s->w + s->pad_l - s->kw) / s->sw + 1 : 0;
