@@ -1,5 +1,6 @@
 // CPU "gemv" tactic of Gemm (priority 110, before oneDNN's matmul where it applies):
-// y = act(A B' + c) for at most 4 rows of A, with B a constant weight matrix, c absent or a
+// y = act(A B' + c) for at most 4 rows of A (any number in builds without oneDNN, in passes of
+// 4 rows over the weights), with B a constant weight matrix, c absent or a
 // constant per-column bias and alpha = beta = 1: classifier heads at small batch (MobileNetV3's
 // 576x1024 and 1024x1000 fully connected layers, ResNet-50's 2048x1000). There the product is a
 // matrix-vector product whose cost is streaming the weights once; oneDNN 2.6's matmul (brgemm on
@@ -12,6 +13,7 @@
 // output (activation_math.h). Layout: kLinear, contiguous.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,7 +29,15 @@
 namespace kiln {
 namespace {
 
-constexpr int64_t kMaxRows = 4;
+constexpr int64_t kMaxRows = 4;  // rows of A per pass over the weights
+// Rows the tactic takes: 4 where oneDNN is built in (its matmul does better on more); without
+// oneDNN any number, in passes of kMaxRows over the weights, since the alternative there is the
+// reference kernel (MobileNetV3's two classifier layers at batch 8: 10.5 of its 25.7 ms).
+#if KILN_HAVE_ONEDNN
+constexpr int64_t kMaxRowsTaken = kMaxRows;
+#else
+constexpr int64_t kMaxRowsTaken = std::numeric_limits<int64_t>::max();
+#endif
 
 // out[m * ldo + n] = sum_k a[m * K + k] * w[n * K + k] + bias[n], for n in [n0, n1), M rows.
 #define KILN_GEMV_ROWS(suffix)                                                                                \
@@ -84,7 +94,9 @@ struct GemvShape {
   int64_t M = 0, K = 0, N = 0;
 };
 
-bool gemv_shape(const Layer& layer, const std::vector<TensorDesc>& inputs, GemvShape* s, std::string* why) {
+// `max_rows`: the most rows taken (supports(): kMaxRowsTaken; prepare() computes any number).
+bool gemv_shape(const Layer& layer, const std::vector<TensorDesc>& inputs, GemvShape* s, std::string* why,
+                int64_t max_rows = kMaxRowsTaken) {
   auto no = [&](const std::string& reason) {
     if (why) *why = reason;
     return false;
@@ -104,7 +116,7 @@ bool gemv_shape(const Layer& layer, const std::vector<TensorDesc>& inputs, GemvS
   s->K = p.trans_a ? a[0] : a[1];
   s->N = p.trans_b ? b[0] : b[1];
   if ((p.trans_b ? b[1] : b[0]) != s->K) return no("inner extents differ");
-  if (s->M < 1 || s->M > kMaxRows || s->K < 1 || s->N < 1) return no("more than 4 rows");
+  if (s->M < 1 || s->M > max_rows || s->K < 1 || s->N < 1) return no("more than 4 rows");
   if (inputs.size() == 3 && inputs[2].present) {
     const TensorDesc& c = inputs[2];
     const bool per_column =
@@ -126,7 +138,7 @@ class GemvCpu : public Kernel {
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>&,
                int) override {
     std::string why;
-    if (!gemv_shape(layer, inputs, &shape_, &why)) {
+    if (!gemv_shape(layer, inputs, &shape_, &why, std::numeric_limits<int64_t>::max())) {
       throw Error("Gemm gemv: layer '" + layer.name() + "' is not a small-batch product with constant weights (" + why +
                   ")");
     }
@@ -158,7 +170,7 @@ class GemvCpu : public Kernel {
     }
     const int64_t K = shape_.K, N = shape_.N;
     const float* av = a.as<const float>();
-    if (trans_a_) {  // A is K x M: the rows of A' gathered once (at most 4 x K floats, sized by prepare())
+    if (trans_a_) {  // A is K x M: the rows of A' gathered once (M x K floats, sized by prepare())
       for (int64_t m = 0; m < M; ++m) {
         for (int64_t k = 0; k < K; ++k) a_rows_[static_cast<size_t>(m * K + k)] = av[k * M + m];
       }
@@ -169,7 +181,9 @@ class GemvCpu : public Kernel {
     cpu::parallel_for(
         N, ctx.num_threads,
         [&](int64_t n0, int64_t n1) {
-          gemv(M, av, weights_.data(), bias_.data(), out, K, N, n0, n1);
+          for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
+            gemv(std::min(kMaxRows, M - m0), av + m0 * K, weights_.data(), bias_.data(), out + m0 * N, K, N, n0, n1);
+          }
           if (post_.enabled) {
             for (int64_t m = 0; m < M; ++m) {
               for (int64_t n = n0; n < n1; ++n) out[m * N + n] = post_.apply(out[m * N + n]);
