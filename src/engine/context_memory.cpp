@@ -63,10 +63,23 @@ void ContextDeviceMemory::grow_static(uint64_t arena, uint64_t workspace, const 
   // still using it finishes before (freeing device memory waits for the device).
   arena = memory_granule(arena);
   workspace = memory_granule(workspace);
+  bool moved = false;
+  // The backend's message says how much failed; this says what it was for.
+  const auto allocate = [&](DeviceBuffer& buffer, uint64_t bytes, const char* kind) {
+    buffer = DeviceBuffer();
+    try {
+      buffer = DeviceBuffer(backend_, bytes);
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + " for the " + kind + " of " + what);
+    }
+    ++allocations_;
+    moved = true;
+  };
   // The view plans bind to, from the three buffers: after every change, and also when an
-  // allocation fails after its buffer was released (the view then shows that buffer gone, its
-  // size 0, so that fits() is false and the next inference allocates again; it used to keep the
-  // released buffer's pointer and size, and the next inference's kernels wrote into freed memory).
+  // allocation fails (a buffer that grows is released before its replacement is allocated: the
+  // view then shows it gone, size 0, so that fits() is false and the next inference allocates
+  // again; it used to keep the released buffer's pointer and size, and the next inference's
+  // kernels wrote into freed memory).
   const auto publish = [&](bool changed) {
     arena_ = own_arena_.size();
     base_ = static_cast<uint8_t*>(own_arena_.data());
@@ -77,34 +90,18 @@ void ContextDeviceMemory::grow_static(uint64_t arena, uint64_t workspace, const 
     view_.error_flags = static_cast<int32_t*>(own_flags_.data());
     if (changed) ++view_.generation;
   };
-  bool moved = false;
-  // The backend's message says how much failed; this says what it was for.
-  const auto allocate = [&](DeviceBuffer& buffer, uint64_t bytes, const char* kind) {
-    buffer = DeviceBuffer();
-    try {
-      buffer = DeviceBuffer(backend_, bytes);
-    } catch (const Error& e) {
-      publish(true);
-      throw Error(std::string(e.what()) + " for the " + kind + " of " + what);
-    } catch (...) {
-      publish(true);
-      throw;
-    }
-    ++allocations_;
-    moved = true;
-  };
-  if (!own_arena_.data() || arena > own_arena_.size())
-    allocate(own_arena_, std::max<uint64_t>(arena, 256), "activation memory");
-  if (workspace > own_workspace_.size()) allocate(own_workspace_, workspace, "kernel workspace");
-  if (flags_ && !own_flags_.data()) {
-    try {
+  try {
+    if (!own_arena_.data() || arena > own_arena_.size())
+      allocate(own_arena_, std::max<uint64_t>(arena, 256), "activation memory");
+    if (workspace > own_workspace_.size()) allocate(own_workspace_, workspace, "kernel workspace");
+    if (flags_ && !own_flags_.data()) {
       own_flags_ = DeviceBuffer(backend_, flags_);
-    } catch (...) {
-      publish(moved);
-      throw;
+      ++allocations_;
+      moved = true;
     }
-    ++allocations_;
-    moved = true;
+  } catch (...) {
+    publish(true);
+    throw;
   }
   publish(moved);
 }

@@ -44,27 +44,35 @@ struct Conv2dSizes {
         dw(g.dilation[1]) {}
 };
 
-// The geometry of x convolved with w into *g where it is an ungrouped 2-D convolution, else false
-// with the reason (conv_geometry()'s error, or that it is not one).
-inline bool conv2d_geometry(const ConvParams& params, const Dims& x, const Dims& w, ConvGeometry* g, std::string* why) {
+// The geometry of x convolved with w into *g where it is an ungrouped 2-D convolution (with
+// `depthwise`: one whose groups are its channels, one output channel each), else false with the
+// reason (conv_geometry()'s error, or that it is not one).
+inline bool conv2d_geometry(const ConvParams& params, const Dims& x, const Dims& w, ConvGeometry* g, std::string* why,
+                            bool depthwise = false) {
   try {
     *g = conv_geometry(params, x, w);
   } catch (const Error& e) {
     *why = e.what();
     return false;
   }
-  if (g->spatial_rank != 2 || g->group != 1) {
+  if (depthwise) {
+    if (g->spatial_rank != 2 || g->group != g->in_channels || g->out_channels != g->in_channels) {
+      *why = "not a 2-D depthwise convolution with one output channel per group";
+      return false;
+    }
+  } else if (g->spatial_rank != 2 || g->group != 1) {
     *why = "not an ungrouped 2-D convolution";
     return false;
   }
   return true;
 }
 
-// Whether the layer is a float32 convolution (not a deconvolution) with static x and w dims,
-// channels-last x, y and residual (the layout pass makes convolution regions channels-last),
-// plain weights and a rank-1 plain bias, an activation activate() computes, on an AVX2 + FMA
-// processor.
-inline bool channels_last_conv_inputs(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+// Whether the layer is a float32 convolution (not a deconvolution) with static x and w dims
+// (`dynamic_batch`: x's first dim may be dynamic), channels-last x, y and residual (the layout
+// pass makes convolution regions channels-last), plain weights and a rank-1 plain bias, an
+// activation activate() computes, on an AVX2 + FMA processor.
+inline bool channels_last_conv_inputs(const Layer& layer, const std::vector<TensorDesc>& inputs,
+                                      bool dynamic_batch = false) {
   if (!has_avx2_fma()) return false;
   if (inputs.size() < 2 || inputs.size() > 4 || !inputs[0].present || !inputs[1].present) return false;
   for (const TensorDesc& t : inputs) {
@@ -78,7 +86,11 @@ inline bool channels_last_conv_inputs(const Layer& layer, const std::vector<Tens
       (inputs[2].dims.rank() != 1 || inputs[2].format != TensorFormat::kLinear))
     return false;
   if (inputs.size() > 3 && inputs[3].present && inputs[3].format != TensorFormat::kChannelsLast) return false;
-  return !inputs[0].dims.is_dynamic() && !inputs[1].dims.is_dynamic();
+  const Dims& x = inputs[0].dims;
+  for (int i = dynamic_batch ? 1 : 0; i < x.rank(); ++i) {
+    if (x[i] < 0) return false;
+  }
+  return !inputs[1].dims.is_dynamic();
 }
 
 // prepare(): throws (starting with `where`) unless the output's dims, and the residual's when

@@ -45,16 +45,7 @@ using DwShape = cpu::Conv2dSizes;
 // x [N, C, H, W] with w [C, 1, KH, KW] and group C (one output channel per group).
 bool shape_of(const ConvParams& params, const Dims& x, const Dims& w, DwShape* s, std::string* why) {
   ConvGeometry g;
-  try {
-    g = conv_geometry(params, x, w);
-  } catch (const Error& e) {
-    *why = e.what();
-    return false;
-  }
-  if (g.spatial_rank != 2 || g.group != g.in_channels || g.out_channels != g.in_channels) {
-    *why = "not a 2-D depthwise convolution with one output channel per group";
-    return false;
-  }
+  if (!cpu::conv2d_geometry(params, x, w, &g, why, true)) return false;
   *s = cpu::Conv2dSizes(g);
   return true;
 }
@@ -127,54 +118,47 @@ void run_row(const DwShape& s, const float* x, const float* wp, const float* bia
 #pragma GCC pop_options
 #endif  // KILN_DEPTHWISE_X86
 
-class ConvDepthwise : public Kernel {
+class ConvDepthwise : public cpu::ChannelsLastConv<ConvDepthwise, DwShape> {
  public:
-  explicit ConvDepthwise(const ConvParams& params) : params_(params) {}
+  using ChannelsLastConv::ChannelsLastConv;
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int num_threads) override {
     const std::string where = "layer '" + layer.name() + "' (Convolution) " + kTactic + ": ";
     if (inputs.size() < 2 || outputs.empty()) throw Error(where + "expects inputs x, w and output y");
     std::string why;
-    if (!shape_of(params_, inputs[0].dims, inputs[1].dims, &s_, &why)) throw Error(where + why);
-    const Dims want{s_.n, s_.c, s_.oh, s_.ow};
-    if (outputs[0].dims != want) {
-      throw Error(where + "output dims " + outputs[0].dims.to_string() + " differ from the convolution's " +
-                  want.to_string());
+    if (!shape_of(params_, inputs[0].dims, inputs[1].dims, &shape_, &why)) throw Error(where + why);
+    if (cpu::check_conv_output(where, inputs, outputs, Dims{shape_.n, shape_.c, shape_.oh, shape_.ow})) {
+      throw Error(where + "takes no residual input (the builder chooses this kernel only then)");
     }
     threads_ = std::max(1, num_threads);
-    has_bias_ = inputs.size() > 2 && inputs[2].present;
-    if (!packed_) {
+    if (!weights_) {
       const HostTensor* wv = inputs[1].value;
-      if (!wv || wv->type() != DataType::kFloat32 || wv->count() != s_.c * s_.kh * s_.kw) {
+      if (!wv || wv->type() != DataType::kFloat32 || wv->count() != shape_.c * shape_.kh * shape_.kw) {
         throw Error(where + "the weights must be constant float32 (the builder chooses this kernel only then)");
       }
       // [C][1][KH][KW] -> [KH][KW][C].
       const auto* w = static_cast<const float*>(wv->data());
-      auto packed = std::make_shared<std::vector<float>>(static_cast<size_t>(s_.c * s_.kh * s_.kw));
-      for (int64_t ch = 0; ch < s_.c; ++ch) {
-        for (int64_t t = 0; t < s_.kh * s_.kw; ++t) {
-          (*packed)[static_cast<size_t>(t * s_.c + ch)] = w[ch * s_.kh * s_.kw + t];
-        }
+      const int64_t taps = shape_.kh * shape_.kw;
+      auto packed = std::make_shared<std::vector<float>>(static_cast<size_t>(shape_.c * taps));
+      for (int64_t ch = 0; ch < shape_.c; ++ch) {
+        for (int64_t t = 0; t < taps; ++t) (*packed)[static_cast<size_t>(t * shape_.c + ch)] = w[ch * taps + t];
       }
-      packed_ = std::move(packed);
+      weights_ = std::move(packed);
     }
   }
 
-  // The instances for other shapes (a dynamic batch) share the packed weights.
-  std::unique_ptr<Kernel> another_instance() const override { return std::make_unique<ConvDepthwise>(*this); }
-
   void execute(const KernelContext& ctx) override {
-    if (!packed_) throw Error(std::string("Convolution ") + kTactic + ": execute() before prepare()");
+    if (!weights_) throw Error(std::string("Convolution ") + kTactic + ": execute() before prepare()");
 #if KILN_DEPTHWISE_X86
+    const DwShape& s = shape_;
+    const int64_t rows = s.n * s.oh;
+    if (rows == 0 || s.c == 0 || s.ow == 0) return;
     const float* x = ctx.inputs.at(0).as<const float>();
-    const float* bias = has_bias_ ? ctx.inputs.at(2).as<const float>() : nullptr;
+    const float* wp = weights_->data();
+    const float* bias = bias_of(ctx);
     float* y = ctx.outputs.at(0).as<float>();
-    const int64_t rows = s_.n * s_.oh;
-    if (rows == 0 || s_.c == 0 || s_.ow == 0) return;
-    const DwShape s = s_;
-    const float* wp = packed_->data();
-    const PostOp post = params_.post;
+    const PostOp& post = params_.post;
     const int nt = static_cast<int>(std::clamp<int64_t>(rows, 1, threads_));
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < rows; ++r) run_row(s, x, wp, bias, y, post, r / s.oh, r % s.oh);
@@ -183,13 +167,6 @@ class ConvDepthwise : public Kernel {
     throw Error(std::string("Convolution ") + kTactic + ": not built for this processor");
 #endif
   }
-
- private:
-  ConvParams params_;
-  DwShape s_;
-  int threads_ = 1;
-  bool has_bias_ = false;
-  std::shared_ptr<const std::vector<float>> packed_;  // [KH][KW][C]
 };
 
 // A float32 2-D depthwise convolution (group = C = K) with constant weights, a rank-1 bias or
@@ -200,27 +177,18 @@ bool supports_depthwise(const Layer& layer, const std::vector<TensorDesc>& input
   (void)layer, (void)inputs;
   return false;  // oneDNN's depthwise kernels (see above)
 #else
-  if (!KILN_DEPTHWISE_X86 || !cpu::has_avx2_fma()) return false;
-  if (inputs.size() < 2 || inputs.size() > 4 || !inputs[0].present || !inputs[1].present) return false;
-  if (inputs.size() > 3 && inputs[3].present) return false;
-  for (const TensorDesc& d : inputs) {
-    if (d.present && d.type != DataType::kFloat32) return false;
-  }
+  if (!KILN_DEPTHWISE_X86 || !cpu::channels_last_conv_inputs(layer, inputs, true)) return false;
+  if (inputs.size() > 3 && inputs[3].present) return false;  // no residual
   const ConvParams& p = params_of<ConvParams>(layer);
-  if (p.deconv || !cpu::activation_vectorized(p.post)) return false;
-  if (inputs[0].format != TensorFormat::kChannelsLast || inputs[1].format != TensorFormat::kLinear) return false;
-  if (layer.num_outputs() < 1 || layer.output(0)->format() != TensorFormat::kChannelsLast) return false;
   const Dims& x = inputs[0].dims;
   const Dims& w = inputs[1].dims;
-  if (x.rank() != 4 || w.rank() != 4 || w.is_dynamic() || x[1] < 1 || x[2] < 0 || x[3] < 0) return false;
+  if (x.rank() != 4 || w.rank() != 4) return false;
   DwShape s;
   std::string why;
   Dims probe = x;
   if (probe[0] < 0) probe[0] = 1;  // a dynamic batch: prepare() sees each
   if (!shape_of(p, probe, w, &s, &why)) return false;
-  if (inputs.size() > 2 && inputs[2].present && (inputs[2].dims.rank() != 1 || inputs[2].dims[0] != s.c)) {
-    return false;
-  }
+  if (inputs.size() > 2 && inputs[2].present && inputs[2].dims[0] != s.c) return false;  // rank 1: checked above
   const HostTensor* wv = inputs[1].value;
   return wv && wv->type() == DataType::kFloat32 && wv->count() == w.volume();
 #endif

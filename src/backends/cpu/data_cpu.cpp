@@ -759,8 +759,6 @@ void concat_fast(const KernelContext& ctx) {
     acc += row[k];
   }
   const int64_t out_row = acc;
-  std::vector<const char*> src(ctx.inputs.size());
-  for (size_t k = 0; k < src.size(); ++k) src[k] = static_cast<const char*>(ctx.inputs[k].data);
   // Work item w: input w % k_inputs's run of output row w / k_inputs (the dims before the axis in
   // memory order); one division per chunk, not per item.
   cpu::parallel_for(
@@ -769,9 +767,9 @@ void concat_fast(const KernelContext& ctx) {
         int64_t o = begin / k_inputs;
         auto k = static_cast<size_t>(begin % k_inputs);
         for (int64_t w = begin; w < end; ++w) {
-          cpu::copy_run(static_cast<char*>(y.data) + o * out_row + offset[k], src[k] + o * row[k],
-                        static_cast<size_t>(row[k]));
-          if (++k == src.size()) {
+          cpu::copy_run(static_cast<char*>(y.data) + o * out_row + offset[k],
+                        static_cast<const char*>(ctx.inputs[k].data) + o * row[k], static_cast<size_t>(row[k]));
+          if (++k == ctx.inputs.size()) {
             k = 0;
             ++o;
           }
