@@ -545,6 +545,13 @@ TEST(ConvDepthwise, MatchesTheReferenceKernel) {
       {"dilated", 1, 40, 40, 11, 12, pad2, true, false, true, "silu"},
       {"one_thread", 1, 576, 576, 7, 7, pad2, true, false, true, "hard_sigmoid", 0.2f, 0.5f},
       {"three_threads", 2, 24, 24, 10, 10, same, true, false, true, "sigmoid"},
+      // depthwise_avx512's column blocks of 4: rows narrower than a block, of exactly one, one
+      // interior block between edge blocks; kernel widths it does not unroll (7, 1, 3x5).
+      {"narrow_3_wide", 2, 32, 32, 5, 3, same, true, false, true, "relu"},
+      {"exactly_4_wide", 1, 48, 48, 6, 4, same, false, false, true, ""},
+      {"7x7_kernel", 1, 20, 20, 12, 15, {3, 3, 3, 3}, true, false, true, "relu"},
+      {"1x1_kernel", 1, 40, 40, 5, 9, {0, 0, 0, 0}, true, false, true, ""},
+      {"3x5_kernel_stride_2", 1, 17, 17, 13, 17, {1, 2, 1, 2}, true, false, true, "hard_swish"},
   };
   cases[0].strides = two;
   cases[2].strides = two;
@@ -554,40 +561,52 @@ TEST(ConvDepthwise, MatchesTheReferenceKernel) {
   cases[6].kh = cases[6].kw = 5;
   cases[6].threads = 1;
   cases[7].threads = 3;
-  for (WinoCase& k : cases) {
-    k.group = k.c;
-    SCOPED_TRACE(k.name);
-    check_channels_last_case("depthwise_avx2", k);
+  cases[10].kh = cases[10].kw = 7;
+  cases[11].kh = cases[11].kw = 1;
+  cases[12].kh = 3;
+  cases[12].kw = 5;
+  cases[12].strides = two;
+  for (const char* tactic : {"depthwise_avx2", "depthwise_avx512"}) {
+    if (std::string(tactic) == "depthwise_avx512" && !__builtin_cpu_supports("avx512f")) continue;
+    for (WinoCase k : cases) {
+      k.group = k.c;
+      SCOPED_TRACE(std::string(tactic) + " " + k.name);
+      check_channels_last_case(tactic, k);
+    }
   }
 }
 
 TEST(ConvDepthwise, TakesDepthwiseLayersWhereOneDnnIsNotBuiltIn) {
-  const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, "depthwise_avx2");
-  ASSERT_NE(e, nullptr);
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA here";
 #if KILN_HAVE_ONEDNN
   const bool without_onednn = false;
 #else
   const bool without_onednn = true;
 #endif
-  // x [n, 16, 20, 20] -> 16 channels (`group` groups), 3x3 pad 1, channels-last unless `format`.
-  const auto probe = [&](int64_t n, int64_t group, TensorFormat format = TensorFormat::kChannelsLast) {
-    Network net;
-    Tensor* x = net.add_input("x", DataType::kFloat32, Dims{n, 16, 20, 20});
-    const HostTensor wv = test::random_tensor(DataType::kFloat32, Dims{16, 16 / group, 3, 3}, 5);
-    Attributes attrs;
-    attrs.set("group", group);
-    attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
-    Layer* layer = net.add_layer(kLayerConvolution, {x, net.add_constant(wv, "w")->output(0)}, 1, attrs, "conv");
-    layer->output(0)->set_format(format);
-    return e->supports(*layer, {TensorDesc{DataType::kFloat32, x->dims(), format, true, nullptr},
-                                TensorDesc{DataType::kFloat32, wv.dims(), TensorFormat::kLinear, true, &wv}});
-  };
-  EXPECT_EQ(probe(1, 16), without_onednn) << "depthwise";
-  EXPECT_EQ(probe(kDynamic, 16), without_onednn) << "depthwise, dynamic batch";
-  EXPECT_FALSE(probe(1, 4)) << "4 channels per group";
-  EXPECT_FALSE(probe(1, 1)) << "ungrouped";
-  EXPECT_FALSE(probe(1, 16, TensorFormat::kLinear)) << "linear memory";
+  for (const char* tactic : {"depthwise_avx2", "depthwise_avx512"}) {
+    SCOPED_TRACE(tactic);
+    const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution, tactic);
+    ASSERT_NE(e, nullptr);
+    const bool here = std::string(tactic) == "depthwise_avx2" || __builtin_cpu_supports("avx512f");
+    // x [n, 16, 20, 20] -> 16 channels (`group` groups), 3x3 pad 1, channels-last unless `format`.
+    const auto probe = [&](int64_t n, int64_t group, TensorFormat format = TensorFormat::kChannelsLast) {
+      Network net;
+      Tensor* x = net.add_input("x", DataType::kFloat32, Dims{n, 16, 20, 20});
+      const HostTensor wv = test::random_tensor(DataType::kFloat32, Dims{16, 16 / group, 3, 3}, 5);
+      Attributes attrs;
+      attrs.set("group", group);
+      attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+      Layer* layer = net.add_layer(kLayerConvolution, {x, net.add_constant(wv, "w")->output(0)}, 1, attrs, "conv");
+      layer->output(0)->set_format(format);
+      return e->supports(*layer, {TensorDesc{DataType::kFloat32, x->dims(), format, true, nullptr},
+                                  TensorDesc{DataType::kFloat32, wv.dims(), TensorFormat::kLinear, true, &wv}});
+    };
+    EXPECT_EQ(probe(1, 16), without_onednn && here) << "depthwise";
+    EXPECT_EQ(probe(kDynamic, 16), without_onednn && here) << "depthwise, dynamic batch";
+    EXPECT_FALSE(probe(1, 4)) << "4 channels per group";
+    EXPECT_FALSE(probe(1, 1)) << "ungrouped";
+    EXPECT_FALSE(probe(1, 16, TensorFormat::kLinear)) << "linear memory";
+  }
 }
 
 TEST(ConvWinogradAvx2, ComputesWithTheResidualInTheOutput) {

@@ -7,7 +7,8 @@
 // above its bound). Its kernel object re-prepared for other row counts reuses the packed b. The
 // bias and activation CPU builds fuse into the product (activation_fusion) against the reference
 // kernel, and through the builder: a bert-style layer (MatMul, bias Add, GELU written out) becomes
-// one layer whose results match double precision.
+// one layer whose results match double precision. "batched_avx2" and "batched_avx512" (products
+// of two activations, b packed per call) against the reference kernel the same way.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -66,14 +67,36 @@ test::Outcome outcome_of(const test::OpCase& c, const std::string& tactic, std::
   return test::Outcome::kUnsupported;
 }
 
+// A product's name, a and b dims, and whether b is transposed.
+struct ProductCase {
+  std::string name;
+  Dims a, b;
+  bool transpose_b;
+};
+
+void expect_passes(const test::OpCase& c, const std::string& tactic) {
+  std::string message;
+  EXPECT_EQ(outcome_of(c, tactic, &message), test::Outcome::kPassed) << tactic << ", " << c.name << ": " << message;
+}
+
+// `c` with a constant bias of n values as its third input and `activation` (none where empty).
+test::OpCase with_bias(test::OpCase c, int64_t n, const std::string& activation) {
+  test::InputSpec bias;
+  bias.dims = Dims{n};
+  bias.constant = true;
+  c.inputs.push_back(bias);
+  if (!activation.empty()) c.attrs.set("activation", activation);
+  return c;
+}
+
+void expect_declined(const test::OpCase& c, const std::string& tactic) {
+  std::string message;
+  EXPECT_EQ(outcome_of(c, tactic, &message), test::Outcome::kUnsupported) << tactic << ", " << c.name;
+}
+
 TEST(MatmulPackedAvx2, MatchesTheReferenceKernel) {
   if (!has_avx2()) GTEST_SKIP() << "no AVX2 + FMA here";
-  struct Case {
-    std::string name;
-    Dims a, b;
-    bool transpose_b;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ProductCase> cases = {
       {"bert_intermediate", Dims{8, 16, 128}, Dims{128, 512}, false},
       {"bert_output", Dims{8, 16, 512}, Dims{512, 128}, false},
       {"one_row", Dims{1, 64}, Dims{64, 40}, false},
@@ -88,11 +111,8 @@ TEST(MatmulPackedAvx2, MatchesTheReferenceKernel) {
       {"vector_a", Dims{24}, Dims{24, 19}, false},
   };
   for (const std::string& tactic : tactics()) {
-    for (const Case& k : cases) {
-      std::string message;
-      EXPECT_EQ(outcome_of(matmul_case(k.name, k.a, k.b, true, k.transpose_b), tactic, &message),
-                test::Outcome::kPassed)
-          << tactic << ", " << k.name << ": " << message;
+    for (const ProductCase& k : cases) {
+      expect_passes(matmul_case(k.name, k.a, k.b, true, k.transpose_b), tactic);
     }
   }
 }
@@ -100,19 +120,10 @@ TEST(MatmulPackedAvx2, MatchesTheReferenceKernel) {
 TEST(MatmulPackedAvx2, DeclinesWhatItDoesNotCover) {
   if (!has_avx2()) GTEST_SKIP() << "no AVX2 + FMA here";
   for (const std::string& tactic : tactics()) {
-    std::string message;
-    EXPECT_EQ(outcome_of(matmul_case("b_not_constant", Dims{8, 16}, Dims{16, 8}, false), tactic, &message),
-              test::Outcome::kUnsupported)
-        << tactic;
-    EXPECT_EQ(outcome_of(matmul_case("a_transposed", Dims{16, 8}, Dims{16, 8}, true, false, true), tactic, &message),
-              test::Outcome::kUnsupported)
-        << tactic;
-    EXPECT_EQ(outcome_of(matmul_case("batched_b", Dims{2, 8, 16}, Dims{2, 16, 8}, true), tactic, &message),
-              test::Outcome::kUnsupported)
-        << tactic;
-    EXPECT_EQ(outcome_of(matmul_case("k_above_4096", Dims{2, 4097}, Dims{4097, 3}, true), tactic, &message),
-              test::Outcome::kUnsupported)
-        << tactic;
+    expect_declined(matmul_case("b_not_constant", Dims{8, 16}, Dims{16, 8}, false), tactic);
+    expect_declined(matmul_case("a_transposed", Dims{16, 8}, Dims{16, 8}, true, false, true), tactic);
+    expect_declined(matmul_case("batched_b", Dims{2, 8, 16}, Dims{2, 16, 8}, true), tactic);
+    expect_declined(matmul_case("k_above_4096", Dims{2, 4097}, Dims{4097, 3}, true), tactic);
   }
 }
 
@@ -133,27 +144,61 @@ TEST(MatmulPackedAvx2, BiasAndActivationMatchTheReference) {
   };
   for (const std::string& tactic : tactics()) {
     for (const Case& k : cases) {
-      test::OpCase c = matmul_case(k.name, k.a, k.b, true);
-      test::InputSpec bias;
-      bias.dims = Dims{k.b[1]};
-      bias.constant = true;
-      c.inputs.push_back(bias);
-      if (!k.activation.empty()) c.attrs.set("activation", k.activation);
-      std::string message;
-      EXPECT_EQ(outcome_of(c, tactic, &message), test::Outcome::kPassed) << tactic << ", " << k.name << ": " << message;
+      expect_passes(with_bias(matmul_case(k.name, k.a, k.b, true), k.b[1], k.activation), tactic);
     }
   }
   // An activation activation_avx2.h does not compute: declined (the builder then leaves the
   // layers unfused).
-  test::OpCase mish = matmul_case("bias_mish", Dims{4, 8}, Dims{8, 16}, true);
-  test::InputSpec mish_bias;
-  mish_bias.dims = Dims{16};
-  mish_bias.constant = true;
-  mish.inputs.push_back(mish_bias);
-  mish.attrs.set("activation", std::string("mish"));
   for (const std::string& tactic : tactics()) {
-    std::string message;
-    EXPECT_EQ(outcome_of(mish, tactic, &message), test::Outcome::kUnsupported) << tactic << ": " << message;
+    expect_declined(with_bias(matmul_case("bias_mish", Dims{4, 8}, Dims{8, 16}, true), 16, "mish"), tactic);
+  }
+}
+
+// "batched_avx512" / "batched_avx2": products of two activations (attention's Q . K^T and P . V),
+// each batch matrix's b packed per call into the workspace, against the reference kernel: bert's
+// attention shapes, broadcast batch dims, a 2-D b that is not a constant, rows, columns and K off
+// the register blocks' multiples, enough work for both of the harness's threads (several chunks
+// of one matrix on a thread, one packing), and the fused bias and activation.
+std::vector<std::string> batched_tactics() {
+  std::vector<std::string> t;
+  if (has_avx2()) t.push_back("batched_avx2");
+  if (has_avx512()) t.push_back("batched_avx512");
+  return t;
+}
+
+TEST(MatmulBatched, MatchesTheReferenceKernel) {
+  if (!has_avx2()) GTEST_SKIP() << "no AVX2 + FMA here";
+  const std::vector<ProductCase> cases = {
+      {"attention_scores", Dims{8, 2, 16, 64}, Dims{8, 2, 16, 64}, true},
+      {"attention_values", Dims{8, 2, 16, 16}, Dims{8, 2, 16, 64}, false},
+      {"broadcast_batch", Dims{2, 1, 5, 24}, Dims{3, 24, 7}, false},
+      {"broadcast_a_matrix", Dims{5, 24}, Dims{3, 24, 17}, false},
+      {"b_matrix_not_constant", Dims{4, 9, 24}, Dims{24, 33}, false},
+      {"transposed_cols_1", Dims{3, 13, 7}, Dims{3, 1, 7}, true},
+      {"cols_15_rows_49", Dims{2, 49, 20}, Dims{2, 20, 15}, false},
+      {"k_1", Dims{3, 7, 1}, Dims{3, 1, 9}, false},
+      {"k_1000", Dims{2, 12, 1000}, Dims{2, 24, 1000}, true},
+      {"two_threads_many_chunks", Dims{4, 3, 100, 40}, Dims{4, 3, 40, 33}, false},
+      {"two_threads_transposed", Dims{6, 50, 64}, Dims{6, 70, 64}, true},
+  };
+  for (const std::string& tactic : batched_tactics()) {
+    for (const ProductCase& k : cases) {
+      expect_passes(matmul_case(k.name, k.a, k.b, false, k.transpose_b), tactic);
+    }
+    // The fused bias and activation (activation_fusion), on the tile the product just wrote.
+    expect_passes(with_bias(matmul_case("bias_gelu", Dims{3, 2, 10, 24}, Dims{3, 2, 24, 40}, false), 40, "gelu_erf"),
+                  tactic);
+  }
+}
+
+TEST(MatmulBatched, DeclinesWhatItDoesNotCover) {
+  if (!has_avx2()) GTEST_SKIP() << "no AVX2 + FMA here";
+  for (const std::string& tactic : batched_tactics()) {
+    // A constant 2-D b is packed_avx2's (packed once, not per call).
+    expect_declined(matmul_case("b_constant_matrix", Dims{8, 16}, Dims{16, 8}, true), tactic);
+    expect_declined(matmul_case("a_transposed", Dims{2, 16, 8}, Dims{2, 16, 8}, false, false, true), tactic);
+    expect_declined(matmul_case("vector_b", Dims{2, 3, 8}, Dims{8}, false), tactic);
+    expect_declined(matmul_case("k_above_4096", Dims{2, 2, 4097}, Dims{2, 4097, 3}, false), tactic);
   }
 }
 

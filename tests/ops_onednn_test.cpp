@@ -73,13 +73,14 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
       EXPECT_EQ(all[4]->tactic, "winograd_avx2") << type;
       EXPECT_EQ(all[5]->tactic, "igemm_avx2") << type;
       EXPECT_EQ(all[6]->tactic, "onednn") << type;
-      // Below oneDNN: the 1x1 products and the depthwise kernel for builds without it (their
+      // Below oneDNN: the 1x1 products and the depthwise kernels for builds without it (their
       // supports() declines where oneDNN is built in).
       ASSERT_GE(all.size(), 9u);
       EXPECT_EQ(all[7]->tactic, "pointwise_gemm_avx512") << type;
       EXPECT_EQ(all[8]->tactic, "pointwise_gemm_avx2") << type;
-      ASSERT_GE(all.size(), 10u);
-      EXPECT_EQ(all[9]->tactic, "depthwise_avx2") << type;
+      ASSERT_GE(all.size(), 11u);
+      EXPECT_EQ(all[9]->tactic, "depthwise_avx512") << type;
+      EXPECT_EQ(all[10]->tactic, "depthwise_avx2") << type;
     } else if (std::string(type) == kLayerGemm) {
       ASSERT_GE(all.size(), 2u);
       EXPECT_EQ(all[0]->tactic, "gemv") << type;
@@ -89,6 +90,10 @@ TEST(OnednnRegistry, TacticsRegisteredWithPriorityAboveReference) {
       EXPECT_EQ(all[0]->tactic, "packed_avx512") << type;
       EXPECT_EQ(all[1]->tactic, "packed_avx2") << type;
       EXPECT_EQ(all[2]->tactic, "onednn") << type;
+      // Below oneDNN, timed against it: the products of two activations.
+      ASSERT_GE(all.size(), 5u);
+      EXPECT_EQ(all[3]->tactic, "batched_avx512") << type;
+      EXPECT_EQ(all[4]->tactic, "batched_avx2") << type;
     } else if (std::string(type) != kLayerPooling) {
       EXPECT_EQ(all.front()->tactic, "onednn") << type;
     }

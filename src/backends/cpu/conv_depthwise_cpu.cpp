@@ -1,22 +1,25 @@
-// "depthwise_avx2" (priority 97) of Convolution: a depthwise 2-D convolution (one group per
-// channel, one output channel per group: MobileNet's) on channels-last float32 tensors, AVX2 +
-// FMA (chosen at run time; supports() declines elsewhere), for builds without oneDNN, where such
-// layers had only the reference kernel (MobileNetV3-small's eleven took about 24 of its 27 ms per
-// inference at batch 1 on one Zen 4 thread). With oneDNN built in it declines: oneDNN's
-// depthwise kernels run those layers (docs/status.md, session 22's per-layer profile).
+// "depthwise_avx512" (priority 97) and "depthwise_avx2" (96) of Convolution: a depthwise 2-D
+// convolution (one group per channel, one output channel per group: MobileNet's) on channels-last
+// float32 tensors, AVX-512F / AVX2 + FMA (chosen at run time; supports() declines elsewhere), for
+// builds without oneDNN, where such layers had only the reference kernel (MobileNetV3-small's
+// eleven took about 24 of its 27 ms per inference at batch 1 on one Zen 4 thread). With oneDNN
+// built in both decline: oneDNN's depthwise kernels run those layers (they were faster than
+// depthwise_avx512 in every MobileNetV3 layer: 254 against 337 us in all, Zen 4, 1 thread).
 //
 // Channels-last memory keeps each pixel's channels contiguous, and a depthwise convolution
-// multiplies channel c only by channel c's weights: per output pixel and block of channels, the
-// products of the taps inside the image are summed in registers (32 channels in four
-// accumulators, then 8, then a masked tail), with the weights packed once as [KH][KW][C]
-// (channel fastest, like the pixels). Any kernel size, stride, dilation and padding; bias and the
-// fused activation are applied before the one store. Output rows are shared among the context's
+// multiplies channel c only by channel c's weights, packed once as [KH][KW][C] (channel fastest,
+// like the pixels). depthwise_avx2: per output pixel and block of channels, the products of the
+// taps inside the image are summed in registers (32 channels in four accumulators, then 8, then a
+// masked tail). depthwise_avx512 (below): per block of 16 channels, four output pixels at a time
+// share each weight load. Any kernel size, stride, dilation and padding; bias and the fused
+// activation are applied before the one store. Output rows are shared among the context's
 // threads.
 #include <omp.h>
 
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/error.h"
@@ -38,6 +41,7 @@ namespace kiln {
 namespace {
 
 constexpr const char* kTactic = "depthwise_avx2";
+constexpr const char* kTactic512 = "depthwise_avx512";
 
 // A depthwise convolution's sizes for one input shape (k == c).
 using DwShape = cpu::Conv2dSizes;
@@ -50,6 +54,19 @@ bool shape_of(const ConvParams& params, const Dims& x, const Dims& w, DwShape* s
   return true;
 }
 
+// Output row (n, oy)'s kernel rows inside the image [a0, a1), its first input row iy0 (that of
+// kernel row 0; may lie above the image), image n's input and the row's output.
+struct DwRow {
+  int64_t iy0 = 0, a0 = 0, a1 = 0;
+  const float* xn = nullptr;
+  float* yrow = nullptr;
+  DwRow(const DwShape& s, const float* x, float* y, int64_t n, int64_t oy)
+      : iy0(oy * s.sh - s.pad_t), a1(s.kh), xn(x + n * s.h * s.w * s.c), yrow(y + (n * s.oh + oy) * s.ow * s.c) {
+    while (a0 < a1 && iy0 + a0 * s.dh < 0) ++a0;
+    while (a1 > a0 && iy0 + (a1 - 1) * s.dh >= s.h) --a1;
+  }
+};
+
 #if KILN_DEPTHWISE_X86
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -58,13 +75,10 @@ bool shape_of(const ConvParams& params, const Dims& x, const Dims& w, DwShape* s
 void run_row(const DwShape& s, const float* x, const float* wp, const float* bias, float* y, const PostOp& post,
              int64_t n, int64_t oy) {
   const int64_t c = s.c;
-  const int64_t iy0 = oy * s.sh - s.pad_t;
-  // Kernel rows inside the image for this output row.
-  int64_t a0 = 0, a1 = s.kh;
-  while (a0 < a1 && iy0 + a0 * s.dh < 0) ++a0;
-  while (a1 > a0 && iy0 + (a1 - 1) * s.dh >= s.h) --a1;
-  const float* xn = x + n * s.h * s.w * c;
-  float* yrow = y + (n * s.oh + oy) * s.ow * c;
+  const DwRow row(s, x, y, n, oy);
+  const int64_t iy0 = row.iy0, a0 = row.a0, a1 = row.a1;
+  const float* xn = row.xn;
+  float* yrow = row.yrow;
   const int64_t tail = c % 8;
   const __m256i tail_mask = cpu::avx2::lane_mask(tail);
   for (int64_t ox = 0; ox < s.ow; ++ox) {
@@ -116,67 +130,194 @@ void run_row(const DwShape& s, const float* x, const float* wp, const float* bia
 }
 
 #pragma GCC pop_options
+// ---- depthwise_avx512 ---------------------------------------------------------------------------
+//
+// Blocks of 16 channels (the last one masked) in the outer loop of a row, so that a block's
+// weights are read once per four output pixels: in the columns where every tap of the kernel's
+// width lies inside the image, four pixels at a time share each weight load (five loads for four
+// FMAs, where run_row loads a weight for every FMA); the border columns one pixel at a time with
+// their taps clipped. KW 3 and 5 (MobileNet's) unroll the taps of a kernel row.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+
+// The fused activation on 16 lanes: activate() on each half.
+[[gnu::always_inline]] inline __m512 activate512(__m512 v, const PostOp& post) {
+  if (!post.enabled) return v;
+  const __m256 lo = cpu::avx2::activate(_mm512_castps512_ps256(v), post);
+  const __m256 hi = cpu::avx2::activate(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)), post);
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
+template <int KW>  // 0: the kernel width at run time
+void run_row512(const DwShape& s, const int32_t* cols, const float* x, const float* wp, const float* bias, float* y,
+                const PostOp& post, int64_t n, int64_t oy) {
+  const int64_t c = s.c, kw = KW > 0 ? KW : s.kw;
+  const DwRow row(s, x, y, n, oy);
+  const int64_t iy0 = row.iy0, a0 = row.a0, a1 = row.a1;
+  const float* xn = row.xn;
+  float* yrow = row.yrow;
+  // Interior columns [lo, hi): every tap of a kernel row inside the image.
+  const int64_t reach = (kw - 1) * s.dw;
+  const int64_t lo = std::min(s.ow, (s.pad_l + s.sw - 1) / s.sw);
+  const int64_t hi = s.w - 1 + s.pad_l - reach < 0 ? lo : std::clamp((s.w - 1 + s.pad_l - reach) / s.sw + 1, lo, s.ow);
+  const int64_t step = s.sw * c;  // from one output pixel's input to the next one's
+  for (int64_t ch = 0; ch < c; ch += 16) {
+    const __mmask16 m = static_cast<__mmask16>(ch + 16 <= c ? 0xffffu : (1u << (c - ch)) - 1u);
+    const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias + ch) : _mm512_setzero_ps();
+    const float* xc = xn + ch;
+    const float* wc = wp + ch;
+    float* yc = yrow + ch;
+    for (int64_t ox = 0; ox < s.ow; ox += 4) {
+      __m512 s0 = bv, s1 = bv, s2 = bv, s3 = bv;
+      if (ox >= lo && ox + 4 <= hi) {
+        // Four interior pixels: each weight load serves four FMAs.
+        for (int64_t a = a0; a < a1; ++a) {
+          const float* xr = xc + ((iy0 + a * s.dh) * s.w + ox * s.sw - s.pad_l) * c;
+          const float* wr = wc + a * kw * c;
+          auto tap = [&](int64_t b) __attribute__((always_inline)) {
+            const __m512 wv = _mm512_maskz_loadu_ps(m, wr + b * c);
+            const float* xp = xr + b * s.dw * c;
+            s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp), wv, s0);
+            s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp + step), wv, s1);
+            s2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp + 2 * step), wv, s2);
+            s3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp + 3 * step), wv, s3);
+          };
+          if constexpr (KW > 0) {
+            [&]<int... B>(std::integer_sequence<int, B...>) { (tap(B), ...); }
+            (std::make_integer_sequence<int, KW>{});
+          } else {
+            for (int64_t b = 0; b < kw; ++b) tap(b);
+          }
+        }
+      } else {
+        // Four pixels at the image's left or right edge (or past the row's end): each tap's input
+        // column from `cols` (-1: outside the image, the tap is skipped).
+        const int32_t* cb = cols + ox * kw;
+        for (int64_t a = a0; a < a1; ++a) {
+          const float* xr = xc + (iy0 + a * s.dh) * s.w * c;
+          const float* wr = wc + a * kw * c;
+          for (int64_t b = 0; b < kw; ++b) {
+            const __m512 wv = _mm512_maskz_loadu_ps(m, wr + b * c);
+            auto add = [&](__m512 & acc, int32_t ix) __attribute__((always_inline)) {
+              if (ix >= 0) acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xr + ix * c), wv, acc);
+            };
+            add(s0, cb[b]);
+            add(s1, cb[kw + b]);
+            add(s2, cb[2 * kw + b]);
+            add(s3, cb[3 * kw + b]);
+          }
+        }
+      }
+      float* out = yc + ox * c;
+      const int64_t valid = std::min<int64_t>(4, s.ow - ox);
+      _mm512_mask_storeu_ps(out, m, activate512(s0, post));
+      if (valid > 1) _mm512_mask_storeu_ps(out + c, m, activate512(s1, post));
+      if (valid > 2) _mm512_mask_storeu_ps(out + 2 * c, m, activate512(s2, post));
+      if (valid > 3) _mm512_mask_storeu_ps(out + 3 * c, m, activate512(s3, post));
+    }
+  }
+}
+
+void run_rows512(const DwShape& s, const int32_t* cols, const float* x, const float* wp, const float* bias, float* y,
+                 const PostOp& post, int64_t r) {
+  const int64_t n = r / s.oh, oy = r % s.oh;
+  switch (s.kw) {
+    case 3:
+      return run_row512<3>(s, cols, x, wp, bias, y, post, n, oy);
+    case 5:
+      return run_row512<5>(s, cols, x, wp, bias, y, post, n, oy);
+    default:
+      return run_row512<0>(s, cols, x, wp, bias, y, post, n, oy);
+  }
+}
+
+#pragma GCC pop_options
 #endif  // KILN_DEPTHWISE_X86
 
-class ConvDepthwise : public cpu::ChannelsLastConv<ConvDepthwise, DwShape> {
+// Each output column's taps' input columns, -1 outside the image, for the output columns rounded
+// up to a multiple of 4 (the columns past the row's end: all -1): [ow4][kw].
+std::vector<int32_t> tap_columns(const DwShape& s) {
+  const int64_t ow4 = (s.ow + 3) / 4 * 4;
+  std::vector<int32_t> cols(static_cast<size_t>(ow4 * s.kw), -1);
+  for (int64_t ox = 0; ox < s.ow; ++ox) {
+    for (int64_t b = 0; b < s.kw; ++b) {
+      const int64_t ix = ox * s.sw - s.pad_l + b * s.dw;
+      if (ix >= 0 && ix < s.w) cols[static_cast<size_t>(ox * s.kw + b)] = static_cast<int32_t>(ix);
+    }
+  }
+  return cols;
+}
+
+template <bool kAvx512>
+class ConvDepthwise : public cpu::ChannelsLastConv<ConvDepthwise<kAvx512>, DwShape> {
+  using Base = cpu::ChannelsLastConv<ConvDepthwise<kAvx512>, DwShape>;
+  static constexpr const char* tactic() { return kAvx512 ? kTactic512 : kTactic; }
+
  public:
-  using ChannelsLastConv::ChannelsLastConv;
+  using Base::Base;
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int num_threads) override {
-    const std::string where = "layer '" + layer.name() + "' (Convolution) " + kTactic + ": ";
+    const std::string where = "layer '" + layer.name() + "' (Convolution) " + tactic() + ": ";
     if (inputs.size() < 2 || outputs.empty()) throw Error(where + "expects inputs x, w and output y");
+    DwShape& s = this->shape_;
     std::string why;
-    if (!shape_of(params_, inputs[0].dims, inputs[1].dims, &shape_, &why)) throw Error(where + why);
-    if (cpu::check_conv_output(where, inputs, outputs, Dims{shape_.n, shape_.c, shape_.oh, shape_.ow})) {
+    if (!shape_of(this->params_, inputs[0].dims, inputs[1].dims, &s, &why)) throw Error(where + why);
+    if (cpu::check_conv_output(where, inputs, outputs, Dims{s.n, s.c, s.oh, s.ow})) {
       throw Error(where + "takes no residual input (the builder chooses this kernel only then)");
     }
-    threads_ = std::max(1, num_threads);
-    if (!weights_) {
+    this->threads_ = std::max(1, num_threads);
+    if (kAvx512) cols_ = tap_columns(s);
+    if (!this->weights_) {
       const HostTensor* wv = inputs[1].value;
-      if (!wv || wv->type() != DataType::kFloat32 || wv->count() != shape_.c * shape_.kh * shape_.kw) {
+      if (!wv || wv->type() != DataType::kFloat32 || wv->count() != s.c * s.kh * s.kw) {
         throw Error(where + "the weights must be constant float32 (the builder chooses this kernel only then)");
       }
       // [C][1][KH][KW] -> [KH][KW][C].
       const auto* w = static_cast<const float*>(wv->data());
-      const int64_t taps = shape_.kh * shape_.kw;
-      auto packed = std::make_shared<std::vector<float>>(static_cast<size_t>(shape_.c * taps));
-      for (int64_t ch = 0; ch < shape_.c; ++ch) {
-        for (int64_t t = 0; t < taps; ++t) (*packed)[static_cast<size_t>(t * shape_.c + ch)] = w[ch * taps + t];
+      const int64_t taps = s.kh * s.kw;
+      auto packed = std::make_shared<std::vector<float>>(static_cast<size_t>(s.c * taps));
+      for (int64_t ch = 0; ch < s.c; ++ch) {
+        for (int64_t t = 0; t < taps; ++t) (*packed)[static_cast<size_t>(t * s.c + ch)] = w[ch * taps + t];
       }
-      weights_ = std::move(packed);
+      this->weights_ = std::move(packed);
     }
   }
 
   void execute(const KernelContext& ctx) override {
-    if (!weights_) throw Error(std::string("Convolution ") + kTactic + ": execute() before prepare()");
+    if (!this->weights_) throw Error(std::string("Convolution ") + tactic() + ": execute() before prepare()");
 #if KILN_DEPTHWISE_X86
-    const DwShape& s = shape_;
+    const DwShape& s = this->shape_;
     const int64_t rows = s.n * s.oh;
     if (rows == 0 || s.c == 0 || s.ow == 0) return;
     const float* x = ctx.inputs.at(0).as<const float>();
-    const float* wp = weights_->data();
-    const float* bias = bias_of(ctx);
+    const float* wp = this->weights_->data();
+    const float* bias = this->bias_of(ctx);
     float* y = ctx.outputs.at(0).as<float>();
-    const PostOp& post = params_.post;
-    const int nt = static_cast<int>(std::clamp<int64_t>(rows, 1, threads_));
+    const PostOp& post = this->params_.post;
+    const int nt = static_cast<int>(std::clamp<int64_t>(rows, 1, this->threads_));
+    if constexpr (kAvx512) {
+      const int32_t* cols = cols_.data();
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r = 0; r < rows; ++r) run_row(s, x, wp, bias, y, post, r / s.oh, r % s.oh);
+      for (int64_t r = 0; r < rows; ++r) run_rows512(s, cols, x, wp, bias, y, post, r);
+    } else {
+#pragma omp parallel for num_threads(nt) schedule(static)
+      for (int64_t r = 0; r < rows; ++r) run_row(s, x, wp, bias, y, post, r / s.oh, r % s.oh);
+    }
 #else
     (void)ctx;
-    throw Error(std::string("Convolution ") + kTactic + ": not built for this processor");
+    throw Error(std::string("Convolution ") + tactic() + ": not built for this processor");
 #endif
   }
+
+ private:
+  std::vector<int32_t> cols_;  // depthwise_avx512: tap_columns() of the shape prepared for
 };
 
 // A float32 2-D depthwise convolution (group = C = K) with constant weights, a rank-1 bias or
 // none, no residual, an activation activate() computes, x and y channels-last, on a processor
-// with AVX2 + FMA, in a build without oneDNN.
-bool supports_depthwise(const Layer& layer, const std::vector<TensorDesc>& inputs) {
-#if KILN_HAVE_ONEDNN
-  (void)layer, (void)inputs;
-  return false;  // oneDNN's depthwise kernels (see above)
-#else
+// with AVX2 + FMA.
+[[maybe_unused]] bool depthwise_shape_ok(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (!KILN_DEPTHWISE_X86 || !cpu::channels_last_conv_inputs(layer, inputs, true)) return false;
   if (inputs.size() > 3 && inputs[3].present) return false;  // no residual
   const ConvParams& p = params_of<ConvParams>(layer);
@@ -191,13 +332,31 @@ bool supports_depthwise(const Layer& layer, const std::vector<TensorDesc>& input
   if (inputs.size() > 2 && inputs[2].present && inputs[2].dims[0] != s.c) return false;  // rank 1: checked above
   const HostTensor* wv = inputs[1].value;
   return wv && wv->type() == DataType::kFloat32 && wv->count() == w.volume();
+}
+
+// depthwise_avx2: in builds without oneDNN.
+bool supports_depthwise(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+#if KILN_HAVE_ONEDNN
+  (void)layer, (void)inputs;
+  return false;  // oneDNN's depthwise kernels (see above)
+#else
+  return depthwise_shape_ok(layer, inputs);
 #endif
+}
+
+// depthwise_avx512: with AVX-512F, in builds without oneDNN.
+bool supports_depthwise512(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  return cpu::has_avx512f() && supports_depthwise(layer, inputs);
 }
 
 }  // namespace
 
 KILN_REGISTER_KERNEL(KernelEntry{
-    DeviceType::kCPU, kLayerConvolution, kTactic, 97, supports_depthwise,
-    [](const Layer& layer) { return std::make_unique<ConvDepthwise>(params_of<ConvParams>(layer)); }});
+    DeviceType::kCPU, kLayerConvolution, kTactic512, 97, supports_depthwise512,
+    [](const Layer& layer) { return std::make_unique<ConvDepthwise<true>>(params_of<ConvParams>(layer)); }});
+
+KILN_REGISTER_KERNEL(KernelEntry{
+    DeviceType::kCPU, kLayerConvolution, kTactic, 96, supports_depthwise,
+    [](const Layer& layer) { return std::make_unique<ConvDepthwise<false>>(params_of<ConvParams>(layer)); }});
 
 }  // namespace kiln
