@@ -17,8 +17,8 @@
 //     the product's last dim ([N], [1, N], ...; the sum's output of the product's dims) ->
 //     MatrixMultiply with that bias as input 2, and an Activation reading only the result ->
 //     its `activation`. Done only where a kernel other than the reference takes the fused layer
-//     at every shape point (packed_avx2: constant b, AVX2), so nothing falls back to the slow
-//     reference product.
+//     at every shape point (packed_avx2: constant b; batched_avx2: b an activation; AVX2), so
+//     nothing falls back to the slow reference product.
 // The fused layer's output takes over the name of the removed layer's output.
 #include <cmath>
 
