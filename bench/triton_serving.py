@@ -173,14 +173,28 @@ def equal_p99_lines(a_name, a, b_name, b):
     return lines
 
 
-def load_pa(url, model, concurrency, duration, work, token=ACCESS_TOKEN, extra=()):
+# glibc malloc settings for perf_analyzer's process (GLIBC_TUNABLES): keep freed memory instead of
+# returning it to the kernel. Its HTTP client frees and allocates a request's buffers (the demo's
+# 49 KB input) per request; with glibc's defaults the freed top of the heap went back to the
+# kernel and every new buffer faulted in zeroed pages: at 32 clients the load generator's page
+# faults took 44% of the machine's 2 cores (perf), which both servers share with it. The same
+# setting serves both sides; --client-glibc-tunables "" runs perf_analyzer with glibc's defaults.
+CLIENT_GLIBC_TUNABLES = ("glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432:"
+                         "glibc.malloc.top_pad=67108864")
+
+
+def load_pa(url, model, concurrency, duration, work, token=ACCESS_TOKEN, extra=(), tunables=CLIENT_GLIBC_TUNABLES):
     """perf_analyzer at one concurrency (HTTP, batch 1, random inputs from the model's configuration):
-    throughput and p50/p99 from its CSV."""
+    throughput and p50/p99 from its CSV. `tunables`: GLIBC_TUNABLES for its process ("" for none)."""
     csv = Path(work) / f"pa_{model}_{concurrency}_{time.monotonic_ns()}.csv"
     cmd = ["perf_analyzer", "-m", model, "-u", url, "-i", "http", "--concurrency-range", str(concurrency),
            "-p", str(int(duration * 1000)), "-s", "100", "--max-trials", "3", "-f", str(csv),
            "-H", f"triton-access-token:{token}"] + list(extra)
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 10 * duration)
+    env = dict(os.environ)
+    env.pop("GLIBC_TUNABLES", None)
+    if tunables:
+        env["GLIBC_TUNABLES"] = tunables
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 10 * duration, env=env)
     if r.returncode != 0 or not csv.exists():
         return {"throughput": 0.0, "p50": float("nan"), "p99": float("nan"),
                 "errors": [f"perf_analyzer exited with {r.returncode}: {(r.stdout + r.stderr)[-400:]}"]}
@@ -199,6 +213,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=1, help="rounds per point, the sides alternating (medians)")
     ap.add_argument("--load-generator", choices=("perf_analyzer", "python"),
                     default="perf_analyzer" if shutil.which("perf_analyzer") else "python")
+    ap.add_argument("--client-glibc-tunables", default=CLIENT_GLIBC_TUNABLES,
+                    help="GLIBC_TUNABLES for perf_analyzer (default: keep freed memory; see CLIENT_GLIBC_TUNABLES; "
+                         "\"\" for glibc's defaults)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.load_generator == "perf_analyzer" and not shutil.which("perf_analyzer"):
@@ -238,7 +255,7 @@ def main():
                 order = list(sides.items()) if rnd % 2 == 0 else list(reversed(list(sides.items())))
                 for name, (url, model) in order:
                     if args.load_generator == "perf_analyzer":
-                        r = load_pa(url, model, c, args.duration, work)
+                        r = load_pa(url, model, c, args.duration, work, tunables=args.client_glibc_tunables)
                     else:
                         r = load(url, model, c, args.duration, x)
                     runs.setdefault((name, c), []).append(r)
@@ -263,7 +280,10 @@ def main():
              f"the standard-op version), dynamic batching (max 8, {args.queue_delay_us} us queue delay), 2 instances x 1 CPU thread each side; closed-loop "
              + ("perf_analyzer 2.51 (HTTP, " if args.load_generator == "perf_analyzer" else "tritonclient HTTP load (")
              + f"batch-1 requests), {args.duration:g} s per point, sides alternating, {args.rounds} round(s), medians. "
-             "ratio = kiln / Python backend (throughput: above 1 is better; p99: below 1 is better).", "",
+             + (f"perf_analyzer with GLIBC_TUNABLES={args.client_glibc_tunables} (freed memory kept: fewer page faults "
+                "in the load generator, which shares the cores with both servers). "
+                if args.load_generator == "perf_analyzer" and args.client_glibc_tunables else "")
+             + "ratio = kiln / Python backend (throughput: above 1 is better; p99: below 1 is better).", "",
              "| concurrency | kiln req/s | kiln p50 ms | kiln p99 ms | Python+ORT req/s | p50 ms | p99 ms | throughput ratio | p99 ratio |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in [int(v) for v in args.concurrency.split(",")]:

@@ -461,6 +461,50 @@ TEST(CpuChannelsLast, ChannelsLastEngineMatchesLinearEngine) {
   }
 }
 
+// Runs the CPU layout pass on `net` (input x [1, 8, 13, 13], output y): reformats only at the
+// network's edges (x in, y out), and every `type` layer reads its input `input` and writes its
+// output channels-last. Returns the number of `type` layers.
+int expect_one_region(Network& net, const std::string& type, int input) {
+  BuilderConfig config;
+  config.device = DeviceType::kCPU;
+  PassContext ctx{config, {{{"x", Dims{1, 8, 13, 13}}}}, nullptr};
+  EXPECT_GT(pass_layout(net, ctx), 0);
+  net.validate();
+  EXPECT_EQ(count_type(net, kLayerReformat), 2) << "x in, y out";
+  int found = 0;
+  for (int i = 0; i < net.num_layers(); ++i) {
+    const Layer* l = net.layer(i);
+    if (l->type() != type) continue;
+    ++found;
+    EXPECT_EQ(l->input(input)->format(), TensorFormat::kChannelsLast) << l->name();
+    EXPECT_EQ(l->output(0)->format(), TensorFormat::kChannelsLast) << l->name();
+  }
+  return found;
+}
+
+// The CPU engine of `net` (input x, output y) on 2 threads computes the same y with the layout pass
+// as without it.
+void expect_layout_keeps_results(const Network& net, const HostTensor& x) {
+  std::vector<HostTensor> outs;
+  for (bool layout : {true, false}) {
+    BuilderConfig c;
+    c.device = DeviceType::kCPU;
+    c.num_threads = 2;
+    if (!layout) c.disabled_passes = {"layout"};
+    const auto bytes = Builder().build_serialized(net, c);
+    auto engine = Runtime().deserialize(bytes.data(), bytes.size());
+    auto ectx = engine->create_execution_context();
+    HostTensor out(DataType::kFloat32, ectx->tensor_shape("y"));
+    ectx->set_tensor_address("x", const_cast<void*>(x.data()));
+    ectx->set_tensor_address("y", out.data());
+    ectx->execute();
+    outs.push_back(out);
+  }
+  std::string msg;
+  test::ErrorStats stats;
+  EXPECT_TRUE(test::compare_tensors(outs[0], outs[1], 1e-4, 1e-5, &stats, &msg)) << msg;
+}
+
 // MobileNetV3's squeeze-excitation on [1, 8, 13, 13]: conv3x3 (8->16) -> {global average pool ->
 // conv1x1 (16->8) + relu -> conv1x1 (8->16) -> hard sigmoid} -> scale * features -> conv1x1
 // (16->8) -> y.
@@ -487,43 +531,38 @@ std::unique_ptr<Network> squeeze_excitation_net() {
 
 TEST(CpuChannelsLast, SqueezeExcitationStaysInTheChannelsLastRegion) {
   // The per-channel Mul joins the region: no reformats around it, only at the network's edges.
-  auto net = squeeze_excitation_net();
-  BuilderConfig config;
-  config.device = DeviceType::kCPU;
-  PassContext ctx{config, {{{"x", Dims{1, 8, 13, 13}}}}, nullptr};
-  EXPECT_GT(pass_layout(*net, ctx), 0);
-  net->validate();
-  EXPECT_EQ(count_type(*net, kLayerReformat), 2) << "x in, y out";
-  int muls = 0;
-  for (int i = 0; i < net->num_layers(); ++i) {
-    const Layer* l = net->layer(i);
-    if (l->type() != kLayerElementWise) continue;
-    ++muls;
-    EXPECT_EQ(l->input(1)->format(), TensorFormat::kChannelsLast) << l->name();
-    EXPECT_EQ(l->output(0)->format(), TensorFormat::kChannelsLast) << l->name();
-  }
-  EXPECT_EQ(muls, 1);
+  EXPECT_EQ(expect_one_region(*squeeze_excitation_net(), kLayerElementWise, 1), 1);
 
   // And the engine computes what the linear one does.
-  const HostTensor x = random_f32(Dims{1, 8, 13, 13}, 43, 2.0f);
-  std::vector<HostTensor> outs;
-  for (bool layout : {true, false}) {
-    BuilderConfig c;
-    c.device = DeviceType::kCPU;
-    c.num_threads = 2;
-    if (!layout) c.disabled_passes = {"layout"};
-    const auto bytes = Builder().build_serialized(*squeeze_excitation_net(), c);
-    auto engine = Runtime().deserialize(bytes.data(), bytes.size());
-    auto ectx = engine->create_execution_context();
-    HostTensor out(DataType::kFloat32, ectx->tensor_shape("y"));
-    ectx->set_tensor_address("x", const_cast<void*>(x.data()));
-    ectx->set_tensor_address("y", out.data());
-    ectx->execute();
-    outs.push_back(out);
-  }
-  std::string msg;
-  test::ErrorStats stats;
-  EXPECT_TRUE(test::compare_tensors(outs[0], outs[1], 1e-4, 1e-5, &stats, &msg)) << msg;
+  expect_layout_keeps_results(*squeeze_excitation_net(), random_f32(Dims{1, 8, 13, 13}, 43, 2.0f));
+}
+
+// conv3x3 -> TemperatureSwish (the built-in plugin) -> conv3x3 -> Mish -> y: the element-wise
+// plugins accept channels-last on the CPU, so the region runs through them (reformats only at the
+// network's edges; before, each plugin sat in a linear island with a Reformat on either side,
+// and in builds without oneDNN its neighbouring convolutions fell to the reference kernel).
+std::unique_ptr<Network> plugin_between_convs_net() {
+  auto net = std::make_unique<Network>();
+  Tensor* x = net->add_input("x", DataType::kFloat32, Dims{1, 8, 13, 13});
+  auto plugin = [&](Tensor* t, const std::string& type, const PluginFieldCollection& fields) {
+    const PluginCreator* creator = PluginRegistry::instance().find(type);
+    EXPECT_NE(creator, nullptr) << type;
+    const auto p = creator->create(type + "_layer", PluginRegistry::instance().resolve_fields(*creator, fields, type));
+    return net->add_plugin({t}, *p, type + "_layer")->output(0);
+  };
+  PluginFieldCollection t;
+  t.add(PluginField::float32("temperature", {0.7f}));
+  Tensor* a = plugin(conv(*net, x, 8, 16, 3, 61), "TemperatureSwish", t);
+  Tensor* y = plugin(conv(*net, a, 16, 8, 3, 63), "Mish", {});
+  y->set_name("y");
+  net->mark_output(y);
+  return net;
+}
+
+TEST(CpuChannelsLast, ElementWisePluginsStayInTheChannelsLastRegion) {
+  EXPECT_EQ(expect_one_region(*plugin_between_convs_net(), kLayerPlugin, 0), 2);
+
+  expect_layout_keeps_results(*plugin_between_convs_net(), random_f32(Dims{1, 8, 13, 13}, 47, 2.0f));
 }
 
 TEST(CpuChannelsLast, LayerThatBroadcastsAtAnotherProfilePointStaysLinear) {

@@ -17,7 +17,10 @@ namespace kiln::plugins {
 namespace {
 
 // The type/format combinations the element-wise kernels run, per device. Element-wise ops do
-// not care about the layout, so on CUDA both formats are the same kernel over n elements.
+// not care about the layout, so on either device both formats are the same kernel over n
+// elements (channels-last memory is as dense as linear memory). On the CPU, accepting
+// channels-last keeps a network's channels-last region going through the plugin (TinyYolo's
+// TemperatureSwish between every two convolutions) instead of cutting it into linear islands.
 struct Combination {
   DeviceType device;
   DataType type;
@@ -25,6 +28,7 @@ struct Combination {
 };
 constexpr Combination kSupported[] = {
     {DeviceType::kCPU, DataType::kFloat32, TensorFormat::kLinear},
+    {DeviceType::kCPU, DataType::kFloat32, TensorFormat::kChannelsLast},
     {DeviceType::kCUDA, DataType::kFloat32, TensorFormat::kLinear},
     {DeviceType::kCUDA, DataType::kFloat32, TensorFormat::kChannelsLast},
     {DeviceType::kCUDA, DataType::kFloat16, TensorFormat::kLinear},

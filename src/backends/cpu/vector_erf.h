@@ -34,6 +34,20 @@ namespace kiln::cpu {
                             (__builtin_bit_cast(uint32_t, a) & mask) | (__builtin_bit_cast(uint32_t, b) & ~mask));
 }
 
+// exp(x - nf ln2) for nf = round(x / ln2) (Cody-Waite: ln2 split in two so that nf ln2 is exact),
+// |x - nf ln2| <= ln2 / 2 (+ rounding): a degree-6 polynomial fitted for kiln in double
+// precision. exp(x) = exp_reduced(x, nf) * 2^nf; vector_exp.h builds on it too.
+[[gnu::always_inline]] inline float exp_reduced(float x, float nf) {
+  const float f = (x - nf * 0.693145751953125f) - nf * 1.428606765330187e-06f;
+  float e = 0.0013949027423451985f;
+  e = e * f + 0.008374978300279546f;
+  e = e * f + 0.04166621655013112f;
+  e = e * f + 0.16666421065214246f;
+  e = e * f + 0.5000000106139884f;
+  e = e * f + 1.0000000353934702f;
+  return e * f + 0.9999999999617671f;
+}
+
 [[gnu::always_inline]] inline float erf_lanewise(float x) {
   constexpr float kSplit = 0.921875f;
   const float a = std::fabs(x);
@@ -66,15 +80,7 @@ namespace kiln::cpu {
   const float w = -(c * c);
   const int32_t n = static_cast<int32_t>(w * 1.4426950408889634f - 0.5f);  // round(w / ln2), w < 0
   const float nf = static_cast<float>(n);
-  const float f = (w - nf * 0.693145751953125f) - nf * 1.428606765330187e-06f;
-  float e = 0.0013949027423451985f;
-  e = e * f + 0.008374978300279546f;
-  e = e * f + 0.04166621655013112f;
-  e = e * f + 0.16666421065214246f;
-  e = e * f + 0.5000000106139884f;
-  e = e * f + 1.0000000353934702f;
-  e = e * f + 0.9999999999617671f;
-  e *= __builtin_bit_cast(float, (n + 127) << 23);  // 2^n, n in [-24, -1]
+  const float e = exp_reduced(w, nf) * __builtin_bit_cast(float, (n + 127) << 23);  // 2^n, n in [-24, -1]
   const float large = 1.0f - e * r;
   const float signed_value = std::copysign(select(a < kSplit, small, large), x);
   return select(x != x, x, signed_value);

@@ -28,15 +28,7 @@ namespace kiln::cpu {
   const float shifted = c * 1.4426950408889634f + 12582912.0f;
   const float nf = shifted - 12582912.0f;
   const int32_t n = static_cast<int32_t>(nf);
-  const float f = (c - nf * 0.693145751953125f) - nf * 1.428606765330187e-06f;
-  float e = 0.0013949027423451985f;
-  e = e * f + 0.008374978300279546f;
-  e = e * f + 0.04166621655013112f;
-  e = e * f + 0.16666421065214246f;
-  e = e * f + 0.5000000106139884f;
-  e = e * f + 1.0000000353934702f;
-  e = e * f + 0.9999999999617671f;
-  e *= __builtin_bit_cast(float, (n + 127) << 23);  // 2^n, n in [-126, 0]
+  const float e = exp_reduced(c, nf) * __builtin_bit_cast(float, (n + 127) << 23);  // 2^n, n in [-126, 0]
   return select(x != x, x, select(x > kLowest, e, 0.0f));
 }
 
@@ -89,7 +81,6 @@ inline void softmax_row_avx2(const float* x, float* y, int64_t n, bool log) { so
 inline void exp_nonpositive_block_avx2(const float* x, float* y, int64_t n) { exp_nonpositive_block_baseline(x, y, n); }
 #endif
 #undef KILN_SOFTMAX_ROW
-#undef KILN_EXP_SIMD_LOOP
 
 inline void softmax_row(const float* x, float* y, int64_t n, bool log) {
   has_avx2_fma() ? softmax_row_avx2(x, y, n, log) : softmax_row_baseline(x, y, n, log);
@@ -99,5 +90,55 @@ inline void softmax_row(const float* x, float* y, int64_t n, bool log) {
 inline void exp_nonpositive_block(const float* x, float* y, int64_t n) {
   has_avx2_fma() ? exp_nonpositive_block_avx2(x, y, n) : exp_nonpositive_block_baseline(x, y, n);
 }
+
+// exp(x) over [-150, 88.72] as head * scale, both normal floats: head = p 2^n1, scale = 2^n2 with
+// n = n1 + n2 = round(x / ln2) split in halves, p = exp(x - n ln2) by the polynomial above. exp(x)
+// itself is subnormal below -87.3 (and 0 below -103.9); callers that multiply it into a larger
+// value multiply by head first and by scale last, so the result keeps its relative accuracy
+// wherever it is a normal float (the built-in plugins' swish and Mish). x outside the range:
+// clamp first.
+struct ExpSplit {
+  float head, scale;
+};
+
+[[gnu::always_inline]] inline ExpSplit exp_split_lanewise(float x) {
+  const float shifted = x * 1.4426950408889634f + 12582912.0f;  // round(x / ln2), as above
+  const float nf = shifted - 12582912.0f;
+  const int32_t n = static_cast<int32_t>(nf);
+  const int32_t n1 = n / 2, n2 = n - n1;  // each in [-109, 64]
+  return ExpSplit{exp_reduced(x, nf) * __builtin_bit_cast(float, (n1 + 127) << 23),
+                  __builtin_bit_cast(float, (n2 + 127) << 23)};
+}
+
+// y[i] = f(x[i]) over a block, compiled for AVX2 + FMA where the CPU has them (f inlined into the
+// loop, which the compiler vectorizes) and for the x86-64 baseline otherwise. x and y may be the
+// same buffer.
+template <class F>
+inline void map_block_baseline(const float* x, float* y, int64_t n, F f) {
+  KILN_EXP_SIMD_LOOP
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+template <class F>
+inline void map_block_avx2(const float* x, float* y, int64_t n, F f) {
+  KILN_EXP_SIMD_LOOP
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+#pragma GCC pop_options
+#else
+template <class F>
+inline void map_block_avx2(const float* x, float* y, int64_t n, F f) {
+  map_block_baseline(x, y, n, f);
+}
+#endif
+
+template <class F>
+inline void map_block(const float* x, float* y, int64_t n, F f) {
+  has_avx2_fma() ? map_block_avx2(x, y, n, f) : map_block_baseline(x, y, n, f);
+}
+
+#undef KILN_EXP_SIMD_LOOP
 
 }  // namespace kiln::cpu
