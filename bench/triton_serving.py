@@ -194,7 +194,11 @@ def load_pa(url, model, concurrency, duration, work, token=ACCESS_TOKEN, extra=(
     env.pop("GLIBC_TUNABLES", None)
     if tunables:
         env["GLIBC_TUNABLES"] = tunables
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 10 * duration, env=env)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 10 * duration, env=env)
+    except subprocess.TimeoutExpired:  # a point that never stabilizes: recorded as failed, the run goes on
+        return {"throughput": 0.0, "p50": float("nan"), "p99": float("nan"),
+                "errors": [f"perf_analyzer did not finish within {60 + 10 * duration:.0f} s"]}
     if r.returncode != 0 or not csv.exists():
         return {"throughput": 0.0, "p50": float("nan"), "p99": float("nan"),
                 "errors": [f"perf_analyzer exited with {r.returncode}: {(r.stdout + r.stderr)[-400:]}"]}
