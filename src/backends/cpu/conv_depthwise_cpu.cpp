@@ -148,74 +148,108 @@ void run_row(const DwShape& s, const float* x, const float* wp, const float* bia
   return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
 }
 
+// The geometry run_row512's blocks share: the row's, the interior columns [lo, hi) (every tap of
+// a kernel row inside the image), and the step from one output pixel's input to the next one's.
+struct DwRow512 {
+  DwRow row;
+  int64_t kw, lo, hi, step;
+  DwRow512(const DwShape& s, const float* x, float* y, int64_t n, int64_t oy, int64_t kw_)
+      : row(s, x, y, n, oy), kw(kw_), lo(std::min(s.ow, (s.pad_l + s.sw - 1) / s.sw)), step(s.sw * s.c) {
+    const int64_t last = s.w - 1 + s.pad_l - (kw - 1) * s.dw;  // the last interior column's input start
+    hi = last < 0 ? lo : std::clamp(last / s.sw + 1, lo, s.ow);
+  }
+};
+
+// Output channels [ch, ch + 16 NB) of one row (NB = 1 or 2 blocks of 16; m0, m1 their masks), four
+// pixels at a time: with two blocks, eight independent sums, so that the FMAs' latency does not
+// bound the loop (four sums did on Zen 4).
+template <int KW, int NB>
+void row_blocks512(const DwShape& s, const DwRow512& g, const int32_t* cols, const float* wp, const float* bias,
+                   const PostOp& post, int64_t ch, __mmask16 m0, __mmask16 m1) {
+  const int64_t c = s.c, kw = KW > 0 ? KW : g.kw;
+  const int64_t iy0 = g.row.iy0, a0 = g.row.a0, a1 = g.row.a1, step = g.step;
+  const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias + ch) : _mm512_setzero_ps();
+  const __m512 b1 = NB > 1 && bias ? _mm512_maskz_loadu_ps(m1, bias + ch + 16) : _mm512_setzero_ps();
+  const float* xc = g.row.xn + ch;
+  const float* wc = wp + ch;
+  float* yc = g.row.yrow + ch;
+  for (int64_t ox = 0; ox < s.ow; ox += 4) {
+    __m512 s0 = b0, s1 = b0, s2 = b0, s3 = b0, t0 = b1, t1 = b1, t2 = b1, t3 = b1;
+    if (ox >= g.lo && ox + 4 <= g.hi) {
+      // Four interior pixels: each weight load serves four FMAs.
+      for (int64_t a = a0; a < a1; ++a) {
+        const float* xr = xc + ((iy0 + a * s.dh) * s.w + ox * s.sw - s.pad_l) * c;
+        const float* wr = wc + a * kw * c;
+        auto tap = [&](int64_t b) __attribute__((always_inline)) {
+          const float* xp = xr + b * s.dw * c;
+          const __m512 w0 = _mm512_maskz_loadu_ps(m0, wr + b * c);
+          s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, xp), w0, s0);
+          s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, xp + step), w0, s1);
+          s2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, xp + 2 * step), w0, s2);
+          s3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, xp + 3 * step), w0, s3);
+          if constexpr (NB > 1) {
+            const __m512 w1 = _mm512_maskz_loadu_ps(m1, wr + b * c + 16);
+            t0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, xp + 16), w1, t0);
+            t1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, xp + step + 16), w1, t1);
+            t2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, xp + 2 * step + 16), w1, t2);
+            t3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, xp + 3 * step + 16), w1, t3);
+          }
+        };
+        if constexpr (KW > 0) {
+          [&]<int... B>(std::integer_sequence<int, B...>) { (tap(B), ...); }
+          (std::make_integer_sequence<int, KW>{});
+        } else {
+          for (int64_t b = 0; b < kw; ++b) tap(b);
+        }
+      }
+    } else {
+      // Four pixels at the image's left or right edge (or past the row's end): each tap's input
+      // column from `cols` (-1: outside the image, the tap is skipped).
+      const int32_t* cb = cols + ox * kw;
+      for (int64_t a = a0; a < a1; ++a) {
+        const float* xr = xc + (iy0 + a * s.dh) * s.w * c;
+        const float* wr = wc + a * kw * c;
+        for (int64_t b = 0; b < kw; ++b) {
+          const __m512 w0 = _mm512_maskz_loadu_ps(m0, wr + b * c);
+          const __m512 w1 = NB > 1 ? _mm512_maskz_loadu_ps(m1, wr + b * c + 16) : w0;
+          auto add = [&](__m512 & acc0, __m512 & acc1, int32_t ix) __attribute__((always_inline)) {
+            if (ix < 0) return;
+            acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, xr + ix * c), w0, acc0);
+            if constexpr (NB > 1) acc1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, xr + ix * c + 16), w1, acc1);
+          };
+          add(s0, t0, cb[b]);
+          add(s1, t1, cb[kw + b]);
+          add(s2, t2, cb[2 * kw + b]);
+          add(s3, t3, cb[3 * kw + b]);
+        }
+      }
+    }
+    float* out = yc + ox * c;
+    const int64_t valid = std::min<int64_t>(4, s.ow - ox);
+    auto put = [&](int64_t p, __m512 v0, __m512 v1) __attribute__((always_inline)) {
+      if (p >= valid) return;
+      _mm512_mask_storeu_ps(out + p * c, m0, activate512(v0, post));
+      if constexpr (NB > 1) _mm512_mask_storeu_ps(out + p * c + 16, m1, activate512(v1, post));
+    };
+    put(0, s0, t0);
+    put(1, s1, t1);
+    put(2, s2, t2);
+    put(3, s3, t3);
+  }
+}
+
+// One output row: channels in pairs of 16-channel blocks, a last single block where 16 or fewer
+// channels remain.
 template <int KW>  // 0: the kernel width at run time
 void run_row512(const DwShape& s, const int32_t* cols, const float* x, const float* wp, const float* bias, float* y,
                 const PostOp& post, int64_t n, int64_t oy) {
-  const int64_t c = s.c, kw = KW > 0 ? KW : s.kw;
-  const DwRow row(s, x, y, n, oy);
-  const int64_t iy0 = row.iy0, a0 = row.a0, a1 = row.a1;
-  const float* xn = row.xn;
-  float* yrow = row.yrow;
-  // Interior columns [lo, hi): every tap of a kernel row inside the image.
-  const int64_t reach = (kw - 1) * s.dw;
-  const int64_t lo = std::min(s.ow, (s.pad_l + s.sw - 1) / s.sw);
-  const int64_t hi = s.w - 1 + s.pad_l - reach < 0 ? lo : std::clamp((s.w - 1 + s.pad_l - reach) / s.sw + 1, lo, s.ow);
-  const int64_t step = s.sw * c;  // from one output pixel's input to the next one's
-  for (int64_t ch = 0; ch < c; ch += 16) {
-    const __mmask16 m = static_cast<__mmask16>(ch + 16 <= c ? 0xffffu : (1u << (c - ch)) - 1u);
-    const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias + ch) : _mm512_setzero_ps();
-    const float* xc = xn + ch;
-    const float* wc = wp + ch;
-    float* yc = yrow + ch;
-    for (int64_t ox = 0; ox < s.ow; ox += 4) {
-      __m512 s0 = bv, s1 = bv, s2 = bv, s3 = bv;
-      if (ox >= lo && ox + 4 <= hi) {
-        // Four interior pixels: each weight load serves four FMAs.
-        for (int64_t a = a0; a < a1; ++a) {
-          const float* xr = xc + ((iy0 + a * s.dh) * s.w + ox * s.sw - s.pad_l) * c;
-          const float* wr = wc + a * kw * c;
-          auto tap = [&](int64_t b) __attribute__((always_inline)) {
-            const __m512 wv = _mm512_maskz_loadu_ps(m, wr + b * c);
-            const float* xp = xr + b * s.dw * c;
-            s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp), wv, s0);
-            s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp + step), wv, s1);
-            s2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp + 2 * step), wv, s2);
-            s3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp + 3 * step), wv, s3);
-          };
-          if constexpr (KW > 0) {
-            [&]<int... B>(std::integer_sequence<int, B...>) { (tap(B), ...); }
-            (std::make_integer_sequence<int, KW>{});
-          } else {
-            for (int64_t b = 0; b < kw; ++b) tap(b);
-          }
-        }
-      } else {
-        // Four pixels at the image's left or right edge (or past the row's end): each tap's input
-        // column from `cols` (-1: outside the image, the tap is skipped).
-        const int32_t* cb = cols + ox * kw;
-        for (int64_t a = a0; a < a1; ++a) {
-          const float* xr = xc + (iy0 + a * s.dh) * s.w * c;
-          const float* wr = wc + a * kw * c;
-          for (int64_t b = 0; b < kw; ++b) {
-            const __m512 wv = _mm512_maskz_loadu_ps(m, wr + b * c);
-            auto add = [&](__m512 & acc, int32_t ix) __attribute__((always_inline)) {
-              if (ix >= 0) acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xr + ix * c), wv, acc);
-            };
-            add(s0, cb[b]);
-            add(s1, cb[kw + b]);
-            add(s2, cb[2 * kw + b]);
-            add(s3, cb[3 * kw + b]);
-          }
-        }
-      }
-      float* out = yc + ox * c;
-      const int64_t valid = std::min<int64_t>(4, s.ow - ox);
-      _mm512_mask_storeu_ps(out, m, activate512(s0, post));
-      if (valid > 1) _mm512_mask_storeu_ps(out + c, m, activate512(s1, post));
-      if (valid > 2) _mm512_mask_storeu_ps(out + 2 * c, m, activate512(s2, post));
-      if (valid > 3) _mm512_mask_storeu_ps(out + 3 * c, m, activate512(s3, post));
-    }
-  }
+  const DwRow512 g(s, x, y, n, oy, KW > 0 ? KW : s.kw);
+  const auto mask = [&](int64_t from) {
+    return static_cast<__mmask16>(from + 16 <= s.c ? 0xffffu : (1u << (s.c - from)) - 1u);
+  };
+  int64_t ch = 0;
+  for (; ch + 16 < s.c; ch += 32) row_blocks512<KW, 2>(s, g, cols, wp, bias, post, ch, mask(ch), mask(ch + 16));
+  if (ch < s.c) row_blocks512<KW, 1>(s, g, cols, wp, bias, post, ch, mask(ch), 0);
 }
 
 void run_rows512(const DwShape& s, const int32_t* cols, const float* x, const float* wp, const float* bias, float* y,
