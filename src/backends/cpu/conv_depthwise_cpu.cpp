@@ -4,7 +4,7 @@
 // builds without oneDNN, where such layers had only the reference kernel (MobileNetV3-small's
 // eleven took about 24 of its 27 ms per inference at batch 1 on one Zen 4 thread). With oneDNN
 // built in both decline: oneDNN's depthwise kernels run those layers (they were faster than
-// depthwise_avx512 in every MobileNetV3 layer: 254 against 337 us in all, Zen 4, 1 thread).
+// depthwise_avx512 in every MobileNetV3 layer: 254 against 314 us in all, Zen 4, 1 thread).
 //
 // Channels-last memory keeps each pixel's channels contiguous, and a depthwise convolution
 // multiplies channel c only by channel c's weights, packed once as [KH][KW][C] (channel fastest,
