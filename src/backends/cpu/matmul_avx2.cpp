@@ -16,7 +16,8 @@
 // the context's threads; each chunk runs its panels in turn over rows that stay in cache.
 //
 // The same product serves Convolution's "pointwise_packed" (below): 1x1 convolutions over few
-// pixels.
+// pixels; and "batched_avx512" / "batched_avx2" (below) run it on products of two activations,
+// packing b per call.
 #include <omp.h>
 
 #include <algorithm>
@@ -82,16 +83,32 @@ bool b_sizes(const Dims& b, bool transpose_b, int64_t* k, int64_t* n) {
   return true;
 }
 
-// b -> [N/16][K][16], zero beyond N.
-std::vector<float> pack_b(const float* b, int64_t k, int64_t n, bool transpose_b) {
+// b's matrix (row-major [K, N], or [N, K] transposed) -> panels [N/16][K][16], zero beyond N.
+void pack_b_into(const float* b, int64_t k, int64_t n, bool transpose_b, float* out) {
   const int64_t panels = (n + kPanel - 1) / kPanel;
-  std::vector<float> out(static_cast<size_t>(panels * k * kPanel), 0.0f);
-  for (int64_t r = 0; r < k; ++r) {
-    for (int64_t c = 0; c < n; ++c) {
-      out[static_cast<size_t>(((c / kPanel) * k + r) * kPanel + c % kPanel)] =
-          transpose_b ? b[c * k + r] : b[r * n + c];
+  for (int64_t panel = 0; panel < panels; ++panel) {
+    const int64_t c0 = panel * kPanel, lanes = std::min(kPanel, n - c0);
+    float* o = out + panel * k * kPanel;
+    if (!transpose_b) {
+      for (int64_t r = 0; r < k; ++r) {
+        float* row = o + r * kPanel;
+        std::copy_n(b + r * n + c0, lanes, row);
+        std::fill(row + lanes, row + kPanel, 0.0f);
+      }
+    } else {
+      if (lanes < kPanel) std::fill(o, o + k * kPanel, 0.0f);
+      for (int64_t c = 0; c < lanes; ++c) {
+        const float* col = b + (c0 + c) * k;
+        for (int64_t r = 0; r < k; ++r) o[r * kPanel + c] = col[r];
+      }
     }
   }
+}
+
+// b -> [N/16][K][16], zero beyond N (packed once: constant weights).
+std::vector<float> pack_b(const float* b, int64_t k, int64_t n, bool transpose_b) {
+  std::vector<float> out(static_cast<size_t>((n + kPanel - 1) / kPanel * k * kPanel));
+  pack_b_into(b, k, n, transpose_b, out.data());
   return out;
 }
 
@@ -411,28 +428,6 @@ bool supports_packed(const Layer& layer, const std::vector<TensorDesc>& inputs) 
 // third of an inference. Timed against oneDNN's where oneDNN is built in.
 constexpr const char* kTacticBatched = "batched_avx2";
 constexpr const char* kTacticBatched512 = "batched_avx512";
-
-// b's matrix (row-major [K, N], or [N, K] transposed) -> panels [N/16][K][16], zero beyond N.
-void pack_b_into(const float* b, int64_t k, int64_t n, bool transpose_b, float* out) {
-  const int64_t panels = (n + kPanel - 1) / kPanel;
-  for (int64_t panel = 0; panel < panels; ++panel) {
-    const int64_t c0 = panel * kPanel, lanes = std::min(kPanel, n - c0);
-    float* o = out + panel * k * kPanel;
-    if (!transpose_b) {
-      for (int64_t r = 0; r < k; ++r) {
-        float* row = o + r * kPanel;
-        std::copy_n(b + r * n + c0, lanes, row);
-        std::fill(row + lanes, row + kPanel, 0.0f);
-      }
-    } else {
-      if (lanes < kPanel) std::fill(o, o + k * kPanel, 0.0f);
-      for (int64_t c = 0; c < lanes; ++c) {
-        const float* col = b + (c0 + c) * k;
-        for (int64_t r = 0; r < k; ++r) o[r * kPanel + c] = col[r];
-      }
-    }
-  }
-}
 
 class MatmulBatched : public Kernel {
  public:
