@@ -132,11 +132,12 @@ void run_row(const DwShape& s, const float* x, const float* wp, const float* bia
 #pragma GCC pop_options
 // ---- depthwise_avx512 ---------------------------------------------------------------------------
 //
-// Blocks of 16 channels (the last one masked) in the outer loop of a row, so that a block's
-// weights are read once per four output pixels: in the columns where every tap of the kernel's
-// width lies inside the image, four pixels at a time share each weight load (five loads for four
-// FMAs, where run_row loads a weight for every FMA); the border columns one pixel at a time with
-// their taps clipped. KW 3 and 5 (MobileNet's) unroll the taps of a kernel row.
+// Blocks of 16 channels (the last one masked), two per pass, in the outer loop of a row, and four
+// output pixels at a time: in the columns where every tap of the kernel's width lies inside the
+// image, each weight load serves four FMAs (five loads for four FMAs, where run_row loads a
+// weight for every FMA); in the edge columns each tap's input column comes from a table
+// (tap_columns), the taps outside the image skipped. KW 3 and 5 (MobileNet's) unroll the taps of
+// a kernel row.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma")
 
@@ -350,8 +351,12 @@ class ConvDepthwise : public cpu::ChannelsLastConv<ConvDepthwise<kAvx512>, DwSha
 
 // A float32 2-D depthwise convolution (group = C = K) with constant weights, a rank-1 bias or
 // none, no residual, an activation activate() computes, x and y channels-last, on a processor
-// with AVX2 + FMA.
-[[maybe_unused]] bool depthwise_shape_ok(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+// with AVX2 + FMA, in a build without oneDNN.
+bool supports_depthwise(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+#if KILN_HAVE_ONEDNN
+  (void)layer, (void)inputs;
+  return false;  // oneDNN's depthwise kernels (see above)
+#else
   if (!KILN_DEPTHWISE_X86 || !cpu::channels_last_conv_inputs(layer, inputs, true)) return false;
   if (inputs.size() > 3 && inputs[3].present) return false;  // no residual
   const ConvParams& p = params_of<ConvParams>(layer);
@@ -366,19 +371,10 @@ class ConvDepthwise : public cpu::ChannelsLastConv<ConvDepthwise<kAvx512>, DwSha
   if (inputs.size() > 2 && inputs[2].present && inputs[2].dims[0] != s.c) return false;  // rank 1: checked above
   const HostTensor* wv = inputs[1].value;
   return wv && wv->type() == DataType::kFloat32 && wv->count() == w.volume();
-}
-
-// depthwise_avx2: in builds without oneDNN.
-bool supports_depthwise(const Layer& layer, const std::vector<TensorDesc>& inputs) {
-#if KILN_HAVE_ONEDNN
-  (void)layer, (void)inputs;
-  return false;  // oneDNN's depthwise kernels (see above)
-#else
-  return depthwise_shape_ok(layer, inputs);
 #endif
 }
 
-// depthwise_avx512: with AVX-512F, in builds without oneDNN.
+// depthwise_avx512: the same layers, with AVX-512F.
 bool supports_depthwise512(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   return cpu::has_avx512f() && supports_depthwise(layer, inputs);
 }

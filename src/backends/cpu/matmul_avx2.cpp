@@ -33,6 +33,7 @@
 #include "src/backends/kernel.h"
 #include "src/ir/conv_params.h"
 #include "src/ir/matmul_params.h"
+#include "src/ir/op_schema.h"
 #include "src/ir/op_params.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -448,18 +449,10 @@ class MatmulBatched : public Kernel {
                   " differ in the inner dimension (" + std::to_string(k) + " vs " + std::to_string(bk) + ")");
     }
     if (k > kMaxK) throw Error(where + "K " + std::to_string(k) + " exceeds " + std::to_string(kMaxK));
-    // The batch dims, broadcast (trailing alignment), and each batch matrix's offsets in a and b.
+    // The batch dims, broadcast as in numpy (the shape rules' broadcast_dims), and each batch
+    // matrix's offsets in a and b.
     const Dims a_batch = leading(ad), b_batch = leading(bd);
-    Dims batch;
-    const int rank = std::max(a_batch.rank(), b_batch.rank());
-    for (int i = 0; i < rank; ++i) {
-      const int ia = i - (rank - a_batch.rank()), ib = i - (rank - b_batch.rank());
-      const int64_t da = ia >= 0 ? a_batch[ia] : 1, db = ib >= 0 ? b_batch[ib] : 1;
-      if (da != db && da != 1 && db != 1) {
-        throw Error(where + "the batch dims of a " + ad.to_string() + " and b " + bd.to_string() + " do not broadcast");
-      }
-      batch.push_back(da == 1 ? db : da);
-    }
+    const Dims batch = broadcast_dims(ShapeContext(layer, {}), a_batch, b_batch);
     Dims want = batch;
     want.push_back(m);
     want.push_back(n);
