@@ -24,6 +24,7 @@
 
 #include "kiln/error.h"
 #include "src/backends/cpu/activation_avx2.h"
+#include "src/backends/cpu/activation_avx512.h"
 #include "src/backends/cpu/conv_channels_last.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/kernel.h"
@@ -141,14 +142,6 @@ void run_row(const DwShape& s, const float* x, const float* wp, const float* bia
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma")
 
-// The fused activation on 16 lanes: activate() on each half.
-[[gnu::always_inline]] inline __m512 activate512(__m512 v, const PostOp& post) {
-  if (!post.enabled) return v;
-  const __m256 lo = cpu::avx2::activate(_mm512_castps512_ps256(v), post);
-  const __m256 hi = cpu::avx2::activate(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)), post);
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
-}
-
 // The geometry run_row512's blocks share: the row's, the interior columns [lo, hi) (every tap of
 // a kernel row inside the image), and the step from one output pixel's input to the next one's.
 struct DwRow512 {
@@ -229,8 +222,8 @@ void row_blocks512(const DwShape& s, const DwRow512& g, const int32_t* cols, con
     const int64_t valid = std::min<int64_t>(4, s.ow - ox);
     auto put = [&](int64_t p, __m512 v0, __m512 v1) __attribute__((always_inline)) {
       if (p >= valid) return;
-      _mm512_mask_storeu_ps(out + p * c, m0, activate512(v0, post));
-      if constexpr (NB > 1) _mm512_mask_storeu_ps(out + p * c + 16, m1, activate512(v1, post));
+      _mm512_mask_storeu_ps(out + p * c, m0, cpu::avx512::activate(v0, post));
+      if constexpr (NB > 1) _mm512_mask_storeu_ps(out + p * c + 16, m1, cpu::avx512::activate(v1, post));
     };
     put(0, s0, t0);
     put(1, s1, t1);

@@ -26,6 +26,7 @@
 
 #include "kiln/error.h"
 #include "src/backends/cpu/activation_avx2.h"
+#include "src/backends/cpu/activation_avx512.h"
 #include "src/backends/cpu/conv_channels_last.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/kernel.h"
@@ -302,9 +303,7 @@ template <int MR, int SW>
   float* out = j.yrow + ox * j.k + j.k0;
   const auto put = [&](int64_t i, int64_t p, __m512 v) __attribute__((always_inline)) {
     if (j.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(j.bias + j.k0 + p * kPanel));
-    float* o = out + i * j.k + p * kPanel;
-    _mm256_storeu_ps(o, activate(_mm512_castps512_ps256(v), *j.post));
-    _mm256_storeu_ps(o + 8, activate(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)), *j.post));
+    _mm512_storeu_ps(out + i * j.k + p * kPanel, cpu::avx512::activate(v, *j.post));
   };
 #define KILN_NCHW_STORE(i) \
   if constexpr (MR > i) {  \

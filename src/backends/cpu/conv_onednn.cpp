@@ -338,7 +338,7 @@ class ConvOneDnn : public Kernel {
     stream_.wait();
     if (attrs_.after.enabled) {
       float* out = y.as<float>();
-      cpu::activate_avx2(attrs_.after, out, out, y.count(), p.num_threads);
+      cpu::activate_simd(attrs_.after, out, out, y.count(), p.num_threads);
     }
   }
 

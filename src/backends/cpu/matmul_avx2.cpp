@@ -27,6 +27,7 @@
 
 #include "kiln/error.h"
 #include "src/backends/cpu/activation_avx2.h"
+#include "src/backends/cpu/activation_avx512.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/cpu/gemm_avx2.h"
@@ -259,7 +260,21 @@ void rows512(const float* a, int64_t lda, const float* b0, const float* b1, int6
   }
 }
 
-__mmask16 column_mask(int64_t lanes) { return static_cast<__mmask16>(lanes >= kPanel ? 0xffffu : (1u << lanes) - 1u); }
+// epilogue_tile's work on 16 lanes: y = act(y + bias) over rows x the columns `m0` and `m1` mark
+// of two panels side by side (m1 empty: one panel), right after the product wrote them.
+[[gnu::noinline]] void epilogue_tile512(float* y, int64_t ld, int64_t rows, __mmask16 m0, __mmask16 m1,
+                                        const float* bias, const PostOp& post) {
+  const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+  const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + kPanel) : _mm512_setzero_ps();
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = y + r * ld;
+    _mm512_mask_storeu_ps(row, m0, cpu::avx512::activate(_mm512_add_ps(_mm512_maskz_loadu_ps(m0, row), b0), post));
+    if (m1) {
+      _mm512_mask_storeu_ps(row + kPanel, m1,
+                            cpu::avx512::activate(_mm512_add_ps(_mm512_maskz_loadu_ps(m1, row + kPanel), b1), post));
+    }
+  }
+}
 
 // run_item's work with the AVX-512 block: panels two at a time (the last one alone when the
 // group has an odd count).
@@ -274,13 +289,14 @@ void run_item512(const Sizes& s, const float* a, const float* packed, const floa
     float* yc = y + r0 * s.n + c0;
     const float* ar = a + r0 * s.k;
     if (two) {
-      rows512<2>(ar, s.k, b0, b0 + s.k * kPanel, s.k, yc, s.n, r1 - r0, column_mask(lanes0), column_mask(lanes1));
+      rows512<2>(ar, s.k, b0, b0 + s.k * kPanel, s.k, yc, s.n, r1 - r0, cpu::avx512::lane_mask(lanes0),
+                 cpu::avx512::lane_mask(lanes1));
     } else {
-      rows512<1>(ar, s.k, b0, b0, s.k, yc, s.n, r1 - r0, column_mask(lanes0), 0);
+      rows512<1>(ar, s.k, b0, b0, s.k, yc, s.n, r1 - r0, cpu::avx512::lane_mask(lanes0), 0);
     }
     if (bias || post.enabled) {
-      epilogue_tile(yc, s.n, r1 - r0, lanes0, bias ? bias + c0 : nullptr, post);
-      if (two) epilogue_tile(yc + kPanel, s.n, r1 - r0, lanes1, bias ? bias + c0 + kPanel : nullptr, post);
+      epilogue_tile512(yc, s.n, r1 - r0, cpu::avx512::lane_mask(lanes0), cpu::avx512::lane_mask(lanes1),
+                       bias ? bias + c0 : nullptr, post);
     }
   }
 }
