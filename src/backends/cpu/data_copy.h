@@ -56,6 +56,64 @@ inline std::vector<int64_t> read_ints(const TensorView& v, const char* what) {
   return out;
 }
 
+// The outer axes (all but the last) of a table copy, merged where that keeps the offsets: a
+// detection head's Slice of [1, 3, 40, 40, 85] -> [1, 3, 40, 40, 81] has one outer axis of 4,800
+// rows, so each row costs one table read instead of four (its per-row index walk took about a
+// third of the slice's time, 0.11 ms against ONNX Runtime's 0.06 on one thread).
+struct OuterAxes {
+  std::vector<int64_t> extent;             // outermost first
+  std::vector<std::vector<int64_t>> maps;  // offsets per entry, -1: fill
+};
+
+// Whether `m` is start + j * step with no fill entry (a single entry is, with step 0).
+inline bool affine_map(const std::vector<int64_t>& m, int64_t* start, int64_t* step) {
+  *start = m[0];
+  *step = m.size() > 1 ? m[1] - m[0] : 0;
+  if (m[0] < 0) return false;
+  for (size_t j = 1; j < m.size(); ++j) {
+    if (m[j] < 0 || m[j] != m[0] + static_cast<int64_t>(j) * *step) return false;
+  }
+  return true;
+}
+
+// Axes k, k + 1 merge where axis k (of extent > 0) holds a single offset (then it is added to
+// axis k + 1's entries), axis k + 1 holds one (added to axis k's), or both step evenly, axis k's
+// step being axis k + 1's extent times its step.
+inline OuterAxes merge_outer_axes(const Dims& out, const std::vector<std::vector<int64_t>>& maps) {
+  OuterAxes a;
+  const auto shifted = [](std::vector<int64_t> m, int64_t by) {
+    for (int64_t& v : m) v = v < 0 ? v : v + by;
+    return m;
+  };
+  for (int k = 0; k + 1 < out.rank(); ++k) {
+    const std::vector<int64_t>& m = maps[static_cast<size_t>(k)];
+    if (!a.maps.empty()) {
+      std::vector<int64_t>& prev = a.maps.back();
+      int64_t s0 = 0, d0 = 0, s1 = 0, d1 = 0;
+      const bool prev_affine = affine_map(prev, &s0, &d0), cur_affine = affine_map(m, &s1, &d1);
+      if (prev.size() == 1 && prev[0] >= 0) {
+        prev = shifted(m, prev[0]);
+        a.extent.back() = out[k];
+        continue;
+      }
+      if (m.size() == 1 && m[0] >= 0) {
+        prev = shifted(prev, m[0]);
+        continue;
+      }
+      if (prev_affine && cur_affine && d0 == out[k] * d1) {
+        const int64_t n = a.extent.back() * out[k];
+        prev.resize(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) prev[static_cast<size_t>(j)] = s0 + s1 + j * d1;
+        a.extent.back() = n;
+        continue;
+      }
+    }
+    a.extent.push_back(out[k]);
+    a.maps.push_back(m);
+  }
+  return a;
+}
+
 // The table copy described above; rows (runs along the last axis) are spread over threads.
 template <typename E>
 void table_copy(E* dst, const E* src, const Dims& out, const std::vector<std::vector<int64_t>>& maps, E fill,
@@ -70,6 +128,8 @@ void table_copy(E* dst, const E* src, const Dims& out, const std::vector<std::ve
   const int64_t n = out[r - 1];
   const int64_t rows = total / n;
   const std::vector<int64_t>& inner = maps[static_cast<size_t>(r - 1)];
+  const OuterAxes outer = merge_outer_axes(out, maps);
+  const int ro = static_cast<int>(outer.extent.size());
   // A contiguous run of the source along the last axis (a slice with step 1, most paddings' middle
   // rows): copied with memcpy instead of element by element.
   bool contiguous = inner[0] >= 0;
@@ -77,17 +137,17 @@ void table_copy(E* dst, const E* src, const Dims& out, const std::vector<std::ve
   parallel_for(
       rows, num_threads,
       [&](int64_t begin, int64_t end) {
-        std::vector<int64_t> c(static_cast<size_t>(r), 0);
+        std::vector<int64_t> c(static_cast<size_t>(ro), 0);
         int64_t rest = begin;
-        for (int k = r - 2; k >= 0; --k) {
-          c[static_cast<size_t>(k)] = rest % out[k];
-          rest /= out[k];
+        for (int k = ro - 1; k >= 0; --k) {
+          c[static_cast<size_t>(k)] = rest % outer.extent[static_cast<size_t>(k)];
+          rest /= outer.extent[static_cast<size_t>(k)];
         }
         for (int64_t row = begin; row < end; ++row) {
           int64_t base = 0;
           bool outside = false;
-          for (int k = 0; k < r - 1; ++k) {
-            const int64_t m = maps[static_cast<size_t>(k)][static_cast<size_t>(c[static_cast<size_t>(k)])];
+          for (int k = 0; k < ro; ++k) {
+            const int64_t m = outer.maps[static_cast<size_t>(k)][static_cast<size_t>(c[static_cast<size_t>(k)])];
             outside = outside || m < 0;
             base += m;
           }
@@ -102,8 +162,8 @@ void table_copy(E* dst, const E* src, const Dims& out, const std::vector<std::ve
               d[j] = m < 0 ? fill : src[base + m];
             }
           }
-          for (int k = r - 2; k >= 0; --k) {
-            if (++c[static_cast<size_t>(k)] < out[k]) break;
+          for (int k = ro - 1; k >= 0; --k) {
+            if (++c[static_cast<size_t>(k)] < outer.extent[static_cast<size_t>(k)]) break;
             c[static_cast<size_t>(k)] = 0;
           }
         }

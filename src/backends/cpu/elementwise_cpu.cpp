@@ -398,6 +398,12 @@ void vectorized_loop(const float* a, const float* b, float* y, int64_t n, int nu
       for (int64_t i = begin; i < end; ++i) y[i] = Op::apply(va, b[i], false);
     } else {
       const float vb = b[0];
+      if constexpr (std::is_same_v<Op, OpPow>) {
+        if (vb == 2.0f) {  // a square: one product, not libm's pow per element (5 ns)
+          for (int64_t i = begin; i < end; ++i) y[i] = a[i] * a[i];
+          return;
+        }
+      }
       for (int64_t i = begin; i < end; ++i) y[i] = Op::apply(a[i], vb, false);
     }
   });

@@ -218,6 +218,21 @@ void fold_gelu(FusedProgram& p) {
   }
 }
 
+// Pow(x, 2) with a constant 2 (a detection head's (2 sigmoid)^2, a variance's (x - mean)^2)
+// becomes x * x: libm's pow per element took 5 ns (TinyYolo's head: 0.05 ms against ONNX Runtime's
+// 0.014 for its Pow), the product is exact where pow's result is within an ulp of it.
+void fold_square(FusedProgram& p) {
+  const int n = p.num_inputs;
+  for (FusedInstr& ins : p.instrs) {
+    if (ins.code != FusedOpCode::kBinary || ins.op != static_cast<int32_t>(ElementWiseOp::kPow)) continue;
+    if (ins.b < n || ins.b - n >= static_cast<int>(p.instrs.size())) continue;
+    const FusedInstr& e = p.instrs[static_cast<size_t>(ins.b - n)];
+    if (e.code != FusedOpCode::kConst || e.p0 != 2.0) continue;
+    ins.op = static_cast<int32_t>(ElementWiseOp::kProd);
+    ins.b = ins.a;
+  }
+}
+
 // Which instructions the output depends on (others are skipped at run time).
 std::vector<bool> live_instructions(const FusedProgram& p) {
   const int n = p.num_inputs;
@@ -238,6 +253,7 @@ class FusedElementWiseRef : public Kernel {
  public:
   explicit FusedElementWiseRef(const Layer& layer) : program_(params_of<FusedProgram>(layer)) {
     fold_gelu(program_);
+    fold_square(program_);
     live_ = live_instructions(program_);
     for (const FusedInstr& ins : program_.instrs) {
       const bool bad = (ins.code == FusedOpCode::kActivation && (ins.op < 0 || ins.op >= kNumActivations)) ||
@@ -312,6 +328,11 @@ class FusedElementWiseRef : public Kernel {
                           p = static_cast<float>(ins.p2);
               if (p == 1.0f) {
                 for (int64_t i = 0; i < m; ++i) dst[i] = a[i] * s + t;
+              } else if (p == 2.0f) {  // a square: one product, not libm's pow (as fold_square)
+                for (int64_t i = 0; i < m; ++i) {
+                  const float v = a[i] * s + t;
+                  dst[i] = v * v;
+                }
               } else {
                 for (int64_t i = 0; i < m; ++i) dst[i] = std::pow(a[i] * s + t, p);
               }
