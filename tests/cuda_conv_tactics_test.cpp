@@ -65,8 +65,10 @@ namespace kiln {
 namespace {
 
 // Ranks 3-7 are builder optimization level 5 candidates only; the kernel-level test runs them all.
-const char* const kGraphTactics[] = {"cudnn_graph",   "cudnn_graph_1", "cudnn_graph_2", "cudnn_graph_3",
-                                     "cudnn_graph_4", "cudnn_graph_5", "cudnn_graph_6", "cudnn_graph_7"};
+const char* const kGraphTactics[] = {"cudnn_graph",         "cudnn_graph_1",       "cudnn_graph_2",
+                                     "cudnn_graph_3",       "cudnn_graph_4",       "cudnn_graph_5",
+                                     "cudnn_graph_6",       "cudnn_graph_7",       "cudnn_graph_knobs_1",
+                                     "cudnn_graph_knobs_2", "cudnn_graph_knobs_3", "cudnn_graph_knobs_4"};
 
 // ---- environment ----------------------------------------------------------------------------
 
@@ -429,6 +431,7 @@ TEST(CudaConvGraph, EveryGraphTacticMatchesCpuReference) {
   std::string why;
   if (!test::cuda_usable(&why) || !graph_tactics_built(&why)) GTEST_SKIP() << why;
   ScopedEnv on("KILN_CUDNN_GRAPH", "1");
+  ScopedEnv knobs("KILN_CUDNN_GRAPH_KNOBS", "1");  // the knob variants too (opt-in for the builder)
   std::ostringstream failures;
   std::map<std::string, std::map<Result, int>> tally;  // "<tactic> <type> <format>" -> counts
   uint64_t seed = 1;

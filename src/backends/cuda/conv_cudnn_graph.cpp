@@ -377,6 +377,13 @@ std::string spec_key(const GraphSpec& g) {
 // plans' own notes and for direct execution.
 class KilnGraph : public fe::graph::Graph {
  public:
+#if KILN_CUDNN_GRAPH_DIRECT
+  // The engine and knob choices of engine config i, for building variants of it.
+  fe::error_t engine_and_knobs_at(int64_t i, int64_t& engine,
+                                  std::unordered_map<fe::KnobType_t, int64_t>& knobs) const {
+    return plans.get_engine_and_knobs_at_index(i, engine, knobs);
+  }
+#endif
   std::shared_ptr<fe::ExecutionPlan> plan_at(int64_t i) const {
 #if KILN_CUDNN_GRAPH_DIRECT
     if (i < 0 || i >= static_cast<int64_t>(plans.execution_plans.size())) return nullptr;
@@ -417,6 +424,11 @@ struct GraphEntry {
   int64_t next = 0;             // next config to try building
   std::vector<PlanInfo> built;  // configs that built and passed the checks, in heuristic order
   std::string failures;         // why the others did not
+  // Knob variants of the heuristic's first plan (builder level 5's cudnn_graph_knobs_N), made on
+  // first request, in a fixed order; knob_why: why there are not more.
+  bool knobs_made = false;
+  std::vector<PlanInfo> knob_built;
+  std::string knob_why;
   // Direct execution (decided once, after the first plan built).
   bool direct_checked = false, direct = false;
   size_t alignment = kAlignment;
@@ -496,6 +508,97 @@ std::optional<PlanInfo> entry_plan(GraphEntry& e, int rank, DataType type, const
   *why = "the heuristics offer " + std::to_string(e.configs) + " engine configs, " + std::to_string(e.built.size()) +
          " of them build and pass kiln's checks" +
          (e.failures.empty() ? std::string() : " (" + clipped(e.failures) + ")");
+  return std::nullopt;
+}
+
+// Knob variants: the engine of the heuristic's first plan with one knob set to another value of
+// its range (the knobs in the engine's order, the values upwards, at most kKnobValuesPerKnob per
+// knob), kept when the plan builds, passes the checks entry_plan applies, needs at most
+// kWorkspaceLimit and differs from every plan already kept; at most kKnobVariants of them and
+// kKnobAttempts builds per graph (some engines compile their kernels at build time). The order is
+// fixed, so that a deserialized engine's kernel rebuilds the variant its tactic name says.
+constexpr size_t kKnobVariants = 4;
+constexpr int kKnobAttempts = 16;
+constexpr int64_t kKnobValuesPerKnob = 4;
+
+void make_knob_variants(GraphEntry& e, const PlanInfo& first, DataType type, const Settings& settings) {
+#if KILN_CUDNN_GRAPH_DIRECT
+  int64_t engine = -1;
+  std::unordered_map<fe::KnobType_t, int64_t> chosen;
+  std::vector<fe::Knob> knobs;
+  try {
+    check(e.graph->engine_and_knobs_at(first.index, engine, chosen), "get_engine_and_knobs_at_index");
+    check(e.graph->get_knobs_for_engine(engine, knobs), "get_knobs_for_engine");
+  } catch (const std::exception& ex) {
+    e.knob_why = ex.what();
+    return;
+  }
+  int attempts = 0;
+  std::string failures;
+  const auto explain = [&] {
+    e.knob_why = "engine " + std::to_string(engine) + " of " + first.name + " gives " +
+                 std::to_string(e.knob_built.size()) + " knob variants that build and pass kiln's checks in " +
+                 std::to_string(attempts) + " tried" +
+                 (failures.empty() ? std::string() : " (" + clipped(failures) + ")");
+  };
+  for (const fe::Knob& k : knobs) {
+    if (k.type == fe::KnobType_t::NOT_SET || fe::is_frontend_knob_type(k.type) || k.stride <= 0 ||
+        k.maxValue < k.minValue) {
+      continue;
+    }
+    const auto current = chosen.find(k.type);
+    int64_t tried = 0;
+    for (int64_t v = k.minValue; v <= k.maxValue && tried < kKnobValuesPerKnob; v += k.stride) {
+      if (current != chosen.end() && current->second == v) continue;
+      if (e.knob_built.size() >= kKnobVariants || attempts >= kKnobAttempts) return explain();
+      ++tried;
+      ++attempts;
+      std::unordered_map<fe::KnobType_t, int64_t> variant = chosen;
+      variant[k.type] = v;
+      const int64_t i = e.graph->get_execution_plan_count();
+      try {
+        check(e.graph->create_execution_plan(engine, variant), "create_execution_plan");
+        PlanInfo p;
+        p.index = i;
+        if (e.graph->get_plan_name_at_index(i, p.name).is_bad()) p.name = "#" + std::to_string(i);
+        if (denied_by(settings, p.name)) continue;
+        check(e.graph->build_plan_at_index(e.handle->handle, i), "build_plan_at_index");
+        p.plan = e.graph->plan_at(i);
+        if (!p.plan) throw GraphFailure("the frontend kept no plan at this index");
+        if (!barred_notes(*p.plan, type, &p.notes).empty() || denied_by(settings, p.notes)) continue;
+        check(e.graph->get_workspace_size_plan_at_index(i, p.workspace), "get_workspace_size_plan_at_index");
+        if (p.workspace > kWorkspaceLimit) continue;
+        bool duplicate = false;
+        for (const PlanInfo& b : e.built) duplicate = duplicate || b.name == p.name;
+        for (const PlanInfo& b : e.knob_built) duplicate = duplicate || b.name == p.name;
+        if (!duplicate) e.knob_built.push_back(std::move(p));
+      } catch (const std::exception& ex) {
+        if (failures.size() < kMessageLimit) failures += std::string(failures.empty() ? "" : "; ") + ex.what();
+      }
+    }
+  }
+  explain();
+#else
+  (void)first, (void)type, (void)settings;
+  e.knob_why = "knob variants need cudnn-frontend 1.32 or later";
+#endif
+}
+
+// The variant-th knob variant (0-based), or nullopt with *why set. Called with e.mutex and
+// e.handle's mutex held.
+std::optional<PlanInfo> knob_plan(GraphEntry& e, int variant, DataType type, const Settings& settings,
+                                  std::string* why) {
+  if (!e.knobs_made) {
+    e.knobs_made = true;
+    std::string first_why;
+    if (std::optional<PlanInfo> first = entry_plan(e, 0, type, settings, &first_why)) {
+      make_knob_variants(e, *first, type, settings);
+    } else {
+      e.knob_why = first_why;
+    }
+  }
+  if (variant < static_cast<int>(e.knob_built.size())) return e.knob_built[static_cast<size_t>(variant)];
+  *why = e.knob_why;
   return std::nullopt;
 }
 
@@ -714,8 +817,12 @@ std::atomic<uint64_t> g_kernel_serial{1};
 
 class CudnnGraphConvolution : public Kernel {
  public:
-  CudnnGraphConvolution(const Layer& layer, std::string tactic, int rank)
-      : tactic_(std::move(tactic)), rank_(rank), post_(conv_post_op(layer)), serial_(g_kernel_serial++) {}
+  CudnnGraphConvolution(const Layer& layer, std::string tactic, int rank, int knob_variant)
+      : tactic_(std::move(tactic)),
+        rank_(rank),
+        knob_variant_(knob_variant),
+        post_(conv_post_op(layer)),
+        serial_(g_kernel_serial++) {}
 
   void prepare(const Layer& layer, const std::vector<TensorDesc>& inputs, const std::vector<TensorDesc>& outputs,
                int) override {
@@ -802,8 +909,11 @@ class CudnnGraphConvolution : public Kernel {
     (r.graph_bias ? fused : rest) += has_bias_ ? " bias" : "";
     (r.graph_residual ? fused : rest) += has_residual_ ? " residual" : "";
     (r.epilogue_post.enabled ? rest : fused) += post_.enabled ? std::string(" ") + to_string(post_.kind) : "";
-    std::string line = what_ + ": engine " + r.plan.name + " (config " + std::to_string(r.plan.index) + " of " +
-                       std::to_string(r.entry->configs) + ", notes: " + (r.plan.notes.empty() ? "none" : r.plan.notes) +
+    const std::string config =
+        knob_variant_ >= 0 ? "knob variant " + std::to_string(knob_variant_ + 1) + " of the first config"
+                           : "config " + std::to_string(r.plan.index) + " of " + std::to_string(r.entry->configs);
+    std::string line = what_ + ": engine " + r.plan.name + " (" + config +
+                       ", notes: " + (r.plan.notes.empty() ? "none" : r.plan.notes) +
                        "); fused:" + (fused.empty() ? " nothing" : fused) +
                        "; kiln epilogue:" + (rest.empty() ? " none" : rest) + "; workspace " +
                        std::to_string(r.workspace) + " B; " +
@@ -854,7 +964,8 @@ class CudnnGraphConvolution : public Kernel {
         }
       }
       std::string reason;
-      std::optional<PlanInfo> p = entry_plan(*e, rank_, s_.type, settings_, &reason);
+      std::optional<PlanInfo> p = knob_variant_ >= 0 ? knob_plan(*e, knob_variant_, s_.type, settings_, &reason)
+                                                     : entry_plan(*e, rank_, s_.type, settings_, &reason);
       if (!p) {
         const bool is_fused = a == 0 && attempts.size() > 1;
         why += std::string(why.empty() ? "" : "; ") + (is_fused ? "fused graph: " : "convolution graph: ") + reason;
@@ -918,6 +1029,7 @@ class CudnnGraphConvolution : public Kernel {
 
   std::string tactic_;
   int rank_;
+  int knob_variant_;  // -1: the rank-th heuristic plan
   PostOp post_;
   uint64_t serial_;
   std::string what_;
@@ -941,13 +1053,18 @@ struct GraphTactic {
   int priority;
   int rank;                    // which buildable engine config of the heuristic's list
   int min_optimization_level;  // the builder level from which the tactic is a candidate
+  int knob_variant = -1;       // >= 0: that knob variant of the first config instead (make_knob_variants)
 };
 
-// Ranks 3-7 (cuDNN's 4th to 8th buildable engine configs) are slow to try (each builds and
-// checks a plan per shape): builder optimization level 5 only.
+// Ranks 3-7 (cuDNN's 4th to 8th buildable engine configs) and the knob variants of the first
+// config (its engine with one knob changed: tile size, stages, split, ...) are slow to try (each
+// builds and checks plans per shape; some engines compile kernels when built): builder
+// optimization level 5 only.
 const GraphTactic kGraphTactics[] = {
-    {"cudnn_graph", 101, 0, 0},  {"cudnn_graph_1", 42, 1, 0}, {"cudnn_graph_2", 41, 2, 0}, {"cudnn_graph_3", 39, 3, 5},
-    {"cudnn_graph_4", 38, 4, 5}, {"cudnn_graph_5", 37, 5, 5}, {"cudnn_graph_6", 36, 6, 5}, {"cudnn_graph_7", 35, 7, 5},
+    {"cudnn_graph", 101, 0, 0},           {"cudnn_graph_1", 42, 1, 0},          {"cudnn_graph_2", 41, 2, 0},
+    {"cudnn_graph_3", 39, 3, 5},          {"cudnn_graph_4", 38, 4, 5},          {"cudnn_graph_5", 37, 5, 5},
+    {"cudnn_graph_6", 36, 6, 5},          {"cudnn_graph_7", 35, 7, 5},          {"cudnn_graph_knobs_1", 34, 0, 5, 0},
+    {"cudnn_graph_knobs_2", 33, 0, 5, 1}, {"cudnn_graph_knobs_3", 32, 0, 5, 2}, {"cudnn_graph_knobs_4", 31, 0, 5, 3},
 };
 
 // KILN_CUDNN_GRAPH=1 / =0 turn the tactics on / off; unset, kGraphTacticsByDefault decides. Opt-in
@@ -964,18 +1081,36 @@ bool supports_graph_conv(const Layer& layer, const std::vector<TensorDesc>& inpu
   return graph_tactics_enabled() && conv_operands_supported(layer, inputs, true);
 }
 
+// The knob-variant tactics (cudnn_graph_knobs_N) are offered to the builder only with
+// KILN_CUDNN_GRAPH_KNOBS=1 until the GPU suite (CudaConvGraph.EveryGraphTacticMatchesCpuReference,
+// which runs them whatever the setting) has passed with them on the H200: written in session 26,
+// when no GPU was lent. A kernel made directly (that test, or an engine built with the setting on)
+// runs its variant either way.
+constexpr bool kKnobVariantsByDefault = false;
+
+bool knob_variants_offered() {
+  const char* v = std::getenv("KILN_CUDNN_GRAPH_KNOBS");
+  if (v && *v) return std::string(v) != "0";
+  return kKnobVariantsByDefault;
+}
+
+bool supports_knob_conv(const Layer& layer, const std::vector<TensorDesc>& inputs) {
+  return knob_variants_offered() && supports_graph_conv(layer, inputs);
+}
+
 struct Registrar {
   Registrar() {
     for (const GraphTactic& t : kGraphTactics) {
       const std::string name = t.name;
-      const int rank = t.rank;
-      KernelEntry entry{
-          DeviceType::kCUDA,
-          kLayerConvolution,
-          name,
-          t.priority,
-          supports_graph_conv,
-          [name, rank](const Layer& layer) { return std::make_unique<CudnnGraphConvolution>(layer, name, rank); }};
+      const int rank = t.rank, knob_variant = t.knob_variant;
+      KernelEntry entry{DeviceType::kCUDA,
+                        kLayerConvolution,
+                        name,
+                        t.priority,
+                        t.knob_variant >= 0 ? supports_knob_conv : supports_graph_conv,
+                        [name, rank, knob_variant](const Layer& layer) {
+                          return std::make_unique<CudnnGraphConvolution>(layer, name, rank, knob_variant);
+                        }};
       entry.min_optimization_level = t.min_optimization_level;
       KernelRegistry::instance().add(std::move(entry));
     }
