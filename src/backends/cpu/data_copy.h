@@ -89,8 +89,6 @@ inline OuterAxes merge_outer_axes(const Dims& out, const std::vector<std::vector
     const std::vector<int64_t>& m = maps[static_cast<size_t>(k)];
     if (!a.maps.empty()) {
       std::vector<int64_t>& prev = a.maps.back();
-      int64_t s0 = 0, d0 = 0, s1 = 0, d1 = 0;
-      const bool prev_affine = affine_map(prev, &s0, &d0), cur_affine = affine_map(m, &s1, &d1);
       if (prev.size() == 1 && prev[0] >= 0) {
         prev = shifted(m, prev[0]);
         a.extent.back() = out[k];
@@ -100,7 +98,8 @@ inline OuterAxes merge_outer_axes(const Dims& out, const std::vector<std::vector
         prev = shifted(prev, m[0]);
         continue;
       }
-      if (prev_affine && cur_affine && d0 == out[k] * d1) {
+      int64_t s0 = 0, d0 = 0, s1 = 0, d1 = 0;
+      if (affine_map(prev, &s0, &d0) && affine_map(m, &s1, &d1) && d0 == out[k] * d1) {
         const int64_t n = a.extent.back() * out[k];
         prev.resize(static_cast<size_t>(n));
         for (int64_t j = 0; j < n; ++j) prev[static_cast<size_t>(j)] = s0 + s1 + j * d1;

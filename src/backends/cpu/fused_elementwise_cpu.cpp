@@ -156,11 +156,14 @@ constexpr auto kBinaryFns = make_binary_table(std::make_integer_sequence<int, kN
 // The instructions it replaces stay in the program and are skipped when nothing else reads them.
 bool near(double v, double want) { return std::fabs(v - want) <= 1e-6 * std::fabs(want); }
 
-void fold_gelu(FusedProgram& p) {
+// The instruction that writes register `reg`, or null for an input register.
+const FusedInstr* definition(const FusedProgram& p, int reg) {
   const int n = p.num_inputs;
-  const auto def = [&](int reg) -> const FusedInstr* {
-    return reg >= n && reg - n < static_cast<int>(p.instrs.size()) ? &p.instrs[static_cast<size_t>(reg - n)] : nullptr;
-  };
+  return reg >= n && reg - n < static_cast<int>(p.instrs.size()) ? &p.instrs[static_cast<size_t>(reg - n)] : nullptr;
+}
+
+void fold_gelu(FusedProgram& p) {
+  const auto def = [&](int reg) { return definition(p, reg); };
   const auto is_const = [&](int reg, double v) {
     const FusedInstr* d = def(reg);
     return d && d->code == FusedOpCode::kConst && near(d->p0, v);
@@ -222,12 +225,10 @@ void fold_gelu(FusedProgram& p) {
 // becomes x * x: libm's pow per element took 5 ns (TinyYolo's head: 0.05 ms against ONNX Runtime's
 // 0.014 for its Pow), the product is exact where pow's result is within an ulp of it.
 void fold_square(FusedProgram& p) {
-  const int n = p.num_inputs;
   for (FusedInstr& ins : p.instrs) {
     if (ins.code != FusedOpCode::kBinary || ins.op != static_cast<int32_t>(ElementWiseOp::kPow)) continue;
-    if (ins.b < n || ins.b - n >= static_cast<int>(p.instrs.size())) continue;
-    const FusedInstr& e = p.instrs[static_cast<size_t>(ins.b - n)];
-    if (e.code != FusedOpCode::kConst || e.p0 != 2.0) continue;
+    const FusedInstr* e = definition(p, ins.b);
+    if (!e || e->code != FusedOpCode::kConst || e->p0 != 2.0) continue;
     ins.op = static_cast<int32_t>(ElementWiseOp::kProd);
     ins.b = ins.a;
   }

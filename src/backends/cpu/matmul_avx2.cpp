@@ -288,16 +288,13 @@ void run_item512(const Sizes& s, const float* a, const float* packed, const floa
     const float* b0 = packed + panel * s.k * kPanel;
     float* yc = y + r0 * s.n + c0;
     const float* ar = a + r0 * s.k;
+    const __mmask16 m0 = cpu::avx512::lane_mask(lanes0), m1 = cpu::avx512::lane_mask(lanes1);  // m1 0: one panel
     if (two) {
-      rows512<2>(ar, s.k, b0, b0 + s.k * kPanel, s.k, yc, s.n, r1 - r0, cpu::avx512::lane_mask(lanes0),
-                 cpu::avx512::lane_mask(lanes1));
+      rows512<2>(ar, s.k, b0, b0 + s.k * kPanel, s.k, yc, s.n, r1 - r0, m0, m1);
     } else {
-      rows512<1>(ar, s.k, b0, b0, s.k, yc, s.n, r1 - r0, cpu::avx512::lane_mask(lanes0), 0);
+      rows512<1>(ar, s.k, b0, b0, s.k, yc, s.n, r1 - r0, m0, m1);
     }
-    if (bias || post.enabled) {
-      epilogue_tile512(yc, s.n, r1 - r0, cpu::avx512::lane_mask(lanes0), cpu::avx512::lane_mask(lanes1),
-                       bias ? bias + c0 : nullptr, post);
-    }
+    if (bias || post.enabled) epilogue_tile512(yc, s.n, r1 - r0, m0, m1, bias ? bias + c0 : nullptr, post);
   }
 }
 

@@ -464,6 +464,35 @@ std::string barred_notes(const fe::ExecutionPlan& plan, DataType type, std::stri
   return barred;
 }
 
+// Builds engine config i of e.graph into *p and applies kiln's checks to it: the deny list (the
+// config's name, then the plan's notes), the plan's own barred notes (whatever the frontend's
+// deselection did: that it applies to build_plan_at_index is not documented; 1.32 does, older
+// versions may not) and the workspace limit. Returns why the plan is not usable, "" when it is;
+// throws GraphFailure where the frontend fails. Called with e.mutex and e.handle's mutex held.
+std::string build_checked_plan(GraphEntry& e, int64_t i, DataType type, const Settings& settings, PlanInfo* p) {
+  p->index = i;
+  if (e.graph->get_plan_name_at_index(i, p->name).is_bad()) p->name = "#" + std::to_string(i);
+  if (const std::string* d = denied_by(settings, p->name)) {
+    return p->name + " denied by KILN_CUDNN_GRAPH_DENY (" + *d + ")";
+  }
+  check(e.graph->build_plan_at_index(e.handle->handle, i), "build_plan_at_index");
+  p->plan = e.graph->plan_at(i);
+  if (KILN_CUDNN_GRAPH_DIRECT && !p->plan) throw GraphFailure("the frontend kept no plan at this index");
+  const std::string barred = p->plan ? barred_notes(*p->plan, type, &p->notes) : std::string();
+  if (!barred.empty()) return p->name + " has barred notes (" + barred + ")";
+  if (const std::string* d = denied_by(settings, p->notes)) {
+    return p->name + " (" + p->notes + ") denied by KILN_CUDNN_GRAPH_DENY (" + *d + ")";
+  }
+  check(e.graph->get_workspace_size_plan_at_index(i, p->workspace), "get_workspace_size_plan_at_index");
+  if (p->workspace > kWorkspaceLimit) return p->name + " needs " + std::to_string(p->workspace) + " bytes of workspace";
+  return "";
+}
+
+// Whether one of `plans` is the engine config `name` (modes A and FALLBACK may list one twice).
+bool has_plan_named(const std::vector<PlanInfo>& plans, const std::string& name) {
+  return std::any_of(plans.begin(), plans.end(), [&](const PlanInfo& b) { return b.name == name; });
+}
+
 // The rank-th distinct plan that builds and passes the checks (0 = the heuristic's choice), or
 // nullopt with *why set. Called with e.mutex and e.handle's mutex held.
 std::optional<PlanInfo> entry_plan(GraphEntry& e, int rank, DataType type, const Settings& settings, std::string* why) {
@@ -475,31 +504,12 @@ std::optional<PlanInfo> entry_plan(GraphEntry& e, int rank, DataType type, const
     const int64_t i = e.next++;
     try {
       PlanInfo p;
-      p.index = i;
-      if (e.graph->get_plan_name_at_index(i, p.name).is_bad()) p.name = "#" + std::to_string(i);
-      if (const std::string* d = denied_by(settings, p.name)) {
-        note_failure(e, i, p.name + " denied by KILN_CUDNN_GRAPH_DENY (" + *d + ")");
-        continue;
+      const std::string unusable = build_checked_plan(e, i, type, settings, &p);
+      if (!unusable.empty()) {
+        note_failure(e, i, unusable);
+      } else if (!has_plan_named(e.built, p.name)) {
+        e.built.push_back(std::move(p));
       }
-      check(e.graph->build_plan_at_index(e.handle->handle, i), "build_plan_at_index");
-      p.plan = e.graph->plan_at(i);
-      if (KILN_CUDNN_GRAPH_DIRECT && !p.plan) throw GraphFailure("the frontend kept no plan at this index");
-      // The plan's own notes, whatever the frontend's deselection did (that it applies to
-      // build_plan_at_index is not documented; 1.32 does, older versions may not).
-      const std::string barred = p.plan ? barred_notes(*p.plan, type, &p.notes) : std::string();
-      if (!barred.empty()) {
-        note_failure(e, i, p.name + " has barred notes (" + barred + ")");
-        continue;
-      }
-      if (const std::string* d = denied_by(settings, p.notes)) {
-        note_failure(e, i, p.name + " (" + p.notes + ") denied by KILN_CUDNN_GRAPH_DENY (" + *d + ")");
-        continue;
-      }
-      bool duplicate = false;
-      for (const PlanInfo& b : e.built) duplicate = duplicate || b.name == p.name;
-      if (duplicate) continue;
-      check(e.graph->get_workspace_size_plan_at_index(i, p.workspace), "get_workspace_size_plan_at_index");
-      e.built.push_back(std::move(p));
     } catch (const std::exception& ex) {
       note_failure(e, i, ex.what());
     }
@@ -513,8 +523,8 @@ std::optional<PlanInfo> entry_plan(GraphEntry& e, int rank, DataType type, const
 
 // Knob variants: the engine of the heuristic's first plan with one knob set to another value of
 // its range (the knobs in the engine's order, the values upwards, at most kKnobValuesPerKnob per
-// knob), kept when the plan builds, passes the checks entry_plan applies, needs at most
-// kWorkspaceLimit and differs from every plan already kept; at most kKnobVariants of them and
+// knob), kept when the plan builds, passes build_checked_plan's checks and differs from every
+// plan already kept; at most kKnobVariants of them and
 // kKnobAttempts builds per graph (some engines compile their kernels at build time). The order is
 // fixed, so that a deserialized engine's kernel rebuilds the variant its tactic name says.
 constexpr size_t kKnobVariants = 4;
@@ -559,19 +569,10 @@ void make_knob_variants(GraphEntry& e, const PlanInfo& first, DataType type, con
       try {
         check(e.graph->create_execution_plan(engine, variant), "create_execution_plan");
         PlanInfo p;
-        p.index = i;
-        if (e.graph->get_plan_name_at_index(i, p.name).is_bad()) p.name = "#" + std::to_string(i);
-        if (denied_by(settings, p.name)) continue;
-        check(e.graph->build_plan_at_index(e.handle->handle, i), "build_plan_at_index");
-        p.plan = e.graph->plan_at(i);
-        if (!p.plan) throw GraphFailure("the frontend kept no plan at this index");
-        if (!barred_notes(*p.plan, type, &p.notes).empty() || denied_by(settings, p.notes)) continue;
-        check(e.graph->get_workspace_size_plan_at_index(i, p.workspace), "get_workspace_size_plan_at_index");
-        if (p.workspace > kWorkspaceLimit) continue;
-        bool duplicate = false;
-        for (const PlanInfo& b : e.built) duplicate = duplicate || b.name == p.name;
-        for (const PlanInfo& b : e.knob_built) duplicate = duplicate || b.name == p.name;
-        if (!duplicate) e.knob_built.push_back(std::move(p));
+        if (build_checked_plan(e, i, type, settings, &p).empty() && !has_plan_named(e.built, p.name) &&
+            !has_plan_named(e.knob_built, p.name)) {
+          e.knob_built.push_back(std::move(p));
+        }
       } catch (const std::exception& ex) {
         if (failures.size() < kMessageLimit) failures += std::string(failures.empty() ? "" : "; ") + ex.what();
       }
