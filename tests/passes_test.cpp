@@ -658,6 +658,191 @@ TEST(FusedElementWise, RejectsBadPrograms) {
   EXPECT_EQ(net.num_layers(), 0);
 }
 
+// ---- concatenation + convolution split (CPU) ------------------------------------------------
+
+// A fire module (SqueezeNet): two expand convolutions of x, concatenated along the channels and
+// read by a small convolution. `maps`: that convolution's output channels.
+std::unique_ptr<Network> fire_network(int64_t maps, int64_t kernel = 1, int64_t stride = 1,
+                                      const Dims& x_dims = {2, 8, 10, 10}) {
+  auto net = std::make_unique<Network>();
+  Tensor* x = net->add_input("x", DataType::kFloat32, x_dims);
+  const int64_t c = x_dims[1];
+  Tensor* a = net->add_convolution(x, conv_desc(16, 1, 0), rand_f({16, c, 1, 1}, 301), rand_f({16}, 302))->output(0);
+  a = net->add_activation(a, ActivationType::kRelu)->output(0);
+  Tensor* b = net->add_convolution(x, conv_desc(48, 3, 1), rand_f({48, c, 3, 3}, 303), rand_f({48}, 304))->output(0);
+  b = net->add_activation(b, ActivationType::kRelu)->output(0);
+  Tensor* cat = net->add_concatenation({a, b}, 1)->output(0);
+  ConvolutionDesc d = conv_desc(maps, kernel, kernel / 2);
+  d.strides = {stride, stride};
+  Layer* squeeze = net->add_convolution(cat, d, rand_f({maps, 64, kernel, kernel}, 305), rand_f({maps}, 306));
+  squeeze->set_name("squeeze");
+  Tensor* y = net->add_activation(squeeze->output(0), ActivationType::kRelu)->output(0);
+  y->set_name("y");
+  net->mark_output(y);
+  return net;
+}
+
+TEST(ConcatConvSplit, ASmallConvolutionReadsTheConcatenatedTensorsDirectly) {
+  // As in the pipeline: after activation fusion (the ReLUs are post-ops by then).
+  const auto net = fire_network(8);
+  PassResult r = run_passes(*net, {pass_activation_fusion, pass_concat_conv_split});
+  EXPECT_EQ(r.changes, 4) << joined(r.log);  // 3 ReLUs fused, 1 split
+  EXPECT_NE(joined(r.log).find("concat_conv_split: 'squeeze' reads the 2 inputs of"), std::string::npos)
+      << joined(r.log);
+  EXPECT_EQ(count_layers(*r.net, kLayerConcatenation), 0);
+  EXPECT_EQ(count_layers(*r.net, kLayerConvolution), 4);
+  EXPECT_EQ(count_layers(*r.net, kLayerElementWise), 0);
+  EXPECT_EQ(count_layers(*r.net, kLayerActivation), 0);
+  const Layer* first = r.net->find_layer("squeeze.part0");
+  const Layer* last = r.net->find_layer("squeeze.part1");
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(last, nullptr);
+  // The weights are the two column blocks of the original (16 and 48 input channels); the first
+  // takes the bias, the last the previous one's output as its residual and the ReLU.
+  EXPECT_EQ(first->input(1)->producer()->attrs().get_tensor("value").dims(), (Dims{8, 16, 1, 1}));
+  EXPECT_EQ(last->input(1)->producer()->attrs().get_tensor("value").dims(), (Dims{8, 48, 1, 1}));
+  EXPECT_TRUE(first->num_inputs() > 2 && first->input(2));
+  EXPECT_TRUE(first->num_inputs() < 4 || !first->input(3));
+  EXPECT_EQ(first->attrs().get_string("activation", ""), "");
+  ASSERT_EQ(last->num_inputs(), 4);
+  EXPECT_EQ(last->input(2), nullptr);
+  EXPECT_EQ(last->input(3), first->output(0));
+  EXPECT_EQ(last->attrs().get_string("activation"), "relu");
+  EXPECT_EQ(last->output(0)->name(), "y");
+  expect_same_function(*net, *r.net, {{"x", rand_f({2, 8, 10, 10}, 307)}});
+}
+
+// The convolution already has a residual input and an activation: the first piece takes the
+// residual, the last the activation.
+TEST(ConcatConvSplit, AnExistingResidualGoesToTheFirstPiece) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {3, 8, 6, 6});
+  Tensor* skip = net.add_input("skip", DataType::kFloat32, {3, 4, 6, 6});
+  Tensor* a = net.add_convolution(x, conv_desc(24, 1, 0), rand_f({24, 8, 1, 1}, 310))->output(0);
+  Tensor* b = net.add_convolution(x, conv_desc(24, 3, 1), rand_f({24, 8, 3, 3}, 311))->output(0);
+  Tensor* c = net.add_convolution(x, conv_desc(24, 1, 0), rand_f({24, 8, 1, 1}, 312))->output(0);
+  Tensor* cat = net.add_concatenation({a, b, c}, 1)->output(0);
+  Tensor* y = net.add_convolution(cat, conv_desc(4, 1, 0), rand_f({4, 72, 1, 1}, 313), rand_f({4}, 314))->output(0);
+  y = net.add_elementwise(y, skip, ElementWiseOp::kSum)->output(0);
+  y = net.add_activation(y, ActivationType::kLeakyRelu, 0.2)->output(0);
+  net.mark_output(y);
+  PassResult r = run_passes(net, {pass_activation_fusion, pass_concat_conv_split});
+  EXPECT_EQ(count_layers(*r.net, kLayerConcatenation), 0) << joined(r.log);
+  EXPECT_EQ(count_layers(*r.net, kLayerConvolution), 6);
+  int with_activation = 0;
+  for (int i = 0; i < r.net->num_layers(); ++i) {
+    const Layer* l = r.net->layer(i);
+    if (l->type() == kLayerConvolution && !l->attrs().get_string("activation", "").empty()) ++with_activation;
+  }
+  EXPECT_EQ(with_activation, 1);
+  const Layer* first = nullptr;
+  for (int i = 0; i < r.net->num_layers(); ++i) {
+    if (r.net->layer(i)->name().find(".part0") != std::string::npos) first = r.net->layer(i);
+  }
+  ASSERT_NE(first, nullptr);
+  ASSERT_EQ(first->num_inputs(), 4);
+  EXPECT_EQ(first->input(3)->name(), "skip");
+  expect_same_function(net, *r.net, {{"x", rand_f({3, 8, 6, 6}, 315)}, {"skip", rand_f({3, 4, 6, 6}, 316)}});
+}
+
+// Three pieces, a 3x3 stride-2 consumer and a dynamic batch; the whole builder pipeline (the
+// channels-last region included) against the same build without the pass.
+TEST(ConcatConvSplit, ThreePiecesAStridedWindowAndADynamicBatchThroughTheBuilder) {
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, {kDynamic, 8, 12, 12});
+  std::vector<Tensor*> pieces;
+  uint64_t seed = 320;
+  for (int64_t maps : {4, 12, 16}) {
+    Tensor* t = net.add_convolution(x, conv_desc(maps, 3, 1), rand_f({maps, 8, 3, 3}, seed), rand_f({maps}, seed + 1))
+                    ->output(0);
+    seed += 2;
+    pieces.push_back(net.add_activation(t, ActivationType::kRelu)->output(0));
+  }
+  Tensor* cat = net.add_concatenation(pieces, -3)->output(0);
+  ConvolutionDesc d = conv_desc(3, 3, 1);
+  d.strides = {2, 2};
+  Tensor* y = net.add_convolution(cat, d, rand_f({3, 32, 3, 3}, 330), rand_f({3}, 331))->output(0);
+  y = net.add_activation(y, ActivationType::kLeakyRelu, 0.1)->output(0);
+  y->set_name("y");
+  net.mark_output(y);
+  OptimizationProfile profile;
+  profile.set_dimensions("x", {1, 8, 12, 12}, {2, 8, 12, 12}, {4, 8, 12, 12});
+  for (int64_t batch : {1, 3, 4}) {
+    const Inputs inputs = {{"x", rand_f({batch, 8, 12, 12}, 332 + static_cast<uint64_t>(batch))}};
+    BuildReport with;
+    const auto got = run_network(net, true, inputs, {profile}, &with);
+    EXPECT_NE(joined(with.pass_log).find("concat_conv_split: "), std::string::npos) << joined(with.pass_log);
+    EXPECT_NE(joined(with.pass_log).find("run channels-last"), std::string::npos) << joined(with.pass_log);
+    expect_close(got, run_network(net, false, inputs, {profile}));
+  }
+  // The pass off by name: the concatenation stays.
+  BuilderConfig config;
+  config.profiles = {profile};
+  config.disabled_passes = {"concat_conv_split"};
+  BuildReport without;
+  Builder().build_serialized(net, config, &without);
+  EXPECT_EQ(joined(without.pass_log).find("concat_conv_split: "), std::string::npos) << joined(without.pass_log);
+}
+
+TEST(ConcatConvSplit, LeavesWhatItShouldNotSplit) {
+  // One image in linear memory: the planner elides that concatenation, nothing to save. In
+  // channels-last memory it is a copy.
+  {
+    auto one = fire_network(8, 1, 1, {1, 8, 10, 10});
+    EXPECT_EQ(run_passes(*one, {pass_concat_conv_split}).changes, 0);
+    Layer* squeeze = one->find_layer("squeeze");
+    Layer* concat = squeeze->input(0)->producer();
+    for (Tensor* t : {concat->input(0), concat->input(1), concat->output(0), squeeze->output(0)}) {
+      t->set_format(TensorFormat::kChannelsLast);
+    }
+    PassResult r = run_passes(*one, {pass_concat_conv_split});
+    EXPECT_EQ(r.changes, 1) << joined(r.log);
+    const Layer* last = r.net->find_layer("squeeze.part1");
+    ASSERT_NE(last, nullptr);
+    EXPECT_EQ(last->output(0)->format(), TensorFormat::kChannelsLast);
+    EXPECT_EQ(r.net->find_layer("squeeze.part0")->output(0)->format(), TensorFormat::kChannelsLast);
+  }
+  // The output is as large as the input: the partial sums would move more than the concatenation.
+  EXPECT_EQ(run_passes(*fire_network(64), {pass_concat_conv_split}).changes, 0);
+  // 24 of 64 channels: the partial sums would move 3/8 of the concatenation's bytes, over 1/4.
+  EXPECT_EQ(run_passes(*fire_network(24), {pass_concat_conv_split}).changes, 0);
+  // A stride-2 window makes the output 4x smaller: 24 channels then pass.
+  EXPECT_EQ(run_passes(*fire_network(24, 3, 2), {pass_concat_conv_split}).changes, 1);
+  {
+    // The concatenated tensor has a second reader.
+    auto net = fire_network(8);
+    Tensor* cat = net->find_layer("squeeze")->input(0);
+    net->mark_output(net->add_activation(cat, ActivationType::kSigmoid)->output(0));
+    EXPECT_EQ(run_passes(*net, {pass_concat_conv_split}).changes, 0);
+  }
+  {
+    // Grouped, along another axis, or over a constant piece.
+    Network net;
+    Tensor* x = net.add_input("x", DataType::kFloat32, {1, 32, 6, 6});
+    Tensor* x2 = net.add_input("x2", DataType::kFloat32, {1, 32, 6, 6});
+    Tensor* channels = net.add_concatenation({x, x2}, 1)->output(0);
+    ConvolutionDesc grouped = conv_desc(4, 1, 0);
+    grouped.groups = 2;
+    net.mark_output(net.add_convolution(channels, grouped, rand_f({4, 32, 1, 1}, 340))->output(0));
+    Tensor* rows = net.add_concatenation({x, x2}, 2)->output(0);
+    net.mark_output(net.add_convolution(rows, conv_desc(4, 1, 0), rand_f({4, 32, 1, 1}, 341))->output(0));
+    Tensor* with_constant = net.add_concatenation({x, constant(net, rand_f({1, 32, 6, 6}, 342))}, 1)->output(0);
+    net.mark_output(net.add_convolution(with_constant, conv_desc(4, 1, 0), rand_f({4, 64, 1, 1}, 343))->output(0));
+    PassResult r = run_passes(net, {pass_concat_conv_split});
+    EXPECT_EQ(r.changes, 0) << joined(r.log);
+  }
+  {
+    // CUDA builds: not measured there, so not done.
+    Network net;
+    auto fire = fire_network(8);
+    BuilderConfig config;
+    config.device = DeviceType::kCUDA;
+    std::vector<std::string> log;
+    PassContext ctx{config, {}, &log};
+    EXPECT_EQ(pass_concat_conv_split(*fire, ctx), 0);
+  }
+}
+
 // ---- the whole pipeline ---------------------------------------------------------------------
 
 // conv+BN+SiLU, a residual block, an exporter flatten with dynamic batch, a matmul and a GELU.

@@ -309,7 +309,8 @@ TEST(PluginAuthoring, PluginCheckUsesTheCreatorsExampleValues) {
 
 TEST(PluginAuthoring, UnknownPassNamesFailTheBuild) {
   const auto& names = builder_pass_names();
-  EXPECT_EQ(names.size(), 8u);
+  EXPECT_EQ(names.size(), 9u);
+  EXPECT_EQ(names.back(), "concat_conv_split");
   Network net;
   Tensor* x = net.add_input("x", DataType::kFloat32, Dims{2});
   net.mark_output(net.add_activation(x, ActivationType::kRelu)->output(0));
@@ -318,6 +319,7 @@ TEST(PluginAuthoring, UnknownPassNamesFailTheBuild) {
   const std::string err = error_of([&] { (void)Builder().build_serialized(net, config); });
   EXPECT_NE(err.find("elementwise_fusoin"), std::string::npos) << err;
   EXPECT_NE(err.find("layout"), std::string::npos) << "the message lists the passes: " << err;
+  EXPECT_NE(err.find("concat_conv_split"), std::string::npos) << "the message lists the passes: " << err;
   config.disabled_passes = {"layout", "fp16_precision"};
   EXPECT_NO_THROW((void)Builder().build_serialized(net, config));
 }

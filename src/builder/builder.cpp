@@ -128,6 +128,7 @@ const PassEntry kPipeline[] = {
     {"dead_layer_elimination", pass_dead_layer_elimination, true},
     {"fp16_precision", pass_fp16_precision, false},
     {"layout", pass_layout, false},
+    {"concat_conv_split", pass_concat_conv_split, true},
 };
 
 void run_passes(Network& net, const BuilderConfig& config, const std::vector<std::map<std::string, Dims>>& points,

@@ -2,7 +2,7 @@
 // changes it made and appends one human-readable line per change to ctx.log. The builder
 // (src/builder/builder.cpp) should run them in this order, each unless disabled by name:
 //   constant_folding, dead_layer_elimination, conv_bn_folding, shuffle_merge, activation_fusion,
-//   elementwise_fusion, dead_layer_elimination
+//   elementwise_fusion, dead_layer_elimination, then fp16_precision, layout and concat_conv_split
 // (activation fusion must see the Conv+BN result, and element-wise fusion must run after
 // activation fusion so that activations it can put on a convolution stay there).
 // Every pass is deterministic: it visits layers in network order and never iterates over
@@ -53,5 +53,9 @@ int pass_fp16_precision(Network& network, PassContext& ctx);
 // Chooses channels-last (NHWC) memory for chains of layers whose kernels prefer it (CUDA fp16
 // convolutions) and inserts Reformat layers where the format changes.
 int pass_layout(Network& network, PassContext& ctx);
+// CPU: a Convolution over a channel Concatenation that is a copy (channels-last, or more than one
+// image) and whose output is much smaller than its input -> one convolution per concatenated
+// tensor, chained through their residual inputs. Runs after layout (the format decides).
+int pass_concat_conv_split(Network& network, PassContext& ctx);
 
 }  // namespace kiln
