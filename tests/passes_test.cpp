@@ -745,6 +745,46 @@ TEST(ConcatConvSplit, AnExistingResidualGoesToTheFirstPiece) {
   expect_same_function(net, *r.net, {{"x", rand_f({3, 8, 6, 6}, 315)}, {"skip", rand_f({3, 4, 6, 6}, 316)}});
 }
 
+// SqueezeNet's fire modules 4 and 7: the concatenation feeds a 3x3 stride-2 max pool and then
+// the next module's squeeze convolution. The concatenation moves below the pool (which runs once
+// per piece), and the squeeze convolution then reads the pooled pieces.
+TEST(ConcatConvSplit, AConcatenationMovesBelowAPoolingLayer) {
+  for (bool average : {false, true}) {
+    auto net = fire_network(8);
+    Layer* squeeze = net->find_layer("squeeze");
+    Tensor* cat = squeeze->input(0);
+    PoolingDesc d;
+    d.type = average ? PoolingType::kAverage : PoolingType::kMax;
+    d.kernel = {3, 3};
+    d.strides = {2, 2};
+    d.ceil_mode = true;
+    Layer* pool = net->add_pooling(cat, d);
+    pool->set_name("pool");
+    squeeze->set_input(0, pool->output(0));
+    PassResult r = run_passes(*net, {pass_activation_fusion, pass_concat_conv_split});
+    const std::string log = joined(r.log);
+    EXPECT_NE(log.find("'pool' pools the 2 inputs of"), std::string::npos) << log;
+    EXPECT_NE(log.find("'squeeze' reads the 2 inputs of"), std::string::npos) << log;
+    EXPECT_EQ(count_layers(*r.net, kLayerConcatenation), 0) << log;
+    EXPECT_EQ(count_layers(*r.net, kLayerPooling), 2);
+    EXPECT_NE(r.net->find_layer("pool.part0"), nullptr);
+    EXPECT_NE(r.net->find_layer("pool.part1"), nullptr);
+    expect_same_function(*net, *r.net, {{"x", rand_f({2, 8, 10, 10}, 317 + (average ? 1u : 0u))}});
+  }
+  // A second reader of the pooled input: the concatenation stays where it is.
+  auto net = fire_network(8);
+  Layer* squeeze = net->find_layer("squeeze");
+  Tensor* cat = squeeze->input(0);
+  PoolingDesc d;
+  d.kernel = {2, 2};
+  d.strides = {2, 2};
+  squeeze->set_input(0, net->add_pooling(cat, d)->output(0));
+  net->mark_output(net->add_activation(cat, ActivationType::kSigmoid)->output(0));
+  PassResult r = run_passes(*net, {pass_concat_conv_split});
+  EXPECT_EQ(r.log.size(), 0u) << joined(r.log);
+  EXPECT_EQ(count_layers(*r.net, kLayerConcatenation), 1);
+}
+
 // Three pieces, a 3x3 stride-2 consumer and a dynamic batch; the whole builder pipeline (the
 // channels-last region included) against the same build without the pass.
 TEST(ConcatConvSplit, ThreePiecesAStridedWindowAndADynamicBatchThroughTheBuilder) {

@@ -13,6 +13,11 @@
 // output once per extra piece). Where the output is much smaller than the input (SqueezeNet's
 // squeeze layers: 128 channels in, 16 out) that moves a fraction of the bytes.
 //
+// First, a channel concatenation (one that copies) read only by a pooling layer moves below it (pooling works per
+// channel: pool(concat(A_0, A_1)) = concat(pool(A_0), pool(A_1))): the copy then moves the pooled,
+// smaller tensors, and where a convolution reads the pooled result (SqueezeNet's fire modules after
+// a max pool) the split applies to it.
+//
 // It runs last, after the layout pass, because whether the concatenation costs anything depends
 // on the memory format: a linear (NCHW) concatenation along the channels of one image is elided
 // by the planner (its inputs are written in place, src/plan/execution_plan.h), a channels-last
@@ -75,6 +80,17 @@ int64_t volume_at(const passes::ShapeTable& table, int point, const Tensor* t) {
   return v;
 }
 
+// Whether the channel concatenation producing x copies at some shape point: the planner elides a
+// linear one where the channels are the outermost axis with extent > 1 (one image).
+bool copied(const passes::ShapeTable& table, const Tensor* x) {
+  if (x->format() != TensorFormat::kLinear) return true;
+  for (int p = 0; p < table.num_points(); ++p) {
+    const TensorState* st = table.state(p, x);
+    if (st && st->dims.rank() == 4 && st->dims[0] != 1) return true;
+  }
+  return false;
+}
+
 bool match(const passes::ShapeTable& table, Layer* conv, Split* split) {
   if (conv->type() != kLayerConvolution || conv->num_inputs() < 2 || conv->num_outputs() != 1) return false;
   const ConvParams& params = params_of<ConvParams>(*conv);
@@ -92,15 +108,7 @@ bool match(const passes::ShapeTable& table, Layer* conv, Split* split) {
   const int n = concat->num_inputs();
   if (axis != 1 || n < 2 || n > kMaxPieces) return false;
   if (!float32_everywhere(table, x) || !float32_everywhere(table, conv->output(0))) return false;
-  if (x->format() == TensorFormat::kLinear) {
-    // Elided by the planner where the channels are the outermost axis with extent > 1.
-    bool copied = false;
-    for (int p = 0; p < table.num_points(); ++p) {
-      const TensorState* st = table.state(p, x);
-      copied = copied || (st && st->dims.rank() == 4 && st->dims[0] != 1);
-    }
-    if (!copied) return false;
-  }
+  if (!copied(table, x)) return false;
   std::vector<int64_t> channels;
   int64_t sum = 0;
   for (int i = 0; i < n; ++i) {
@@ -143,14 +151,70 @@ std::string fresh_name(Network& network, const std::string& name) {
   return network.find_layer(name) ? network.unique_name(name) : name;
 }
 
-}  // namespace
+// A channel concatenation (axis 1, rank 4, 2..kMaxPieces inputs that are not constants; a copy,
+// not elided) read only by `pool`, a one-input pooling layer whose output is at most its input's size at the first
+// point.
+Layer* concat_below_pooling(const passes::ShapeTable& table, Layer* pool) {
+  if (pool->type() != kLayerPooling || pool->num_inputs() != 1 || pool->num_outputs() != 1) return nullptr;
+  Tensor* x = pool->input(0);
+  Layer* concat = x ? x->producer() : nullptr;
+  if (!concat || concat->type() != kLayerConcatenation || passes::sole_consumer(x) != pool) return nullptr;
+  int64_t axis = concat->attrs().get_int("axis", 1);
+  if (axis < 0) axis += 4;
+  if (axis != 1 || concat->num_inputs() < 2 || concat->num_inputs() > kMaxPieces || !copied(table, x)) return nullptr;
+  for (int i = 0; i < concat->num_inputs(); ++i) {
+    const Tensor* a = concat->input(i);
+    if (!a || passes::is_constant(a) || static_channels(table, a) < 0) return nullptr;
+    const TensorState* s = table.state(0, a);
+    if (!s || s->value) return nullptr;
+  }
+  const int64_t in = volume_at(table, 0, x), out = volume_at(table, 0, pool->output(0));
+  if (in <= 0 || out < 0 || out > in) return nullptr;
+  return concat;
+}
 
-int pass_concat_conv_split(Network& network, PassContext& ctx) {
-  if (ctx.config.device != DeviceType::kCPU) return 0;
+// Moves each such concatenation below its pooling layer; returns how many.
+int sink_below_pooling(Network& network, PassContext& ctx) {
   const passes::ShapeTable table(network, ctx);
   if (table.num_points() == 0) return 0;
   passes::GraphEditor editor(network);
   int changes = 0;
+  for (Layer* pool : editor.snapshot()) {
+    if (editor.removed(pool)) continue;
+    Layer* concat = concat_below_pooling(table, pool);
+    if (!concat) continue;
+    const TensorFormat format = pool->output(0)->format();
+    std::vector<Tensor*> pooled;
+    for (int i = 0; i < concat->num_inputs(); ++i) {
+      Layer* piece = network.add_layer(kLayerPooling, {concat->input(i)}, 1, pool->attrs(),
+                                       fresh_name(network, pool->name() + ".part" + std::to_string(i)));
+      if (pool->has_precision()) piece->set_precision(pool->precision());
+      piece->output(0)->set_format(format);
+      pooled.push_back(piece->output(0));
+    }
+    Layer* joined = network.add_layer(kLayerConcatenation, pooled, 1, concat->attrs(),
+                                      fresh_name(network, concat->name() + ".pooled"));
+    joined->output(0)->set_format(format);
+    const std::string pool_name = pool->name(), concat_name = concat->name();
+    editor.take_over(pool->output(0), joined->output(0));
+    editor.remove_layer(pool);
+    editor.remove_layer(concat);
+    passes::log_change(ctx, "concat_conv_split: " + quote(pool_name) + " pools the " + std::to_string(pooled.size()) +
+                                " inputs of " + quote(concat_name) + " and the concatenation follows it");
+    ++changes;
+  }
+  if (changes > 0) network.sort_topologically();
+  return changes;
+}
+
+}  // namespace
+
+int pass_concat_conv_split(Network& network, PassContext& ctx) {
+  if (ctx.config.device != DeviceType::kCPU) return 0;
+  int changes = sink_below_pooling(network, ctx);
+  const passes::ShapeTable table(network, ctx);
+  if (table.num_points() == 0) return changes;
+  passes::GraphEditor editor(network);
   for (Layer* conv : editor.snapshot()) {
     if (editor.removed(conv)) continue;
     Split split;
