@@ -224,6 +224,52 @@ TEST(CpuChannelsLast, MaxPoolFastChannelsLastMatchesReference) {
   }
 }
 
+TEST(CpuChannelsLast, ResizeNearestFastChannelsLastMatchesReference) {
+  // 2x (YOLO's upsampling), a fractional up- and downscale, a batch and channel resize (the
+  // per-channel gather), asymmetric coordinates with floor.
+  struct Case {
+    Dims x;
+    std::vector<float> scales;
+    std::string transform, rounding;
+  };
+  const std::vector<Case> cases = {
+      {{1, 16, 7, 9}, {1, 1, 2, 2}, "asymmetric", "floor"},
+      {{2, 5, 6, 7}, {1, 1, 1.5f, 0.6f}, "half_pixel", "round_prefer_floor"},
+      {{1, 3, 4, 4}, {2, 2, 1, 1}, "half_pixel", "round_prefer_ceil"},
+      {{2, 64, 10, 10}, {1, 1, 2, 2}, "half_pixel", "round_prefer_floor"},
+  };
+  uint32_t seed = 500;
+  for (const Case& c : cases) {
+    Network net;
+    Tensor* x = net.add_input("x", DataType::kFloat32, c.x);
+    const HostTensor scales = HostTensor::from_vector(DataType::kFloat32, Dims{4}, c.scales);
+    ResizeDesc d;
+    d.coordinate_transformation_mode = c.transform;
+    d.nearest_mode = c.rounding;
+    Layer* resize = net.add_resize(x, net.add_constant(scales)->output(0), nullptr, d);
+    Dims y_dims = c.x;
+    for (int i = 0; i < 4; ++i) {
+      y_dims[i] = static_cast<int64_t>(std::floor(static_cast<double>(c.x[i]) * c.scales[static_cast<size_t>(i)]));
+    }
+    const HostTensor lin = test::random_tensor(DataType::kFloat32, c.x, seed++);
+    const HostTensor last = test::convert_format(lin, true);
+    HostTensor want(DataType::kFloat32, y_dims), got(DataType::kFloat32, y_dims);
+    run_kernel(kLayerResize, "reference", *resize, {{&lin, TensorFormat::kLinear}, {&scales, TensorFormat::kLinear}},
+               &want, TensorFormat::kLinear, 2);
+    const KernelEntry* fast = KernelRegistry::instance().find(DeviceType::kCPU, kLayerResize, "fast");
+    ASSERT_NE(fast, nullptr);
+    const std::vector<TensorDesc> descs = {
+        TensorDesc{DataType::kFloat32, c.x, TensorFormat::kChannelsLast, true, nullptr},
+        TensorDesc{DataType::kFloat32, Dims{4}, TensorFormat::kLinear, true, &scales}};
+    EXPECT_FALSE(fast->supports(*resize, descs)) << "one format in and out";
+    resize->output(0)->set_format(TensorFormat::kChannelsLast);
+    EXPECT_TRUE(fast->supports(*resize, descs));
+    run_kernel(kLayerResize, "fast", *resize, {{&last, TensorFormat::kChannelsLast}, {&scales, TensorFormat::kLinear}},
+               &got, TensorFormat::kChannelsLast, 2);
+    EXPECT_TRUE(same_bytes(test::convert_format(want, true), got)) << c.x.to_string() << " -> " << y_dims.to_string();
+  }
+}
+
 // supports() of `tactic` for `layer` with input formats `fmts` and the layer's output in `out`.
 bool supports_with(const std::string& tactic, Layer& layer, const std::vector<TensorFormat>& fmts, TensorFormat out) {
   const KernelEntry* e = KernelRegistry::instance().find(DeviceType::kCPU, layer.type(), tactic);
@@ -535,6 +581,25 @@ TEST(CpuChannelsLast, SqueezeExcitationStaysInTheChannelsLastRegion) {
 
   // And the engine computes what the linear one does.
   expect_layout_keeps_results(*squeeze_excitation_net(), random_f32(Dims{1, 8, 13, 13}, 43, 2.0f));
+}
+
+// conv3x3 (8->16) -> nearest 2x upsampling -> conv3x3 (16->8) -> y: the Resize runs inside the
+// channels-last region (before, it read linear memory, with a Reformat on either side).
+std::unique_ptr<Network> upsample_between_convs_net() {
+  auto net = std::make_unique<Network>();
+  Tensor* x = net->add_input("x", DataType::kFloat32, Dims{1, 8, 13, 13});
+  const HostTensor scales = HostTensor::from_vector(DataType::kFloat32, Dims{4}, std::vector<float>{1, 1, 2, 2});
+  Tensor* up = net->add_resize(conv(*net, x, 8, 16, 3, 71), net->add_constant(scales)->output(0), nullptr)->output(0);
+  Tensor* y = conv(*net, up, 16, 8, 3, 73);
+  y->set_name("y");
+  net->mark_output(y);
+  return net;
+}
+
+TEST(CpuChannelsLast, NearestUpsamplingStaysInTheChannelsLastRegion) {
+  EXPECT_EQ(expect_one_region(*upsample_between_convs_net(), kLayerResize, 0), 1);
+
+  expect_layout_keeps_results(*upsample_between_convs_net(), random_f32(Dims{1, 8, 13, 13}, 75, 2.0f));
 }
 
 // conv3x3 -> TemperatureSwish (the built-in plugin) -> conv3x3 -> Mish -> y: the element-wise

@@ -251,7 +251,10 @@ bool supports_resize_ref(const Layer& layer, const std::vector<TensorDesc>& inpu
 }
 
 // Nearest float32 over the last two axes: each output row copies (or, for exact 2x, doubles)
-// one input row; a row whose source equals the previous row's is a memcpy of that row.
+// one input row; a row whose source equals the previous row's is a memcpy of that row. In
+// channels-last (NHWC) memory, rank 4: each output pixel copies its source pixel's C values (an
+// upsampling inside a CPU channels-last region, TinyYolo's neck, then needs no Reformat on either
+// side).
 class ResizeNearestFast : public Kernel {
  public:
   explicit ResizeNearestFast(const ResizeParams& params) : attrs_(params) {}
@@ -261,6 +264,10 @@ class ResizeNearestFast : public Kernel {
     const TensorView& y = ctx.outputs.at(0);
     const int r = x.dims.rank();
     auto maps = nearest_maps(attrs_, ctx);
+    if (x.format == TensorFormat::kChannelsLast) {
+      channels_last(x, y, maps, ctx.num_threads);
+      return;
+    }
     bool leading_identity = r >= 2;
     const auto stride = row_major_strides(x.dims);
     for (int k = 0; leading_identity && k < r - 2; ++k) {
@@ -304,12 +311,60 @@ class ResizeNearestFast : public Kernel {
   }
 
  private:
+  // x and y [N, C, H, W] stored [N][H][W][C]; `maps` as nearest_maps gives them (offsets in the
+  // linear order, turned back into indices here).
+  static void channels_last(const TensorView& x, const TensorView& y, const std::vector<std::vector<int64_t>>& maps,
+                            int threads) {
+    if (y.count() == 0) return;
+    const auto stride = row_major_strides(x.dims);
+    std::vector<std::vector<int64_t>> index(4);
+    for (size_t k = 0; k < 4; ++k) {
+      for (int64_t offset : maps[k]) index[k].push_back(offset / std::max<int64_t>(stride[k], 1));
+    }
+    const int64_t c_in = x.dims[1], h_in = x.dims[2], w_in = x.dims[3];
+    const int64_t c_out = y.dims[1], h_out = y.dims[2], w_out = y.dims[3];
+    bool same_channels = c_in == c_out;
+    for (int64_t c = 0; same_channels && c < c_out; ++c) same_channels = index[1][static_cast<size_t>(c)] == c;
+    const float* src = x.as<const float>();
+    float* dst = y.as<float>();
+    const int64_t row = w_out * c_out;  // one output image row
+    cpu::parallel_for(
+        y.dims[0] * h_out, threads,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            const int64_t n = r / h_out, oy = r % h_out;
+            const int64_t iy = index[2][static_cast<size_t>(oy)];
+            float* d = dst + r * row;
+            if (r > begin && oy > 0 && iy == index[2][static_cast<size_t>(oy - 1)]) {
+              std::memcpy(d, d - row, static_cast<size_t>(row) * sizeof(float));
+              continue;
+            }
+            const float* s = src + ((index[0][static_cast<size_t>(n)] * h_in + iy) * w_in) * c_in;
+            for (int64_t ox = 0; ox < w_out; ++ox) {
+              const float* p = s + index[3][static_cast<size_t>(ox)] * c_in;
+              float* q = d + ox * c_out;
+              if (same_channels) {
+                std::memcpy(q, p, static_cast<size_t>(c_out) * sizeof(float));
+              } else {
+                for (int64_t c = 0; c < c_out; ++c) q[c] = p[index[1][static_cast<size_t>(c)]];
+              }
+            }
+          }
+        },
+        std::max<int64_t>(1, 8192 / std::max<int64_t>(row, 1)));
+  }
+
   ResizeParams attrs_;
 };
 
 bool supports_resize_fast(const Layer& layer, const std::vector<TensorDesc>& inputs) {
-  return !inputs.empty() && inputs[0].format == TensorFormat::kLinear && inputs[0].type == DataType::kFloat32 &&
-         inputs[0].dims.rank() >= 2 && params_of<ResizeParams>(layer).is_nearest();
+  if (inputs.empty() || inputs[0].type != DataType::kFloat32 || !params_of<ResizeParams>(layer).is_nearest()) {
+    return false;
+  }
+  const TensorFormat y_format = layer.num_outputs() > 0 ? layer.output(0)->format() : TensorFormat::kLinear;
+  if (inputs[0].format != y_format) return false;
+  if (inputs[0].format == TensorFormat::kChannelsLast) return inputs[0].dims.rank() == 4;
+  return inputs[0].format == TensorFormat::kLinear && inputs[0].dims.rank() >= 2;
 }
 
 }  // namespace
