@@ -101,8 +101,11 @@ bool match(const passes::ShapeTable& table, Layer* conv, Split* split) {
   if (bias && !passes::constant_value(bias)) return false;
   Tensor* x = conv->input(0);
   Layer* concat = x ? x->producer() : nullptr;
-  // sole_consumer: also not a network output.
+  // sole_consumer: also not a network output. The convolution reads it once (not as its residual).
   if (!concat || concat->type() != kLayerConcatenation || passes::sole_consumer(x) != conv) return false;
+  for (int i = 1; i < conv->num_inputs(); ++i) {
+    if (conv->input(i) == x) return false;
+  }
   int64_t axis = concat->attrs().get_int("axis", 1);
   if (axis < 0) axis += 4;
   const int n = concat->num_inputs();
