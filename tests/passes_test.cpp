@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <random>
 
 #include "kiln/builder.h"
 #include "kiln/error.h"
@@ -822,6 +823,76 @@ TEST(ConcatConvSplit, ThreePiecesAStridedWindowAndADynamicBatchThroughTheBuilder
   BuildReport without;
   Builder().build_serialized(net, config, &without);
   EXPECT_EQ(joined(without.pass_log).find("concat_conv_split: "), std::string::npos) << joined(without.pass_log);
+}
+
+// Random fire-like networks through the whole builder, with the pass and without it (and with
+// the layout pass on or off, so both the channels-last and the linear several-image cases are
+// split): 2-4 pieces of random widths made by 1x1 or 3x3 convolutions, sometimes a pooling layer
+// after the concatenation, a consumer with a random window, stride, padding, bias, activation
+// and width (narrow enough to split or not), batch 1-3.
+TEST(ConcatConvSplit, RandomNetworksComputeWhatTheUnsplitOnesDo) {
+  std::mt19937 rng(2027);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int split_builds = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const int64_t batch = pick(1, 3), c = pick(1, 6), hw = pick(5, 11);
+    Network net;
+    Tensor* x = net.add_input("x", DataType::kFloat32, {batch, c, hw, hw});
+    std::vector<Tensor*> pieces;
+    int64_t total = 0;
+    const int n = pick(2, 4);
+    for (int j = 0; j < n; ++j) {
+      const int64_t width = pick(1, 24), k = pick(0, 1) ? 3 : 1;
+      const uint64_t seed = 400 + static_cast<uint64_t>(trial * 10 + j);
+      Tensor* t = net.add_convolution(x, conv_desc(width, k, k / 2), rand_f({width, c, k, k}, seed))->output(0);
+      pieces.push_back(net.add_activation(t, ActivationType::kRelu)->output(0));
+      total += width;
+    }
+    Tensor* cat = net.add_concatenation(pieces, 1)->output(0);
+    int64_t size = hw;
+    if (pick(0, 2) == 0) {
+      PoolingDesc d;
+      d.type = pick(0, 1) ? PoolingType::kMax : PoolingType::kAverage;
+      d.kernel = {2, 2};
+      d.strides = {2, 2};
+      cat = net.add_pooling(cat, d)->output(0);
+      size = hw / 2;
+    }
+    const int64_t maps = pick(1, 12), k = std::min<int64_t>(pick(0, 1) ? 3 : 1, size);
+    ConvolutionDesc d = conv_desc(maps, k, pick(0, 1) ? k / 2 : 0);
+    d.strides = {pick(1, 2), pick(1, 2)};
+    const bool bias = pick(0, 1) == 1;
+    Tensor* y = net.add_convolution(cat, d, rand_f({maps, total, k, k}, 480 + static_cast<uint64_t>(trial)),
+                                    bias ? rand_f({maps}, 490 + static_cast<uint64_t>(trial)) : HostTensor())
+                    ->output(0);
+    if (pick(0, 1)) y = net.add_activation(y, ActivationType::kLeakyRelu, 0.1)->output(0);
+    y->set_name("y");
+    net.mark_output(y);
+    const HostTensor input = rand_f({batch, c, hw, hw}, 500 + static_cast<uint64_t>(trial));
+    for (bool layout : {true, false}) {
+      std::vector<HostTensor> outs;
+      for (bool split : {true, false}) {
+        BuilderConfig config;
+        config.num_threads = 2;
+        config.time_tactics = false;  // the highest-priority kernels: a quicker build, the same passes
+        if (!layout) config.disabled_passes.push_back("layout");
+        if (!split) config.disabled_passes.push_back("concat_conv_split");
+        BuildReport report;
+        const auto bytes = Builder().build_serialized(net, config, &report);
+        if (split && joined(report.pass_log).find("concat_conv_split: ") != std::string::npos) ++split_builds;
+        auto engine = Runtime().deserialize(bytes.data(), bytes.size());
+        auto ctx = engine->create_execution_context();
+        outs.emplace_back(DataType::kFloat32, ctx->tensor_shape("y"));
+        ctx->set_tensor_address("x", const_cast<void*>(input.data()));
+        ctx->set_tensor_address("y", outs.back().data());
+        ctx->execute();
+      }
+      SCOPED_TRACE("trial " + std::to_string(trial) + (layout ? ", layout on" : ", layout off"));
+      expect_close({outs[0]}, {outs[1]}, 1e-4, 1e-5);
+    }
+  }
+  // Enough of the draws are split for the comparison to mean something.
+  EXPECT_GE(split_builds, 12);
 }
 
 TEST(ConcatConvSplit, LeavesWhatItShouldNotSplit) {
