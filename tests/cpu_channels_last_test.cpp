@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -744,6 +745,83 @@ TEST(CpuChannelsLast, StemConvolutionReadsTheLinearInputWithoutAReformat) {
     test::ErrorStats stats;
     EXPECT_TRUE(test::compare_tensors(outs[0], outs[1], 1e-4, 1e-5, &stats, &msg)) << "batch " << n << ": " << msg;
   }
+}
+
+// Builder optimization level 5 on the CPU: each region is timed linear and channels-last (the
+// Reformats it needs included) and the faster way is kept; the Reformats it counts are the ones
+// the pass then inserts. Level 3 decides by the rule, without timing.
+TEST(CpuChannelsLast, Level5TimesEachRegionBothWaysAndKeepsTheFaster) {
+  struct Case {
+    const char* name;
+    std::unique_ptr<Network> (*make)();
+    Dims x;
+  };
+  const Dims small{1, 8, 13, 13};
+  const auto stem = [] { return stem_net(Dims{1, 3, 21, 22}); };
+  const Case cases[] = {{"fire", fire_net, small},
+                        {"squeeze-excitation", squeeze_excitation_net, small},
+                        {"upsampling", upsample_between_convs_net, small},
+                        {"stem", stem, Dims{1, 3, 21, 22}},
+                        {"plugins", plugin_between_convs_net, small}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    for (int level : {3, 5}) {
+      auto net = c.make();
+      BuilderConfig config;
+      config.device = DeviceType::kCPU;
+      config.optimization_level = level;
+      config.num_threads = 1;
+      std::vector<std::string> log;
+      PassContext ctx{config, {{{"x", c.x}}}, &log};
+      pass_layout(*net, ctx);
+      net->validate();
+      std::string all;
+      for (const auto& line : log) all += line + "\n";
+      const size_t at = all.find("level 5 timed the region");
+      if (level == 3) {
+        EXPECT_EQ(at, std::string::npos) << all;
+        continue;
+      }
+      ASSERT_NE(at, std::string::npos) << all;
+      double linear = 0, channels_last = 0;
+      int reformats = -1;
+      const size_t numbers = all.find(": linear ", at);
+      ASSERT_NE(numbers, std::string::npos) << all;
+      ASSERT_EQ(std::sscanf(all.c_str() + numbers, ": linear %lf ms, channels-last %lf ms with %d reformats", &linear,
+                            &channels_last, &reformats),
+                3)
+          << all;
+      EXPECT_GT(linear, 0.0);
+      EXPECT_GT(channels_last, 0.0);
+      const bool chose_channels_last = all.find("run channels-last") != std::string::npos;
+      if (channels_last != linear) {  // else a tie in print: either way
+        EXPECT_EQ(chose_channels_last, channels_last < linear) << all;
+      }
+      EXPECT_EQ(all.find("stays linear") != std::string::npos, !chose_channels_last) << all;
+      EXPECT_EQ(count_type(*net, kLayerReformat), chose_channels_last ? reformats : 0) << all;
+    }
+  }
+  // The level-5 engine computes what the linear one does.
+  const HostTensor x = random_f32(Dims{1, 8, 13, 13}, 81, 2.0f);
+  std::vector<HostTensor> outs;
+  for (bool level5 : {true, false}) {
+    BuilderConfig c;
+    c.device = DeviceType::kCPU;
+    c.num_threads = 1;
+    if (level5) c.optimization_level = 5;
+    if (!level5) c.disabled_passes = {"layout"};
+    auto net = squeeze_excitation_net();
+    const auto bytes = Builder().build_serialized(*net, c);
+    auto engine = Runtime().deserialize(bytes.data(), bytes.size());
+    auto ectx = engine->create_execution_context();
+    outs.emplace_back(DataType::kFloat32, ectx->tensor_shape("y"));
+    ectx->set_tensor_address("x", const_cast<void*>(x.data()));
+    ectx->set_tensor_address("y", outs.back().data());
+    ectx->execute();
+  }
+  std::string msg;
+  test::ErrorStats stats;
+  EXPECT_TRUE(test::compare_tensors(outs[0], outs[1], 1e-4, 1e-5, &stats, &msg)) << msg;
 }
 
 TEST(CpuChannelsLast, NetworksWithoutFloat32ConvolutionsStayLinear) {

@@ -531,6 +531,53 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
   return chosen;
 }
 
+struct LayerTimer::Impl {
+  const BuilderConfig& config;
+  Backend& backend;
+  TimingStream stream;
+  TimingPolicy policy;
+  explicit Impl(const BuilderConfig& c) : config(c), backend(get_backend(c.device)), stream(&backend) {
+    policy = timing_policy(c.optimization_level);
+    policy.measurements = std::max(policy.measurements, 1);
+    policy.streams = c.device == DeviceType::kCUDA ? c.tune_for_streams : 1;
+    policy.threads = c.device == DeviceType::kCPU ? std::max(1, c.num_threads) : 1;
+  }
+};
+
+LayerTimer::LayerTimer(const BuilderConfig& config) : impl_(std::make_unique<Impl>(config)) {}
+LayerTimer::~LayerTimer() = default;
+
+double LayerTimer::chosen_kernel_ms(const Layer& layer, const TensorStates& states, std::string* failures) {
+  const BuilderConfig& config = impl_->config;
+  const bool cpu = config.device == DeviceType::kCPU;
+  const auto in = input_descs(layer, states);
+  std::vector<const KernelEntry*> ok;
+  for (const KernelEntry* e : KernelRegistry::instance().find(config.device, layer.type())) {
+    if (tactic_disabled(e->tactic) || e->min_optimization_level > config.optimization_level) continue;
+    if (e->supports && !e->supports(layer, in)) continue;
+    ok.push_back(e);
+  }
+  // As select_tactics: the CPU reference only where nothing else takes the layer, untimed CPU
+  // layer types their first kernel, at most the level's number of candidates.
+  if (cpu && ok.size() > 1 && ok.back()->priority == 0) ok.pop_back();
+  const size_t most = cpu && !cpu_layer_timed(layer.type()) ? 1 : std::max<size_t>(1, impl_->policy.max_candidates);
+  while (ok.size() > most) ok.pop_back();
+  if (ok.empty() && failures) *failures += "\n  " + layer.name() + ": no kernel takes it in these formats";
+  double best = std::numeric_limits<double>::infinity();
+  void* stream = impl_->stream.get();
+  for (const KernelEntry* e : ok) {
+    try {
+      best = std::min(best, time_kernel(*e, layer, states, impl_->backend, stream, {}, {}, impl_->policy).device_ms);
+    } catch (const std::exception& ex) {
+      if (failures) *failures += "\n  " + layer.name() + " (" + e->tactic + "): " + ex.what();
+      try {
+        impl_->backend.synchronize(stream);
+      } catch (const std::exception&) {}
+    }
+  }
+  return best;
+}
+
 namespace {
 
 // What the builder learned earlier in the same build: the choices of configurations it timed

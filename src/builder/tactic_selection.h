@@ -85,4 +85,27 @@ struct TimedVariant {
 size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const BuilderConfig& config,
                               const std::string& purpose, bool* from_cache = nullptr);
 
+// Times single layers for a pass that compares ways to run a part of the network (the layout
+// pass's region alternatives at level 5), with the timing policy of config's level, on one
+// stream (CUDA) or config.num_threads threads (CPU). Kernels read the formats of the layer's
+// tensors as they are when asked, so a pass can time a layer in another format by setting its
+// tensors' formats first.
+class LayerTimer {
+ public:
+  explicit LayerTimer(const BuilderConfig& config);
+  ~LayerTimer();
+  LayerTimer(const LayerTimer&) = delete;
+  LayerTimer& operator=(const LayerTimer&) = delete;
+
+  // The device time in ms of the kernel select_tactics would take for `layer` at `states`: the
+  // fastest of the kernels it would time, or, for a layer it does not time (CPU layers other than
+  // convolutions, deconvolutions and products), its highest-priority kernel. Infinity when no
+  // kernel takes or runs it; the reasons are appended to `failures`.
+  double chosen_kernel_ms(const Layer& layer, const TensorStates& states, std::string* failures);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace kiln

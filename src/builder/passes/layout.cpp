@@ -16,9 +16,17 @@
 // linear tensor as it is (a CPU stem convolution reading the network's NCHW input:
 // reads_linear()). A region whose convolutions cannot pay for the reformats it needs is left
 // linear: on CUDA when it has fewer convolutions than reformats; on the CPU, where every linear
-// convolution already pays two reorders, when it has fewer than half as many.
+// convolution already pays two reorders, when it has fewer than half as many. At builder
+// optimization level 5 on the CPU (with timing on) that rule gives way to a measurement: each
+// region's layers are timed with the kernels the builder would choose, once as they are (linear)
+// and once channels-last with the Reformats the region would need, and the faster way is kept
+// (the verbose log gives both times). Not kept in the timing cache; CUDA keeps the rule (not yet
+// measured on a GPU).
 #include <algorithm>
+#include <cstdio>
+#include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <string>
@@ -27,6 +35,7 @@
 #include "kiln/error.h"
 #include "src/backends/kernel.h"
 #include "src/builder/passes/pass_utils.h"
+#include "src/builder/tactic_selection.h"
 #include "src/ir/op_schema.h"
 #include "src/ir/shape_inference.h"
 #include "src/core/text.h"
@@ -75,7 +84,19 @@ class LayoutAssigner {
           static_cast<int>(std::count_if(layers.begin(), layers.end(), [&](const Layer* l) { return is_seed(*l); }));
       if (convs == 0) continue;
       const int edges = count_edges(layers);
-      if (!pays_off(convs, edges)) {
+      bool channels_last = pays_off(convs, edges);
+      if (times_regions()) {
+        const RegionCost cost = time_region(layers);
+        const bool measured = cost.linear < kInfinity && cost.channels_last < kInfinity;
+        passes::log_change(
+            ctx_, "layout: level 5 timed the region of " + std::to_string(layers.size()) + " layers around '" +
+                      layers.front()->name() + "': " +
+                      (measured ? "linear " + ms_text(cost.linear) + ", channels-last " + ms_text(cost.channels_last) +
+                                      " with " + std::to_string(cost.reformats) + " reformats"
+                                : "not every layer ran both ways, the rule decides" + cost.failures));
+        if (measured) channels_last = cost.channels_last < cost.linear;
+      }
+      if (!channels_last) {
         passes::log_change(ctx_, "layout: region of " + std::to_string(layers.size()) + " layers around '" +
                                      layers.front()->name() + "' stays linear (" + std::to_string(convs) +
                                      " convolutions, " + std::to_string(edges) + " reformats needed)");
@@ -128,6 +149,100 @@ class LayoutAssigner {
     auto it = states_.find(l.input(0));
     return it != states_.end() && it->second.type == seed_type &&
            (rank_of(l.input(0)) == 4 || rank_of(l.input(0)) == 5);
+  }
+
+  static constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+  static std::string ms_text(double ms) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.4f ms", ms);
+    return buf;
+  }
+
+  // Level 5 on the CPU with timing: regions are decided by timing them both ways.
+  bool times_regions() const {
+    return ctx_.config.device == DeviceType::kCPU && ctx_.config.optimization_level >= 5 &&
+           builder_times_kernels(ctx_.config);
+  }
+
+  struct RegionCost {
+    double linear = 0, channels_last = 0;  // ms per inference at the first shape point
+    int reformats = 0;                     // that channels-last needs
+    std::string failures;
+  };
+
+  // The region's layers timed as they are (every activation linear) and channels-last: their
+  // outputs channels-last, an input from outside channels-last too unless the layer reads it
+  // linear directly (reads_linear), plus a Reformat per tensor entering or leaving (unless every
+  // outside reader takes it channels-last, reads_channels_last). Formats are restored after.
+  RegionCost time_region(const std::vector<Layer*>& layers) {
+    if (!timer_) timer_ = std::make_unique<LayerTimer>(ctx_.config);
+    RegionCost cost;
+    const std::set<const Layer*> members(layers.begin(), layers.end());
+    for (const Layer* l : layers) cost.linear += timer_->chosen_kernel_ms(*l, states_, &cost.failures);
+    std::vector<std::pair<Tensor*, TensorFormat>> saved;
+    const auto set_format = [&](Tensor* t, TensorFormat f) {
+      saved.emplace_back(t, t->format());
+      t->set_format(f);
+    };
+    for (Layer* l : layers) {
+      for (int o = 0; o < l->num_outputs(); ++o) {
+        if (rank_of(l->output(o)) >= 3) set_format(l->output(o), TensorFormat::kChannelsLast);
+      }
+    }
+    std::set<Tensor*> entering, leaving;
+    for (Layer* l : layers) {
+      const size_t mark = saved.size();
+      for (int i : activation_inputs(*l)) {
+        Tensor* t = l->input(i);
+        if (members.count(t->producer()) || reads_linear(*l, i)) continue;
+        entering.insert(t);
+        set_format(t, TensorFormat::kChannelsLast);
+      }
+      cost.channels_last += timer_->chosen_kernel_ms(*l, states_, &cost.failures);
+      while (saved.size() > mark) {  // entering tensors back to linear for the next layer's questions
+        saved.back().first->set_format(saved.back().second);
+        saved.pop_back();
+      }
+      for (int o = 0; o < l->num_outputs(); ++o) {
+        Tensor* t = l->output(o);
+        if (t->format() != TensorFormat::kChannelsLast) continue;
+        bool needs = t->is_network_output();
+        for (Layer* c : passes::distinct_consumers(t)) {
+          if (members.count(c) || c->type() == kLayerShape) continue;
+          for (int i = 0; i < c->num_inputs(); ++i) {
+            if (c->input(i) == t && !reads_channels_last(*c, i)) needs = true;
+          }
+        }
+        if (needs) leaving.insert(t);
+      }
+    }
+    for (Tensor* t : entering) {
+      cost.channels_last += reformat_ms(t, TensorFormat::kLinear, TensorFormat::kChannelsLast, &cost.failures);
+    }
+    for (Tensor* t : leaving) {
+      cost.channels_last += reformat_ms(t, TensorFormat::kChannelsLast, TensorFormat::kLinear, &cost.failures);
+    }
+    cost.reformats = static_cast<int>(entering.size() + leaving.size());
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) it->first->set_format(it->second);
+    return cost;
+  }
+
+  // A Reformat of t's dims and type from one format to another, timed on its own.
+  double reformat_ms(const Tensor* t, TensorFormat from, TensorFormat to, std::string* failures) {
+    auto it = states_.find(t);
+    if (it == states_.end()) return kInfinity;
+    Network scratch;
+    Tensor* in = scratch.add_input("t", it->second.type, it->second.dims);
+    in->set_format(from);
+    Layer* r = scratch.add_layer(kLayerReformat, {in}, 1, {}, "reformat " + t->name());
+    r->output(0)->set_format(to);
+    try {
+      return timer_->chosen_kernel_ms(*r, infer_shapes(scratch, {{"t", it->second.dims}}), failures);
+    } catch (const std::exception& e) {
+      *failures += "\n  reformat of " + t->name() + ": " + e.what();
+      return kInfinity;
+    }
   }
 
   // Whether a region with `convs` seed convolutions is worth `edges` reformats.
@@ -337,6 +452,7 @@ class LayoutAssigner {
   std::vector<int> parent_;
   std::set<const Layer*> in_region_;
   std::map<std::pair<std::string, int>, Tensor*> cache_;
+  std::unique_ptr<LayerTimer> timer_;  // level 5's region timing, made on first use
 };
 
 }  // namespace
