@@ -69,13 +69,15 @@ int64_t static_channels(const passes::ShapeTable& table, const Tensor* t) {
   return c;
 }
 
-int64_t volume_at(const passes::ShapeTable& table, int point, const Tensor* t) {
+// The element count of t at a shape point, in double (hostile dims must not overflow); -1 when
+// unknown.
+double volume_at(const passes::ShapeTable& table, int point, const Tensor* t) {
   const TensorState* s = table.state(point, t);
   if (!s || s->dims.rank() != 4) return -1;
-  int64_t v = 1;
+  double v = 1;
   for (int k = 0; k < 4; ++k) {
     if (s->dims[k] < 0) return -1;
-    v *= s->dims[k];
+    v *= static_cast<double>(s->dims[k]);
   }
   return v;
 }
@@ -120,17 +122,14 @@ bool match(const passes::ShapeTable& table, Layer* conv, Split* split) {
     const TensorState* s = table.state(0, a);
     if (!s || s->value) return false;  // host-known: left to constant folding's world
     const int64_t c = static_channels(table, a);
-    if (c < 0) return false;
+    if (c < 0 || c > w->dims()[1] - sum) return false;  // the pieces add up to the weights' C, no more
     channels.push_back(c);
     sum += c;
   }
   if (sum != w->dims()[1]) return false;
-  const int64_t x_volume = volume_at(table, 0, x), y_volume = volume_at(table, 0, conv->output(0));
+  const double x_volume = volume_at(table, 0, x), y_volume = volume_at(table, 0, conv->output(0));
   if (x_volume <= 0 || y_volume < 0) return false;
-  if (2.0 * static_cast<double>(n - 1) * static_cast<double>(y_volume) >
-      kMaxSumTraffic * 2.0 * static_cast<double>(x_volume)) {
-    return false;
-  }
+  if (2.0 * (n - 1) * y_volume > kMaxSumTraffic * 2.0 * x_volume) return false;
   split->concat = concat;
   split->channels = std::move(channels);
   return true;
@@ -171,7 +170,7 @@ Layer* concat_below_pooling(const passes::ShapeTable& table, Layer* pool) {
     const TensorState* s = table.state(0, a);
     if (!s || s->value) return nullptr;
   }
-  const int64_t in = volume_at(table, 0, x), out = volume_at(table, 0, pool->output(0));
+  const double in = volume_at(table, 0, x), out = volume_at(table, 0, pool->output(0));
   if (in <= 0 || out < 0 || out > in) return nullptr;
   return concat;
 }
