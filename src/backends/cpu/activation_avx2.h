@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kiln/network.h"
+#include "src/backends/cpu/isa_region.h"
 #include "src/core/activation_math.h"
 
 namespace kiln::cpu {
@@ -56,8 +57,7 @@ bool activation_after_onednn(const PostOp& post);
 
 #include <cstdint>
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_AVX2_BEGIN
 
 namespace kiln::cpu::avx2 {
 
@@ -96,5 +96,5 @@ constexpr int64_t kLanes = 8;
 
 }  // namespace kiln::cpu::avx2
 
-#pragma GCC pop_options
+KILN_ISA_END
 #endif

@@ -2,16 +2,16 @@
 // AVX-512 register block (packed_avx512 and the products built on it, depthwise_avx512,
 // nchw_direct_avx512) and the "avx512" Activation tactic: activation_formulas.h's formulas, the
 // same per lane as activation_avx2.h's 8-lane ones. Include only from code compiled for
-// AVX-512F (`#pragma GCC target("avx512f,avx2,fma")`) and run it where cpu::has_avx512f().
+// AVX-512F (KILN_ISA_AVX512_BEGIN, isa_region.h) and run it where cpu::has_avx512f().
 #pragma once
 
+#include "src/backends/cpu/isa_region.h"
 #include "src/backends/cpu/activation_avx2.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma")
+KILN_ISA_AVX512_BEGIN
 
 namespace kiln::cpu::avx512 {
 
@@ -51,5 +51,5 @@ constexpr int64_t kLanes = 16;
 
 }  // namespace kiln::cpu::avx512
 
-#pragma GCC pop_options
+KILN_ISA_END
 #endif

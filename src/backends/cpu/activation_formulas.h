@@ -1,6 +1,6 @@
 // The fused activations of kiln's vectorized float32 CPU kernels, written once for both register
 // widths. Not a standalone header: activation_avx2.h includes it inside namespace
-// kiln::cpu::avx2 (8 lanes, under `#pragma GCC target("avx2,fma")`) and activation_avx512.h
+// kiln::cpu::avx2 (8 lanes, under KILN_ISA_AVX2_BEGIN) and activation_avx512.h
 // inside kiln::cpu::avx512 (16 lanes, AVX-512F), each after defining, as always-inline functions
 // in that namespace, the register type `V` and these operations on it:
 //   set1(f); add, sub, mul, div, min, max (a, b: NaN in either gives b, as the x86 instructions);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/backends/cpu/isa_region.h"
 #include "src/backends/cpu/activation_avx2.h"
 #include "src/backends/cpu/activation_avx512.h"
 #include "src/backends/cpu/conv_channels_last.h"
@@ -69,8 +70,7 @@ struct DwRow {
 };
 
 #if KILN_DEPTHWISE_X86
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_AVX2_BEGIN
 
 // Output row (n, oy): every pixel, every channel.
 void run_row(const DwShape& s, const float* x, const float* wp, const float* bias, float* y, const PostOp& post,
@@ -130,7 +130,7 @@ void run_row(const DwShape& s, const float* x, const float* wp, const float* bia
   }
 }
 
-#pragma GCC pop_options
+KILN_ISA_END
 // ---- depthwise_avx512 ---------------------------------------------------------------------------
 //
 // Blocks of 16 channels (the last one masked), two per pass, in the outer loop of a row, and four
@@ -139,8 +139,7 @@ void run_row(const DwShape& s, const float* x, const float* wp, const float* bia
 // weight for every FMA); in the edge columns each tap's input column comes from a table
 // (tap_columns), the taps outside the image skipped. KW 3 and 5 (MobileNet's) unroll the taps of
 // a kernel row.
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma")
+KILN_ISA_AVX512_BEGIN
 
 // The geometry run_row512's blocks share: the row's, the interior columns [lo, hi) (every tap of
 // a kernel row inside the image), and the step from one output pixel's input to the next one's.
@@ -259,7 +258,7 @@ void run_rows512(const DwShape& s, const int32_t* cols, const float* x, const fl
   }
 }
 
-#pragma GCC pop_options
+KILN_ISA_END
 #endif  // KILN_DEPTHWISE_X86
 
 // Each output column's taps' input columns, -1 outside the image, for the output columns rounded

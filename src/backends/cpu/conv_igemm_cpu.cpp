@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/backends/cpu/isa_region.h"
 #include "src/backends/cpu/activation_avx2.h"
 #include "src/backends/cpu/conv_channels_last.h"
 #include "src/backends/cpu/cpu_features.h"
@@ -86,8 +87,7 @@ void pack_weights(const float* w, const IgemmShape& s, float* out) {
 }
 
 #if KILN_IGEMM_X86
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_AVX2_BEGIN
 
 using cpu::avx2::activate;
 using cpu::avx2::lane_mask;
@@ -187,7 +187,7 @@ void run_block(const IgemmShape& s, const float** table, const float* wp, const 
   }
 }
 
-#pragma GCC pop_options
+KILN_ISA_END
 #endif  // KILN_IGEMM_X86
 
 // Every work item (block x panel group) on `threads` OpenMP threads, each with its own table.

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/backends/cpu/isa_region.h"
 #include "src/backends/cpu/activation_avx2.h"
 #include "src/backends/cpu/activation_avx512.h"
 #include "src/backends/cpu/conv_channels_last.h"
@@ -87,8 +88,7 @@ void pack_weights(const float* w, const NchwShape& s, float* out) {
 }
 
 #if KILN_NCHW_X86
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_AVX2_BEGIN
 
 using cpu::avx2::activate;
 using cpu::avx2::lane_mask;
@@ -213,9 +213,8 @@ void edge_pixel(const RowJob& j, int64_t ox) {
   store_pixel(j, ox, acc_a, acc_b);
 }
 
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma")
+KILN_ISA_END
+KILN_ISA_AVX512_BEGIN
 
 // The AVX-512 register block: MR (1..12) output pixels x the panel's 16 channels in one register
 // each, the input broadcast from memory into the multiply-add (a third of the AVX2 block's
@@ -405,9 +404,8 @@ void interior_avx512(const RowJob& j, int64_t ox, int64_t hi) {
   }
 }
 
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_END
+KILN_ISA_AVX2_BEGIN
 
 // Output row oy of image n, every panel; `taps` has room for C x KH x KW entries.
 void run_row(const NchwShape& s, const float* x, const float* wp, const float* bias, float* y, const PostOp& post,
@@ -477,7 +475,7 @@ void run_row(const NchwShape& s, const float* x, const float* wp, const float* b
   }
 }
 
-#pragma GCC pop_options
+KILN_ISA_END
 #endif  // KILN_NCHW_X86
 
 // `taps`: tap_stride() entries per thread (the workspace's).

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/backends/cpu/isa_region.h"
 #include "src/backends/cpu/activation_avx2.h"
 #include "src/backends/cpu/conv_channels_last.h"
 #include "src/backends/cpu/cpu_features.h"
@@ -106,8 +107,7 @@ void transform_weights(const float* w, int64_t k_count, int64_t c_count, int64_t
 }
 
 #if KILN_WINOGRAD_X86
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_AVX2_BEGIN
 
 using cpu::avx2::activate;
 static_assert(kPanel == cpu::avx2::kPanel, "the packed panels are the register block's");
@@ -253,7 +253,7 @@ void output_transform(const WinogradShape& s, const float* m, const float* bias,
   }
 }
 
-#pragma GCC pop_options
+KILN_ISA_END
 #endif  // KILN_WINOGRAD_X86
 
 // The three phases over every block of tiles, on `threads` OpenMP threads.

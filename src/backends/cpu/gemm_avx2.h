@@ -7,13 +7,14 @@
 // for AVX2 (x86-64 GCC/Clang only) and pick them at run time (cpu::has_avx2_fma()).
 #pragma once
 
+#include "src/backends/cpu/isa_region.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
 #include <cstdint>
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_AVX2_BEGIN
 
 namespace kiln::cpu::avx2 {
 
@@ -121,5 +122,5 @@ inline void gemm_rows(const float* a, int64_t lda, const float* b, int64_t kc, i
 
 }  // namespace kiln::cpu::avx2
 
-#pragma GCC pop_options
+KILN_ISA_END
 #endif

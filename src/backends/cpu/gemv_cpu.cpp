@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/backends/cpu/isa_region.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
@@ -77,10 +78,9 @@ constexpr int64_t kMaxRowsTaken = std::numeric_limits<int64_t>::max();
   }
 KILN_GEMV_ROWS(baseline)
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_AVX2_BEGIN
 KILN_GEMV_ROWS(avx2)
-#pragma GCC pop_options
+KILN_ISA_END
 #else
 void gemv_avx2(int64_t rows, const float* a, const float* w, const float* bias, float* out, int64_t K, int64_t ldo,
                int64_t n0, int64_t n1) {

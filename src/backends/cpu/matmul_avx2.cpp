@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "src/backends/cpu/isa_region.h"
 #include "src/backends/cpu/activation_avx2.h"
 #include "src/backends/cpu/activation_avx512.h"
 #include "src/backends/cpu/cpu_features.h"
@@ -115,8 +116,7 @@ std::vector<float> pack_b(const float* b, int64_t k, int64_t n, bool transpose_b
 }
 
 #if KILN_PACKED_X86
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_AVX2_BEGIN
 
 // y = act(y + bias) over rows x `lanes` (1..16) columns of y (`ld` floats apart), right after the
 // product wrote them (they are in L1). A function of its own: with the bias and the activation
@@ -168,7 +168,7 @@ void run_item(const Sizes& s, const float* a, const float* packed, const float* 
   }
 }
 
-#pragma GCC pop_options
+KILN_ISA_END
 
 // ---- packed_avx512: the same panels, two at a time in 512-bit registers ----------------------
 //
@@ -178,8 +178,7 @@ void run_item(const Sizes& s, const float* a, const float* packed, const float* 
 // On AMD's Zen 4 (512-bit FMAs at the 256-bit rate) both blocks run bert_tiny's products at the
 // FMA peak; on the H200 host's Xeon (two 512-bit FMA units) this one is 1.5-1.9x the AVX2 block
 // (session 22, bench/cpu_matmul_layers.py).
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma")
+KILN_ISA_AVX512_BEGIN
 
 constexpr int64_t kRows512 = 8;
 
@@ -298,7 +297,7 @@ void run_item512(const Sizes& s, const float* a, const float* packed, const floa
   }
 }
 
-#pragma GCC pop_options
+KILN_ISA_END
 #endif
 
 void run_packed(const Sizes& s, const float* a, const float* packed, const float* bias, const PostOp& post, float* y,

@@ -18,6 +18,7 @@
 #endif
 
 #include "kiln/error.h"
+#include "src/backends/cpu/isa_region.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
@@ -270,8 +271,7 @@ double row_sum(const float* x, int64_t d, double shift, bool squares) {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_AVX2_BEGIN
 
 // row_sum with AVX2: the floats widened to double, 16 per step in four accumulators of 4 lanes.
 // row_sum's loop compiled for AVX2 gained 10%; this is 3x faster than row_sum (a 128 x 128 layer
@@ -327,7 +327,7 @@ void layer_norm_row_avx2(const float* x, float* y, int64_t d, const float* g, co
   *inv_out = s;
 }
 
-#pragma GCC pop_options
+KILN_ISA_END
 #endif
 
 class LayerNormRows : public Kernel {

@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #endif
 
+#include "src/backends/cpu/isa_region.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/cpu_utils.h"
 #include "src/backends/kernel.h"
@@ -83,8 +84,7 @@ bool supports(const Layer& l, const std::vector<TensorDesc>& in) {
   }
 KILN_POOL_ROWS(baseline)
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_AVX2_BEGIN
 KILN_POOL_ROWS(avx2)
 
 // AVX2, C a multiple of 8: each output pixel's channels in blocks of up to NB 8-float vectors
@@ -136,7 +136,7 @@ void max_pool_rows_avx2_c8(const float* src, float* dst, int64_t b, int64_t e, i
     }
   }
 }
-#pragma GCC pop_options
+KILN_ISA_END
 #else
 void max_pool_rows_avx2(const float* src, float* dst, int64_t b, int64_t e, int64_t C, int64_t H, int64_t W, int64_t OH,
                         int64_t OW, const Pool2d& p) {

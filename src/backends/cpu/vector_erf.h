@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "src/backends/cpu/isa_region.h"
 #include "src/backends/cpu/activation_avx2.h"
 #include "src/backends/cpu/cpu_features.h"
 
@@ -95,10 +96,9 @@ namespace kiln::cpu {
   }
 KILN_ERF_LOOPS(baseline)
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_AVX2_BEGIN
 KILN_ERF_LOOPS(avx2)
-#pragma GCC pop_options
+KILN_ISA_END
 #else
 inline void erf_block_avx2(const float* x, float* y, int64_t n) { erf_block_baseline(x, y, n); }
 #endif

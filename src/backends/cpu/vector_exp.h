@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "src/backends/cpu/isa_region.h"
 #include "src/backends/cpu/cpu_features.h"
 #include "src/backends/cpu/vector_erf.h"  // select
 
@@ -72,10 +73,9 @@ namespace kiln::cpu {
   }
 KILN_SOFTMAX_ROW(baseline)
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_AVX2_BEGIN
 KILN_SOFTMAX_ROW(avx2)
-#pragma GCC pop_options
+KILN_ISA_END
 #else
 inline void softmax_row_avx2(const float* x, float* y, int64_t n, bool log) { softmax_row_baseline(x, y, n, log); }
 inline void exp_nonpositive_block_avx2(const float* x, float* y, int64_t n) { exp_nonpositive_block_baseline(x, y, n); }
@@ -119,14 +119,13 @@ inline void map_block_baseline(const float* x, float* y, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
 }
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+KILN_ISA_AVX2_BEGIN
 template <class F>
 inline void map_block_avx2(const float* x, float* y, int64_t n, F f) {
   KILN_EXP_SIMD_LOOP
   for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
 }
-#pragma GCC pop_options
+KILN_ISA_END
 #else
 template <class F>
 inline void map_block_avx2(const float* x, float* y, int64_t n, F f) {

@@ -13,10 +13,10 @@
 // output once per extra piece). Where the output is much smaller than the input (SqueezeNet's
 // squeeze layers: 128 channels in, 16 out) that moves a fraction of the bytes.
 //
-// First, a channel concatenation (one that copies) read only by a pooling layer moves below it (pooling works per
-// channel: pool(concat(A_0, A_1)) = concat(pool(A_0), pool(A_1))): the copy then moves the pooled,
-// smaller tensors, and where a convolution reads the pooled result (SqueezeNet's fire modules after
-// a max pool) the split applies to it.
+// First, a channel concatenation (one that copies) read only by a pooling layer moves below it
+// (pooling works per channel: pool(concat(A_0, A_1)) = concat(pool(A_0), pool(A_1))): the copy
+// then moves the pooled, smaller tensors, and where a convolution reads the pooled result
+// (SqueezeNet's fire modules after a max pool) the split applies to it.
 //
 // It runs last, after the layout pass, because whether the concatenation costs anything depends
 // on the memory format: a linear (NCHW) concatenation along the channels of one image is elided
@@ -45,8 +45,8 @@ namespace {
 constexpr int kMaxPieces = 8;
 // The partial sums' bytes (2 (n - 1) |y|: each extra piece writes and reads the output) over the
 // concatenation's (2 |x|: it writes the tensor, its reader reads it) at which the split is still
-// made. SqueezeNet's squeeze layers (64 or 128 channels in, 16 out: 1/8 and 1/16; 512 -> 64:
-// 1/8) gain; its classifier (512 -> 1000 at the same size: 2x) would not.
+// made. SqueezeNet's squeeze layers (128 -> 16, 256 -> 32, 384 -> 48: 1/8; 384 -> 64: 1/6) gain;
+// its classifier (512 -> 1000 at the same size: 2x) would not.
 constexpr double kMaxSumTraffic = 0.25;
 
 struct Split {
