@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs what kiln needs on Debian 12 (as root, or with sudo): the compiler toolchain,
 # protobuf and the ONNX library, oneDNN, the header libraries, GoogleTest, clang-format 14 (the
-# source format's check), and the Python
+# source format's check), clang (the libFuzzer targets; a test compiles the kernels' instruction-
+# set regions with it, scripts/check_clang_isa.sh), and the Python
 # packages the tests and benchmarks use (onnx to make test models, onnxruntime as the peer, pytest
 # for the suites in tests/python).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 PKGS="build-essential cmake libprotobuf-dev protobuf-compiler libonnx-dev libdnnl-dev nlohmann-json3-dev \
-libcli11-dev libgtest-dev python3 python3-pip python3-dev nginx-light clang-format-14 libonnx-testdata libb64-0d"
+libcli11-dev libgtest-dev python3 python3-pip python3-dev nginx-light clang-format-14 clang libonnx-testdata libb64-0d"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
