@@ -7,6 +7,7 @@
 // cannot be graph inputs or outputs (onnx_importer.cpp reports those). The tensors themselves
 // stay in layers: SplitToSequence becomes a Split (plus Squeezes for keepdims=0),
 // ConcatFromSequence a Concatenation (plus Unsqueezes for new_axis=1), SequenceAt an Identity.
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -168,6 +169,17 @@ int64_t required_extent(NodeContext& ctx, int64_t axis, const std::string& why) 
   return *extent;
 }
 
+// The most tensors one SplitToSequence makes (each is an output of one Split layer): a hostile
+// or broken model's axis of 2^30 would otherwise make the importer allocate gigabytes.
+constexpr int64_t kMaxSequenceSplit = int64_t{1} << 16;
+
+void check_split_count(NodeContext& ctx, int64_t count, const std::string& what) {
+  if (count > kMaxSequenceSplit) {
+    ctx.fail(what + " would make " + str(count) + " tensors, more than kiln's limit of " + str(kMaxSequenceSplit) +
+             " for one SplitToSequence; split into fewer, larger pieces");
+  }
+}
+
 void import_split_to_sequence(NodeContext& ctx) {
   Tensor* x = ctx.required_input(0, "input");
   const int64_t axis = ctx.attr_int("axis", 0);
@@ -177,7 +189,9 @@ void import_split_to_sequence(NodeContext& ctx) {
   bool squeeze = false;
   if (!ctx.has_input(1)) {
     // One tensor per index of the axis; keepdims=0 drops the axis (it is ignored when 'split' is given).
-    sizes.assign(static_cast<size_t>(required_extent(ctx, axis, "without 'split' there is one tensor per index")), 1);
+    const int64_t extent = required_extent(ctx, axis, "without 'split' there is one tensor per index");
+    check_split_count(ctx, extent, "one tensor per index of axis " + str(axis) + " (extent " + str(extent) + ")");
+    sizes.assign(static_cast<size_t>(extent), 1);
     squeeze = ctx.attr_int("keepdims", 1) == 0;
   } else if (const HostTensor* split = ctx.constant(1)) {
     if (split->type() != DataType::kInt32 && split->type() != DataType::kInt64) {
@@ -190,13 +204,17 @@ void import_split_to_sequence(NodeContext& ctx) {
       const int64_t chunk = values[0];
       if (chunk <= 0) ctx.fail("a scalar 'split' must be > 0, got " + str(chunk));
       const int64_t extent = required_extent(ctx, axis, "a scalar 'split' gives ceil(extent / split) tensors");
+      check_split_count(ctx, extent / chunk + (extent % chunk ? 1 : 0),
+                        "a scalar 'split' of " + str(chunk) + " over extent " + str(extent));
       sizes.assign(static_cast<size_t>(extent / chunk), chunk);
       if (extent % chunk) sizes.push_back(extent % chunk);
     } else if (split->dims().rank() == 1) {
       sizes = values;
       int64_t sum = 0;
+      check_split_count(ctx, static_cast<int64_t>(sizes.size()), "'split' of " + str(sizes.size()) + " values");
       for (int64_t s : sizes) {
         if (s < 0) ctx.fail("'split' values must be >= 0, got " + split->dims().to_string() + " values with " + str(s));
+        if (s > std::numeric_limits<int64_t>::max() - sum) ctx.fail("'split' values overflow 64-bit sizes");
         sum += s;
       }
       if (const auto extent = static_extent(ctx, axis); extent && *extent != sum) {
@@ -213,6 +231,7 @@ void import_split_to_sequence(NodeContext& ctx) {
     if (!d || d->rank() != 1 || (*d)[0] == kDynamic) ctx.constant_input(1, "split");  // throws
     split_input = ctx.input(1);
     count = (*d)[0];
+    check_split_count(ctx, count, "a 'split' input of " + str(count) + " values");
   }
   if (!split_input) count = static_cast<int64_t>(sizes.size());
 
