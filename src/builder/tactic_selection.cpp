@@ -438,6 +438,25 @@ bool cpu_layer_timed(const std::string& type) {
   return type == kLayerConvolution || type == kLayerDeconvolution || type == kLayerMatrixMultiply;
 }
 
+// The device time of the fastest of `entries` for `layer` at `states` (infinity when none runs);
+// a kernel that throws is skipped, its reason appended to `failures` (may be null), the stream
+// synchronized again.
+double fastest_of(const std::vector<const KernelEntry*>& entries, const Layer& layer, const TensorStates& states,
+                  Backend& backend, void* stream, const TimingPolicy& policy, std::string* failures) {
+  double best = std::numeric_limits<double>::infinity();
+  for (const KernelEntry* e : entries) {
+    try {
+      best = std::min(best, time_kernel(*e, layer, states, backend, stream, {}, {}, policy).device_ms);
+    } catch (const std::exception& ex) {
+      if (failures) *failures += "\n  " + layer.name() + " (" + e->tactic + "): " + ex.what();
+      try {
+        backend.synchronize(stream);
+      } catch (const std::exception&) {}
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 TimingPolicy timing_policy(int level) {
@@ -491,21 +510,14 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
   policy.threads = config.device == DeviceType::kCPU ? std::max(1, config.num_threads) : 1;
   // The fastest kernel of one layer, or infinity when none runs.
   auto best_time = [&](const Layer& layer, const TensorStates& states, std::string& failures) {
-    double best = std::numeric_limits<double>::infinity();
     const auto in = input_descs(layer, states);
+    std::vector<const KernelEntry*> entries;
     for (const KernelEntry* e : KernelRegistry::instance().find(config.device, layer.type())) {
-      if (e->supports && !e->supports(layer, in)) continue;
-      try {
-        if (e->min_optimization_level > config.optimization_level) continue;
-        best = std::min(best, time_kernel(*e, layer, states, backend, stream, {}, {}, policy).device_ms);
-      } catch (const std::exception& ex) {
-        failures += "\n  " + layer.name() + " (" + e->tactic + "): " + ex.what();
-        try {
-          backend.synchronize(stream);
-        } catch (const std::exception&) {}
+      if ((!e->supports || e->supports(layer, in)) && e->min_optimization_level <= config.optimization_level) {
+        entries.push_back(e);
       }
     }
-    return best;
+    return fastest_of(entries, layer, states, backend, stream, policy, &failures);
   };
   size_t chosen = variants.size();
   double best = std::numeric_limits<double>::infinity();
@@ -563,19 +575,7 @@ double LayerTimer::chosen_kernel_ms(const Layer& layer, const TensorStates& stat
   const size_t most = cpu && !cpu_layer_timed(layer.type()) ? 1 : std::max<size_t>(1, impl_->policy.max_candidates);
   while (ok.size() > most) ok.pop_back();
   if (ok.empty() && failures) *failures += "\n  " + layer.name() + ": no kernel takes it in these formats";
-  double best = std::numeric_limits<double>::infinity();
-  void* stream = impl_->stream.get();
-  for (const KernelEntry* e : ok) {
-    try {
-      best = std::min(best, time_kernel(*e, layer, states, impl_->backend, stream, {}, {}, impl_->policy).device_ms);
-    } catch (const std::exception& ex) {
-      if (failures) *failures += "\n  " + layer.name() + " (" + e->tactic + "): " + ex.what();
-      try {
-        impl_->backend.synchronize(stream);
-      } catch (const std::exception&) {}
-    }
-  }
-  return best;
+  return fastest_of(ok, layer, states, impl_->backend, impl_->stream.get(), impl_->policy, failures);
 }
 
 namespace {

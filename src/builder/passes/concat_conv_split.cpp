@@ -93,6 +93,31 @@ bool copied(const passes::ShapeTable& table, const Tensor* x) {
   return false;
 }
 
+// The concatenation producing `reader`'s input 0 and its pieces' channel counts, when it is a
+// channel concatenation (axis 1) of 2..kMaxPieces tensors that are neither constants nor known on
+// the host, with static channel counts, read only by `reader` (so not a network output), and a
+// copy rather than elided; null otherwise.
+Layer* copying_channel_concat(const passes::ShapeTable& table, const Layer* reader, std::vector<int64_t>* channels) {
+  Tensor* x = reader->input(0);
+  Layer* concat = x ? x->producer() : nullptr;
+  if (!concat || concat->type() != kLayerConcatenation || passes::sole_consumer(x) != reader) return nullptr;
+  int64_t axis = concat->attrs().get_int("axis", 1);
+  if (axis < 0) axis += 4;
+  const int n = concat->num_inputs();
+  if (axis != 1 || n < 2 || n > kMaxPieces || !copied(table, x)) return nullptr;
+  channels->clear();
+  for (int i = 0; i < n; ++i) {
+    const Tensor* a = concat->input(i);
+    if (!a || passes::is_constant(a)) return nullptr;
+    const TensorState* s = table.state(0, a);
+    if (!s || s->value) return nullptr;  // host-known: left to constant folding's world
+    const int64_t c = static_channels(table, a);
+    if (c < 0) return nullptr;
+    channels->push_back(c);
+  }
+  return concat;
+}
+
 bool match(const passes::ShapeTable& table, Layer* conv, Split* split) {
   if (conv->type() != kLayerConvolution || conv->num_inputs() < 2 || conv->num_outputs() != 1) return false;
   const ConvParams& params = params_of<ConvParams>(*conv);
@@ -101,29 +126,20 @@ bool match(const passes::ShapeTable& table, Layer* conv, Split* split) {
   if (!w || w->type() != DataType::kFloat32 || w->dims().rank() != 4) return false;
   Tensor* bias = conv->num_inputs() > 2 ? conv->input(2) : nullptr;
   if (bias && !passes::constant_value(bias)) return false;
-  Tensor* x = conv->input(0);
-  Layer* concat = x ? x->producer() : nullptr;
-  // sole_consumer: also not a network output. The convolution reads it once (not as its residual).
-  if (!concat || concat->type() != kLayerConcatenation || passes::sole_consumer(x) != conv) return false;
-  for (int i = 1; i < conv->num_inputs(); ++i) {
-    if (conv->input(i) == x) return false;
-  }
-  int64_t axis = concat->attrs().get_int("axis", 1);
-  if (axis < 0) axis += 4;
-  const int n = concat->num_inputs();
-  if (axis != 1 || n < 2 || n > kMaxPieces) return false;
-  if (!float32_everywhere(table, x) || !float32_everywhere(table, conv->output(0))) return false;
-  if (!copied(table, x)) return false;
   std::vector<int64_t> channels;
+  Layer* concat = copying_channel_concat(table, conv, &channels);
+  if (!concat) return false;
+  Tensor* x = conv->input(0);
+  for (int i = 1; i < conv->num_inputs(); ++i) {
+    if (conv->input(i) == x) return false;  // read once, not also as its residual
+  }
+  const int n = concat->num_inputs();
+  if (!float32_everywhere(table, x) || !float32_everywhere(table, conv->output(0))) return false;
   int64_t sum = 0;
   for (int i = 0; i < n; ++i) {
-    const Tensor* a = concat->input(i);
-    if (!a || passes::is_constant(a) || !float32_everywhere(table, a)) return false;
-    const TensorState* s = table.state(0, a);
-    if (!s || s->value) return false;  // host-known: left to constant folding's world
-    const int64_t c = static_channels(table, a);
-    if (c < 0 || c > w->dims()[1] - sum) return false;  // the pieces add up to the weights' C, no more
-    channels.push_back(c);
+    const int64_t c = channels[static_cast<size_t>(i)];
+    if (!float32_everywhere(table, concat->input(i))) return false;
+    if (c > w->dims()[1] - sum) return false;  // the pieces add up to the weights' C, no more
     sum += c;
   }
   if (sum != w->dims()[1]) return false;
@@ -153,24 +169,14 @@ std::string fresh_name(Network& network, const std::string& name) {
   return network.find_layer(name) ? network.unique_name(name) : name;
 }
 
-// A channel concatenation (axis 1, rank 4, 2..kMaxPieces inputs that are not constants; a copy,
-// not elided) read only by `pool`, a one-input pooling layer whose output is at most its input's size at the first
-// point.
+// The copying channel concatenation read only by `pool`, a one-input pooling layer whose output
+// is at most its input's size at the first point; null otherwise.
 Layer* concat_below_pooling(const passes::ShapeTable& table, Layer* pool) {
   if (pool->type() != kLayerPooling || pool->num_inputs() != 1 || pool->num_outputs() != 1) return nullptr;
-  Tensor* x = pool->input(0);
-  Layer* concat = x ? x->producer() : nullptr;
-  if (!concat || concat->type() != kLayerConcatenation || passes::sole_consumer(x) != pool) return nullptr;
-  int64_t axis = concat->attrs().get_int("axis", 1);
-  if (axis < 0) axis += 4;
-  if (axis != 1 || concat->num_inputs() < 2 || concat->num_inputs() > kMaxPieces || !copied(table, x)) return nullptr;
-  for (int i = 0; i < concat->num_inputs(); ++i) {
-    const Tensor* a = concat->input(i);
-    if (!a || passes::is_constant(a) || static_channels(table, a) < 0) return nullptr;
-    const TensorState* s = table.state(0, a);
-    if (!s || s->value) return nullptr;
-  }
-  const double in = volume_at(table, 0, x), out = volume_at(table, 0, pool->output(0));
+  std::vector<int64_t> channels;
+  Layer* concat = copying_channel_concat(table, pool, &channels);
+  if (!concat) return nullptr;
+  const double in = volume_at(table, 0, pool->input(0)), out = volume_at(table, 0, pool->output(0));
   if (in <= 0 || out < 0 || out > in) return nullptr;
   return concat;
 }
