@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "scoped_env.h"
 #include "kiln/kiln.h"
 #include "op_harness.h"
 #include "src/backends/backend.h"
@@ -72,32 +73,7 @@ const char* const kGraphTactics[] = {"cudnn_graph",         "cudnn_graph_1",    
 
 // ---- environment ----------------------------------------------------------------------------
 
-// Sets an environment variable for the scope and restores the previous value (the tactics read
-// these at every prepare() / supports(), and other tests must not see this test's values).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = std::string(old);
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
 
 // Prints the convolution tactics' verbose lines (engine config, notes, fusion per layer and
 // kernel object) while it is installed, and passes everything else to the previous logger.

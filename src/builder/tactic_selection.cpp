@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,7 +22,10 @@
 #include <filesystem>
 #include <iomanip>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "kiln/error.h"
 #include "kiln/logger.h"
@@ -165,6 +169,152 @@ class TimingStream {
   void* stream_ = nullptr;
 };
 
+// Creates and prepares the kernel `entry` makes for `layer` at `states` (the first profile's
+// ranges configured first when given): what a kernel costs on the host before it can run (cuDNN
+// plan building, runtime compilation, weight uploads on the thread's own stream).
+std::unique_ptr<Kernel> make_prepared_kernel(const KernelEntry& entry, const Layer& layer, const TensorStates& states,
+                                             const std::vector<TensorRange>& in_ranges,
+                                             const std::vector<TensorRange>& out_ranges, int threads) {
+  auto kernel = entry.create(layer);
+  if (!in_ranges.empty() || !out_ranges.empty()) kernel->configure_profile(layer, in_ranges, out_ranges);
+  kernel->prepare(layer, input_descs(layer, states), output_descs(layer, states), threads);
+  return kernel;
+}
+
+// The host's set-up of a layer's candidate kernels, done on a helper thread ahead of their
+// measurement (CUDA): while the device measures candidate i, the helper prepares i + 1 and i + 2.
+// In session 11's ResNet-50 batch-128 build the host's set-up was 9.1 of 19.7 s, nearly all of it
+// plan building and runtime compilation, with the device idle. Kernels are prepared on the helper
+// and run on the builder's thread, as an execution context made by a server's loading thread
+// runs on its serving threads; prepare-time device work goes to the helper's own non-blocking
+// stream, so it never lands between a measurement's events. One helper for the whole selection
+// (its library handles are made once). Only with KILN_PREPARE_AHEAD=1 (enabled()).
+class PrepareAhead {
+ public:
+  PrepareAhead() : worker_([this] { run(); }) {}
+  ~PrepareAhead() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    worker_.join();
+  }
+  PrepareAhead(const PrepareAhead&) = delete;
+  PrepareAhead& operator=(const PrepareAhead&) = delete;
+
+  // With KILN_PREPARE_AHEAD=1 (CUDA and, for tests, the CPU, where set-up and measuring share
+  // the cores). Off by default until it has run on a GPU (written in session 28 without one).
+  static bool enabled() {
+    const char* v = std::getenv("KILN_PREPARE_AHEAD");
+    return v && std::string(v) == "1";
+  }
+
+  // Starts on a layer's candidates (what an earlier layer left unused is dropped). The arguments
+  // must stay alive and unchanged until the next begin() or the destructor.
+  void begin(const std::vector<const KernelEntry*>& entries, const Layer& layer, const TensorStates& states,
+             const std::vector<TensorRange>& in_ranges, const std::vector<TensorRange>& out_ranges, int threads) {
+    std::vector<Slot> dropped;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      busy_done_.wait(lock, [&] { return !busy_; });  // the helper is not inside the previous batch
+      dropped.swap(slots_);
+      slots_.resize(entries.size());
+      batch_ = Batch{&entries, &layer, &states, &in_ranges, &out_ranges, threads};
+      next_ = taken_ = 0;
+      ++generation_;
+    }
+    changed_.notify_all();
+  }
+
+  // Done with the batch begin() started: waits until the helper no longer reads its arguments
+  // and drops the kernels not taken.
+  void end() {
+    std::vector<Slot> dropped;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      busy_done_.wait(lock, [&] { return !busy_; });
+      dropped.swap(slots_);
+      batch_ = Batch{};
+      next_ = taken_ = 0;
+      ++generation_;
+    }
+  }
+
+  // Candidate i's prepared kernel (waits for it); rethrows what its preparation threw.
+  std::unique_ptr<Kernel> take(size_t i) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ready_.wait(lock, [&] { return slots_[i].done; });
+    taken_ = std::max(taken_, i + 1);
+    Slot slot = std::move(slots_[i]);
+    lock.unlock();
+    changed_.notify_all();  // room to prepare one more
+    if (slot.error) std::rethrow_exception(slot.error);
+    return std::move(slot.kernel);
+  }
+
+  double helper_seconds() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return helper_seconds_;
+  }
+
+ private:
+  static constexpr size_t kAhead = 2;  // kernels prepared and not yet taken, at most
+  struct Slot {
+    std::unique_ptr<Kernel> kernel;
+    std::exception_ptr error;
+    bool done = false;
+  };
+  struct Batch {
+    const std::vector<const KernelEntry*>* entries = nullptr;
+    const Layer* layer = nullptr;
+    const TensorStates* states = nullptr;
+    const std::vector<TensorRange>* in_ranges = nullptr;
+    const std::vector<TensorRange>* out_ranges = nullptr;
+    int threads = 1;
+  };
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      changed_.wait(lock,
+                    [&] { return stop_ || (batch_.entries && next_ < slots_.size() && next_ < taken_ + kAhead); });
+      if (stop_) return;
+      const size_t i = next_++;
+      const Batch b = batch_;
+      const uint64_t generation = generation_;
+      busy_ = true;
+      lock.unlock();
+      Slot slot;
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        slot.kernel =
+            make_prepared_kernel(*(*b.entries)[i], *b.layer, *b.states, *b.in_ranges, *b.out_ranges, b.threads);
+      } catch (...) {
+        slot.error = std::current_exception();
+      }
+      slot.done = true;
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      lock.lock();
+      busy_ = false;
+      helper_seconds_ += seconds;
+      if (generation == generation_) slots_[i] = std::move(slot);  // (begin and end wait for !busy_)
+      busy_done_.notify_all();
+      ready_.notify_all();
+    }
+  }
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_, ready_, busy_done_;
+  std::vector<Slot> slots_;
+  Batch batch_;
+  size_t next_ = 0, taken_ = 0;
+  uint64_t generation_ = 0;
+  bool busy_ = false, stop_ = false;
+  double helper_seconds_ = 0;
+  std::thread worker_;  // last: started after the members it uses
+};
+
 // Runs `entry` for `layer` at `states` on the device; returns the times per run, or throws.
 // The median of policy.measurements measurements of about policy.target_ms each; after a
 // measurement, a kernel whose fastest measurement so far is above `stop_above_ms` is clearly
@@ -174,7 +324,7 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
                        void* stream, const std::vector<TensorRange>& in_ranges,
                        const std::vector<TensorRange>& out_ranges, const TimingPolicy& policy,
                        double stop_above_ms = std::numeric_limits<double>::infinity(), bool* stopped = nullptr,
-                       uint64_t* workspace_bytes = nullptr) {
+                       uint64_t* workspace_bytes = nullptr, PrepareAhead* ahead = nullptr, size_t ahead_index = 0) {
   if (stopped) *stopped = false;
   const auto setup_start = std::chrono::steady_clock::now();
   const auto seconds_since = [](std::chrono::steady_clock::time_point t0) {
@@ -204,20 +354,18 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
     }
     kc.inputs.push_back(v);
   }
-  std::vector<TensorDesc> out;
   for (int i = 0; i < layer.num_outputs(); ++i) {
     const TensorState& s = states.at(layer.output(i));
-    out.push_back(TensorDesc{s.type, s.dims, layer.output(i)->format(), true, nullptr});
     const size_t bytes = static_cast<size_t>(tensor_byte_size(s.type, s.dims));
     buffers.emplace_back(backend, bytes);
     kc.outputs.push_back(
         TensorView{s.type, s.dims, layer.output(i)->format(), bytes ? buffers.back().data() : nullptr});
   }
   if (policy.clock) policy.clock->buffers += seconds_since(setup_start);
-  const auto prepare_start = std::chrono::steady_clock::now();
-  auto kernel = entry.create(layer);
-  if (!in_ranges.empty() || !out_ranges.empty()) kernel->configure_profile(layer, in_ranges, out_ranges);
-  kernel->prepare(layer, in, out, kc.num_threads);
+  const auto prepare_start = std::chrono::steady_clock::now();  // (ahead: the wait for the helper)
+  const std::unique_ptr<Kernel> kernel =
+      ahead ? ahead->take(ahead_index)
+            : make_prepared_kernel(entry, layer, states, in_ranges, out_ranges, kc.num_threads);
   if (policy.clock) policy.clock->prepare += seconds_since(prepare_start);
   const auto warmup_start = std::chrono::steady_clock::now();
   const size_t ws = kernel->workspace_size();
@@ -442,11 +590,24 @@ bool cpu_layer_timed(const std::string& type) {
 // a kernel that throws is skipped, its reason appended to `failures` (may be null), the stream
 // synchronized again.
 double fastest_of(const std::vector<const KernelEntry*>& entries, const Layer& layer, const TensorStates& states,
-                  Backend& backend, void* stream, const TimingPolicy& policy, std::string* failures) {
+                  Backend& backend, void* stream, const TimingPolicy& policy, std::string* failures,
+                  PrepareAhead* ahead = nullptr) {
   double best = std::numeric_limits<double>::infinity();
-  for (const KernelEntry* e : entries) {
+  const std::vector<TensorRange> no_ranges;
+  if (ahead && entries.size() < 2) ahead = nullptr;  // nothing to overlap
+  if (ahead) ahead->begin(entries, layer, states, no_ranges, no_ranges, std::max(1, policy.threads));
+  struct EndBatch {  // before no_ranges goes
+    PrepareAhead* a;
+    ~EndBatch() {
+      if (a) a->end();
+    }
+  } end_batch{ahead};
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const KernelEntry* e = entries[k];
     try {
-      best = std::min(best, time_kernel(*e, layer, states, backend, stream, {}, {}, policy).device_ms);
+      best = std::min(best, time_kernel(*e, layer, states, backend, stream, {}, {}, policy,
+                                        std::numeric_limits<double>::infinity(), nullptr, nullptr, ahead, k)
+                                .device_ms);
     } catch (const std::exception& ex) {
       if (failures) *failures += "\n  " + layer.name() + " (" + e->tactic + "): " + ex.what();
       try {
@@ -548,6 +709,10 @@ struct LayerTimer::Impl {
   Backend& backend;
   TimingStream stream;
   TimingPolicy policy;
+  // Identical configurations (the in-build timing key: weights' values aside) are timed once:
+  // ResNet's repeated blocks ask the same questions in every region and both ways.
+  std::map<std::string, double> memo;
+  std::unique_ptr<PrepareAhead> ahead;  // as in select_tactics, made on first use
   explicit Impl(const BuilderConfig& c) : config(c), backend(get_backend(c.device)), stream(&backend) {
     policy = timing_policy(c.optimization_level);
     policy.measurements = std::max(policy.measurements, 1);
@@ -575,7 +740,15 @@ double LayerTimer::chosen_kernel_ms(const Layer& layer, const TensorStates& stat
   const size_t most = cpu && !cpu_layer_timed(layer.type()) ? 1 : std::max<size_t>(1, impl_->policy.max_candidates);
   while (ok.size() > most) ok.pop_back();
   if (ok.empty() && failures) *failures += "\n  " + layer.name() + ": no kernel takes it in these formats";
-  return fastest_of(ok, layer, states, impl_->backend, impl_->stream.get(), impl_->policy, failures);
+  const std::string key = timing_key(to_string(config.device), layer, in, states, /*exact=*/false);
+  if (const auto it = impl_->memo.find(key); it != impl_->memo.end()) return it->second;
+  std::string why;
+  if (!impl_->ahead && ok.size() > 1 && PrepareAhead::enabled()) impl_->ahead = std::make_unique<PrepareAhead>();
+  const double ms =
+      fastest_of(ok, layer, states, impl_->backend, impl_->stream.get(), impl_->policy, &why, impl_->ahead.get());
+  if (failures) *failures += why;
+  if (ms < std::numeric_limits<double>::infinity()) impl_->memo[key] = ms;  // failures are asked again (and reported)
+  return ms;
 }
 
 namespace {
@@ -811,6 +984,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
   const std::string device_name =
       backend ? timing_device_name(*backend, config) : std::string(to_string(config.device));
   TimingCache cache(timing ? config.timing_cache_path : std::string());
+  std::unique_ptr<PrepareAhead> ahead;  // made for the first layer with several candidates to time
   size_t index = 0;
   for (const Layer* layer : steps) {
     ++index;
@@ -936,6 +1110,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
       continue;
     }
     if (ok.size() > policy.max_candidates) ok.resize(policy.max_candidates);
+    if (!ahead && ok.size() > 1 && PrepareAhead::enabled()) ahead = std::make_unique<PrepareAhead>();
     // The first profile's ranges, for kernels that configure themselves by profile (plugins).
     std::vector<TensorRange> in_ranges, out_ranges;
     layer_ranges(*layer, states[0], states.size() > 1 ? states[1] : states[0],
@@ -947,12 +1122,20 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     std::vector<std::pair<const KernelEntry*, KernelTime>> timed;
     std::string failures;
     const bool single = one_point(*layer, states);
-    for (const KernelEntry* e : ok) {
+    if (ahead) ahead->begin(ok, *layer, states.front(), in_ranges, out_ranges, std::max(1, policy.threads));
+    struct EndBatch {  // before ok and the ranges go: the helper must stop reading them
+      PrepareAhead* a;
+      ~EndBatch() {
+        if (a) a->end();
+      }
+    } end_batch{ahead.get()};
+    for (size_t k = 0; k < ok.size(); ++k) {
+      const KernelEntry* e = ok[k];
       try {
         bool stopped = false;
         uint64_t ws = 0;
         const KernelTime t = time_kernel(*e, *layer, states.front(), *backend, stream, in_ranges, out_ranges, policy,
-                                         stop_above(policy, best_device), &stopped, &ws);
+                                         stop_above(policy, best_device), &stopped, &ws, ahead.get(), k);
         if (single) memo.workspace.emplace(workspace_memo_key(ws_key, e->tactic, *layer), ws);
         ++r.tactics_timed;
         if (stopped) ++r.tactics_stopped_early;
@@ -1010,10 +1193,13 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
   r.timing_setup_seconds = clock.setup();
   r.timing_measure_seconds = clock.measure;
   if (r.tactics_timed) {
-    log(Severity::kVerbose, "kernel timing: set-up " + std::to_string(r.timing_setup_seconds) +
-                                " s (layers' test buffers " + std::to_string(clock.buffers) + " s, prepare " +
-                                std::to_string(clock.prepare) + " s, warm-up runs " + std::to_string(clock.warmup) +
-                                " s), measuring " + std::to_string(r.timing_measure_seconds) + " s");
+    log(Severity::kVerbose,
+        "kernel timing: set-up " + std::to_string(r.timing_setup_seconds) + " s (layers' test buffers " +
+            std::to_string(clock.buffers) + " s, prepare " + std::to_string(clock.prepare) +
+            (ahead ? " s waited for the helper thread, which prepared for " + std::to_string(ahead->helper_seconds())
+                   : std::string()) +
+            " s, warm-up runs " + std::to_string(clock.warmup) + " s), measuring " +
+            std::to_string(r.timing_measure_seconds) + " s");
   }
   cache.save();
   configure_plugins_per_profile(steps, config, states, tactics, r);
