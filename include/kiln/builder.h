@@ -63,10 +63,10 @@ class BuilderConfig {
   //      median of 3 measurements of about 1 ms; early stop at 1.25x the best so far.
   //   4: the same kernels, median of 5 measurements of about 1 ms; early stop at 1.5x.
   //   5: also the kernels that are slow to try (KernelEntry::min_optimization_level 5: cuBLASLt's
-  //      heuristic results 4 to 8), median of 5 measurements of about 2 ms, no early stop. On
-  //      the CPU the layout pass also times each channels-last candidate region both ways
-  //      (linear, and channels-last with its Reformats) and keeps the faster, where the other
-  //      levels follow a rule (convolutions against reformats).
+  //      heuristic results 4 to 8), median of 5 measurements of about 2 ms, no early stop. The
+  //      layout pass also times each channels-last candidate region both ways (linear, and
+  //      channels-last with its Reformats; on the CPU and on CUDA) and keeps the faster, where
+  //      the other levels follow a rule (convolutions against reformats).
   // No level searches layouts or precisions jointly with kernels: the fp16 and layout passes
   // decide before kernels are chosen (the fp16 pass times a plugin's type combinations at
   // levels 1-5 on CUDA, and takes the first at level 0; level 5's layout timing is per region).

@@ -183,12 +183,14 @@ std::unique_ptr<Kernel> make_prepared_kernel(const KernelEntry& entry, const Lay
 
 // The host's set-up of a layer's candidate kernels, done on a helper thread ahead of their
 // measurement (CUDA): while the device measures candidate i, the helper prepares i + 1 and i + 2.
-// In session 11's ResNet-50 batch-128 build the host's set-up was 9.1 of 19.7 s, nearly all of it
-// plan building and runtime compilation, with the device idle. Kernels are prepared on the helper
+// ResNet-50 fp16 batch 128, level 3, on the H200 (session 28): the host's set-up was 7.5 of the
+// 11.4 s of kernel timing (prepare 6.0 s: plan building and runtime compilation, the device
+// idle); with the helper the builder waited 0.8 s for it and the build took 7.8 s instead of
+// 12.4, the same kernels' engine running as fast. Kernels are prepared on the helper
 // and run on the builder's thread, as an execution context made by a server's loading thread
 // runs on its serving threads; prepare-time device work goes to the helper's own non-blocking
 // stream, so it never lands between a measurement's events. One helper for the whole selection
-// (its library handles are made once). Only with KILN_PREPARE_AHEAD=1 (enabled()).
+// (its library handles are made once). KILN_PREPARE_AHEAD=0 prepares on the builder's thread.
 class PrepareAhead {
  public:
   PrepareAhead() : worker_([this] { run(); }) {}
@@ -203,11 +205,12 @@ class PrepareAhead {
   PrepareAhead(const PrepareAhead&) = delete;
   PrepareAhead& operator=(const PrepareAhead&) = delete;
 
-  // With KILN_PREPARE_AHEAD=1 (CUDA and, for tests, the CPU, where set-up and measuring share
-  // the cores). Off by default until it has run on a GPU (written in session 28 without one).
-  static bool enabled() {
+  // On CUDA unless KILN_PREPARE_AHEAD=0; on the CPU only with KILN_PREPARE_AHEAD=1 (for tests:
+  // set-up and measuring share the cores there).
+  static bool enabled(const BuilderConfig& config) {
     const char* v = std::getenv("KILN_PREPARE_AHEAD");
-    return v && std::string(v) == "1";
+    if (v && std::string(v) == "0") return false;
+    return config.device == DeviceType::kCUDA || (v && std::string(v) == "1");
   }
 
   // Starts on a layer's candidates (what an earlier layer left unused is dropped). The arguments
@@ -589,6 +592,10 @@ bool cpu_layer_timed(const std::string& type) {
 // The device time of the fastest of `entries` for `layer` at `states` (infinity when none runs);
 // a kernel that throws is skipped, its reason appended to `failures` (may be null), the stream
 // synchronized again.
+double stop_above(const TimingPolicy& policy, double best) {
+  return policy.stop_ratio > 0 ? best * policy.stop_ratio : std::numeric_limits<double>::infinity();
+}
+
 double fastest_of(const std::vector<const KernelEntry*>& entries, const Layer& layer, const TensorStates& states,
                   Backend& backend, void* stream, const TimingPolicy& policy, std::string* failures,
                   PrepareAhead* ahead = nullptr) {
@@ -605,8 +612,9 @@ double fastest_of(const std::vector<const KernelEntry*>& entries, const Layer& l
   for (size_t k = 0; k < entries.size(); ++k) {
     const KernelEntry* e = entries[k];
     try {
-      best = std::min(best, time_kernel(*e, layer, states, backend, stream, {}, {}, policy,
-                                        std::numeric_limits<double>::infinity(), nullptr, nullptr, ahead, k)
+      // (Early stop, where the policy has it, only cuts short kernels slower than the best so far.)
+      best = std::min(best, time_kernel(*e, layer, states, backend, stream, {}, {}, policy, stop_above(policy, best),
+                                        nullptr, nullptr, ahead, k)
                                 .device_ms);
     } catch (const std::exception& ex) {
       if (failures) *failures += "\n  " + layer.name() + " (" + e->tactic + "): " + ex.what();
@@ -714,7 +722,17 @@ struct LayerTimer::Impl {
   std::map<std::string, double> memo;
   std::unique_ptr<PrepareAhead> ahead;  // as in select_tactics, made on first use
   explicit Impl(const BuilderConfig& c) : config(c), backend(get_backend(c.device)), stream(&backend) {
+    // The level's candidates, measured as at level 3 (3 measurements of about 1 ms, early stop at
+    // 1.25x the best so far): a region's decision needs each layer's best time, not the slower
+    // kernels' exact ones, and level 5's longer measuring without early stop made ResNet-50's
+    // region timing on the H200 take 33 s at batch 1 and 45 s at batch 128 (session 28).
     policy = timing_policy(c.optimization_level);
+    if (c.optimization_level > 3) {
+      const TimingPolicy three = timing_policy(3);
+      policy.measurements = three.measurements;
+      policy.target_ms = three.target_ms;
+      policy.stop_ratio = three.stop_ratio;
+    }
     policy.measurements = std::max(policy.measurements, 1);
     policy.streams = c.device == DeviceType::kCUDA ? c.tune_for_streams : 1;
     policy.threads = c.device == DeviceType::kCPU ? std::max(1, c.num_threads) : 1;
@@ -743,7 +761,7 @@ double LayerTimer::chosen_kernel_ms(const Layer& layer, const TensorStates& stat
   const std::string key = timing_key(to_string(config.device), layer, in, states, /*exact=*/false);
   if (const auto it = impl_->memo.find(key); it != impl_->memo.end()) return it->second;
   std::string why;
-  if (!impl_->ahead && ok.size() > 1 && PrepareAhead::enabled()) impl_->ahead = std::make_unique<PrepareAhead>();
+  if (!impl_->ahead && ok.size() > 1 && PrepareAhead::enabled(config)) impl_->ahead = std::make_unique<PrepareAhead>();
   const double ms =
       fastest_of(ok, layer, states, impl_->backend, impl_->stream.get(), impl_->policy, &why, impl_->ahead.get());
   if (failures) *failures += why;
@@ -805,10 +823,6 @@ uint64_t memo_workspace(ChoiceMemo& memo, const std::string& key, const KernelEn
     memo.workspace_failure[k] = e.what();
     throw;
   }
-}
-
-double stop_above(const TimingPolicy& policy, double best) {
-  return policy.stop_ratio > 0 ? best * policy.stop_ratio : std::numeric_limits<double>::infinity();
 }
 
 // Plugin layers whose plugin offers several implementations (Plugin::tactics): the ones within
@@ -1110,7 +1124,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
       continue;
     }
     if (ok.size() > policy.max_candidates) ok.resize(policy.max_candidates);
-    if (!ahead && ok.size() > 1 && PrepareAhead::enabled()) ahead = std::make_unique<PrepareAhead>();
+    if (!ahead && ok.size() > 1 && PrepareAhead::enabled(config)) ahead = std::make_unique<PrepareAhead>();
     // The first profile's ranges, for kernels that configure themselves by profile (plugins).
     std::vector<TensorRange> in_ranges, out_ranges;
     layer_ranges(*layer, states[0], states.size() > 1 ? states[1] : states[0],

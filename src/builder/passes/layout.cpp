@@ -17,11 +17,11 @@
 // reads_linear()). A region whose convolutions cannot pay for the reformats it needs is left
 // linear: on CUDA when it has fewer convolutions than reformats; on the CPU, where every linear
 // convolution already pays two reorders, when it has fewer than half as many. At builder
-// optimization level 5 on the CPU (with timing on) that rule gives way to a measurement: each
-// region's layers are timed with the kernels the builder would choose, once as they are (linear)
-// and once channels-last with the Reformats the region would need, and the faster way is kept
-// (the verbose log gives both times). Not kept in the timing cache; CUDA keeps the rule (not yet
-// measured on a GPU).
+// optimization level 5 (with timing on, either device) that rule gives way to a measurement:
+// each region's layers are timed with the kernels the builder would choose, once as they are
+// (linear) and once channels-last with the Reformats the region would need, and the faster way
+// is kept (the verbose log gives both times). Identical layer configurations are timed once per
+// build; the region decisions are not kept in the timing cache.
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -159,11 +159,8 @@ class LayoutAssigner {
     return buf;
   }
 
-  // Level 5 on the CPU with timing: regions are decided by timing them both ways.
-  bool times_regions() const {
-    return ctx_.config.device == DeviceType::kCPU && ctx_.config.optimization_level >= 5 &&
-           builder_times_kernels(ctx_.config);
-  }
+  // Level 5 with timing: regions are decided by timing them both ways.
+  bool times_regions() const { return ctx_.config.optimization_level >= 5 && builder_times_kernels(ctx_.config); }
 
   struct RegionCost {
     double linear = 0, channels_last = 0;  // ms per inference at the first shape point
