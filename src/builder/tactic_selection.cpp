@@ -247,6 +247,10 @@ class PrepareAhead {
   // Candidate i's prepared kernel (waits for it); rethrows what its preparation threw.
   std::unique_ptr<Kernel> take(size_t i) {
     std::unique_lock<std::mutex> lock(mutex_);
+    if (i > taken_) {  // earlier candidates failed before they were taken: let the helper reach i
+      taken_ = i;
+      changed_.notify_all();
+    }
     ready_.wait(lock, [&] { return slots_[i].done; });
     taken_ = std::max(taken_, i + 1);
     Slot slot = std::move(slots_[i]);
@@ -329,10 +333,23 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
                        double stop_above_ms = std::numeric_limits<double>::infinity(), bool* stopped = nullptr,
                        uint64_t* workspace_bytes = nullptr, PrepareAhead* ahead = nullptr, size_t ahead_index = 0) {
   if (stopped) *stopped = false;
-  const auto setup_start = std::chrono::steady_clock::now();
   const auto seconds_since = [](std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
+  // A kernel prepared ahead is taken first, so that every candidate is taken in order (the helper
+  // prepares at most two past the last one taken) whatever fails below.
+  std::unique_ptr<Kernel> kernel;
+  if (ahead) {
+    struct AddWait {  // the wait for the helper, also when the preparation threw
+      const TimingPolicy& p;
+      std::chrono::steady_clock::time_point t0;
+      ~AddWait() {
+        if (p.clock) p.clock->prepare += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+    } add_wait{policy, std::chrono::steady_clock::now()};
+    kernel = ahead->take(ahead_index);
+  }
+  const auto setup_start = std::chrono::steady_clock::now();
   std::vector<DeviceBuffer> buffers;
   KernelContext kc;
   kc.layer = &layer;
@@ -365,11 +382,11 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
         TensorView{s.type, s.dims, layer.output(i)->format(), bytes ? buffers.back().data() : nullptr});
   }
   if (policy.clock) policy.clock->buffers += seconds_since(setup_start);
-  const auto prepare_start = std::chrono::steady_clock::now();  // (ahead: the wait for the helper)
-  const std::unique_ptr<Kernel> kernel =
-      ahead ? ahead->take(ahead_index)
-            : make_prepared_kernel(entry, layer, states, in_ranges, out_ranges, kc.num_threads);
-  if (policy.clock) policy.clock->prepare += seconds_since(prepare_start);
+  if (!kernel) {
+    const auto prepare_start = std::chrono::steady_clock::now();
+    kernel = make_prepared_kernel(entry, layer, states, in_ranges, out_ranges, kc.num_threads);
+    if (policy.clock) policy.clock->prepare += seconds_since(prepare_start);
+  }
   const auto warmup_start = std::chrono::steady_clock::now();
   const size_t ws = kernel->workspace_size();
   if (workspace_bytes) *workspace_bytes = ws;
