@@ -184,9 +184,9 @@ std::unique_ptr<Kernel> make_prepared_kernel(const KernelEntry& entry, const Lay
 // The host's set-up of a layer's candidate kernels, done on a helper thread ahead of their
 // measurement (CUDA): while the device measures candidate i, the helper prepares i + 1 and i + 2.
 // ResNet-50 fp16 batch 128, level 3, on the H200 (session 28): the host's set-up was 7.5 of the
-// 11.4 s of kernel timing (prepare 6.0 s: plan building and runtime compilation, the device
-// idle); with the helper the builder waited 0.8 s for it and the build took 7.8 s instead of
-// 12.4, the same kernels' engine running as fast. Kernels are prepared on the helper
+// 11.4 s of kernel timing (prepare() 6.0 s, the device idle meanwhile); with the helper the
+// builder waited 0.8 s for it and the build took 7.8 s instead of 12.4, the same kernels' engine
+// running as fast. Kernels are prepared on the helper
 // and run on the builder's thread, as an execution context made by a server's loading thread
 // runs on its serving threads; prepare-time device work goes to the helper's own non-blocking
 // stream, so it never lands between a measurement's events. One helper for the whole selection
