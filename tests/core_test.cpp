@@ -2,6 +2,8 @@
 // enums) and of whole-network shape inference with host evaluation of shape arithmetic.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "kiln/kiln.h"
@@ -52,6 +54,27 @@ TEST(Types, NamesRoundTrip) {
     EXPECT_EQ(parse_activation_type(to_string(a)), a);
   }
   EXPECT_THROW(parse_activation_type("nope"), Error);
+}
+
+// Floating-point values read as integers (axes, conditions, shapes a model gives as floats):
+// truncated toward zero; NaN and values outside int64 are an error naming the element, not
+// undefined behaviour (found by the onnx_structured fuzzer: Compress and Unsqueeze on 1e20).
+TEST(HostTensor, FloatValuesOutsideInt64AreAnErrorWhenReadAsIntegers) {
+  const auto f = HostTensor::from_vector(DataType::kFloat32, Dims{4}, std::vector<float>{1.9f, -2.7f, 0.0f, -9.2e18f});
+  EXPECT_EQ(f.to_int64(), (std::vector<int64_t>{1, -2, 0, static_cast<int64_t>(-9.2e18f)}));
+  const auto min = HostTensor::from_vector(DataType::kFloat64, Dims{1}, std::vector<double>{-9223372036854775808.0});
+  EXPECT_EQ(min.to_int64(), (std::vector<int64_t>{INT64_MIN}));
+  for (double bad : {2.76879e20, 9223372036854775808.0, -1e19, std::nan(""), HUGE_VAL}) {
+    const auto t = HostTensor::from_vector(DataType::kFloat64, Dims{2}, std::vector<double>{0.0, bad});
+    try {
+      (void)t.to_int64();
+      ADD_FAILURE() << bad << " was read as an integer";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("element 1 "), std::string::npos) << e.what();
+    }
+  }
+  const auto f32 = HostTensor::from_vector(DataType::kFloat32, Dims{1}, std::vector<float>{7.39749e31f});
+  EXPECT_THROW((void)f32.to_int64(), Error);
 }
 
 TEST(HostTensor, StorageAndConversion) {

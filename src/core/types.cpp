@@ -307,6 +307,22 @@ HostTensor HostTensor::reshaped(const Dims& dims) const {
   return t;
 }
 
+namespace {
+
+// A floating-point value as int64 (truncated toward zero, as a C++ cast): NaN and values outside
+// int64's range are an error instead of undefined behaviour (a model's float "axes" or
+// "condition" of 1e20, found by fuzzing).
+int64_t checked_float_to_int64(double v, int64_t index) {
+  constexpr double kLimit = 9223372036854775808.0;  // 2^63
+  if (!(v >= -kLimit && v < kLimit)) {              // NaN fails both
+    throw Error("element " + std::to_string(index) + " of a floating-point tensor read as integers is " +
+                std::to_string(v) + ", which is not a 64-bit integer value");
+  }
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
 std::vector<int64_t> HostTensor::to_int64() const {
   if (type_ == DataType::kString) throw Error("a string tensor has no integer values (to_int64)");
   std::vector<int64_t> r(static_cast<size_t>(count_));
@@ -329,13 +345,13 @@ std::vector<int64_t> HostTensor::to_int64() const {
         r[k] = as<uint8_t>()[i] != 0;
         break;
       case DataType::kFloat32:
-        r[k] = static_cast<int64_t>(as<float>()[i]);
+        r[k] = checked_float_to_int64(as<float>()[i], i);
         break;
       case DataType::kFloat64:
-        r[k] = static_cast<int64_t>(as<double>()[i]);
+        r[k] = checked_float_to_int64(as<double>()[i], i);
         break;
       case DataType::kFloat16:
-        r[k] = static_cast<int64_t>(static_cast<float>(as<half>()[i]));
+        r[k] = checked_float_to_int64(static_cast<float>(as<half>()[i]), i);
         break;
       case DataType::kInt16:
         r[k] = as<int16_t>()[i];

@@ -224,6 +224,7 @@ void infer_split(ShapeContext& ctx) {
   const int64_t axis = normalize_axis(ctx, p.axis, x.rank());
   const int64_t extent = x[static_cast<int>(axis)];
   const int n = ctx.num_outputs();
+  ctx.check(n >= 1, "a Split layer needs at least one output");
   std::vector<int64_t> sizes = ctx.has_input(1) ? int_values(ctx, 1, "split") : p.split;
   if (sizes.empty()) {
     // ONNX-18: equal chunks of ceil(extent / n), the last one smaller.
