@@ -225,7 +225,6 @@ class PrepareAhead {
       slots_.resize(entries.size());
       batch_ = Batch{&entries, &layer, &states, &in_ranges, &out_ranges, threads};
       next_ = taken_ = 0;
-      ++generation_;
     }
     changed_.notify_all();
   }
@@ -240,7 +239,6 @@ class PrepareAhead {
       dropped.swap(slots_);
       batch_ = Batch{};
       next_ = taken_ = 0;
-      ++generation_;
     }
   }
 
@@ -289,7 +287,6 @@ class PrepareAhead {
       if (stop_) return;
       const size_t i = next_++;
       const Batch b = batch_;
-      const uint64_t generation = generation_;
       busy_ = true;
       lock.unlock();
       Slot slot;
@@ -305,7 +302,7 @@ class PrepareAhead {
       lock.lock();
       busy_ = false;
       helper_seconds_ += seconds;
-      if (generation == generation_) slots_[i] = std::move(slot);  // (begin and end wait for !busy_)
+      slots_[i] = std::move(slot);  // still this batch: begin() and end() wait while busy_
       busy_done_.notify_all();
       ready_.notify_all();
     }
@@ -316,10 +313,39 @@ class PrepareAhead {
   std::vector<Slot> slots_;
   Batch batch_;
   size_t next_ = 0, taken_ = 0;
-  uint64_t generation_ = 0;
   bool busy_ = false, stop_ = false;
   double helper_seconds_ = 0;
   std::thread worker_;  // last: started after the members it uses
+};
+
+// A layer's batch of PrepareAhead (none when `ahead` is null): begin() on construction, end() on
+// destruction, so the helper stops reading the arguments before they go.
+class PrepareAheadBatch {
+ public:
+  PrepareAheadBatch(PrepareAhead* ahead, const std::vector<const KernelEntry*>& entries, const Layer& layer,
+                    const TensorStates& states, const std::vector<TensorRange>& in_ranges,
+                    const std::vector<TensorRange>& out_ranges, int threads)
+      : ahead_(ahead) {
+    if (ahead_) ahead_->begin(entries, layer, states, in_ranges, out_ranges, threads);
+  }
+  ~PrepareAheadBatch() {
+    if (ahead_) ahead_->end();
+  }
+  PrepareAheadBatch(const PrepareAheadBatch&) = delete;
+  PrepareAheadBatch& operator=(const PrepareAheadBatch&) = delete;
+
+ private:
+  PrepareAhead* ahead_;
+};
+
+// Adds the seconds from construction to destruction to *seconds (when not null): a clock field
+// that also counts a step that throws or returns early.
+struct AddElapsedOnExit {
+  double* seconds;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~AddElapsedOnExit() {
+    if (seconds) *seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 };
 
 // Runs `entry` for `layer` at `states` on the device; returns the times per run, or throws.
@@ -340,13 +366,7 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
   // prepares at most two past the last one taken) whatever fails below.
   std::unique_ptr<Kernel> kernel;
   if (ahead) {
-    struct AddWait {  // the wait for the helper, also when the preparation threw
-      const TimingPolicy& p;
-      std::chrono::steady_clock::time_point t0;
-      ~AddWait() {
-        if (p.clock) p.clock->prepare += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      }
-    } add_wait{policy, std::chrono::steady_clock::now()};
+    const AddElapsedOnExit wait{policy.clock ? &policy.clock->prepare : nullptr};  // also when it threw
     kernel = ahead->take(ahead_index);
   }
   const auto setup_start = std::chrono::steady_clock::now();
@@ -431,14 +451,8 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
         streams, runs, [&](size_t c) { kernel->execute(copies[c]); }, host);
   };
   if (policy.clock) policy.clock->warmup += seconds_since(warmup_start);
-  const auto measure_start = std::chrono::steady_clock::now();
-  struct AddOnExit {  // the measurement time, also when a measurement throws or stops early
-    const TimingPolicy& p;
-    std::chrono::steady_clock::time_point t0;
-    ~AddOnExit() {
-      if (p.clock) p.clock->measure += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-  } add_on_exit{policy, measure_start};
+  // The measurement time, also when a measurement throws or stops early.
+  const AddElapsedOnExit add_on_exit{policy.clock ? &policy.clock->measure : nullptr};
   double once_host = 0;
   const double once = measure(1, &once_host);
   // A kernel that one run shows to be far slower than the best so far (2x the early-stop bound)
@@ -606,26 +620,21 @@ bool cpu_layer_timed(const std::string& type) {
   return type == kLayerConvolution || type == kLayerDeconvolution || type == kLayerMatrixMultiply;
 }
 
-// The device time of the fastest of `entries` for `layer` at `states` (infinity when none runs);
-// a kernel that throws is skipped, its reason appended to `failures` (may be null), the stream
-// synchronized again.
+// The early-stop bound for a kernel timed after `best` (infinity: no early stop).
 double stop_above(const TimingPolicy& policy, double best) {
   return policy.stop_ratio > 0 ? best * policy.stop_ratio : std::numeric_limits<double>::infinity();
 }
 
+// The device time of the fastest of `entries` for `layer` at `states` (infinity when none runs);
+// a kernel that throws is skipped, its reason appended to `failures` (may be null), the stream
+// synchronized again. With `ahead`, the helper prepares the candidates.
 double fastest_of(const std::vector<const KernelEntry*>& entries, const Layer& layer, const TensorStates& states,
                   Backend& backend, void* stream, const TimingPolicy& policy, std::string* failures,
                   PrepareAhead* ahead = nullptr) {
   double best = std::numeric_limits<double>::infinity();
   const std::vector<TensorRange> no_ranges;
-  if (ahead && entries.size() < 2) ahead = nullptr;  // nothing to overlap
-  if (ahead) ahead->begin(entries, layer, states, no_ranges, no_ranges, std::max(1, policy.threads));
-  struct EndBatch {  // before no_ranges goes
-    PrepareAhead* a;
-    ~EndBatch() {
-      if (a) a->end();
-    }
-  } end_batch{ahead};
+  if (entries.size() < 2) ahead = nullptr;  // nothing to overlap
+  const PrepareAheadBatch batch(ahead, entries, layer, states, no_ranges, no_ranges, std::max(1, policy.threads));
   for (size_t k = 0; k < entries.size(); ++k) {
     const KernelEntry* e = entries[k];
     try {
@@ -1153,13 +1162,8 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     std::vector<std::pair<const KernelEntry*, KernelTime>> timed;
     std::string failures;
     const bool single = one_point(*layer, states);
-    if (ahead) ahead->begin(ok, *layer, states.front(), in_ranges, out_ranges, std::max(1, policy.threads));
-    struct EndBatch {  // before ok and the ranges go: the helper must stop reading them
-      PrepareAhead* a;
-      ~EndBatch() {
-        if (a) a->end();
-      }
-    } end_batch{ahead.get()};
+    const PrepareAheadBatch batch(ahead.get(), ok, *layer, states.front(), in_ranges, out_ranges,
+                                  std::max(1, policy.threads));
     for (size_t k = 0; k < ok.size(); ++k) {
       const KernelEntry* e = ok[k];
       try {
