@@ -10,7 +10,9 @@ For each model and batch size and each level (default 0..5), without a timing ca
   * the build's own counts: layers timed, kernels timed, kernels stopped early, layers that reused an
     identical layer's timing (the `kernel timing:` line);
   * how many layers run another kernel than at level 3 (`kiln inspect`'s `kernel=`): where none does,
-    a run-time difference between the two levels is measurement noise, not a choice.
+    a run-time difference between the two levels is measurement noise, not a choice;
+  * level 5's whole-engine check (`kiln build`'s `level 5 check:` line): how many layers level 3
+    would have given another kernel, both engines' latency as the builder timed them, which it kept.
 With --rounds R > 1 the engines of one model and batch are benchmarked in R alternating rounds (the
 order rotates each round) after all of them are built, and the run time is the median of the
 rounds' medians; the rounds' values are listed too.
@@ -99,6 +101,14 @@ def build(kiln, onnx, engine, shapes, level, args):
                   r.stdout)
     if t:
         info.update(timed=int(t.group(1)), kernels=int(t.group(2)), stopped=int(t.group(3)), reused=int(t.group(4)))
+    # Level 5's whole-engine check against level 3's kernels (the `level 5 check:` line).
+    c = re.search(r"^level 5 check: (\d+) layer\(s\) .*?; whole engine ([0-9.e+-]+) ms with level 5's, ([0-9.e+-]+) ms "
+                  r"with level 3's: level (\d)'s kept \(checked in ([0-9.]+) s\)", r.stdout, re.M)
+    if c:
+        info["check"] = (f"{c.group(1)} layers differ; whole {float(c.group(2)):.3f} / {float(c.group(3)):.3f} ms: "
+                         f"L{c.group(4)}'s kept ({float(c.group(5)):.1f} s)")
+    elif re.search(r"^level 5 check: level 3 would choose the same kernels", r.stdout, re.M):
+        info["check"] = "same kernels as L3"
     return info
 
 
@@ -202,7 +212,8 @@ def main():
                     rows.append((name, n, level, results[level], ref))
 
     head = ["model", "batch", "level", "build s", "build / L3", "run median ms", "run / L3", "layers timed",
-            "kernels timed", "stopped early", "reused", "layers with another kernel than L3", "kiln build wall s"]
+            "kernels timed", "stopped early", "reused", "layers with another kernel than L3", "kiln build wall s",
+            "level-5 check (whole engine: L5's / L3's kernels)"]
     if args.rounds > 1:
         head.append("run ms per round")
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
@@ -210,7 +221,7 @@ def main():
         lines.append("| " + " | ".join([
             name, str(n), str(level), f"{r['build_s']:.2f}", ratio(r["build_s"], ref["build_s"]) if ref else "-",
             f"{r['run_ms']:.3f}", ratio(r["run_ms"], ref["run_ms"]) if ref else "-", str(r["timed"]), str(r["kernels"]),
-            str(r["stopped"]), str(r["reused"]), str(r["differ"]), f"{r['wall_s']:.2f}"]
+            str(r["stopped"]), str(r["reused"]), str(r["differ"]), f"{r['wall_s']:.2f}", r.get("check", "-")]
             + ([" ".join(f"{v:.3f}" for v in r["rounds"])] if args.rounds > 1 else [])) + " |")
     table = "\n".join(lines)
     ver = subprocess.run([kiln, "--version"], capture_output=True, text=True).stdout.strip()

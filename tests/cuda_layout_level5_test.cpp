@@ -183,7 +183,20 @@ TEST(CudaLayoutLevel5, TimesEachRegionOnTheGpuAndKeepsTheFaster) {
       const std::vector<Region> regions = timed_regions(report, &chose);
       if (level == 3) {
         EXPECT_TRUE(regions.empty()) << "level 3 timed a region: " << ::testing::PrintToString(report.pass_log);
+        EXPECT_EQ(report.level5_layers_differing, -1);
       } else {
+        // Level 5's whole-engine check ran on the GPU (-1: it could not run).
+        ASSERT_GE(report.level5_layers_differing, 0);
+        std::printf(
+            "  %s: level 5 check: %d layer(s) differ from level 3's choice; whole engine %.4f ms with level "
+            "5's, %.4f ms with level 3's: %s\n",
+            c.name, report.level5_layers_differing, report.level5_engine_ms, report.level3_engine_ms,
+            report.level3_kernels_kept ? "level 3's kept" : "level 5's kept");
+        if (report.level5_layers_differing > 0) {
+          EXPECT_GT(report.level5_engine_ms, 0.0);
+          EXPECT_GT(report.level3_engine_ms, 0.0);
+          EXPECT_EQ(report.level3_kernels_kept, report.level3_engine_ms < report.level5_engine_ms);
+        }
         ASSERT_FALSE(regions.empty()) << ::testing::PrintToString(report.pass_log);
         for (size_t i = 0; i < regions.size(); ++i) {
           const Region& g = regions[i];

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "cpu_engine_run.h"
 #include "log_capture.h"
 #include "op_harness.h"
 #include "scoped_env.h"
@@ -151,16 +152,6 @@ Built build(const char* ahead) {
   return b;
 }
 
-HostTensor run(const std::vector<uint8_t>& bytes, const HostTensor& x) {
-  auto engine = Runtime().deserialize(bytes.data(), bytes.size(), "prepare ahead");
-  auto ctx = engine->create_execution_context();
-  HostTensor y(DataType::kFloat32, ctx->tensor_shape("y"));
-  ctx->set_tensor_address("x", const_cast<void*>(x.data()));
-  ctx->set_tensor_address("y", y.data());
-  ctx->execute();
-  return y;
-}
-
 int count_lines(const std::vector<std::string>& log, const std::string& a, const std::string& b = {}) {
   int n = 0;
   for (const std::string& line : log) {
@@ -192,12 +183,8 @@ TEST(PrepareAhead, CandidatesArePreparedOnTheHelperAndFailuresStayPerCandidate) 
   }
   EXPECT_EQ(with.report.tactics_timed, without.report.tactics_timed);
   const HostTensor x = random_f32(Dims{1, 8, 14, 14}, 7, 2.0f);
-  const HostTensor a = run(with.bytes, x), b = run(without.bytes, x);
-  ASSERT_EQ(a.count(), b.count());
-  for (int64_t i = 0; i < a.count(); ++i) {
-    ASSERT_TRUE(std::isfinite(a.as<float>()[i])) << "element " << i;
-    ASSERT_NEAR(a.as<float>()[i], b.as<float>()[i], 1e-4f * (1.0f + std::fabs(b.as<float>()[i]))) << "element " << i;
-  }
+  test::expect_close(test::run_x_to_y(with.bytes, x, "prepare ahead"),
+                     test::run_x_to_y(without.bytes, x, "prepare ahead"));
 }
 
 }  // namespace

@@ -127,6 +127,16 @@ int run_build(const BuildOptions& o) {
         << (config.optimization_level == 0 || o.no_timing ? "; nothing is timed at level 0 or with --no-timing" : "")
         << ")\n";
   }
+  if (report.level5_layers_differing == 0) {
+    out << "level 5 check: level 3 would choose the same kernels (checked in " << report.level5_check_seconds
+        << " s)\n";
+  } else if (report.level5_layers_differing > 0) {
+    out << "level 5 check: " << report.level5_layers_differing
+        << " layer(s) with other kernels than level 3 would choose; whole engine " << report.level5_engine_ms
+        << " ms with level 5's, " << report.level3_engine_ms
+        << " ms with level 3's: " << (report.level3_kernels_kept ? "level 3's kept" : "level 5's kept")
+        << " (checked in " << report.level5_check_seconds << " s)\n";
+  }
   if (report.tactics_over_workspace) {
     out << "workspace limit: " << report.tactics_over_workspace << " kernel(s) left out for needing more than "
         << format_bytes(config.workspace_limit) << "\n";

@@ -123,6 +123,16 @@ struct BuildReport {
   // building, warm-up runs) and measuring it; the rest chooses, sizes workspaces and reads caches.
   double timing_setup_seconds = 0.0;
   double timing_measure_seconds = 0.0;
+  // Level 5 only: layers timed alone with their data in cache do not always make the fastest
+  // engine, so the builder also chooses the kernels as level 3 would (same network and layouts)
+  // and, where the choices differ, times both engines whole (one context each, profile 0's opt
+  // shapes, alternating rounds) and keeps the faster. -1: not checked (another level, timing
+  // off, or the check could not run: then level 5's kernels are kept and the log says why).
+  int level5_layers_differing = -1;   // layers whose kernel differs from level 3's; 0: same engine
+  double level5_engine_ms = 0.0;      // median latency of the engine with level 5's kernels
+  double level3_engine_ms = 0.0;      // ... with level 3's
+  bool level3_kernels_kept = false;   // level 3's were faster whole, and the engine has them
+  double level5_check_seconds = 0.0;  // the check's time (level 3's kernel timing and both engines')
 };
 
 // The names of the builder's passes, in pipeline order (BuilderConfig::disabled_passes).

@@ -92,6 +92,10 @@ inline void run_cuda(Plugin& plugin, const std::vector<float>& x, const CudaRunO
   char* out_ptr =
       options.in_place ? in_ptr : static_cast<char*>(d_out) + options.out_offset * static_cast<int64_t>(esize);
   KILN_CUDA_CHECK(cudaMemcpy(in_ptr, host_in.data(), host_in.size(), cudaMemcpyHostToDevice));
+  // The memsets and the copy run on the legacy default stream, which the plugin's non-blocking
+  // stream does not wait for; a copy from pageable memory may return before its last DMA lands
+  // (the kernel then read guard bytes: NaN in the tail of n=1000003 on an H100).
+  KILN_CUDA_CHECK(cudaDeviceSynchronize());
 
   cudaStream_t stream = nullptr;
   KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

@@ -350,7 +350,12 @@ void bind_runtime(nb::module_& m) {
       .def_ro("workspace_bytes", &BuildReport::workspace_bytes)
       .def_ro("timing_seconds", &BuildReport::timing_seconds)
       .def_ro("timing_setup_seconds", &BuildReport::timing_setup_seconds)
-      .def_ro("timing_measure_seconds", &BuildReport::timing_measure_seconds);
+      .def_ro("timing_measure_seconds", &BuildReport::timing_measure_seconds)
+      .def_ro("level5_layers_differing", &BuildReport::level5_layers_differing)
+      .def_ro("level5_engine_ms", &BuildReport::level5_engine_ms)
+      .def_ro("level3_engine_ms", &BuildReport::level3_engine_ms)
+      .def_ro("level3_kernels_kept", &BuildReport::level3_kernels_kept)
+      .def_ro("level5_check_seconds", &BuildReport::level5_check_seconds);
 
   struct PyBuilder {
     BuildReport last_report;

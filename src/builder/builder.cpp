@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <set>
 
 #include "kiln/error.h"
 #include "kiln/logger.h"
 #include "src/backends/backend.h"
 #include "src/backends/kernel.h"
+#include "src/builder/engine_check.h"
 #include "src/builder/passes/passes.h"
 #include "src/builder/tactic_selection.h"
 #include "src/engine/engine_format.h"
@@ -217,6 +219,89 @@ void reject_cpu_only_types(const Network& net, const TensorStates& states, Devic
   }
 }
 
+// Level 5 (BuildReport::level5_*): chooses the kernels as level 3 would for the same network
+// and, where that changes any layer, times the whole engine both ways and keeps the faster.
+// `data` holds level 5's choices and `bytes5` their engine; returns the engine to write.
+std::vector<uint8_t> check_against_level3(EngineData& data, const std::vector<Layer*>& steps,
+                                          const BuilderConfig& config, const std::vector<TensorStates>& states,
+                                          BuildReport& report, std::vector<uint8_t> bytes5) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const auto format_ms = [](double ms) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.4f ms", ms);
+    return std::string(text);
+  };
+  BuilderConfig c3 = config;
+  c3.optimization_level = 3;
+  c3.timing_cache_path.clear();  // the cache keeps level 5's choices only
+  c3.verbose = false;
+  BuildReport r3;
+  std::map<std::string, std::string> launch3;
+  std::map<std::string, std::string> tactics3;
+  log(Severity::kInfo, "level 5: choosing the kernels as level 3 would, to time the whole engine both ways");
+  try {
+    tactics3 = select_tactics(*data.network, steps, c3, states, &r3, &launch3, "level 5 check, level 3's choice: ");
+  } catch (const std::exception& e) {
+    log(Severity::kWarning, std::string("level 5: choosing level 3's kernels for the whole-engine check failed (") +
+                                e.what() + "); the engine keeps level 5's");
+    report.level5_check_seconds = seconds();
+    return bytes5;
+  }
+  int differ = 0;
+  for (const auto& [layer, tactic] : data.tactics) {
+    const auto l3 = launch3.find(layer);
+    const auto l5 = data.launch_tactics.find(layer);
+    const std::string launch3_tactic = l3 == launch3.end() ? tactics3[layer] : l3->second;
+    const std::string launch5_tactic = l5 == data.launch_tactics.end() ? tactic : l5->second;
+    if (tactics3[layer] != tactic || launch3_tactic != launch5_tactic) ++differ;
+  }
+  report.level5_layers_differing = differ;
+  if (differ == 0) {
+    log(Severity::kInfo, "level 5: level 3 would choose the same kernels for every layer");
+    data.build_info["level5_check"] = "level 3 would choose the same kernels";
+    report.level5_check_seconds = seconds();
+    return engine_serialize(data);
+  }
+  const std::string workspace5 = data.build_info["workspace_bytes"];
+  std::swap(data.tactics, tactics3);
+  std::swap(data.launch_tactics, launch3);
+  data.build_info["workspace_bytes"] = std::to_string(r3.workspace_bytes);
+  const std::vector<uint8_t> bytes3 = engine_serialize(data);
+  EngineComparison cmp;
+  try {
+    cmp = time_engines_alternating(bytes5, bytes3, config.device);
+  } catch (const std::exception& e) {
+    std::swap(data.tactics, tactics3);
+    std::swap(data.launch_tactics, launch3);
+    data.build_info["workspace_bytes"] = workspace5;
+    report.level5_layers_differing = -1;
+    report.level5_check_seconds = seconds();
+    log(Severity::kWarning, std::string("level 5: the whole-engine check could not run (") + e.what() +
+                                "); the engine keeps level 5's kernels");
+    return bytes5;
+  }
+  report.level5_engine_ms = cmp.a_ms;
+  report.level3_engine_ms = cmp.b_ms;
+  report.level3_kernels_kept = cmp.b_ms < cmp.a_ms;
+  if (report.level3_kernels_kept) {
+    report.workspace_bytes = r3.workspace_bytes;
+  } else {
+    std::swap(data.tactics, tactics3);
+    std::swap(data.launch_tactics, launch3);
+    data.build_info["workspace_bytes"] = workspace5;
+  }
+  const std::string text = std::to_string(differ) + " layer(s) with other kernels than level 3's; whole engine " +
+                           format_ms(cmp.a_ms) + " with level 5's, " + format_ms(cmp.b_ms) +
+                           " with level 3's (median of " + std::to_string(cmp.rounds) + " alternating rounds of " +
+                           std::to_string(cmp.runs) +
+                           "): " + (report.level3_kernels_kept ? "level 3's kept" : "level 5's kept");
+  log(Severity::kInfo, "level 5: " + text);
+  data.build_info["level5_check"] = text;
+  report.level5_check_seconds = seconds();
+  return engine_serialize(data);
+}
+
 }  // namespace
 
 std::vector<uint8_t> Builder::build_serialized(const Network& network, const BuilderConfig& config,
@@ -312,6 +397,10 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   if (config.tune_for_streams > 1) data.build_info["tuned_for_streams"] = std::to_string(config.tune_for_streams);
   data.network = std::move(net);
   auto bytes = engine_serialize(data);
+  if (config.optimization_level == 5 && builder_times_kernels(config) &&
+      (config.device == DeviceType::kCUDA || config.device == DeviceType::kCPU)) {
+    bytes = check_against_level3(data, steps, config, all_states, report, std::move(bytes));
+  }
   report.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (report_out) *report_out = report;
   return bytes;

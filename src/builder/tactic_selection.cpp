@@ -509,7 +509,7 @@ uint64_t kernel_workspace(const KernelEntry& entry, const Layer& layer, const st
 // done, timed and reused, and the time left at the pace so far.
 class TimingProgress {
  public:
-  TimingProgress(const char* what, size_t total) : what_(what), total_(total) {}
+  TimingProgress(std::string what, size_t total) : what_(std::move(what)), total_(total) {}
   void update(size_t done, const BuildReport& r) {
     const auto now = std::chrono::steady_clock::now();
     if (std::chrono::duration<double>(now - last_).count() < 1.5 || done >= total_) return;
@@ -524,7 +524,7 @@ class TimingProgress {
   }
 
  private:
-  const char* what_;
+  std::string what_;
   size_t total_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_ = start_;
@@ -858,8 +858,8 @@ uint64_t memo_workspace(ChoiceMemo& memo, const std::string& key, const KernelEn
 // Without timing (level 0, time_tactics false) the first implementation within the limit.
 void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig& config,
                            const std::vector<TensorStates>& states, BuildReport& report, ChoiceMemo& memo,
-                           TimingPolicy::Clock& clock) {
-  TimingProgress progress("timing plugin implementations", steps.size());
+                           TimingPolicy::Clock& clock, const std::string& progress_prefix) {
+  TimingProgress progress(progress_prefix + "timing plugin implementations", steps.size());
   TimingPolicy policy = timing_policy(config.optimization_level);
   policy.streams = config.device == DeviceType::kCUDA ? config.tune_for_streams : 1;
   policy.threads = config.device == DeviceType::kCPU ? std::max(1, config.num_threads) : 1;
@@ -1002,7 +1002,8 @@ void choose_plugin_tactics(const std::vector<Layer*>& steps, const BuilderConfig
 std::map<std::string, std::string> select_tactics(const Network& network, const std::vector<Layer*>& steps,
                                                   const BuilderConfig& config, const std::vector<TensorStates>& states,
                                                   BuildReport* report,
-                                                  std::map<std::string, std::string>* launch_tactics) {
+                                                  std::map<std::string, std::string>* launch_tactics,
+                                                  const std::string& progress_prefix) {
   TimingPolicy policy = timing_policy(config.optimization_level);
   policy.streams = config.device == DeviceType::kCUDA ? config.tune_for_streams : 1;
   policy.threads = config.device == DeviceType::kCPU ? std::max(1, config.num_threads) : 1;
@@ -1014,8 +1015,8 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
   const auto start = std::chrono::steady_clock::now();
   ChoiceMemo memo;
   std::map<std::string, std::string> tactics;
-  choose_plugin_tactics(steps, config, states, r, memo, clock);
-  TimingProgress progress("timing kernels", steps.size());
+  choose_plugin_tactics(steps, config, states, r, memo, clock, progress_prefix);
+  TimingProgress progress(progress_prefix + "timing kernels", steps.size());
   const bool cpu = config.device == DeviceType::kCPU;
   const bool timing = (config.device == DeviceType::kCUDA || cpu) && builder_times_kernels(config);
   Backend* backend = timing ? &get_backend(config.device) : nullptr;

@@ -63,7 +63,8 @@ bool tactic_disabled(const std::string& tactic);
 std::map<std::string, std::string> select_tactics(const Network& network, const std::vector<Layer*>& steps,
                                                   const BuilderConfig& config, const std::vector<TensorStates>& states,
                                                   BuildReport* report = nullptr,
-                                                  std::map<std::string, std::string>* launch_tactics = nullptr);
+                                                  std::map<std::string, std::string>* launch_tactics = nullptr,
+                                                  const std::string& progress_prefix = "");
 
 // One way to run a layer that a pass chooses by timing (the fp16 pass: a plugin's type
 // combination): the layer with the tensor states it would have (every input and output), plus

@@ -1,0 +1,215 @@
+// Builder optimization level 5's whole-engine check (src/builder/builder.cpp, check_against_level3;
+// src/builder/engine_check.cpp): a kernel timed alone can look faster than it is inside the
+// engine (on the GPU: its data in cache when timed alone, not in the network), so level 5 also
+// chooses the kernels as level 3 would and, where the two differ, times both engines whole and
+// keeps the faster. Two test kernels join the CPU convolutions of layers named "check_probe*":
+// both write the bias alone when the input is all zeros (what a kernel timed alone is given:
+// they win every timing against the real kernels, which take milliseconds), and otherwise run the
+// best real kernel, late by what the test sets. "level 5" is a level-5-only candidate; "level 0"
+// a candidate at every level, 0.3 ms slower than "level 5" on zeros.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "cpu_engine_run.h"
+#include "log_capture.h"
+#include "op_harness.h"
+#include "src/backends/kernel.h"
+#include "src/engine/engine_format.h"
+
+namespace kiln {
+namespace {
+
+constexpr const char* kLevel5Tactic = "test_check_level5";
+constexpr const char* kLevel0Tactic = "test_check_level0";
+
+bool is_probe(const Layer& layer) { return layer.name().rfind("check_probe", 0) == 0; }
+
+// What each test kernel adds when the input is not all zeros (ms); a negative value turns the
+// kernel off (supports() declines).
+std::atomic<int> g_level5_late_ms{0};
+std::atomic<int> g_level0_late_ms{-1};
+
+bool probe_supports(const Layer& layer, const std::vector<TensorDesc>& in, const std::atomic<int>& late) {
+  if (late.load() < 0 || !is_probe(layer) || in.size() < 3 || !in[2].present) return false;
+  for (const TensorDesc& d : in) {
+    if (d.present && (d.type != DataType::kFloat32 || d.format != TensorFormat::kLinear)) return false;
+  }
+  return layer.output(0)->format() == TensorFormat::kLinear;
+}
+
+class ZeroAwareConv : public Kernel {
+ public:
+  ZeroAwareConv(const std::atomic<int>& late, int zero_spin_us) : late_(late), zero_spin_us_(zero_spin_us) {}
+  void prepare(const Layer& layer, const std::vector<TensorDesc>& in, const std::vector<TensorDesc>& out,
+               int threads) override {
+    for (const KernelEntry* e : KernelRegistry::instance().find(DeviceType::kCPU, kLayerConvolution)) {
+      if (e->tactic.rfind("test_", 0) == 0 || e->priority <= 0 || (e->supports && !e->supports(layer, in))) continue;
+      inner_ = e->create(layer);
+      inner_->prepare(layer, in, out, threads);
+      return;
+    }
+    throw Error("test kernel: no real CPU kernel takes '" + layer.name() + "'");
+  }
+  size_t workspace_size() const override { return inner_ ? inner_->workspace_size() : 0; }
+  void execute(const KernelContext& ctx) override {
+    const TensorView& x = ctx.inputs[0];
+    const float* xs = static_cast<const float*>(x.data);
+    const bool zeros = std::all_of(xs, xs + x.dims.volume(), [](float v) { return v == 0.0f; });
+    if (!zeros) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(late_.load()));
+      inner_->execute(ctx);
+      return;
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(zero_spin_us_);
+    while (std::chrono::steady_clock::now() < until) {}
+    // A convolution of zeros is its bias: NCHW, one value per output channel.
+    const TensorView& y = ctx.outputs[0];
+    const float* bias = static_cast<const float*>(ctx.inputs[2].data);
+    const int64_t n = y.dims[0], k = y.dims[1], pixels = y.dims.volume() / (n * k);
+    float* out = static_cast<float*>(y.data);
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t c = 0; c < k; ++c) std::fill_n(out + (b * k + c) * pixels, pixels, bias[c]);
+    }
+  }
+
+ private:
+  const std::atomic<int>& late_;
+  const int zero_spin_us_;
+  std::unique_ptr<Kernel> inner_;
+};
+
+const bool kRegistered = [] {
+  // Priorities 2 and 1: after every real kernel and before the reference kernel (0), which the
+  // CPU's timing leaves out where another kernel takes the layer.
+  KernelEntry level5;
+  level5.device = DeviceType::kCPU;
+  level5.layer_type = kLayerConvolution;
+  level5.tactic = kLevel5Tactic;
+  level5.priority = 2;
+  level5.min_optimization_level = 5;
+  level5.supports = [](const Layer& l, const std::vector<TensorDesc>& in) {
+    return probe_supports(l, in, g_level5_late_ms);
+  };
+  level5.create = [](const Layer&) { return std::make_unique<ZeroAwareConv>(g_level5_late_ms, 0); };
+  KernelRegistry::instance().add(level5);
+  KernelEntry level0 = level5;
+  level0.tactic = kLevel0Tactic;
+  level0.priority = 1;
+  level0.min_optimization_level = 0;
+  level0.supports = [](const Layer& l, const std::vector<TensorDesc>& in) {
+    return probe_supports(l, in, g_level0_late_ms);
+  };
+  // 0.3 ms more on zeros: slower alone than the level-5 one, still far faster than a real kernel.
+  level0.create = [](const Layer&) { return std::make_unique<ZeroAwareConv>(g_level0_late_ms, 300); };
+  KernelRegistry::instance().add(level0);
+  return true;
+}();
+
+std::unique_ptr<Network> probe_net() {
+  auto net = std::make_unique<Network>();
+  Tensor* x = net->add_input("x", DataType::kFloat32, Dims{1, 64, 56, 56});
+  ConvolutionDesc d;
+  d.num_output_maps = 64;
+  d.kernel = {3, 3};
+  d.pads_begin = d.pads_end = {1, 1};
+  Layer* conv = net->add_convolution(x, d, test::random_tensor(DataType::kFloat32, Dims{64, 64, 3, 3}, 3, -0.1, 0.1),
+                                     test::random_tensor(DataType::kFloat32, Dims{64}, 4, -0.1, 0.1));
+  conv->set_name("check_probe_conv");
+  conv->output(0)->set_name("y");
+  net->mark_output(conv->output(0));
+  return net;
+}
+
+struct Built {
+  std::vector<uint8_t> bytes;
+  BuildReport report;
+  std::vector<std::string> info;
+  std::string tactic, check;
+};
+
+Built build(int level, int level5_late_ms, int level0_late_ms) {
+  g_level5_late_ms = level5_late_ms;
+  g_level0_late_ms = level0_late_ms;
+  test::LogCapture capture(Severity::kInfo, "level 5");
+  BuilderConfig config;
+  config.device = DeviceType::kCPU;
+  config.num_threads = 1;
+  config.optimization_level = level;
+  config.disabled_passes = {"layout"};  // the test kernels take linear memory only
+  Built b;
+  auto net = probe_net();
+  b.bytes = Builder().build_serialized(*net, config, &b.report);
+  b.info = capture.take();
+  const EngineData data = engine_deserialize(b.bytes.data(), b.bytes.size(), "level 5 check");
+  b.tactic = data.tactics.at("check_probe_conv");
+  const auto it = data.build_info.find("level5_check");
+  if (it != data.build_info.end()) b.check = it->second;
+  return b;
+}
+
+void expect_same_results(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  const HostTensor x = test::random_tensor(DataType::kFloat32, Dims{1, 64, 56, 56}, 9, -2.0, 2.0);
+  test::expect_close(test::run_x_to_y(a, x, "level 5 check"), test::run_x_to_y(b, x, "level 5 check"));
+}
+
+// The level-5-only kernel wins its timing (zeros) but runs 30 ms late inside the engine: the
+// engine keeps level 3's kernel, and says so.
+TEST(Level5EngineCheck, KeepsLevel3sKernelsWhereTheWholeEngineIsFasterWithThem) {
+  ASSERT_TRUE(kRegistered);
+  const Built l5 = build(5, 30, -1);
+  EXPECT_EQ(l5.report.level5_layers_differing, 1);
+  EXPECT_TRUE(l5.report.level3_kernels_kept);
+  EXPECT_GT(l5.report.level5_engine_ms, l5.report.level3_engine_ms + 20.0)
+      << l5.report.level5_engine_ms << " against " << l5.report.level3_engine_ms;
+  EXPECT_NE(l5.tactic, kLevel5Tactic) << "the engine kept the kernel that is slow in it";
+  EXPECT_NE(l5.check.find("level 3's kept"), std::string::npos) << l5.check;
+  EXPECT_GT(l5.report.level5_check_seconds, 0.0);
+  EXPECT_TRUE(std::any_of(l5.info.begin(), l5.info.end(), [](const std::string& s) {
+    return s.find("level 3's kept") != std::string::npos;
+  })) << ::testing::PrintToString(l5.info);
+  // Level 3 itself: neither the check nor the level-5-only kernel.
+  const Built l3 = build(3, 30, -1);
+  EXPECT_EQ(l3.report.level5_layers_differing, -1);
+  EXPECT_EQ(l3.tactic, l5.tactic);
+  EXPECT_TRUE(l3.check.empty()) << l3.check;
+  expect_same_results(l5.bytes, l3.bytes);
+}
+
+// Level 3's choice (the every-level test kernel, which wins its timing) runs 30 ms late inside the
+// engine, level 5's (the level-5-only one, faster still alone) does not: level 5's kept.
+TEST(Level5EngineCheck, KeepsLevel5sKernelsWhereTheyAreFasterWhole) {
+  ASSERT_TRUE(kRegistered);
+  const Built l3 = build(3, 0, 30);
+  EXPECT_EQ(l3.tactic, kLevel0Tactic) << "level 3 took the every-level test kernel";
+  const Built l5 = build(5, 0, 30);
+  EXPECT_EQ(l5.report.level5_layers_differing, 1);
+  EXPECT_FALSE(l5.report.level3_kernels_kept);
+  EXPECT_GT(l5.report.level3_engine_ms, l5.report.level5_engine_ms + 20.0)
+      << l5.report.level3_engine_ms << " against " << l5.report.level5_engine_ms;
+  EXPECT_EQ(l5.tactic, kLevel5Tactic);
+  EXPECT_NE(l5.check.find("level 5's kept"), std::string::npos) << l5.check;
+  expect_same_results(l5.bytes, l3.bytes);
+}
+
+// Where level 3 would choose the same kernels, nothing is timed whole and the engine says so.
+TEST(Level5EngineCheck, SameChoicesAreNotTimedAgainWhole) {
+  ASSERT_TRUE(kRegistered);
+  const Built l5 = build(5, -1, 0);  // only the every-level test kernel: it wins at both levels
+  EXPECT_EQ(l5.tactic, kLevel0Tactic);
+  EXPECT_EQ(l5.report.level5_layers_differing, 0);
+  EXPECT_EQ(l5.report.level5_engine_ms, 0.0);
+  EXPECT_EQ(l5.report.level3_engine_ms, 0.0);
+  EXPECT_NE(l5.check.find("same kernels"), std::string::npos) << l5.check;
+  g_level0_late_ms = -1;
+}
+
+}  // namespace
+}  // namespace kiln
