@@ -259,6 +259,13 @@ def test_builder_optimization_level_and_workspace_limit():
     report = builder.last_report
     assert report.optimization_level == 0 and report.tactics_timed == 0 and report.workspace_bytes == 0
     assert report.layers_reused == 0 and report.tactics_stopped_early == 0 and report.tactics_over_workspace == 0
+    assert report.level5_layers_differing == -1 and not report.level3_kernels_kept  # the check is level 5's
+    # Level 5 checks the whole engine against level 3's kernels; an identity has nothing to choose.
+    config.optimization_level = 5
+    assert len(builder.build_serialized_network(net, config)) > 0
+    report = builder.last_report
+    assert report.level5_layers_differing == 0 and report.level5_engine_ms == 0.0 and report.level3_engine_ms == 0.0
+    assert report.level5_check_seconds >= 0.0
     config.optimization_level = 6
     with pytest.raises(kiln.Error, match="0..5"):
         builder.build_serialized_network(net, config)
