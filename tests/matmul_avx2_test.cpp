@@ -238,14 +238,19 @@ void expect_batches(Engine& engine, int64_t k, int64_t n, uint64_t seed,
   }
 }
 
-// A bert-style fully connected layer as exporters write it (MatMul, an Add of the bias, GELU as
-// Div, Erf, Add, Mul, Mul) on a dynamic batch: a CPU build makes it one MatrixMultiply with the
-// bias and gelu_erf, run by this tactic, and the results at batch 1, 7 and 3 match double precision.
+// A bert-style pair of fully connected layers as exporters write them (MatMul, an Add of the
+// bias, GELU as Div, Erf, Add, Mul, Mul, then the next MatMul and its bias Add) on a dynamic batch:
+// a CPU build makes them two MatrixMultiply layers, the first with the bias and gelu_erf, the
+// second with its bias (it reads the first's fused output: bert_tiny's output/dense bias stayed an
+// Add of its own before session 29), run by this tactic, and the results at batch 1, 7 and 3 match
+// double precision.
 TEST(MatmulPackedAvx2, ABertLayerBecomesOneProductWithBiasAndGelu) {
   if (!has_avx2()) GTEST_SKIP() << "no AVX2 + FMA here";
-  constexpr int64_t kK = 48, kN = 72;
+  constexpr int64_t kK = 48, kN = 72, kN2 = 24;
   const HostTensor w = test::random_tensor(DataType::kFloat32, Dims{kK, kN}, 5, -0.5, 0.5);
   const HostTensor bias = test::random_tensor(DataType::kFloat32, Dims{kN}, 6, -1.0, 1.0);
+  const HostTensor w2 = test::random_tensor(DataType::kFloat32, Dims{kN, kN2}, 7, -0.5, 0.5);
+  const HostTensor bias2 = test::random_tensor(DataType::kFloat32, Dims{kN2}, 8, -1.0, 1.0);
   Network net;
   auto scalar = [&](float v) {
     return net.add_constant(HostTensor::from_vector(DataType::kFloat32, Dims{}, std::vector<float>{v}))->output(0);
@@ -257,19 +262,28 @@ TEST(MatmulPackedAvx2, ABertLayerBecomesOneProductWithBiasAndGelu) {
   Tensor* e = net.add_unary(d, UnaryOp::kErf)->output(0);
   Tensor* one_plus = net.add_elementwise(e, scalar(1.0f), ElementWiseOp::kSum)->output(0);
   Tensor* xs = net.add_elementwise(h, one_plus, ElementWiseOp::kProd)->output(0);
-  Tensor* y = net.add_elementwise(xs, scalar(0.5f), ElementWiseOp::kProd)->output(0);
+  Tensor* g = net.add_elementwise(xs, scalar(0.5f), ElementWiseOp::kProd)->output(0);
+  Tensor* mm2 = net.add_matrix_multiply(g, false, net.add_constant(w2, "w2")->output(0), false)->output(0);
+  Tensor* y = net.add_elementwise(net.add_constant(bias2, "bias2")->output(0), mm2, ElementWiseOp::kSum)->output(0);
   y->set_name("y");
   net.mark_output(y);
   auto engine = build_batched(net, kK, "bert layer");
   const std::string described = engine->describe();
-  EXPECT_NE(described.find("layers (1, in execution order)"), std::string::npos) << described;
+  EXPECT_NE(described.find("layers (2, in execution order)"), std::string::npos) << described;
   EXPECT_NE(described.find(": MatrixMultiply+gelu_erf kernel=" + tactics().back()), std::string::npos) << described;
+  EXPECT_NE(described.find(": MatrixMultiply kernel=" + tactics().back()), std::string::npos) << described;
   const float* wa = w.as<float>();
   const float* ba = bias.as<float>();
-  expect_batches(*engine, kK, kN, 20, [&](const float* x, int64_t c) {
-    double v = ba[c];
-    for (int64_t k = 0; k < kK; ++k) v += static_cast<double>(x[k]) * wa[k * kN + c];
-    return 0.5 * v * std::erfc(-v / std::sqrt(2.0));
+  const float* w2a = w2.as<float>();
+  const float* b2a = bias2.as<float>();
+  expect_batches(*engine, kK, kN2, 20, [&](const float* x, int64_t c) {
+    double v2 = b2a[c];
+    for (int64_t j = 0; j < kN; ++j) {
+      double v = ba[j];
+      for (int64_t k = 0; k < kK; ++k) v += static_cast<double>(x[k]) * wa[k * kN + j];
+      v2 += 0.5 * v * std::erfc(-v / std::sqrt(2.0)) * w2a[j * kN2 + c];
+    }
+    return v2;
   });
 }
 

@@ -21,6 +21,8 @@
 //     nothing falls back to the slow reference product.
 // The fused layer's output takes over the name of the removed layer's output.
 #include <cmath>
+#include <map>
+#include <vector>
 
 #include "src/backends/kernel.h"
 #include "src/builder/passes/pass_utils.h"
@@ -211,7 +213,10 @@ int fuse_residual(Network& network, PassContext& ctx) {
 
 // Step 2b helpers. Whether a CPU kernel other than the reference (and not left out through
 // KILN_DISABLE_TACTICS) takes `layer` at every shape point of `table`.
-bool fast_cpu_kernel_takes(const Layer& layer, const passes::ShapeTable& table) {
+// `made`: the states, per shape point, of tensors made after the table (a fused product's output,
+// which replaces the tensor it computes and has its states).
+using MadeStates = std::map<const Tensor*, std::vector<TensorState>>;
+bool fast_cpu_kernel_takes(const Layer& layer, const passes::ShapeTable& table, const MadeStates& made) {
   for (int point = 0; point < table.num_points(); ++point) {
     // The states of the layer's inputs: the table's, or for a constant made after it (a bias
     // reshaped to [N]) its value, through a non-owning pointer (the aliasing constructor).
@@ -221,6 +226,8 @@ bool fast_cpu_kernel_takes(const Layer& layer, const passes::ShapeTable& table) 
       if (!t) continue;
       if (const TensorState* st = table.state(point, t)) {
         states[t] = *st;
+      } else if (const auto it = made.find(t); it != made.end()) {
+        states[t] = it->second[static_cast<size_t>(point)];
       } else if (const HostTensor* constant = passes::constant_value(t)) {
         states[t] =
             TensorState{constant->type(), constant->dims(),
@@ -258,6 +265,9 @@ int fuse_matmul_bias(Network& network, PassContext& ctx) {
   if (table.num_points() == 0) return 0;
   passes::GraphEditor editor(network);
   int changes = 0;
+  // A product fused here may feed the next one (a GELU layer into the next fully connected one):
+  // its new output tensor keeps the states of the tensor it replaces.
+  MadeStates made;
   for (Layer* mm : editor.snapshot()) {
     if (editor.removed(mm) || mm->type() != kLayerMatrixMultiply || mm->num_inputs() != 2) continue;
     if (has_post_op(mm) || mm->num_outputs() != 1 || !mm->input(0) || !mm->input(1)) continue;
@@ -291,7 +301,7 @@ int fuse_matmul_bias(Network& network, PassContext& ctx) {
       }
       Layer* trial = network.add_layer(kLayerMatrixMultiply, {mm->input(0), mm->input(1), bias_1d}, 1, std::move(attrs),
                                        network.unique_name(mm->name() + "_bias"));
-      if (fast_cpu_kernel_takes(*trial, table)) {
+      if (fast_cpu_kernel_takes(*trial, table, made)) {
         fused = trial;
         if (!with_act) act = nullptr;
       } else {
@@ -310,6 +320,13 @@ int fuse_matmul_bias(Network& network, PassContext& ctx) {
       what += " and " + quote(act->name()) + " (" + act->attrs().get_string("kind") + ")";
       last = act->output(0);
     }
+    std::vector<TensorState> last_states;
+    for (int point = 0; point < table.num_points(); ++point) {
+      const TensorState* st = table.state(point, last);
+      if (!st) break;
+      last_states.push_back(*st);
+    }
+    if (static_cast<int>(last_states.size()) == table.num_points()) made[fused->output(0)] = std::move(last_states);
     editor.take_over(last, fused->output(0));
     if (act) editor.remove_layer(act);
     editor.remove_layer(sum);
