@@ -221,10 +221,10 @@ void reject_cpu_only_types(const Network& net, const TensorStates& states, Devic
 
 // Level 5 (BuildReport::level5_*): chooses the kernels as level 3 would for the same network
 // and, where that changes any layer, times the whole engine both ways and keeps the faster.
-// `data` holds level 5's choices and `bytes5` their engine; returns the engine to write.
+// `data` holds level 5's choices; returns the engine to write.
 std::vector<uint8_t> check_against_level3(EngineData& data, const std::vector<Layer*>& steps,
                                           const BuilderConfig& config, const std::vector<TensorStates>& states,
-                                          BuildReport& report, std::vector<uint8_t> bytes5) {
+                                          BuildReport& report) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   const auto format_ms = [](double ms) {
@@ -246,35 +246,43 @@ std::vector<uint8_t> check_against_level3(EngineData& data, const std::vector<La
     log(Severity::kWarning, std::string("level 5: choosing level 3's kernels for the whole-engine check failed (") +
                                 e.what() + "); the engine keeps level 5's");
     report.level5_check_seconds = seconds();
-    return bytes5;
+    return engine_serialize(data);
   }
+  // A layer's kernel for plain launches (no CUDA graph): its launch tactic where it has one.
+  const auto launched = [](const std::map<std::string, std::string>& tactics,
+                           const std::map<std::string, std::string>& launch, const std::string& layer) {
+    const auto it = launch.find(layer);
+    return it == launch.end() ? tactics.at(layer) : it->second;
+  };
   int differ = 0;
   for (const auto& [layer, tactic] : data.tactics) {
-    const auto l3 = launch3.find(layer);
-    const auto l5 = data.launch_tactics.find(layer);
-    const std::string launch3_tactic = l3 == launch3.end() ? tactics3[layer] : l3->second;
-    const std::string launch5_tactic = l5 == data.launch_tactics.end() ? tactic : l5->second;
-    if (tactics3[layer] != tactic || launch3_tactic != launch5_tactic) ++differ;
+    if (tactics3.at(layer) != tactic ||
+        launched(tactics3, launch3, layer) != launched(data.tactics, data.launch_tactics, layer)) {
+      ++differ;
+    }
   }
   report.level5_layers_differing = differ;
   if (differ == 0) {
+    report.level5_check_seconds = seconds();
     log(Severity::kInfo, "level 5: level 3 would choose the same kernels for every layer");
     data.build_info["level5_check"] = "level 3 would choose the same kernels";
-    report.level5_check_seconds = seconds();
     return engine_serialize(data);
   }
-  const std::string workspace5 = data.build_info["workspace_bytes"];
-  std::swap(data.tactics, tactics3);
-  std::swap(data.launch_tactics, launch3);
-  data.build_info["workspace_bytes"] = std::to_string(r3.workspace_bytes);
+  // Swaps level 3's choices (and their workspace) with those in `data`; twice is a no-op.
+  std::string workspace3 = std::to_string(r3.workspace_bytes);
+  const auto swap_level3 = [&] {
+    std::swap(data.tactics, tactics3);
+    std::swap(data.launch_tactics, launch3);
+    std::swap(data.build_info["workspace_bytes"], workspace3);
+  };
+  std::vector<uint8_t> bytes5 = engine_serialize(data);
+  swap_level3();
   const std::vector<uint8_t> bytes3 = engine_serialize(data);
+  swap_level3();
   EngineComparison cmp;
   try {
     cmp = time_engines_alternating(bytes5, bytes3, config.device);
   } catch (const std::exception& e) {
-    std::swap(data.tactics, tactics3);
-    std::swap(data.launch_tactics, launch3);
-    data.build_info["workspace_bytes"] = workspace5;
     report.level5_layers_differing = -1;
     report.level5_check_seconds = seconds();
     log(Severity::kWarning, std::string("level 5: the whole-engine check could not run (") + e.what() +
@@ -285,11 +293,8 @@ std::vector<uint8_t> check_against_level3(EngineData& data, const std::vector<La
   report.level3_engine_ms = cmp.b_ms;
   report.level3_kernels_kept = cmp.b_ms < cmp.a_ms;
   if (report.level3_kernels_kept) {
+    swap_level3();
     report.workspace_bytes = r3.workspace_bytes;
-  } else {
-    std::swap(data.tactics, tactics3);
-    std::swap(data.launch_tactics, launch3);
-    data.build_info["workspace_bytes"] = workspace5;
   }
   const std::string text = std::to_string(differ) + " layer(s) with other kernels than level 3's; whole engine " +
                            format_ms(cmp.a_ms) + " with level 5's, " + format_ms(cmp.b_ms) +
@@ -396,11 +401,9 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   if (config.workspace_limit) data.build_info["workspace_limit_bytes"] = std::to_string(config.workspace_limit);
   if (config.tune_for_streams > 1) data.build_info["tuned_for_streams"] = std::to_string(config.tune_for_streams);
   data.network = std::move(net);
-  auto bytes = engine_serialize(data);
-  if (config.optimization_level == 5 && builder_times_kernels(config) &&
-      (config.device == DeviceType::kCUDA || config.device == DeviceType::kCPU)) {
-    bytes = check_against_level3(data, steps, config, all_states, report, std::move(bytes));
-  }
+  const bool level5_check = config.optimization_level == 5 && builder_times_kernels(config) &&
+                            (config.device == DeviceType::kCUDA || config.device == DeviceType::kCPU);
+  auto bytes = level5_check ? check_against_level3(data, steps, config, all_states, report) : engine_serialize(data);
   report.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (report_out) *report_out = report;
   return bytes;

@@ -8,29 +8,11 @@
 #include "kiln/error.h"
 #include "kiln/runtime.h"
 #include "src/backends/backend.h"
+#include "src/builder/tactic_selection.h"
 #include "src/core/half.h"
 
 namespace kiln {
 namespace {
-
-// A stream of the backend, destroyed with its owner (after synchronizing).
-class OwnedStream {
- public:
-  explicit OwnedStream(Backend& backend) : backend_(backend), stream_(backend.create_stream()) {}
-  ~OwnedStream() {
-    try {
-      backend_.synchronize(stream_);
-    } catch (const std::exception&) {}
-    backend_.destroy_stream(stream_);
-  }
-  OwnedStream(const OwnedStream&) = delete;
-  OwnedStream& operator=(const OwnedStream&) = delete;
-  void* get() const { return stream_; }
-
- private:
-  Backend& backend_;
-  void* stream_;
-};
 
 // Input values: a fixed pattern in [-1, 1] for floating-point inputs (zeros would let kernels
 // take paths real data does not), zero for the others (valid indices, ids and masks).
@@ -96,17 +78,18 @@ double median(std::vector<double> v) {
 EngineComparison time_engines_alternating(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
                                           DeviceType device, double round_ms, int rounds) {
   Backend& backend = get_backend(device);
-  const OwnedStream stream(backend);
-  BoundEngine ea(a, "<level 5's engine>", backend, stream.get());
-  BoundEngine eb(b, "<level 3's engine>", backend, stream.get());
+  TimingStream timing_stream(&backend);
+  void* const stream = timing_stream.get();
+  BoundEngine ea(a, "<level 5's engine>", backend, stream);
+  BoundEngine eb(b, "<level 3's engine>", backend, stream);
   BoundEngine* engines[2] = {&ea, &eb};
   // Warm-up: lazy kernel set-up and, on CUDA, the graph captures of the first calls.
   double once = 0;
   for (BoundEngine* e : engines) {
-    for (int i = 0; i < 3; ++i) e->context->enqueue(stream.get());
-    backend.synchronize(stream.get());
+    for (int i = 0; i < 3; ++i) e->context->enqueue(stream);
+    backend.synchronize(stream);
     e->context->check_device_errors();
-    once = std::max(once, backend.time_runs(stream.get(), 1, [&] { e->context->enqueue(stream.get()); }));
+    once = std::max(once, backend.time_runs(stream, 1, [&] { e->context->enqueue(stream); }));
   }
   EngineComparison r;
   r.runs = std::max(1, std::min(200, static_cast<int>(round_ms / std::max(once, 1e-3))));
@@ -119,7 +102,7 @@ EngineComparison time_engines_alternating(const std::vector<uint8_t>& a, const s
     for (int k = 0; k < 2; ++k) {
       const int which = (round + k) % 2;
       BoundEngine& e = *engines[which];
-      const double ms = backend.time_runs(stream.get(), r.runs, [&] { e.context->enqueue(stream.get()); });
+      const double ms = backend.time_runs(stream, r.runs, [&] { e.context->enqueue(stream); });
       (which == 0 ? ta : tb).push_back(ms);
     }
   }

@@ -149,26 +149,6 @@ struct KernelTime {
   double plain_ms() const { return std::max(device_ms, host_ms); }
 };
 
-// The stream kernels are timed on: made on first use, destroyed with this object (also when
-// timing throws).
-class TimingStream {
- public:
-  explicit TimingStream(Backend* backend) : backend_(backend) {}
-  TimingStream(const TimingStream&) = delete;
-  TimingStream& operator=(const TimingStream&) = delete;
-  ~TimingStream() {
-    if (stream_) backend_->destroy_stream(stream_);
-  }
-  void* get() {
-    if (!stream_) stream_ = backend_->create_stream();
-    return stream_;
-  }
-
- private:
-  Backend* backend_;
-  void* stream_ = nullptr;
-};
-
 // Creates and prepares the kernel `entry` makes for `layer` at `states` (the first profile's
 // ranges configured first when given): what a kernel costs on the host before it can run (cuDNN
 // plan building, runtime compilation, weight uploads on the thread's own stream).
@@ -653,6 +633,15 @@ double fastest_of(const std::vector<const KernelEntry*>& entries, const Layer& l
 }
 
 }  // namespace
+
+TimingStream::~TimingStream() {
+  if (stream_) backend_->destroy_stream(stream_);
+}
+
+void* TimingStream::get() {
+  if (!stream_) stream_ = backend_->create_stream();
+  return stream_;
+}
 
 TimingPolicy timing_policy(int level) {
   constexpr size_t kAll = std::numeric_limits<size_t>::max();

@@ -37,6 +37,21 @@ struct TimingPolicy {
   Clock* clock = nullptr;
 };
 // Throws naming the valid range when `level` is not 0..5.
+// A backend stream made on first use and destroyed with this object (also when timing throws):
+// the stream kernels are timed on, and the one level 5's whole-engine check runs on.
+class TimingStream {
+ public:
+  explicit TimingStream(Backend* backend) : backend_(backend) {}
+  TimingStream(const TimingStream&) = delete;
+  TimingStream& operator=(const TimingStream&) = delete;
+  ~TimingStream();
+  void* get();
+
+ private:
+  Backend* backend_;
+  void* stream_ = nullptr;
+};
+
 TimingPolicy timing_policy(int level);
 // The device's name in timing keys: Backend::describe(), plus the number of streams when the
 // build is tuned for several (BuilderConfig::tune_for_streams).
