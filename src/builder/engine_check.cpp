@@ -93,7 +93,8 @@ EngineComparison time_engines_alternating(const std::vector<uint8_t>& a, const s
   }
   EngineComparison r;
   r.runs = std::max(1, std::min(200, static_cast<int>(round_ms / std::max(once, 1e-3))));
-  // At most about 2 s of measuring (engines of 100 ms and more: 3 rounds of one inference each).
+  // At most about 2 s of measuring where rounds allow: 7 rounds up to about 140 ms an inference,
+  // fewer above, at least 3 (one inference each from about 330 ms).
   const int affordable = static_cast<int>(2000.0 / (2.0 * once * r.runs));
   r.rounds = std::max(1, std::min(rounds, std::max(3, affordable)));
   std::vector<double> ta, tb;
