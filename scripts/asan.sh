@@ -63,7 +63,9 @@ for ((i = 0; i < SHARDS; ++i)); do
   if ! wait "${pids[$i]}"; then
     rc=1
     echo "asan: shard $i of kiln_tests failed ($BUILD/asan-shard-$i.log):"
-    grep -E "FAILED|ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|SUMMARY" "asan-shard-$i.log" | head -40
+    # Each failure with the assertion's message (the lines after GoogleTest's "Failure" line).
+    grep -E -A6 ": Failure$|ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:" "asan-shard-$i.log" | head -80
+    grep -E "FAILED|SUMMARY" "asan-shard-$i.log" | head -40
   fi
   grep -E "tests? from .* ran|PASSED|FAILED TEST" "asan-shard-$i.log" | tail -3
 done
