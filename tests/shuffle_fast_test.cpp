@@ -143,6 +143,32 @@ TEST(ShuffleFast, RandomTransposeReshapeTransposeMatchTheReferenceInBothInputFor
   EXPECT_GT(two_steps, 0);
 }
 
+// The shapes that take the 8 x 8 register transpose (4-byte elements, both transposed extents of
+// 8 or more; with and without remainders past a multiple of 8 and past the 32-element tiles) and
+// the whole-run copies counted run by run: attention's shuffles in bert_tiny at batch 8
+// (Q and V [8, 16, 128] -> [8, 2, 16, 64], K -> [8, 2, 64, 16], the context back to [8, 16, 128]).
+TEST(ShuffleFast, AttentionShufflesAndLargeTransposesMatchTheReference) {
+  const std::vector<Case> cases = {
+      {Dims{8, 16, 128}, {}, {8, 16, 2, 64}, {0, 2, 1, 3}},
+      {Dims{8, 16, 128}, {}, {8, 16, 2, 64}, {0, 2, 3, 1}},
+      {Dims{8, 2, 16, 64}, {0, 2, 1, 3}, {8, 16, 128}, {}},
+      {Dims{37, 41}, {1, 0}, {}, {}},
+      {Dims{3, 19, 13}, {0, 2, 1}, {}, {}},
+      {Dims{2, 8, 8}, {0, 2, 1}, {}, {}},
+      {Dims{70, 3, 33}, {2, 1, 0}, {}, {}},
+      {Dims{5, 9, 17, 3}, {3, 2, 0, 1}, {}, {}},
+      {Dims{4, 3, 5, 7, 2}, {4, 0, 3, 1, 2}, {}, {}},
+  };
+  for (const Case& c : cases) {
+    const HostTensor x = test::random_tensor(DataType::kFloat32, c.in, 7, -1.0, 1.0);
+    const HostTensor want = run_kernel(c, x, TensorFormat::kLinear, "reference", 1).y;
+    for (int threads : {1, 2, 3}) {
+      expect_bit_equal(run_kernel(c, x, TensorFormat::kLinear, "fast", threads).y, want,
+                       c.text() + ", " + std::to_string(threads) + " threads");
+    }
+  }
+}
+
 TEST(ShuffleFast, YoloHeadFromChannelsLastIsOneTransposeWithoutWorkspace) {
   // [1, 255, 40, 40] -> reshape [1, 3, 85, 40, 40] -> transpose (0, 1, 3, 4, 2), input stored
   // as NHWC: one transpose of 85-float runs.
