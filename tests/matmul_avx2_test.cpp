@@ -89,6 +89,21 @@ test::OpCase with_bias(test::OpCase c, int64_t n, const std::string& activation)
   return c;
 }
 
+// `c` (a product whose output has dims `out`) with a residual of those dims as its fourth input
+// (the bias omitted where `c` has none).
+test::OpCase with_residual(test::OpCase c, const Dims& out) {
+  if (c.inputs.size() < 3) {
+    test::InputSpec none;
+    none.omitted = true;
+    c.inputs.push_back(none);
+  }
+  test::InputSpec residual;
+  residual.dims = out;
+  c.inputs.push_back(residual);
+  c.name += "_residual";
+  return c;
+}
+
 void expect_declined(const test::OpCase& c, const std::string& tactic) {
   std::string message;
   EXPECT_EQ(outcome_of(c, tactic, &message), test::Outcome::kUnsupported) << tactic << ", " << c.name;
@@ -147,6 +162,19 @@ TEST(MatmulPackedAvx2, BiasAndActivationMatchTheReference) {
       expect_passes(with_bias(matmul_case(k.name, k.a, k.b, true), k.b[1], k.activation), tactic);
     }
   }
+  // The residual (activation_fusion's step 2c), added before the activation, with and without a
+  // bias, on full and partial panels and several row chunks.
+  for (const std::string& tactic : tactics()) {
+    expect_passes(
+        with_residual(matmul_case("attention_output", Dims{8, 16, 128}, Dims{128, 128}, true), Dims{8, 16, 128}),
+        tactic);
+    expect_passes(with_residual(with_bias(matmul_case("bert_output", Dims{8, 16, 512}, Dims{512, 128}, true), 128, ""),
+                                Dims{8, 16, 128}),
+                  tactic);
+    expect_passes(with_residual(with_bias(matmul_case("relu_cols_17", Dims{49, 20}, Dims{20, 17}, true), 17, "relu"),
+                                Dims{49, 17}),
+                  tactic);
+  }
   // An activation activation_avx2.h does not compute: declined (the builder then leaves the
   // layers unfused).
   for (const std::string& tactic : tactics()) {
@@ -188,6 +216,12 @@ TEST(MatmulBatched, MatchesTheReferenceKernel) {
     // The fused bias and activation (activation_fusion), on the tile the product just wrote.
     expect_passes(with_bias(matmul_case("bias_gelu", Dims{3, 2, 10, 24}, Dims{3, 2, 24, 40}, false), 40, "gelu_erf"),
                   tactic);
+    // The residual: each batch matrix's own, with a broadcast a.
+    expect_passes(with_residual(matmul_case("broadcast", Dims{5, 24}, Dims{3, 24, 17}, false), Dims{3, 5, 17}), tactic);
+    expect_passes(
+        with_residual(with_bias(matmul_case("bias_silu", Dims{3, 2, 10, 24}, Dims{3, 2, 24, 40}, false), 40, "silu"),
+                      Dims{3, 2, 10, 40}),
+        tactic);
   }
 }
 
@@ -285,6 +319,60 @@ TEST(MatmulPackedAvx2, ABertLayerBecomesOneProductWithBiasAndGelu) {
     }
     return v2;
   });
+}
+
+// A transformer's attention output as exporters write it: MatMul, the bias Add, the residual Add
+// of the layer's input: a CPU build makes the three one MatrixMultiply (bias and residual in the
+// epilogue, activation_fusion's steps 2b and 2c). A second product's sum with a [1, 5, K]
+// constant, which broadcasts over the batch, is no residual and stays a layer of its own (its
+// product is not fused: the constant is no [K] bias either). Results at batch 1, 7 and 3 against
+// double precision.
+TEST(MatmulPackedAvx2, AResidualSumAfterAProductIsFusedIntoIt) {
+  if (!has_avx2()) GTEST_SKIP() << "no AVX2 + FMA here";
+  constexpr int64_t kK = 40, kRows = 5;
+  const HostTensor w = test::random_tensor(DataType::kFloat32, Dims{kK, kK}, 15, -0.5, 0.5);
+  const HostTensor bias = test::random_tensor(DataType::kFloat32, Dims{kK}, 16, -1.0, 1.0);
+  const HostTensor plane = test::random_tensor(DataType::kFloat32, Dims{1, kRows, kK}, 17, -1.0, 1.0);
+  Network net;
+  Tensor* x = net.add_input("x", DataType::kFloat32, Dims{kDynamic, kRows, kK});
+  Tensor* mm = net.add_matrix_multiply(x, false, net.add_constant(w, "w")->output(0), false)->output(0);
+  Tensor* h = net.add_elementwise(mm, net.add_constant(bias, "bias")->output(0), ElementWiseOp::kSum)->output(0);
+  Tensor* r = net.add_elementwise(x, h, ElementWiseOp::kSum)->output(0);
+  Tensor* mm2 = net.add_matrix_multiply(r, false, net.add_constant(w, "w2")->output(0), false)->output(0);
+  Tensor* y = net.add_elementwise(mm2, net.add_constant(plane, "plane")->output(0), ElementWiseOp::kSum)->output(0);
+  y->set_name("y");
+  net.mark_output(y);
+  auto engine = build_batched(net, kK, "attention output");
+  const std::string described = engine->describe();
+  EXPECT_NE(described.find("layers (3, in execution order)"), std::string::npos) << described;
+  EXPECT_NE(described.find("in: x ?x5x40, w 40x40, bias 40, x ?x5x40"), std::string::npos) << described;
+  const float* wa = w.as<float>();
+  const float* ba = bias.as<float>();
+  const float* pa = plane.as<float>();
+  auto ctx = engine->create_execution_context();
+  for (int64_t batch : {1, 7, 3}) {
+    const HostTensor in = test::random_tensor(DataType::kFloat32, Dims{batch, kRows, kK}, 30 + batch);
+    std::vector<float> out(static_cast<size_t>(batch * kRows * kK), std::nanf(""));
+    ctx->set_input_shape("x", in.dims());
+    ctx->set_tensor_address("x", const_cast<void*>(in.data()));
+    ctx->set_tensor_address("y", out.data());
+    ctx->execute();
+    for (int64_t row = 0; row < batch * kRows; ++row) {
+      const float* xr = in.as<float>() + row * kK;
+      std::vector<double> rr(static_cast<size_t>(kK));
+      for (int64_t c = 0; c < kK; ++c) {
+        double v = static_cast<double>(ba[c]) + xr[c];
+        for (int64_t k = 0; k < kK; ++k) v += static_cast<double>(xr[k]) * wa[k * kK + c];
+        rr[static_cast<size_t>(c)] = v;
+      }
+      for (int64_t c = 0; c < kK; ++c) {
+        double want = pa[(row % kRows) * kK + c];
+        for (int64_t k = 0; k < kK; ++k) want += rr[static_cast<size_t>(k)] * wa[k * kK + c];
+        ASSERT_NEAR(out[static_cast<size_t>(row * kK + c)], want, 1e-4 * (1 + std::fabs(want)))
+            << "batch " << batch << ", row " << row << ", column " << c;
+      }
+    }
+  }
 }
 
 // Through the public API: a fully connected layer on a dynamic batch, built once, run at batch 1, 7

@@ -218,6 +218,15 @@ void infer_matrix_multiply(ShapeContext& ctx) {
     ctx.check(bias.rank() == 1 && b.rank() >= 2 && (bias[0] == n || bias[0] < 0 || n < 0),
               "bias " + describe(ctx, 2) + " must be 1-D with the product's " + std::to_string(n) + " columns");
   }
+  // The residual the CPU builder fuses in (activation_fusion): the output's dims, added before
+  // the activation.
+  if (ctx.has_input(3)) {
+    require_same_type(ctx, 0, 3);
+    const Dims& r = ctx.input_dims(3);
+    bool same = r.rank() == out.rank();
+    for (int i = 0; same && i < r.rank(); ++i) same = r[i] == out[i] || r[i] < 0 || out[i] < 0;
+    ctx.check(same, "residual " + describe(ctx, 3) + " must have the product's dims " + out.to_string());
+  }
   if (!attr_string(ctx.layer(), "activation").empty()) parse_attr(ctx, "activation", parse_activation_type);
   ctx.set_output(0, ctx.input_type(0), out);
 }
@@ -388,7 +397,7 @@ KILN_REGISTER_OP(OpSchema{kLayerReduce,
 KILN_REGISTER_OP(OpSchema{
     kLayerMatrixMultiply,
     2,
-    3,
+    4,
     1,
     concat({attr("transpose_a", AttrType::kInt, int64_t{0}, "swap the last two dims of a first"),
             attr("transpose_b", AttrType::kInt, int64_t{0}, "swap the last two dims of b first"),
@@ -398,7 +407,8 @@ KILN_REGISTER_OP(OpSchema{
     {},
     infer_matrix_multiply,
     "numpy matmul: 1-D operands promoted then squeezed, batch dims broadcast; optional bias [N] (input 2) "
-    "added to every row and fused activation applied last (CPU builds fuse them in)."}
+    "added to every row, residual of the output's dims (input 3) added, and fused activation applied last "
+    "(CPU builds fuse them in)."}
                      .with_params<MatMulParams>());
 
 KILN_REGISTER_OP(OpSchema{

@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
+#include "kiln/error.h"
 #include "kiln/network.h"
 #include "src/backends/cpu/isa_region.h"
 #include "src/core/activation_math.h"
@@ -31,6 +33,38 @@ inline bool activation_vectorized(const PostOp& post) {
       return true;
     default:
       return false;
+  }
+}
+
+// Calls f.template operator()<kOn, K>() with post's activation as compile-time constants (kOn
+// false: none), so that a kernel's store loop, built from a PostOp{kOn, K, alpha, beta}, is
+// compiled once per kind with activate()'s switch folded away instead of switching on every
+// register it stores. Measured on an AVX2 Zen 3 (session 30): GELU over a product's 6 x 16 tiles
+// 1.07 ns an element with the switch, 0.73-0.86 without (a loop over a buffer: 0.72). Only for
+// the kinds activation_vectorized() accepts (kernels decline the others).
+template <class F>
+decltype(auto) with_activation_kind(const PostOp& post, F&& f) {
+  if (!post.enabled) return f.template operator()<false, ActivationType::kRelu>();
+  switch (post.kind) {
+    case ActivationType::kRelu:
+      return f.template operator()<true, ActivationType::kRelu>();
+    case ActivationType::kLeakyRelu:
+      return f.template operator()<true, ActivationType::kLeakyRelu>();
+    case ActivationType::kClip:
+      return f.template operator()<true, ActivationType::kClip>();
+    case ActivationType::kSilu:
+      return f.template operator()<true, ActivationType::kSilu>();
+    case ActivationType::kSigmoid:
+      return f.template operator()<true, ActivationType::kSigmoid>();
+    case ActivationType::kHardSigmoid:
+      return f.template operator()<true, ActivationType::kHardSigmoid>();
+    case ActivationType::kHardSwish:
+      return f.template operator()<true, ActivationType::kHardSwish>();
+    case ActivationType::kGeluErf:
+      return f.template operator()<true, ActivationType::kGeluErf>();
+    default:
+      throw Error(std::string("activation ") + to_string(post.kind) +
+                  " has no vectorized form (the kernel should have declined the layer)");
   }
 }
 

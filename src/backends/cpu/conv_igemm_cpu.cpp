@@ -148,9 +148,12 @@ void build_table(const IgemmShape& s, const float* x, const float* zeros, int64_
   }
 }
 
-// Output pixels [p0, p0 + count) x output channels of panels [g0, g1).
-void run_block(const IgemmShape& s, const float** table, const float* wp, const float* bias, const float* residual,
-               float* y, const PostOp& post, int64_t p0, int64_t count, int64_t g0, int64_t g1) {
+// Output pixels [p0, p0 + count) x output channels of panels [g0, g1); the activation's kind a
+// template argument (cpu::with_activation_kind), not read per register.
+template <bool kOn, ActivationType K>
+void run_block_as(const IgemmShape& s, const float** table, const float* wp, const float* bias, const float* residual,
+                  float* y, const PostOp& runtime_post, int64_t p0, int64_t count, int64_t g0, int64_t g1) {
+  const PostOp post{kOn, K, runtime_post.alpha, runtime_post.beta};
   for (int64_t panel = g0; panel < g1; ++panel) {
     const int64_t k0 = panel * kPanel;
     const int64_t lanes = std::min(kPanel, s.k - k0);
@@ -185,6 +188,13 @@ void run_block(const IgemmShape& s, const float** table, const float* wp, const 
       cpu::avx2::gemm_block_indirect_n(std::min(kRows, count - j), rows, s.rows, b, s.kc, store);
     }
   }
+}
+
+void run_block(const IgemmShape& s, const float** table, const float* wp, const float* bias, const float* residual,
+               float* y, const PostOp& post, int64_t p0, int64_t count, int64_t g0, int64_t g1) {
+  cpu::with_activation_kind(post, [&]<bool kOn, ActivationType K>() {
+    run_block_as<kOn, K>(s, table, wp, bias, residual, y, post, p0, count, g0, g1);
+  });
 }
 
 KILN_ISA_END

@@ -209,9 +209,12 @@ void products(const WinogradShape& s, const float* v, const float* u, float* m, 
   }
 }
 
-// Phase 3 for tiles [t0, t1) of the block starting at `first`.
-void output_transform(const WinogradShape& s, const float* m, const float* bias, const float* residual, float* y,
-                      const PostOp& post, int64_t first, int64_t rows, int64_t t0, int64_t t1) {
+// Phase 3 for tiles [t0, t1) of the block starting at `first`; the activation's kind a template
+// argument (cpu::with_activation_kind), not read per register.
+template <bool kOn, ActivationType K>
+void output_transform_as(const WinogradShape& s, const float* m, const float* bias, const float* residual, float* y,
+                         const PostOp& runtime_post, int64_t first, int64_t rows, int64_t t0, int64_t t1) {
+  const PostOp post{kOn, K, runtime_post.alpha, runtime_post.beta};
   const int64_t point_stride = rows * s.kp;
   for (int64_t t = t0; t < t1; ++t) {
     const TilePos p = tile_pos(s, t);
@@ -251,6 +254,13 @@ void output_transform(const WinogradShape& s, const float* m, const float* bias,
       }
     }
   }
+}
+
+void output_transform(const WinogradShape& s, const float* m, const float* bias, const float* residual, float* y,
+                      const PostOp& post, int64_t first, int64_t rows, int64_t t0, int64_t t1) {
+  cpu::with_activation_kind(post, [&]<bool kOn, ActivationType K>() {
+    output_transform_as<kOn, K>(s, m, bias, residual, y, post, first, rows, t0, t1);
+  });
 }
 
 KILN_ISA_END

@@ -569,21 +569,29 @@ void matrix_multiply_reference(const KernelContext& ctx, bool transpose_a, bool 
       min_rows);
 }
 
-// The bias [N] and activation the CPU builder fuses into a MatrixMultiply (float types; float16
-// where --fp16 runs the layer in it), computed in float32.
+// The bias [N], residual (the output's dims) and activation the CPU builder fuses into a
+// MatrixMultiply (float types; float16 where --fp16 runs the layer in it), computed in float32:
+// act(product + bias + residual).
 template <typename T>
-void matrix_multiply_epilogue(const KernelContext& ctx, bool bias, const PostOp& post) {
+void matrix_multiply_epilogue(const KernelContext& ctx, bool bias, bool residual, const PostOp& post) {
   const TensorView& y = ctx.outputs[0];
   const int64_t n = y.dims.rank() > 0 ? y.dims[y.dims.rank() - 1] : 1, count = y.count();
   if (bias && ctx.inputs[2].count() != n) {
     throw Error("MatrixMultiply: the bias has " + std::to_string(ctx.inputs[2].count()) + " elements, the product " +
                 std::to_string(n) + " columns");
   }
+  if (residual && ctx.inputs[3].dims != y.dims) {
+    throw Error("MatrixMultiply: the residual " + ctx.inputs[3].dims.to_string() + " differs from the product's " +
+                y.dims.to_string());
+  }
   const T* b = bias ? ctx.inputs[2].as<const T>() : nullptr;
+  const T* r = residual ? ctx.inputs[3].as<const T>() : nullptr;
   T* out = y.as<T>();
   for (int64_t i = 0; i < count; ++i) {
-    const float v = static_cast<float>(out[i]);
-    out[i] = static_cast<T>(post.apply(b ? v + static_cast<float>(b[i % n]) : v));
+    float v = static_cast<float>(out[i]);
+    if (b) v += static_cast<float>(b[i % n]);
+    if (r) v += static_cast<float>(r[i]);
+    out[i] = static_cast<T>(post.apply(v));
   }
 }
 
@@ -679,9 +687,10 @@ KILN_REGISTER_KERNEL(KernelEntry{
       return std::make_unique<FunctionKernel>([ta, tb, post](const KernelContext& ctx) {
         KILN_DISPATCH_NUMERIC(ctx.inputs[0].type, "MatrixMultiply", matrix_multiply_reference<T>(ctx, ta, tb));
         const bool bias = ctx.inputs.size() > 2 && ctx.inputs[2].data;
-        if (bias || post.enabled) {
-          KILN_DISPATCH_FLOAT(ctx.outputs[0].type, "MatrixMultiply with a fused bias or activation",
-                              matrix_multiply_epilogue<T>(ctx, bias, post));
+        const bool residual = ctx.inputs.size() > 3 && ctx.inputs[3].data;
+        if (bias || residual || post.enabled) {
+          KILN_DISPATCH_FLOAT(ctx.outputs[0].type, "MatrixMultiply with a fused bias, residual or activation",
+                              matrix_multiply_epilogue<T>(ctx, bias, residual, post));
         }
       });
     }});

@@ -118,33 +118,57 @@ std::vector<float> pack_b(const float* b, int64_t k, int64_t n, bool transpose_b
 #if KILN_PACKED_X86
 KILN_ISA_AVX2_BEGIN
 
-// y = act(y + bias) over rows x `lanes` (1..16) columns of y (`ld` floats apart), right after the
-// product wrote them (they are in L1). A function of its own: with the bias and the activation
+// y = act(y + bias + residual) over rows x `lanes` (1..16) columns of y (`ld` floats apart; the
+// residual, where there is one, laid out as y), right after the product wrote them (they are in
+// L1). A function of its own: with the bias and the activation
 // inside the register block's store, GCC kept one accumulator on the stack in the product's loop
 // (bert_tiny's fused layers 1.6x slower).
-// The tile's `lanes` bias values are read masked (none: zero).
-[[gnu::noinline]] void epilogue_tile(float* y, int64_t ld, int64_t rows, int64_t lanes, const float* bias,
-                                     const PostOp& post) {
+// The tile's `lanes` bias values are read masked (none: zero). The activation a template
+// argument (cpu::with_activation_kind): with the kind read per register, GELU here took 1.07 ns
+// an element against 0.73-0.86 (bert_tiny's intermediate products, session 30).
+template <bool kOn, ActivationType K>
+[[gnu::noinline]] void epilogue_tile_as(float* y, int64_t ld, int64_t rows, int64_t lanes, const float* bias,
+                                        const float* residual, float alpha, float beta) {
+  const PostOp post{kOn, K, alpha, beta};
   const __m256i mlo = cpu::avx2::lane_mask(std::min<int64_t>(8, lanes));
   const __m256i mhi = cpu::avx2::lane_mask(std::max<int64_t>(0, lanes - 8));
   const __m256 b_lo = bias ? _mm256_maskload_ps(bias, mlo) : _mm256_setzero_ps();
   const __m256 b_hi = bias ? _mm256_maskload_ps(bias + 8, mhi) : _mm256_setzero_ps();
   for (int64_t r = 0; r < rows; ++r) {
     float* row = y + r * ld;
+    const float* res = residual ? residual + r * ld : nullptr;
     if (lanes == kPanel) {
-      _mm256_storeu_ps(row, cpu::avx2::activate(_mm256_add_ps(_mm256_loadu_ps(row), b_lo), post));
-      _mm256_storeu_ps(row + 8, cpu::avx2::activate(_mm256_add_ps(_mm256_loadu_ps(row + 8), b_hi), post));
+      __m256 lo = _mm256_add_ps(_mm256_loadu_ps(row), b_lo), hi = _mm256_add_ps(_mm256_loadu_ps(row + 8), b_hi);
+      if (res) {
+        lo = _mm256_add_ps(lo, _mm256_loadu_ps(res));
+        hi = _mm256_add_ps(hi, _mm256_loadu_ps(res + 8));
+      }
+      _mm256_storeu_ps(row, cpu::avx2::activate(lo, post));
+      _mm256_storeu_ps(row + 8, cpu::avx2::activate(hi, post));
     } else {
-      _mm256_maskstore_ps(row, mlo, cpu::avx2::activate(_mm256_add_ps(_mm256_maskload_ps(row, mlo), b_lo), post));
-      _mm256_maskstore_ps(row + 8, mhi,
-                          cpu::avx2::activate(_mm256_add_ps(_mm256_maskload_ps(row + 8, mhi), b_hi), post));
+      __m256 lo = _mm256_add_ps(_mm256_maskload_ps(row, mlo), b_lo);
+      __m256 hi = _mm256_add_ps(_mm256_maskload_ps(row + 8, mhi), b_hi);
+      if (res) {
+        lo = _mm256_add_ps(lo, _mm256_maskload_ps(res, mlo));
+        hi = _mm256_add_ps(hi, _mm256_maskload_ps(res + 8, mhi));
+      }
+      _mm256_maskstore_ps(row, mlo, cpu::avx2::activate(lo, post));
+      _mm256_maskstore_ps(row + 8, mhi, cpu::avx2::activate(hi, post));
     }
   }
 }
 
-// Rows [r0, r1) x panels [p0, p1) of y = act(a . b + bias), panel by panel (bias [N] or null).
-void run_item(const Sizes& s, const float* a, const float* packed, const float* bias, const PostOp& post, float* y,
-              int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+void epilogue_tile(float* y, int64_t ld, int64_t rows, int64_t lanes, const float* bias, const float* residual,
+                   const PostOp& post) {
+  cpu::with_activation_kind(post, [&]<bool kOn, ActivationType K>() {
+    epilogue_tile_as<kOn, K>(y, ld, rows, lanes, bias, residual, post.alpha, post.beta);
+  });
+}
+
+// Rows [r0, r1) x panels [p0, p1) of y = act(a . b + bias + residual), panel by panel (bias [N]
+// or null; residual laid out as y, or null).
+void run_item(const Sizes& s, const float* a, const float* packed, const float* bias, const float* residual,
+              const PostOp& post, float* y, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   for (int64_t panel = p0; panel < p1; ++panel) {
     const int64_t c0 = panel * kPanel;
     const int64_t lanes = std::min(kPanel, s.n - c0);
@@ -164,7 +188,10 @@ void run_item(const Sizes& s, const float* a, const float* packed, const float* 
       }
     };
     cpu::avx2::gemm_rows(a + r0 * s.k, s.k, bp, s.k, r1 - r0, store);
-    if (bias || post.enabled) epilogue_tile(yc, n, r1 - r0, lanes, bias ? bias + c0 : nullptr, post);
+    if (bias || residual || post.enabled) {
+      epilogue_tile(yc, n, r1 - r0, lanes, bias ? bias + c0 : nullptr, residual ? residual + r0 * n + c0 : nullptr,
+                    post);
+    }
   }
 }
 
@@ -261,24 +288,37 @@ void rows512(const float* a, int64_t lda, const float* b0, const float* b1, int6
 
 // epilogue_tile's work on 16 lanes: y = act(y + bias) over rows x the columns `m0` and `m1` mark
 // of two panels side by side (m1 empty: one panel), right after the product wrote them.
-[[gnu::noinline]] void epilogue_tile512(float* y, int64_t ld, int64_t rows, __mmask16 m0, __mmask16 m1,
-                                        const float* bias, const PostOp& post) {
+template <bool kOn, ActivationType K>
+[[gnu::noinline]] void epilogue_tile512_as(float* y, int64_t ld, int64_t rows, __mmask16 m0, __mmask16 m1,
+                                           const float* bias, const float* residual, float alpha, float beta) {
+  const PostOp post{kOn, K, alpha, beta};
   const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
   const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + kPanel) : _mm512_setzero_ps();
   for (int64_t r = 0; r < rows; ++r) {
     float* row = y + r * ld;
-    _mm512_mask_storeu_ps(row, m0, cpu::avx512::activate(_mm512_add_ps(_mm512_maskz_loadu_ps(m0, row), b0), post));
+    const float* res = residual ? residual + r * ld : nullptr;
+    __m512 v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, row), b0);
+    if (res) v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, res));
+    _mm512_mask_storeu_ps(row, m0, cpu::avx512::activate(v0, post));
     if (m1) {
-      _mm512_mask_storeu_ps(row + kPanel, m1,
-                            cpu::avx512::activate(_mm512_add_ps(_mm512_maskz_loadu_ps(m1, row + kPanel), b1), post));
+      __m512 v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, row + kPanel), b1);
+      if (res) v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, res + kPanel));
+      _mm512_mask_storeu_ps(row + kPanel, m1, cpu::avx512::activate(v1, post));
     }
   }
 }
 
+void epilogue_tile512(float* y, int64_t ld, int64_t rows, __mmask16 m0, __mmask16 m1, const float* bias,
+                      const float* residual, const PostOp& post) {
+  cpu::with_activation_kind(post, [&]<bool kOn, ActivationType K>() {
+    epilogue_tile512_as<kOn, K>(y, ld, rows, m0, m1, bias, residual, post.alpha, post.beta);
+  });
+}
+
 // run_item's work with the AVX-512 block: panels two at a time (the last one alone when the
 // group has an odd count).
-void run_item512(const Sizes& s, const float* a, const float* packed, const float* bias, const PostOp& post, float* y,
-                 int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+void run_item512(const Sizes& s, const float* a, const float* packed, const float* bias, const float* residual,
+                 const PostOp& post, float* y, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   for (int64_t panel = p0; panel < p1; panel += 2) {
     const int64_t c0 = panel * kPanel;
     const bool two = panel + 1 < p1;
@@ -293,15 +333,18 @@ void run_item512(const Sizes& s, const float* a, const float* packed, const floa
     } else {
       rows512<1>(ar, s.k, b0, b0, s.k, yc, s.n, r1 - r0, m0, m1);
     }
-    if (bias || post.enabled) epilogue_tile512(yc, s.n, r1 - r0, m0, m1, bias ? bias + c0 : nullptr, post);
+    if (bias || residual || post.enabled) {
+      epilogue_tile512(yc, s.n, r1 - r0, m0, m1, bias ? bias + c0 : nullptr,
+                       residual ? residual + r0 * s.n + c0 : nullptr, post);
+    }
   }
 }
 
 KILN_ISA_END
 #endif
 
-void run_packed(const Sizes& s, const float* a, const float* packed, const float* bias, const PostOp& post, float* y,
-                int threads, bool avx512) {
+void run_packed(const Sizes& s, const float* a, const float* packed, const float* bias, const float* residual,
+                const PostOp& post, float* y, int threads, bool avx512) {
 #if KILN_PACKED_X86
   const int64_t items = s.chunks * s.groups;
   const int nt = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, items)));
@@ -313,14 +356,14 @@ void run_packed(const Sizes& s, const float* a, const float* packed, const float
       const int64_t r0 = chunk * kChunkRows, r1 = std::min(s.m, r0 + kChunkRows);
       const int64_t p0 = s.panels * group / s.groups, p1 = s.panels * (group + 1) / s.groups;
       if (avx512) {
-        run_item512(s, a, packed, bias, post, y, r0, r1, p0, p1);
+        run_item512(s, a, packed, bias, residual, post, y, r0, r1, p0, p1);
       } else {
-        run_item(s, a, packed, bias, post, y, r0, r1, p0, p1);
+        run_item(s, a, packed, bias, residual, post, y, r0, r1, p0, p1);
       }
     }
   }
 #else
-  (void)s, (void)a, (void)packed, (void)bias, (void)post, (void)y, (void)threads, (void)avx512;
+  (void)s, (void)a, (void)packed, (void)bias, (void)residual, (void)post, (void)y, (void)threads, (void)avx512;
   throw Error("MatrixMultiply packed_avx2: not built for this processor");
 #endif
 }
@@ -329,10 +372,21 @@ void run_packed(const Sizes& s, const float* a, const float* packed, const float
 std::string product_where(const Layer& layer, const char* tactic, const std::vector<TensorDesc>& inputs,
                           const std::vector<TensorDesc>& outputs) {
   const std::string where = "layer '" + layer.name() + "' (MatrixMultiply) " + tactic + ": ";
-  if (inputs.size() < 2 || inputs.size() > 3 || outputs.empty()) {
-    throw Error(where + "expects inputs a, b (and a bias) and output y");
+  if (inputs.size() < 2 || inputs.size() > 4 || outputs.empty()) {
+    throw Error(where + "expects inputs a, b (a bias, a residual) and output y");
   }
   return where;
+}
+
+// Whether input 3 (a residual, the output's dims, added before the activation) is there; throws
+// where its dims differ from the output's.
+bool check_residual(const std::string& where, const std::vector<TensorDesc>& inputs, const Dims& out) {
+  if (inputs.size() < 4 || !inputs[3].present) return false;
+  if (inputs[3].dims != out) {
+    throw Error(where + "the residual " + inputs[3].dims.to_string() + " must have the output's dims " +
+                out.to_string());
+  }
+  return true;
 }
 
 class MatmulPacked : public Kernel {
@@ -360,6 +414,7 @@ class MatmulPacked : public Kernel {
       throw Error(where + "output dims " + outputs[0].dims.to_string() + " hold " +
                   std::to_string(outputs[0].dims.volume()) + " elements, the product " + std::to_string(s_.m * n));
     }
+    has_residual_ = check_residual(where, inputs, outputs[0].dims);
     if (!packed_) {
       const HostTensor* b = inputs[1].value;
       if (!b || b->type() != DataType::kFloat32 || b->count() != k * n) {
@@ -383,14 +438,16 @@ class MatmulPacked : public Kernel {
     float* y = ctx.outputs.at(0).as<float>();
     if (s_.m == 0) return;
     const float* bias = has_bias_ ? ctx.inputs.at(2).as<const float>() : nullptr;
-    run_packed(s_, ctx.inputs.at(0).as<const float>(), packed_->data(), bias, post_, y, threads_, avx512_);
+    const float* residual = has_residual_ ? ctx.inputs.at(3).as<const float>() : nullptr;
+    run_packed(s_, ctx.inputs.at(0).as<const float>(), packed_->data(), bias, residual, post_, y, threads_, avx512_);
   }
 
  private:
   bool transpose_b_ = false;
-  bool avx512_ = false;    // packed_avx512: the 8 x 32 register block
-  PostOp post_;            // the fused activation (CPU builds' activation_fusion)
-  bool has_bias_ = false;  // input 2, [N], added to every row
+  bool avx512_ = false;        // packed_avx512: the 8 x 32 register block
+  PostOp post_;                // the fused activation (CPU builds' activation_fusion)
+  bool has_bias_ = false;      // input 2, [N], added to every row
+  bool has_residual_ = false;  // input 3, the output's dims, added before the activation
   int threads_ = 1;
   Sizes s_;
   // b packed once, at the first prepare() of the first instance (b is constant: every shape of a
@@ -398,11 +455,11 @@ class MatmulPacked : public Kernel {
   std::shared_ptr<const std::vector<float>> packed_;
 };
 
-// What the packed and batched tactics share: float32 a, b (and a rank-1 bias) in linear memory,
-// an activation activate() computes, a linear output, a not transposed, AVX2 + FMA.
+// What the packed and batched tactics share: float32 a, b (a rank-1 bias, a residual) in linear
+// memory, an activation activate() computes, a linear output, a not transposed, AVX2 + FMA.
 bool product_inputs_ok(const Layer& layer, const std::vector<TensorDesc>& inputs) {
   if (!KILN_PACKED_X86 || !cpu::has_avx2_fma()) return false;
-  if (inputs.size() < 2 || inputs.size() > 3 || !inputs[0].present || !inputs[1].present) return false;
+  if (inputs.size() < 2 || inputs.size() > 4 || !inputs[0].present || !inputs[1].present) return false;
   for (const TensorDesc& d : inputs) {
     if (d.present && (d.type != DataType::kFloat32 || d.format != TensorFormat::kLinear)) return false;
   }
@@ -477,6 +534,7 @@ class MatmulBatched : public Kernel {
       throw Error(where + "the bias " + inputs[2].dims.to_string() + " must hold the product's " + std::to_string(n) +
                   " columns");
     }
+    has_residual_ = check_residual(where, inputs, outputs[0].dims);
     const auto as = cpu::broadcast_strides(a_batch, batch), bs = cpu::broadcast_strides(b_batch, batch);
     const int64_t count = batch.volume();
     a_off_.resize(static_cast<size_t>(count));
@@ -510,6 +568,7 @@ class MatmulBatched : public Kernel {
     const float* a = ctx.inputs.at(0).as<const float>();
     const float* b = ctx.inputs.at(1).as<const float>();
     const float* bias = has_bias_ ? ctx.inputs.at(2).as<const float>() : nullptr;
+    const float* residual = has_residual_ ? ctx.inputs.at(3).as<const float>() : nullptr;
     float* y = ctx.outputs.at(0).as<float>();
     auto* slots = static_cast<float*>(ctx.workspace);
 #if KILN_PACKED_X86
@@ -527,15 +586,16 @@ class MatmulBatched : public Kernel {
         const int64_t r0 = chunk * kChunkRows, r1 = std::min(s_.m, r0 + kChunkRows);
         const float* am = a + a_off_[static_cast<size_t>(matrix)];
         float* ym = y + matrix * s_.m * s_.n;
+        const float* rm = residual ? residual + matrix * s_.m * s_.n : nullptr;
         if (avx512_) {
-          run_item512(s_, am, slot, bias, post_, ym, r0, r1, 0, s_.panels);
+          run_item512(s_, am, slot, bias, rm, post_, ym, r0, r1, 0, s_.panels);
         } else {
-          run_item(s_, am, slot, bias, post_, ym, r0, r1, 0, s_.panels);
+          run_item(s_, am, slot, bias, rm, post_, ym, r0, r1, 0, s_.panels);
         }
       }
     }
 #else
-    (void)a, (void)b, (void)bias, (void)y, (void)slots;
+    (void)a, (void)b, (void)bias, (void)residual, (void)y, (void)slots;
     throw Error("MatrixMultiply batched_avx2: not built for this processor");
 #endif
   }
@@ -553,6 +613,7 @@ class MatmulBatched : public Kernel {
   bool avx512_ = false;
   PostOp post_;
   bool has_bias_ = false;
+  bool has_residual_ = false;
   int threads_ = 1;
   Sizes s_;
   int64_t items_ = 0;                   // batch matrices x row chunks
@@ -638,8 +699,8 @@ class ConvPointwisePacked : public Kernel {
     if (!packed_) throw Error(std::string("Convolution ") + tactic_ + ": execute() before prepare()");
     if (s_.m == 0 || s_.n == 0) return;
     const float* bias = has_bias_ ? ctx.inputs.at(2).as<const float>() : nullptr;
-    run_packed(s_, ctx.inputs.at(0).as<const float>(), packed_->data(), bias, post_, ctx.outputs.at(0).as<float>(),
-               threads_, avx512_);
+    run_packed(s_, ctx.inputs.at(0).as<const float>(), packed_->data(), bias, nullptr, post_,
+               ctx.outputs.at(0).as<float>(), threads_, avx512_);
   }
 
  private:

@@ -19,6 +19,11 @@
 //     its `activation`. Done only where a kernel other than the reference takes the fused layer
 //     at every shape point (packed_avx2: constant b; batched_avx2: b an activation; AVX2), so
 //     nothing falls back to the slow reference product.
+//  2c. Residual: MatrixMultiply without an activation (its bias fused or not) -> ElementWise sum
+//     with a float32 tensor of the product's dims at every shape point, the product read only by
+//     the sum -> MatrixMultiply with that tensor as input 3, added in the kernel's epilogue
+//     (transformers' attention and feed-forward outputs before their LayerNorm: one pass over
+//     the activations fewer), where a fast kernel takes the fused layer, as in 2b.
 // The fused layer's output takes over the name of the removed layer's output.
 #include <cmath>
 #include <map>
@@ -339,6 +344,42 @@ int fuse_matmul_bias(Network& network, PassContext& ctx) {
   return changes;
 }
 
+// Step 2c (CPU builds). Returns the number of rewrites.
+int fuse_matmul_residual(Network& network, PassContext& ctx) {
+  const passes::ShapeTable table(network, ctx);
+  if (table.num_points() == 0) return 0;
+  passes::GraphEditor editor(network);
+  int changes = 0;
+  const MadeStates none;
+  for (Layer* mm : editor.snapshot()) {
+    if (editor.removed(mm) || mm->type() != kLayerMatrixMultiply || mm->num_inputs() > 3) continue;
+    if (has_post_op(mm) || mm->num_outputs() != 1 || !mm->input(0) || !mm->input(1)) continue;
+    Tensor* out = mm->output(0);
+    Layer* sum = passes::sole_consumer(out);
+    if (!sum || sum->type() != kLayerElementWise || sum->attrs().get_string("op") != "sum") continue;
+    if (sum->num_inputs() != 2 || !sum->input(0) || !sum->input(1) || sum->input(0) == sum->input(1)) continue;
+    Tensor* other = sum->input(0) == out ? sum->input(1) : sum->input(0);
+    if (!table.same_dims(out, other) || !table.same_dims(out, sum->output(0))) continue;
+    if (!table.has_type(out, DataType::kFloat32) || !table.has_type(other, DataType::kFloat32)) continue;
+    Tensor* bias = mm->num_inputs() > 2 ? mm->input(2) : nullptr;
+    Layer* fused = network.add_layer(kLayerMatrixMultiply, {mm->input(0), mm->input(1), bias, other}, 1, mm->attrs(),
+                                     network.unique_name(mm->name() + "_residual"));
+    if (!fast_cpu_kernel_takes(*fused, table, none)) {
+      editor.remove_layer(fused);
+      continue;
+    }
+    if (mm->has_precision()) fused->set_precision(mm->precision());
+    const std::string mm_name = mm->name(), sum_name = sum->name();
+    editor.take_over(sum->output(0), fused->output(0));
+    editor.remove_layer(sum);
+    editor.remove_layer(mm);
+    fused->set_name(mm_name);
+    passes::log_change(ctx, "activation_fusion: fused residual sum " + quote(sum_name) + " into " + quote(mm_name));
+    ++changes;
+  }
+  return changes;
+}
+
 // Step 3.
 int fuse_post_ops(Network& network, PassContext& ctx) {
   passes::GraphEditor editor(network);
@@ -379,6 +420,9 @@ int pass_activation_fusion(Network& network, PassContext& ctx) {
     const int bias = fuse_matmul_bias(network, ctx);
     if (bias > 0) network.sort_topologically();
     changes += bias;
+    const int matmul_residual = fuse_matmul_residual(network, ctx);
+    if (matmul_residual > 0) network.sort_topologically();
+    changes += matmul_residual;
   }
   changes += fuse_post_ops(network, ctx);
   return changes;
