@@ -434,7 +434,12 @@ void run_row(const NchwShape& s, const float* x, const float* wp, const float* b
   j.taps = taps;
   j.yrow = y + (n * s.oh + oy) * s.ow * s.k;
   j.k = s.k;
-  j.post = &post;
+  // The register blocks store with the bias only; the activation runs over the whole output row
+  // (ow x K contiguous floats, in L1) once every panel is stored, with its kind a template
+  // argument: applied in the blocks' stores it was read per register, beside twelve live
+  // accumulators (TinyYolo's 6x6 stem with SiLU, 1.28 ms of 13.4 on one Zen 3 thread).
+  const PostOp bias_only;
+  j.post = &bias_only;
   j.bias = bias;
   j.panel_floats = s.c * s.kh * s.kw * kPanel;
   const auto set_panel = [&](int64_t panel) {
@@ -472,6 +477,11 @@ void run_row(const NchwShape& s, const float* x, const float* wp, const float* b
       interior_avx512_x4(j, s.ox_lo, s.ox_hi);
     }
     panel += count;
+  }
+  if (post.enabled) {
+    cpu::with_activation_kind(post, [&]<bool kOn, ActivationType K>() {
+      if constexpr (kOn) cpu::avx2::activate_range<K>(j.yrow, j.yrow, 0, s.ow * s.k, post.alpha, post.beta);
+    });
   }
 }
 
