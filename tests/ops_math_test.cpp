@@ -248,6 +248,15 @@ TEST(MathShapes, MatrixMultiply) {
   expect_error([&] { mm({2, 3}, {2, 5}, 0, 1); }, "inner dimensions");  // b^T is 5x2
   expect_error([&] { mm({2, 2, 3}, {3, 3, 4}); }, "broadcast");
   expect_error([&] { infer(kLayerMatrixMultiply, {{kF32, {2, 3}}, {DataType::kInt32, {3, 2}}}); }, "same data type");
+  // The bias [N] and residual (the output's dims) CPU builds fuse in (inputs 2 and 3).
+  EXPECT_EQ(infer(kLayerMatrixMultiply, {{kF32, {2, 3, 4}}, {kF32, {4, 5}}, {kF32, {5}}, {kF32, {2, 3, 5}}}).second,
+            (Dims{2, 3, 5}));
+  expect_error([&] { infer(kLayerMatrixMultiply, {{kF32, {2, 3, 4}}, {kF32, {4, 5}}, {kF32, {4}}}); }, "bias");
+  expect_error(
+      [&] {
+        infer(kLayerMatrixMultiply, {{kF32, {2, 3, 4}}, {kF32, {4, 5}}, {kF32, {5}}, {kF32, {1, 3, 5}}});
+      },
+      "residual");
 }
 
 TEST(MathShapes, Gemm) {
@@ -343,6 +352,14 @@ TEST(MathReference, ReduceMatMulGemmByHand) {
   const HostTensor mv = run_reference(kLayerMatrixMultiply, {given(x), given(v)});
   EXPECT_EQ(mv.dims(), (Dims{2}));
   EXPECT_EQ(values_of<float>(mv), (std::vector<float>{-1, -1}));
+  // With a bias, a residual and ReLU: relu(x b + [1, -100] + r).
+  const auto bias = tensor<float>(kF32, {2}, {1, -100});
+  const auto r = tensor<float>(kF32, {2, 2}, {0.5f, 1, -50, 2});
+  EXPECT_EQ(values_of<float>(run_reference(kLayerMatrixMultiply, {given(x), given(b), given(bias), given(r)},
+                                           attrs_of({{"activation", std::string("relu")}}))),
+            (std::vector<float>{20.5f, 0, 0, 0}));
+  EXPECT_EQ(values_of<float>(run_reference(kLayerMatrixMultiply, {given(x), given(b), omitted(), given(r)})),
+            (std::vector<float>{19.5f, 23, -7, 52}));
 
   // Gemm: 2 * x^T b + 0.5 * c (c = [10, 20] broadcast over rows), then relu.
   const auto c = tensor<float>(kF32, {2}, {10, -200});
