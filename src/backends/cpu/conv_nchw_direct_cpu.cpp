@@ -90,7 +90,6 @@ void pack_weights(const float* w, const NchwShape& s, float* out) {
 #if KILN_NCHW_X86
 KILN_ISA_AVX2_BEGIN
 
-using cpu::avx2::activate;
 using cpu::avx2::lane_mask;
 
 // What one output row of one panel reads and writes.
@@ -108,18 +107,18 @@ struct RowJob {
   // Where output pixel ox's 16 channels of the panel go: yrow + ox * k + k0 (`lanes` of them).
   float* yrow;
   int64_t k, k0, lanes;
-  __m256i mlo, mhi;  // lane masks of a partial panel
-  __m256 blo, bhi;   // the panel's bias
-  const PostOp* post;
+  __m256i mlo, mhi;      // lane masks of a partial panel
+  __m256 blo, bhi;       // the panel's bias
   const float* bias;     // all of it (null: none), for the 4-panel block
   int64_t panel_floats;  // packed weights per panel (C x KH x KW x 16)
 };
 
-// Bias, activation and the store of output pixel ox's channels of the panel.
+// Bias and the store of output pixel ox's channels of the panel (the activation follows per row:
+// run_row).
 [[gnu::always_inline]] inline void store_pixel(const RowJob& j, int64_t ox, __m256 lo, __m256 hi) {
   float* out = j.yrow + ox * j.k + j.k0;
-  lo = activate(_mm256_add_ps(lo, j.blo), *j.post);
-  hi = activate(_mm256_add_ps(hi, j.bhi), *j.post);
+  lo = _mm256_add_ps(lo, j.blo);
+  hi = _mm256_add_ps(hi, j.bhi);
   if (j.lanes == kPanel) {
     _mm256_storeu_ps(out, lo);
     _mm256_storeu_ps(out + 8, hi);
@@ -302,7 +301,7 @@ template <int MR, int SW>
   float* out = j.yrow + ox * j.k + j.k0;
   const auto put = [&](int64_t i, int64_t p, __m512 v) __attribute__((always_inline)) {
     if (j.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(j.bias + j.k0 + p * kPanel));
-    _mm512_storeu_ps(out + i * j.k + p * kPanel, cpu::avx512::activate(v, *j.post));
+    _mm512_storeu_ps(out + i * j.k + p * kPanel, v);
   };
 #define KILN_NCHW_STORE(i) \
   if constexpr (MR > i) {  \
@@ -434,12 +433,6 @@ void run_row(const NchwShape& s, const float* x, const float* wp, const float* b
   j.taps = taps;
   j.yrow = y + (n * s.oh + oy) * s.ow * s.k;
   j.k = s.k;
-  // The register blocks store with the bias only; the activation runs over the whole output row
-  // (ow x K contiguous floats, in L1) once every panel is stored, with its kind a template
-  // argument: applied in the blocks' stores it was read per register, beside twelve live
-  // accumulators (TinyYolo's 6x6 stem with SiLU, 1.28 ms of 13.4 on one Zen 3 thread).
-  const PostOp bias_only;
-  j.post = &bias_only;
   j.bias = bias;
   j.panel_floats = s.c * s.kh * s.kw * kPanel;
   const auto set_panel = [&](int64_t panel) {
@@ -478,6 +471,10 @@ void run_row(const NchwShape& s, const float* x, const float* wp, const float* b
     }
     panel += count;
   }
+  // The register blocks stored with the bias only; the activation runs over the whole output row
+  // (ow x K contiguous floats, in L1) once every panel is stored, with its kind a template
+  // argument: applied in the blocks' stores it was read per register, beside twelve live
+  // accumulators (TinyYolo's 6x6 stem with SiLU, 1.28 ms of 13.4 on one Zen 3 thread).
   if (post.enabled) {
     cpu::with_activation_kind(post, [&]<bool kOn, ActivationType K>() {
       if constexpr (kOn) cpu::avx2::activate_range<K>(j.yrow, j.yrow, 0, s.ow * s.k, post.alpha, post.beta);

@@ -601,15 +601,6 @@ void transpose8x8_avx2(const uint32_t* in, int64_t ls, uint32_t* out, int64_t ld
 KILN_ISA_END
 #endif
 
-// Whether transpose8x8_avx2 runs here.
-bool transpose8x8_available() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  return cpu::has_avx2_fma();
-#else
-  return false;
-#endif
-}
-
 // One tile of transpose_blocked: Out[i][j] = In[j][i] for i in [i0, i1), j in [j0, j1), where
 // In[j][i] = s[j * isa + i] and Out[i][j] = d[i * osb + j]. 4-byte elements go 8 x 8 at a time
 // through registers where the processor has AVX2 (attention's K^T in bert_tiny at batch 8, a
@@ -664,7 +655,7 @@ void transpose_blocked(const TransposePlan& p, const E* src, E* dst, int num_thr
   constexpr int64_t kTile = 32;
   const int64_t ti = (ni + kTile - 1) / kTile, tj = (nj + kTile - 1) / kTile;
   const int64_t outer = total / (ni * nj);
-  const bool simd = transpose8x8_available();
+  const bool simd = cpu::has_avx2_fma();  // transpose8x8_avx2 runs here
   cpu::parallel_for(
       outer * ti * tj, num_threads,
       [&](int64_t begin, int64_t end) {
