@@ -18,6 +18,7 @@
 
 #include "kiln/kiln.h"
 #include "src/engine/thread_adaptation.h"
+#include "scoped_env.h"
 
 namespace kiln {
 namespace {
@@ -155,6 +156,27 @@ TEST(ThreadAdaptation, TheEnvironmentSetsTheDefault) {
   unsetenv("KILN_CPU_THREAD_ADAPTATION");
   EXPECT_TRUE(ThreadAdaptation().enabled());
   if (old) setenv("KILN_CPU_THREAD_ADAPTATION", saved.c_str(), 1);
+}
+
+TEST(ThreadAdaptation, APassiveOpenMPWaitPolicyTurnsItOffUnlessAskedFor) {
+  std::string why;
+  EXPECT_TRUE(ThreadAdaptation::default_enabled(nullptr, nullptr, &why));
+  EXPECT_EQ(why, "");
+  for (const char* passive : {"passive", "PASSIVE", " Passive\n"}) {
+    EXPECT_FALSE(ThreadAdaptation::default_enabled(nullptr, passive, &why)) << passive;
+    EXPECT_NE(why.find("OMP_WAIT_POLICY is passive"), std::string::npos) << why;
+    EXPECT_NE(why.find("KILN_CPU_THREAD_ADAPTATION=1"), std::string::npos) << why;  // says how to force it
+  }
+  for (const char* other : {"active", "ACTIVE", "", "passiveish"}) {
+    EXPECT_TRUE(ThreadAdaptation::default_enabled(nullptr, other, &why)) << other;
+    EXPECT_EQ(why, "") << other;
+  }
+  // KILN_CPU_THREAD_ADAPTATION decides where it is set, whatever the wait policy.
+  EXPECT_TRUE(ThreadAdaptation::default_enabled("1", "passive", &why));
+  EXPECT_FALSE(ThreadAdaptation::default_enabled("0", "active", &why));
+  EXPECT_NE(why.find("KILN_CPU_THREAD_ADAPTATION is 0"), std::string::npos) << why;
+  EXPECT_FALSE(ThreadAdaptation::default_enabled(" OFF ", nullptr));
+  EXPECT_TRUE(ThreadAdaptation::default_enabled("on", nullptr));
 }
 
 TEST(ThreadAdaptation, TheThreadClockCountsOnlyThisThreadsTime) {
@@ -336,6 +358,24 @@ TEST(ThreadAdaptation, FixedContextsKeepTheirCountUnderContention) {
   for (int i = 0; i < 5; ++i) ctx->execute();
   EXPECT_EQ(ctx->num_threads(), 2);
   EXPECT_EQ(ctx->stats().thread_reductions, 0u);
+}
+
+TEST(ThreadAdaptation, AContextStartsWithoutItUnderAPassiveWaitPolicy) {
+  auto engine = conv_engine(2);
+  {
+    test::ScopedEnv no_override("KILN_CPU_THREAD_ADAPTATION", nullptr);
+    test::ScopedEnv passive("OMP_WAIT_POLICY", "passive");
+    auto ctx = engine->create_execution_context();
+    EXPECT_FALSE(ctx->thread_adaptation());
+    EXPECT_EQ(ctx->num_threads(), 2);
+    ctx->set_thread_adaptation(true);  // the application's word still counts
+    EXPECT_TRUE(ctx->thread_adaptation());
+  }
+  {
+    test::ScopedEnv no_override("KILN_CPU_THREAD_ADAPTATION", nullptr);
+    test::ScopedEnv active("OMP_WAIT_POLICY", "active");
+    EXPECT_TRUE(engine->create_execution_context()->thread_adaptation());
+  }
 }
 
 }  // namespace

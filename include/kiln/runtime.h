@@ -205,8 +205,9 @@ class ExecutionContext {
   void set_num_threads(int threads);
   // The thread count the next inference uses (CPU engines; 1 elsewhere).
   int num_threads() const;
-  // Thread adaptation (CPU engines; default on, unless the environment variable
-  // KILN_CPU_THREAD_ADAPTATION is 0, off or false when the context is created): while another
+  // Thread adaptation (CPU engines; default on, unless, when the context is created, the
+  // environment variable KILN_CPU_THREAD_ADAPTATION is 0, off or false, or it is unset and
+  // OMP_WAIT_POLICY is passive, under which the signal below does not work): while another
   // process keeps the cores busy, a context whose thread count is over 1 halves it, and doubles it
   // again once the cores are free. The signal is the share of each inference's wall-clock time the
   // calling thread spent on a core, over windows of at least 20 ms of inference time: below 70%

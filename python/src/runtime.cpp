@@ -617,7 +617,8 @@ void bind_runtime(nb::module_& m) {
       .def_prop_rw(
           "thread_adaptation", [](const PyContext& c) { return c.ctx->thread_adaptation(); },
           [](PyContext& c, bool b) { c.ctx->set_thread_adaptation(b); },
-          "CPU: halve the thread count while other processes keep the cores busy (default on).")
+          "CPU: halve the thread count while other processes keep the cores busy (default on; off under "
+          "OMP_WAIT_POLICY=passive unless KILN_CPU_THREAD_ADAPTATION=1).")
       .def_prop_rw(
           "concat_elision", [](const PyContext& c) { return c.ctx->concat_elision(); },
           [](PyContext& c, bool b) { c.ctx->set_concat_elision(b); })

@@ -4,16 +4,49 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
+#include <string>
 
 namespace kiln {
+namespace {
 
-ThreadAdaptation::ThreadAdaptation() {
+std::string lower_trimmed(const char* text) {
+  std::string v(text);
+  const auto blank = [](char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; };
+  while (!v.empty() && blank(v.back())) v.pop_back();
+  size_t first = 0;
+  while (first < v.size() && blank(v[first])) ++first;
+  v.erase(0, first);
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return v;
+}
+
+}  // namespace
+
+ThreadAdaptation::ThreadAdaptation()
+    : enabled_(default_enabled(std::getenv("KILN_CPU_THREAD_ADAPTATION"), std::getenv("OMP_WAIT_POLICY"))) {}
+
+bool ThreadAdaptation::default_enabled(const char* adaptation_env, const char* omp_wait_policy, std::string* why) {
+  if (why) why->clear();
   // Off for reproducible runs (a context's results may differ in the last bits between thread
   // counts where a kernel splits a reduction among its threads).
-  if (const char* v = std::getenv("KILN_CPU_THREAD_ADAPTATION")) {
-    enabled_ = !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0);
+  if (adaptation_env) {
+    const std::string v = lower_trimmed(adaptation_env);
+    const bool on = !(v == "0" || v == "off" || v == "false");
+    if (!on && why) *why = "KILN_CPU_THREAD_ADAPTATION is " + std::string(adaptation_env);
+    return on;
   }
+  // OpenMP reads OMP_WAIT_POLICY case-insensitively, surrounding blanks allowed.
+  if (omp_wait_policy && lower_trimmed(omp_wait_policy) == "passive") {
+    if (why) {
+      *why =
+          "OMP_WAIT_POLICY is passive: waiting OpenMP threads sleep, so a thread's share of its core no longer "
+          "tells whether other processes share the cores (KILN_CPU_THREAD_ADAPTATION=1 turns it on anyway)";
+    }
+    return false;
+  }
+  return true;
 }
 
 void ThreadAdaptation::set_enabled(bool enabled) {

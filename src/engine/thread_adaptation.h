@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace kiln {
 
@@ -35,8 +36,17 @@ class ThreadAdaptation {
 
   enum class Change { kNone, kReduced, kRestored };
 
-  // Whether the context adapts (default: on unless KILN_CPU_THREAD_ADAPTATION is 0/off/false).
+  // Whether the context adapts: default_enabled() of the process's environment.
   ThreadAdaptation();
+
+  // The default from the environment variables' values (nullptr: unset). KILN_CPU_THREAD_ADAPTATION
+  // decides where it is set (0/off/false: off, anything else: on). Otherwise it is on, except
+  // under OMP_WAIT_POLICY=passive: there the OpenMP runtime's waiting threads sleep instead of
+  // spinning, so the calling thread is off its core whenever it waits for its team, also on a
+  // quiet machine, and the share this class measures no longer says whether the cores are
+  // shared (measured: SqueezeNet on 2 quiet cores halved 8 times in 4 s). `why`, where given,
+  // receives the reason it is off ("" where on).
+  static bool default_enabled(const char* adaptation_env, const char* omp_wait_policy, std::string* why = nullptr);
   void set_enabled(bool enabled);
   bool enabled() const { return enabled_; }
 
