@@ -841,6 +841,69 @@ TEST_P(OnnxEndToEnd, MatchesOnnxRuntime) {
   }
 }
 
+// One LpPool node on a float input of `dims` (0: a symbolic dim) with the given strides and
+// ceil_mode=1, kernel 3, pads 1/1; the message parse_bytes throws ("" where it imports).
+std::string lp_pool_import_error(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(18);
+  onnx::GraphProto* g = m.mutable_graph();
+  g->set_name("lppool");
+  onnx::ValueInfoProto* in = g->add_input();
+  in->set_name("x");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) {
+    auto* dim = in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim();
+    if (d > 0)
+      dim->set_dim_value(d);
+    else
+      dim->set_dim_param("n");
+  }
+  g->add_output()->set_name("y");
+  onnx::NodeProto* n = g->add_node();
+  n->set_name("pool");
+  n->set_op_type("LpPool");
+  n->add_input("x");
+  n->add_output("y");
+  const auto ints = [&](const char* name, const std::vector<int64_t>& v) {
+    onnx::AttributeProto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t e : v) a->add_ints(e);
+  };
+  ints("kernel_shape", {3});
+  ints("pads", {1, 1});
+  if (!strides.empty()) ints("strides", strides);
+  onnx::AttributeProto* ceil = n->add_attribute();
+  ceil->set_name("ceil_mode");
+  ceil->set_type(onnx::AttributeProto::INT);
+  ceil->set_i(1);
+  const std::string bytes = m.SerializeAsString();
+  Network net;
+  try {
+    OnnxParser(net).parse_bytes(bytes.data(), bytes.size());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Found by fuzzing (session 31): a spatial extent near 2^63 overflowed ceil_mode's padding
+// arithmetic (undefined behaviour), and strides of 0 divided by zero there.
+TEST(OnnxImport, LpPoolCeilModeRejectsExtentsThatOverflowAndNonPositiveStrides) {
+  EXPECT_EQ(lp_pool_import_error({1, 1, 9}, {2}), "");
+  const std::string huge = lp_pool_import_error({1, 1, std::numeric_limits<int64_t>::max()}, {2});
+  EXPECT_NE(huge.find("pool"), std::string::npos) << huge;
+  EXPECT_NE(huge.find("LpPool ceil_mode"), std::string::npos) << huge;
+  EXPECT_NE(huge.find("overflows 64-bit integers"), std::string::npos) << huge;
+  for (int64_t stride : {int64_t{0}, int64_t{-2}}) {
+    const std::string bad = lp_pool_import_error({1, 1, 9}, {stride});
+    EXPECT_NE(bad.find("pool"), std::string::npos) << bad;
+    EXPECT_NE(bad.find("attribute 'strides' must be positive, got " + std::to_string(stride)), std::string::npos)
+        << bad;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(SmallModels, OnnxEndToEnd,
                          ::testing::Values("batchnorm", "clip6", "clip13", "squeeze11", "squeeze13", "softmax11",
                                            "softmax13", "resize10", "resize13", "upsample7", "split11", "split13",

@@ -236,16 +236,22 @@ std::vector<int64_t> lp_pool_list(NodeContext& ctx, const std::string& name, siz
   if (v.size() != k)
     ctx.fail("attribute " + quote(name) + " has " + std::to_string(v.size()) + " values, expected " +
              std::to_string(k));
+  for (int64_t e : v) {
+    if (e < 1) ctx.fail("attribute " + quote(name) + " must be positive, got " + std::to_string(e));
+  }
   return v;
 }
 
 // ceil_mode's extra end padding of one spatial axis of extent `dim` (ONNX Runtime's and PyTorch's
 // rule): out = ceil(span / s) + 1 windows, less the last one when it would start past the input
 // and the left padding; the padding makes the floor-mode Convolution reach that last window.
+// Checked: a file may give a spatial extent or pads near 2^63 (found by fuzzing).
 int64_t lp_pool_ceil_extra(int64_t dim, int64_t pad_begin, int64_t pad_end, int64_t effective, int64_t stride) {
-  const int64_t span = dim + pad_begin + pad_end - effective;
-  int64_t out = (span + stride - 1) / stride + 1;
-  if ((out - 1) * stride >= dim + pad_begin) --out;
+  const std::string what = "LpPool ceil_mode: the padded extent of a spatial axis";
+  const int64_t start_limit = checked_add(dim, pad_begin, what);
+  const int64_t span = checked_sub(checked_add(start_limit, pad_end, what), effective, what);
+  int64_t out = checked_add(span, stride - 1, what) / stride + 1;
+  if ((out - 1) * stride >= start_limit) --out;
   return std::max<int64_t>(0, (out - 1) * stride - span);
 }
 
