@@ -4,7 +4,6 @@
 #include "kiln/runtime.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -206,15 +205,11 @@ std::string Engine::describe() const {
 
 std::unique_ptr<ExecutionContext> Engine::create_execution_context(ContextMemory memory) try {
   auto ctx = std::make_unique<ContextImpl>(*impl_, memory);
-  if (impl_->data.device == DeviceType::kCPU && !ctx->adaptation.enabled()) {
+  const std::string& adaptation_off = ctx->adaptation.default_off_reason();
+  if (impl_->data.device == DeviceType::kCPU && adaptation_off.rfind("OMP_WAIT_POLICY", 0) == 0) {
     // Said once per process: a server creates many contexts.
     static std::once_flag said;
-    std::call_once(said, [] {
-      std::string why;
-      ThreadAdaptation::default_enabled(std::getenv("KILN_CPU_THREAD_ADAPTATION"), std::getenv("OMP_WAIT_POLICY"),
-                                        &why);
-      if (why.rfind("OMP_WAIT_POLICY", 0) == 0) log(Severity::kInfo, "CPU thread adaptation off: " + why);
-    });
+    std::call_once(said, [&] { log(Severity::kInfo, "CPU thread adaptation off: " + adaptation_off); });
   }
   auto result = detail::RuntimeAccess::make_context(shared_from_this(), std::move(ctx));
   result->set_optimization_profile(0);

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cctype>
-#include <cstring>
 #include <string>
 
 namespace kiln {
@@ -25,7 +24,8 @@ std::string lower_trimmed(const char* text) {
 }  // namespace
 
 ThreadAdaptation::ThreadAdaptation()
-    : enabled_(default_enabled(std::getenv("KILN_CPU_THREAD_ADAPTATION"), std::getenv("OMP_WAIT_POLICY"))) {}
+    : enabled_(default_enabled(std::getenv("KILN_CPU_THREAD_ADAPTATION"), std::getenv("OMP_WAIT_POLICY"),
+                               &default_off_reason_)) {}
 
 bool ThreadAdaptation::default_enabled(const char* adaptation_env, const char* omp_wait_policy, std::string* why) {
   if (why) why->clear();

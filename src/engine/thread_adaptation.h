@@ -47,6 +47,8 @@ class ThreadAdaptation {
   // shared (measured: SqueezeNet on 2 quiet cores halved 8 times in 4 s). `why`, where given,
   // receives the reason it is off ("" where on).
   static bool default_enabled(const char* adaptation_env, const char* omp_wait_policy, std::string* why = nullptr);
+  // Why the constructor left it off ("" where it started on).
+  const std::string& default_off_reason() const { return default_off_reason_; }
   void set_enabled(bool enabled);
   bool enabled() const { return enabled_; }
 
@@ -67,6 +69,7 @@ class ThreadAdaptation {
  private:
   void reset_window();
 
+  std::string default_off_reason_;
   bool enabled_ = true;
   int halvings_ = 0;  // the count is configured >> halvings_ (at least 1)
   int64_t window_wall_ = 0, window_cpu_ = 0;
