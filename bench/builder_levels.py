@@ -16,6 +16,14 @@ For each model and batch size and each level (default 0..5), without a timing ca
 With --rounds R > 1 the engines of one model and batch are benchmarked in R alternating rounds (the
 order rotates each round) after all of them are built, and the run time is the median of the
 rounds' medians; the rounds' values are listed too.
+
+--cold-jit-cache gives every build an empty CUDA driver JIT cache (CUDA_CACHE_PATH, a fresh folder):
+the first build of a shape on a fresh host, which compiles cuDNN's runtime-compiled engines
+(CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION); without it, later builds in the run find earlier builds'
+kernels in the machine's cache (~/.nv/ComputeCache). --variant "LABEL:VAR=VALUE[,VAR=VALUE]" adds
+rows built at the --variant-levels (default 0) with those environment variables, e.g.
+`--variant "runtime-compiled:KILN_DISABLE_TACTICS=cudnn_graph_precompiled"` for level 0 as it was
+before it took precompiled cuDNN engines; ratios are to the plain level 3.
 Prints one markdown table with the ratio of each level's build and run time to level 3's (the
 default), and writes it to --out.
 
@@ -81,7 +89,13 @@ def model_path(name, models_dir, workdir):
     return path
 
 
-def build(kiln, onnx, engine, shapes, level, args):
+def build(kiln, onnx, engine, shapes, level, args, env_extra=None):
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    if args.cold_jit_cache:
+        build.fresh = getattr(build, "fresh", 0) + 1
+        env["CUDA_CACHE_PATH"] = os.path.join(args.workdir, "jit_cache", f"build{build.fresh}")
+        os.makedirs(env["CUDA_CACHE_PATH"], exist_ok=True)
     cmd = [kiln, "build", "--onnx", onnx, "--save-engine", engine, "--device", args.device, "--shapes", shapes,
            "--builder-optimization-level", str(level)]
     if args.device == "cuda" and not args.fp32:
@@ -89,7 +103,7 @@ def build(kiln, onnx, engine, shapes, level, args):
     if args.device == "cpu":
         cmd += ["--threads", str(args.threads)]
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise RuntimeError("kiln build failed (" + " ".join(cmd) + "):\n" + r.stdout[-2000:] + r.stderr[-2000:])
@@ -133,6 +147,10 @@ def kernels_of(kiln, engine):
     return dict(re.findall(r"^\s*\[\d+\] (\S+) : .*kernel=(\S+)", r.stdout, re.M))
 
 
+def label_of(key):
+    return str(key) if isinstance(key, int) else f"{key[0]} ({key[1]})"
+
+
 def ratio(x, ref):
     return f"{x / ref:.2f}x" if ref else "-"
 
@@ -156,8 +174,22 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="benchmark the levels' engines in this many alternating rounds (run time: the median of "
                          "the rounds' medians)")
+    ap.add_argument("--cold-jit-cache", action="store_true",
+                    help="every build with an empty CUDA driver JIT cache (a fresh CUDA_CACHE_PATH)")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="LABEL:VAR=VALUE[,VAR=VALUE]: also build the --variant-levels with these environment "
+                         "variables (repeatable)")
+    ap.add_argument("--variant-levels", default="0")
     ap.add_argument("--out", help="also write the table (markdown) here")
     args = ap.parse_args()
+    variants = []
+    for v in args.variant:
+        label, _, assigns = v.partition(":")
+        env = dict(a.split("=", 1) for a in assigns.split(",") if "=" in a)
+        if not label or not env:
+            raise SystemExit(f"--variant {v!r}: expected LABEL:VAR=VALUE[,VAR=VALUE]")
+        variants.append((label, env))
+    variant_levels = [int(x) for x in args.variant_levels.split(",")]
 
     kiln = find_kiln(args.kiln)
     os.makedirs(args.workdir, exist_ok=True)
@@ -176,24 +208,29 @@ def main():
         for n in batches:
             shapes = shapes_of(n)
             results, engines = {}, {}
-            for level in levels:
-                engine = os.path.join(args.workdir, f"{name}_b{n}_L{level}_{args.device}.kiln")
+            # Keys: the level, or (level, label) for a variant's build.
+            keys = list(levels) + [(lv, label) for label, _ in variants for lv in variant_levels]
+            env_of = {(lv, label): env for label, env in variants for lv in variant_levels}
+            for level in keys:
+                tag = level if isinstance(level, int) else f"{level[0]}_{re.sub(r'[^A-Za-z0-9]+', '_', level[1])}"
+                engine = os.path.join(args.workdir, f"{name}_b{n}_L{tag}_{args.device}.kiln")
                 try:
-                    info = build(kiln, onnx, engine, shapes, level, args)
+                    info = build(kiln, onnx, engine, shapes, level if isinstance(level, int) else level[0], args,
+                                 env_of.get(level))
                     info["kernel_of"] = kernels_of(kiln, engine)
                 except RuntimeError as e:
-                    errors.append(f"{name} batch {n} level {level}: {e}")
+                    errors.append(f"{name} batch {n} level {label_of(level)}: {e}")
                     print(errors[-1], file=sys.stderr, flush=True)
                     continue
                 results[level], engines[level] = info, engine
-            built = [lv for lv in levels if lv in results]
+            built = [lv for lv in keys if lv in results]
             for i in range(max(1, args.rounds)):
                 order = built[i % len(built):] + built[:i % len(built)] if built else []
                 for level in order:
                     try:
                         results[level].setdefault("rounds", []).append(bench(kiln, engines[level], shapes, args))
                     except RuntimeError as e:
-                        errors.append(f"{name} batch {n} level {level}: {e}")
+                        errors.append(f"{name} batch {n} level {label_of(level)}: {e}")
                         print(errors[-1], file=sys.stderr, flush=True)
             for level in built:
                 info = results[level]
@@ -203,11 +240,11 @@ def main():
                 info["run_ms"] = statistics.median(info["rounds"])
                 ref_kernels = results[3]["kernel_of"] if 3 in results else {}
                 info["differ"] = sum(1 for k, v in info["kernel_of"].items() if ref_kernels.get(k) != v)
-                print(f"{name} batch {n} level {level}: build {info['build_s']:.2f} s, run {info['run_ms']:.3f} ms "
+                print(f"{name} batch {n} level {label_of(level)}: build {info['build_s']:.2f} s, run {info['run_ms']:.3f} ms "
                       f"({info['timed']} layers timed, {info['kernels']} kernels, {info['stopped']} stopped early, "
                       f"{info['reused']} reused; {info['differ']} layers with another kernel than level 3)", flush=True)
             ref = results.get(3)
-            for level in levels:
+            for level in keys:
                 if level in results:
                     rows.append((name, n, level, results[level], ref))
 
@@ -219,7 +256,7 @@ def main():
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for name, n, level, r, ref in rows:
         lines.append("| " + " | ".join([
-            name, str(n), str(level), f"{r['build_s']:.2f}", ratio(r["build_s"], ref["build_s"]) if ref else "-",
+            name, str(n), label_of(level), f"{r['build_s']:.2f}", ratio(r["build_s"], ref["build_s"]) if ref else "-",
             f"{r['run_ms']:.3f}", ratio(r["run_ms"], ref["run_ms"]) if ref else "-", str(r["timed"]), str(r["kernels"]),
             str(r["stopped"]), str(r["reused"]), str(r["differ"]), f"{r['wall_s']:.2f}", r.get("check", "-")]
             + ([" ".join(f"{v:.3f}" for v in r["rounds"])] if args.rounds > 1 else [])) + " |")
@@ -232,7 +269,10 @@ def main():
               f"median latency over {args.duration:g} s"
               + (f", the median of {args.rounds} alternating rounds" if args.rounds > 1 else "")
               + (", --no-data-transfers" if args.device == "cuda" else f", {args.threads} threads")
-              + (", fp32" if args.device == "cpu" or args.fp32 else ", fp16") + ".\n\n")
+              + (", fp32" if args.device == "cpu" or args.fp32 else ", fp16") + "."
+              + (" Every build with an empty CUDA JIT cache (a fresh CUDA_CACHE_PATH)." if args.cold_jit_cache else "")
+              + "".join(f" Level \"L ({label})\": built with {', '.join(f'{k}={v}' for k, v in env.items())}."
+                        for label, env in variants) + "\n\n")
     text = header + table + "\n" + ("\nErrors:\n\n" + "\n".join("    " + e.replace("\n", "\n    ") for e in errors) + "\n"
                                     if errors else "")
     print()

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/kernel.h"
 #include "engine/engine_format.h"
 #include "kiln/kiln.h"
 #include "kiln/plugin.h"
@@ -256,6 +257,76 @@ TEST(BuilderLevels, LevelZeroAndNoTimingTimeNothingAndTakeTheFirstImplementation
     const std::vector<float> y = run(bytes, std::vector<float>(32, 1.0f));
     EXPECT_EQ(y, std::vector<float>(32, 15.0f));  // ((1*2+1)*2+1)*2+1
   }
+}
+
+// A kernel offered at level 0 only (KernelEntry::max_optimization_level 0, as CUDA's
+// cudnn_graph_precompiled): it outranks every CPU activation kernel for layers named
+// "level0_probe*" and runs the reference kernel, counting its runs.
+constexpr const char* kLevelZeroTactic = "test_level0_only";
+std::atomic<int> g_level_zero_runs{0};
+
+class LevelZeroActivation : public Kernel {
+ public:
+  explicit LevelZeroActivation(const Layer& layer)
+      : inner_(KernelRegistry::instance().find(DeviceType::kCPU, kLayerActivation, "reference")->create(layer)) {}
+  void prepare(const Layer& layer, const std::vector<TensorDesc>& in, const std::vector<TensorDesc>& out,
+               int threads) override {
+    inner_->prepare(layer, in, out, threads);
+  }
+  void execute(const KernelContext& ctx) override {
+    ++g_level_zero_runs;
+    inner_->execute(ctx);
+  }
+
+ private:
+  std::unique_ptr<Kernel> inner_;
+};
+
+const bool kLevelZeroRegistered = [] {
+  KernelEntry e;
+  e.device = DeviceType::kCPU;
+  e.layer_type = kLayerActivation;
+  e.tactic = kLevelZeroTactic;
+  e.priority = 1000000;
+  e.max_optimization_level = 0;
+  e.supports = [](const Layer& l, const std::vector<TensorDesc>&) { return l.name().rfind("level0_probe", 0) == 0; };
+  e.create = [](const Layer& l) { return std::make_unique<LevelZeroActivation>(l); };
+  KernelRegistry::instance().add(e);
+  return true;
+}();
+
+TEST(BuilderLevels, AKernelOfferedAtLevelZeroOnlyIsTakenThereAndWithoutTimingOnly) {
+  ASSERT_TRUE(kLevelZeroRegistered);
+  auto net = std::make_unique<Network>();
+  Tensor* x = net->add_input("x", DataType::kFloat32, Dims{4, 8});
+  Layer* relu = net->add_activation(x, ActivationType::kRelu);
+  relu->set_name("level0_probe_relu");
+  relu->output(0)->set_name("y");
+  net->mark_output(relu->output(0));
+  std::vector<float> input(32);
+  for (size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>(i) - 15.5f;
+  for (int level = 0; level <= 5; ++level) {
+    SCOPED_TRACE("level " + std::to_string(level));
+    const auto bytes = Builder().build_serialized(*net, config_at(level));
+    const EngineData data = engine_deserialize(bytes.data(), bytes.size(), "levels test");
+    const std::string tactic = data.tactics.at("level0_probe_relu");
+    if (level == 0) {
+      EXPECT_EQ(tactic, kLevelZeroTactic);
+    } else {
+      EXPECT_NE(tactic, kLevelZeroTactic);
+    }
+    // The engine loads (the kernel is found by its name, whatever the level) and runs it.
+    g_level_zero_runs = 0;
+    const std::vector<float> y = run(bytes, input);
+    EXPECT_EQ(g_level_zero_runs.load(), level == 0 ? 1 : 0);
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], std::max(0.0f, input[i])) << "element " << i;
+  }
+  // time_tactics = false makes level 0's choice whatever the level says.
+  BuilderConfig untimed = config_at(5);
+  untimed.time_tactics = false;
+  const auto bytes = Builder().build_serialized(*net, untimed);
+  EXPECT_EQ(engine_deserialize(bytes.data(), bytes.size(), "levels test").tactics.at("level0_probe_relu"),
+            kLevelZeroTactic);
 }
 
 TEST(BuilderLevels, IdenticalLayersAreTimedOncePerBuild) {

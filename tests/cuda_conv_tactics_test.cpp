@@ -65,21 +65,32 @@ inline void launch_spin(CUstream_st*, double) {}
 namespace kiln {
 namespace {
 
-// Ranks 3-7 are builder optimization level 5 candidates only; the kernel-level test runs them all.
-const char* const kGraphTactics[] = {"cudnn_graph",         "cudnn_graph_1",       "cudnn_graph_2",
-                                     "cudnn_graph_3",       "cudnn_graph_4",       "cudnn_graph_5",
-                                     "cudnn_graph_6",       "cudnn_graph_7",       "cudnn_graph_knobs_1",
-                                     "cudnn_graph_knobs_2", "cudnn_graph_knobs_3", "cudnn_graph_knobs_4"};
+// Ranks 3-7 are builder optimization level 5 candidates only, cudnn_graph_precompiled level 0's;
+// the kernel-level test runs them all.
+const char* const kGraphTactics[] = {"cudnn_graph",
+                                     "cudnn_graph_1",
+                                     "cudnn_graph_2",
+                                     "cudnn_graph_3",
+                                     "cudnn_graph_4",
+                                     "cudnn_graph_5",
+                                     "cudnn_graph_6",
+                                     "cudnn_graph_7",
+                                     "cudnn_graph_knobs_1",
+                                     "cudnn_graph_knobs_2",
+                                     "cudnn_graph_knobs_3",
+                                     "cudnn_graph_knobs_4",
+                                     "cudnn_graph_precompiled"};
 
 // ---- environment ----------------------------------------------------------------------------
 
 using test::ScopedEnv;
 
-// Prints the convolution tactics' verbose lines (engine config, notes, fusion per layer and
-// kernel object) while it is installed, and passes everything else to the previous logger.
+// Keeps the convolution tactics' verbose lines (engine config, notes, fusion per layer and
+// kernel object) while it is installed, prints them unless told not to (the test prints what it
+// reads), and passes everything else to the previous logger.
 class TacticLog : public Logger {
  public:
-  TacticLog() : previous_(get_logger()) { set_logger(this); }
+  explicit TacticLog(bool print = true) : previous_(get_logger()), print_(print) { set_logger(this); }
   ~TacticLog() override { set_logger(&previous_); }
   TacticLog(const TacticLog&) = delete;
   TacticLog& operator=(const TacticLog&) = delete;
@@ -87,15 +98,22 @@ class TacticLog : public Logger {
     const bool ours = message.find("(CUDA tactic") != std::string::npos;
     if (ours && severity == Severity::kVerbose) {
       std::lock_guard<std::mutex> lock(mutex_);  // contexts of several threads log at once
-      std::cout << "    [tactic] " << message << "\n";
+      lines_.push_back(message);
+      if (print_) std::cout << "    [tactic] " << message << "\n";
     } else {
       previous_.log(severity, message);
     }
   }
+  std::vector<std::string> lines() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lines_;
+  }
 
  private:
   Logger& previous_;
+  const bool print_;
   std::mutex mutex_;
+  std::vector<std::string> lines_;
 };
 
 bool graph_tactics_built(std::string* why) {
@@ -924,6 +942,98 @@ TEST(CudaConvGraph, ResNetStackTwoThreadsAtOnce) {
   const bool same =
       std::memcmp(runs[0].plain.back().data(), runs[1].plain.back().data(), runs[0].plain.back().nbytes()) == 0;
   std::cout << "  the two threads' outputs are " << (same ? "bit-identical" : "NOT bit-identical") << "\n";
+}
+
+// The Convolution lines of an engine's description.
+std::vector<std::string> convolution_lines(const Engine& engine) {
+  std::vector<std::string> r;
+  std::istringstream lines(engine.describe());
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.find(" : Convolution") != std::string::npos) r.push_back(line);
+  }
+  return r;
+}
+
+// Builder level 0 (which times nothing) gives every convolution cudnn_graph_precompiled: an engine
+// without runtime compilation (whose plan would compile kernels with NVRTC on every fresh host),
+// right against the CPU reference, plain and as a CUDA graph. Levels 1-5 do not offer it.
+TEST(CudaConvGraph, LevelZeroTakesPrecompiledEnginesAndMatchesCpuReference) {
+  std::string why;
+  if (!test::cuda_usable(&why) || !graph_tactics_built(&why)) GTEST_SKIP() << why;
+  ScopedEnv on("KILN_CUDNN_GRAPH", "1");
+  const StackSpec spec = small_stack();
+  const auto net = make_stack(spec);
+  const HostTensor input = stack_input(spec);
+  const HostTensor ref = run_cpu(*net, input);
+  BuilderConfig config;
+  config.device = DeviceType::kCUDA;
+  config.fp16 = true;
+  config.optimization_level = 0;
+  std::vector<std::string> chosen;
+  std::shared_ptr<Engine> engine;
+  {
+    TacticLog log(false);
+    const auto bytes = Builder().build_serialized(*net, config);
+    engine = Runtime().deserialize(bytes.data(), bytes.size(), "level 0");
+    chosen = log.lines();
+  }
+  // 1x1 convolutions take cuBLASLt (a higher priority), the others cudnn_graph_precompiled.
+  int graph_convs = 0;
+  for (const std::string& line : convolution_lines(*engine)) {
+    if (line.find("kernel=cublaslt") != std::string::npos) continue;
+    ++graph_convs;
+    EXPECT_NE(line.find("kernel=cudnn_graph_precompiled"), std::string::npos) << "level 0: " << line;
+  }
+  ASSERT_GT(graph_convs, 0) << engine->describe();
+  int precompiled = 0;
+  for (const std::string& line : chosen) {
+    if (line.find("(CUDA tactic cudnn_graph_precompiled)") == std::string::npos) continue;
+    ++precompiled;
+    std::cout << "    [tactic] " << line << "\n";
+    EXPECT_EQ(line.find("RUNTIME_COMPILATION"), std::string::npos) << line;
+  }
+  EXPECT_GE(precompiled, graph_convs) << "every convolution logs its engine when prepared";
+  check_stack(std::string(spec.name) + " [level 0]", run_stack(engine, input, 2, 3), ref, kStackTolerance);
+
+  config.optimization_level = 1;
+  const auto bytes = Builder().build_serialized(*net, config);
+  const auto level1 = Runtime().deserialize(bytes.data(), bytes.size(), "level 1");
+  for (const std::string& line : convolution_lines(*level1)) {
+    EXPECT_EQ(line.find("cudnn_graph_precompiled"), std::string::npos) << "level 1: " << line;
+  }
+}
+
+// A later rank builds its own engine config directly, not the ones before it (each of which may
+// compile kernels: loading a level-3 TinyYolo engine on a fresh host spent most of its time on
+// them). With private plans (a fresh graph per kernel object), cudnn_graph_2 on a fused YOLO case
+// logs that one of the graph's configs was built, and matches the reference.
+TEST(CudaConvGraph, ALaterRankBuildsOnlyItsOwnConfig) {
+  std::string why;
+  if (!test::cuda_usable(&why) || !graph_tactics_built(&why)) GTEST_SKIP() << why;
+  ScopedEnv on("KILN_CUDNN_GRAPH", "1");
+  ScopedEnv priv("KILN_CUDNN_GRAPH_PRIVATE", "1");
+  std::optional<ConvCase> yolo;
+  for (const ConvCase& c : graph_cases()) {
+    if (std::string(c.name) == "yolo_3x3_bias_silu") yolo = c;
+  }
+  ASSERT_TRUE(yolo.has_value());
+  const std::vector<HostTensor> values = case_values(*yolo, true, 11);
+  const HostTensor expected = case_reference(*yolo, values);
+  for (const char* tactic : {"cudnn_graph_2", "cudnn_graph_1"}) {
+    TacticLog log(false);
+    const RunOutcome r =
+        run_conv_tactic(*yolo, tactic, DataType::kFloat16, TensorFormat::kChannelsLast, values, expected);
+    ASSERT_EQ(r.result, Result::kPassed) << tactic << ": " << r.message;
+    int seen = 0;
+    for (const std::string& line : log.lines()) {
+      if (line.find(std::string("(CUDA tactic ") + tactic + ")") == std::string::npos) continue;
+      ++seen;
+      std::cout << "    [tactic] " << line << "\n";
+      EXPECT_NE(line.find("; 1 of the graph's configs built so far"), std::string::npos) << line;
+    }
+    EXPECT_EQ(seen, 1) << tactic;
+  }
 }
 
 // ---- host cost ------------------------------------------------------------------------------

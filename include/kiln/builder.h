@@ -53,7 +53,10 @@ class BuilderConfig {
   // minus disabled_passes) and reuses the timing of an identical layer configuration within the
   // build (BuildReport::layers_reused) and from timing_cache_path. Per level:
   //   0: nothing is timed: each layer takes its highest-priority supporting kernel (a plugin its
-  //      first implementation), like time_tactics = false. Fastest build.
+  //      first implementation), like time_tactics = false. Fastest build. On CUDA a convolution
+  //      takes cuDNN's first engine among those with precompiled kernels (a runtime-compiled
+  //      engine compiles its kernels when the plan is made, on every host that has not seen the
+  //      shape), then the runtime-compiled ones where no other takes it.
   //   1: the 2 highest-priority supporting kernels per layer are timed, one measurement each
   //      (about 0.25 ms of device work).
   //   2: the 4 highest-priority kernels, median of 3 measurements of about 0.5 ms each; a kernel

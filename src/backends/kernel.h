@@ -129,6 +129,14 @@ struct KernelEntry {
   // Plugin::aliased_input: e.g. a convolution adding a residual input writes over it (no copy of
   // the residual into the output first).
   int in_place_input = -1;
+  // (After in_place_input: registrations initialize the fields above by position.)
+  // The highest level at which the builder tries it: 5 for most; 0 for a kernel that suits level
+  // 0's untimed choice only (cudnn_graph_precompiled: an engine that builds without compiling
+  // kernels, where levels 1-5 time cuDNN's first choices). Whatever the levels, a kernel named by
+  // an engine file is found by its name when the engine is loaded.
+  int max_optimization_level = 5;
+  // Whether the builder tries it at `level`.
+  bool offered_at(int level) const { return min_optimization_level <= level && level <= max_optimization_level; }
 };
 
 class KernelRegistry {

@@ -697,7 +697,7 @@ size_t choose_fastest_variant(const std::vector<TimedVariant>& variants, const B
     const auto in = input_descs(layer, states);
     std::vector<const KernelEntry*> entries;
     for (const KernelEntry* e : KernelRegistry::instance().find(config.device, layer.type())) {
-      if ((!e->supports || e->supports(layer, in)) && e->min_optimization_level <= config.optimization_level) {
+      if ((!e->supports || e->supports(layer, in)) && e->offered_at(config.optimization_level)) {
         entries.push_back(e);
       }
     }
@@ -763,7 +763,7 @@ double LayerTimer::chosen_kernel_ms(const Layer& layer, const TensorStates& stat
   const auto in = input_descs(layer, states);
   std::vector<const KernelEntry*> ok;
   for (const KernelEntry* e : KernelRegistry::instance().find(config.device, layer.type())) {
-    if (tactic_disabled(e->tactic) || e->min_optimization_level > config.optimization_level) continue;
+    if (tactic_disabled(e->tactic) || !e->offered_at(config.optimization_level)) continue;
     if (e->supports && !e->supports(layer, in)) continue;
     ok.push_back(e);
   }
@@ -1015,6 +1015,9 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
       backend ? timing_device_name(*backend, config) : std::string(to_string(config.device));
   TimingCache cache(timing ? config.timing_cache_path : std::string());
   std::unique_ptr<PrepareAhead> ahead;  // made for the first layer with several candidates to time
+  // The kernels offered: the level's, and level 0's where nothing is timed (time_tactics = false
+  // makes level 0's choice whatever the level says).
+  const int offer_level = builder_times_kernels(config) ? config.optimization_level : 0;
   size_t index = 0;
   for (const Layer* layer : steps) {
     ++index;
@@ -1025,7 +1028,7 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
     }
     std::vector<const KernelEntry*> ok;
     for (const KernelEntry* e : candidates) {
-      if (tactic_disabled(e->tactic) || e->min_optimization_level > config.optimization_level) continue;
+      if (tactic_disabled(e->tactic) || !e->offered_at(offer_level)) continue;
       bool all = true;
       for (const auto& st : states) {
         if (e->supports && !e->supports(*layer, input_descs(*layer, st))) {

@@ -15,13 +15,13 @@
 // KILN_CUDNN_GRAPH_DENY=substring[,substring...] also leaves out every engine config whose name or
 // notes (e.g. "eng28", "CUBLASLT_DEPENDENCY") contain one of the substrings, so that one bad engine
 // can be excluded on a GPU without a rebuild. "cudnn_graph" runs the first config that builds,
-// "_1" and "_2" the next distinct ones, for the builder's timing. When no engine takes the fused
-// graph, the tactic falls back to a convolution-only graph and kiln's epilogue kernel
-// (epilogue_cuda.h); activations without an exact cuDNN pointwise mode (and in float32 all but the
-// ReLU family, whose cuDNN forms may use approximate transcendentals) always run in that epilogue.
-// When no plan builds, prepare() throws a kiln::Error naming CUDNN_STATUS_NOT_SUPPORTED (the
-// builder skips the tactic; the op tests count it as declined). Every choice is logged at kVerbose
-// in prepare(): layer, engine config, notes, fusion, workspace, execution path.
+// "_1" and "_2" the next distinct ones, for the builder's timing; "cudnn_graph_precompiled" (level
+// 0's choice, see kGraphTactics) the first among the engines without runtime compilation. When no engine takes the
+// fused graph, the tactic falls back to a convolution-only graph and kiln's epilogue kernel (epilogue_cuda.h);
+// activations without an exact cuDNN pointwise mode (and in float32 all but the ReLU family, whose cuDNN forms may use
+// approximate transcendentals) always run in that epilogue. When no plan builds, prepare() throws a kiln::Error naming
+// CUDNN_STATUS_NOT_SUPPORTED (the builder skips the tactic; the op tests count it as declined). Every choice is logged
+// at kVerbose in prepare(): layer, engine config, notes, fusion, workspace, execution path.
 //
 // Handles, streams, threads: a plan is built and executed with the same cuDNN handle, and only
 // ever with it: a plan launches on the stream of the handle it was built with (running it with
@@ -71,6 +71,7 @@
 #include <cstring>
 #include <deque>
 #include <iomanip>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -356,6 +357,10 @@ struct GraphSpec {
   const GraphActivation* act = nullptr;
   PostOp post;       // the activation's parameters when act is set
   int sm_count = 0;  // > 0: heuristics and engines for this many SMs (tuned for several streams)
+  // Only engines with precompiled kernels: configs noted CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION
+  // (which compile kernels with NVRTC when their plan is built, on every machine the driver's JIT
+  // cache has not seen the shape on) are left out (the cudnn_graph_precompiled tactic).
+  bool precompiled = false;
 };
 
 std::string spec_key(const GraphSpec& g) {
@@ -366,7 +371,7 @@ std::string spec_key(const GraphSpec& g) {
   for (const Spatial3* v : {&s.in, &s.out, &s.kernel, &s.stride, &s.pad_begin, &s.pad_end, &s.dilation}) {
     k << '|' << (*v)[0] << ',' << (*v)[1] << ',' << (*v)[2];
   }
-  k << '|' << g.bias << g.residual << '|' << g.sm_count;
+  k << '|' << g.bias << g.residual << '|' << g.sm_count << (g.precompiled ? "|pc" : "");
   if (g.act) {
     k << '|' << static_cast<int>(g.act->kind) << ',' << std::setprecision(9) << g.post.alpha << ',' << g.post.beta;
   }
@@ -421,9 +426,17 @@ struct GraphEntry {
   std::shared_ptr<KilnGraph> graph;
   TensorAttr x, w, b, r, y;
   int64_t configs = 0;
+  bool precompiled = false;     // GraphSpec::precompiled: runtime-compiled plans are barred too
   int64_t next = 0;             // next config to try building
   std::vector<PlanInfo> built;  // configs that built and passed the checks, in heuristic order
-  std::string failures;         // why the others did not
+  // entry_plan's direct route: the configs' names (the first config of each distinct name, in
+  // heuristic order; listed once), and the plans built that way, by config index (the walk
+  // through `built` takes them instead of building them again).
+  bool named = false;
+  std::vector<int64_t> distinct;
+  std::map<int64_t, PlanInfo> direct_built;
+  int plans_built = 0;   // build_plan_at_index calls (each may compile kernels), for the verbose log
+  std::string failures;  // why the others did not
   // Knob variants of the heuristic's first plan (builder level 5's cudnn_graph_knobs_N), made on
   // first request, in a fixed order; knob_why: why there are not more.
   bool knobs_made = false;
@@ -441,9 +454,9 @@ void note_failure(GraphEntry& e, int64_t i, const std::string& why) {
   }
 }
 
-// The numerical / behaviour notes of a built plan that kiln bars for `type`, as text ("" if none),
-// and all its notes in *all.
-std::string barred_notes(const fe::ExecutionPlan& plan, DataType type, std::string* all) {
+// The numerical / behaviour notes of a built plan that kiln bars for `type` (and, with
+// `precompiled`, runtime compilation), as text ("" if none), and all its notes in *all.
+std::string barred_notes(const fe::ExecutionPlan& plan, DataType type, bool precompiled, std::string* all) {
   std::string barred;
   for (const cudnnBackendNumericalNote_t n : plan.getAllNumericNotes()) {
     if (n >= CUDNN_NUMERICAL_NOTE_TYPE_COUNT) continue;
@@ -457,7 +470,7 @@ std::string barred_notes(const fe::ExecutionPlan& plan, DataType type, std::stri
     if (n >= CUDNN_BEHAVIOR_NOTE_TYPE_COUNT) continue;
     const std::string name = fe::to_string(n);
     *all += (all->empty() ? "" : " ") + name;
-    bool bar = false;
+    bool bar = precompiled && n == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
     for (const auto b : kBarredBehaviorNotes) bar = bar || n == b;
     if (bar) barred += (barred.empty() ? "" : " ") + name;
   }
@@ -475,10 +488,11 @@ std::string build_checked_plan(GraphEntry& e, int64_t i, DataType type, const Se
   if (const std::string* d = denied_by(settings, p->name)) {
     return p->name + " denied by KILN_CUDNN_GRAPH_DENY (" + *d + ")";
   }
+  ++e.plans_built;
   check(e.graph->build_plan_at_index(e.handle->handle, i), "build_plan_at_index");
   p->plan = e.graph->plan_at(i);
   if (KILN_CUDNN_GRAPH_DIRECT && !p->plan) throw GraphFailure("the frontend kept no plan at this index");
-  const std::string barred = p->plan ? barred_notes(*p->plan, type, &p->notes) : std::string();
+  const std::string barred = p->plan ? barred_notes(*p->plan, type, e.precompiled, &p->notes) : std::string();
   if (!barred.empty()) return p->name + " has barred notes (" + barred + ")";
   if (const std::string* d = denied_by(settings, p->notes)) {
     return p->name + " (" + p->notes + ") denied by KILN_CUDNN_GRAPH_DENY (" + *d + ")";
@@ -495,13 +509,51 @@ bool has_plan_named(const std::vector<PlanInfo>& plans, const std::string& name)
 
 // The rank-th distinct plan that builds and passes the checks (0 = the heuristic's choice), or
 // nullopt with *why set. Called with e.mutex and e.handle's mutex held.
+//
+// First directly: the config of the rank-th distinct name in the heuristic list, built alone, so
+// that a kernel of rank 2 does not build ranks 0 and 1 first (each may compile runtime-compiled
+// kernels: loading a level-3 TinyYolo engine on a fresh host spent most of its time there). Where
+// every config builds and passes the checks (the usual case) that is the same plan as the walk
+// below gives; where the direct config fails, the walk decides. Builder and loader run the same
+// steps, so an engine gets the plan its tactic was timed with.
 std::optional<PlanInfo> entry_plan(GraphEntry& e, int rank, DataType type, const Settings& settings, std::string* why) {
   if (!e.error.empty()) {
     *why = e.error;
     return std::nullopt;
   }
+  if (rank < static_cast<int>(e.built.size())) return e.built[static_cast<size_t>(rank)];
+  if (!e.named) {
+    e.named = true;
+    std::vector<std::string> names;
+    for (int64_t i = 0; i < e.configs; ++i) {
+      std::string name;
+      if (e.graph->get_plan_name_at_index(i, name).is_bad()) {
+        e.distinct.clear();  // unnamed configs: the walk only
+        break;
+      }
+      if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+      names.push_back(name);
+      e.distinct.push_back(i);
+    }
+  }
+  if (rank < static_cast<int>(e.distinct.size())) {
+    const int64_t i = e.distinct[static_cast<size_t>(rank)];
+    if (const auto it = e.direct_built.find(i); it != e.direct_built.end()) return it->second;
+    if (i >= e.next) {  // not yet tried by the walk
+      try {
+        PlanInfo p;
+        if (build_checked_plan(e, i, type, settings, &p).empty()) return e.direct_built.emplace(i, p).first->second;
+      } catch (const std::exception&) {
+        // the walk tries it again and notes why
+      }
+    }
+  }
   while (static_cast<int>(e.built.size()) <= rank && e.next < e.configs) {
     const int64_t i = e.next++;
+    if (const auto it = e.direct_built.find(i); it != e.direct_built.end()) {
+      if (!has_plan_named(e.built, it->second.name)) e.built.push_back(it->second);
+      continue;
+    }
     try {
       PlanInfo p;
       const std::string unusable = build_checked_plan(e, i, type, settings, &p);
@@ -674,8 +726,11 @@ void make_graph(const GraphSpec& g, GraphEntry& e) {
                                           fe::NumericalNote_t::NONDETERMINISTIC};
   if (s.type == DataType::kFloat32) barred.push_back(fe::NumericalNote_t::TENSOR_CORE);  // no TF32
   graph->deselect_numeric_notes(barred);
-  graph->deselect_behavior_notes(
-      {fe::BehaviorNote_t::REQUIRES_FILTER_INT8x32_REORDER, fe::BehaviorNote_t::REQUIRES_BIAS_INT8x32_REORDER});
+  std::vector<fe::BehaviorNote_t> barred_behaviour{fe::BehaviorNote_t::REQUIRES_FILTER_INT8x32_REORDER,
+                                                   fe::BehaviorNote_t::REQUIRES_BIAS_INT8x32_REORDER};
+  if (g.precompiled) barred_behaviour.push_back(fe::BehaviorNote_t::RUNTIME_COMPILATION);
+  graph->deselect_behavior_notes(barred_behaviour);
+  e.precompiled = g.precompiled;
   graph->deselect_workspace_greater_than(kWorkspaceLimit);
   check(graph->check_support(handle), "check_support");
   e.configs = graph->get_execution_plan_count();
@@ -818,10 +873,11 @@ std::atomic<uint64_t> g_kernel_serial{1};
 
 class CudnnGraphConvolution : public Kernel {
  public:
-  CudnnGraphConvolution(const Layer& layer, std::string tactic, int rank, int knob_variant)
+  CudnnGraphConvolution(const Layer& layer, std::string tactic, int rank, int knob_variant, bool precompiled)
       : tactic_(std::move(tactic)),
         rank_(rank),
         knob_variant_(knob_variant),
+        precompiled_(precompiled),
         post_(conv_post_op(layer)),
         serial_(g_kernel_serial++) {}
 
@@ -895,6 +951,7 @@ class CudnnGraphConvolution : public Kernel {
     size_t workspace = 0;
     cudnnBackendDescriptor_t raw_plan = nullptr;  // direct execution
     bool retain = false;                          // runtime-compiled: CUDA graphs must keep the plan
+    int plans_built = 0;                          // GraphEntry::plans_built when resolved
     int64_t uids[5] = {kUidX, kUidW, kUidY, 0, 0};
     VariantPacks packs;
     std::unordered_map<int64_t, void*> pack;  // frontend execution: keys fixed here, values per run
@@ -913,13 +970,13 @@ class CudnnGraphConvolution : public Kernel {
     const std::string config =
         knob_variant_ >= 0 ? "knob variant " + std::to_string(knob_variant_ + 1) + " of the first config"
                            : "config " + std::to_string(r.plan.index) + " of " + std::to_string(r.entry->configs);
-    std::string line = what_ + ": engine " + r.plan.name + " (" + config +
-                       ", notes: " + (r.plan.notes.empty() ? "none" : r.plan.notes) +
-                       "); fused:" + (fused.empty() ? " nothing" : fused) +
-                       "; kiln epilogue:" + (rest.empty() ? " none" : rest) + "; workspace " +
-                       std::to_string(r.workspace) + " B; " +
-                       (r.raw_plan ? "cudnnBackendExecute" : "frontend execute (" + r.entry->direct_why + ")") +
-                       "; plans " + sharing_name(settings_.sharing);
+    std::string line =
+        what_ + ": engine " + r.plan.name + " (" + config +
+        ", notes: " + (r.plan.notes.empty() ? "none" : r.plan.notes) + "; " + std::to_string(r.plans_built) +
+        " of the graph's configs built so far" + "); fused:" + (fused.empty() ? " nothing" : fused) +
+        "; kiln epilogue:" + (rest.empty() ? " none" : rest) + "; workspace " + std::to_string(r.workspace) + " B; " +
+        (r.raw_plan ? "cudnnBackendExecute" : "frontend execute (" + r.entry->direct_why + ")") + "; plans " +
+        sharing_name(settings_.sharing);
     if (s_.format == TensorFormat::kChannelsLast) {
       line += filter_.shared() ? "; KRSC weights shared" : "; KRSC weights converted per run";
     }
@@ -927,8 +984,10 @@ class CudnnGraphConvolution : public Kernel {
   }
 
   // Finds (building when needed) the plan for `handle`; throws naming CUDNN_STATUS_NOT_SUPPORTED
-  // when no engine takes the convolution. Builds run on the thread's prepare stream, waited for,
-  // with the handle's mutex held (a kernel prepared with it may be launching from another thread).
+  // when no engine takes the convolution. cudnn_graph_precompiled tries both graphs with
+  // precompiled engines only first, then (where neither has one) both as cudnn_graph does. Builds run on the thread's
+  // prepare stream, waited for, with the handle's mutex held (a kernel prepared with it may be launching from another
+  // thread).
   std::unique_ptr<Resolved> resolve(GraphHandle* handle) {
     // The fused graph first; then the convolution alone with kiln's epilogue.
     GraphSpec fused;
@@ -943,6 +1002,11 @@ class CudnnGraphConvolution : public Kernel {
     plain.sm_count = sm_target_;
     std::vector<GraphSpec> attempts{fused};
     if (fused.bias || fused.residual || fused.act) attempts.push_back(plain);
+    if (precompiled_) {
+      std::vector<GraphSpec> first = attempts;
+      for (GraphSpec& g : first) g.precompiled = true;
+      attempts.insert(attempts.begin(), first.begin(), first.end());
+    }
 
     const std::string scope =
         std::to_string(handle->id) + "|" + settings_.deny_text + "|" +
@@ -968,8 +1032,9 @@ class CudnnGraphConvolution : public Kernel {
       std::optional<PlanInfo> p = knob_variant_ >= 0 ? knob_plan(*e, knob_variant_, s_.type, settings_, &reason)
                                                      : entry_plan(*e, rank_, s_.type, settings_, &reason);
       if (!p) {
-        const bool is_fused = a == 0 && attempts.size() > 1;
-        why += std::string(why.empty() ? "" : "; ") + (is_fused ? "fused graph: " : "convolution graph: ") + reason;
+        const bool is_fused = g.bias || g.residual || g.act;
+        why += std::string(why.empty() ? "" : "; ") + (is_fused ? "fused graph" : "convolution graph") +
+               (g.precompiled ? " (precompiled engines only): " : ": ") + reason;
         continue;
       }
       check_direct(*e, *p, g.bias, g.residual);
@@ -992,6 +1057,7 @@ class CudnnGraphConvolution : public Kernel {
       if (!r->raw_plan) {
         for (int i = 0; i < n; ++i) r->pack[r->uids[i]] = nullptr;
       }
+      r->plans_built = e->plans_built;
       r->entry = std::move(e);
     }
     KILN_CUDA_CHECK(cudaStreamSynchronize(prepare_stream()));  // whatever building enqueued is done
@@ -1031,6 +1097,7 @@ class CudnnGraphConvolution : public Kernel {
   std::string tactic_;
   int rank_;
   int knob_variant_;  // -1: the rank-th heuristic plan
+  bool precompiled_;  // cudnn_graph_precompiled: engines without runtime compilation first
   PostOp post_;
   uint64_t serial_;
   std::string what_;
@@ -1052,20 +1119,42 @@ struct GraphTactic {
   // Above the legacy "cudnn" (100): a build without timing takes the plan prepared once (a few
   // microseconds to launch, capture-safe) over the legacy call (40-150 us of host time each).
   int priority;
-  int rank;                    // which buildable engine config of the heuristic's list
-  int min_optimization_level;  // the builder level from which the tactic is a candidate
-  int knob_variant = -1;       // >= 0: that knob variant of the first config instead (make_knob_variants)
+  int rank;                        // which buildable engine config of the heuristic's list
+  int min_optimization_level;      // the builder level from which the tactic is a candidate
+  int knob_variant = -1;           // >= 0: that knob variant of the first config instead (make_knob_variants)
+  int max_optimization_level = 5;  // the builder level up to which it is a candidate
+  bool precompiled = false;        // engines without runtime compilation first (GraphSpec::precompiled)
 };
 
 // Ranks 3-7 (cuDNN's 4th to 8th buildable engine configs) and the knob variants of the first
 // config (its engine with one knob changed: tile size, stages, split, ...) are slow to try (each
 // builds and checks plans per shape; some engines compile kernels when built): builder
 // optimization level 5 only.
+//
+// Level 0 (which times nothing and takes each layer's highest-priority kernel) gets
+// cudnn_graph_precompiled: the heuristic's first engine config among those with precompiled
+// kernels. The heuristic's first choice for a fused graph (bias + residual + activation, SiLU) is
+// often a runtime-fusion engine (CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) whose plan compiles its
+// kernels with NVRTC when built: 0.1-0.3 s per distinct shape the first time a machine (its driver
+// JIT cache, ~/.nv/ComputeCache) sees it, so level 0 took 2-3.6 s on TinyYolo on a fresh GPU host
+// where ResNet-50 took 1.4 s. The same compilation happens again when an engine is loaded on a
+// fresh host. Where no precompiled engine takes the fused graph, the convolution alone is tried
+// (kiln's epilogue does the rest), then the runtime-compiled engines after all. Levels 1-5 time
+// cudnn_graph, _1, _2 as before (a precompiled engine among them wins when it is faster).
 const GraphTactic kGraphTactics[] = {
-    {"cudnn_graph", 101, 0, 0},           {"cudnn_graph_1", 42, 1, 0},          {"cudnn_graph_2", 41, 2, 0},
-    {"cudnn_graph_3", 39, 3, 5},          {"cudnn_graph_4", 38, 4, 5},          {"cudnn_graph_5", 37, 5, 5},
-    {"cudnn_graph_6", 36, 6, 5},          {"cudnn_graph_7", 35, 7, 5},          {"cudnn_graph_knobs_1", 34, 0, 5, 0},
-    {"cudnn_graph_knobs_2", 33, 0, 5, 1}, {"cudnn_graph_knobs_3", 32, 0, 5, 2}, {"cudnn_graph_knobs_4", 31, 0, 5, 3},
+    {"cudnn_graph_precompiled", 102, 0, 0, -1, 0, true},
+    {"cudnn_graph", 101, 0, 0},
+    {"cudnn_graph_1", 42, 1, 0},
+    {"cudnn_graph_2", 41, 2, 0},
+    {"cudnn_graph_3", 39, 3, 5},
+    {"cudnn_graph_4", 38, 4, 5},
+    {"cudnn_graph_5", 37, 5, 5},
+    {"cudnn_graph_6", 36, 6, 5},
+    {"cudnn_graph_7", 35, 7, 5},
+    {"cudnn_graph_knobs_1", 34, 0, 5, 0},
+    {"cudnn_graph_knobs_2", 33, 0, 5, 1},
+    {"cudnn_graph_knobs_3", 32, 0, 5, 2},
+    {"cudnn_graph_knobs_4", 31, 0, 5, 3},
 };
 
 // KILN_CUDNN_GRAPH=1 / =0 turn the tactics on / off; unset, kGraphTacticsByDefault decides. Opt-in
@@ -1110,10 +1199,11 @@ struct Registrar {
                         name,
                         t.priority,
                         t.knob_variant >= 0 ? supports_knob_conv : supports_graph_conv,
-                        [name, rank, knob_variant](const Layer& layer) {
-                          return std::make_unique<CudnnGraphConvolution>(layer, name, rank, knob_variant);
+                        [name, rank, knob_variant, precompiled = t.precompiled](const Layer& layer) {
+                          return std::make_unique<CudnnGraphConvolution>(layer, name, rank, knob_variant, precompiled);
                         }};
       entry.min_optimization_level = t.min_optimization_level;
+      entry.max_optimization_level = t.max_optimization_level;
       KernelRegistry::instance().add(std::move(entry));
     }
   }
