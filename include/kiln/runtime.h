@@ -157,7 +157,9 @@ class ExecutionContext {
   // Current dims of any I/O tensor (outputs are inferred from the input shapes). An output
   // with a data-dependent extent (NonZero, NonMaxSuppression, a plugin's size tensor; shown as
   // -1 in Engine::io_tensors) has the dims of the last inference, or its upper bound before
-  // the first one: allocate such outputs with max_tensor_shape().
+  // the first one: allocate such outputs with max_tensor_shape(). Cheap: shape inference only;
+  // kernels are prepared by the first inference at these input dims (on a GPU that may compile
+  // cuDNN kernels for seconds), not by a shape query.
   Dims tensor_shape(const std::string& name);
   // The dims to allocate for an I/O tensor: tensor_shape() for ordinary tensors, the upper
   // bound for data-dependent outputs (the kernel writes the actual, smaller tensor compactly

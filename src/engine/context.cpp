@@ -120,7 +120,8 @@ void retire_plans(ContextImpl& c, std::vector<std::unique_ptr<ShapePlan>> evicte
 // queries) the plan that ran last where there is one: after an inference whose timing changed
 // the count, the output shapes it read are in its own plan, and a plan of the new count holds
 // only the upper bounds of data-dependent sizes.
-ShapePlan& current_plan(ContextImpl& c, bool next_inference = false) {
+// found_plan: the plan at hand or cached, null where it would have to be built.
+ShapePlan* found_plan(ContextImpl& c, bool next_inference = false) {
   const int threads = context_threads(c);
   if (threads != c.key.num_threads && (next_inference || !c.current)) {
     c.key.num_threads = threads;
@@ -131,11 +132,16 @@ ShapePlan& current_plan(ContextImpl& c, bool next_inference = false) {
     c.key.launch_tactics = plain;
     c.current = nullptr;
   }
-  if (c.current) return *c.current;
+  if (c.current) return c.current;
   if (ShapePlan* p = c.plans.find(c.key)) {
     c.current = p;
-    return *p;
+    return p;
   }
+  return nullptr;
+}
+
+ShapePlan& current_plan(ContextImpl& c, bool next_inference = false) {
+  if (ShapePlan* p = found_plan(c, next_inference)) return *p;
   const auto t0 = std::chrono::steady_clock::now();
   LifecycleLock lock(device_lifecycle_mutex());
   std::unique_ptr<ShapePlan> plan = build_shape_plan(c.engine->env, c.input_dims, plan_options(c));
@@ -452,22 +458,41 @@ void ExecutionContext::set_input_shape(const std::string& name, const Dims& dims
   throw_out_of_host_memory("setting the shape of input " + quote(name));
 }
 
+namespace {
+
+// The tensor states a shape query reads where no plan of the current input dims is at hand or
+// cached: shape inference alone, kept until the input dims change. A query prepares no kernel
+// (on a GPU, preparing compiles cuDNN's runtime-compiled engines: seconds on a fresh host); the
+// next inference builds the plan. Before any inference these are the plan's own states (it
+// starts from the same inference; data-dependent sizes at their upper bounds).
+const TensorStates& queried_states(ContextImpl& c) {
+  if (!c.query_valid || c.query_dims != c.input_dims) {
+    c.query_valid = false;
+    c.query_states = infer_shapes(*c.engine->data.network, c.input_dims);
+    c.query_dims = c.input_dims;
+    c.query_valid = true;
+  }
+  return c.query_states;
+}
+
+}  // namespace
+
 Dims ExecutionContext::tensor_shape(const std::string& name) {
   ContextImpl& c = *impl_;
   const int index = c.engine->binding(name);
   if (c.engine->io[static_cast<size_t>(index)].mode == TensorIOMode::kInput) return c.input_dims.at(name);
-  ShapePlan& plan = current_plan(c);
   const Tensor* t = c.engine->data.network->find_tensor(name);
-  return plan.states.at(t).dims;
+  if (const ShapePlan* plan = found_plan(c)) return plan->states.at(t).dims;
+  return queried_states(c).at(t).dims;
 }
 
 Dims ExecutionContext::max_tensor_shape(const std::string& name) {
   ContextImpl& c = *impl_;
   const int index = c.engine->binding(name);
   if (c.engine->io[static_cast<size_t>(index)].mode == TensorIOMode::kInput) return c.input_dims.at(name);
-  ShapePlan& plan = current_plan(c);
   const Tensor* t = c.engine->data.network->find_tensor(name);
-  return (plan.has_dd ? plan.base_states : plan.states).at(t).dims;
+  if (const ShapePlan* plan = found_plan(c)) return (plan->has_dd ? plan->base_states : plan->states).at(t).dims;
+  return queried_states(c).at(t).dims;
 }
 
 void ExecutionContext::set_tensor_address(const std::string& name, void* data) {

@@ -49,6 +49,10 @@ struct ContextImpl {
   std::vector<std::unique_ptr<Kernel>> prototypes;
   ShapePlanCache plans;
   ShapePlan* current = nullptr;  // the plan of `key`, when looked up since it changed
+  // Shape queries without a plan (context.cpp, queried_states): the states of query_dims.
+  bool query_valid = false;
+  std::map<std::string, Dims> query_dims;
+  TensorStates query_states;
   uint64_t next_plan_id = 1;
   GraphCache graphs;
   void* own_stream = nullptr;  // device engines: for null-stream calls
