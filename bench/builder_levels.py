@@ -51,6 +51,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,9 +94,8 @@ def build(kiln, onnx, engine, shapes, level, args, env_extra=None):
     env = dict(os.environ)
     env.update(env_extra or {})
     if args.cold_jit_cache:
-        build.fresh = getattr(build, "fresh", 0) + 1
-        env["CUDA_CACHE_PATH"] = os.path.join(args.workdir, "jit_cache", f"build{build.fresh}")
-        os.makedirs(env["CUDA_CACHE_PATH"], exist_ok=True)
+        os.makedirs(os.path.join(args.workdir, "jit_cache"), exist_ok=True)
+        env["CUDA_CACHE_PATH"] = tempfile.mkdtemp(prefix="build", dir=os.path.join(args.workdir, "jit_cache"))
     cmd = [kiln, "build", "--onnx", onnx, "--save-engine", engine, "--device", args.device, "--shapes", shapes,
            "--builder-optimization-level", str(level)]
     if args.device == "cuda" and not args.fp32:

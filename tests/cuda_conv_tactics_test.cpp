@@ -746,6 +746,17 @@ struct CudaEngine {
   std::string conv_tactics;  // "tactic x count" per forced tactic, for the log
 };
 
+// The Convolution layers' lines of an engine's description (not their tensors').
+std::vector<std::string> convolution_lines(const Engine& engine) {
+  std::vector<std::string> r;
+  std::istringstream lines(engine.describe());
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.find(" : Convolution") != std::string::npos) r.push_back(line);
+  }
+  return r;
+}
+
 // An fp16 CUDA engine of `net` with forced_mode() = mode; fails the test unless every
 // Convolution runs a test_forced_* tactic.
 CudaEngine build_cuda(const Network& net, const std::string& mode) {
@@ -763,11 +774,8 @@ CudaEngine build_cuda(const Network& net, const std::string& mode) {
   e.engine = Runtime().deserialize(bytes.data(), bytes.size(), mode);
   // Count the kernels of the Convolution layers in the engine's description.
   std::map<std::string, int> counts;
-  std::istringstream lines(e.engine->describe());
-  std::string line;
   int convs = 0;
-  while (std::getline(lines, line)) {
-    if (line.find(" : Convolution") == std::string::npos) continue;  // a layer line, not its tensors
+  for (const std::string& line : convolution_lines(*e.engine)) {
     ++convs;
     bool forced = false;
     for (const char* t : {"test_forced_cublaslt", "test_forced_cudnn_graph", "test_forced_cudnn"}) {
@@ -942,17 +950,6 @@ TEST(CudaConvGraph, ResNetStackTwoThreadsAtOnce) {
   const bool same =
       std::memcmp(runs[0].plain.back().data(), runs[1].plain.back().data(), runs[0].plain.back().nbytes()) == 0;
   std::cout << "  the two threads' outputs are " << (same ? "bit-identical" : "NOT bit-identical") << "\n";
-}
-
-// The Convolution lines of an engine's description.
-std::vector<std::string> convolution_lines(const Engine& engine) {
-  std::vector<std::string> r;
-  std::istringstream lines(engine.describe());
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.find(" : Convolution") != std::string::npos) r.push_back(line);
-  }
-  return r;
 }
 
 // Builder level 0 (which times nothing) gives every convolution cudnn_graph_precompiled: an engine
