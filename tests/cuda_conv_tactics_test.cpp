@@ -649,6 +649,9 @@ struct StackSpec {
   bool stem;   // a 3x3 convolution in front of the blocks (input C -> first block's in)
   int64_t stem_channels;
   std::vector<Block> blocks;  // a block whose out differs from its input, or stride 2, projects the shortcut
+  // SiLU instead of ReLU after the stem and inside the blocks (YOLO's conv + bias + SiLU, whose
+  // fused graphs cuDNN runs with runtime-compiled engines).
+  bool silu = false;
 };
 
 HostTensor random_weights(const Dims& dims, uint64_t seed, double fan_in) {
@@ -673,7 +676,7 @@ std::unique_ptr<Network> make_stack(const StackSpec& spec) {
     const HostTensor w = random_weights(Dims{out_ch, in_ch, k, k}, seed++, static_cast<double>(in_ch * k * k));
     const HostTensor b = make_values(Dims{out_ch}, seed++, -0.1, 0.1, true);
     Tensor* y = net->add_convolution(in, d, w, b)->output(0);
-    return relu ? net->add_activation(y, ActivationType::kRelu)->output(0) : y;
+    return relu ? net->add_activation(y, spec.silu ? ActivationType::kSilu : ActivationType::kRelu)->output(0) : y;
   };
   if (spec.stem) {
     x = conv(x, channels, spec.stem_channels, 3, 1, true);
@@ -741,6 +744,14 @@ double range_error(const HostTensor& got, const HostTensor& ref) {
   return max_ref > 0 ? max_diff / max_ref : max_diff;
 }
 
+// A CUDA builder configuration with fp16 kernels allowed.
+BuilderConfig cuda_fp16_config() {
+  BuilderConfig config;
+  config.device = DeviceType::kCUDA;
+  config.fp16 = true;
+  return config;
+}
+
 struct CudaEngine {
   std::shared_ptr<Engine> engine;
   std::string conv_tactics;  // "tactic x count" per forced tactic, for the log
@@ -765,9 +776,7 @@ CudaEngine build_cuda(const Network& net, const std::string& mode) {
   struct Reset {
     ~Reset() { forced_mode().clear(); }
   } reset;
-  BuilderConfig config;
-  config.device = DeviceType::kCUDA;
-  config.fp16 = true;
+  BuilderConfig config = cuda_fp16_config();
   config.time_tactics = false;
   const auto bytes = Builder().build_serialized(net, config);
   CudaEngine e;
@@ -963,9 +972,7 @@ TEST(CudaConvGraph, LevelZeroTakesPrecompiledEnginesAndMatchesCpuReference) {
   const auto net = make_stack(spec);
   const HostTensor input = stack_input(spec);
   const HostTensor ref = run_cpu(*net, input);
-  BuilderConfig config;
-  config.device = DeviceType::kCUDA;
-  config.fp16 = true;
+  BuilderConfig config = cuda_fp16_config();
   config.optimization_level = 0;
   std::vector<std::string> chosen;
   std::shared_ptr<Engine> engine;
@@ -1010,6 +1017,7 @@ TEST(CudaConvGraph, ALaterRankBuildsOnlyItsOwnConfig) {
   if (!test::cuda_usable(&why) || !graph_tactics_built(&why)) GTEST_SKIP() << why;
   ScopedEnv on("KILN_CUDNN_GRAPH", "1");
   ScopedEnv priv("KILN_CUDNN_GRAPH_PRIVATE", "1");
+  ScopedEnv build("KILN_COMPILED_PLANS", "0");  // else copies of plans earlier tests built load
   std::optional<ConvCase> yolo;
   for (const ConvCase& c : graph_cases()) {
     if (std::string(c.name) == "yolo_3x3_bias_silu") yolo = c;
@@ -1030,6 +1038,85 @@ TEST(CudaConvGraph, ALaterRankBuildsOnlyItsOwnConfig) {
       EXPECT_NE(line.find("; 1 of the graph's configs built so far"), std::string::npos) << line;
     }
     EXPECT_EQ(seen, 1) << tactic;
+  }
+}
+
+// Engines carry their cuDNN convolutions' compiled plans (BuilderConfig::embed_compiled_plans):
+// with private plans (every kernel object resolves its own, so no graph cache hides a load), a
+// context on a new thread loads every graph-API convolution's plan from the engine file (nothing
+// built; the SiLU stack's fused graphs include runtime-compiled engines), with outputs within
+// the stack tolerance of the CPU reference and a CUDA-graph replay equal to its capture run;
+// KILN_COMPILED_PLANS=0 builds them instead; an engine built without them loads copies of the
+// plans the builder's kernels built.
+TEST(CudaConvGraph, EnginesCarryCompiledPlansThatLoadWithoutBuilding) {
+  std::string why;
+  if (!test::cuda_usable(&why) || !graph_tactics_built(&why)) GTEST_SKIP() << why;
+  ScopedEnv on("KILN_CUDNN_GRAPH", "1");
+  ScopedEnv priv("KILN_CUDNN_GRAPH_PRIVATE", "1");
+  StackSpec spec = small_stack();
+  spec.name = "small_silu_stack";
+  spec.silu = true;
+  const auto net = make_stack(spec);
+  const HostTensor input = stack_input(spec);
+  const HostTensor ref = run_cpu(*net, input);
+  BuilderConfig config = cuda_fp16_config();
+  config.optimization_level = 1;
+  BuildReport report;
+  const auto bytes = Builder().build_serialized(*net, config, &report);
+  const EngineData data = engine_deserialize(bytes.data(), bytes.size(), "compiled plans");
+  int graph_layers = 0;
+  for (const auto& [layer, tactic] : data.tactics) graph_layers += tactic.rfind("cudnn_graph", 0) == 0 ? 1 : 0;
+  std::cout << "  engine " << bytes.size() << " bytes; " << report.compiled_plans << " compiled plans, "
+            << report.compiled_plan_bytes << " bytes; " << graph_layers << " graph-API convolution layers\n";
+  ASSERT_GT(graph_layers, 0) << "no convolution chose a cudnn_graph tactic at level 1";
+  ASSERT_GT(report.compiled_plans, 0);
+  EXPECT_EQ(static_cast<int>(data.prepared_states.size()), report.compiled_plans);
+  auto engine = Runtime().deserialize(bytes.data(), bytes.size(), "compiled plans");
+
+  // Runs the stack on a new thread; returns the graph-API convolutions' verbose lines.
+  const auto run_on_new_thread = [&](const std::shared_ptr<Engine>& e, const std::string& label) {
+    TacticLog log(false);
+    StackRun r;
+    std::thread t([&] { r = run_stack(e, input, 1, 2); });
+    t.join();
+    // Plain runs may take other kernels than the graph (the engine's tactics for plain launches),
+    // so only the replay is compared bit for bit, with the graph's first run.
+    for (const HostTensor& plain : r.plain) EXPECT_LE(range_error(plain, ref), kStackTolerance) << label;
+    EXPECT_LE(range_error(r.graph_first, ref), kStackTolerance) << label;
+    std::cout << "  " << label << ": error " << range_error(r.plain.back(), ref) << " plain, "
+              << range_error(r.graph_first, ref) << " CUDA graph\n";
+    EXPECT_EQ(std::memcmp(r.graph_replay.data(), r.graph_first.data(), r.graph_first.nbytes()), 0) << label;
+    std::vector<std::string> lines;
+    for (const std::string& line : log.lines()) {
+      if (line.find("(CUDA tactic cudnn_graph") != std::string::npos) lines.push_back(line);
+    }
+    EXPECT_GE(static_cast<int>(lines.size()), graph_layers) << label << ": every graph convolution logs its plan";
+    return lines;
+  };
+  int loaded = 0;
+  for (const std::string& line : run_on_new_thread(engine, "engine with compiled plans")) {
+    const bool from_engine =
+        line.find("loaded from the engine file's compiled plan, nothing built") != std::string::npos;
+    loaded += from_engine ? 1 : 0;
+    EXPECT_TRUE(from_engine) << line;
+  }
+  std::cout << "  " << loaded << " plans loaded from the engine file\n";
+  {
+    ScopedEnv off("KILN_COMPILED_PLANS", "0");
+    for (const std::string& line : run_on_new_thread(engine, "KILN_COMPILED_PLANS=0")) {
+      EXPECT_EQ(line.find("loaded from"), std::string::npos) << line;
+      EXPECT_NE(line.find("of the graph's configs built so far"), std::string::npos) << line;
+    }
+  }
+  engine.reset();  // its compiled plans would be found under the same keys
+  config.embed_compiled_plans = false;
+  BuildReport plain_report;
+  const auto plain = Builder().build_serialized(*net, config, &plain_report);
+  EXPECT_EQ(plain_report.compiled_plans, 0);
+  EXPECT_LT(plain.size(), bytes.size());
+  auto without = Runtime().deserialize(plain.data(), plain.size(), "no compiled plans");
+  for (const std::string& line : run_on_new_thread(without, "engine without compiled plans")) {
+    EXPECT_NE(line.find("loaded from a copy of the plan built with cuDNN handle"), std::string::npos) << line;
   }
 }
 
@@ -1147,9 +1234,7 @@ TEST(CudaTunedStreams, AnEngineTunedForFourStreamsMatchesTheCpuReference) {
   const auto net = make_stack(spec);
   const HostTensor input = stack_input(spec);
   const HostTensor ref = run_cpu(*net, input);
-  BuilderConfig config;
-  config.device = DeviceType::kCUDA;
-  config.fp16 = true;
+  BuilderConfig config = cuda_fp16_config();
   config.tune_for_streams = 4;
   BuildReport report;
   const auto bytes = Builder().build_serialized(*net, config, &report);

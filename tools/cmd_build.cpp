@@ -40,6 +40,8 @@ struct BuildOptions {
   int tune_for_streams = 1;
   std::string workspace_limit;
   bool embed_plugins = false;
+  bool no_compiled_plans = false;
+  bool compiled_plans_every_batch = false;
   std::vector<std::string> layer_precisions;
 };
 
@@ -76,6 +78,8 @@ int run_build(const BuildOptions& o) {
   config.tune_for_streams = o.tune_for_streams;
   if (!o.workspace_limit.empty()) config.workspace_limit = parse_byte_size(o.workspace_limit, "--workspace-limit");
   config.embed_plugin_libraries = o.embed_plugins;
+  config.embed_compiled_plans = !o.no_compiled_plans;
+  config.compiled_plans_every_batch = o.compiled_plans_every_batch;
   if (!o.memory_limit.empty()) config.memory_limit = parse_byte_size(o.memory_limit, "--memory-limit");
 
   // Parse the shape flags before the (slow) model import so that typos fail fast.
@@ -145,6 +149,12 @@ int run_build(const BuildOptions& o) {
   if (report.activation_naive_bytes) out << " (" << format_bytes(report.activation_naive_bytes) << " without reuse)";
   out << ", weights " << format_bytes(report.weights_bytes) << ", kernel workspace "
       << format_bytes(report.workspace_bytes) << "\n";
+  if (report.compiled_plans > 0) {
+    out << "compiled plans: " << report.compiled_plans << " cuDNN execution plan(s), "
+        << format_bytes(report.compiled_plan_bytes)
+        << " (loaded instead of built on a GPU of the same model, driver and cuDNN; --no-compiled-plans leaves them "
+           "out)\n";
+  }
 
   if (o.embed_plugins) {
     const EngineData data = engine_deserialize(bytes.data(), bytes.size(), o.engine);
@@ -235,6 +245,14 @@ void setup_build_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_flag("--embed-plugins", o->embed_plugins,
                 "Store the plugin libraries the engine uses in the engine file (kiln run then needs "
                 "--allow-embedded-plugins instead of --plugins)");
+  sub->add_flag("--no-compiled-plans", o->no_compiled_plans,
+                "Leave the cuDNN execution plans the convolutions compiled for this GPU out of the engine (a smaller "
+                "file; loading then builds and compiles them again on each host)");
+  sub->add_flag("--compiled-plans-every-batch", o->compiled_plans_every_batch,
+                "Store the compiled plans at every batch size of the profile, not only at its min, opt and max "
+                "shapes, so that no batch size a dynamic batcher forms compiles a plan when first seen (a longer "
+                "build, a larger file)")
+      ->excludes("--no-compiled-plans");
   sub->add_flag("-v,--verbose", o->verbose, "List what every pass did and print the builder's progress");
   sub->callback([&run, o] { run = [o] { return run_build(*o); }; });
 }

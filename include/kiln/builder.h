@@ -96,6 +96,21 @@ class BuilderConfig {
   // embedded copy of a plugin that is not registered only after Runtime::
   // set_allow_embedded_plugins(true). Plugins built into kiln have no library to embed.
   bool embed_plugin_libraries = false;
+  // Store what the chosen kernels compiled for this GPU in the engine (KSTATE section,
+  // docs/engine-format.md): cuDNN's execution plans for the convolutions, with the kernels cuDNN
+  // compiles at run time (NVRTC) for fused convolutions, at each profile's opt, min and max
+  // shapes. Loading the engine on a GPU of the same model with the same driver and cuDNN then
+  // loads those plans instead of building and compiling them again (seconds per engine on a host
+  // whose driver JIT cache is empty, on every thread that prepares a context); elsewhere they are
+  // not used and the plans are built as without them. Off: a smaller file. No effect on the CPU.
+  bool embed_compiled_plans = true;
+  // With embed_compiled_plans: also store the plans at every batch size between each profile's min
+  // and max, not only at its opt, min and max (profiles whose inputs vary in their first dimension
+  // only, at most 64 batch sizes; others keep the three points), so that no batch size a dynamic
+  // batcher forms builds or compiles a plan when first seen, on a fresh host or not. The build
+  // takes longer (a plan per distinct convolution and batch size: 0.1-0.3 s each for the
+  // runtime-compiled ones) and the file grows (about 50-65 KB per plan).
+  bool compiled_plans_every_batch = false;
 };
 
 // What the build did, for `kiln build` and `kiln inspect`.
@@ -136,6 +151,9 @@ struct BuildReport {
   double level3_engine_ms = 0.0;      // ... with level 3's
   bool level3_kernels_kept = false;   // level 3's were faster whole, and the engine has them
   double level5_check_seconds = 0.0;  // the check's time (level 3's kernel timing and both engines')
+  // BuilderConfig::embed_compiled_plans: the plans stored in the engine and their bytes.
+  int compiled_plans = 0;
+  uint64_t compiled_plan_bytes = 0;
 };
 
 // The names of the builder's passes, in pipeline order (BuilderConfig::disabled_passes).

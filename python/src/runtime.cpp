@@ -323,6 +323,11 @@ void bind_runtime(nb::module_& m) {
               "How many contexts will run the engine at once, each on its own stream (1..64, CUDA): kernels are "
               "timed as that many copies at once and the highest throughput wins; 1 (default): lowest latency.")
       .def_rw("embed_plugin_libraries", &BuilderConfig::embed_plugin_libraries)
+      .def_rw("embed_compiled_plans", &BuilderConfig::embed_compiled_plans,
+              "Store the cuDNN plans the convolutions compiled for this GPU in the engine (default True), so that "
+              "loading it on a GPU of the same model, driver and cuDNN skips building and compiling them.")
+      .def_rw("compiled_plans_every_batch", &BuilderConfig::compiled_plans_every_batch,
+              "Also store those plans at every batch size of each profile, not only at its min, opt and max.")
       .def(
           "add_optimization_profile",
           [](BuilderConfig& c, const OptimizationProfile& p) {
@@ -355,7 +360,9 @@ void bind_runtime(nb::module_& m) {
       .def_ro("level5_engine_ms", &BuildReport::level5_engine_ms)
       .def_ro("level3_engine_ms", &BuildReport::level3_engine_ms)
       .def_ro("level3_kernels_kept", &BuildReport::level3_kernels_kept)
-      .def_ro("level5_check_seconds", &BuildReport::level5_check_seconds);
+      .def_ro("level5_check_seconds", &BuildReport::level5_check_seconds)
+      .def_ro("compiled_plans", &BuildReport::compiled_plans)
+      .def_ro("compiled_plan_bytes", &BuildReport::compiled_plan_bytes);
 
   struct PyBuilder {
     BuildReport last_report;

@@ -237,6 +237,10 @@ std::shared_ptr<Engine> load_engine(ModelState& m) {
   OnnxParser(net).parse_file(path.string());
   BuilderConfig config;
   config.device = parse_device_type(device);
+  // CUDA: the cuDNN plans of every batch size the batcher may form go into the cached engine, so
+  // that the warm-up (and a restart, or a replica given the cached engine) loads them instead of
+  // compiling them (docs/serving.md, "Start-up on fresh GPU hosts").
+  config.compiled_plans_every_batch = parameter(m.config, "compiled_plans_every_batch", "true") != "false";
   OptimizationProfile profile;
   bool dynamic = false;
   const int64_t max_batch = std::max<int64_t>(1, m.config.value("max_batch_size", 0));

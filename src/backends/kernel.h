@@ -20,6 +20,7 @@
 
 #include "kiln/network.h"
 #include "kiln/types.h"
+#include "src/backends/prepared_state.h"
 
 namespace kiln {
 
@@ -106,6 +107,11 @@ class Kernel {
   // registry's factory and configures it. Kernels whose objects own state that does not depend
   // on shapes (a plugin object and its initialize()) share it with their instances.
   virtual std::unique_ptr<Kernel> another_instance() const { return nullptr; }
+  // What the last prepare() built that a later prepare() for the same shapes, in another process
+  // on the same kind of device, can load instead of building (src/backends/prepared_state.h):
+  // the builder stores it in the engine for the chosen kernels of entries that set
+  // KernelEntry::exports_prepared_state. Empty (the default): nothing worth carrying.
+  virtual std::vector<PreparedState> prepared_states() const { return {}; }
 };
 
 using KernelSupportsFn = std::function<bool(const Layer&, const std::vector<TensorDesc>& inputs)>;
@@ -135,6 +141,9 @@ struct KernelEntry {
   // kernels, where levels 1-5 time cuDNN's first choices). Whatever the levels, a kernel named by
   // an engine file is found by its name when the engine is loaded.
   int max_optimization_level = 5;
+  // Whether the builder asks this kernel for its prepared states (Kernel::prepared_states) at the
+  // profiles' points, to store them in the engine (BuilderConfig::embed_compiled_plans).
+  bool exports_prepared_state = false;
   // Whether the builder tries it at `level`.
   bool offered_at(int level) const { return min_optimization_level <= level && level <= max_optimization_level; }
 };

@@ -219,6 +219,78 @@ void reject_cpu_only_types(const Network& net, const TensorStates& states, Devic
   }
 }
 
+// BuilderConfig::compiled_plans_every_batch: per profile, the input dims at every batch size
+// strictly between its min and max other than its opt, where the profile's inputs vary in their
+// first dimension only (all over the same range) and that range holds at most kMaxPlanBatches
+// sizes; no points for other profiles.
+constexpr int64_t kMaxPlanBatches = 64;
+
+std::vector<std::vector<std::map<std::string, Dims>>> batch_points(const std::vector<OptimizationProfile>& profiles) {
+  std::vector<std::vector<std::map<std::string, Dims>>> out;
+  for (const OptimizationProfile& p : profiles) {
+    std::vector<std::map<std::string, Dims>> points;
+    int64_t lo = -1, hi = -1, opt = -1;
+    bool batch_only = true;
+    for (const auto& [name, s] : p.all()) {
+      if (s.min == s.max) continue;
+      bool rest_equal = s.min.rank() > 0 && s.min.rank() == s.max.rank();
+      for (int d = 1; rest_equal && d < s.min.rank(); ++d) rest_equal = s.min[d] == s.max[d] && s.opt[d] == s.min[d];
+      if (!rest_equal || (lo >= 0 && (s.min[0] != lo || s.max[0] != hi || s.opt[0] != opt))) batch_only = false;
+      lo = s.min[0];
+      hi = s.max[0];
+      opt = s.opt[0];
+    }
+    if (batch_only && lo >= 0 && hi - lo + 1 <= kMaxPlanBatches) {
+      for (int64_t b = lo + 1; b < hi; ++b) {
+        if (b == opt) continue;
+        std::map<std::string, Dims> point;
+        for (const auto& [name, s] : p.all()) {
+          Dims d = s.opt;
+          if (s.min != s.max) d[0] = b;
+          point[name] = d;
+        }
+        points.push_back(std::move(point));
+      }
+    } else if (lo >= 0) {
+      log(Severity::kInfo, "compiled plans: a profile varies in more than the batch dimension or over more than " +
+                               std::to_string(kMaxPlanBatches) +
+                               " batch sizes; its plans are stored at its opt, min and max shapes only");
+    }
+    out.push_back(std::move(points));
+  }
+  return out;
+}
+
+// engine_serialize, with the compiled plans of the kernels `data` chooses first
+// (BuilderConfig::embed_compiled_plans; only kernels that export them are asked: the cuDNN
+// graph-API convolutions on CUDA); counted in the report.
+std::vector<uint8_t> serialize_engine(EngineData& data, const std::vector<Layer*>& steps, const BuilderConfig& config,
+                                      const std::vector<TensorStates>& states, BuildReport& report) {
+  data.prepared_states.clear();
+  if (config.embed_compiled_plans) {
+    std::vector<std::vector<TensorStates>> extra;
+    if (config.compiled_plans_every_batch) {
+      for (const auto& points : batch_points(data.profiles)) {
+        extra.emplace_back();
+        for (const auto& point : points) extra.back().push_back(infer_shapes(*data.network, point));
+      }
+    }
+    data.prepared_states =
+        collect_prepared_states(steps, config.device, data.tactics, data.launch_tactics, states, extra);
+  }
+  report.compiled_plans = static_cast<int>(data.prepared_states.size());
+  report.compiled_plan_bytes = 0;
+  for (const PreparedState& s : data.prepared_states) report.compiled_plan_bytes += s.bytes->size();
+  if (report.compiled_plans > 0) {
+    data.build_info["compiled_plans"] = std::to_string(report.compiled_plans) + " (" +
+                                        std::to_string(report.compiled_plan_bytes) +
+                                        " bytes; loaded instead of built on a GPU of the same model, driver and cuDNN)";
+  } else {
+    data.build_info.erase("compiled_plans");
+  }
+  return engine_serialize(data);
+}
+
 // Level 5 (BuildReport::level5_*): chooses the kernels as level 3 would for the same network
 // and, where that changes any layer, times the whole engine both ways and keeps the faster.
 // `data` holds level 5's choices; returns the engine to write.
@@ -246,7 +318,7 @@ std::vector<uint8_t> check_against_level3(EngineData& data, const std::vector<La
     log(Severity::kWarning, std::string("level 5: choosing level 3's kernels for the whole-engine check failed (") +
                                 e.what() + "); the engine keeps level 5's");
     report.level5_check_seconds = seconds();
-    return engine_serialize(data);
+    return serialize_engine(data, steps, config, states, report);
   }
   // A layer's kernel for plain launches (no CUDA graph): its launch tactic where it has one.
   const auto launched = [](const std::map<std::string, std::string>& tactics,
@@ -266,7 +338,7 @@ std::vector<uint8_t> check_against_level3(EngineData& data, const std::vector<La
     report.level5_check_seconds = seconds();
     log(Severity::kInfo, "level 5: level 3 would choose the same kernels for every layer");
     data.build_info["level5_check"] = "level 3 would choose the same kernels";
-    return engine_serialize(data);
+    return serialize_engine(data, steps, config, states, report);
   }
   // Swaps level 3's choices (and their workspace) with those in `data`; twice is a no-op.
   std::string workspace3 = std::to_string(r3.workspace_bytes);
@@ -275,9 +347,9 @@ std::vector<uint8_t> check_against_level3(EngineData& data, const std::vector<La
     std::swap(data.launch_tactics, launch3);
     std::swap(data.build_info["workspace_bytes"], workspace3);
   };
-  std::vector<uint8_t> bytes5 = engine_serialize(data);
+  std::vector<uint8_t> bytes5 = serialize_engine(data, steps, config, states, report);
   swap_level3();
-  const std::vector<uint8_t> bytes3 = engine_serialize(data);
+  const std::vector<uint8_t> bytes3 = serialize_engine(data, steps, config, states, report);
   swap_level3();
   EngineComparison cmp;
   try {
@@ -304,7 +376,7 @@ std::vector<uint8_t> check_against_level3(EngineData& data, const std::vector<La
   log(Severity::kInfo, "level 5: " + text);
   data.build_info["level5_check"] = text;
   report.level5_check_seconds = seconds();
-  return engine_serialize(data);
+  return serialize_engine(data, steps, config, states, report);
 }
 
 }  // namespace
@@ -403,7 +475,8 @@ std::vector<uint8_t> Builder::build_serialized(const Network& network, const Bui
   data.network = std::move(net);
   const bool level5_check = config.optimization_level == 5 && builder_times_kernels(config) &&
                             (config.device == DeviceType::kCUDA || config.device == DeviceType::kCPU);
-  auto bytes = level5_check ? check_against_level3(data, steps, config, all_states, report) : engine_serialize(data);
+  auto bytes = level5_check ? check_against_level3(data, steps, config, all_states, report)
+                            : serialize_engine(data, steps, config, all_states, report);
   report.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (report_out) *report_out = report;
   return bytes;

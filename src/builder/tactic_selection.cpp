@@ -1235,4 +1235,51 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
   return tactics;
 }
 
+std::vector<PreparedState> collect_prepared_states(const std::vector<Layer*>& steps, DeviceType device,
+                                                   const std::map<std::string, std::string>& tactics,
+                                                   const std::map<std::string, std::string>& launch_tactics,
+                                                   const std::vector<TensorStates>& states,
+                                                   const std::vector<std::vector<TensorStates>>& extra) {
+  std::map<std::string, PreparedState> found;
+  for (const Layer* layer : steps) {
+    std::vector<std::string> chosen;
+    if (const auto it = tactics.find(layer->name()); it != tactics.end()) chosen.push_back(it->second);
+    if (const auto it = launch_tactics.find(layer->name());
+        it != launch_tactics.end() && (chosen.empty() || it->second != chosen[0])) {
+      chosen.push_back(it->second);
+    }
+    for (const std::string& tactic : chosen) {
+      const KernelEntry* entry = KernelRegistry::instance().find(device, layer->type(), tactic);
+      if (!entry || !entry->exports_prepared_state) continue;
+      try {
+        for (size_t p = 0; p < states.size(); p += 3) {
+          const std::unique_ptr<Kernel> kernel = entry->create(*layer);
+          std::vector<TensorRange> in_ranges, out_ranges;
+          const TensorStates& opt = states[p];
+          const TensorStates& mn = p + 1 < states.size() ? states[p + 1] : opt;
+          const TensorStates& mx = p + 2 < states.size() ? states[p + 2] : opt;
+          layer_ranges(*layer, opt, mn, mx, in_ranges, out_ranges);
+          kernel->configure_profile(*layer, in_ranges, out_ranges);
+          std::vector<const TensorStates*> points{&opt, &mn, &mx};
+          if (p / 3 < extra.size()) {
+            for (const TensorStates& st : extra[p / 3]) points.push_back(&st);
+          }
+          for (const TensorStates* st : points) {
+            kernel->prepare(*layer, input_descs(*layer, *st), output_descs(*layer, *st), 1);
+            for (PreparedState& s : kernel->prepared_states()) {
+              if (s.bytes) found.emplace(s.key, std::move(s));
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        log(Severity::kVerbose, "  " + layer->name() + ": no compiled plan stored for kernel " + tactic + " (" +
+                                    e.what() + "); loading builds it");
+      }
+    }
+  }
+  std::vector<PreparedState> out;
+  for (auto& [key, s] : found) out.push_back(std::move(s));
+  return out;
+}
+
 }  // namespace kiln

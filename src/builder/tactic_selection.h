@@ -81,6 +81,18 @@ std::map<std::string, std::string> select_tactics(const Network& network, const 
                                                   std::map<std::string, std::string>* launch_tactics = nullptr,
                                                   const std::string& progress_prefix = "");
 
+// The prepared states (Kernel::prepared_states: compiled cuDNN plans) of the kernels `tactics`
+// and `launch_tactics` choose, for the kernel entries that export them
+// (KernelEntry::exports_prepared_state), each prepared at every profile's opt, min and max
+// points (`states`, as for select_tactics); sorted by key, one per key. A kernel that fails to
+// prepare here carries nothing (loading builds it as without states). `extra` (optional): per
+// profile, more points to prepare at besides its three (BuilderConfig::compiled_plans_every_batch).
+std::vector<PreparedState> collect_prepared_states(const std::vector<Layer*>& steps, DeviceType device,
+                                                   const std::map<std::string, std::string>& tactics,
+                                                   const std::map<std::string, std::string>& launch_tactics,
+                                                   const std::vector<TensorStates>& states,
+                                                   const std::vector<std::vector<TensorStates>>& extra = {});
+
 // One way to run a layer that a pass chooses by timing (the fp16 pass: a plugin's type
 // combination): the layer with the tensor states it would have (every input and output), plus
 // the layers this way needs besides (the casts in front of it) with their states.

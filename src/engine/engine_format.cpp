@@ -1,11 +1,12 @@
 // The engine file container (docs/engine-format.md): a 64-byte header (magic, format version,
 // header size, kiln version, payload size and FNV-1a checksum, section count), then the payload:
 // a section table followed by the META, GRAPH, PROFILES, PLUGINS and WEIGHTS sections and the
-// optional LIBS (embedded plugin libraries) and LAUNCH (tactics for plain launches) sections,
+// optional LIBS (embedded plugin libraries), LAUNCH (tactics for plain launches) and KSTATE
+// (prepared kernel states: compiled cuDNN plans) sections,
 // each at a 64-byte boundary. The reader
 // checks the header, the checksum and the table (bounds, overlaps, the one canonical layout)
 // before any section is decoded; the sections themselves are decoded by network_codec.cpp,
-// LIBS here.
+// LIBS and KSTATE here.
 #include "engine/engine_format.h"
 
 #include <algorithm>
@@ -35,11 +36,51 @@ constexpr size_t kSectionEntryBytes = kSectionIdBytes + 8 + 8;
 constexpr size_t kSectionAlignment = 64;
 
 // Every section a version-1 engine may have, in the order the writer lays them out. All but
-// LIBS and LAUNCH are required; LIBS is written only when plugin libraries are embedded, LAUNCH
-// only when some layer's tactic for plain launches differs.
-enum SectionIndex { kMeta, kGraph, kProfiles, kPlugins, kWeights, kLibs, kLaunch, kNumSections };
-constexpr const char* kSectionIds[kNumSections] = {"META", "GRAPH", "PROFILES", "PLUGINS", "WEIGHTS", "LIBS", "LAUNCH"};
-bool optional_section(int index) { return index == kLibs || index == kLaunch; }
+// LIBS, LAUNCH and KSTATE are required; LIBS is written only when plugin libraries are embedded,
+// LAUNCH only when some layer's tactic for plain launches differs, KSTATE only when some chosen
+// kernel has a prepared state to carry.
+enum SectionIndex { kMeta, kGraph, kProfiles, kPlugins, kWeights, kLibs, kLaunch, kKstate, kNumSections };
+constexpr const char* kSectionIds[kNumSections] = {"META",    "GRAPH", "PROFILES", "PLUGINS",
+                                                   "WEIGHTS", "LIBS",  "LAUNCH",   "KSTATE"};
+bool optional_section(int index) { return index == kLibs || index == kLaunch || index == kKstate; }
+
+// KSTATE: count, then per state in strictly increasing key order: str key, u64 FNV-1a 64
+// checksum of the bytes, str bytes. What a state holds is its kernel's business (the key names
+// the kernel family first); the format checks only the framing and the checksums.
+void encode_states(const std::vector<PreparedState>& states, ByteWriter& w) {
+  w.count(states.size(), "prepared kernel states");
+  for (const PreparedState& s : states) {
+    w.str(s.key);
+    w.u64(engine_checksum(s.bytes->data(), s.bytes->size()));
+    w.str(std::string(s.bytes->begin(), s.bytes->end()));
+  }
+}
+
+std::vector<PreparedState> decode_states(ByteReader& r) {
+  const uint32_t n = r.count(4 + 8 + 4, "prepared kernel state count");
+  if (n == 0) r.fail("has no state (an engine without prepared kernel states has no KSTATE section)");
+  std::vector<PreparedState> states;
+  for (uint32_t i = 0; i < n; ++i) {
+    PreparedState s;
+    s.key = r.str("prepared kernel state key");
+    const std::string where = "prepared kernel state " + std::to_string(i) + " (" + quote(s.key) + ")";
+    if (s.key.empty()) r.fail("prepared kernel state " + std::to_string(i) + " has an empty key");
+    if (!states.empty() && !(states.back().key < s.key)) {
+      r.fail(where + " is out of order or repeated (keys must be strictly increasing)");
+    }
+    const uint64_t checksum = r.u64(where + " checksum");
+    const std::string bytes = r.str(where + " bytes");
+    auto v = std::make_shared<std::vector<uint8_t>>(bytes.begin(), bytes.end());
+    if (engine_checksum(v->data(), v->size()) != checksum) {
+      r.fail(where + ": checksum mismatch (" + std::to_string(v->size()) +
+             " bytes); the state is corrupt (rebuild the engine, or build it with --no-compiled-plans)");
+    }
+    s.bytes = std::move(v);
+    states.push_back(std::move(s));
+  }
+  r.expect_end();
+  return states;
+}
 
 // LIBS: count, then per library in strictly increasing path order: str path, u64 FNV-1a 64
 // checksum of the bytes, str bytes (u32 length, then the library file).
@@ -191,6 +232,22 @@ std::vector<uint8_t> engine_serialize(const EngineData& data) {
     engine_codec::encode_launch_tactics(data.launch_tactics, w);
     sections[kLaunch] = std::move(w.bytes());
   }
+  if (!data.prepared_states.empty()) {
+    std::vector<PreparedState> sorted;
+    for (const PreparedState& st : data.prepared_states) {
+      if (st.bytes) sorted.push_back(st);
+    }
+    std::sort(sorted.begin(), sorted.end(),
+              [](const PreparedState& a, const PreparedState& b) { return a.key < b.key; });
+    sorted.erase(std::unique(sorted.begin(), sorted.end(),
+                             [](const PreparedState& a, const PreparedState& b) { return a.key == b.key; }),
+                 sorted.end());
+    if (!sorted.empty()) {
+      ByteWriter w;
+      encode_states(sorted, w);
+      sections[kKstate] = std::move(w.bytes());
+    }
+  }
   std::vector<int> present;
   for (int i = 0; i < kNumSections; ++i) {
     if (!optional_section(i) || !sections[i].empty()) present.push_back(i);
@@ -307,7 +364,7 @@ std::vector<SectionEntry> check_container(const uint8_t* bytes, size_t size, con
     if (index < 0) {
       c.fail("unknown section " + quote(id) +
              " (format version 1 has META, GRAPH, PROFILES, PLUGINS, WEIGHTS and "
-             "the optional LIBS and LAUNCH)");
+             "the optional LIBS, LAUNCH and KSTATE)");
     }
     if (seen[index]) c.fail("section " + id + " appears twice in the section table");
     seen[index] = true;
@@ -386,6 +443,10 @@ EngineData engine_deserialize(const uint8_t* bytes, size_t size, const std::stri
     if (entries[kLaunch].present) {
       ByteReader launch = reader(kLaunch);
       data.launch_tactics = engine_codec::decode_launch_tactics(launch, data.tactics);
+    }
+    if (entries[kKstate].present) {
+      ByteReader kstate = reader(kKstate);
+      data.prepared_states = decode_states(kstate);
     }
   } catch (const EngineFormatError&) {
     throw;

@@ -14,6 +14,7 @@
 #include "kiln/builder.h"
 #include "kiln/network.h"
 #include "kiln/types.h"
+#include "src/backends/prepared_state.h"
 
 namespace kiln {
 
@@ -43,6 +44,11 @@ struct EngineData {
     std::vector<uint8_t> bytes;
   };
   std::vector<PluginLibrary> plugin_libraries;
+  // Prepared kernel states of the chosen kernels (BuilderConfig::embed_compiled_plans: cuDNN
+  // execution plans with their runtime-compiled kernels), in strictly increasing key order.
+  // Stored in the optional KSTATE section; Runtime::deserialize registers them
+  // (hold_prepared_states) for the engine's lifetime.
+  std::vector<PreparedState> prepared_states;
   // Free-form build information shown by `kiln inspect` (sorted keys).
   std::map<std::string, std::string> build_info;
 };

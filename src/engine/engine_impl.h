@@ -56,6 +56,8 @@ struct EngineImpl {
   std::vector<DeviceBuffer> weight_buffers;
   PlanEnvironment env;                // points into the fields above
   std::atomic<int> live_contexts{0};  // for the CPU threads of contexts that set none
+  // Keeps data.prepared_states findable (hold_prepared_states) while the engine lives.
+  std::shared_ptr<const void> prepared_states;
 
   // The binding index of an I/O tensor; throws naming the tensor and listing the engine's.
   int binding(const std::string& name) const;

@@ -38,6 +38,8 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
   load_engine_plugins_from_search_path(d, source);            // KILN_PLUGIN_PATH
   load_embedded_plugins(d, source, allow_embedded_plugins_);  // only with the opt-in
   check_engine_plugins(d, source);
+  // The compiled plans the engine carries, findable by the kernels' prepare() while it lives.
+  impl->prepared_states = hold_prepared_states(d.prepared_states);
   const Network& net = *d.network;
   for (int i = 0; i < net.num_inputs(); ++i) {
     const Tensor* t = net.input(i);

@@ -59,6 +59,11 @@
 // aligned tensors: execute() runs kiln's direct kernel instead when a pointer is not (user-bound
 // buffers, rarely).
 //
+// Compiled plans: a plan resolved in prepare() is first looked for as a compiled plan (cuDNN's
+// JSON serialization of a built plan, with its runtime-compiled kernels): one the engine file
+// carries (BuilderConfig::embed_compiled_plans), else one another thread's handle built; loading
+// one builds and compiles nothing. See "compiled plans" below.
+//
 // Default: opt-in. kGraphTacticsByDefault below decides whether the tactics are offered when
 // KILN_CUDNN_GRAPH is unset (KILN_CUDNN_GRAPH=1 / =0 force them on / off); see docs/cuda-backend.md.
 #include <cudnn_frontend.h>
@@ -85,6 +90,7 @@
 #include "src/backends/cuda/conv_cuda.h"
 #include "src/backends/cuda/cuda_common.h"
 #include "src/backends/cuda/epilogue_cuda.h"
+#include "src/backends/prepared_state.h"
 
 // Direct execution (cudnnBackendExecute with cached variant packs) reads frontend internals that
 // exist from 1.32 on; older frontends use Graph::execute_plan_at_index.
@@ -415,6 +421,16 @@ struct PlanInfo {
   std::shared_ptr<fe::ExecutionPlan> plan;
 };
 
+// What a serialized plan (a compiled plan carried in an engine file or handed from one thread's
+// handle to another's) says about the resolution it came from, besides cuDNN's JSON.
+struct PlanRecord {
+  bool graph_bias = false, graph_residual = false, graph_act = false;  // what the plan's graph fuses
+  bool precompiled = false;  // from a precompiled-engines-only graph (runtime compilation barred)
+  int64_t index = -1, configs = 0, workspace = 0;
+  int64_t alignment = static_cast<int64_t>(kAlignment);
+  std::string name, notes, json;
+};
+
 // One graph with its engine configs, built with (and only ever run with) one handle. Plans are
 // built on demand, in heuristic order. The mutex serializes prepare()-time work only (building
 // the graph and plans); execute() never takes it.
@@ -446,6 +462,10 @@ struct GraphEntry {
   bool direct_checked = false, direct = false;
   size_t alignment = kAlignment;
   std::string direct_why;
+  // An entry of a compiled plan loaded with this handle instead of a graph (load_plan): no
+  // graph; the plan and what its record says.
+  std::optional<PlanInfo> loaded;
+  PlanRecord loaded_record;  // without the JSON
 };
 
 void note_failure(GraphEntry& e, int64_t i, const std::string& why) {
@@ -863,6 +883,199 @@ class VariantPacks {
   size_t next_ = 0;
 };
 
+// ---- compiled plans: carried in engine files, handed between threads ------------------------
+//
+// A built plan (engine config and the kernels cuDNN compiled for it at run time) serializes to
+// cuDNN's JSON representation, which a plan descriptor of another handle on an identical GPU
+// loads back without building or compiling anything. Two uses: the builder stores the chosen
+// kernels' plans in the engine (Kernel::prepared_states, BuilderConfig::embed_compiled_plans)
+// and a kernel's prepare() loads them (find_prepared_state); and a thread that needs a plan
+// another thread's handle built (each thread has its own handle; with private plans, each
+// kernel object its own graphs) loads a copy of that plan instead of building its own (a copy
+// is a plan of its own: private plans stay private). A plan's key names the device (model, compute capability, SMs,
+// driver, cuDNN and frontend versions), the tactic, the deny list and the fused graph's spec, so
+// that a plan from another machine or library is not found; one that is found and does not load
+// is built instead (logged at kVerbose). KILN_COMPILED_PLANS=0 builds every plan (the behaviour
+// before: a diagnostic, and bench/engine_startup.py's baseline).
+
+constexpr char kRecordMagic[] = "kiln-cudnn-plan 1\n";
+
+bool plan_loading_enabled() {
+  const char* v = std::getenv("KILN_COMPILED_PLANS");
+  return !(v && std::string(v) == "0");
+}
+
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+std::vector<uint8_t> encode_record(const PlanRecord& r) {
+  std::ostringstream o;
+  o << kRecordMagic << "fused " << r.graph_bias << r.graph_residual << r.graph_act << r.precompiled << "\n"
+    << "index " << r.index << "\nconfigs " << r.configs << "\nworkspace " << r.workspace << "\nalignment "
+    << r.alignment << "\nname " << one_line(r.name) << "\nnotes " << one_line(r.notes) << "\njson " << r.json.size()
+    << "\n";
+  std::string text = o.str();
+  text += r.json;
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+
+// Throws GraphFailure naming what is malformed.
+PlanRecord decode_record(const std::vector<uint8_t>& bytes) {
+  const std::string s(bytes.begin(), bytes.end());
+  const auto bad = [](const std::string& what) -> void {
+    throw GraphFailure("malformed compiled plan (" + what + ")");
+  };
+  const size_t magic = sizeof(kRecordMagic) - 1;
+  if (s.compare(0, magic, kRecordMagic) != 0) bad("no kiln-cudnn-plan 1 header");
+  size_t pos = magic;
+  const auto line = [&](const std::string& field) {
+    const size_t end = s.find('\n', pos);
+    if (end == std::string::npos || s.compare(pos, field.size() + 1, field + " ") != 0) bad("no " + field + " line");
+    std::string v = s.substr(pos + field.size() + 1, end - pos - field.size() - 1);
+    pos = end + 1;
+    return v;
+  };
+  const auto number = [&](const std::string& field) {
+    const std::string v = line(field);
+    if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos) bad("bad " + field);
+    return static_cast<int64_t>(std::stoll(v));
+  };
+  PlanRecord r;
+  const std::string fused = line("fused");
+  if (fused.size() != 4 || fused.find_first_not_of("01") != std::string::npos) bad("bad fused");
+  r.graph_bias = fused[0] == '1';
+  r.graph_residual = fused[1] == '1';
+  r.graph_act = fused[2] == '1';
+  r.precompiled = fused[3] == '1';
+  r.index = number("index");
+  r.configs = number("configs");
+  r.workspace = number("workspace");
+  r.alignment = number("alignment");
+  if (r.alignment < 1 || r.alignment > 4096 || (r.alignment & (r.alignment - 1)) != 0) bad("bad alignment");
+  r.name = line("name");
+  r.notes = line("notes");
+  const int64_t size = number("json");
+  if (static_cast<uint64_t>(size) != s.size() - pos || size == 0) bad("the JSON is not the announced size");
+  r.json = s.substr(pos);
+  return r;
+}
+
+// What a serialized plan depends on besides the graph: the GPU model and its SMs, the driver,
+// cuDNN and the frontend. Cached per device.
+std::string device_fingerprint(int device) {
+  static std::mutex mutex;
+  static std::map<int, std::string> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = known.find(device); it != known.end()) return it->second;
+  cudaDeviceProp p{};
+  KILN_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  int driver = 0;
+  KILN_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  std::ostringstream o;
+  o << p.name << "|sm_" << p.major << p.minor << "|" << p.multiProcessorCount << " SMs|driver " << driver << "|cudnn "
+    << cudnnGetVersion() << "|frontend " << CUDNN_FRONTEND_VERSION;
+  return known.emplace(device, o.str()).first->second;
+}
+
+// A plan a handle built, for other threads' handles and for the engine file: serialized once,
+// on first request.
+struct SharedPlan {
+  GraphHandle* handle = nullptr;      // the handle it was built with
+  uint64_t serial = 0;                // the kernel object that built it
+  std::shared_ptr<GraphEntry> entry;  // keeps the plan alive
+  PlanInfo plan;
+  PlanRecord meta;  // all but the JSON
+  std::mutex mutex;
+  bool serialized = false;
+  std::shared_ptr<const std::vector<uint8_t>> bytes;  // null where serialization failed
+  std::string why;                                    // why it failed
+};
+
+// The record's bytes, serializing the plan on first request with its handle's mutex held (it may
+// be launching from another thread). Never call it holding another handle's mutex.
+std::shared_ptr<const std::vector<uint8_t>> serialized(SharedPlan& sp) {
+  std::lock_guard<std::mutex> lock(sp.mutex);
+  if (!sp.serialized) {
+    sp.serialized = true;
+    try {
+      PlanRecord r = sp.meta;
+      {
+        std::lock_guard<std::mutex> use(sp.handle->use);
+        r.json = sp.plan.plan->getJsonRepresentation();
+      }
+      if (r.json.empty()) throw GraphFailure("cuDNN gave an empty JSON representation");
+      sp.bytes = std::make_shared<const std::vector<uint8_t>>(encode_record(r));
+    } catch (const std::exception& e) {
+      sp.why = e.what();
+    }
+  }
+  return sp.bytes;
+}
+
+class SharedPlans {
+ public:
+  std::shared_ptr<SharedPlan> find(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = plans_.find(key);
+    return it == plans_.end() ? nullptr : it->second;
+  }
+  // Keeps the first plan of each key.
+  void add(const std::string& key, std::shared_ptr<SharedPlan> plan) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (plans_.count(key)) return;
+    if (plans_.size() >= kCacheCapacity) {
+      plans_.erase(order_.front());
+      order_.pop_front();
+    }
+    plans_.emplace(key, std::move(plan));
+    order_.push_back(key);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<SharedPlan>> plans_;
+  std::deque<std::string> order_;
+};
+
+SharedPlans& shared_plans() {
+  static SharedPlans* plans = new SharedPlans;  // never destroyed, as graph_cache()
+  return *plans;
+}
+
+// Loads a compiled plan into `e` (an entry of e.handle without a graph); throws GraphFailure or
+// the frontend's exception saying why it does not load. Called with e.mutex and e.handle's mutex
+// held.
+void load_plan(GraphEntry& e, const std::vector<uint8_t>& bytes, DataType type) {
+#if KILN_CUDNN_GRAPH_DIRECT
+  PlanRecord r = decode_record(bytes);
+  auto plan =
+      std::make_shared<fe::ExecutionPlan>(fe::ExecutionPlanBuilder().setHandle(e.handle->handle).loadFromJson(r.json));
+  PlanInfo p;
+  const std::string barred = barred_notes(*plan, type, r.precompiled, &p.notes);
+  if (!barred.empty()) throw GraphFailure("the loaded plan has barred notes (" + barred + ")");
+  if (p.notes.empty()) p.notes = r.notes;
+  p.index = r.index;
+  p.name = r.name;
+  p.workspace = plan->getWorkspaceSize();
+  if (p.workspace > kWorkspaceLimit)
+    throw GraphFailure("the loaded plan needs " + std::to_string(p.workspace) + " bytes");
+  p.plan = std::move(plan);
+  r.json.clear();
+  e.loaded_record = r;
+  e.configs = r.configs;
+  e.alignment = static_cast<size_t>(r.alignment);
+  e.direct_checked = e.direct = true;
+  e.loaded = std::move(p);
+#else
+  (void)e;
+  (void)bytes;
+  (void)type;
+  throw GraphFailure("cudnn-frontend older than 1.32");
+#endif
+}
+
 // ---- the kernel -----------------------------------------------------------------------------
 
 bool aligned(const void* p, size_t alignment) {
@@ -952,6 +1165,12 @@ class CudnnGraphConvolution : public Kernel {
     cudnnBackendDescriptor_t raw_plan = nullptr;  // direct execution
     bool retain = false;                          // runtime-compiled: CUDA graphs must keep the plan
     int plans_built = 0;                          // GraphEntry::plans_built when resolved
+    bool graph_act = false;                       // the activation runs in the plan's graph
+    bool precompiled = false;                     // from a precompiled-engines-only graph
+    // A plan loaded from a compiled plan (the engine file's or another thread's): its bytes and
+    // where it came from; null / empty for a plan built here.
+    std::shared_ptr<const std::vector<uint8_t>> state;
+    std::string loaded_from;
     int64_t uids[5] = {kUidX, kUidW, kUidY, 0, 0};
     VariantPacks packs;
     std::unordered_map<int64_t, void*> pack;  // frontend execution: keys fixed here, values per run
@@ -970,13 +1189,16 @@ class CudnnGraphConvolution : public Kernel {
     const std::string config =
         knob_variant_ >= 0 ? "knob variant " + std::to_string(knob_variant_ + 1) + " of the first config"
                            : "config " + std::to_string(r.plan.index) + " of " + std::to_string(r.entry->configs);
-    std::string line =
-        what_ + ": engine " + r.plan.name + " (" + config +
-        ", notes: " + (r.plan.notes.empty() ? "none" : r.plan.notes) + "; " + std::to_string(r.plans_built) +
-        " of the graph's configs built so far" + "); fused:" + (fused.empty() ? " nothing" : fused) +
-        "; kiln epilogue:" + (rest.empty() ? " none" : rest) + "; workspace " + std::to_string(r.workspace) + " B; " +
-        (r.raw_plan ? "cudnnBackendExecute" : "frontend execute (" + r.entry->direct_why + ")") + "; plans " +
-        sharing_name(settings_.sharing);
+    const std::string how = r.loaded_from.empty()
+                                ? std::to_string(r.plans_built) + " of the graph's configs built so far"
+                                : "loaded from " + r.loaded_from + ", nothing built";
+    std::string line = what_ + ": engine " + r.plan.name + " (" + config +
+                       ", notes: " + (r.plan.notes.empty() ? "none" : r.plan.notes) + "; " + how +
+                       "); fused:" + (fused.empty() ? " nothing" : fused) +
+                       "; kiln epilogue:" + (rest.empty() ? " none" : rest) + "; workspace " +
+                       std::to_string(r.workspace) + " B; " +
+                       (r.raw_plan ? "cudnnBackendExecute" : "frontend execute (" + r.entry->direct_why + ")") +
+                       "; plans " + sharing_name(settings_.sharing);
     if (s_.format == TensorFormat::kChannelsLast) {
       line += filter_.shared() ? "; KRSC weights shared" : "; KRSC weights converted per run";
     }
@@ -1011,10 +1233,32 @@ class CudnnGraphConvolution : public Kernel {
     const std::string scope =
         std::to_string(handle->id) + "|" + settings_.deny_text + "|" +
         (settings_.sharing == PlanSharing::kPerThread ? std::string("shared") : std::to_string(serial_)) + "|";
+    plan_key_ = "cudnn_graph|" + device_fingerprint(device_) + "|" + tactic_ + "|" + settings_.deny_text + "|" +
+                spec_key(fused);
+    // A compiled plan: the engine file's, else (plans shared per thread) one another thread's
+    // handle built. Serialized before this handle's mutex is taken (that takes the other's).
+    std::shared_ptr<const std::vector<uint8_t>> state;
+    std::string loaded_from;
+    if (KILN_CUDNN_GRAPH_DIRECT && plan_loading_enabled()) {
+      state = find_prepared_state(plan_key_);
+      if (state) {
+        loaded_from = "the engine file's compiled plan";
+      } else if (settings_.sharing != PlanSharing::kPerKernelHandle) {
+        // Unless this handle's graphs (shared per thread) or this kernel object's (private)
+        // already hold it: then the graph cache has it.
+        const std::shared_ptr<SharedPlan> other = shared_plans().find(plan_key_);
+        const bool cached = other && (settings_.sharing == PlanSharing::kPerThread ? other->handle == handle
+                                                                                   : other->serial == serial_);
+        if (other && !cached && (state = serialized(*other))) {
+          loaded_from = "a copy of the plan built with cuDNN handle " + std::to_string(other->handle->id);
+        }
+      }
+    }
     std::lock_guard<std::mutex> use(handle->use);
     KILN_CUDNN_CHECK(cudnnSetStream(handle->handle, prepare_stream()));
     std::string why;
     std::unique_ptr<Resolved> r;
+    if (state) r = resolve_loaded(handle, scope, state, loaded_from);
     for (size_t a = 0; a < attempts.size() && !r; ++a) {
       const GraphSpec& g = attempts[a];
       std::shared_ptr<GraphEntry> e = graph_cache().get(scope + spec_key(g), handle);
@@ -1038,27 +1282,10 @@ class CudnnGraphConvolution : public Kernel {
         continue;
       }
       check_direct(*e, *p, g.bias, g.residual);
-      r = std::make_unique<Resolved>();
-      r->handle = handle;
-      r->plan = std::move(*p);
-      r->graph_bias = g.bias;
-      r->graph_residual = g.residual;
-      r->epilogue_post = g.act ? PostOp{} : post_;
-      r->workspace = workspace_granule(static_cast<size_t>(r->plan.workspace));
-      int n = 3;
-      if (g.bias) r->uids[n++] = kUidB;
-      if (g.residual) r->uids[n++] = kUidR;
-#if KILN_CUDNN_GRAPH_DIRECT
-      if (e->direct) {
-        r->raw_plan = r->plan.plan->get_raw_desc();
-        r->retain = r->plan.plan->needs_cuda_graph_retention();
-      }
-#endif
-      if (!r->raw_plan) {
-        for (int i = 0; i < n; ++i) r->pack[r->uids[i]] = nullptr;
-      }
+      r = resolution(handle, std::move(*p), g.bias, g.residual, g.act != nullptr, g.precompiled, e->direct);
       r->plans_built = e->plans_built;
       r->entry = std::move(e);
+      if (r->raw_plan && settings_.sharing != PlanSharing::kPerKernelHandle) shared_plans().add(plan_key_, share(*r));
     }
     KILN_CUDA_CHECK(cudaStreamSynchronize(prepare_stream()));  // whatever building enqueued is done
     if (!r) {
@@ -1068,6 +1295,107 @@ class CudnnGraphConvolution : public Kernel {
     return r;
   }
 
+  // The plan of a compiled plan `state` loaded with `handle` (once per handle and key: the
+  // entry is cached like a graph), or null where it does not load or does not fit this layer
+  // (logged; the caller builds). Called with handle's mutex held.
+  std::unique_ptr<Resolved> resolve_loaded(GraphHandle* handle, const std::string& scope,
+                                           const std::shared_ptr<const std::vector<uint8_t>>& state,
+                                           const std::string& loaded_from) {
+    std::shared_ptr<GraphEntry> e = graph_cache().get(scope + "loaded|" + plan_key_, handle);
+    std::lock_guard<std::mutex> lock(e->mutex);
+    if (!e->made) {
+      e->made = true;
+      try {
+        load_plan(*e, *state, s_.type);
+      } catch (const std::exception& ex) {
+        e->error = ex.what();
+      }
+    }
+    const PlanRecord& m = e->loaded_record;
+    std::string why = e->error;
+    if (e->loaded && ((m.graph_bias && !has_bias_) || (m.graph_residual && !has_residual_) ||
+                      (m.graph_act && !graph_activation(post_, s_.type)))) {
+      why = "it fuses more than this layer has";
+    }
+    if (!e->loaded || !why.empty()) {
+      kiln::log(Severity::kVerbose, what_ + ": " + loaded_from + " did not load (" + clipped(why) + "); building it");
+      return nullptr;
+    }
+    auto r = resolution(handle, *e->loaded, m.graph_bias, m.graph_residual, m.graph_act, m.precompiled, true);
+    r->state = state;
+    r->loaded_from = loaded_from;
+    r->entry = std::move(e);
+    return r;
+  }
+
+  // `plan` resolved with `handle`: what its graph fuses (bias, residual, activation), kiln's
+  // epilogue for the rest, the variant pack's ids; cudnnBackendExecute where `direct`.
+  std::unique_ptr<Resolved> resolution(GraphHandle* handle, PlanInfo plan, bool bias, bool residual, bool act,
+                                       bool precompiled, bool direct) const {
+    auto r = std::make_unique<Resolved>();
+    r->handle = handle;
+    r->plan = std::move(plan);
+    r->graph_bias = bias;
+    r->graph_residual = residual;
+    r->graph_act = act;
+    r->precompiled = precompiled;
+    r->epilogue_post = act ? PostOp{} : post_;
+    r->workspace = workspace_granule(static_cast<size_t>(r->plan.workspace));
+    int n = 3;
+    if (bias) r->uids[n++] = kUidB;
+    if (residual) r->uids[n++] = kUidR;
+#if KILN_CUDNN_GRAPH_DIRECT
+    if (direct) {
+      r->raw_plan = r->plan.plan->get_raw_desc();
+      r->retain = r->plan.plan->needs_cuda_graph_retention();
+    }
+#else
+    (void)direct;
+#endif
+    if (!r->raw_plan) {
+      for (int i = 0; i < n; ++i) r->pack[r->uids[i]] = nullptr;
+    }
+    return r;
+  }
+
+  // A built plan, for other threads' handles and the engine file.
+  std::shared_ptr<SharedPlan> share(const Resolved& r) const {
+    auto sp = std::make_shared<SharedPlan>();
+    sp->handle = r.handle;
+    sp->serial = serial_;
+    sp->entry = r.entry;
+    sp->plan = r.plan;
+    PlanRecord& m = sp->meta;
+    m.graph_bias = r.graph_bias;
+    m.graph_residual = r.graph_residual;
+    m.graph_act = r.graph_act;
+    m.precompiled = r.precompiled;
+    m.index = r.plan.index;
+    m.configs = r.entry->configs;
+    m.workspace = r.plan.workspace;
+    m.alignment = static_cast<int64_t>(r.entry->alignment);
+    m.name = r.plan.name;
+    m.notes = r.plan.notes;
+    return sp;
+  }
+
+ public:
+  // The plan prepare() resolved, serialized (the engine file's KSTATE section), where it runs
+  // through cudnnBackendExecute and cuDNN serializes it.
+  std::vector<PreparedState> prepared_states() const override {
+    if (!current_ || !current_->raw_plan) return {};
+    if (current_->state) return {PreparedState{plan_key_, current_->state}};
+    std::shared_ptr<SharedPlan> sp = shared_plans().find(plan_key_);
+    if (!sp) sp = share(*current_);
+    std::shared_ptr<const std::vector<uint8_t>> bytes = serialized(*sp);
+    if (!bytes) {
+      kiln::log(Severity::kVerbose, what_ + ": its plan is not stored in the engine (" + clipped(sp->why) + ")");
+      return {};
+    }
+    return {PreparedState{plan_key_, std::move(bytes)}};
+  }
+
+ private:
   void run(Resolved& r, void* const* ptrs, int n, void* workspace, cudaStream_t stream) {
     std::string failure;
     if (r.raw_plan) {
@@ -1108,6 +1436,7 @@ class CudnnGraphConvolution : public Kernel {
   Settings settings_;
   size_t workspace_ = 0;
   GraphHandle* own_handle_ = nullptr;  // kPerKernelHandle only; never destroyed (see GraphHandle)
+  std::string plan_key_;               // the compiled plan's key (device, tactic, deny list, fused spec)
   std::unique_ptr<Resolved> current_;  // the plan prepare() resolved
   ChannelsLastFilter filter_;
 };
@@ -1204,6 +1533,7 @@ struct Registrar {
                         }};
       entry.min_optimization_level = t.min_optimization_level;
       entry.max_optimization_level = t.max_optimization_level;
+      entry.exports_prepared_state = KILN_CUDNN_GRAPH_DIRECT != 0;
       KernelRegistry::instance().add(std::move(entry));
     }
   }
