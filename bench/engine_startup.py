@@ -8,7 +8,7 @@ the driver's JIT cache (CUDA_CACHE_PATH) either empty (a fresh host or container
 same host again), alternating rounds.
 
 kiln engines are built once per model (fp16, the given optimization level, compiled plans on:
-BuilderConfig::embed_compiled_plans) and loaded two ways:
+BuilderConfig::embed_compiled_plans) and loaded with --allow-compiled-plans two ways:
   * "compiled plans": as built: every cuDNN graph-API convolution's execution plan is loaded
     from the engine file (no plan built, no kernel compiled);
   * "no compiled plans": the same file with KILN_COMPILED_PLANS=0, every plan built and its
@@ -110,7 +110,8 @@ def dynamic_case(args, name, onnx, input_name, shape, work, warm_cache, say):
             f"built in {b:.1f} s")
     say("")
     schedule = ",".join(f"{input_name}:{dims(b)}" for b in range(1, n + 1))
-    run = lambda e: [args.kiln, "bench", "--engine", e, "--shape-schedule", schedule, "--iterations", str(n),
+    run = lambda e: [args.kiln, "bench", "--engine", e, "--allow-compiled-plans", "--shape-schedule", schedule,
+                     "--iterations", str(n),
                      "--duration", "0", "--warmup", "0"]
     dyn = [("kiln, plans at the profile's min/opt/max", run(engines["points"]), {}),
            ("kiln, plans at every batch size", run(engines["every"]), {}),
@@ -185,7 +186,8 @@ def main():
         for streams in (1, 4):
             for plans in (True, False):
                 variants.append((f"kiln, {streams} stream(s), {'compiled plans' if plans else 'no compiled plans'}",
-                                 [args.kiln, "bench", "--engine", engine, "--iterations", "1", "--duration", "0",
+                                 [args.kiln, "bench", "--engine", engine, "--allow-compiled-plans", "--iterations",
+                                  "1", "--duration", "0",
                                   "--warmup", "0", "--streams", str(streams)],
                                  {} if plans else {"KILN_COMPILED_PLANS": "0"}))
         variants.append(("PyTorch eager", [sys.executable, "-c",

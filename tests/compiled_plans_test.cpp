@@ -1,8 +1,9 @@
 // Compiled plans carried in engine files (BuilderConfig::embed_compiled_plans, the KSTATE section,
 // src/backends/prepared_state.h), with a CPU kernel registered here that exports a state per
 // input shape and records whether prepare() found it: the builder stores the chosen kernels'
-// states at every profile point; loading an engine makes them findable for its lifetime (shared
-// between engines with equal keys); KILN_COMPILED_PLANS=0 hides them; embed_compiled_plans off
+// states at every profile point; loading an engine with Runtime::set_allow_compiled_plans makes
+// them findable for its lifetime (shared between engines with equal keys), loading it without
+// does not and says how to opt in; KILN_COMPILED_PLANS=0 hides them; embed_compiled_plans off
 // stores none; a damaged or misordered KSTATE section is rejected naming the state. The cuDNN
 // plans themselves are tested on a GPU (CudaConvGraph.EnginesCarryCompiledPlansThatLoadWithoutBuilding).
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "log_capture.h"
 #include "scoped_env.h"
 #include "src/backends/kernel.h"
 #include "src/backends/prepared_state.h"
@@ -87,6 +89,13 @@ std::vector<uint8_t> probe_engine(bool embed, BuildReport* report = nullptr, boo
   return Builder().build_serialized(*net, config, report);
 }
 
+// Runtime::deserialize with the opt-in for compiled plans.
+std::shared_ptr<Engine> load_trusted(const std::vector<uint8_t>& bytes, const std::string& name) {
+  Runtime runtime;
+  runtime.set_allow_compiled_plans(true);
+  return runtime.deserialize(bytes.data(), bytes.size(), name);
+}
+
 std::vector<float> run_at(Engine& engine, int64_t n) {
   auto ctx = engine.create_execution_context();
   ctx->set_input_shape("x", Dims{n, 8});
@@ -142,7 +151,7 @@ TEST(CompiledPlans, TheBuilderStoresEachProfilePointsStateAndLoadingMakesThemFin
   EXPECT_EQ(find_prepared_state(probe_key(Dims{2, 8})), nullptr) << "nothing held before an engine is loaded";
   const size_t before = prepared_state_count();
   {
-    auto engine = Runtime().deserialize(bytes.data(), bytes.size(), "kstate.engine");
+    auto engine = load_trusted(bytes, "kstate.engine");
     EXPECT_EQ(prepared_state_count(), before + 3);
     for (const Dims& d : points) EXPECT_NE(find_prepared_state(probe_key(d)), nullptr) << d.to_string();
     g_prepares = 0;
@@ -189,7 +198,7 @@ TEST(CompiledPlans, EveryBatchStoresEachBatchSizeOfABatchOnlyProfile) {
   EXPECT_EQ(state_keys(wide),
             (std::vector<std::string>{probe_key(Dims{1, 4}), probe_key(Dims{2, 6}), probe_key(Dims{4, 8})}));
   // Loading it, a context at batch 3 finds its state.
-  auto engine = Runtime().deserialize(every.data(), every.size(), "kstate.engine");
+  auto engine = load_trusted(every, "kstate.engine");
   g_prepares = 0;
   g_found = 0;
   (void)run_at(*engine, 3);
@@ -197,13 +206,34 @@ TEST(CompiledPlans, EveryBatchStoresEachBatchSizeOfABatchOnlyProfile) {
   EXPECT_EQ(g_found.load(), g_prepares.load());
 }
 
+TEST(CompiledPlans, WithoutTheOptInTheyAreNotLoadedAndAnInfoLineSaysHowTo) {
+  ASSERT_TRUE(kProbeRegistered);
+  const auto bytes = probe_engine(true);
+  const size_t before = prepared_state_count();
+  test::LogCapture info(Severity::kInfo, "untrusted.engine");
+  auto engine = Runtime().deserialize(bytes.data(), bytes.size(), "untrusted.engine");
+  EXPECT_EQ(prepared_state_count(), before);
+  EXPECT_EQ(find_prepared_state(probe_key(Dims{2, 8})), nullptr);
+  g_prepares = 0;
+  g_found = 0;
+  (void)run_at(*engine, 2);  // runs, with the plans built
+  EXPECT_GE(g_prepares.load(), 1);
+  EXPECT_EQ(g_found.load(), 0);
+  const std::vector<std::string> lines = info.take();
+  ASSERT_EQ(lines.size(), 1u);
+  for (const char* must :
+       {"3 compiled plan(s)", "not loaded", "--allow-compiled-plans", "Runtime::set_allow_compiled_plans(true)"}) {
+    EXPECT_NE(lines[0].find(must), std::string::npos) << must << " in: " << lines[0];
+  }
+}
+
 TEST(CompiledPlans, EnginesWithEqualKeysShareTheirStates) {
   ASSERT_TRUE(kProbeRegistered);
   const auto bytes = probe_engine(true);
-  auto a = Runtime().deserialize(bytes.data(), bytes.size(), "a.engine");
+  auto a = load_trusted(bytes, "a.engine");
   const std::vector<uint8_t>* first = find_prepared_state(probe_key(Dims{1, 8})).get();
   ASSERT_NE(first, nullptr);
-  auto b = Runtime().deserialize(bytes.data(), bytes.size(), "b.engine");
+  auto b = load_trusted(bytes, "b.engine");
   EXPECT_EQ(find_prepared_state(probe_key(Dims{1, 8})).get(), first) << "one copy for both engines";
   a.reset();
   EXPECT_EQ(find_prepared_state(probe_key(Dims{1, 8})).get(), first) << "still held by the second engine";

@@ -1043,7 +1043,8 @@ TEST(CudaConvGraph, ALaterRankBuildsOnlyItsOwnConfig) {
 
 // Engines carry their cuDNN convolutions' compiled plans (BuilderConfig::embed_compiled_plans):
 // with private plans (every kernel object resolves its own, so no graph cache hides a load), a
-// context on a new thread loads every graph-API convolution's plan from the engine file (nothing
+// context on a new thread of an engine loaded with Runtime::set_allow_compiled_plans loads every
+// graph-API convolution's plan from the engine file (without it: none from the file) (nothing
 // built; the SiLU stack's fused graphs include runtime-compiled engines), with outputs within
 // the stack tolerance of the CPU reference and a CUDA-graph replay equal to its capture run;
 // KILN_COMPILED_PLANS=0 builds them instead; an engine built without them loads copies of the
@@ -1071,7 +1072,6 @@ TEST(CudaConvGraph, EnginesCarryCompiledPlansThatLoadWithoutBuilding) {
   ASSERT_GT(graph_layers, 0) << "no convolution chose a cudnn_graph tactic at level 1";
   ASSERT_GT(report.compiled_plans, 0);
   EXPECT_EQ(static_cast<int>(data.prepared_states.size()), report.compiled_plans);
-  auto engine = Runtime().deserialize(bytes.data(), bytes.size(), "compiled plans");
 
   // Runs the stack on a new thread; returns the graph-API convolutions' verbose lines.
   const auto run_on_new_thread = [&](const std::shared_ptr<Engine>& e, const std::string& label) {
@@ -1093,6 +1093,16 @@ TEST(CudaConvGraph, EnginesCarryCompiledPlansThatLoadWithoutBuilding) {
     EXPECT_GE(static_cast<int>(lines.size()), graph_layers) << label << ": every graph convolution logs its plan";
     return lines;
   };
+  // Without the opt-in (an engine from an untrusted file), none load from the file (first: no
+  // engine that holds them is alive; copies of plans this process built may load).
+  auto untrusted = Runtime().deserialize(bytes.data(), bytes.size(), "compiled plans, not allowed");
+  for (const std::string& line : run_on_new_thread(untrusted, "compiled plans not allowed")) {
+    EXPECT_EQ(line.find("loaded from the engine file"), std::string::npos) << line;
+  }
+  untrusted.reset();
+  Runtime runtime;
+  runtime.set_allow_compiled_plans(true);  // built by this process
+  auto engine = runtime.deserialize(bytes.data(), bytes.size(), "compiled plans");
   int loaded = 0;
   for (const std::string& line : run_on_new_thread(engine, "engine with compiled plans")) {
     const bool from_engine =
@@ -1114,7 +1124,7 @@ TEST(CudaConvGraph, EnginesCarryCompiledPlansThatLoadWithoutBuilding) {
   const auto plain = Builder().build_serialized(*net, config, &plain_report);
   EXPECT_EQ(plain_report.compiled_plans, 0);
   EXPECT_LT(plain.size(), bytes.size());
-  auto without = Runtime().deserialize(plain.data(), plain.size(), "no compiled plans");
+  auto without = runtime.deserialize(plain.data(), plain.size(), "no compiled plans");
   for (const std::string& line : run_on_new_thread(without, "engine without compiled plans")) {
     EXPECT_NE(line.find("loaded from a copy of the plan built with cuDNN handle"), std::string::npos) << line;
   }

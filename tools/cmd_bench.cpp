@@ -60,6 +60,7 @@ struct BenchOptions {
   std::string timing_cache;
   std::vector<std::string> plugins;
   bool allow_embedded_plugins = false;
+  bool allow_compiled_plans = false;
   int threads = 0;
   bool verbose = false;
   std::vector<std::string> inputs;
@@ -941,7 +942,9 @@ Built build_from_onnx(const BenchOptions& o, Network& network, const std::vector
   built.bytes = Builder().build_serialized(network, config, &report);
   out << "built '" << o.onnx << "' in memory: " << report.layers_before << " -> " << report.layers_after
       << " layers in " << format_fixed(report.build_seconds, 2) << " s\n";
-  built.engine = Runtime().deserialize(built.bytes.data(), built.bytes.size(), o.onnx + " (built in memory)");
+  Runtime runtime;
+  runtime.set_allow_compiled_plans(true);  // built by this process
+  built.engine = runtime.deserialize(built.bytes.data(), built.bytes.size(), o.onnx + " (built in memory)");
   return built;
 }
 
@@ -999,7 +1002,7 @@ int run_bench(const BenchOptions& o) {
     for (const auto& f : files) file_by_name[f.name] = &f;
     built = build_from_onnx(o, *network, schedule, file_by_name, out);
   } else {
-    built.engine = load_engine_file(o.engine, o.allow_embedded_plugins);
+    built.engine = load_engine_file(o.engine, o.allow_embedded_plugins, o.allow_compiled_plans);
     load_files(engine_input_names(*built.engine));
     for (const auto& f : files) file_by_name[f.name] = &f;
   }
@@ -1205,6 +1208,9 @@ void setup_bench_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_flag("--json", o->json, "Print the summary as one JSON object on stdout (the report goes to stderr)");
   sub->add_option("--plugins", o->plugins, "Plugin library the engine needs, loaded first (repeatable)")
       ->type_name("LIB.so");
+  sub->add_flag("--allow-compiled-plans", o->allow_compiled_plans,
+                "Load the compiled cuDNN plans the engine carries (GPU code from the file: engines you built or "
+                "trust) instead of building them: faster start-up");
   sub->add_flag("--allow-embedded-plugins", o->allow_embedded_plugins,
                 "Load the plugin libraries embedded in the engine (runs code from the engine file)");
   sub->add_flag("-v,--verbose", o->verbose, "Print the library's progress messages");

@@ -52,6 +52,7 @@ struct RunOptions {
   double atol = 1e-5;
   std::vector<std::string> plugins;
   bool allow_embedded_plugins = false;
+  bool allow_compiled_plans = false;
   std::vector<std::string> layer_precisions;
 };
 
@@ -79,7 +80,7 @@ struct LoadedEngine {
 LoadedEngine load_engine_file(const RunOptions& o) {
   LoadedEngine loaded;
   loaded.source = "engine " + quote(o.engine);
-  loaded.engine = kiln::cli::load_engine_file(o.engine, o.allow_embedded_plugins);
+  loaded.engine = kiln::cli::load_engine_file(o.engine, o.allow_embedded_plugins, o.allow_compiled_plans);
   loaded.inputs = load_inputs(engine_input_names(*loaded.engine), o.inputs_dir, o.inputs);
   return loaded;
 }
@@ -105,7 +106,9 @@ LoadedEngine build_from_onnx(const RunOptions& o, std::ostream& out) {
   std::vector<uint8_t> bytes = Builder().build_serialized(*network, config, &report);
   out << "built '" << o.onnx << "' in memory: " << report.layers_before << " -> " << report.layers_after
       << " layers in " << fmt(report.build_seconds, 2) << " s\n";
-  loaded.engine = Runtime().deserialize(bytes.data(), bytes.size(), o.onnx + " (built in memory)");
+  Runtime runtime;
+  runtime.set_allow_compiled_plans(true);  // built by this process
+  loaded.engine = runtime.deserialize(bytes.data(), bytes.size(), o.onnx + " (built in memory)");
   return loaded;
 }
 
@@ -353,6 +356,9 @@ void setup_run_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_flag("--json", o->json, "Print the results as one JSON object on stdout (the report goes to stderr)");
   sub->add_option("--plugins", o->plugins, "Plugin library the engine needs, loaded first (repeatable)")
       ->type_name("LIB.so");
+  sub->add_flag("--allow-compiled-plans", o->allow_compiled_plans,
+                "Load the compiled cuDNN plans the engine carries (GPU code from the file: engines you built or "
+                "trust) instead of building them: faster start-up");
   sub->add_flag("--allow-embedded-plugins", o->allow_embedded_plugins,
                 "Load the plugin libraries embedded in the engine (kiln build --embed-plugins) for plugins that are "
                 "not registered: runs code from the engine file");

@@ -541,10 +541,12 @@ DeviceIo::~DeviceIo() {
   backend->release_host(pinned);
 }
 
-std::shared_ptr<Engine> load_engine_file(const std::string& path, bool allow_embedded_plugins) {
+std::shared_ptr<Engine> load_engine_file(const std::string& path, bool allow_embedded_plugins,
+                                         bool allow_compiled_plans) {
   require_readable_file(path, "engine file");
   Runtime runtime;
   runtime.set_allow_embedded_plugins(allow_embedded_plugins);
+  runtime.set_allow_compiled_plans(allow_compiled_plans);
   return runtime.deserialize_file(path);
 }
 

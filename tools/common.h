@@ -76,7 +76,9 @@ std::vector<std::string> load_plugins(const std::vector<std::string>& libraries)
 
 // Reads an engine file (require_readable_file first, so a missing file is named); the embedded
 // plugin libraries load only when `allow_embedded_plugins` (--allow-embedded-plugins).
-std::shared_ptr<Engine> load_engine_file(const std::string& path, bool allow_embedded_plugins);
+// Its compiled plans load only when `allow_compiled_plans` (--allow-compiled-plans).
+std::shared_ptr<Engine> load_engine_file(const std::string& path, bool allow_embedded_plugins,
+                                         bool allow_compiled_plans = false);
 // The engine's input names, in binding order.
 std::vector<std::string> engine_input_names(const Engine& engine);
 

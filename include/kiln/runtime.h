@@ -107,8 +107,18 @@ class Runtime {
   void set_allow_embedded_plugins(bool allow) { allow_embedded_plugins_ = allow; }
   bool allow_embedded_plugins() const { return allow_embedded_plugins_; }
 
+  // Engines that carry compiled plans (BuilderConfig::embed_compiled_plans: cuDNN execution plans
+  // with the GPU kernels cuDNN compiled for them): deserialize makes them available to the
+  // engine's kernels, which then load them instead of building and compiling their plans, only
+  // when this is set, because that runs GPU code from the engine file; otherwise they are ignored
+  // (the plans are built as without them, and an info line says how to opt in). Set it for
+  // engines you built or trust (kiln run / bench --allow-compiled-plans). Default: false.
+  void set_allow_compiled_plans(bool allow) { allow_compiled_plans_ = allow; }
+  bool allow_compiled_plans() const { return allow_compiled_plans_; }
+
  private:
   bool allow_embedded_plugins_ = false;
+  bool allow_compiled_plans_ = false;
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {

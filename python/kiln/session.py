@@ -49,16 +49,19 @@ class Session:
         threads: CPU threads (0: the cores, shared among live contexts).
         timing_cache: a timing cache file for builds.
         save_engine: write the built engine there.
-        allow_python_plugins / allow_embedded_plugins: see ``kiln.Runtime``.
+        allow_python_plugins / allow_embedded_plugins / allow_compiled_plans: see ``kiln.Runtime``
+            (an engine the session builds from ONNX loads its own compiled plans).
     """
 
     def __init__(self, source: Any, device: str | _kiln.DeviceType = "cpu", *, fp16: bool = False,
                  profiles: Mapping | list | None = None, plugins=(), threads: int = 0,
                  timing_cache: str | None = None, save_engine: str | None = None,
-                 allow_python_plugins: bool = False, allow_embedded_plugins: bool = False):
+                 allow_python_plugins: bool = False, allow_embedded_plugins: bool = False,
+                 allow_compiled_plans: bool = False):
         for lib in plugins:
             _kiln.load_plugin_library(os.fspath(lib))
-        runtime = _kiln.Runtime(allow_embedded_plugins=allow_embedded_plugins, allow_python_plugins=allow_python_plugins)
+        runtime = _kiln.Runtime(allow_embedded_plugins=allow_embedded_plugins, allow_python_plugins=allow_python_plugins,
+                                allow_compiled_plans=allow_compiled_plans)
         self.build_report = None
         if isinstance(source, _kiln.Engine):
             engine = source
@@ -87,6 +90,7 @@ class Session:
                 if save_engine:
                     with open(save_engine, "wb") as f:
                         f.write(data)
+                runtime.allow_compiled_plans = True  # built by this process
                 engine = runtime.deserialize(data)
         self.engine = engine
         self.context = engine.create_execution_context()

@@ -439,14 +439,17 @@ void bind_runtime(nb::module_& m) {
   nb::class_<PyRuntime>(m, "Runtime", "Loads serialized engines (TensorRT's IRuntime).")
       .def(
           "__init__",
-          [](PyRuntime* r, bool allow_embedded, bool allow_python) {
+          [](PyRuntime* r, bool allow_embedded, bool allow_python, bool allow_compiled) {
             new (r) PyRuntime();
             r->runtime.set_allow_embedded_plugins(allow_embedded);
             r->allow_python_plugins = allow_python;
+            r->runtime.set_allow_compiled_plans(allow_compiled);
           },
-          "allow_embedded_plugins"_a = false, "allow_python_plugins"_a = false,
+          "allow_embedded_plugins"_a = false, "allow_python_plugins"_a = false, "allow_compiled_plans"_a = false,
           "allow_embedded_plugins: load plugin libraries embedded in engine files (runs their code); "
-          "allow_python_plugins: import the modules of Python plugins an engine names (runs their code).")
+          "allow_python_plugins: import the modules of Python plugins an engine names (runs their code); "
+          "allow_compiled_plans: load the compiled cuDNN plans CUDA engines carry instead of building them "
+          "(GPU code from the file; faster start-up).")
       .def("deserialize_cuda_engine", &PyRuntime::load_bytes, "data"_a,
            "An engine from bytes (the name TensorRT users know; works for CPU engines too).")
       .def("deserialize", &PyRuntime::load_bytes, "data"_a,
@@ -461,6 +464,9 @@ void bind_runtime(nb::module_& m) {
       .def_prop_rw(
           "allow_embedded_plugins", [](const PyRuntime& r) { return r.runtime.allow_embedded_plugins(); },
           [](PyRuntime& r, bool a) { r.runtime.set_allow_embedded_plugins(a); })
+      .def_prop_rw(
+          "allow_compiled_plans", [](const PyRuntime& r) { return r.runtime.allow_compiled_plans(); },
+          [](PyRuntime& r, bool a) { r.runtime.set_allow_compiled_plans(a); })
       .def_rw("allow_python_plugins", &PyRuntime::allow_python_plugins);
 
   nb::class_<Engine>(m, "Engine", "A loaded engine; make one ExecutionContext per concurrent job.")

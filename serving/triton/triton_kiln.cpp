@@ -17,6 +17,8 @@
 // Parameters (config.pbtxt `parameters { key: ... value { string_value: ... } }`):
 //   plugin_libraries        comma-separated plugin libraries to load (relative to the model folder)
 //   allow_embedded_plugins  "true": load plugin libraries embedded in the engine (runs their code)
+//   allow_compiled_plans    "false": build the engine's cuDNN plans instead of loading the compiled
+//                           ones it carries (GPU code from the file; default "true")
 //   device                  "cpu" (default) or "cuda": the device ONNX models are built for
 //   threads                 CPU threads per instance (default: the cores divided among instances)
 //   min_batch / opt_batch   the batch range ONNX models are built for (max: max_batch_size)
@@ -206,6 +208,9 @@ std::shared_ptr<Engine> load_engine(ModelState& m) {
   }
   Runtime runtime;
   runtime.set_allow_embedded_plugins(parameter(m.config, "allow_embedded_plugins") == "true");
+  // The model repository is the server's trusted configuration (Triton runs its Python models'
+  // code): an engine's compiled plans load unless the model says "false".
+  runtime.set_allow_compiled_plans(parameter(m.config, "allow_compiled_plans", "true") != "false");
   std::string file = m.config.value("default_model_filename", std::string());
   if (file.empty()) file = fs::exists(fs::path(m.dir) / "model.kiln") ? "model.kiln" : "model.onnx";
   const fs::path path = fs::path(m.dir) / file;

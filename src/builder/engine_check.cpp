@@ -43,6 +43,7 @@ struct BoundEngine {
   BoundEngine(const std::vector<uint8_t>& bytes, const char* which, Backend& backend, void* stream) {
     Runtime runtime;
     runtime.set_allow_embedded_plugins(true);  // built in this process: its plugins are loaded already
+    runtime.set_allow_compiled_plans(true);    // and its plans were compiled by it
     engine = runtime.deserialize(bytes.data(), bytes.size(), which);
     context = engine->create_execution_context();
     const OptimizationProfile none;

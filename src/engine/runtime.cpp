@@ -38,8 +38,16 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
   load_engine_plugins_from_search_path(d, source);            // KILN_PLUGIN_PATH
   load_embedded_plugins(d, source, allow_embedded_plugins_);  // only with the opt-in
   check_engine_plugins(d, source);
-  // The compiled plans the engine carries, findable by the kernels' prepare() while it lives.
-  impl->prepared_states = hold_prepared_states(d.prepared_states);
+  // The compiled plans the engine carries, findable by the kernels' prepare() while it lives:
+  // GPU code from the file, so only with the opt-in.
+  if (allow_compiled_plans_) {
+    impl->prepared_states = hold_prepared_states(d.prepared_states);
+  } else if (!d.prepared_states.empty()) {
+    log(Severity::kInfo, source + ": the engine carries " + std::to_string(d.prepared_states.size()) +
+                             " compiled plan(s) (GPU code) that are not loaded; its plans are built instead. For "
+                             "engines you built or trust, kiln run / bench --allow-compiled-plans "
+                             "(Runtime::set_allow_compiled_plans(true)) loads them: faster start-up");
+  }
   const Network& net = *d.network;
   for (int i = 0; i < net.num_inputs(); ++i) {
     const Tensor* t = net.input(i);

@@ -127,6 +127,25 @@ def test_engine_inspect_and_describe():
     assert "Convolution" in engine.describe()
 
 
+def test_compiled_plan_settings_and_the_runtime_opt_in():
+    config = kiln.BuilderConfig()
+    assert config.embed_compiled_plans is True and config.compiled_plans_every_batch is False
+    config.compiled_plans_every_batch = True
+    assert config.compiled_plans_every_batch is True
+    assert kiln.Runtime().allow_compiled_plans is False
+    runtime = kiln.Runtime(allow_compiled_plans=True)
+    assert runtime.allow_compiled_plans is True
+    runtime.allow_compiled_plans = False
+    assert runtime.allow_compiled_plans is False
+    # A CPU engine carries no compiled plans: the build says so and either runtime runs it.
+    net, _ = tutorial_network()
+    builder = kiln.Builder()
+    config.add_optimization_profile(batch_profile())
+    data = builder.build_serialized_network(net, config)
+    assert builder.last_report.compiled_plans == 0 and builder.last_report.compiled_plan_bytes == 0
+    assert kiln.Runtime(allow_compiled_plans=True).deserialize(data).inspect()["device"] == "cpu"
+
+
 # ---- the plugin workflow: registry, creator, typed fields --------------------------------
 
 def test_plugin_workflow_with_the_registry(tmp_path):
