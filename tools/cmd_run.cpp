@@ -356,9 +356,7 @@ void setup_run_command(CLI::App& parent, std::function<int()>& run) {
   sub->add_flag("--json", o->json, "Print the results as one JSON object on stdout (the report goes to stderr)");
   sub->add_option("--plugins", o->plugins, "Plugin library the engine needs, loaded first (repeatable)")
       ->type_name("LIB.so");
-  sub->add_flag("--allow-compiled-plans", o->allow_compiled_plans,
-                "Load the compiled cuDNN plans the engine carries (GPU code from the file: engines you built or "
-                "trust) instead of building them: faster start-up");
+  sub->add_flag("--allow-compiled-plans", o->allow_compiled_plans, kAllowCompiledPlansHelp);
   sub->add_flag("--allow-embedded-plugins", o->allow_embedded_plugins,
                 "Load the plugin libraries embedded in the engine (kiln build --embed-plugins) for plugins that are "
                 "not registered: runs code from the engine file");

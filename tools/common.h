@@ -79,6 +79,10 @@ std::vector<std::string> load_plugins(const std::vector<std::string>& libraries)
 // Its compiled plans load only when `allow_compiled_plans` (--allow-compiled-plans).
 std::shared_ptr<Engine> load_engine_file(const std::string& path, bool allow_embedded_plugins,
                                          bool allow_compiled_plans = false);
+// The help of --allow-compiled-plans (kiln run, kiln bench).
+inline constexpr const char* kAllowCompiledPlansHelp =
+    "Load the compiled cuDNN plans the engine carries (GPU code from the file: engines you built or trust) instead "
+    "of building them: faster start-up";
 // The engine's input names, in binding order.
 std::vector<std::string> engine_input_names(const Engine& engine);
 

@@ -459,10 +459,13 @@ KernelTime time_kernel(const KernelEntry& entry, const Layer& layer, const Tenso
   return KernelTime{t[t.size() / 2], h[h.size() / 2]};
 }
 
-// The largest workspace `entry` needs for `layer` at the given states (three per profile: opt,
-// min, max), each profile's ranges configured first (plugins). Throws what prepare() throws.
-uint64_t kernel_workspace(const KernelEntry& entry, const Layer& layer, const std::vector<TensorStates>& states) {
-  uint64_t most = 0;
+// Makes `entry`'s kernel for `layer` once per profile of `states` (three points per profile: opt,
+// min, max), configures it with the profile's ranges (plugins) and prepares it at each distinct
+// point of the profile, then at `extra[profile]` (if given); calls visit(kernel) after each
+// prepare. Throws what prepare() throws.
+template <typename Visit>
+void prepare_at_points(const KernelEntry& entry, const Layer& layer, const std::vector<TensorStates>& states,
+                       const std::vector<std::vector<TensorStates>>& extra, Visit visit) {
   for (size_t p = 0; p < states.size(); p += 3) {
     const std::unique_ptr<Kernel> kernel = entry.create(layer);
     std::vector<TensorRange> in_ranges, out_ranges;
@@ -471,17 +474,29 @@ uint64_t kernel_workspace(const KernelEntry& entry, const Layer& layer, const st
     const TensorStates& mx = p + 2 < states.size() ? states[p + 2] : opt;
     layer_ranges(layer, opt, mn, mx, in_ranges, out_ranges);
     kernel->configure_profile(layer, in_ranges, out_ranges);
+    std::vector<const TensorStates*> points{&opt, &mn, &mx};
+    if (p / 3 < extra.size()) {
+      for (const TensorStates& st : extra[p / 3]) points.push_back(&st);
+    }
     std::vector<std::string> seen;  // the points' input dims, so that equal points prepare once
-    for (const TensorStates* st : {&opt, &mn, &mx}) {
+    for (const TensorStates* st : points) {
       const auto in = input_descs(layer, *st);
       std::string dims;
       for (const auto& d : in) dims += d.dims.to_string() + to_string(d.type) + to_string(d.format) + ";";
       if (std::find(seen.begin(), seen.end(), dims) != seen.end()) continue;
       seen.push_back(dims);
       kernel->prepare(layer, in, output_descs(layer, *st), 1);
-      most = std::max<uint64_t>(most, kernel->workspace_size());
+      visit(*kernel);
     }
   }
+}
+
+// The largest workspace `entry` needs for `layer` at the given states (three per profile: opt,
+// min, max), each profile's ranges configured first (plugins). Throws what prepare() throws.
+uint64_t kernel_workspace(const KernelEntry& entry, const Layer& layer, const std::vector<TensorStates>& states) {
+  uint64_t most = 0;
+  prepare_at_points(entry, layer, states, {},
+                    [&](const Kernel& kernel) { most = std::max<uint64_t>(most, kernel.workspace_size()); });
   return most;
 }
 
@@ -1252,25 +1267,11 @@ std::vector<PreparedState> collect_prepared_states(const std::vector<Layer*>& st
       const KernelEntry* entry = KernelRegistry::instance().find(device, layer->type(), tactic);
       if (!entry || !entry->exports_prepared_state) continue;
       try {
-        for (size_t p = 0; p < states.size(); p += 3) {
-          const std::unique_ptr<Kernel> kernel = entry->create(*layer);
-          std::vector<TensorRange> in_ranges, out_ranges;
-          const TensorStates& opt = states[p];
-          const TensorStates& mn = p + 1 < states.size() ? states[p + 1] : opt;
-          const TensorStates& mx = p + 2 < states.size() ? states[p + 2] : opt;
-          layer_ranges(*layer, opt, mn, mx, in_ranges, out_ranges);
-          kernel->configure_profile(*layer, in_ranges, out_ranges);
-          std::vector<const TensorStates*> points{&opt, &mn, &mx};
-          if (p / 3 < extra.size()) {
-            for (const TensorStates& st : extra[p / 3]) points.push_back(&st);
+        prepare_at_points(*entry, *layer, states, extra, [&](const Kernel& kernel) {
+          for (PreparedState& s : kernel.prepared_states()) {
+            if (s.bytes) found.emplace(s.key, std::move(s));
           }
-          for (const TensorStates* st : points) {
-            kernel->prepare(*layer, input_descs(*layer, *st), output_descs(*layer, *st), 1);
-            for (PreparedState& s : kernel->prepared_states()) {
-              if (s.bytes) found.emplace(s.key, std::move(s));
-            }
-          }
-        }
+        });
       } catch (const std::exception& e) {
         log(Severity::kVerbose, "  " + layer->name() + ": no compiled plan stored for kernel " + tactic + " (" +
                                     e.what() + "); loading builds it");

@@ -47,7 +47,7 @@ struct EngineData {
   // Prepared kernel states of the chosen kernels (BuilderConfig::embed_compiled_plans: cuDNN
   // execution plans with their runtime-compiled kernels), in strictly increasing key order.
   // Stored in the optional KSTATE section; Runtime::deserialize registers them
-  // (hold_prepared_states) for the engine's lifetime.
+  // (hold_prepared_states) for the engine's lifetime and empties this.
   std::vector<PreparedState> prepared_states;
   // Free-form build information shown by `kiln inspect` (sorted keys).
   std::map<std::string, std::string> build_info;

@@ -56,7 +56,8 @@ struct EngineImpl {
   std::vector<DeviceBuffer> weight_buffers;
   PlanEnvironment env;                // points into the fields above
   std::atomic<int> live_contexts{0};  // for the CPU threads of contexts that set none
-  // Keeps data.prepared_states findable (hold_prepared_states) while the engine lives.
+  // Keeps the engine file's compiled plans findable (hold_prepared_states) while the engine lives
+  // (with Runtime::set_allow_compiled_plans; data.prepared_states is emptied after loading).
   std::shared_ptr<const void> prepared_states;
 
   // The binding index of an I/O tensor; throws naming the tensor and listing the engine's.

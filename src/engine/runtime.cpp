@@ -48,6 +48,7 @@ std::shared_ptr<Engine> Runtime::deserialize(const void* data, size_t size, cons
                              "engines you built or trust, kiln run / bench --allow-compiled-plans "
                              "(Runtime::set_allow_compiled_plans(true)) loads them: faster start-up");
   }
+  d.prepared_states.clear();  // the holder keeps those in use; nothing reads them from the data again
   const Network& net = *d.network;
   for (int i = 0; i < net.num_inputs(); ++i) {
     const Tensor* t = net.input(i);

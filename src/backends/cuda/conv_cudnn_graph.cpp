@@ -798,35 +798,52 @@ void check_direct(GraphEntry& e, const PlanInfo& p, bool bias, bool residual) {
 #endif
 }
 
-class GraphCache {
+// A thread-safe map of at most kCacheCapacity entries, the oldest dropped first (whoever holds
+// one keeps it alive). Never used by execute().
+template <typename V>
+class BoundedCache {
  public:
-  // The entry of `key`, made empty on first use (the caller makes its graph under its mutex).
-  std::shared_ptr<GraphEntry> get(const std::string& key, GraphHandle* handle) {
+  std::shared_ptr<V> find(const std::string& key) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(key);
-    if (it != entries_.end()) return it->second;
-    auto e = std::make_shared<GraphEntry>();
-    e->handle = handle;
+    const auto it = entries_.find(key);
+    return it == entries_.end() ? nullptr : it->second;
+  }
+  // The entry of `key`: the one there, else make()'s, added.
+  template <typename Make>
+  std::shared_ptr<V> get_or_add(const std::string& key, Make make) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (const auto it = entries_.find(key); it != entries_.end()) return it->second;
     if (entries_.size() >= kCacheCapacity) {
       entries_.erase(order_.front());
       order_.pop_front();
     }
-    entries_.emplace(key, e);
     order_.push_back(key);
-    return e;
+    return entries_.emplace(key, make()).first->second;
   }
 
  private:
-  std::mutex mutex_;  // prepare() only
-  std::unordered_map<std::string, std::shared_ptr<GraphEntry>> entries_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<V>> entries_;
   std::deque<std::string> order_;
 };
 
-GraphCache& graph_cache() {
+// Graphs by (handle scope, spec): an entry is made empty on first use (the caller makes its graph
+// under the entry's mutex).
+using GraphCache = BoundedCache<GraphEntry>;
+
+GraphCache& graph_cache_instance() {
   // Intentionally never destroyed: plans own runtime-compiled kernels that must not be unloaded
   // after the CUDA runtime's teardown at exit.
   static GraphCache* cache = new GraphCache;
   return *cache;
+}
+
+std::shared_ptr<GraphEntry> graph_entry(const std::string& key, GraphHandle* handle) {
+  return graph_cache_instance().get_or_add(key, [&] {
+    auto e = std::make_shared<GraphEntry>();
+    e->handle = handle;
+    return e;
+  });
 }
 
 // ---- variant packs --------------------------------------------------------------------------
@@ -1014,33 +1031,11 @@ std::shared_ptr<const std::vector<uint8_t>> serialized(SharedPlan& sp) {
   return sp.bytes;
 }
 
-class SharedPlans {
- public:
-  std::shared_ptr<SharedPlan> find(const std::string& key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = plans_.find(key);
-    return it == plans_.end() ? nullptr : it->second;
-  }
-  // Keeps the first plan of each key.
-  void add(const std::string& key, std::shared_ptr<SharedPlan> plan) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (plans_.count(key)) return;
-    if (plans_.size() >= kCacheCapacity) {
-      plans_.erase(order_.front());
-      order_.pop_front();
-    }
-    plans_.emplace(key, std::move(plan));
-    order_.push_back(key);
-  }
-
- private:
-  std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<SharedPlan>> plans_;
-  std::deque<std::string> order_;
-};
+// Built plans by key (the first of each key), for other handles and the engine file.
+using SharedPlans = BoundedCache<SharedPlan>;
 
 SharedPlans& shared_plans() {
-  static SharedPlans* plans = new SharedPlans;  // never destroyed, as graph_cache()
+  static SharedPlans* plans = new SharedPlans;  // never destroyed, as graph_cache_instance()
   return *plans;
 }
 
@@ -1261,7 +1256,7 @@ class CudnnGraphConvolution : public Kernel {
     if (state) r = resolve_loaded(handle, scope, state, loaded_from);
     for (size_t a = 0; a < attempts.size() && !r; ++a) {
       const GraphSpec& g = attempts[a];
-      std::shared_ptr<GraphEntry> e = graph_cache().get(scope + spec_key(g), handle);
+      std::shared_ptr<GraphEntry> e = graph_entry(scope + spec_key(g), handle);
       std::lock_guard<std::mutex> lock(e->mutex);
       if (!e->made) {
         e->made = true;
@@ -1285,7 +1280,8 @@ class CudnnGraphConvolution : public Kernel {
       r = resolution(handle, std::move(*p), g.bias, g.residual, g.act != nullptr, g.precompiled, e->direct);
       r->plans_built = e->plans_built;
       r->entry = std::move(e);
-      if (r->raw_plan && settings_.sharing != PlanSharing::kPerKernelHandle) shared_plans().add(plan_key_, share(*r));
+      if (r->raw_plan && settings_.sharing != PlanSharing::kPerKernelHandle)
+        shared_plans().get_or_add(plan_key_, [&] { return share(*r); });
     }
     KILN_CUDA_CHECK(cudaStreamSynchronize(prepare_stream()));  // whatever building enqueued is done
     if (!r) {
@@ -1301,7 +1297,7 @@ class CudnnGraphConvolution : public Kernel {
   std::unique_ptr<Resolved> resolve_loaded(GraphHandle* handle, const std::string& scope,
                                            const std::shared_ptr<const std::vector<uint8_t>>& state,
                                            const std::string& loaded_from) {
-    std::shared_ptr<GraphEntry> e = graph_cache().get(scope + "loaded|" + plan_key_, handle);
+    std::shared_ptr<GraphEntry> e = graph_entry(scope + "loaded|" + plan_key_, handle);
     std::lock_guard<std::mutex> lock(e->mutex);
     if (!e->made) {
       e->made = true;
