@@ -1,7 +1,7 @@
 // kiln as a Triton Inference Server backend (docs/serving.md): libtriton_kiln.so, loaded by
 // tritonserver from --backend-directory/kiln/. A model is a kiln engine file, or an ONNX file
-// built into an engine when the model loads (cached next to it, keyed by kiln's version and the
-// device). The model configuration can be completed from the engine (inputs, outputs, types,
+// built into an engine when the model loads (cached next to it, keyed by kiln's version, the
+// device and the build parameters). The model configuration can be completed from the engine (inputs, outputs, types,
 // dims, max_batch_size from the profile). Each instance of instance_group is one execution
 // context on the shared engine; Triton's dynamic batcher hands an instance several requests,
 // which run as one inference when their shapes allow it. A bad request (a missing or unknown
@@ -20,8 +20,15 @@
 //   allow_compiled_plans    "false": build the engine's cuDNN plans instead of loading the compiled
 //                           ones it carries (GPU code from the file; default "true")
 //   device                  "cpu" (default) or "cuda": the device ONNX models are built for
+//   precision               "fp32" (default) or "fp16": ONNX builds allow fp16 kernels (kiln build --fp16)
+//   builder_optimization_level  0..5 (default 3): ONNX builds' kernel search (kiln build
+//                           --builder-optimization-level)
 //   threads                 CPU threads per instance (default: the cores divided among instances)
 //   min_batch / opt_batch   the batch range ONNX models are built for (max: max_batch_size)
+//   compiled_plans_every_batch  "true" (default): CUDA ONNX builds store the cuDNN plans of every
+//                           batch size; "false": those of min, opt and max only
+// A parameter with a value outside these fails the model's load, naming it. ONNX builds are cached
+// beside the model, named by kiln's version, the device (GPU model) and the build parameters.
 //   warmup                  "batch_sizes": each instance runs every batch size of the profile
 //                           up to max_batch_size twice when it starts (shape plans, kernels
 //                           prepared per shape, CUDA graphs), so no request pays those first-time
@@ -175,22 +182,85 @@ struct ModelState {
   int input_copy_threads = 0;  // workers per instance helping the input copy (ParallelCopier)
 };
 
-// The `input_copy_threads` parameter: "" when not given (the device's default), else a number
-// 0..64; anything else fails the model's load (the caller's message names the model).
+// Parameters with a fixed form: anything else fails the model's load with a message naming the
+// parameter, its value and what is expected (the caller's message adds the model).
+std::string bad_parameter(const std::string& key, const std::string& value, const std::string& expected) {
+  return "parameter '" + key + "' is \"" + value + "\"; expected " + expected;
+}
+
+// An integer lo..hi (decimal digits only), `def` when the parameter is absent.
+int64_t int_parameter(const json& config, const std::string& key, int64_t def, int64_t lo, int64_t hi,
+                      const std::string& meaning) {
+  const std::string text = parameter(config, key);
+  if (text.empty()) return def;
+  const bool digits =
+      text.size() <= 9 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || std::stoll(text) < lo || std::stoll(text) > hi) {
+    throw Error(bad_parameter(key, text,
+                              "an integer " + std::to_string(lo) + ".." + std::to_string(hi) + " (" + meaning + ")"));
+  }
+  return std::stoll(text);
+}
+
+// One of `allowed` (the first is the default when the parameter is absent, unless `def` is given).
+std::string choice_parameter(const json& config, const std::string& key, const std::vector<std::string>& allowed,
+                             const std::string& def = "") {
+  const std::string text = parameter(config, key, def.empty() ? allowed.front() : def);
+  if (std::find(allowed.begin(), allowed.end(), text) != allowed.end()) return text;
+  std::string list;
+  for (const std::string& a : allowed) list += (list.empty() ? "\"" : ", \"") + a + "\"";
+  throw Error(bad_parameter(key, text, "one of " + list));
+}
+
+bool bool_parameter(const json& config, const std::string& key, bool def) {
+  return choice_parameter(config, key, {"true", "false"}, def ? "true" : "false") == "true";
+}
+
+// The `input_copy_threads` parameter (default 0 on every device: on the H200 three helpers copied
+// 64% of a 602 KB input's chunks yet cut the copy only from 93 to 76 us,
+// bench/results/2026-12-03_h200_session17_triton_gpu_sweep.md).
 constexpr int kMaxInputCopyThreads = 64;
 int parse_input_copy_threads(const ModelState& m) {
-  const std::string text = parameter(m.config, "input_copy_threads");
-  // Default 0 on every device: on the H200 three helpers copied 64% of a 602 KB input's chunks
-  // yet cut the copy only from 93 to 76 us (bench/results/2026-12-03_h200_session17_triton_gpu_sweep.md).
-  if (text.empty()) return 0;
-  const bool digits =
-      text.size() <= 3 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (!digits || std::stoi(text) > kMaxInputCopyThreads) {
-    throw Error("parameter 'input_copy_threads' is \"" + text + "\"; expected an integer 0.." +
-                std::to_string(kMaxInputCopyThreads) +
-                " (threads per instance that help copy request inputs; 0: none)");
+  return static_cast<int>(int_parameter(m.config, "input_copy_threads", 0, 0, kMaxInputCopyThreads,
+                                        "threads per instance that help copy request inputs; 0: none"));
+}
+
+// How the backend builds an ONNX model: the parameters that change the engine, checked before
+// anything is built. Their values name the cached engine, so changing one builds a new engine.
+struct OnnxBuildSettings {
+  std::string device;  // "cpu" or "cuda"
+  bool fp16 = false;
+  int level = 3;
+  int64_t min_batch = 1, opt_batch = 1, max_batch = 1;
+  bool plans_every_batch = true;
+
+  // The part of the cache file's name after the device: "fp16.level3.batch1-4-8".
+  std::string tag() const {
+    return std::string(fp16 ? "fp16" : "fp32") + ".level" + std::to_string(level) + ".batch" +
+           std::to_string(min_batch) + "-" + std::to_string(opt_batch) + "-" + std::to_string(max_batch) +
+           (device == "cuda" && !plans_every_batch ? ".plans-at-points" : "");
   }
-  return std::stoi(text);
+};
+
+OnnxBuildSettings onnx_build_settings(const ModelState& m) {
+  OnnxBuildSettings b;
+  const std::string device = parameter(m.config, "device", "cpu");
+  try {
+    b.device = parse_device_type(device) == DeviceType::kCPU ? "cpu" : "cuda";
+  } catch (const Error&) {
+    throw Error(bad_parameter("device", device, "\"cpu\" or \"cuda\" (the device ONNX models are built for)"));
+  }
+  b.fp16 = choice_parameter(m.config, "precision", {"fp32", "fp16"}) == "fp16";
+  b.level = static_cast<int>(int_parameter(m.config, "builder_optimization_level", 3, 0, 5,
+                                           "how hard the build searches for the fastest kernels, as `kiln build "
+                                           "--builder-optimization-level`"));
+  b.plans_every_batch = bool_parameter(m.config, "compiled_plans_every_batch", true);
+  b.max_batch = std::max<int64_t>(1, m.config.value("max_batch_size", 0));
+  b.min_batch = int_parameter(m.config, "min_batch", 1, 1, b.max_batch,
+                              "the smallest batch the engine is built for, at most max_batch_size");
+  b.opt_batch = int_parameter(m.config, "opt_batch", b.max_batch, b.min_batch, b.max_batch,
+                              "the batch the engine's kernels are chosen for, min_batch..max_batch_size");
+  return b;
 }
 
 // The engine of a model: an engine file, or an ONNX file built now (and cached beside it).
@@ -207,10 +277,10 @@ std::shared_ptr<Engine> load_engine(ModelState& m) {
     load_plugin_library(lib);
   }
   Runtime runtime;
-  runtime.set_allow_embedded_plugins(parameter(m.config, "allow_embedded_plugins") == "true");
+  runtime.set_allow_embedded_plugins(bool_parameter(m.config, "allow_embedded_plugins", false));
   // The model repository is the server's trusted configuration (Triton runs its Python models'
   // code): an engine's compiled plans load unless the model says "false".
-  runtime.set_allow_compiled_plans(parameter(m.config, "allow_compiled_plans", "true") != "false");
+  runtime.set_allow_compiled_plans(bool_parameter(m.config, "allow_compiled_plans", true));
   std::string file = m.config.value("default_model_filename", std::string());
   if (file.empty()) file = fs::exists(fs::path(m.dir) / "model.kiln") ? "model.kiln" : "model.onnx";
   const fs::path path = fs::path(m.dir) / file;
@@ -220,17 +290,18 @@ std::shared_ptr<Engine> load_engine(ModelState& m) {
   }
   if (path.extension() != ".onnx") return runtime.deserialize_file(path.string());
 
-  const std::string device = parameter(m.config, "device", "cpu");
+  const OnnxBuildSettings b = onnx_build_settings(m);
   // The cache is per kiln version and per device, and on CUDA per GPU model: a model folder
-  // shared by servers on several GPU types (a volume in a cluster) keeps one engine per type.
-  std::string tag = device;
-  if (device == "cuda") {
+  // shared by servers on several GPU types (a volume in a cluster) keeps one engine per type;
+  // and per build settings (precision, level, batch range), so changing one rebuilds.
+  std::string tag = b.device;
+  if (b.device == "cuda") {
     tag = "cuda-" + get_backend(DeviceType::kCUDA).describe();  // "NVIDIA H200 sm_90"
     for (char& c : tag) {
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
     }
   }
-  const fs::path cache = path.string() + "." + version() + "." + tag + ".kiln";
+  const fs::path cache = path.string() + "." + version() + "." + tag + "." + b.tag() + ".kiln";
   if (fs::exists(cache) && fs::last_write_time(cache) >= fs::last_write_time(path)) {
     try {
       return runtime.deserialize_file(cache.string());
@@ -241,16 +312,15 @@ std::shared_ptr<Engine> load_engine(ModelState& m) {
   Network net;
   OnnxParser(net).parse_file(path.string());
   BuilderConfig config;
-  config.device = parse_device_type(device);
+  config.device = parse_device_type(b.device);
+  config.fp16 = b.fp16;
+  config.optimization_level = b.level;
   // CUDA: the cuDNN plans of every batch size the batcher may form go into the cached engine, so
   // that the warm-up (and a restart, or a replica given the cached engine) loads them instead of
   // compiling them (docs/serving.md, "Start-up on fresh GPU hosts").
-  config.compiled_plans_every_batch = parameter(m.config, "compiled_plans_every_batch", "true") != "false";
+  config.compiled_plans_every_batch = b.plans_every_batch;
   OptimizationProfile profile;
   bool dynamic = false;
-  const int64_t max_batch = std::max<int64_t>(1, m.config.value("max_batch_size", 0));
-  const int64_t min_batch = std::stoll(parameter(m.config, "min_batch", "1"));
-  const int64_t opt_batch = std::stoll(parameter(m.config, "opt_batch", std::to_string(max_batch)));
   for (int i = 0; i < net.num_inputs(); ++i) {
     const Tensor* t = net.input(i);
     Dims lo = t->dims(), opt = t->dims(), hi = t->dims();
@@ -262,15 +332,16 @@ std::shared_ptr<Engine> load_engine(ModelState& m) {
                     " beyond the batch; build the engine with `kiln build` and its profile, and "
                     "serve model.kiln");
       }
-      lo[0] = min_batch;
-      opt[0] = opt_batch;
-      hi[0] = max_batch;
+      lo[0] = b.min_batch;
+      opt[0] = b.opt_batch;
+      hi[0] = b.max_batch;
       dynamic = true;
     }
     if (dynamic) profile.set_dimensions(t->name(), lo, opt, hi);
   }
   if (dynamic) config.profiles.push_back(profile);
-  log_line(TRITONSERVER_LOG_INFO, "kiln: building an engine for " + path.string() + " on " + device);
+  log_line(TRITONSERVER_LOG_INFO, "kiln: building an engine for " + path.string() + " on " + b.device + " (" + b.tag() +
+                                      ") into " + cache.filename().string());
   const std::vector<uint8_t> bytes = Builder().build_serialized(net, config);
   const fs::path tmp = cache.string() + ".tmp." + std::to_string(::getpid());
   {
@@ -908,12 +979,9 @@ TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
 // serves on (the same request would then fail and be answered with the error).
 void warm_up(InstanceState& s) {
   ModelState& m = *s.model;
-  const std::string mode =
-      parameter(m.config, "warmup", m.engine->device() == DeviceType::kCPU ? "none" : "batch_sizes");
+  const std::string mode = choice_parameter(m.config, "warmup", {"batch_sizes", "none"},
+                                            m.engine->device() == DeviceType::kCPU ? "none" : "batch_sizes");
   if (mode == "none") return;
-  if (mode != "batch_sizes") {
-    throw Error("parameter 'warmup' is \"" + mode + "\"; allowed values: \"batch_sizes\", \"none\"");
-  }
   if (m.max_batch <= 0 || m.engine->num_profiles() == 0 || m.inputs.empty()) return;
   const OptimizationProfile& profile = m.engine->profile(0);
   int64_t lo = 1;

@@ -334,6 +334,58 @@ def test_warmup_runs_every_batch_size_at_load_and_a_bad_value_fails_the_load(dem
         server.stop()
 
 
+def test_build_parameters_name_the_cached_engine_and_bad_values_fail_the_load(demo):
+    """ONNX models are built with the parameters precision and builder_optimization_level (and
+    min_batch / opt_batch / max_batch_size), which name the cached engine: a level-0 build and a
+    default one of the same ONNX file are two engines, built as asked. A value outside what a
+    parameter accepts fails that model's load with a message naming the parameter, the value and
+    what it accepts, and the server keeps serving."""
+    kiln = pytest.importorskip("kiln")
+    tmp = demo["tmp"]
+    repo = tmp / "repo_build"
+    models = {
+        "level0": {"builder_optimization_level": "0", "min_batch": "2", "opt_batch": "4"},
+        "default": {},
+        "bad_precision": {"precision": "half"},
+        "bad_level": {"builder_optimization_level": "7"},
+        "bad_min_batch": {"min_batch": "0"},
+        "bad_opt_batch": {"min_batch": "4", "opt_batch": "2"},
+        "bad_bool": {"allow_compiled_plans": "yes"},
+        "bad_device": {"device": "tpu"},
+    }
+    for name, params in models.items():
+        (repo / name / "1").mkdir(parents=True)
+        shutil.copy(demo["repo"] / "demo" / "1" / "model.onnx", repo / name / "1" / "model.onnx")
+        (repo / name / "config.pbtxt").write_text(CONFIG + "".join(
+            f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in params.items()))
+    server = Server(repo, tmp / "server_build.log",
+                    extra=["--model-control-mode=explicit", "--load-model=level0", "--load-model=default"])
+    try:
+        engines = {}
+        for name, tag, level in (("level0", "fp32.level0.batch2-4-8", "0"), ("default", "fp32.level3.batch1-8-8", "3")):
+            found = list((repo / name / "1").glob("model.onnx.*.kiln"))
+            assert len(found) == 1 and found[0].name.endswith(f".cpu.{tag}.kiln"), found
+            info = kiln.Runtime().load(str(found[0])).inspect()
+            assert info["build_info"]["optimization_level"].startswith(level), info["build_info"]
+            engines[name] = info
+        assert engines["level0"]["profiles"] != engines["default"]["profiles"]
+        np.testing.assert_allclose(infer_http(server, demo["x"][:2], model="level0"), demo["ref"][:2],
+                                   rtol=1e-4, atol=1e-5)
+        expected = {"bad_precision": ('"half"', '"fp32", "fp16"'), "bad_level": ('"7"', "0..5"),
+                    "bad_min_batch": ('"0"', "1..8"), "bad_opt_batch": ('"2"', "4..8"),
+                    "bad_bool": ('"yes"', '"true", "false"'), "bad_device": ('"tpu"', '"cpu" or "cuda"')}
+        for name, (value, accepted) in expected.items():
+            key = next(iter(models[name])) if name != "bad_opt_batch" else "opt_batch"
+            with pytest.raises(Exception) as e:
+                server.client.load_model(name)
+            message = str(e.value)
+            assert f"'{name}'" in message and f"parameter '{key}' is {value}" in message and accepted in message, message
+        assert server.client.is_server_live()
+        np.testing.assert_allclose(infer_http(server, demo["x"], model="default"), demo["ref"], rtol=1e-4, atol=1e-5)
+    finally:
+        server.stop()
+
+
 def make_large_input_model(path):
     """A model whose request input is large (one image [3, 256, 256] fp32 = 768 KiB) and whose output
     depends on every input element where it is (a 3x3 convolution keeping the image's size): a chunk

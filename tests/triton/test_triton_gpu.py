@@ -16,6 +16,11 @@ CPU model:
     input;
   * the CPU model answers a GPU-memory input and a GPU-memory output with an error naming the
     tensor, then still serves a plain request; the server is live at the end;
+  * a convolution model (3x3 conv + bias + SiLU, fp16, builder_optimization_level 0, batch 1..4)
+    built by the backend at load: the cached engine carries compiled cuDNN plans for every batch
+    size (the backend's compiled_plans_every_batch default); a restarted server (explicit mode,
+    verbose log) loads that engine and its warm-up of batch 1..4 loads every plan from the file,
+    building none; its answers at batch 1..4 match a NumPy reference;
   * a second server in explicit model-control mode unloads and loads the CUDA model 50 times
     (each load builds nothing: the engine the first load built is cached beside the ONNX file;
     each instance warms up every batch size, capturing CUDA graphs): the GPU's used memory and the
@@ -24,6 +29,7 @@ CPU model:
 Usage: python3 tests/triton/test_triton_gpu.py --build BUILD [--server TRITONSERVER]
 """
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -37,6 +43,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 SKIP = 77
 WIDTH = 4096
 BIG = 70000  # floats per request of model "b": 280,000 bytes
+CONV_SHAPE = (16, 24, 24)  # model "v": x [N, 16, 24, 24] -> SiLU(conv3x3(x) + bias), N = 1..4
 
 
 def find_server(given):
@@ -69,6 +76,75 @@ def rss_mib(pid):
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) // 1024
     return 0
+
+
+def write_conv_silu_onnx(path):
+    """Model "v": y = SiLU(Conv3x3(x, W) + B), x [N, 16, 24, 24], pads 1 (a fused graph-API convolution
+    on CUDA). Returns (W, B) for the reference."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    c = CONV_SHAPE[0]
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((c, c, 3, 3)) * 0.1).astype(np.float32)
+    b = (rng.standard_normal(c) * 0.1).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    g = helper.make_graph(nodes, "conv_silu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", *CONV_SHAPE])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", *CONV_SHAPE])],
+                          [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return w, b
+
+
+def conv_silu_reference(x, w, b):
+    """NumPy: SiLU(conv3x3(x, w) + b) with padding 1, in float64."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))  # N, C, H, W, 3, 3
+    y = np.einsum("nchwij,kcij->nkhw", win, w.astype(np.float64)) + b.astype(np.float64)[None, :, None, None]
+    return y / (1 + np.exp(-y))
+
+
+def compiled_plans_on_restart(server_bin, backend, build, repo, work, expect, conv_wb):
+    """Model "v" was built (and its engine cached) by the first server. A new server loads the cached
+    engine: every plan its warm-up resolves loads from the engine file; none is built."""
+    import triton_gpu as tg
+    cached = list((repo / "v" / "1").glob("model.onnx.*.kiln"))
+    expect(len(cached) == 1 and ".fp16.level0.batch1-4-4." in cached[0].name,
+           f"model v: one cached engine named by its build settings ({[p.name for p in cached]})")
+    if not cached:
+        return
+    info = subprocess.run([str(Path(build) / "kiln"), "inspect", "--engine", str(cached[0]), "--json"],
+                          capture_output=True, text=True)
+    try:
+        line = json.loads(info.stdout)["build_info"].get("compiled_plans", "")
+    except ValueError:
+        line = f"kiln inspect failed: {info.stdout[-300:]} {info.stderr[-300:]}"
+    count = int(line.split()[0]) if line[:1].isdigit() else 0
+    expect(count >= 4, f"model v's cached engine carries compiled plans for batch 1..4: '{line}'")
+    log_path = work / "server_plans.log"
+    server, http_port = tg.start_server(server_bin, repo, backend.parent.parent, log_path,
+                                        ["--model-control-mode=explicit", "--load-model=v", "--log-verbose=1"])
+    try:
+        tg.wait_ready(http_port, server, timeout=300)
+        c = tg.Client(http_port)
+        worst = 0.0
+        for n in (1, 2, 3, 4):
+            x = np.random.default_rng(40 + n).standard_normal((n, *CONV_SHAPE)).astype(np.float32)
+            ref = conv_silu_reference(x, *conv_wb)
+            worst = max(worst, float(np.abs(c.infer("v", "x", x, "y") - ref).max() / np.abs(ref).max()))
+        expect(worst < 1e-2, f"model v after the restart, batch 1..4: within 1e-2 of the range of the NumPy "
+                             f"reference (worst {worst:.2e})")
+        lines = [ln for ln in log_path.read_text().splitlines() if "kiln: " in ln and ": engine " in ln]
+        loaded = [ln for ln in lines if "nothing built" in ln]
+        built = [ln for ln in lines if "configs built so far" in ln]
+        from_file = [ln for ln in loaded if "the engine file's compiled plan" in ln]
+        expect(loaded and not built and from_file,
+               f"the restarted server built no cuDNN plan: {len(loaded)} loaded ({len(from_file)} from the engine "
+               f"file), {len(built)} built{(': ' + built[0][-300:]) if built else ''}")
+    except Exception as e:  # noqa: BLE001
+        expect(False, f"compiled plans on restart: {e!r}; server log: {log_path.read_text()[-1500:]}")
+    finally:
+        tg.stop_server(server)
 
 
 def reloads(server_bin, backend, repo, work, expect, cycles=50):
@@ -133,6 +209,12 @@ def main():
             'backend: "kiln"\nmax_batch_size: 8\n' +
             ("dynamic_batching { max_queue_delay_microseconds: 5000 }\n" if batcher else "") +
             f'parameters {{ key: "device" value {{ string_value: "{device}" }} }}\n')
+    (repo / "v" / "1").mkdir(parents=True)
+    conv_wb = write_conv_silu_onnx(repo / "v" / "1" / "model.onnx")
+    (repo / "v" / "config.pbtxt").write_text(
+        'backend: "kiln"\nmax_batch_size: 4\ndynamic_batching { max_queue_delay_microseconds: 2000 }\n' +
+        "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n'
+                for k, v in (("device", "cuda"), ("precision", "fp16"), ("builder_optimization_level", "0"))))
     server, http_port = tg.start_server(server_bin, repo, backend.parent.parent, work / "server.log")
     failures = []
 
@@ -213,6 +295,7 @@ def main():
             expect(ok, what)
         expect(tg.Client(http_port).get("/v2/health/live")[0] == 200, "the server is live")
         tg.stop_server(server)
+        compiled_plans_on_restart(server_bin, backend, args.build, repo, work, expect, conv_wb)
         reloads(server_bin, backend, repo, work, expect)
     except Exception as e:  # noqa: BLE001
         failures.append(repr(e))
