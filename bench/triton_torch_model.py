@@ -36,7 +36,9 @@ class TritonPythonModel:
         # process otherwise starts a thread per core that compete with the server's (and the other
         # instances') threads for every small host-side operation.
         torch.set_num_threads(int(params.get("torch_threads", "1")))
-        torch.backends.cudnn.benchmark = True
+        # cuDNN's autotuning per shape (the fastest kernels; what the throughput comparisons use);
+        # parameter cudnn_benchmark "false" skips it (a faster start, bench/triton_startup.py).
+        torch.backends.cudnn.benchmark = params.get("cudnn_benchmark", "true") != "false"
         torch.manual_seed(0)  # the weights bench/_common.py's export_resnet50 exports
         model = torchvision.models.resnet50(weights=None).eval()
         model = model.to(self.device).half().to(memory_format=torch.channels_last)

@@ -22,6 +22,9 @@
 #              model without growing GPU or host memory (tests/triton/test_triton_gpu.py;
 #              the server: $KILN_TRITON_SERVER, default nvidia-pytriton's, else the one
 #              scripts/prepare_gpu_carry.sh --triton packed into .dev/triton, unpacked here)
+#   triton_startup  bench/triton_startup.py: a new Triton replica's launch to readiness and first
+#              answer, kiln's backend (compiled plans loaded, and built) against PyTorch through
+#              the Python backend, empty and warm JIT cache; $KILN_TRITON_STARTUP_ARGS adds arguments
 #   triton_bench  bench/triton_gpu.py: kiln's backend against PyTorch through Triton's Python
 #              backend in one server (ResNet-50 fp16, perf_analyzer over HTTP, Triton's default
 #              queue delay, 1-32 clients, throughput at equal p99, the server's overhead per
@@ -147,7 +150,7 @@ triton_setup() {
     export PATH=/tmp/kiln-triton/bin:$PATH
   fi
 }
-if has triton || has triton_bench; then
+if has triton || has triton_bench || has triton_startup; then
   triton_setup
 fi
 if has triton; then
@@ -169,6 +172,13 @@ if has triton_bench; then
       --out "$OUT/triton_gpu.md" > "$OUT/triton_gpu_bench.log" 2>&1 || rc=1
     tail -60 "$OUT/triton_gpu_bench.log"
   fi
+fi
+if has triton_startup; then
+  # shellcheck disable=SC2086  # the arguments are a list
+  PYTHONUNBUFFERED=1 python3 bench/triton_startup.py --build "$B" --server "$KILN_TRITON_SERVER" \
+    ${TRITON_PYB:+--python-backend "$TRITON_PYB"} ${KILN_TRITON_STARTUP_ARGS:-} \
+    --out "$OUT/triton_startup.md" > "$OUT/triton_startup.log" 2>&1 || rc=1
+  tail -30 "$OUT/triton_startup.log"
 fi
 if has python; then
   if [[ -d "$B/python/kiln" ]]; then
