@@ -381,6 +381,30 @@ def phase_means(before, after):
     return n, {k: d[k][1] / n / 1e3 for k in d}
 
 
+def check_build(build, python_backend):
+    """The kiln command and the folder holding kiln's Triton backend in a build folder; exits with
+    what is missing (the backend, or the Python backend's stub)."""
+    backend_dir = Path(build) / "triton"
+    if not (backend_dir / "kiln" / "libtriton_kiln.so").exists():
+        sys.exit(f"no {backend_dir}/kiln/libtriton_kiln.so: build kiln with KILN_BUILD_TRITON_BACKEND=ON")
+    if python_backend and not (Path(python_backend) / "triton_python_backend_stub").exists():
+        sys.exit(f"no triton_python_backend_stub in {python_backend} (see --help)")
+    return str(Path(build) / "kiln"), backend_dir
+
+
+def with_python_backend(work, backend_dir, python_backend, env):
+    """A backends folder with kiln's and Triton's Python backend, and the environment the Python stub
+    needs (it embeds this Python: libpython and the packages torch lives in). Returns the folder."""
+    import torch
+    backends = work / "backends"
+    backends.mkdir()
+    os.symlink((backend_dir / "kiln").resolve(), backends / "kiln")
+    os.symlink(Path(python_backend).resolve(), backends / "python")
+    env["LD_LIBRARY_PATH"] = sysconfig.get_config_var("LIBDIR") + ":" + env.get("LD_LIBRARY_PATH", "")
+    env["PYTHONPATH"] = ":".join([str(Path(torch.__file__).resolve().parents[1])] + sys.path[1:])
+    return backends
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", required=True, help="kiln build folder (kiln, triton/kiln/libtriton_kiln.so)")
@@ -414,12 +438,7 @@ def main():
         sys.exit("give --onnx MODEL or --torchvision-resnet50")
     if args.python_backend and not args.torchvision_resnet50:
         sys.exit("--python-backend serves torchvision's ResNet-50: use it with --torchvision-resnet50")
-    kiln = str(Path(args.build) / "kiln")
-    backend_dir = Path(args.build) / "triton"
-    if not (backend_dir / "kiln" / "libtriton_kiln.so").exists():
-        sys.exit(f"no {backend_dir}/kiln/libtriton_kiln.so: build kiln with KILN_BUILD_TRITON_BACKEND=ON")
-    if args.python_backend and not (Path(args.python_backend) / "triton_python_backend_stub").exists():
-        sys.exit(f"no triton_python_backend_stub in {args.python_backend} (see --help)")
+    kiln, backend_dir = check_build(args.build, args.python_backend)
     item = [int(d) for d in args.shape.split("x")]
     work = Path(tempfile.mkdtemp(prefix="kiln-triton-gpu-"))
     if args.torchvision_resnet50:
@@ -471,20 +490,13 @@ def main():
             f'output [ {{ name: "{args.output}", data_type: TYPE_FP32, dims: [ 1000 ] }} ]\n'
             f'parameters {{ key: "input" value {{ string_value: "{args.input}" }} }}\n'
             f'parameters {{ key: "output" value {{ string_value: "{args.output}" }} }}\n')
-        backends = work / "backends"
-        backends.mkdir()
-        os.symlink((backend_dir / "kiln").resolve(), backends / "kiln")
-        os.symlink(Path(args.python_backend).resolve(), backends / "python")
     if args.cuda_shm:  # a CPU model: GPU-memory requests must get errors naming the tensor
         (repo / "c" / "1").mkdir(parents=True)
         write_relu_onnx(repo / "c" / "1" / "model.onnx")
         (repo / "c" / "config.pbtxt").write_text('backend: "kiln"\nmax_batch_size: 8\n')
     env = dict(os.environ)
     if args.python_backend:
-        # The stub embeds this Python: it must find libpython and the packages torch lives in.
-        import torch
-        env["LD_LIBRARY_PATH"] = sysconfig.get_config_var("LIBDIR") + ":" + env.get("LD_LIBRARY_PATH", "")
-        env["PYTHONPATH"] = ":".join([str(Path(torch.__file__).resolve().parents[1])] + sys.path[1:])
+        backends = with_python_backend(work, backend_dir, args.python_backend, env)
     server, http_port = start_server(args.server, repo, backends, work / "server.log",
                                      ["--exit-on-error=false", "--strict-readiness=false"], env)
     lines = []

@@ -33,7 +33,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from triton_gpu import Client, start_server, stop_server  # noqa: E402
+from triton_gpu import Client, check_build, start_server, stop_server, with_python_backend  # noqa: E402
 
 
 def ready_status(port, model):
@@ -90,12 +89,7 @@ def main():
     ap.add_argument("--jit-cache", default="empty,warm", help="comma-separated: empty, warm (default both)")
     ap.add_argument("--out", help="write the report (markdown) here too")
     args = ap.parse_args()
-    kiln = str(Path(args.build) / "kiln")
-    backend_dir = Path(args.build) / "triton"
-    if not (backend_dir / "kiln" / "libtriton_kiln.so").exists():
-        sys.exit(f"no {backend_dir}/kiln/libtriton_kiln.so: build kiln with its Triton backend")
-    if args.python_backend and not (Path(args.python_backend) / "triton_python_backend_stub").exists():
-        sys.exit(f"no triton_python_backend_stub in {args.python_backend}")
+    kiln, backend_dir = check_build(args.build, args.python_backend)
     caches = [c for c in args.jit_cache.split(",") if c]
     if not caches or any(c not in ("empty", "warm") for c in caches):
         sys.exit("--jit-cache: empty, warm or both")
@@ -135,13 +129,7 @@ def main():
                 'input [ { name: "input", data_type: TYPE_FP32, dims: [ 3, 224, 224 ] } ]\n'
                 'output [ { name: "logits", data_type: TYPE_FP32, dims: [ 1000 ] } ]\n'
                 f'parameters {{ key: "cudnn_benchmark" value {{ string_value: "{bench_on}" }} }}\n')
-        backends = work / "backends"
-        backends.mkdir()
-        os.symlink((backend_dir / "kiln").resolve(), backends / "kiln")
-        os.symlink(Path(args.python_backend).resolve(), backends / "python")
-        import torch  # the stub embeds this Python: it must find libpython and torch's packages
-        env["LD_LIBRARY_PATH"] = sysconfig.get_config_var("LIBDIR") + ":" + env.get("LD_LIBRARY_PATH", "")
-        env["PYTHONPATH"] = ":".join([str(Path(torch.__file__).resolve().parents[1])] + sys.path[1:])
+        backends = with_python_backend(work, backend_dir, args.python_backend, env)
     x = np.random.default_rng(7).uniform(-1, 1, size=(1, 3, 224, 224)).astype(np.float32)
     times = {(m, c): [] for m in sides for c in caches}
     answers = {}
