@@ -65,6 +65,8 @@ INTERNAL_NAMES = {
     "check_plugin": "kiln's own test entry point, named with its header src/plugins/plugin_check.h",
     "KILN_PLUGIN_PATH": "an environment variable the runtime reads (src/plugins/plugin_layer.cpp, docs/cli.md)",
     "source_format": "a ctest name (tests/CMakeLists.txt) that runs scripts/format.sh --check",
+    "builder_optimization_level": "a Triton model parameter kiln's backend reads (serving/triton/triton_kiln.cpp, "
+                                  "docs/serving.md)",
 }
 # The control: this must not compile, with this message (g++'s wording).
 CONTROL_SNIPPET = "kiln::add_plugin_layer(network, {}, nullptr);\n"

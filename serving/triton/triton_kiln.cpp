@@ -1,10 +1,10 @@
 // kiln as a Triton Inference Server backend (docs/serving.md): libtriton_kiln.so, loaded by
 // tritonserver from --backend-directory/kiln/. A model is a kiln engine file, or an ONNX file
 // built into an engine when the model loads (cached next to it, keyed by kiln's version, the
-// device and the build parameters). The model configuration can be completed from the engine (inputs, outputs, types,
-// dims, max_batch_size from the profile). Each instance of instance_group is one execution
-// context on the shared engine; Triton's dynamic batcher hands an instance several requests,
-// which run as one inference when their shapes allow it. A bad request (a missing or unknown
+// device and the build parameters). The model configuration can be completed from the engine
+// (inputs, outputs, types, dims, max_batch_size from the profile). Each instance of
+// instance_group is one execution context on the shared engine; Triton's dynamic batcher hands an
+// instance several requests, which run as one inference when their shapes allow it. A bad request (a missing or unknown
 // input, a wrong type, shape or byte size, a batch outside the profile) gets an error response
 // naming the input and the model, and the other requests of the batch still run.
 //
@@ -20,15 +20,14 @@
 //   allow_compiled_plans    "false": build the engine's cuDNN plans instead of loading the compiled
 //                           ones it carries (GPU code from the file; default "true")
 //   device                  "cpu" (default) or "cuda": the device ONNX models are built for
-//   precision               "fp32" (default) or "fp16": ONNX builds allow fp16 kernels (kiln build --fp16)
+//   precision               "fp32" (default) or "fp16": ONNX builds allow fp16 kernels (kiln
+//                           build --fp16)
 //   builder_optimization_level  0..5 (default 3): ONNX builds' kernel search (kiln build
 //                           --builder-optimization-level)
 //   threads                 CPU threads per instance (default: the cores divided among instances)
 //   min_batch / opt_batch   the batch range ONNX models are built for (max: max_batch_size)
 //   compiled_plans_every_batch  "true" (default): CUDA ONNX builds store the cuDNN plans of every
 //                           batch size; "false": those of min, opt and max only
-// A parameter with a value outside these fails the model's load, naming it. ONNX builds are cached
-// beside the model, named by kiln's version, the device (GPU model) and the build parameters.
 //   warmup                  "batch_sizes": each instance runs every batch size of the profile
 //                           up to max_batch_size twice when it starts (shape plans, kernels
 //                           prepared per shape, CUDA graphs), so no request pays those first-time
@@ -39,6 +38,10 @@
 //                           256 KiB (parallel_copy.h); 0: the instance's thread copies alone.
 //                           Default: 0 (on an H200, 3 helpers cut a 602 KB input's copy from 93
 //                           to 76 us per execution: the source's read rate bounds it, not threads).
+// A parameter with a value outside these fails the model's load, naming it (the ONNX build's
+// parameters device, precision, builder_optimization_level, min_batch, opt_batch and
+// compiled_plans_every_batch are read only for ONNX models). ONNX builds are cached beside the
+// model, named by kiln's version, the device (GPU model) and those parameters.
 #include <algorithm>
 #include <cctype>
 #include <chrono>
