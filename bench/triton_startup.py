@@ -27,7 +27,6 @@ Usage: python3 bench/triton_startup.py --build BUILD --server TRITONSERVER [--py
 """
 import argparse
 import datetime
-import http.client
 import os
 import shutil
 import statistics
@@ -46,11 +45,7 @@ from triton_gpu import Client, check_build, start_server, stop_server, with_pyth
 def ready_status(port, model):
     """The HTTP status of the model's readiness, or None while the server does not answer."""
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        conn.request("GET", f"/v2/models/{model}/ready")
-        status = conn.getresponse().status
-        conn.close()
-        return status
+        return Client(port).get(f"/v2/models/{model}/ready")[0]
     except OSError:
         return None
 

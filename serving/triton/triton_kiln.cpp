@@ -198,11 +198,12 @@ int64_t int_parameter(const json& config, const std::string& key, int64_t def, i
   if (text.empty()) return def;
   const bool digits =
       text.size() <= 9 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (!digits || std::stoll(text) < lo || std::stoll(text) > hi) {
+  const int64_t value = digits ? std::stoll(text) : lo - 1;
+  if (value < lo || value > hi) {
     throw Error(bad_parameter(key, text,
                               "an integer " + std::to_string(lo) + ".." + std::to_string(hi) + " (" + meaning + ")"));
   }
-  return std::stoll(text);
+  return value;
 }
 
 // One of `allowed` (the first is the default when the parameter is absent, unless `def` is given).
@@ -231,7 +232,7 @@ int parse_input_copy_threads(const ModelState& m) {
 // How the backend builds an ONNX model: the parameters that change the engine, checked before
 // anything is built. Their values name the cached engine, so changing one builds a new engine.
 struct OnnxBuildSettings {
-  std::string device;  // "cpu" or "cuda"
+  DeviceType device = DeviceType::kCPU;
   bool fp16 = false;
   int level = 3;
   int64_t min_batch = 1, opt_batch = 1, max_batch = 1;
@@ -241,7 +242,7 @@ struct OnnxBuildSettings {
   std::string tag() const {
     return std::string(fp16 ? "fp16" : "fp32") + ".level" + std::to_string(level) + ".batch" +
            std::to_string(min_batch) + "-" + std::to_string(opt_batch) + "-" + std::to_string(max_batch) +
-           (device == "cuda" && !plans_every_batch ? ".plans-at-points" : "");
+           (device == DeviceType::kCUDA && !plans_every_batch ? ".plans-at-points" : "");
   }
 };
 
@@ -249,7 +250,7 @@ OnnxBuildSettings onnx_build_settings(const ModelState& m) {
   OnnxBuildSettings b;
   const std::string device = parameter(m.config, "device", "cpu");
   try {
-    b.device = parse_device_type(device) == DeviceType::kCPU ? "cpu" : "cuda";
+    b.device = parse_device_type(device);
   } catch (const Error&) {
     throw Error(bad_parameter("device", device, "\"cpu\" or \"cuda\" (the device ONNX models are built for)"));
   }
@@ -297,8 +298,8 @@ std::shared_ptr<Engine> load_engine(ModelState& m) {
   // The cache is per kiln version and per device, and on CUDA per GPU model: a model folder
   // shared by servers on several GPU types (a volume in a cluster) keeps one engine per type;
   // and per build settings (precision, level, batch range), so changing one rebuilds.
-  std::string tag = b.device;
-  if (b.device == "cuda") {
+  std::string tag = to_string(b.device);
+  if (b.device == DeviceType::kCUDA) {
     tag = "cuda-" + get_backend(DeviceType::kCUDA).describe();  // "NVIDIA H200 sm_90"
     for (char& c : tag) {
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
@@ -315,7 +316,7 @@ std::shared_ptr<Engine> load_engine(ModelState& m) {
   Network net;
   OnnxParser(net).parse_file(path.string());
   BuilderConfig config;
-  config.device = parse_device_type(b.device);
+  config.device = b.device;
   config.fp16 = b.fp16;
   config.optimization_level = b.level;
   // CUDA: the cuDNN plans of every batch size the batcher may form go into the cached engine, so
@@ -343,8 +344,8 @@ std::shared_ptr<Engine> load_engine(ModelState& m) {
     if (dynamic) profile.set_dimensions(t->name(), lo, opt, hi);
   }
   if (dynamic) config.profiles.push_back(profile);
-  log_line(TRITONSERVER_LOG_INFO, "kiln: building an engine for " + path.string() + " on " + b.device + " (" + b.tag() +
-                                      ") into " + cache.filename().string());
+  log_line(TRITONSERVER_LOG_INFO, "kiln: building an engine for " + path.string() + " on " + to_string(b.device) +
+                                      " (" + b.tag() + ") into " + cache.filename().string());
   const std::vector<uint8_t> bytes = Builder().build_serialized(net, config);
   const fs::path tmp = cache.string() + ".tmp." + std::to_string(::getpid());
   {
